@@ -1,0 +1,101 @@
+"""The worker's configuration: one pydantic settings object from env vars and ``conf.yaml``.
+
+Secrets live here and only here. Activities read them from the worker's environment; they never
+enter workflow inputs or history.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+DEFAULT_RECURSION_LIMIT = 25
+
+
+class Settings(BaseModel):
+    """Built by ``get_settings`` from env and conf.yaml; fields are named by their env vars."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    # Model provider (any OpenAI-compatible endpoint).
+    openai_base_url: str | None = Field(default=None, alias="OPENAI_BASE_URL")
+    openai_api_key: str | None = Field(default=None, alias="OPENAI_API_KEY")
+    basic_model: str = Field(default="gpt-4o-mini", alias="BASIC_MODEL")
+    reasoning_model: str | None = Field(default=None, alias="REASONING_MODEL")
+    llm_request_timeout: float = Field(default=120.0, alias="LLM_REQUEST_TIMEOUT")
+
+    # Search.
+    search_api: str = Field(default="tavily", alias="SEARCH_API")
+    tavily_api_key: str | None = Field(default=None, alias="TAVILY_API_KEY")
+    tavily_base_url: str | None = Field(default=None, alias="TAVILY_BASE_URL")
+    search_content_chars: int = Field(default=2000, alias="SEARCH_CONTENT_CHARS")
+
+    # Crawl guard: hosts (or IPs) that may be fetched even though they are not public.
+    crawl_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_CRAWL_ALLOW_HOSTS")
+    crawl_max_chars: int = Field(default=20_000, alias="DEERFLOW_CRAWL_MAX_CHARS")
+
+    # Agents.
+    agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
+
+    # Where embedded state lives (dev-server db, indexes, blobs).
+    home: Path = Field(default=Path(".deerflow"), alias="DEERFLOW_HOME")
+
+    @field_validator("crawl_allow_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [host.strip().lower() for host in value.split(",") if host.strip()]
+        return value
+
+    @field_validator("agent_recursion_limit", mode="before")
+    @classmethod
+    def _fallback_recursion_limit(cls, value: Any) -> int:
+        # DeerFlow falls back to the default on an invalid value instead of refusing to start.
+        try:
+            limit = int(value)
+        except (TypeError, ValueError):
+            return DEFAULT_RECURSION_LIMIT
+        return limit if limit > 0 else DEFAULT_RECURSION_LIMIT
+
+    @property
+    def offline_demo(self) -> bool:
+        """No model key: the worker serves the bundled offline demonstration model."""
+        return not self.openai_api_key
+
+    def model_name(self, tier: str) -> str:
+        if tier == "reasoning" and self.reasoning_model:
+            return self.reasoning_model
+        return self.basic_model
+
+
+def _conf_yaml_values(path: Path) -> dict[str, Any]:
+    """Map DeerFlow's ``conf.yaml`` (BASIC_MODEL / REASONING_MODEL blocks) to our env names."""
+    if not path.is_file():
+        return {}
+    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    values: dict[str, Any] = {}
+    basic = data.get("BASIC_MODEL") or {}
+    if basic.get("base_url"):
+        values["OPENAI_BASE_URL"] = basic["base_url"]
+    if basic.get("api_key"):
+        values["OPENAI_API_KEY"] = basic["api_key"]
+    if basic.get("model"):
+        values["BASIC_MODEL"] = basic["model"]
+    reasoning = data.get("REASONING_MODEL") or {}
+    if reasoning.get("model"):
+        values["REASONING_MODEL"] = reasoning["model"]
+    return values
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Env vars win over ``conf.yaml`` (path from ``DEERFLOW_CONF``, default ``./conf.yaml``)."""
+    conf = _conf_yaml_values(Path(os.environ.get("DEERFLOW_CONF", "conf.yaml")))
+    env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
+    from_env = {name: os.environ[name] for name in env_names if name in os.environ}
+    return Settings(**{**conf, **from_env})

@@ -1,0 +1,272 @@
+"""The shared data contracts of deerflow-temporal.
+
+Every value that crosses a boundary (client -> workflow, workflow -> activity, workflow -> client)
+is one of these pydantic v2 models, so the pydantic data converter can check it on both sides.
+Activities import from here; this module imports nothing of theirs, which keeps the workflow
+sandbox free of I/O libraries.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+TASK_QUEUE = "deep-research"
+WORKFLOW_TYPE = "DeepResearchWorkflow"
+
+
+class StepType(str, Enum):
+    """What kind of worker a plan step needs."""
+
+    RESEARCH = "research"  # researcher: search, crawl, local documents, MCP tools
+    PROCESSING = "processing"  # coder: python_repl_tool
+    ANALYSIS = "analysis"  # analyst: reasoning over earlier findings, no tools
+
+
+class ReportStyle(str, Enum):
+    ACADEMIC = "academic"
+    POPULAR_SCIENCE = "popular_science"
+    NEWS = "news"
+    SOCIAL_MEDIA = "social_media"
+    STRATEGIC_INVESTMENT = "strategic_investment"
+
+
+class Step(BaseModel):
+    """One unit of work in a plan; ``execution_res`` is filled in when the step has run."""
+
+    need_search: bool = False
+    title: str
+    description: str = ""
+    step_type: StepType = StepType.RESEARCH
+    execution_res: str | None = None
+
+    @field_validator("step_type", mode="before")
+    @classmethod
+    def _lenient_step_type(cls, value: Any) -> Any:
+        # Models write "Research" or "processing " often enough that rejecting them would
+        # throw away otherwise good plans.
+        if isinstance(value, str):
+            return value.strip().lower()
+        return value
+
+
+class Plan(BaseModel):
+    """The planner's output, in DeerFlow's schema."""
+
+    locale: str = "en-US"
+    has_enough_context: bool = False
+    thought: str = ""
+    title: str
+    steps: list[Step] = Field(default_factory=list)
+
+
+class ResearchRequest(BaseModel):
+    """Workflow input. Only ``question`` is required; the rest has DeerFlow's defaults."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    question: str = Field(min_length=1)
+    locale: str | None = None  # None: detected by the coordinator from the question
+    auto_accept_plan: bool = False
+    max_plan_iterations: int = Field(default=1, ge=1, le=20)
+    max_step_num: int = Field(default=3, ge=1, le=20)
+    max_search_results: int = Field(default=3, ge=1, le=20)
+    enable_background_investigation: bool = True
+    enable_deep_thinking: bool = False
+    report_style: ReportStyle = ReportStyle.ACADEMIC
+    resources: list[str] = Field(default_factory=list)
+
+
+class Usage(BaseModel):
+    """LLM usage, summed over a run."""
+
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    total_tokens: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.llm_calls += other.llm_calls
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.total_tokens += other.total_tokens
+
+
+class Outcome(str, Enum):
+    """How a run ended, so scripts need not parse the report to find out."""
+
+    REPORT = "report"  # a research report was written
+    DIRECT_REPLY = "direct_reply"  # the coordinator answered without research
+    FAILED = "failed"  # the run could not produce a report (see ``error``)
+
+
+class ResearchResult(BaseModel):
+    report: str
+    plan: Plan | None = None
+    locale: str = "en-US"
+    usage: Usage = Field(default_factory=Usage)
+    outcome: Outcome = Outcome.REPORT
+    error: str | None = None
+
+
+# ---------------------------------------------------------------- chat messages and tools
+
+
+class ToolCall(BaseModel):
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    # Set when the model sent arguments that are not a JSON object; the agent loop answers
+    # the call with an error message instead of running the tool.
+    invalid_arguments: str | None = None
+
+
+class ChatMessage(BaseModel):
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str = ""
+    name: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None
+
+
+class ToolSpec(BaseModel):
+    """What the model sees of a tool: OpenAI function-calling shape."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class ModelTier(str, Enum):
+    BASIC = "basic"
+    REASONING = "reasoning"
+
+
+class ChatRequest(BaseModel):
+    """Input of the ``chat`` activity.
+
+    The system prompt is named, not inlined: the activity renders ``prompts/<prompt>.md`` with
+    ``prompt_vars``. That keeps long prompt text out of workflow history and keeps the
+    templates editable without a workflow change.
+    """
+
+    prompt: str
+    prompt_vars: dict[str, str] = Field(default_factory=dict)
+    messages: list[ChatMessage] = Field(default_factory=list)
+    tools: list[ToolSpec] = Field(default_factory=list)
+    model_tier: ModelTier = ModelTier.BASIC
+    json_mode: bool = False
+
+
+class ChatResponse(BaseModel):
+    message: ChatMessage
+    usage: Usage = Field(default_factory=Usage)
+
+
+# ---------------------------------------------------------------- tool activities
+
+
+class SearchRequest(BaseModel):
+    query: str
+    max_results: int = 3
+
+
+class SearchResult(BaseModel):
+    title: str
+    url: str
+    content: str
+    raw_content: str | None = None
+    score: float | None = None
+    published_date: str | None = None
+
+
+class SearchResponse(BaseModel):
+    query: str
+    results: list[SearchResult] = Field(default_factory=list)
+
+
+class CrawlRequest(BaseModel):
+    url: str
+
+
+class CrawlResult(BaseModel):
+    url: str  # the final URL, after redirects
+    title: str | None = None
+    markdown: str
+    truncated: bool = False
+
+
+class PythonRequest(BaseModel):
+    code: str
+    timeout_seconds: float = 30.0
+
+
+class PythonResult(BaseModel):
+    stdout: str = ""
+    stderr: str = ""
+    exit_code: int | None = None
+    # Set when the sandbox stopped the code: "timeout", "memory", "cpu", "output".
+    stopped: str | None = None
+    duration_seconds: float = 0.0
+
+
+class RunConfig(BaseModel):
+    """Worker-side settings the workflow needs, read once per run through an activity.
+
+    Reading them through an activity records them in history, so replay sees the same values
+    even if the worker's environment has changed since.
+    """
+
+    agent_recursion_limit: int = 25
+    offline_demo: bool = False
+
+
+# ---------------------------------------------------------------- status query
+
+
+class Phase(str, Enum):
+    STARTING = "starting"
+    COORDINATING = "coordinating"
+    BACKGROUND_INVESTIGATION = "background_investigation"
+    PLANNING = "planning"
+    AWAITING_REVIEW = "awaiting_review"
+    RESEARCHING = "researching"
+    REPORTING = "reporting"
+    COMPLETED = "completed"
+    FAILED = "failed"
+
+
+class StepState(str, Enum):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
+class StepStatus(BaseModel):
+    index: int
+    title: str
+    step_type: StepType
+    state: StepState
+    started_at: str | None = None
+    finished_at: str | None = None
+    finding_preview: str | None = None
+
+
+class RunStatus(BaseModel):
+    phase: Phase
+    awaiting: str | None = None  # e.g. "plan_feedback": what a human must send next
+    plan: Plan | None = None
+    plan_iterations: int = 0
+    steps: list[StepStatus] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    locale: str | None = None
+    error: str | None = None
+
+
+class ReviewOutcome(BaseModel):
+    """What the ``review_plan`` update returns."""
+
+    accepted: bool
+    message: str
