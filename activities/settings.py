@@ -34,6 +34,8 @@ class Settings(BaseModel):
     tavily_api_key: str | None = Field(default=None, alias="TAVILY_API_KEY")
     tavily_base_url: str | None = Field(default=None, alias="TAVILY_BASE_URL")
     search_content_chars: int = Field(default=2000, alias="SEARCH_CONTENT_CHARS")
+    # Per-request timeout of the search provider's HTTP call (tavily-python caps it at 120 s).
+    search_timeout_seconds: float = Field(default=20.0, gt=0, alias="SEARCH_TIMEOUT_SECONDS")
 
     # Crawl guard: hosts (or IPs) that may be fetched even though they are not public.
     crawl_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_CRAWL_ALLOW_HOSTS")
@@ -41,6 +43,9 @@ class Settings(BaseModel):
 
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
+
+    # Set by the worker when it serves the bundled offline demonstration providers.
+    offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
 
     # Where embedded state lives (dev-server db, indexes, blobs).
     home: Path = Field(default=Path(".deerflow"), alias="DEERFLOW_HOME")
@@ -61,11 +66,6 @@ class Settings(BaseModel):
         except (TypeError, ValueError):
             return DEFAULT_RECURSION_LIMIT
         return limit if limit > 0 else DEFAULT_RECURSION_LIMIT
-
-    @property
-    def offline_demo(self) -> bool:
-        """No model key: the worker serves the bundled offline demonstration model."""
-        return not self.openai_api_key
 
     def model_name(self, tier: str) -> str:
         if tier == "reasoning" and self.reasoning_model:

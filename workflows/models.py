@@ -8,7 +8,7 @@ sandbox free of I/O libraries.
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -17,7 +17,7 @@ TASK_QUEUE = "deep-research"
 WORKFLOW_TYPE = "DeepResearchWorkflow"
 
 
-class StepType(str, Enum):
+class StepType(StrEnum):
     """What kind of worker a plan step needs."""
 
     RESEARCH = "research"  # researcher: search, crawl, local documents, MCP tools
@@ -25,7 +25,7 @@ class StepType(str, Enum):
     ANALYSIS = "analysis"  # analyst: reasoning over earlier findings, no tools
 
 
-class ReportStyle(str, Enum):
+class ReportStyle(StrEnum):
     ACADEMIC = "academic"
     POPULAR_SCIENCE = "popular_science"
     NEWS = "news"
@@ -94,7 +94,7 @@ class Usage(BaseModel):
         self.total_tokens += other.total_tokens
 
 
-class Outcome(str, Enum):
+class Outcome(StrEnum):
     """How a run ended, so scripts need not parse the report to find out."""
 
     REPORT = "report"  # a research report was written
@@ -139,7 +139,7 @@ class ToolSpec(BaseModel):
     parameters: dict[str, Any]
 
 
-class ModelTier(str, Enum):
+class ModelTier(StrEnum):
     BASIC = "basic"
     REASONING = "reasoning"
 
@@ -226,7 +226,7 @@ class RunConfig(BaseModel):
 # ---------------------------------------------------------------- status query
 
 
-class Phase(str, Enum):
+class Phase(StrEnum):
     STARTING = "starting"
     COORDINATING = "coordinating"
     BACKGROUND_INVESTIGATION = "background_investigation"
@@ -238,7 +238,7 @@ class Phase(str, Enum):
     FAILED = "failed"
 
 
-class StepState(str, Enum):
+class StepState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
     DONE = "done"
@@ -263,6 +263,7 @@ class RunStatus(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     locale: str | None = None
     error: str | None = None
+    offline_demo: bool = False  # the run is served by the bundled offline demonstration model
 
 
 class ReviewOutcome(BaseModel):

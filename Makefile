@@ -1,0 +1,27 @@
+# The front door. `make demo` and `make test` are the README's two quickstart commands: each
+# creates the virtualenv and installs the project on first use.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+QUESTION ?= What are the prospects of solid-state batteries for electric vehicles?
+
+.PHONY: demo test lint down
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+demo: $(VENV)/.installed
+	$(PY) starter.py run "$(QUESTION)"
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+down: $(VENV)/.installed
+	$(PY) starter.py down

@@ -1,0 +1,148 @@
+"""The ``chat`` activity: one model turn through ``langchain_openai.ChatOpenAI``.
+
+ChatOpenAI speaks to any OpenAI-compatible endpoint. The client's own retries are switched off:
+Temporal retries the activity instead, durably, and this module decides which provider errors
+are worth retrying (408/409/429/5xx and network failures) and which are final (other 4xx),
+honouring the provider's Retry-After.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import openai
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import ToolMessage as LcToolMessage
+from langchain_openai import ChatOpenAI
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.prompts import render_prompt
+from activities.settings import Settings, get_settings
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+
+RETRYABLE_STATUS = {408, 409, 429}
+
+
+def _client(settings: Settings, tier: str) -> ChatOpenAI:
+    return ChatOpenAI(
+        model=settings.model_name(tier),
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key or "offline",
+        max_retries=0,
+        timeout=settings.llm_request_timeout,
+        stream_usage=True,
+    )
+
+
+def _to_langchain(system_prompt: str, messages: list[ChatMessage]) -> list[BaseMessage]:
+    converted: list[BaseMessage] = [SystemMessage(content=system_prompt)]
+    for message in messages:
+        if message.role == "system":
+            converted.append(SystemMessage(content=message.content))
+        elif message.role == "user":
+            converted.append(HumanMessage(content=message.content, name=message.name))
+        elif message.role == "tool":
+            converted.append(LcToolMessage(content=message.content, tool_call_id=message.tool_call_id or ""))
+        else:
+            converted.append(
+                AIMessage(
+                    content=message.content,
+                    tool_calls=[
+                        {"id": call.id, "name": call.name, "args": call.arguments, "type": "tool_call"}
+                        for call in message.tool_calls
+                    ],
+                )
+            )
+    return converted
+
+
+def _tool_calls(reply: AIMessage) -> list[ToolCall]:
+    calls = [
+        ToolCall(id=call.get("id") or f"call_{index}", name=call["name"], arguments=call.get("args") or {})
+        for index, call in enumerate(reply.tool_calls)
+    ]
+    for call in reply.invalid_tool_calls:
+        calls.append(
+            ToolCall(
+                id=call.get("id") or f"invalid_{len(calls)}",
+                name=call.get("name") or "unknown",
+                invalid_arguments=str(call.get("args")),
+            )
+        )
+    return calls
+
+
+def _usage(reply: AIMessage) -> Usage:
+    meta: dict[str, Any] = dict(reply.usage_metadata or {})
+    return Usage(
+        llm_calls=1,
+        input_tokens=int(meta.get("input_tokens", 0)),
+        output_tokens=int(meta.get("output_tokens", 0)),
+        total_tokens=int(meta.get("total_tokens", 0)),
+    )
+
+
+def _retry_after(error: openai.APIStatusError) -> timedelta | None:
+    value = error.response.headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return timedelta(seconds=min(seconds, 300)) if seconds and seconds > 0 else None
+
+
+def _provider_message(error: openai.APIStatusError) -> str:
+    body = error.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+    return error.message
+
+
+def classify_provider_error(error: Exception) -> ApplicationError:
+    """Sort a provider failure into a retryable or a final ``ApplicationError``."""
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        message = f"Model provider returned HTTP {status}: {_provider_message(error)}"
+        if status in RETRYABLE_STATUS or status >= 500:
+            return ApplicationError(
+                message, type="ModelProviderUnavailable", next_retry_delay=_retry_after(error)
+            )
+        return ApplicationError(message, type="ModelProviderError", non_retryable=True)
+    if isinstance(error, openai.APITimeoutError | httpx.TimeoutException):
+        return ApplicationError(f"Model provider timed out: {error}", type="ModelProviderUnavailable")
+    if isinstance(error, openai.APIConnectionError | httpx.TransportError):
+        return ApplicationError(f"Model provider unreachable: {error}", type="ModelProviderUnavailable")
+    if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
+        return ApplicationError(f"Model provider sent a malformed response: {error}", type="ModelBadResponse")
+    return ApplicationError(f"Model call failed: {type(error).__name__}: {error}", type="ModelCallFailed")
+
+
+@activity.defn(name="chat")
+@heartbeating
+async def chat(request: ChatRequest) -> ChatResponse:
+    settings = get_settings()
+    system_prompt = render_prompt(request.prompt, request.prompt_vars)
+    runnable: Any = _client(settings, request.model_tier.value)
+    if request.tools:
+        runnable = runnable.bind_tools([{"type": "function", "function": spec.model_dump()} for spec in request.tools])
+    if request.json_mode:
+        runnable = runnable.bind(response_format={"type": "json_object"})
+    try:
+        reply = await runnable.ainvoke(_to_langchain(system_prompt, request.messages))
+    except Exception as error:  # every provider failure is sorted, none escapes unclassified
+        raise classify_provider_error(error) from error
+    content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+    calls = _tool_calls(reply)
+    if not content.strip() and not calls:
+        # An empty completion is a provider glitch more often than a model decision: retry it.
+        raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
+    return ChatResponse(
+        message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply)
+    )

@@ -1,0 +1,14 @@
+"""Every activity the worker registers, in one list (the tests register the same one)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from activities.crawl import crawl_tool
+from activities.llm import chat
+from activities.python_exec import python_repl_tool
+from activities.run_config import load_run_config
+from activities.search import web_search
+
+ACTIVITIES: list[Callable[..., Any]] = [chat, web_search, crawl_tool, python_repl_tool, load_run_config]

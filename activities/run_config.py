@@ -1,0 +1,18 @@
+"""The ``load_run_config`` activity: hands the workflow the worker-side settings it needs.
+
+The workflow may not read the environment (replay would see a different one). Reading the
+settings once per run through an activity records them in history instead.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from activities.settings import get_settings
+from workflows.models import RunConfig
+
+
+@activity.defn(name="load_run_config")
+async def load_run_config() -> RunConfig:
+    settings = get_settings()
+    return RunConfig(agent_recursion_limit=settings.agent_recursion_limit, offline_demo=settings.offline_demo)

@@ -1,0 +1,265 @@
+"""The subcommands of ``starter.py``. Each takes parsed arguments and returns an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import sys
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import ValidationError
+from temporalio.client import (
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowHistory,
+    WorkflowUpdateFailedError,
+)
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+from temporalio.worker import Replayer
+
+from cli.connection import CliError, connect
+from cli.embedded import stop_embedded
+from cli.render import plan_text, review_help, status_text
+from workflows.errors import failure_message
+from workflows.models import (
+    TASK_QUEUE,
+    WORKFLOW_TYPE,
+    Phase,
+    ResearchRequest,
+    ResearchResult,
+    ReviewOutcome,
+    RunStatus,
+)
+from workflows.research import DeepResearchWorkflow
+
+POLL_SECONDS = 0.5
+
+
+def _run_id(question: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", question.lower()).strip("-")[:40] or "research"
+    return f"research-{slug}-{uuid.uuid4().hex[:6]}"
+
+
+async def _status(handle: WorkflowHandle) -> RunStatus:
+    try:
+        return await handle.query("status", result_type=RunStatus)
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"No research run with ID {handle.id!r}.") from error
+        raise CliError(f"Could not read the status of {handle.id}: {error.message}") from error
+
+
+def _write_report(result: ResearchResult, output: str | None) -> None:
+    if output:
+        Path(output).write_text(result.report, encoding="utf-8")
+        print(f"Report written to {output}", file=sys.stderr)
+    else:
+        print(result.report)
+
+
+async def _result(handle: WorkflowHandle) -> ResearchResult:
+    try:
+        return await handle.result()
+    except WorkflowFailureError as error:
+        raise CliError(f"Run {handle.id} failed: {failure_message(error.cause)}") from error
+
+
+async def _interactive_review(handle: WorkflowHandle) -> bool:
+    """Ask on the terminal; returns False when the user leaves the plan waiting."""
+    while True:
+        answer = (await asyncio.to_thread(input, "Accept this plan? [a]ccept / [e]dit / [l]ater: ")).strip().lower()
+        if answer in ("a", "accept", "y", "yes"):
+            feedback = "[ACCEPTED]"
+        elif answer in ("e", "edit"):
+            change = (await asyncio.to_thread(input, "What should change? ")).strip()
+            if not change:
+                print("An edit needs a description of what to change.")
+                continue
+            feedback = f"[EDIT_PLAN] {change}"
+        elif answer in ("l", "later", "q", "quit"):
+            return False
+        else:
+            print("Please answer a, e or l.")
+            continue
+        outcome = await _send_review(handle, feedback)
+        print(outcome.message)
+        return True
+
+
+async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult | None:
+    """Show progress until the run ends; review plans on a terminal. None: left waiting."""
+    result_task = asyncio.create_task(_result(handle))
+    last_phase: Phase | None = None
+    reviewed_plan: str | None = None
+    done_steps: set[int] = set()
+    while not result_task.done():
+        status = await _status(handle)
+        if status.phase != last_phase:
+            print(f"… {status.phase.value.replace('_', ' ')}", file=sys.stderr)
+            last_phase = status.phase
+        for step in status.steps:
+            if step.state.value == "done" and step.index not in done_steps:
+                done_steps.add(step.index)
+                print(f"  ✓ step {step.index + 1}: {step.title}", file=sys.stderr)
+        plan_key = status.plan.model_dump_json() if status.plan else None
+        if status.awaiting == "plan_feedback" and plan_key != reviewed_plan:
+            reviewed_plan = plan_key
+            done_steps.clear()
+            assert status.plan is not None
+            print(plan_text(status.plan))
+            if not interactive:
+                print(review_help(handle.id), file=sys.stderr)
+            elif not await _interactive_review(handle):
+                result_task.cancel()
+                print(review_help(handle.id))
+                return None
+        await asyncio.wait([result_task], timeout=POLL_SECONDS)
+    return result_task.result()
+
+
+async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
+    try:
+        return await handle.execute_update("review_plan", feedback, result_type=ReviewOutcome)
+    except WorkflowUpdateFailedError as error:
+        raise CliError(f"Feedback rejected: {failure_message(error.cause)}") from error
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"No running research run with ID {handle.id!r}.") from error
+        raise CliError(f"Could not send feedback to {handle.id}: {error.message}") from error
+
+
+def _request(args: argparse.Namespace) -> ResearchRequest:
+    fields: dict[str, object] = {"question": args.question, "auto_accept_plan": args.auto_accept}
+    optional = {"report_style": args.report_style, "locale": args.locale, "max_step_num": args.max_steps,
+                "max_plan_iterations": args.max_plan_iterations, "max_search_results": args.max_search_results}
+    fields.update({key: value for key, value in optional.items() if value is not None})
+    if args.no_background:
+        fields["enable_background_investigation"] = False
+    if args.deep_thinking:
+        fields["enable_deep_thinking"] = True
+    try:
+        return ResearchRequest.model_validate(fields)
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise CliError(f"Invalid request: {problems}") from error
+
+
+async def run(args: argparse.Namespace) -> int:
+    request = _request(args)
+    client = await connect()
+    run_id = args.id or _run_id(request.question)
+    try:
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE, result_type=ResearchResult
+        )
+    except WorkflowAlreadyStartedError as error:
+        raise CliError(f"A run with ID {run_id!r} already exists; choose another --id.") from error
+    print(f"Started research run {run_id}", file=sys.stderr)
+    if args.no_wait:
+        print(run_id)
+        return 0
+    result = await _follow(handle, interactive=sys.stdin.isatty() and not request.auto_accept_plan)
+    if result is None:
+        return 0
+    _write_report(result, args.output)
+    return 1 if result.outcome.value == "failed" else 0
+
+
+async def review(args: argparse.Namespace) -> int:
+    client = await connect()
+    feedback = "[ACCEPTED]" if args.accept else f"[EDIT_PLAN] {args.edit}"
+    outcome = await _send_review(client.get_workflow_handle(args.id), feedback)
+    print(outcome.message)
+    return 0
+
+
+async def status(args: argparse.Namespace) -> int:
+    client = await connect(ensure_worker=False)
+    current = await _status(client.get_workflow_handle(args.id))
+    print(current.model_dump_json(indent=2) if args.json else status_text(args.id, current))
+    return 0
+
+
+async def report(args: argparse.Namespace) -> int:
+    client = await connect(ensure_worker=False)
+    handle = client.get_workflow_handle(args.id, result_type=ResearchResult)
+    description = await _describe(handle)
+    if description.status == WorkflowExecutionStatus.RUNNING:
+        current = await _status(handle)
+        raise CliError(f"Run {args.id} has no report yet: it is {current.phase.value.replace('_', ' ')}.")
+    _write_report(await _result(handle), args.output)
+    return 0
+
+
+async def _describe(handle: WorkflowHandle):  # type: ignore[no-untyped-def]
+    try:
+        return await handle.describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            raise CliError(f"No research run with ID {handle.id!r}.") from error
+        raise CliError(f"Could not describe {handle.id}: {error.message}") from error
+
+
+async def list_runs(args: argparse.Namespace) -> int:
+    client = await connect(ensure_worker=False)
+    now = datetime.now(UTC)
+    query = f"WorkflowType = '{WORKFLOW_TYPE}'"
+    if args.running:
+        query += " AND ExecutionStatus = 'Running'"
+    async for execution in client.list_workflows(query, limit=args.limit):
+        age = now - execution.start_time
+        print(f"{execution.id:50} {execution.status.name.lower():12} {str(age).split('.')[0]:>12}")
+    return 0
+
+
+async def cancel(args: argparse.Namespace) -> int:
+    client = await connect(ensure_worker=False)
+    handle = client.get_workflow_handle(args.id)
+    await _describe(handle)
+    await handle.cancel()
+    print(f"Cancellation requested for {args.id}")
+    return 0
+
+
+async def history(args: argparse.Namespace) -> int:
+    client = await connect(ensure_worker=False)
+    handle = client.get_workflow_handle(args.id)
+    await _describe(handle)
+    recorded = await handle.fetch_history()
+    Path(args.output).write_text(recorded.to_json(), encoding="utf-8")
+    print(f"History of {args.id} ({len(recorded.events)} events) written to {args.output}")
+    return 0
+
+
+async def replay(args: argparse.Namespace) -> int:
+    if args.file:
+        try:
+            recorded = WorkflowHistory.from_json(args.id or Path(args.file).stem, Path(args.file).read_text())
+        except (OSError, ValueError) as error:
+            raise CliError(f"Cannot read history file {args.file}: {error}") from error
+    elif args.id:
+        client = await connect(ensure_worker=False)
+        handle = client.get_workflow_handle(args.id)
+        await _describe(handle)
+        recorded = await handle.fetch_history()
+    else:
+        raise CliError("replay needs a run ID or --file FILE.json")
+    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=pydantic_data_converter)
+    outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
+    if outcome.replay_failure is not None:
+        print(f"Replay FAILED for {recorded.workflow_id}: {outcome.replay_failure}")
+        return 1
+    print(f"Replay OK: {recorded.workflow_id} ({len(recorded.events)} events) is deterministic with this code.")
+    return 0
+
+
+async def down(args: argparse.Namespace) -> int:
+    stopped = stop_embedded()
+    print(f"Stopped: {', '.join(stopped)}" if stopped else "Nothing to stop.")
+    return 0

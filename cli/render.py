@@ -1,0 +1,49 @@
+"""Plain-text renderings of plans, run status and reports for the terminal."""
+
+from __future__ import annotations
+
+from workflows.models import Plan, RunStatus, StepState
+
+STATE_MARK = {StepState.PENDING: "[ ]", StepState.RUNNING: "[~]", StepState.DONE: "[x]"}
+
+
+def plan_text(plan: Plan) -> str:
+    lines = [f"Plan: {plan.title}  (locale {plan.locale})"]
+    if plan.thought:
+        lines.append(f"  Thought: {plan.thought}")
+    for index, step in enumerate(plan.steps, start=1):
+        search = ", search" if step.need_search else ""
+        lines.append(f"  {index}. [{step.step_type.value}{search}] {step.title}")
+        if step.description:
+            lines.append(f"     {step.description}")
+    if plan.has_enough_context:
+        lines.append("  (the planner judged the context sufficient: no research steps needed)")
+    return "\n".join(lines)
+
+
+def status_text(run_id: str, status: RunStatus) -> str:
+    lines = [f"Run {run_id}: {status.phase.value}"]
+    if status.awaiting:
+        lines.append(f"  Awaiting: {status.awaiting}")
+    if status.error:
+        lines.append(f"  Error: {status.error}")
+    if status.plan:
+        lines.append(f"  Plan: {status.plan.title} (iteration {status.plan_iterations})")
+    for step in status.steps:
+        lines.append(f"  {STATE_MARK[step.state]} {step.index + 1}. {step.title} ({step.step_type.value})")
+    usage = status.usage
+    lines.append(f"  Model calls: {usage.llm_calls}, tokens: {usage.total_tokens} "
+                 f"(in {usage.input_tokens}, out {usage.output_tokens})")
+    if status.offline_demo:
+        lines.append("  Served by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker).")
+    return "\n".join(lines)
+
+
+def review_help(run_id: str) -> str:
+    return (
+        f"To review the plan of run {run_id}:\n"
+        f"  python starter.py review {run_id} --accept\n"
+        f"  python starter.py review {run_id} --edit \"what to change\"\n"
+        f"  temporal workflow signal --workflow-id {run_id} --name plan_feedback --input '\"[ACCEPTED]\"'\n"
+        "  or open the run in the Web UI and send the signal plan_feedback with \"[ACCEPTED]\"."
+    )

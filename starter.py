@@ -1,0 +1,107 @@
+"""The front door: start research runs, review plans and operate runs from the command line.
+
+    python starter.py run "How do solid-state batteries compare with lithium-ion?"
+    python starter.py review ID --accept | --edit "add a step on costs"
+    python starter.py status ID | report ID [-o FILE] | list | cancel ID
+    python starter.py history ID -o FILE.json | replay ID | replay --file FILE.json
+    python starter.py down          # stop the embedded dev server and worker
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+
+from cli import commands
+from cli.connection import CliError
+from cli.embedded import EmbeddedError
+from workflows.models import ReportStyle
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="starter.py", description="deerflow-temporal: durable deep research")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="start a research run and follow it")
+    run.add_argument("question")
+    run.add_argument("--auto-accept", action="store_true", help="accept the plan without review")
+    run.add_argument("--report-style", choices=[style.value for style in ReportStyle])
+    run.add_argument("--locale", help="report locale, e.g. en-US or zh-CN (default: detected)")
+    run.add_argument("--max-steps", type=_positive, help="at most this many plan steps (default 3)")
+    run.add_argument("--max-plan-iterations", type=_positive, help="planning rounds (default 1)")
+    run.add_argument("--max-search-results", type=_positive, help="results per search (default 3)")
+    run.add_argument("--no-background", action="store_true", help="skip the background investigation")
+    run.add_argument("--deep-thinking", action="store_true", help="plan with the reasoning model")
+    run.add_argument("--no-wait", action="store_true", help="print the run ID and return at once")
+    run.add_argument("-o", "--output", help="write the report to this file")
+    run.add_argument("--id", help="workflow ID for the run (default: derived from the question)")
+    run.set_defaults(handler=commands.run)
+
+    review = sub.add_parser("review", help="accept or edit the plan of a paused run")
+    review.add_argument("id")
+    choice = review.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--accept", action="store_true")
+    choice.add_argument("--edit", metavar="TEXT", help="what the planner should change")
+    review.set_defaults(handler=commands.review)
+
+    status = sub.add_parser("status", help="show a run's phase, plan and progress")
+    status.add_argument("id")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=commands.status)
+
+    report = sub.add_parser("report", help="print the report of a finished run")
+    report.add_argument("id")
+    report.add_argument("-o", "--output", help="write the report to this file")
+    report.set_defaults(handler=commands.report)
+
+    runs = sub.add_parser("list", help="list research runs")
+    runs.add_argument("--running", action="store_true", help="only runs still in progress")
+    runs.add_argument("--limit", type=_positive, default=50)
+    runs.set_defaults(handler=commands.list_runs)
+
+    cancel = sub.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("id")
+    cancel.set_defaults(handler=commands.cancel)
+
+    history = sub.add_parser("history", help="export a run's event history as JSON (replayable)")
+    history.add_argument("id")
+    history.add_argument("-o", "--output", required=True)
+    history.set_defaults(handler=commands.history)
+
+    replay = sub.add_parser("replay", help="replay a run's history against this code")
+    replay.add_argument("id", nargs="?")
+    replay.add_argument("--file", help="a history exported with `history` or the Web UI")
+    replay.set_defaults(handler=commands.replay)
+
+    down = sub.add_parser("down", help="stop the embedded dev server and worker")
+    down.set_defaults(handler=commands.down)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
+    try:
+        return asyncio.run(handler(args))
+    except (CliError, EmbeddedError) as error:
+        print(f"Error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("\nInterrupted. The run goes on in Temporal; `starter.py status ID` shows it.", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

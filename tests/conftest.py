@@ -1,0 +1,100 @@
+"""Shared fixtures: Temporal test servers, the offline fake providers, and a worker.
+
+Everything talks to loopback only. The fake model and search servers are the same ones the
+offline demo uses; the activities are the real ones, with their real HTTP clients.
+"""
+
+from __future__ import annotations
+
+import os
+import sysconfig
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.registry import ACTIVITIES
+from activities.settings import get_settings
+from offline.model_server import FakeModelServer
+from offline.search_server import FakeSearchServer
+from workflows.models import TASK_QUEUE
+from workflows.research import DeepResearchWorkflow
+
+SCRIPTS = Path(sysconfig.get_path("scripts"))
+TEMPORAL_CLI = SCRIPTS / "temporal"
+TEST_SERVER = SCRIPTS / "temporal-test-server"
+REPO_DIR = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def model_server() -> Iterator[FakeModelServer]:
+    with FakeModelServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def search_server() -> Iterator[FakeSearchServer]:
+    with FakeSearchServer() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer) -> Iterator[dict[str, str]]:
+    """Point the worker settings of this process at the fakes (and keep real keys out)."""
+    values = {
+        "OPENAI_BASE_URL": model_server.base_url,
+        "OPENAI_API_KEY": "offline",
+        "BASIC_MODEL": "deerflow-offline-demo",
+        "TAVILY_BASE_URL": search_server.base_url,
+        "TAVILY_API_KEY": "offline",
+        "DEERFLOW_OFFLINE_DEMO": "1",
+        "LLM_REQUEST_TIMEOUT": "5",
+    }
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    get_settings.cache_clear()
+    yield values
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    get_settings.cache_clear()
+
+
+@pytest.fixture(autouse=True)
+def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Each test starts with no queued faults, an empty request log and no latency."""
+    yield
+    for name in ("model_server", "search_server"):
+        if name in request.fixturenames:
+            server = request.getfixturevalue(name)
+            server.clear_faults()
+            server.requests.clear()
+            server.latency_seconds = 0.0
+
+
+@pytest.fixture(scope="session")
+async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+    env = await WorkflowEnvironment.start_time_skipping(
+        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def time_worker(time_env: WorkflowEnvironment, provider_env: dict[str, str]) -> AsyncIterator[Client]:
+    """A worker on the time-skipping server running the real workflow and real activities."""
+    async with Worker(time_env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
+                      activities=ACTIVITIES):
+        yield time_env.client
+
+
+def run_id(prefix: str = "test") -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"

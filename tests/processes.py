@@ -1,0 +1,108 @@
+"""Real processes for end-to-end tests and benchmarks: the bundled dev server and worker.py.
+
+Used where the bugs live in the gaps between processes: crash recovery, restarts, and the
+public contract through the real ``temporal`` CLI.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+class DevServer:
+    """``temporal server start-dev`` on free ports with a database file, so it can be restarted."""
+
+    def __init__(self, db_path: Path, extra_args: list[str] | None = None) -> None:
+        self.db_path = db_path
+        self.port = free_port()
+        self.ui_port = free_port()
+        self.extra_args = extra_args or []
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> DevServer:
+        self.process = subprocess.Popen(
+            [TEMPORAL_CLI, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port),
+             "--ui-port", str(self.ui_port), "--db-filename", str(self.db_path), "--log-level", "error",
+             *self.extra_args],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        wait_for_port(self.port)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, sig)
+            self.process.wait(timeout=30)
+        self.process = None
+
+    def cli(self, *args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+        """Run the real ``temporal`` CLI against this server."""
+        return subprocess.run([TEMPORAL_CLI, *args, "--address", self.address], capture_output=True, text=True,
+                              timeout=timeout, check=False)
+
+
+class WorkerProcess:
+    """``python worker.py`` in its own process group (with its own offline providers)."""
+
+    def __init__(self, address: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+        self.address = address
+        self.log_path = log_path
+        self.env = env or {}
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
+                              "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")}
+        env.update({"TEMPORAL_ADDRESS": self.address, **self.env})
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py")], cwd=REPO_DIR, env=env,
+                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the whole group: no graceful shutdown, like a crashed machine."""
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+        self.process = None
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        self.process = None

@@ -1,0 +1,58 @@
+"""Builds the messages each agent reads, in DeerFlow's layouts.
+
+Kept apart from the workflow so the layouts can be read (and tested) in one place.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.models import ChatMessage, Plan, SearchResponse, Step
+    from workflows.search_format import search_results_json
+
+REPORT_FORMAT_REMINDER = (
+    "IMPORTANT: Structure your report according to the format in the prompt: Key Points, Overview, "
+    "Detailed Analysis, Survey Note (optional) and Key Citations. Put all citations in Key Citations "
+    "as `- [Source Title](URL)`, with an empty line between them, and no inline citations. "
+    "PRIORITIZE MARKDOWN TABLES for comparisons, statistics, features and options."
+)
+
+
+def background_message(response: SearchResponse) -> ChatMessage:
+    return ChatMessage(
+        role="user",
+        name="background_investigation",
+        content=f"background investigation results of user query:\n{search_results_json(response)}",
+    )
+
+
+def observation_message(observation: str) -> ChatMessage:
+    return ChatMessage(
+        role="user", name="observation",
+        content=f"Below are some observations for the research task:\n\n{observation}",
+    )
+
+
+def step_task(plan: Plan, step: Step, locale: str) -> str:
+    """The step input of DeerFlow's researcher and coder: topic, earlier findings, current step."""
+    parts = [f"# Research Topic\n\n{plan.title}\n\n"]
+    completed = [done for done in plan.steps if done.execution_res is not None]
+    if completed:
+        parts.append("# Completed Steps\n\n")
+        for index, done in enumerate(completed, start=1):
+            parts.append(f"## Completed Step {index}: {done.title}\n\n<finding>\n{done.execution_res}\n</finding>\n\n")
+    parts.append(
+        f"# Current Step\n\n## Title\n\n{step.title}\n\n## Description\n\n{step.description}\n\n"
+        f"## Locale\n\n{locale}"
+    )
+    return "".join(parts)
+
+
+def reporter_messages(plan: Plan, observations: list[str]) -> list[ChatMessage]:
+    return [
+        ChatMessage(role="user", content=f"# Research Requirements\n\n## Task\n\n{plan.title}\n\n"
+                                         f"## Description\n\n{plan.thought}"),
+        ChatMessage(role="user", name="system", content=REPORT_FORMAT_REMINDER),
+        *(observation_message(observation) for observation in observations),
+    ]

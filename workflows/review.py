@@ -1,0 +1,40 @@
+"""DeerFlow's plan-review protocol: ``[ACCEPTED]`` or ``[EDIT_PLAN] <what to change>``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ACCEPTED = "[ACCEPTED]"
+EDIT_PLAN = "[EDIT_PLAN]"
+
+
+class InvalidFeedback(ValueError):
+    """Feedback that follows neither form of the protocol."""
+
+
+@dataclass(frozen=True)
+class Feedback:
+    accepted: bool
+    edit: str = ""  # what to change, when not accepted
+
+    @property
+    def as_message(self) -> str:
+        return ACCEPTED if self.accepted else f"{EDIT_PLAN} {self.edit}"
+
+
+def parse_feedback(raw: object) -> Feedback:
+    """Parse one feedback value; raises ``InvalidFeedback`` with a reason a person can act on."""
+    if not isinstance(raw, str):
+        raise InvalidFeedback(f"feedback must be a string, got {type(raw).__name__}")
+    text = raw.strip()
+    upper = text.upper()
+    if upper.startswith(ACCEPTED):
+        return Feedback(accepted=True)
+    if upper.startswith(EDIT_PLAN):
+        edit = text[len(EDIT_PLAN):].strip()
+        if not edit:
+            raise InvalidFeedback("[EDIT_PLAN] needs a description of what to change")
+        return Feedback(accepted=False, edit=edit)
+    raise InvalidFeedback(
+        f"feedback must start with {ACCEPTED} or {EDIT_PLAN} <what to change>; got {text[:80]!r}"
+    )

@@ -1,0 +1,164 @@
+"""Every tool described once: its name, the JSON schema the model sees, and how it runs.
+
+The names follow DeerFlow's. A tool that does I/O runs as its own activity; this module only
+builds the activity's input and turns its output (or failure) into the tool message the model
+reads. A failing tool never fails the run: the model is told what went wrong and carries on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.errors import failure_message
+    from workflows.models import (
+        CrawlRequest,
+        CrawlResult,
+        PythonRequest,
+        PythonResult,
+        SearchRequest,
+        SearchResponse,
+        ToolCall,
+        ToolSpec,
+    )
+    from workflows.search_format import format_crawl_result, format_search_response
+    from workflows.tool_format import format_python_result
+
+HANDOFF_TO_PLANNER = ToolSpec(
+    name="handoff_to_planner",
+    description="Hand a research request to the planner, which designs a research plan for it.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "research_topic": {"type": "string", "description": "The topic to research, in one sentence."},
+            "locale": {"type": "string", "description": "The user's locale, e.g. en-US or zh-CN."},
+        },
+        "required": ["research_topic", "locale"],
+    },
+)
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Per-run facts a tool needs that the model does not choose."""
+
+    max_search_results: int
+
+
+ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+
+SEARCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
+                           maximum_attempts=4)
+CRAWL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
+                          maximum_attempts=3)
+PYTHON_RETRY = RetryPolicy(maximum_attempts=2)
+
+
+async def search(query: str, max_results: int) -> SearchResponse:
+    """The ``web_search`` activity; also used by the background investigation."""
+    return await workflow.execute_activity(
+        "web_search",
+        SearchRequest(query=query, max_results=max_results),
+        result_type=SearchResponse,
+        start_to_close_timeout=timedelta(seconds=60),
+        schedule_to_close_timeout=timedelta(minutes=4),
+        heartbeat_timeout=timedelta(seconds=15),
+        retry_policy=SEARCH_RETRY,
+    )
+
+
+async def _web_search(arguments: dict[str, Any], context: ToolContext) -> str:
+    return format_search_response(await search(str(arguments["query"]), context.max_search_results))
+
+
+async def _crawl(arguments: dict[str, Any], context: ToolContext) -> str:
+    result = await workflow.execute_activity(
+        "crawl_tool",
+        CrawlRequest(url=str(arguments["url"])),
+        result_type=CrawlResult,
+        start_to_close_timeout=timedelta(seconds=60),
+        schedule_to_close_timeout=timedelta(minutes=4),
+        heartbeat_timeout=timedelta(seconds=15),
+        retry_policy=CRAWL_RETRY,
+    )
+    return format_crawl_result(result)
+
+
+async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
+    result = await workflow.execute_activity(
+        "python_repl_tool",
+        PythonRequest(code=str(arguments["code"])),
+        result_type=PythonResult,
+        start_to_close_timeout=timedelta(seconds=120),
+        schedule_to_close_timeout=timedelta(minutes=5),
+        heartbeat_timeout=timedelta(seconds=15),
+        retry_policy=PYTHON_RETRY,
+    )
+    return format_python_result(result)
+
+
+@dataclass(frozen=True)
+class ToolDefinition:
+    spec: ToolSpec
+    execute: ToolExecutor
+
+
+def _string_tool(name: str, description: str, argument: str, argument_description: str) -> ToolSpec:
+    return ToolSpec(
+        name=name,
+        description=description,
+        parameters={
+            "type": "object",
+            "properties": {argument: {"type": "string", "description": argument_description}},
+            "required": [argument],
+        },
+    )
+
+
+TOOLS: dict[str, ToolDefinition] = {
+    "web_search": ToolDefinition(
+        _string_tool("web_search", "Search the web. Returns titles, URLs and snippets of the best results.",
+                     "query", "What to search for."),
+        _web_search,
+    ),
+    "crawl_tool": ToolDefinition(
+        _string_tool("crawl_tool", "Fetch a web page or PDF and return its main text as markdown.",
+                     "url", "The http(s) URL to read."),
+        _crawl,
+    ),
+    "python_repl_tool": ToolDefinition(
+        _string_tool("python_repl_tool",
+                     "Run Python code in a sandbox and return what it prints. Use print() for results.",
+                     "code", "A complete Python program."),
+        _python,
+    ),
+}
+
+
+def tool_specs(names: tuple[str, ...]) -> list[ToolSpec]:
+    return [TOOLS[name].spec for name in names]
+
+
+async def run_tool_call(call: ToolCall, allowed: tuple[str, ...], context: ToolContext) -> str:
+    """Run one tool call and return the tool message text; errors become readable messages."""
+    if call.invalid_arguments is not None:
+        return f"Error: the arguments for {call.name} were not valid JSON: {call.invalid_arguments[:200]}"
+    if call.name not in allowed or call.name not in TOOLS:
+        return f"Error: unknown tool {call.name!r}. Available tools: {', '.join(allowed) or 'none'}."
+    required = TOOLS[call.name].spec.parameters.get("required", [])
+    missing = [name for name in required if name not in call.arguments]
+    if missing:
+        return f"Error: {call.name} needs argument(s) {', '.join(missing)}; got {json.dumps(call.arguments)[:200]}"
+    try:
+        return await TOOLS[call.name].execute(call.arguments, context)
+    except ActivityError as error:
+        workflow.logger.warning("Tool %s failed: %s", call.name, failure_message(error))
+        return f"Error: {call.name} failed: {failure_message(error)}"
