@@ -94,8 +94,12 @@ def _conf_yaml_values(path: Path) -> dict[str, Any]:
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
-    """Env vars win over ``conf.yaml`` (path from ``DEERFLOW_CONF``, default ``./conf.yaml``)."""
+    """Env vars win over ``conf.yaml`` (path from ``DEERFLOW_CONF``, default ``./conf.yaml``).
+
+    An empty variable counts as unset: compose's ``${VAR:-}`` produces them for every option the
+    operator did not give.
+    """
     conf = _conf_yaml_values(Path(os.environ.get("DEERFLOW_CONF", "conf.yaml")))
     env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
-    from_env = {name: os.environ[name] for name in env_names if name in os.environ}
+    from_env = {name: os.environ[name] for name in env_names if os.environ.get(name)}
     return Settings(**{**conf, **from_env})

@@ -1,0 +1,95 @@
+"""Static checks of the deployment files; there is no Docker engine to run them here.
+
+Why: a compose file that does not validate, or a worker that does not reach Temporal or that
+has a key pasted into it, is only noticed at deploy time otherwise. ``check-jsonschema`` ships
+the compose-spec schema, so validation needs no network.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from workflows.models import TASK_QUEUE
+
+ROOT = Path(__file__).resolve().parent.parent
+COMPOSE = ROOT / "docker-compose.yml"
+DOCKERFILE = ROOT / "Dockerfile"
+PASS_THROUGH = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "BASIC_MODEL", "REASONING_MODEL", "TAVILY_API_KEY", "SEARCH_API")
+SECRET_NAME = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|PWD|TOKEN", re.IGNORECASE)
+SECRET_VALUE = re.compile(r"^(sk-|tvly-)|[A-Za-z0-9_\-]{32,}")
+
+
+def check_jsonschema() -> str:
+    """The executable next to this interpreter's scripts, else on PATH."""
+    candidate = Path(sysconfig.get_path("scripts")) / "check-jsonschema"
+    found = str(candidate) if candidate.is_file() else shutil.which("check-jsonschema")
+    assert found, "check-jsonschema is not installed (pip install -e '.[test]')"
+    return found
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def worker_env(compose: dict[str, Any]) -> dict[str, str]:
+    env = compose["services"]["worker"].get("environment") or {}
+    if isinstance(env, list):  # the "NAME=value" list form
+        env = dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
+    return {name: "" if value is None else str(value) for name, value in env.items()}
+
+
+def test_compose_file_matches_the_compose_spec() -> None:
+    result = subprocess.run(
+        [check_jsonschema(), "--builtin-schema", "vendor.compose-spec", str(COMPOSE)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_worker_reaches_temporal_on_the_research_queue(compose: dict[str, Any], worker_env: dict[str, str]) -> None:
+    assert worker_env["TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert worker_env.get("TEMPORAL_TASK_QUEUE", TASK_QUEUE) == TASK_QUEUE
+    worker = compose["services"]["worker"]
+    assert worker["depends_on"]["temporal"]["condition"] == "service_healthy"
+    assert worker["build"]["dockerfile"] == "Dockerfile"
+
+
+def test_worker_environment_hardcodes_no_secret(worker_env: dict[str, str]) -> None:
+    for name in PASS_THROUGH:
+        assert re.fullmatch(rf"\$\{{{name}(:-[^}}$]*)?\}}", worker_env[name]), f"{name} is not passed through"
+    for name, value in worker_env.items():
+        if SECRET_NAME.search(name):
+            assert value in (f"${{{name}:-}}", f"${{{name}}}"), f"{name} must come from the environment"
+        assert not SECRET_VALUE.search(value), f"{name} looks like a pasted secret"
+
+
+def test_temporal_runs_on_healthy_postgres(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    temporal = services["temporal"]
+    assert temporal["environment"]["DB"] == "postgres12"
+    assert temporal["environment"]["POSTGRES_SEEDS"] == "postgresql"
+    assert temporal["depends_on"]["postgresql"]["condition"] == "service_healthy"
+    assert services["postgresql"]["image"].startswith("postgres:16")
+    assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
+    assert "8233:8080" in services["temporal-ui"]["ports"]
+    assert "healthcheck" in services["minio"]
+
+
+def test_dockerfile_installs_the_project_and_runs_the_worker() -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(r"^FROM python:3\.11-slim$", text, re.MULTILINE)
+    assert re.search(r"pip install \.", text)
+    assert 'CMD ["python", "worker.py"]' in text

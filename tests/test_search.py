@@ -1,0 +1,253 @@
+"""The ``web_search`` activity against the offline Tavily fake, through the real tavily-python client.
+
+Why this way: the error sorting depends on how tavily-python reports each HTTP failure, so the
+tests drive the genuine client over loopback rather than mocking it; a mock would only test our
+assumptions about the client.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.search import (
+    CONFIG_ERROR,
+    RATE_LIMITED,
+    UNAVAILABLE,
+    cap_text,
+    parse_retry_after,
+    web_search,
+)
+from activities.settings import get_settings
+from offline.search_server import FakeSearchServer, Fault
+from workflows.models import SearchRequest, SearchResponse
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeSearchServer]:
+    with FakeSearchServer() as fake:
+        yield fake
+
+
+@pytest.fixture
+def search_env(monkeypatch: pytest.MonkeyPatch, server: FakeSearchServer, tmp_path) -> Iterator[None]:
+    """Point the settings at the fake; no conf.yaml and no proxy may leak in from the machine."""
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("SEARCH_API", "tavily")
+    monkeypatch.setenv("TAVILY_API_KEY", "offline")
+    monkeypatch.setenv("TAVILY_BASE_URL", server.base_url)
+    monkeypatch.setenv("SEARCH_TIMEOUT_SECONDS", "2")
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def use_setting(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
+    monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+
+
+async def run_search(query: str, max_results: int = 3) -> SearchResponse:
+    return await ActivityEnvironment().run(web_search, SearchRequest(query=query, max_results=max_results))
+
+
+async def search_error(query: str = "solar power") -> ApplicationError:
+    with pytest.raises(ApplicationError) as caught:
+        await run_search(query)
+    return caught.value
+
+
+def slug(url: str) -> str:
+    return url.rsplit("/", 1)[-1]
+
+
+# ---------------------------------------------------------------- results
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_results_are_ranked_and_capped_to_max_results(server: FakeSearchServer) -> None:
+    response = await run_search("how do lithium-ion batteries work", max_results=2)
+
+    assert len(response.results) == 2
+    assert slug(response.results[0].url) == "lithium-ion-batteries"
+    scores = [result.score or 0.0 for result in response.results]
+    assert scores == sorted(scores, reverse=True)
+    sent = server.requests[-1]
+    assert sent["path"] == "/search"
+    assert sent["headers"]["Authorization"] == "Bearer offline"
+    assert sent["body"]["max_results"] == 2
+    assert sent["body"]["include_raw_content"] is False
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_content_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_setting(monkeypatch, "SEARCH_CONTENT_CHARS", "60")
+
+    response = await run_search("electric vehicles charging", max_results=3)
+
+    assert response.results
+    for result in response.results:
+        assert len(result.content) <= 60
+        assert result.content.endswith("\u2026")
+        assert result.raw_content is None
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_chinese_query_finds_the_chinese_document() -> None:
+    response = await run_search("熬夜对健康有什么影响")
+
+    assert slug(response.results[0].url) == "staying-up-late-health-zh"
+    assert "熬夜" in response.results[0].content
+
+
+# ---------------------------------------------------------------- errors
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_server_error_is_retryable(server: FakeSearchServer) -> None:
+    server.inject(500)
+
+    error = await search_error()
+
+    assert error.type == UNAVAILABLE
+    assert not error.non_retryable
+    assert "500" in error.message
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_rate_limit_is_retryable_after_retry_after(server: FakeSearchServer) -> None:
+    server.inject(Fault.rate_limited(retry_after=7))
+
+    error = await search_error()
+
+    assert error.type == RATE_LIMITED
+    assert not error.non_retryable
+    assert error.next_retry_delay == timedelta(seconds=7)
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_rejected_key_is_not_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_setting(monkeypatch, "TAVILY_API_KEY", "wrong-key")
+
+    error = await search_error()
+
+    assert error.type == CONFIG_ERROR
+    assert error.non_retryable
+    assert error.message.startswith("Tavily rejected the API key (401)")
+    assert "TAVILY_API_KEY" in error.message
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_missing_key_is_not_retryable(monkeypatch: pytest.MonkeyPatch, server: FakeSearchServer) -> None:
+    monkeypatch.delenv("TAVILY_API_KEY")
+    get_settings.cache_clear()
+
+    error = await search_error()
+
+    assert error.type == CONFIG_ERROR and error.non_retryable
+    assert "TAVILY_API_KEY" in error.message
+    assert server.requests == []
+
+
+@pytest.mark.usefixtures("search_env")
+@pytest.mark.parametrize(
+    ("status", "cause"),
+    [(400, "invalid (400)"), (403, "refused the request (403"), (432, "usage limit")],
+)
+async def test_refusals_are_not_retryable(server: FakeSearchServer, status: int, cause: str) -> None:
+    server.inject(status)
+
+    error = await search_error()
+
+    assert error.type == CONFIG_ERROR and error.non_retryable
+    assert cause in error.message
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_timeout_is_retryable(monkeypatch: pytest.MonkeyPatch, server: FakeSearchServer) -> None:
+    use_setting(monkeypatch, "SEARCH_TIMEOUT_SECONDS", "0.3")
+    server.inject(Fault.timeout(5))
+
+    started = time.monotonic()
+    error = await search_error()
+
+    assert time.monotonic() - started < 3
+    assert error.type == UNAVAILABLE and not error.non_retryable
+    assert "0.3 s" in error.message
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_unreachable_server_is_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
+    with FakeSearchServer() as gone:
+        url = gone.base_url
+    use_setting(monkeypatch, "TAVILY_BASE_URL", url)
+
+    error = await search_error()
+
+    assert error.type == UNAVAILABLE and not error.non_retryable
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_unknown_provider_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_setting(monkeypatch, "SEARCH_API", "altavista")
+
+    error = await search_error()
+
+    assert error.type == CONFIG_ERROR and error.non_retryable
+    assert "altavista" in error.message and "tavily" in error.message
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_faults_are_consumed_in_order(server: FakeSearchServer) -> None:
+    server.inject(503, Fault.rate_limited(2))
+
+    assert (await search_error()).type == UNAVAILABLE
+    assert (await search_error()).type == RATE_LIMITED
+    assert (await run_search("solar power")).results
+
+
+# ---------------------------------------------------------------- helpers and the fake itself
+
+
+def test_retry_after_accepts_seconds_and_http_dates() -> None:
+    now = datetime(2025, 1, 1, 12, 0, 0, tzinfo=UTC)
+    assert parse_retry_after("12", now) == timedelta(seconds=12)
+    assert parse_retry_after("Wed, 01 Jan 2025 12:00:30 GMT", now) == timedelta(seconds=30)
+    assert parse_retry_after("soon", now) is None
+    assert parse_retry_after(None, now) is None
+
+
+def test_cap_text_marks_the_cut() -> None:
+    assert cap_text("short", 10) == "short"
+    assert cap_text("a longer sentence", 8) == "a longe\u2026"
+    assert len(cap_text("x" * 100, 10)) == 10
+
+
+def test_fake_speaks_tavily_errors(server: FakeSearchServer) -> None:
+    with httpx.Client(base_url=server.base_url) as http:
+        missing = http.post("/search", json={"query": "solar"})
+        good = http.post("/search", json={"query": "solar"}, headers={"Authorization": "Bearer offline"})
+        health = http.get("/health")
+
+    assert missing.status_code == 401
+    assert missing.json() == {"detail": {"error": "Unauthorized: missing or invalid API key."}}
+    assert good.status_code == 200
+    assert {"query", "results", "response_time", "images", "answer"} <= good.json().keys()
+    assert health.json()["status"] == "ok"
+
+
+@pytest.mark.usefixtures("search_env")
+async def test_empty_search_api_means_the_default_provider(monkeypatch: pytest.MonkeyPatch) -> None:
+    use_setting(monkeypatch, "SEARCH_API", "")
+
+    assert (await run_search("wind turbines offshore")).results
