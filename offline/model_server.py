@@ -1,0 +1,406 @@
+"""A deterministic, OpenAI-compatible chat-completions server: the bundled offline "model".
+
+Without an ``OPENAI_API_KEY`` the product points ``ChatOpenAI`` at this server, which plays
+every DeerFlow agent (see ``offline.scripted_agents``) well enough for a real end-to-end run.
+Tests use the same server with fault injection (:class:`Fault`) to prove the workflow survives
+HTTP errors, timeouts, truncated bodies and bad model output. Standard library only, so it can
+run anywhere the worker runs, and it binds to loopback by default.
+
+Run it in the foreground with ``python -m offline.model_server --port 18080``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import socket
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from offline.scripted_agents import ScriptedReply, detect_agent, respond, text_of
+
+MODEL_NAME = "deerflow-offline"
+INVALID_TOOL_ARGS = '{"query": "unterminated'
+NON_JSON_PLAN = "I cannot produce a plan right now."
+ERROR_TYPES = {
+    400: ("invalid_request_error", "invalid_request"),
+    401: ("invalid_request_error", "invalid_api_key"),
+    403: ("permission_error", "permission_denied"),
+    404: ("invalid_request_error", "model_not_found"),
+    429: ("rate_limit_error", "rate_limit_exceeded"),
+}
+FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
+                         "malformed_plan"})
+STREAM_PIECE = 64  # characters per streamed content delta
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One injected misbehaviour, consumed by the next matching request.
+
+    ``agent`` restricts the fault to requests for that DeerFlow agent; other requests pass it by,
+    so a test can break "the planner's next call" without counting the calls before it.
+    """
+
+    kind: str
+    status_code: int = 500
+    message: str | None = None
+    retry_after: float | None = None
+    seconds: float = 0.0
+    agent: str | None = None
+
+    def __post_init__(self) -> None:
+        # A typo in a test's fault kind would otherwise silently behave like "no fault".
+        if self.kind not in FAULT_KINDS:
+            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {sorted(FAULT_KINDS)}")
+
+    @classmethod
+    def status(cls, code: int, message: str | None = None, *, retry_after: float | None = None,
+               agent: str | None = None) -> Fault:
+        """HTTP ``code`` with an OpenAI-style error body (and ``Retry-After`` if given)."""
+        return cls("status", status_code=code, message=message, retry_after=retry_after, agent=agent)
+
+    @classmethod
+    def timeout(cls, seconds: float, *, agent: str | None = None) -> Fault:
+        """Sleep ``seconds`` before answering, so the client's read timeout fires first."""
+        return cls("timeout", seconds=seconds, agent=agent)
+
+    @classmethod
+    def truncated(cls, *, agent: str | None = None) -> Fault:
+        """Promise a longer body than is sent, then close: the client sees a cut-off response."""
+        return cls("truncated", agent=agent)
+
+    @classmethod
+    def empty(cls, *, agent: str | None = None) -> Fault:
+        """A completion with empty content and no tool calls."""
+        return cls("empty", agent=agent)
+
+    @classmethod
+    def invalid_tool_args(cls, *, agent: str | None = None) -> Fault:
+        """The tool call the agent would make, with arguments that are not JSON."""
+        return cls("invalid_tool_args", agent=agent)
+
+    @classmethod
+    def non_json_plan(cls, *, agent: str | None = "planner") -> Fault:
+        """The planner answers with prose that no JSON repair can turn into a plan."""
+        return cls("non_json_plan", agent=agent)
+
+    @classmethod
+    def malformed_plan(cls, *, agent: str | None = "planner") -> Fault:
+        """The planner's plan in ```json fences with trailing commas and single-quoted keys."""
+        return cls("malformed_plan", agent=agent)
+
+
+def approx_tokens(text: str) -> int:
+    """~4 characters per token: good enough for accounting, and needs no tokenizer download."""
+    return (len(text) + 3) // 4
+
+
+def _prompt_text(messages: list[dict[str, Any]]) -> str:
+    parts = []
+    for message in messages:
+        parts.append(text_of(message.get("content")))
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            parts.append(str(function.get("name", "")) + str(function.get("arguments", "")))
+    return "".join(parts)
+
+
+def _mangle_plan(content: str) -> str:
+    """Fenced JSON with single-quoted keys and trailing commas: broken, but json_repair fixes it."""
+    broken = re.sub(r'(?m)^(\s*)"(\w+)":', r"\1'\2':", content)
+    broken = re.sub(r"([^\s\[{,])(\n\s*[}\]])", r"\1,\2", broken)
+    return f"Here is the plan:\n\n```json\n{broken}\n```"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    owner: FakeModelServer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet by default: tests and the CLI's output should not be flooded with access logs."""
+        if self.server.owner.verbose:
+            super().log_message(format, *args)
+
+    def handle(self) -> None:
+        """Serve keep-alive requests; a client that hung up (its timeout fired) is not an error."""
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            super().handle()
+
+    def do_GET(self) -> None:
+        """``/v1/models`` and ``/health`` so readiness probes and SDK model listing work."""
+        if self.path.rstrip("/") in ("/v1/models", "/models"):
+            self.send_json(200, {"object": "list", "data": [
+                {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}]})
+        elif self.path.rstrip("/") in ("/health", "/healthz", ""):
+            self.send_json(200, {"status": "ok"})
+        else:
+            self.send_error_json(404, f"Unknown path {self.path}")
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
+            self.send_error_json(404, f"Unknown path {self.path}")
+            return
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError as exc:
+            self.send_error_json(400, f"Request body is not JSON: {exc}")
+            return
+        self.server.owner._serve(self, body)
+
+    def send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload, ensure_ascii=False).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        kind, code = ERROR_TYPES.get(status, ("server_error", None if status >= 500 else "error"))
+        self.send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": code}},
+                       headers)
+
+
+class FakeModelServer:
+    """The offline model on a background thread; also a context manager (start/stop)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0) -> None:
+        self.latency_seconds = latency_seconds
+        self.requests: list[dict[str, Any]] = []
+        self.verbose = False
+        self._faults: list[Fault] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._counter = 0
+        self._httpd = _Server((host, port), _Handler)
+        self._httpd.owner = self
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as ``ChatOpenAI(base_url=...)``; known from construction (port 0 resolved)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def start(self) -> FakeModelServer:
+        """Serve on a daemon thread (the socket is already bound, so ``base_url`` is final)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                            name="fake-model-server", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; requests sleeping in a ``timeout`` fault or in latency wake up at once."""
+        self._stopping.set()
+        if self._thread is not None:
+            self._httpd.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._httpd.server_close()
+
+    def __enter__(self) -> FakeModelServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------ faults
+
+    def inject(self, *faults: Fault) -> None:
+        """Queue faults (FIFO); each request consumes the first one aimed at it, if any."""
+        with self._lock:
+            self._faults.extend(faults)
+
+    def clear_faults(self) -> None:
+        """Drop unconsumed faults, so one test's leftovers cannot break the next."""
+        with self._lock:
+            self._faults.clear()
+
+    @property
+    def pending_faults(self) -> list[Fault]:
+        """Faults not consumed yet, e.g. to assert a targeted fault actually fired."""
+        with self._lock:
+            return list(self._faults)
+
+    def _take_fault(self, agent: str | None) -> Fault | None:
+        with self._lock:
+            for i, fault in enumerate(self._faults):
+                if fault.agent is None or fault.agent == agent:
+                    return self._faults.pop(i)
+        return None
+
+    # ------------------------------------------------------------ serving
+
+    def _serve(self, handler: _Handler, body: dict[str, Any]) -> None:
+        with self._lock:
+            self.requests.append(body)
+            self._counter += 1
+            number = self._counter
+        messages = body.get("messages") or []
+        fault = self._take_fault(detect_agent(messages))
+        if self.latency_seconds > 0:
+            self._stopping.wait(self.latency_seconds)
+        if fault is not None and fault.kind == "status":
+            headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
+            message = fault.message or f"Injected fault: HTTP {fault.status_code}"
+            handler.send_error_json(fault.status_code, message, headers)
+            return
+        if fault is not None and fault.kind == "timeout":
+            self._stopping.wait(fault.seconds)
+            handler.close_connection = True  # the client has most likely hung up by now
+        try:
+            reply = respond(body)
+        except Exception as exc:  # a bug in a scripted agent should read as a server error, not a hang
+            traceback.print_exc(file=sys.stderr)
+            handler.send_error_json(500, f"Offline model failed: {exc!r}")
+            return
+        content, calls = reply.content, [(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
+                                         for c in reply.tool_calls]
+        if fault is not None:
+            content, calls = self._apply_fault(fault, reply, content, calls, body)
+        completion = self._completion(number, body, content, calls)
+        if fault is not None and fault.kind == "truncated":
+            self._send_truncated(handler, completion)
+        elif body.get("stream"):
+            self._send_stream(handler, completion, body)
+        else:
+            handler.send_json(200, completion)
+
+    @staticmethod
+    def _apply_fault(fault: Fault, reply: ScriptedReply, content: str,
+                     calls: list[tuple[str, str, str]], body: dict[str, Any]
+                     ) -> tuple[str, list[tuple[str, str, str]]]:
+        if fault.kind == "empty":
+            return "", []
+        if fault.kind == "invalid_tool_args":
+            if calls:
+                return "", [(cid, name, INVALID_TOOL_ARGS) for cid, name, _ in calls]
+            tools = body.get("tools") or []
+            if tools:  # the agent would have answered; break a call to its first tool instead
+                return "", [("call_1", tools[0]["function"]["name"], INVALID_TOOL_ARGS)]
+            return content, calls
+        if fault.kind == "non_json_plan":
+            return NON_JSON_PLAN, []
+        if fault.kind == "malformed_plan":
+            return _mangle_plan(reply.content), []
+        return content, calls
+
+    @staticmethod
+    def _completion(number: int, body: dict[str, Any], content: str,
+                    calls: list[tuple[str, str, str]]) -> dict[str, Any]:
+        prompt_tokens = approx_tokens(_prompt_text(body.get("messages") or []))
+        completion_tokens = approx_tokens(content + "".join(name + args for _, name, args in calls))
+        message: dict[str, Any] = {"role": "assistant", "content": None if calls else content,
+                                   "refusal": None}
+        if calls:
+            message["tool_calls"] = [{"id": cid, "type": "function",
+                                      "function": {"name": name, "arguments": args}}
+                                     for cid, name, args in calls]
+        return {
+            "id": f"chatcmpl-offline-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model") or MODEL_NAME,
+            "system_fingerprint": "fp_deerflow_offline",
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": "tool_calls" if calls else "stop"}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens},
+        }
+
+    @staticmethod
+    def _send_truncated(handler: _Handler, completion: dict[str, Any]) -> None:
+        data = json.dumps(completion).encode()
+        cut = data[: max(1, len(data) // 2)]
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data) + 100))
+        handler.end_headers()
+        handler.wfile.write(cut)
+        handler.wfile.flush()
+        handler.close_connection = True
+        with contextlib.suppress(OSError):
+            handler.connection.shutdown(socket.SHUT_RDWR)
+
+    @staticmethod
+    def _send_stream(handler: _Handler, completion: dict[str, Any], body: dict[str, Any]) -> None:
+        """SSE in HTTP/1.1 chunked encoding: role, content/tool-call deltas, finish, usage, [DONE]."""
+        choice = completion["choices"][0]
+        message = choice["message"]
+        base = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint")}
+        base["object"] = "chat.completion.chunk"
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+            return {**base, "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                                         "finish_reason": finish}]}
+
+        events = [chunk({"role": "assistant", "content": "" if not message.get("tool_calls") else None})]
+        content = message.get("content") or ""
+        events += [chunk({"content": content[i:i + STREAM_PIECE]})
+                   for i in range(0, len(content), STREAM_PIECE)]
+        for index, call in enumerate(message.get("tool_calls") or []):
+            events.append(chunk({"tool_calls": [{"index": index, "id": call["id"], "type": "function",
+                                                 "function": {"name": call["function"]["name"],
+                                                              "arguments": ""}}]}))
+            args = call["function"]["arguments"]
+            events += [chunk({"tool_calls": [{"index": index, "function": {"arguments": args[i:i + 32]}}]})
+                       for i in range(0, len(args), 32)]
+        events.append(chunk({}, choice["finish_reason"]))
+        if (body.get("stream_options") or {}).get("include_usage"):
+            events.append({**base, "choices": [], "usage": completion["usage"]})
+        handler.send_response(200)
+        handler.send_header("Content-Type", "text/event-stream")
+        handler.send_header("Cache-Control", "no-cache")
+        handler.send_header("Transfer-Encoding", "chunked")
+        handler.end_headers()
+        lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events] + ["data: [DONE]\n\n"]
+        for line in lines:
+            data = line.encode()
+            handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            handler.wfile.flush()
+        handler.wfile.write(b"0\r\n\r\n")
+        handler.wfile.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Foreground mode, for pointing any OpenAI-compatible client at the offline model."""
+    parser = argparse.ArgumentParser(description="DeerFlow's deterministic offline model server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=18080)
+    parser.add_argument("--latency", type=float, default=0.0, help="seconds to sleep before each answer")
+    parser.add_argument("--verbose", action="store_true", help="log every request")
+    args = parser.parse_args(argv)
+    server = FakeModelServer(args.host, args.port, args.latency)
+    server.verbose = args.verbose
+    print(server.base_url, flush=True)
+    try:
+        server._httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,652 @@
+"""Deterministic stand-ins for DeerFlow's agents, as pure functions over a chat request.
+
+The offline model server (``offline.model_server``) hands every ``/v1/chat/completions`` body
+to :func:`respond`. Which agent is being played is read from the system prompt's first-line
+marker ``<!-- deerflow-agent: NAME -->``; everything else comes from the message list, so the
+same request always yields the same reply. Nothing here does I/O: the answers are built only
+from what the workflow sent (topic, search results, tool output, observations), which is what
+makes an offline run a real, inspectable end-to-end run rather than canned text.
+"""
+
+# Chinese text needs full-width punctuation, which RUF001 would flag on every zh-CN string.
+# ruff: noqa: RUF001
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+AGENT_RE = re.compile(r"<!--\s*deerflow-agent:\s*([A-Za-z_-]+)\s*-->")
+LOCALE_RE = re.compile(r"Locale:\s*([A-Za-z]{2,3}-[A-Za-z]{2,4})")
+MAX_STEPS_RE = re.compile(r"at most\s+(\d+)\s+steps", re.IGNORECASE)
+STYLE_RE = re.compile(r"Report style:\s*([A-Za-z_]+)")
+HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
+LINK_RE = re.compile(r"(?<!!)\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
+URL_RE = re.compile(r"https?://[^\s)\]>\"']+")
+FINDING_RE = re.compile(r"<finding>(.*?)</finding>", re.DOTALL)
+BACKGROUND_PREFIX = "background investigation results of user query:"
+OBSERVATION_PREFIX = "Below are some observations for the research task:"
+DEFAULT_MAX_STEPS = 3
+
+SMALL_TALK = {
+    "greeting": {"hi", "hello", "hey", "hi there", "hello there", "hey there", "good morning",
+                 "good afternoon", "good evening", "greetings", "yo", "howdy", "how are you",
+                 "你好", "您好", "嗨", "哈喽", "早上好", "下午好", "晚上好", "你好吗", "大家好"},
+    "thanks": {"thanks", "thank you", "thanks a lot", "thank you very much", "many thanks", "thx",
+               "ty", "cheers", "谢谢", "谢谢你", "多谢", "感谢", "非常感谢", "谢啦"},
+    "identity": {"who are you", "what are you", "what can you do", "what is your name",
+                 "what's your name", "你是谁", "你能做什么", "你叫什么", "你叫什么名字"},
+}
+SMALL_TALK_REPLIES = {
+    ("greeting", "en"): "Hello! I'm DeerFlow, a deep-research assistant (running on the offline "
+                        "demo model). Ask me a research question and I will plan the research, "
+                        "gather sources and write a report.",
+    ("thanks", "en"): "You're welcome! Ask me another research question any time.",
+    ("identity", "en"): "I'm DeerFlow, a deep-research assistant. Give me a question and I will "
+                        "plan the research, search for sources, run small analyses and write a "
+                        "cited report.",
+    ("greeting", "zh"): "你好！我是 DeerFlow，一个深度研究助手（当前使用离线演示模型）。"
+                        "请告诉我你想研究的问题，我会制定计划、收集资料并撰写报告。",
+    ("thanks", "zh"): "不客气！随时可以再问我新的研究问题。",
+    ("identity", "zh"): "我是 DeerFlow，一个深度研究助手。给我一个问题，我会制定研究计划、"
+                        "搜索资料、做简单分析，并撰写带引用的报告。",
+}
+STYLE_INTROS = {
+    "academic": ("A structured, evidence-based synthesis with full citations.",
+                 "本报告采用学术风格：结构严谨、以证据为本并附完整引用。"),
+    "popular_science": ("Curious how it all fits together? Here is the story the evidence tells, "
+                        "in plain language.", "想知道其中的奥秘吗？下面用通俗的语言讲讲证据告诉我们的故事。"),
+    "news": ("Here is what we know so far, based on the sources gathered.",
+             "以下是根据已收集资料整理的最新情况。"),
+    "social_media": ("The key takeaways in a nutshell.", "一分钟看懂要点。"),
+    "strategic_investment": ("A briefing on the facts that matter for strategic and investment "
+                             "decisions.", "本简报聚焦对战略与投资决策最重要的事实。"),
+}
+
+
+@dataclass(frozen=True)
+class ScriptedToolCall:
+    """A tool call the scripted agent wants to make; ``id`` is ``call_<n>``, unique per chat."""
+
+    id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ScriptedReply:
+    """What the model says: text, or tool calls (then ``content`` is empty)."""
+
+    content: str = ""
+    tool_calls: tuple[ScriptedToolCall, ...] = ()
+    agent: str | None = None
+
+
+# ---------------------------------------------------------------- message helpers
+
+
+def text_of(content: Any) -> str:
+    """Message content as plain text; OpenAI allows a list of typed parts as well as a string."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "".join(p.get("text", "") if isinstance(p, dict) else str(p) for p in content)
+    return str(content)
+
+
+def system_text(messages: list[dict[str, Any]]) -> str:
+    """All system text: the agent marker and the ``Locale:``/step-limit/style lines live there."""
+    return "\n".join(text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
+
+
+def detect_agent(messages: list[dict[str, Any]]) -> str | None:
+    """The DeerFlow agent named by the system prompt's marker, or None for a plain chat."""
+    match = AGENT_RE.search(system_text(messages))
+    return match.group(1).lower() if match else None
+
+
+def is_chinese(text: str) -> bool:
+    """Han characters present: DeerFlow's rule for answering (and researching) in zh-CN."""
+    return bool(HAN_RE.search(text))
+
+
+def _zh(locale: str) -> bool:
+    """Chinese output wanted; every other locale gets English, the demo's only other language."""
+    return locale.lower().startswith("zh")
+
+
+def _users(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [m for m in messages if m.get("role") == "user"]
+
+
+def _tool_messages(messages: list[dict[str, Any]]) -> list[str]:
+    return [text_of(m.get("content")) for m in messages if m.get("role") == "tool"]
+
+
+def _tool_names(body: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Offered function tools by name: agents only call tools the request actually offers."""
+    tools = body.get("tools") or []
+    return {t["function"]["name"]: t["function"] for t in tools if t.get("type", "function") == "function"}
+
+
+def _call(messages: list[dict[str, Any]], name: str, arguments: dict[str, Any]) -> ScriptedToolCall:
+    """A tool call whose id continues the numbering of the calls already in the conversation."""
+    earlier = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+    return ScriptedToolCall(id=f"call_{earlier + 1}", name=name, arguments=arguments)
+
+
+def _section(text: str, heading: str, level: str = "#") -> str:
+    """The body under a markdown heading, up to the next heading of the same level."""
+    pattern = rf"(?m)^{re.escape(level)} {re.escape(heading)}[ \t]*\n(.*?)(?=^{re.escape(level)} |\Z)"
+    match = re.search(pattern, text, re.DOTALL)
+    return match.group(1).strip() if match else ""
+
+
+def _plain(text: str) -> str:
+    """Markdown inline syntax removed, so a sentence can be quoted in a bullet or table."""
+    text = LINK_RE.sub(r"\1", text)
+    text = re.sub(r"[*_`]+", "", text)
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def first_sentence(text: str, limit: int = 220) -> str:
+    """The first sentence of the first prose line (headings, tables and rules skipped)."""
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "|", "---", "<", "```")):
+            continue
+        line = _plain(re.sub(r"^([-*+]|\d+\.)\s+", "", line))
+        if not line:
+            continue
+        match = re.match(r"(.+?(?:[.!?](?=\s|$)|[。！？]))", line)
+        sentence = match.group(1) if match else line
+        return sentence if len(sentence) <= limit else sentence[: limit - 1].rstrip() + "…"
+    return ""
+
+
+def _shorten(text: str, limit: int) -> str:
+    """Whitespace-collapsed text cut at a word boundary, so titles and bullets stay readable."""
+    text = re.sub(r"\s+", " ", text).strip()
+    if len(text) <= limit:
+        return text
+    cut = text[:limit].rsplit(" ", 1)[0] if " " in text[:limit] else text[:limit]
+    return cut.rstrip(",;:") + "…"
+
+
+def _locale(messages: list[dict[str, Any]], fallback_text: str = "") -> str:
+    """The prompt's ``Locale:`` marker; without one, guess from the text like the coordinator."""
+    match = LOCALE_RE.search(system_text(messages))
+    if match:
+        return match.group(1)
+    return "zh-CN" if is_chinese(fallback_text) else "en-US"
+
+
+# ---------------------------------------------------------------- coordinator
+
+
+def _small_talk_kind(text: str) -> str | None:
+    """Kind of small talk if *every* phrase of the message is small talk, else None."""
+    phrases = [p.strip() for p in re.split(r"[,.!?;:~，。！？；：、\n]+", text.lower()) if p.strip()]
+    if not phrases or len(text) > 80:
+        return None
+    kinds = []
+    for phrase in phrases:
+        phrase = re.sub(r"\s+", " ", phrase.replace("deerflow", "").strip())
+        kind = next((k for k, words in SMALL_TALK.items() if phrase in words), None)
+        if kind is None:
+            return None
+        kinds.append(kind)
+    return kinds[-1]
+
+
+def coordinator(body: dict[str, Any]) -> ScriptedReply:
+    """Small talk gets a direct answer; anything else is handed to the planner with a locale."""
+    messages = body.get("messages") or []
+    users = [text_of(m.get("content")).strip() for m in _users(messages)]
+    last = users[-1] if users else ""
+    kind = _small_talk_kind(last)
+    if kind is not None or not last:
+        lang = "zh" if is_chinese(last) else "en"
+        return ScriptedReply(content=SMALL_TALK_REPLIES[(kind or "greeting", lang)])
+    topic = "\n".join(u for u in users if u and _small_talk_kind(u) is None)
+    locale = "zh-CN" if is_chinese(topic) else "en-US"
+    if "handoff_to_planner" not in _tool_names(body):
+        return ScriptedReply(content=f"Let me research this for you: {topic}")
+    call = _call(messages, "handoff_to_planner", {"research_topic": topic, "locale": locale})
+    return ScriptedReply(tool_calls=(call,))
+
+
+# ---------------------------------------------------------------- planner
+
+
+def subject_of(topic: str) -> str:
+    """The topic as a noun-ish phrase for titles: request verbs and end punctuation dropped."""
+    text = re.sub(r"\s+", " ", topic).strip()
+    text = re.sub(r"^(请问|请|帮我|麻烦)?(研究一下|研究|调研|分析一下|分析|介绍一下|介绍)?(什么是)?", "", text)
+    text = re.sub(
+        r"^(please\s+)?((can|could|would) you\s+)?(research|investigate|explain|describe|summari[sz]e|"
+        r"analy[sz]e|tell me about|write a report (on|about)|give me an overview of|"
+        r"i want to know about)\s+",
+        "", text, flags=re.IGNORECASE,
+    )
+    text = re.sub(r"^(what|which|who)\s+(is|are|was|were)\s+(the\s+)?(?=\w+\s+\w+)", "", text,
+                  flags=re.IGNORECASE)
+    text = _shorten(text.rstrip("?.!？。！ "), 90) or topic.strip()
+    return text[:1].upper() + text[1:]
+
+
+QUESTION_RE = re.compile(r"^(how|why|when|where|who|which|what|should|can|could|is|are|does|do|did|will|"
+                         r"would)\b", re.IGNORECASE)
+
+
+def _mid(subject: str) -> str:
+    """The subject inside a sentence: lower-case first letter unless it starts an acronym."""
+    return subject if subject[1:2].isupper() else subject[:1].lower() + subject[1:]
+
+
+def _plan(body: dict[str, Any]) -> dict[str, Any]:
+    """DeerFlow's plan object, built from topic, background results, feedback and observations."""
+    messages = body.get("messages") or []
+    topic, observed = "", False
+    background: list[dict[str, Any]] = []
+    feedback: list[str] = []
+    for message in messages:
+        role, name = message.get("role"), message.get("name")
+        content = text_of(message.get("content")).strip()
+        if role != "user":  # a previous plan (assistant) is rebuilt from the topic: deterministic
+            continue
+        if name == "background_investigation" or content.lower().startswith(BACKGROUND_PREFIX):
+            prefixed = content.lower().startswith(BACKGROUND_PREFIX)
+            raw = content[len(BACKGROUND_PREFIX):] if prefixed else content
+            try:
+                parsed = json.loads(raw.strip())
+            except ValueError:
+                parsed = []
+            background = [r for r in parsed if isinstance(r, dict)] if isinstance(parsed, list) else []
+        elif name == "feedback" or content.startswith("[EDIT_PLAN]"):
+            text = re.sub(r"^\[EDIT_PLAN\]\s*", "", content)
+            if text:
+                feedback.append(text)
+        elif name == "observation":
+            observed = True
+        elif not topic:
+            topic = content
+    locale = _locale(messages, topic)
+    zh = _zh(locale)
+    limit = MAX_STEPS_RE.search(system_text(messages))
+    n = max(1, min(DEFAULT_MAX_STEPS, int(limit.group(1)) if limit else DEFAULT_MAX_STEPS))
+    subject = subject_of(topic or "the topic")
+    question = bool(QUESTION_RE.match(subject))
+    bg_titles = [_shorten(str(r.get("title", "")), 60) for r in background if r.get("title")]
+
+    def research(title: str, description: str) -> dict[str, Any]:
+        return {"need_search": True, "title": title, "description": description,
+                "step_type": "research", "execution_res": None}
+
+    if zh:
+        title = f"{subject}：研究报告"
+        first = research(f"{subject}的背景与关键事实",
+                         f"收集关于{subject}的权威资料：定义、发展历程、现状和主要参与者。")
+        second = research(f"{subject}的证据、数据与不同观点", "寻找量化数据、案例研究、专家观点和反方论据。")
+        stats = {"need_search": False, "title": f"{subject}研究发现的统计汇总",
+                 "description": "使用 Python 对前面步骤收集到的发现计算简单统计"
+                                "（发现数量、词数、不同来源数、高频词），并以表格形式呈现。",
+                 "step_type": "processing", "execution_res": None}
+        if bg_titles:
+            first["description"] += f"可从背景调查的资料入手，例如“{bg_titles[0]}”。"
+            second["title"] = f"深入跟进“{bg_titles[-1]}”：证据与观点"
+    else:
+        title = f"{subject}?" if question else f"{subject}: A Research Report"
+        first = research(f"Background and key facts: {subject}",
+                         f"Gather authoritative sources on {_mid(subject)}: definitions, history, current "
+                         "state and the main actors.")
+        second = research(f"Evidence, data and expert perspectives: {subject}",
+                          "Find quantitative data, case studies, expert opinions and counter-arguments, "
+                          "noting where sources disagree.")
+        stats = {"need_search": False, "title": f"Statistical summary of the findings: {subject}",
+                 "description": "Use Python to compute simple statistics over the findings gathered in the "
+                                "previous steps (number of findings, word count, distinct sources, most "
+                                "frequent terms) and present them as a table.",
+                 "step_type": "processing", "execution_res": None}
+        if bg_titles:
+            first["description"] += f' Start from the background sources, e.g. "{bg_titles[0]}".'
+            second["title"] = f'Follow-up on "{bg_titles[-1]}": evidence and perspectives'
+    slots = n - 1 if n >= 3 else n
+    if feedback:
+        extra = [research(_shorten(text[:1].upper() + text[1:], 90),
+                          (f"按审阅者的要求：{text}" if zh else f"Address the reviewer's request: {text}"))
+                 for text in feedback]
+        researched = extra[-1:] if slots == 1 else [first, *extra[-(slots - 1):]]
+        title += "（修订版）" if zh else " (revised)"
+    else:
+        researched = [first, second][:slots]
+    steps = [*researched, stats] if n >= 3 else researched
+    if observed:
+        thought = ("已完成的步骤收集到了足够的信息，可以撰写报告。" if zh else
+                   "The completed steps gathered enough information to write the report.")
+    elif zh:
+        thought = f"用户想了解{subject}。我将分 {len(steps)} 步进行研究。"
+    else:
+        wants = f"The user asks: {subject}?" if question else f"The user wants to understand {_mid(subject)}."
+        thought = (f"{wants} I will research it in {len(steps)} "
+                   f"step{'s' if len(steps) > 1 else ''}: "
+                   + "; ".join(s["title"] for s in steps) + ".")
+    if background:
+        thought += (f"背景调查找到了 {len(background)} 条资料。" if zh else
+                    f" The background investigation found {len(background)} source(s).")
+    if feedback:
+        thought += (f"根据审阅意见修订了计划：“{feedback[-1]}”。" if zh else
+                    f' Revised the plan following the feedback: "{feedback[-1]}".')
+    return {"locale": locale, "has_enough_context": observed, "thought": thought, "title": title,
+            "steps": steps}
+
+
+def planner(body: dict[str, Any]) -> ScriptedReply:
+    """The plan as a JSON object, as ``response_format: json_object`` promises the caller."""
+    plan = _plan(body)
+    return ScriptedReply(content=json.dumps(plan, ensure_ascii=False, indent=2))
+
+
+# ---------------------------------------------------------------- researcher, coder, analyst
+
+
+@dataclass(frozen=True)
+class StepInput:
+    """DeerFlow's step input message, parsed."""
+
+    topic: str
+    completed: str
+    title: str
+    description: str
+    locale: str
+
+
+def parse_step_input(messages: list[dict[str, Any]]) -> StepInput:
+    """Split the first user message into its sections; findings may contain ``##`` headings too,
+    so the current step is located by its *last* ``# Current Step`` heading."""
+    users = _users(messages)
+    text = text_of(users[0].get("content")) if users else ""
+    current_at = text.rfind("# Current Step")
+    current = text[current_at:] if current_at >= 0 else text
+    head = text[:current_at] if current_at >= 0 else ""
+    completed_at = head.find("# Completed Steps")
+    completed = head[completed_at + len("# Completed Steps"):].strip() if completed_at >= 0 else ""
+    topic = _section(head[:completed_at] if completed_at >= 0 else head, "Research Topic")
+    title = _section(current, "Title", "##") or first_sentence(text) or "the current step"
+    locale = _section(current, "Locale", "##").split()[:1]
+    return StepInput(topic=topic, completed=completed, title=title,
+                     description=_section(current, "Description", "##"),
+                     locale=locale[0] if locale else _locale(messages, text))
+
+
+def _results_of(content: str) -> list[dict[str, str]]:
+    """Search/crawl results in whatever shape the tool message has (list, dict, or text)."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        return [{"title": first_sentence(content, 80) or "Tool output", "url": "", "content": content}]
+    if isinstance(data, dict):
+        data = data.get("results", [data])
+    if not isinstance(data, list):
+        return [{"title": "Tool output", "url": "", "content": str(data)}]
+    results = []
+    for item in data:
+        if isinstance(item, dict):
+            body = str(item.get("content") or item.get("markdown") or item.get("snippet") or "")
+            url = str(item.get("url") or item.get("link") or "")
+            title = str(item.get("title") or url or "Untitled")
+            results.append({"title": title, "url": url, "content": body})
+        elif isinstance(item, str):
+            results.append({"title": first_sentence(item, 80) or "Result", "url": "", "content": item})
+    return results
+
+
+def _is_error(content: str) -> bool:
+    """Tool activities report failures as text starting with "Error", as DeerFlow's tools do."""
+    return content.lstrip().lower().startswith("error")
+
+
+def _problem(step: StepInput) -> str:
+    """The bolded step title opening every answer; the reporter reads it back as a heading."""
+    return f"**{step.title}**" + (f" — {step.description}" if step.description else "")
+
+
+def researcher(body: dict[str, Any]) -> ScriptedReply:
+    """Search once for the step title, then write a cited answer from whatever came back."""
+    messages = body.get("messages") or []
+    step = parse_step_input(messages)
+    tools, outputs = _tool_names(body), _tool_messages(messages)
+    if not outputs:
+        for name in ("local_search_tool", "web_search", "web_search_tool", "tavily_search"):
+            if name in tools:
+                properties = (tools[name].get("parameters") or {}).get("properties") or {}
+                argument = "query" if "query" in properties or not properties else next(iter(properties))
+                return ScriptedReply(tool_calls=(_call(messages, name, {argument: step.title}),))
+    zh = _zh(step.locale)
+    errors = [o.strip() for o in outputs if _is_error(o)]
+    results = [r for o in outputs if not _is_error(o) for r in _results_of(o)]
+    seen: set[str] = set()
+    refs = [r for r in results if r["url"] and not (r["url"] in seen or seen.add(r["url"]))]
+    if not results:
+        if errors:
+            note = (f"搜索工具调用失败：\n\n> {errors[0]}\n\n因此未能收集到任何资料。" if zh else
+                    f"The search tool failed:\n\n> {errors[0]}\n\n"
+                    "No sources could be gathered for this step.")
+        else:
+            note = ("在步骤结束前没有得到任何工具结果，因此未能收集到资料。" if zh else
+                    "No tool results arrived before the step had to finish, so no sources could be gathered.")
+        conclusion = ("由于搜索失败，本步骤没有可靠的发现。" if zh else
+                      "Because the search failed, this step has no sourced findings; treat it as a gap.")
+        return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Findings\n\n{note}\n\n"
+                                     f"## Conclusion\n\n{conclusion}\n\n## References\n\n"
+                                     + ("无" if zh else "No sources could be gathered."))
+    bullets = []
+    for r in results:
+        summary = " ".join(re.split(r"(?<=[.!?。！？])\s+", _plain(r["content"]))[:2]).strip()
+        bullets.append(f"- **{_plain(r['title'])}**: {_shorten(summary, 400) or '(no content)'}")
+    if errors:
+        note = "- 注意：部分工具调用失败：" if zh else "- Note: some tool calls failed: "
+        bullets.append(note + errors[0])
+    conclusion = (f"关于“{step.title}”，共收集到 {len(results)} 条资料，主要发现如上。" if zh else
+                  f"{len(results)} source(s) were reviewed for \"{step.title}\"; the main points are "
+                  f"summarised above. {first_sentence(results[0]['content'])}".strip())
+    references = "\n\n".join(f"- [{_plain(r['title'])}]({r['url']})" for r in refs) or (
+        "无" if zh else "No linkable sources.")
+    return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Findings\n\n"
+                                 + "\n".join(bullets) + f"\n\n## Conclusion\n\n{conclusion}\n\n"
+                                 f"## References\n\n{references}")
+
+
+STATS_CODE = '''import re
+from collections import Counter
+
+text = {text!r}
+findings = re.findall(r"<finding>(.*?)</finding>", text, re.S)
+urls = set(re.findall(r"https?://[^\\s)\\]>\\"']+", text))
+prose = re.sub(r"(?m)^#+ .*$|</?finding>|https?://\\S+", " ", text)
+words = re.findall(r"[^\\W\\d_]+", prose)
+stop = {{"about", "after", "their", "there", "these", "those", "which", "while", "would", "could",
+        "should", "where", "other", "being", "source", "sources", "reviewed", "summarised"}}
+common = Counter(w.lower() for w in words if len(w) > 4 and w.lower() not in stop).most_common(5)
+top = ", ".join(f"{{w}} ({{c}})" for w, c in common) or "n/a"
+print("| Metric | Value |")
+print("|---|---|")
+print(f"| Findings | {{len(findings)}} |")
+print(f"| Words | {{len(words)}} |")
+print(f"| Distinct URLs | {{len(urls)}} |")
+print(f"| Top words | {{top}} |")
+'''
+
+
+def _python_output(content: str) -> tuple[str, bool]:
+    """(output text, failed) from a python_repl_tool message: JSON PythonResult or DeerFlow text."""
+    try:
+        data = json.loads(content)
+    except ValueError:
+        data = None
+    if isinstance(data, dict) and ("stdout" in data or "stderr" in data):
+        failed = bool(data.get("stopped")) or data.get("exit_code") not in (0, None)
+        out = str(data.get("stdout") or "")
+        if failed:
+            out = (out + "\n" + str(data.get("stderr") or "") + (f"\n(stopped: {data['stopped']})"
+                                                                 if data.get("stopped") else "")).strip()
+        return out, failed
+    failed = _is_error(content) or "Traceback (most recent call last)" in content
+    match = re.search(r"Stdout:\s*(.*)", content, re.DOTALL)
+    return (match.group(1).strip() if match and not failed else content.strip()), failed
+
+
+def coder(body: dict[str, Any]) -> ScriptedReply:
+    """Run safe statistics code over the earlier findings, then explain its output."""
+    messages = body.get("messages") or []
+    step = parse_step_input(messages)
+    outputs = _tool_messages(messages)
+    if not outputs and "python_repl_tool" in _tool_names(body):
+        code = STATS_CODE.format(text=step.completed)
+        return ScriptedReply(tool_calls=(_call(messages, "python_repl_tool", {"code": code}),))
+    zh = _zh(step.locale)
+    if not outputs:
+        note = ("在步骤结束前没有运行任何代码，因此没有统计结果。" if zh else
+                "No code was run before the step had to finish, so no statistics are available.")
+        return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Result\n\n{note}")
+    output, failed = _python_output(outputs[-1])
+    if failed:
+        note = ("Python 代码执行失败，以下是错误输出，因此无法给出统计结果。" if zh else
+                "The Python code failed, so no statistics could be computed. The error output was:")
+        return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Result\n\n{note}\n\n"
+                                     f"```\n{output or 'no output'}\n```")
+    table = "\n".join(line for line in output.splitlines() if line.strip().startswith("|"))
+    numbers = dict(re.findall(r"^\|\s*([A-Za-z ]+?)\s*\|\s*(\d+)\s*\|", table, re.MULTILINE))
+    if zh:
+        interpretation = (f"前面的步骤共产生 {numbers.get('Findings', '?')} 条发现，"
+                          f"约 {numbers.get('Words', '?')} 个词，"
+                          f"引用了 {numbers.get('Distinct URLs', '?')} 个不同来源。")
+    else:
+        interpretation = (f"The earlier steps produced {numbers.get('Findings', '?')} finding(s) with about "
+                          f"{numbers.get('Words', '?')} words, citing {numbers.get('Distinct URLs', '?')} "
+                          "distinct source(s); the most frequent terms show what the evidence focuses on.")
+    return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Statistical Summary\n\n"
+                                 f"{table or output}\n\n## Interpretation\n\n{interpretation}")
+
+
+def analyst(body: dict[str, Any]) -> ScriptedReply:
+    """Reason over the completed steps only (no tools): one bullet per finding."""
+    messages = body.get("messages") or []
+    step = parse_step_input(messages)
+    blocks = [b.strip() for b in FINDING_RE.findall(step.completed) if b.strip()]
+    if not blocks and step.completed:
+        blocks = [step.completed]
+    zh = _zh(step.locale)
+    none = "尚无已完成步骤的发现可供分析。" if zh else "No findings from completed steps are available yet."
+    bullets = [f"- {_key_point(b) or _shorten(_plain(b), 200)}" for b in blocks] or [f"- {none}"]
+    conclusion = (f"综合 {len(blocks)} 条发现，以上要点回答了“{step.title}”。" if zh else
+                  f"Taken together, the {len(blocks)} finding(s) above address \"{step.title}\".")
+    return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Analysis\n\n"
+                                 + "\n".join(bullets) + f"\n\n## Conclusion\n\n{conclusion}")
+
+
+# ---------------------------------------------------------------- reporter
+
+
+def _key_point(observation: str) -> str:
+    """An observation's most telling sentence: its conclusion if it has one, else its first."""
+    for heading in ("Findings", "Analysis", "Interpretation", "Conclusion", "Result"):
+        found = first_sentence(_section(observation, heading, "##"))
+        if found:
+            return found
+    return first_sentence(observation)
+
+
+def _observation_title(observation: str, index: int, zh: bool) -> str:
+    """A subsection heading for an observation: its step title if it has one."""
+    problem = _section(observation, "Problem Statement", "##")
+    match = re.match(r"\*\*(.+?)\*\*", problem)
+    if match:
+        return match.group(1).strip()
+    heading = re.search(r"(?m)^#{1,3} (.+)$", observation)
+    return heading.group(1).strip() if heading else (f"观察 {index}" if zh else f"Observation {index}")
+
+
+def reporter(body: dict[str, Any]) -> ScriptedReply:
+    """DeerFlow's report layout; every observation is reproduced so no finding is lost."""
+    messages = body.get("messages") or []
+    users = [text_of(m.get("content")) for m in _users(messages)]
+    request = users[0] if users else ""
+    title = _section(request, "Task", "##") or first_sentence(request) or "Research Report"
+    thought = _section(request, "Description", "##")
+    observations = [u[len(OBSERVATION_PREFIX):].strip() for u in users if u.startswith(OBSERVATION_PREFIX)]
+    observations += [text_of(m.get("content")).strip() for m in _users(messages)
+                     if m.get("name") == "observation" and not text_of(m.get("content")).startswith(
+                         OBSERVATION_PREFIX)]
+    locale = _locale(messages, title)
+    zh = _zh(locale)
+    style_match = STYLE_RE.search(system_text(messages))
+    style = style_match.group(1).lower() if style_match else "academic"
+    intro = STYLE_INTROS.get(style, STYLE_INTROS["academic"])[1 if zh else 0]
+    links: dict[str, str] = {}
+    for observation in observations:
+        for text, url in LINK_RE.findall(observation):
+            links.setdefault(url, text)
+    h = (("要点", "概述", "详细分析", "主要引用", "汇总表", "发现", "来源数") if zh else
+         ("Key Points", "Overview", "Detailed Analysis", "Key Citations", "Summary Table", "Finding",
+          "Sources"))
+    points = [_key_point(o) or _shorten(_plain(o), 200) for o in observations]
+    lines = [f"# {title}", "", f"*Style: {style}* — {intro}", "", f"## {h[0]}", ""]
+    none = "没有可用的观察结果。" if zh else "No observations were available."
+    lines += [f"- {p}" for p in points] or [f"- {none}"]
+    overview = (f"本报告基于 {len(observations)} 个研究步骤的结果和 {len(links)} 个不同来源。{thought}"
+                if zh else
+                f"This report draws on {len(observations)} research step(s) and {len(links)} distinct "
+                f"source(s). {thought}")
+    lines += ["", f"## {h[1]}", "", overview.strip(), "", f"## {h[2]}", ""]
+    for i, observation in enumerate(observations, 1):
+        demoted = re.sub(r"(?m)^(#{1,4}) ", r"\1## ", observation)
+        lines += [f"### {i}. {_observation_title(observation, i, zh)}", "", demoted, ""]
+    if observations:
+        lines += [f"### {h[4]}", "", f"| # | {h[5]} | {h[6]} |", "|---|---|---|"]
+        for i, (observation, point) in enumerate(zip(observations, points, strict=True), 1):
+            count = len(set(URL_RE.findall(observation)))
+            lines.append(f"| {i} | {point.replace('|', '/')} | {count} |")
+        lines.append("")
+    lines += [f"## {h[3]}", ""]
+    lines.append("\n\n".join(f"- [{text}]({url})" for url, text in links.items())
+                 or ("无" if zh else "No citations were found in the observations."))
+    return ScriptedReply(content="\n".join(lines).rstrip() + "\n")
+
+
+# ---------------------------------------------------------------- dispatch
+
+
+def plain_chat(body: dict[str, Any]) -> ScriptedReply:
+    """No agent marker: a short, honest answer (summarising tool output if there is any)."""
+    messages = body.get("messages") or []
+    outputs = _tool_messages(messages)
+    users = [text_of(m.get("content")) for m in _users(messages)]
+    if outputs:
+        text = "Summary of the tool results so far:\n\n" + "\n".join(
+            f"- {first_sentence(o) or _shorten(o, 200)}" for o in outputs)
+    else:
+        asked = _shorten(users[-1], 200) if users else ""
+        text = ("This is DeerFlow's offline demo model; it can only play DeerFlow's agents. "
+                f'You said: "{asked}"')
+    if (body.get("response_format") or {}).get("type") == "json_object":
+        text = json.dumps({"answer": text}, ensure_ascii=False)
+    return ScriptedReply(content=text)
+
+
+AGENTS: dict[str, Callable[[dict[str, Any]], ScriptedReply]] = {
+    "coordinator": coordinator, "planner": planner, "researcher": researcher, "coder": coder,
+    "analyst": analyst, "reporter": reporter,
+}
+
+
+def respond(body: dict[str, Any]) -> ScriptedReply:
+    """The scripted reply to one chat-completions request body."""
+    agent = detect_agent(body.get("messages") or [])
+    reply = AGENTS.get(agent or "", plain_chat)(body)
+    return ScriptedReply(content=reply.content, tool_calls=reply.tool_calls, agent=agent)

@@ -1,0 +1,395 @@
+"""The offline model server, exercised through the real ``langchain_openai.ChatOpenAI`` client.
+
+Going through the production client (not raw HTTP) is the point: it proves the server's wire
+format is what LangChain and the OpenAI SDK accept, and that each injected fault surfaces as the
+exception type the workflow's retry policy is written against.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import json_repair
+import openai
+import pytest
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+
+from offline.model_server import FakeModelServer, Fault
+from workflows.models import Plan, StepType
+
+ROOT = Path(__file__).resolve().parent.parent
+QUESTION = "What are the health effects of intermittent fasting?"
+RESULTS = [
+    {"title": "Intermittent fasting and metabolic health", "url": "https://example.org/if-metabolic",
+     "content": "Intermittent fasting lowers fasting insulin in most trials. Effects on weight match "
+                "ordinary calorie restriction."},
+    {"title": "Risks of time-restricted eating", "url": "https://example.com/tre-risks",
+     "content": "Some studies report muscle loss in older adults. Evidence is still limited."},
+]
+
+
+@tool
+def handoff_to_planner(research_topic: str, locale: str) -> None:
+    """Hand the research topic to the planner."""
+
+
+@tool
+def web_search(query: str) -> str:
+    """Search the web."""
+    return ""
+
+
+@tool
+def crawl_tool(url: str) -> str:
+    """Read a web page."""
+    return ""
+
+
+@tool
+def local_search_tool(query: str) -> str:
+    """Search the user's documents."""
+    return ""
+
+
+@tool
+def python_repl_tool(code: str) -> str:
+    """Run Python code."""
+    return ""
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeModelServer]:
+    with FakeModelServer() as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_faults(server: FakeModelServer) -> Iterator[None]:
+    """A fault left unconsumed by one test must not break the next one."""
+    yield
+    server.clear_faults()
+
+
+def llm(server: FakeModelServer, **kwargs: Any) -> ChatOpenAI:
+    return ChatOpenAI(base_url=server.base_url, api_key="offline", model="offline", max_retries=0, **kwargs)
+
+
+def system(agent: str, *lines: str) -> SystemMessage:
+    return SystemMessage("\n".join([f"<!-- deerflow-agent: {agent} -->", *lines, "You are DeerFlow."]))
+
+
+def step_input(title: str, completed: list[str] | None = None, locale: str = "en-US") -> HumanMessage:
+    """DeerFlow's step input, laid out exactly as the workflow builds it."""
+    parts = [f"# Research Topic\n\n{QUESTION}"]
+    if completed:
+        parts.append("# Completed Steps\n\n" + "\n\n".join(f"<finding>\n{c}\n</finding>" for c in completed))
+    parts.append(f"# Current Step\n\n## Title\n\n{title}\n\n## Description\n\nLook into it.\n\n"
+                 f"## Locale\n\n{locale}")
+    return HumanMessage("\n\n".join(parts))
+
+
+def plan_llm(server: FakeModelServer) -> Any:
+    return llm(server).bind(response_format={"type": "json_object"})
+
+
+def planner_messages(max_steps: int = 3, locale: str = "en-US") -> list[BaseMessage]:
+    return [system("planner", f"- Limited to at most {max_steps} steps.", f"Locale: {locale}"),
+            HumanMessage(QUESTION)]
+
+
+# ---------------------------------------------------------------- coordinator
+
+
+def test_coordinator_hands_off_research_questions_with_locale(server: FakeModelServer) -> None:
+    model = llm(server).bind_tools([handoff_to_planner])
+    english = model.invoke([system("coordinator"), HumanMessage(QUESTION)])
+    assert english.tool_calls[0]["name"] == "handoff_to_planner"
+    assert english.tool_calls[0]["args"] == {"research_topic": QUESTION, "locale": "en-US"}
+    assert english.tool_calls[0]["id"] == "call_1"
+    assert english.response_metadata["finish_reason"] == "tool_calls"
+
+    chinese = model.invoke([system("coordinator"), HumanMessage("固态电池的最新进展是什么？")])  # noqa: RUF001
+    assert chinese.tool_calls[0]["args"]["locale"] == "zh-CN"
+
+
+def test_coordinator_answers_small_talk_directly(server: FakeModelServer) -> None:
+    model = llm(server).bind_tools([handoff_to_planner])
+    hello = model.invoke([system("coordinator"), HumanMessage("hello")])
+    assert not hello.tool_calls
+    assert "DeerFlow" in hello.content
+    nihao = model.invoke([system("coordinator"), HumanMessage("你好！")])  # noqa: RUF001
+    assert not nihao.tool_calls
+    assert "你好" in nihao.content
+    # A greeting followed by a real question is research, not small talk.
+    mixed = model.invoke([system("coordinator"), HumanMessage("hi, what is quantum error correction?")])
+    assert mixed.tool_calls
+
+
+# ---------------------------------------------------------------- planner
+
+
+def test_planner_returns_a_valid_plan_within_the_step_limit(server: FakeModelServer) -> None:
+    reply = plan_llm(server).invoke(planner_messages(max_steps=5))
+    plan = Plan.model_validate_json(reply.content)
+    assert plan.locale == "en-US" and not plan.has_enough_context
+    assert "intermittent fasting" in plan.title.lower()
+    assert [s.step_type for s in plan.steps] == [StepType.RESEARCH, StepType.RESEARCH, StepType.PROCESSING]
+    assert [s.need_search for s in plan.steps] == [True, True, False]
+    assert all("intermittent fasting" in s.title.lower() for s in plan.steps)
+
+    two = Plan.model_validate_json(plan_llm(server).invoke(planner_messages(max_steps=2)).content)
+    assert [s.step_type for s in two.steps] == [StepType.RESEARCH, StepType.RESEARCH]
+    one = Plan.model_validate_json(plan_llm(server).invoke(planner_messages(max_steps=1)).content)
+    assert len(one.steps) == 1
+
+    zh = Plan.model_validate_json(plan_llm(server).invoke(planner_messages(locale="zh-CN")).content)
+    assert zh.locale == "zh-CN"
+
+
+def test_planner_uses_background_feedback_and_observations(server: FakeModelServer) -> None:
+    background = HumanMessage("background investigation results of user query:\n" + json.dumps(RESULTS),
+                              name="background_investigation")
+    messages = [*planner_messages(), background]
+    first = plan_llm(server).invoke(messages)
+    plan = Plan.model_validate_json(first.content)
+    assert any(RESULTS[0]["title"] in s.description or RESULTS[-1]["title"] in s.title for s in plan.steps)
+    assert plan_llm(server).invoke(messages).content == first.content  # deterministic
+
+    feedback = "Add a step on effects in older adults"
+    revised = Plan.model_validate_json(plan_llm(server).invoke(
+        [*messages, AIMessage(first.content), HumanMessage(f"[EDIT_PLAN] {feedback}", name="feedback")]
+    ).content)
+    assert revised.title.endswith("(revised)")
+    assert feedback in [s.title for s in revised.steps]
+    assert feedback in revised.thought
+    assert len(revised.steps) <= 3 and revised.steps != plan.steps
+
+    done = Plan.model_validate_json(plan_llm(server).invoke(
+        [*messages, HumanMessage("## Step 1\n\nfindings", name="observation")]).content)
+    assert done.has_enough_context and done.title == plan.title
+
+
+# ---------------------------------------------------------------- researcher, coder, analyst
+
+
+def test_researcher_searches_then_cites_the_results(server: FakeModelServer) -> None:
+    model = llm(server).bind_tools([web_search, crawl_tool])
+    messages: list[BaseMessage] = [system("researcher", "Locale: en-US"), step_input("Health effects")]
+    call = model.invoke(messages)
+    assert call.tool_calls[0]["name"] == "web_search"
+    assert call.tool_calls[0]["args"] == {"query": "Health effects"}
+
+    messages += [call, ToolMessage(json.dumps(RESULTS), tool_call_id=call.tool_calls[0]["id"])]
+    answer = model.invoke(messages)
+    assert not answer.tool_calls
+    for heading in ("## Problem Statement", "## Findings", "## Conclusion", "## References"):
+        assert heading in answer.content
+    for result in RESULTS:
+        assert f"- [{result['title']}]({result['url']})" in answer.content
+    assert "muscle loss in older adults" in answer.content
+
+    local = llm(server).bind_tools([web_search, local_search_tool]).invoke(messages[:2])
+    assert local.tool_calls[0]["name"] == "local_search_tool"
+
+
+def test_researcher_reports_a_failed_search_plainly(server: FakeModelServer) -> None:
+    model = llm(server).bind_tools([web_search])
+    messages: list[BaseMessage] = [system("researcher"), step_input("Health effects")]
+    call = model.invoke(messages)
+    error = "Error: search backend unavailable (HTTP 503)"
+    answer = model.invoke([*messages, call, ToolMessage(error, tool_call_id=call.tool_calls[0]["id"])])
+    assert "search tool failed" in answer.content
+    assert error in answer.content
+    assert "No sources could be gathered" in answer.content
+
+
+def test_coder_runs_statistics_code_and_reports_its_output(server: FakeModelServer) -> None:
+    finding = "## Findings\n\n- Fasting lowers insulin.\n\n## References\n\n- [A](https://example.org/a)"
+    model = llm(server).bind_tools([python_repl_tool])
+    messages: list[BaseMessage] = [system("coder"), step_input("Statistics", [finding, finding])]
+    call = model.invoke(messages)
+    code = call.tool_calls[0]["args"]["code"]
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10, check=True)
+    assert "| Findings | 2 |" in run.stdout and "| Distinct URLs | 1 |" in run.stdout
+
+    answer = model.invoke([*messages, call, ToolMessage(f"Stdout: {run.stdout}",
+                                                         tool_call_id=call.tool_calls[0]["id"])])
+    assert "| Findings | 2 |" in answer.content and "2 finding(s)" in answer.content
+
+    failed = model.invoke([*messages, call, ToolMessage("Error executing code: NameError('x')",
+                                                        tool_call_id=call.tool_calls[0]["id"])])
+    assert "failed" in failed.content and "NameError" in failed.content
+
+
+def test_analyst_and_summarizing_turn_answer_without_tools(server: FakeModelServer) -> None:
+    analysis = llm(server).invoke([system("analyst"), step_input("Weigh it", ["## Findings\n\n- Alpha beta."])])
+    assert "## Analysis" in analysis.content and "Alpha beta." in analysis.content
+
+    # Recursion limit reached: no tools offered, asked for the final answer from what was found.
+    search = llm(server).bind_tools([web_search]).invoke([system("researcher"), step_input("Health")])
+    final = llm(server).invoke([
+        system("researcher"), step_input("Health"), search,
+        ToolMessage(json.dumps(RESULTS), tool_call_id=search.tool_calls[0]["id"]),
+        HumanMessage("You have reached the tool-call limit. Write your final answer now."),
+    ])
+    assert RESULTS[0]["url"] in final.content and "## References" in final.content
+
+
+# ---------------------------------------------------------------- reporter
+
+
+def test_reporter_includes_every_observation_and_citation(server: FakeModelServer) -> None:
+    prefix = "Below are some observations for the research task:\n\n"
+    observations = [
+        "## Problem Statement\n\n**Step one**\n\n## Findings\n\n- Unique-marker-one: insulin falls.\n\n"
+        "## References\n\n- [Source A](https://example.org/a)",
+        "## Problem Statement\n\n**Step two**\n\n## Findings\n\n- Unique-marker-two: muscle loss.\n\n"
+        "## References\n\n- [Source A](https://example.org/a)\n\n- [Source B](https://example.org/b)",
+    ]
+
+    def report(locale: str, style: str) -> str:
+        messages = [system("reporter", f"Locale: {locale}", f"Report style: {style}"),
+                    HumanMessage("# Research Requirements\n\n## Task\n\nFasting Report\n\n## Description\n\n"
+                                 "Why fasting matters."),
+                    HumanMessage("IMPORTANT: Structure your report in the required format."),
+                    *[HumanMessage(prefix + o) for o in observations]]
+        return str(llm(server).invoke(messages).content)
+
+    text = report("en-US", "popular_science")
+    assert text.startswith("# Fasting Report\n")
+    assert "*Style: popular_science*" in text
+    for heading in ("## Key Points", "## Overview", "## Detailed Analysis", "## Key Citations"):
+        assert heading in text
+    assert "- Unique-marker-one: insulin falls." in text and "- Unique-marker-two: muscle loss." in text
+    assert "| # | Finding | Sources |" in text
+    citations = text.split("## Key Citations", 1)[1]
+    assert citations.count("- [Source A](https://example.org/a)") == 1
+    assert "- [Source B](https://example.org/b)" in citations
+
+    chinese = report("zh-CN", "news")
+    for heading in ("## 要点", "## 概述", "## 详细分析", "## 主要引用"):
+        assert heading in chinese
+
+
+# ---------------------------------------------------------------- wire format
+
+
+def test_streaming_delivers_tool_call_deltas_and_usage(server: FakeModelServer) -> None:
+    model = llm(server, stream_usage=True).bind_tools([web_search])
+    chunks = list(model.stream([system("researcher"), step_input("Streaming topic")]))
+    assert len(chunks) > 2
+    merged = chunks[0]
+    for chunk in chunks[1:]:
+        merged += chunk
+    assert merged.tool_calls[0]["args"] == {"query": "Streaming topic"}
+    assert merged.usage_metadata and merged.usage_metadata["output_tokens"] > 0
+    assert server.requests[-1]["stream"] is True
+
+    text = "".join(str(c.content) for c in llm(server).stream([system("coordinator"), HumanMessage("thanks")]))
+    assert text.startswith("You're welcome")
+
+
+def test_usage_is_about_a_quarter_of_the_characters(server: FakeModelServer) -> None:
+    reply = llm(server).invoke([system("analyst"), step_input("Usage", ["x" * 4000])])
+    usage = reply.usage_metadata
+    assert usage is not None
+    assert 1000 <= usage["input_tokens"] <= 1200
+    assert usage["output_tokens"] == pytest.approx(len(reply.content) / 4, abs=1)
+    assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+# ---------------------------------------------------------------- faults
+
+
+def test_http_status_faults_raise_the_matching_sdk_errors(server: FakeModelServer) -> None:
+    messages = [system("coordinator"), HumanMessage(QUESTION)]
+    server.inject(Fault.status(500), Fault.status(429, retry_after=2), Fault.status(401, "Incorrect API key"))
+    with pytest.raises(openai.InternalServerError):
+        llm(server).invoke(messages)
+    with pytest.raises(openai.RateLimitError) as limited:
+        llm(server).invoke(messages)
+    assert limited.value.response.headers["retry-after"] == "2"
+    with pytest.raises(openai.AuthenticationError, match="Incorrect API key"):
+        llm(server).invoke(messages)
+    assert llm(server).invoke(messages).content  # the queue is drained: back to normal
+
+
+def test_timeout_and_truncated_body_faults(server: FakeModelServer) -> None:
+    messages = [system("coordinator"), HumanMessage("hello")]
+    server.inject(Fault.timeout(5))
+    started = time.monotonic()
+    with pytest.raises(openai.APITimeoutError):
+        llm(server, timeout=0.3).invoke(messages)
+    assert time.monotonic() - started < 4  # gave up long before the server would answer
+    server.inject(Fault.truncated())
+    with pytest.raises(openai.APIConnectionError):
+        llm(server).invoke(messages)
+
+
+def test_bad_output_faults(server: FakeModelServer) -> None:
+    server.inject(Fault.empty())
+    empty = llm(server).bind_tools([web_search]).invoke([system("researcher"), step_input("Empty")])
+    assert empty.content == "" and not empty.tool_calls
+
+    server.inject(Fault.invalid_tool_args())
+    broken = llm(server).bind_tools([web_search]).invoke([system("researcher"), step_input("Broken")])
+    assert not broken.tool_calls
+    assert broken.invalid_tool_calls[0]["name"] == "web_search"
+    assert broken.invalid_tool_calls[0]["args"] == '{"query": "unterminated'
+
+
+def test_plan_faults_are_targeted_at_the_planner(server: FakeModelServer) -> None:
+    server.inject(Fault.non_json_plan(), Fault.malformed_plan())
+    # Coordinator requests pass planner-targeted faults by.
+    coordinator = llm(server).bind_tools([handoff_to_planner])
+    assert coordinator.invoke([system("coordinator"), HumanMessage(QUESTION)]).tool_calls
+    assert len(server.pending_faults) == 2
+
+    prose = plan_llm(server).invoke(planner_messages()).content
+    with pytest.raises(ValueError):
+        json.loads(prose)
+    repaired = json_repair.loads(prose)
+    assert not (isinstance(repaired, dict) and "title" in repaired)
+
+    malformed = str(plan_llm(server).invoke(planner_messages()).content)
+    assert malformed.count("```") == 2
+    with pytest.raises(ValueError):
+        json.loads(malformed)
+    plan = Plan.model_validate(json_repair.loads(malformed))
+    assert len(plan.steps) == 3 and not server.pending_faults
+
+
+def test_requests_are_recorded_and_latency_applies(server: FakeModelServer) -> None:
+    before = len(server.requests)
+    server.latency_seconds = 0.2
+    try:
+        started = time.monotonic()
+        llm(server).invoke([system("coordinator"), HumanMessage("hi")])
+        assert time.monotonic() - started >= 0.2
+    finally:
+        server.latency_seconds = 0.0
+    assert len(server.requests) == before + 1
+    assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "hi"}
+
+
+def test_module_runs_in_the_foreground() -> None:
+    process = subprocess.Popen([sys.executable, "-m", "offline.model_server", "--port", "0"], cwd=ROOT,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        base_url = process.stdout.readline().strip()
+        assert base_url.startswith("http://127.0.0.1:") and base_url.endswith("/v1")
+        models = httpx.get(f"{base_url}/models", timeout=5).json()
+        assert models["data"][0]["id"] == "deerflow-offline"
+    finally:
+        process.terminate()
+        process.wait(timeout=5)
