@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from cli import commands
 from cli.connection import CliError
 from cli.embedded import EmbeddedError
+from cli.shutdown import exit_now
 from workflows.models import ReportStyle
 
 
@@ -104,4 +105,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

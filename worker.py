@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import signal
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -15,6 +16,7 @@ from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
 from activities.settings import get_settings
+from cli.shutdown import exit_now
 from offline.providers import OFFLINE_BANNER, start_offline_providers
 from workflows.models import TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
@@ -32,12 +34,17 @@ async def main() -> None:
     namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
     client = await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
     worker = Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     logging.info("Worker polling %r on %s (namespace %s)", TASK_QUEUE, address, namespace)
     try:
-        await worker.run()
+        async with worker:  # leaving the block shuts the worker down gracefully
+            await stop.wait()
     finally:
         providers.stop()
 
 
 if __name__ == "__main__":
     asyncio.run(main())
+    exit_now(0)

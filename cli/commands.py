@@ -130,7 +130,10 @@ async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
         raise CliError(f"Feedback rejected: {failure_message(error.cause)}") from error
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
-            raise CliError(f"No running research run with ID {handle.id!r}.") from error
+            # Updates to a closed run also answer NOT_FOUND: tell the two cases apart.
+            description = await _describe(handle)
+            raise CliError(f"Run {handle.id} has already ended ({description.status.name.lower()}); "
+                           "no plan review is pending.") from error
         raise CliError(f"Could not send feedback to {handle.id}: {error.message}") from error
 
 

@@ -414,7 +414,7 @@ class FakeSearchServer:
         with self._lock:
             self._faults.extend(_as_fault(fault) for fault in faults)
 
-    def clear(self) -> None:
+    def clear_faults(self) -> None:
         """Forget queued faults and recorded requests."""
         with self._lock:
             self._faults.clear()

@@ -20,6 +20,7 @@ from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
 from activities.settings import get_settings
+from cli.shutdown import exit_now
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from workflows.models import TASK_QUEUE
@@ -94,6 +95,20 @@ async def time_worker(time_env: WorkflowEnvironment, provider_env: dict[str, str
     async with Worker(time_env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
                       activities=ACTIVITIES):
         yield time_env.client
+
+
+_exit_status = 0
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave without interpreter finalization, which the SDK can crash (see cli/shutdown.py)."""
+    exit_now(_exit_status)
 
 
 def run_id(prefix: str = "test") -> str:

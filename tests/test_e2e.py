@@ -1,0 +1,219 @@
+"""End to end: the bundled dev server, real worker processes, the real ``temporal`` CLI and starter.py.
+
+These cover what only shows between processes: the public contract as a user scripts it, crash
+recovery after ``kill -9``, and the front door's error messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+
+from cli.embedded import has_worker
+from tests.conftest import run_id
+from tests.processes import REPO_DIR, DevServer, WorkerProcess
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
+
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = DevServer(tmp_path_factory.mktemp("temporal") / "temporal.db").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+async def client(dev_server: DevServer) -> AsyncIterator[Client]:
+    yield await Client.connect(dev_server.address, data_converter=pydantic_data_converter)
+
+
+async def start_worker(dev_server: DevServer, client: Client, log: Path, **env: str) -> WorkerProcess:
+    worker = WorkerProcess(dev_server.address, log, env=env).start()
+    deadline = time.monotonic() + 60
+    while not await has_worker(client):
+        assert time.monotonic() < deadline, log.read_text()
+        await asyncio.sleep(0.2)
+    return worker
+
+
+@pytest.fixture
+async def worker(dev_server: DevServer, client: Client, tmp_path: Path) -> AsyncIterator[WorkerProcess]:
+    process = await start_worker(dev_server, client, tmp_path / "worker.log")
+    yield process
+    process.stop()
+
+
+def query_status(dev_server: DevServer, workflow_id: str) -> dict:
+    result = dev_server.cli("workflow", "query", "--workflow-id", workflow_id, "--name", "status", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["queryResult"][0]
+
+
+def wait_for_cli_status(dev_server: DevServer, workflow_id: str, predicate, timeout: float = 30) -> dict:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        status = query_status(dev_server, workflow_id)
+        if predicate(status):
+            return status
+        assert time.monotonic() < deadline, f"status never matched: {status}"
+        time.sleep(0.2)
+
+
+def test_public_contract_with_the_temporal_cli(dev_server: DevServer, worker: WorkerProcess) -> None:
+    workflow_id = run_id("cli")
+    started = dev_server.cli("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", TASK_QUEUE,
+                             "--workflow-id", workflow_id, "--input", json.dumps({"question": QUESTION}))
+    assert started.returncode == 0, started.stderr
+
+    paused = wait_for_cli_status(dev_server, workflow_id, lambda s: s["awaiting"] == "plan_feedback")
+    assert paused["phase"] == "awaiting_review"
+    first_title = paused["plan"]["title"]
+    assert len(paused["plan"]["steps"]) == 3
+
+    edit = dev_server.cli("workflow", "signal", "--workflow-id", workflow_id, "--name", "plan_feedback",
+                          "--input", json.dumps("[EDIT_PLAN] cover charging infrastructure"))
+    assert edit.returncode == 0, edit.stderr
+    revised = wait_for_cli_status(dev_server, workflow_id,
+                                  lambda s: s["awaiting"] == "plan_feedback" and s["plan"]["title"] != first_title)
+    assert "charging infrastructure" in json.dumps(revised["plan"]).lower()
+
+    accept = dev_server.cli("workflow", "signal", "--workflow-id", workflow_id, "--name", "plan_feedback",
+                            "--input", json.dumps("[ACCEPTED]"))
+    assert accept.returncode == 0, accept.stderr
+    result = dev_server.cli("workflow", "result", "--workflow-id", workflow_id, "-o", "json", timeout=60)
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout)["result"]
+    assert outcome["outcome"] == "report"
+    assert outcome["plan"]["title"] == revised["plan"]["title"]
+    assert all(step["execution_res"] for step in outcome["plan"]["steps"])
+
+
+def activity_events(history: WorkflowHistory) -> dict[str, list]:
+    """Per activity ID: the scheduled, started and completed events."""
+    events: dict[str, list] = {}
+    scheduled_ids: dict[int, str] = {}
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            activity_id = event.activity_task_scheduled_event_attributes.activity_id
+            scheduled_ids[event.event_id] = activity_id
+            events.setdefault(activity_id, []).append(event)
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            events[scheduled_ids[event.activity_task_started_event_attributes.scheduled_event_id]].append(event)
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
+            events[scheduled_ids[event.activity_task_completed_event_attributes.scheduled_event_id]].append(event)
+    return events
+
+
+async def test_kill_9_during_a_researcher_step_then_a_new_worker_completes_the_run(
+    dev_server: DevServer, client: Client, tmp_path: Path
+) -> None:
+    # A slow model (1 s a call) makes the kill land inside the researcher's model call.
+    slow = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.0"}
+    first = await start_worker(dev_server, client, tmp_path / "first.log", **slow)
+    handle = await client.start_workflow(
+        WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True), id=run_id("crash"),
+        task_queue=TASK_QUEUE, result_type=ResearchResult,
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        status = await handle.query("status", result_type=RunStatus)
+        if status.phase is Phase.RESEARCHING and status.steps and status.steps[0].state is StepState.RUNNING:
+            break
+        assert time.monotonic() < deadline, status
+        await asyncio.sleep(0.1)
+    await asyncio.sleep(0.5)  # inside the researcher's first model call
+    first.kill()
+    before = activity_events(await handle.fetch_history())
+    completed_before = {aid for aid, evs in before.items()
+                        if any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED for e in evs)}
+    assert len(completed_before) >= 4  # run config, coordinator, search, planner at least
+
+    second = await start_worker(dev_server, client, tmp_path / "second.log", **slow)
+    restarted_at = time.monotonic()
+    try:
+        result = await asyncio.wait_for(handle.result(), timeout=120)
+    finally:
+        second.stop()
+    assert result.plan is not None and all(step.execution_res for step in result.plan.steps)
+
+    after = activity_events(await handle.fetch_history())
+    for activity_id in completed_before:
+        kinds = [event.event_type for event in after[activity_id]]
+        assert kinds.count(EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED) == 1
+        started = [e for e in after[activity_id] if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED]
+        assert [e.activity_task_started_event_attributes.attempt for e in started] == [1], activity_id
+    # The call that was in flight on the killed worker ran again (attempt 2) on the new one.
+    retried = [aid for aid, evs in after.items() for e in evs
+               if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+               and e.activity_task_started_event_attributes.attempt > 1]
+    assert len(retried) == 1, retried
+    assert time.monotonic() - restarted_at < 90
+
+
+def starter(dev_server: DevServer, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=REPO_DIR, timeout=120, check=False, stdin=subprocess.DEVNULL)
+
+
+def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker: WorkerProcess,
+                                                  tmp_path: Path) -> None:
+    workflow_id = run_id("starter")
+    started = starter(dev_server, "run", QUESTION, "--no-wait", "--id", workflow_id, "--report-style", "news")
+    assert started.returncode == 0, started.stderr
+    wait_for_cli_status(dev_server, workflow_id, lambda s: s["awaiting"] == "plan_feedback")
+
+    status = starter(dev_server, "status", workflow_id)
+    assert "awaiting_review" in status.stdout and "Awaiting: plan_feedback" in status.stdout
+
+    accepted = starter(dev_server, "review", workflow_id, "--accept")
+    assert accepted.returncode == 0, accepted.stderr
+    assert "accepted" in accepted.stdout.lower()
+    again = starter(dev_server, "review", workflow_id, "--accept")
+    assert again.returncode == 2 and "no plan review is pending" in again.stderr
+
+    wait_for_cli_status(dev_server, workflow_id, lambda s: s["phase"] == "completed", timeout=60)
+    report_file = tmp_path / "report.md"
+    report = starter(dev_server, "report", workflow_id, "-o", str(report_file))
+    assert report.returncode == 0, report.stderr
+    assert report_file.read_text().startswith("# ")
+    assert "*Style: news*" in report_file.read_text()
+
+    replayed = starter(dev_server, "replay", workflow_id)
+    assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr
+    exported = tmp_path / "history.json"
+    assert starter(dev_server, "history", workflow_id, "-o", str(exported)).returncode == 0
+    from_file = starter(dev_server, "replay", "--file", str(exported))
+    assert from_file.returncode == 0 and "Replay OK" in from_file.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["status", "no-such-run"], "No research run with ID 'no-such-run'"),
+        (["review", "no-such-run", "--accept"], "No research run with ID 'no-such-run'"),
+        (["report", "no-such-run"], "No research run with ID 'no-such-run'"),
+        (["run", "q", "--max-steps", "0"], "must be at least 1"),
+        (["run", "q", "--report-style", "poetry"], "invalid choice"),
+        (["review", "x"], "one of the arguments --accept --edit is required"),
+        (["replay", "--file", "/nonexistent.json"], "Cannot read history file"),
+    ],
+)
+def test_starter_bad_input_gets_a_clear_error(dev_server: DevServer, worker: WorkerProcess, args: list[str],
+                                              message: str) -> None:
+    result = starter(dev_server, *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr

@@ -1,0 +1,242 @@
+"""DeepResearchWorkflow on the time-skipping server, with the real activities and fake providers.
+
+These tests drive the public contract (start, status query, plan_feedback signal, review_plan
+update, result) and check DeerFlow's routing: direct replies, edits, repaired and unusable plans,
+failing providers and failing tools.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+
+from offline.model_server import Fault, FakeModelServer
+from offline.search_server import Fault as SearchFault
+from offline.search_server import FakeSearchServer
+from tests.conftest import run_id
+from workflows.errors import failure_message
+from workflows.models import (
+    TASK_QUEUE,
+    WORKFLOW_TYPE,
+    Outcome,
+    Phase,
+    ResearchRequest,
+    ResearchResult,
+    ReviewOutcome,
+    RunStatus,
+    StepState,
+    StepType,
+)
+
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+
+
+async def start(client: Client, **fields: object) -> WorkflowHandle:
+    request = ResearchRequest.model_validate({"question": QUESTION, **fields})
+    return await client.start_workflow(WORKFLOW_TYPE, request, id=run_id(), task_queue=TASK_QUEUE,
+                                       result_type=ResearchResult)
+
+
+async def wait_for(handle: WorkflowHandle, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await handle.query("status", result_type=RunStatus)
+        if predicate(status):
+            return status
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"status never matched; last: {status.model_dump_json(indent=1)}")
+        await asyncio.sleep(0.05)
+
+
+def awaiting_review(status: RunStatus) -> bool:
+    return status.phase is Phase.AWAITING_REVIEW and status.awaiting == "plan_feedback"
+
+
+def planner_requests(model_server: FakeModelServer) -> list[dict]:
+    return [body for body in model_server.requests
+            if "deerflow-agent: planner" in str(body["messages"][0].get("content"))]
+
+
+async def test_accepted_plan_runs_every_step_and_the_report_uses_every_finding(time_worker: Client) -> None:
+    handle = await start(time_worker)
+    paused = await wait_for(handle, awaiting_review)
+    assert paused.plan is not None and len(paused.plan.steps) == 3
+    assert [step.state for step in paused.steps] == [StepState.PENDING] * 3
+
+    await handle.signal("plan_feedback", "[ACCEPTED]")
+    result = await handle.result()
+
+    assert result.outcome is Outcome.REPORT
+    assert result.plan is not None
+    assert {step.step_type for step in result.plan.steps} == {StepType.RESEARCH, StepType.PROCESSING}
+    for step in result.plan.steps:
+        assert step.execution_res, f"step {step.title!r} has no finding"
+        # Every step's finding reaches the report: its first substantial line appears there.
+        marker = next(line for line in step.execution_res.splitlines() if len(line.strip()) > 30).strip()
+        assert marker[:60] in result.report, f"finding of {step.title!r} missing from the report"
+    assert "## Key Citations" in result.report
+    assert result.locale == "en-US"
+    assert result.usage.llm_calls >= 7  # coordinator, planner, 2 turns x 3 steps, reporter
+    assert result.usage.total_tokens > 0
+
+    final = await handle.query("status", result_type=RunStatus)
+    assert final.phase is Phase.COMPLETED
+    assert [step.state for step in final.steps] == [StepState.DONE] * 3
+
+
+async def test_edit_plan_goes_back_to_the_planner_with_the_feedback(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    handle = await start(time_worker)
+    first = await wait_for(handle, awaiting_review)
+    outcome = await handle.execute_update("review_plan", "[EDIT_PLAN] add a step on manufacturing costs",
+                                          result_type=ReviewOutcome)
+    assert not outcome.accepted
+    assert first.plan is not None
+    revised = await wait_for(handle, lambda s: awaiting_review(s) and s.plan is not None
+                             and s.plan.title != first.plan.title)
+    assert revised.plan is not None
+    assert "manufacturing costs" in revised.plan.model_dump_json()
+    last_planner_call = planner_requests(model_server)[-1]
+    assert any(message.get("name") == "feedback" and "[EDIT_PLAN] add a step on manufacturing costs"
+               in message.get("content", "") for message in last_planner_call["messages"])
+
+    await handle.signal("plan_feedback", "[ACCEPTED]")
+    result = await handle.result()
+    assert result.plan is not None
+    assert result.plan.title == revised.plan.title
+    assert all(step.execution_res for step in result.plan.steps)
+
+
+async def test_small_talk_gets_a_direct_reply_without_a_plan(time_worker: Client) -> None:
+    handle = await start(time_worker, question="hello")
+    result = await handle.result()
+    assert result.outcome is Outcome.DIRECT_REPLY
+    assert result.plan is None
+    assert "DeerFlow" in result.report
+    assert result.usage.llm_calls == 1
+
+
+async def test_chinese_question_is_researched_and_reported_in_chinese(time_worker: Client) -> None:
+    handle = await start(time_worker, question="熬夜对健康有哪些影响？", auto_accept_plan=True)
+    result = await handle.result()
+    assert result.locale == "zh-CN"
+    assert "要点" in result.report
+
+
+async def test_malformed_feedback_is_rejected_and_the_run_keeps_waiting(time_worker: Client) -> None:
+    handle = await start(time_worker)
+    await wait_for(handle, awaiting_review)
+
+    await handle.signal("plan_feedback", "looks fine to me")  # not the protocol: logged and dropped
+    await handle.signal("plan_feedback", "[EDIT_PLAN]")  # an edit with nothing to change
+    with pytest.raises(WorkflowUpdateFailedError) as rejected:
+        await handle.execute_update("review_plan", "ship it", result_type=ReviewOutcome)
+    assert "[ACCEPTED]" in failure_message(rejected.value.cause)
+
+    still = await handle.query("status", result_type=RunStatus)
+    assert awaiting_review(still)
+    history = await handle.fetch_history()
+    assert not any(event.HasField("workflow_execution_update_accepted_event_attributes")
+                   for event in history.events), "a rejected update must not reach history"
+
+    await handle.signal("plan_feedback", "[ACCEPTED]")
+    assert (await handle.result()).outcome is Outcome.REPORT
+
+
+async def test_feedback_when_no_review_is_pending_is_rejected(time_worker: Client) -> None:
+    handle = await start(time_worker, question="hello")
+    await handle.result()
+    with pytest.raises(Exception, match="update|completed|closed"):
+        await handle.execute_update("review_plan", "[ACCEPTED]", result_type=ReviewOutcome)
+
+
+async def test_auto_accept_skips_the_review(time_worker: Client) -> None:
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2)
+    result = await handle.result()
+    assert result.plan is not None and len(result.plan.steps) == 2
+    assert all(step.execution_res for step in result.plan.steps)
+
+
+async def test_fenced_malformed_plan_json_is_repaired(time_worker: Client, model_server: FakeModelServer) -> None:
+    model_server.inject(Fault.malformed_plan())
+    handle = await start(time_worker, auto_accept_plan=True)
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+    assert result.plan is not None and len(result.plan.steps) == 3
+
+
+async def test_unrepairable_plan_on_the_first_iteration_ends_with_a_clear_error(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.non_json_plan())
+    handle = await start(time_worker, auto_accept_plan=True)
+    result = await handle.result()
+    assert result.outcome is Outcome.FAILED
+    assert result.error and "planner" in result.error
+    assert result.plan is None
+
+
+async def test_model_500s_are_retried_and_the_run_completes(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.status(500), Fault.status(503), Fault.status(429, retry_after=3))
+    handle = await start(time_worker, auto_accept_plan=True, question="hello")
+    result = await handle.result()
+    assert result.outcome is Outcome.DIRECT_REPLY
+    history = await handle.fetch_history()
+    attempts = [event.activity_task_started_event_attributes.attempt for event in history.events
+                if event.HasField("activity_task_started_event_attributes")]
+    assert 4 in attempts  # the coordinator's call succeeded on its fourth attempt
+
+
+async def test_model_401_fails_fast_with_the_providers_message(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.status(401, "Incorrect API key provided: sk-bad"))
+    handle = await start(time_worker)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    message = failure_message(failed.value.cause)
+    assert "Incorrect API key provided" in message and "401" in message
+    chats = [body for body in model_server.requests]
+    assert len(chats) == 1, "a 401 must not be retried"
+    status = await handle.query("status", result_type=RunStatus)
+    assert status.phase is Phase.FAILED
+
+
+async def test_search_down_is_reported_by_the_step_and_the_run_still_reports(
+    time_worker: Client, search_server: FakeSearchServer
+) -> None:
+    search_server.inject(*[SearchFault.http(500) for _ in range(40)])
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+    assert result.plan is not None
+    finding = result.plan.steps[0].execution_res or ""
+    assert "fail" in finding.lower()
+    assert "fail" in result.report.lower()
+
+
+async def test_recursion_limit_ends_the_step_with_a_summarising_turn(
+    time_worker: Client, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from activities.settings import get_settings
+
+    monkeypatch.setenv("AGENT_RECURSION_LIMIT", "1")
+    get_settings.cache_clear()
+    try:
+        handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+        result = await handle.result()
+    finally:
+        monkeypatch.delenv("AGENT_RECURSION_LIMIT")
+        get_settings.cache_clear()
+    assert result.outcome is Outcome.REPORT
+    researcher_calls = [body for body in model_server.requests
+                        if "deerflow-agent: researcher" in str(body["messages"][0].get("content"))]
+    assert len(researcher_calls) == 2
+    assert "tools" not in researcher_calls[-1] or not researcher_calls[-1]["tools"]
+    assert "limit of tool calls" in researcher_calls[-1]["messages"][-1]["content"]
