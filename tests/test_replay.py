@@ -1,0 +1,62 @@
+"""Replays the recorded reference histories against the current workflow code.
+
+A change to workflow code that would break runs already in flight fails here. The last test
+proves the suite can fail: a deliberately altered workflow must not replay.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from workflows.models import ChatMessage, ResearchRequest
+from workflows.research import DeepResearchWorkflow
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+RECORDED = sorted(HISTORIES.glob("*.json"))
+
+
+def load(path: Path) -> WorkflowHistory:
+    return WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
+
+
+def test_the_three_reference_scenarios_are_recorded() -> None:
+    assert {"accepted_plan", "edited_plan", "direct_reply"} <= {path.stem for path in RECORDED}
+
+
+@pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])
+async def test_recorded_history_replays_with_current_code(path: Path) -> None:
+    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
+    assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+def test_edited_history_contains_both_review_signals() -> None:
+    history = load(HISTORIES / "edited_plan.json")
+    signals = [event.workflow_execution_signaled_event_attributes.signal_name for event in history.events
+               if event.HasField("workflow_execution_signaled_event_attributes")]
+    assert signals == ["plan_feedback", "plan_feedback"]
+
+
+@workflow.defn(name="DeepResearchWorkflow", sandboxed=False)
+class SkipsBackgroundInvestigation(DeepResearchWorkflow):
+    """A careless change: the background search is dropped without ``workflow.patched``."""
+
+    @workflow.run
+    async def run(self, request: ResearchRequest):  # type: ignore[no-untyped-def]
+        return await super().run(request)
+
+    async def _investigate(self, topic: str, request: ResearchRequest) -> list[ChatMessage]:
+        return []
+
+
+async def test_a_non_deterministic_change_is_caught_by_replay() -> None:
+    replayer = Replayer(workflows=[SkipsBackgroundInvestigation], data_converter=pydantic_data_converter)
+    result = await replayer.replay_workflow(load(HISTORIES / "accepted_plan.json"), raise_on_replay_failure=False)
+    assert result.replay_failure is not None
+    assert "nondetermin" in str(result.replay_failure).lower()
