@@ -62,6 +62,27 @@ class Plan(BaseModel):
     steps: list[Step] = Field(default_factory=list)
 
 
+class MCPServerConfig(BaseModel):
+    """One MCP server, in DeerFlow's ``mcp_settings`` shape.
+
+    ``env`` and ``headers`` values may be ``${VAR}`` placeholders, expanded from the worker's
+    environment inside the activity, so secrets need not travel in the request or history.
+    """
+
+    transport: Literal["stdio", "sse", "streamable_http"] = "stdio"
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    url: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    headers: dict[str, str] = Field(default_factory=dict)
+    enabled_tools: list[str] | None = None  # None: every tool the server lists
+    add_to_agents: list[str] = Field(default_factory=lambda: ["researcher"])
+
+
+class MCPSettings(BaseModel):
+    servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
+
+
 class ResearchRequest(BaseModel):
     """Workflow input. Only ``question`` is required; the rest has DeerFlow's defaults."""
 
@@ -77,6 +98,7 @@ class ResearchRequest(BaseModel):
     enable_deep_thinking: bool = False
     report_style: ReportStyle = ReportStyle.ACADEMIC
     resources: list[str] = Field(default_factory=list)
+    mcp_settings: MCPSettings | None = None
 
 
 class Usage(BaseModel):
@@ -185,6 +207,36 @@ class SearchResult(BaseModel):
 class SearchResponse(BaseModel):
     query: str
     results: list[SearchResult] = Field(default_factory=list)
+
+
+class LocalSearchRequest(BaseModel):
+    """Input of ``local_search_tool``: search only within the run's ``resources``."""
+
+    query: str
+    resources: list[str] = Field(default_factory=list)
+    max_results: int = 3
+
+
+class MCPListRequest(BaseModel):
+    server_name: str
+    server: MCPServerConfig
+
+
+class MCPToolList(BaseModel):
+    server_name: str
+    tools: list[ToolSpec] = Field(default_factory=list)
+
+
+class MCPCallRequest(BaseModel):
+    server_name: str
+    server: MCPServerConfig
+    tool: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class MCPCallResult(BaseModel):
+    content: str
+    is_error: bool = False
 
 
 class CrawlRequest(BaseModel):
