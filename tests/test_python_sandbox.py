@@ -1,0 +1,312 @@
+"""The ``python_repl_tool`` sandbox against ordinary and hostile snippets.
+
+Every hostile snippet is written so that a broken guard cannot hurt the machine: the fork bomb
+and the 10 GiB allocation first check that their limit is in force and refuse otherwise, every
+run has a wall-clock timeout, and a fixture SIGKILLs (by pid) any sandbox process left behind.
+Assertions that depend on containment this machine cannot provide are skipped with the reason
+``sandbox_mode()`` found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+import activities.python_exec as python_exec
+from activities.python_exec import (
+    BOOT_MARKER,
+    DEFAULT_UID_BASE,
+    PLAIN,
+    UID_POOL_SIZE,
+    UNPRIVILEGED,
+    SandboxMode,
+    python_repl_tool,
+    sandbox_mode,
+)
+from workflows.models import PythonRequest, PythonResult
+from workflows.tool_format import format_python_result
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+SECRET = "sk-secret-" + uuid.uuid4().hex[:8]
+
+FORK_BOMB = """\
+import os, resource, sys
+soft, _ = resource.getrlimit(resource.RLIMIT_NPROC)
+caps = int(open("/proc/self/status").read().split("CapEff:")[1].split()[0], 16)
+if os.getuid() == 0 or caps or soft == resource.RLIM_INFINITY or soft > 256:
+    sys.exit(f"refusing to fork: no process limit in force (uid {os.getuid()}, NPROC {soft}, caps {caps:x})")
+while True:
+    os.fork()
+"""
+
+BIG_ALLOCATION = """\
+import resource, sys
+soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+if soft == resource.RLIM_INFINITY or soft > 4 * 1024**3:
+    sys.exit(f"refusing to allocate: no memory limit in force (RLIMIT_AS {soft})")
+b = bytearray(10 * 1024**3)
+print("allocated", len(b))
+"""
+
+
+def sandbox_pids() -> list[int]:
+    """Processes of the sandbox: a pool uid, the bootstrap's marker, or a snippet's work dir."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            uid = entry.stat().st_uid
+            cmdline = Path(entry.path, "cmdline").read_bytes()
+        except OSError:
+            continue
+        in_pool = DEFAULT_UID_BASE <= uid < DEFAULT_UID_BASE + UID_POOL_SIZE
+        if in_pool or BOOT_MARKER.encode() in cmdline or b"/deerflow-py-" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def snippet_running() -> bool:
+    """The snippet's own process (not only the bootstrap) exists."""
+    for pid in sandbox_pids():
+        try:
+            if b"/deerflow-py-" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def settled_sandbox_pids(seconds: float = 2.0) -> list[int]:
+    """Leftovers, after giving the kernel a moment to finish killing."""
+    deadline = time.monotonic() + seconds
+    while (pids := sandbox_pids()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return pids
+
+
+@pytest.fixture(autouse=True)
+def _kill_leftovers() -> Iterator[None]:
+    """Backstop: a test whose guard broke must not leave sandbox processes on the machine."""
+    yield
+    for pid in sandbox_pids():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+
+
+@pytest.fixture
+async def mode() -> SandboxMode:
+    return await sandbox_mode()
+
+
+async def run(code: str, timeout: float = 10.0, env: ActivityEnvironment | None = None) -> PythonResult:
+    request = PythonRequest(code=code, timeout_seconds=timeout)
+    # A hard outer limit, should the activity's own timeout be broken.
+    return await asyncio.wait_for((env or ActivityEnvironment()).run(python_repl_tool, request), timeout + 20)
+
+
+# ---------------------------------------------------------------- ordinary code
+
+
+async def test_prints_output() -> None:
+    result = await run("print(6 * 7)")
+    assert (result.stdout, result.stderr, result.exit_code, result.stopped) == ("42\n", "", 0, None)
+    assert format_python_result(result) == "Successfully executed.\nStdout:\n42"
+
+
+async def test_exception_is_a_result_with_traceback() -> None:
+    result = await run("def f():\n    raise ValueError('boom')\nf()")
+    assert result.exit_code == 1 and result.stopped is None
+    assert "Traceback (most recent call last)" in result.stderr
+    assert result.stderr.rstrip().endswith("ValueError: boom")
+    assert format_python_result(result).startswith("Error: exit code 1\n")
+
+
+async def test_standard_library_and_work_dir_are_usable() -> None:
+    code = ("import json, os, statistics, tempfile\n"
+            "open('data.json', 'w').write(json.dumps([1, 2, 3, 4]))\n"
+            "with tempfile.NamedTemporaryFile() as scratch:\n"
+            "    scratch.write(b'ok')\n"
+            "print(statistics.mean(json.load(open('data.json'))), os.getcwd() == os.environ['HOME'])")
+    result = await run(code)
+    assert result.stdout == "2.5 True\n", result.stderr
+
+
+async def test_concurrent_runs_get_different_uids(mode: SandboxMode) -> None:
+    if not mode.separate_user:
+        pytest.skip(f"the sandbox does not switch uids in {mode.name!r} mode: {mode.reason}")
+    code = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
+    first, second = await asyncio.gather(run(code), run(code))
+    uids = {int(first.stdout), int(second.stdout)}
+    assert len(uids) == 2 and all(DEFAULT_UID_BASE <= uid < DEFAULT_UID_BASE + UID_POOL_SIZE for uid in uids)
+
+
+# ---------------------------------------------------------------- limits
+
+
+async def test_infinite_loop_is_stopped_at_the_timeout() -> None:
+    beats: list[object] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    started = time.monotonic()
+    result = await run("while True:\n    pass", timeout=2.0, env=env)
+    elapsed = time.monotonic() - started
+    assert result.stopped == "timeout"
+    assert elapsed < 2.9, f"stopping took {elapsed:.1f} s"
+    assert beats, "no heartbeat while the code ran"
+    assert settled_sandbox_pids() == []
+    assert format_python_result(result, timeout_seconds=2).startswith(
+        "Error: the sandbox stopped the code: it exceeded the 2 s time limit")
+
+
+async def test_output_before_a_timeout_is_kept() -> None:
+    result = await run("import time\nprint('progress 1')\ntime.sleep(30)", timeout=1.0)
+    assert result.stopped == "timeout" and result.stdout == "progress 1\n"
+
+
+async def test_ten_gib_allocation_is_a_memory_stop() -> None:
+    started = time.monotonic()
+    result = await run(BIG_ALLOCATION)
+    assert "refusing" not in result.stderr, result.stderr
+    assert result.stopped == "memory" and "MemoryError" in result.stderr
+    assert time.monotonic() - started < 5
+    assert "ran out of memory" in format_python_result(result)
+
+
+@pytest.mark.timeout(60)
+async def test_fork_bomb_is_contained_and_leaves_nothing(mode: SandboxMode) -> None:
+    if mode.name == PLAIN and os.geteuid() == 0:
+        pytest.skip("plain mode as root: RLIMIT_NPROC does not bind root, so the bomb is not run")
+    result = await run(FORK_BOMB, timeout=5.0)
+    assert "refusing" not in result.stderr, result.stderr
+    assert result.stopped == "timeout" or "BlockingIOError" in result.stderr
+    assert settled_sandbox_pids() == []
+
+
+async def test_cpu_limit_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 1 s CPU limit (normally timeout + 1 s, reached only by GIL-free threads)."""
+    rlimits = python_exec.SandboxLimits.rlimits
+
+    def one_second_cpu(self: python_exec.SandboxLimits, timeout: float) -> dict[str, list[int]]:
+        return {**rlimits(self, timeout), "cpu": [1, 2]}
+
+    monkeypatch.setattr(python_exec.SandboxLimits, "rlimits", one_second_cpu)
+    result = await run("while True:\n    pass", timeout=15.0)
+    assert result.stopped == "cpu", result
+    assert "CPU time limit" in format_python_result(result)
+
+
+async def test_huge_output_is_truncated_and_stopped() -> None:
+    result = await run("print('x' * 10_000_000)")
+    assert result.stopped == "output"
+    assert "[output truncated:" in result.stdout and len(result.stdout) < 70_000
+    assert "printed more output" in format_python_result(result)
+
+
+async def test_long_output_keeps_head_and_tail() -> None:
+    result = await run("print('START' + 'a' * 200_000 + 'END')")
+    assert result.stopped is None and result.exit_code == 0
+    assert result.stdout.startswith("START") and result.stdout.endswith("END\n")
+    assert "[output truncated:" in result.stdout and len(result.stdout) < 70_000
+
+
+# ---------------------------------------------------------------- isolation
+
+
+async def test_api_keys_are_not_visible(monkeypatch: pytest.MonkeyPatch, mode: SandboxMode) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    monkeypatch.setenv("TAVILY_API_KEY", SECRET)
+    targets = ['"self"']
+    if mode.separate_user:  # in plain mode the code runs as the worker's user: /proc is readable
+        targets += ["os.getppid()", "1", str(os.getpid())]
+    code = "import os\nprint(dict(os.environ))\n" + "".join(
+        f"try:\n    print(open(f'/proc/{{{target}}}/environ').read())\n"
+        f"except OSError as error:\n    print('unreadable', error)\n" for target in targets)
+    result = await run(code)
+    assert result.exit_code == 0, result.stderr
+    assert "'PATH': '/usr/bin:/bin'" in result.stdout
+    assert SECRET not in result.stdout + result.stderr
+    assert "OPENAI_API_KEY" not in result.stdout
+
+
+async def test_writes_outside_the_work_dir_fail(mode: SandboxMode) -> None:
+    if not mode.separate_user:
+        pytest.skip(f"the code runs as the worker's user in {mode.name!r} mode: {mode.reason}")
+    name = f"sandbox-escape-{uuid.uuid4().hex}"
+    targets = [REPO_DIR / name]
+    if mode.name != UNPRIVILEGED:  # without a mount namespace, /tmp stays world-writable
+        targets.append(Path("/tmp") / name)
+    code = "".join(f"try:\n    open({str(t)!r}, 'w').write('x')\n    print('WROTE')\n"
+                   f"except OSError as error:\n    print('denied', error.errno)\n" for t in targets)
+    try:
+        result = await run(code + "open('mine.txt', 'w').write('x')\nprint('own dir ok')")
+        assert "WROTE" not in result.stdout
+        assert result.stdout.count("denied") == len(targets) and "own dir ok" in result.stdout
+    finally:
+        leaked = [t for t in targets if t.exists()]
+        for path in leaked:
+            path.unlink()
+    assert leaked == []
+
+
+async def test_no_connection_to_a_local_listener(mode: SandboxMode) -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        listener.settimeout(0.3)
+        port = listener.getsockname()[1]
+        code = ("import socket\ntry:\n"
+                f"    socket.create_connection(('127.0.0.1', {port}), timeout=3).close()\n"
+                "    print('connected')\nexcept OSError as error:\n    print('no connection:', error)")
+        result = await run(code)
+        assert result.exit_code == 0, result.stderr
+        if not mode.network_isolated:
+            pytest.skip(f"no network namespace in {mode.name!r} mode: {mode.reason}")
+        assert result.stdout.startswith("no connection:")
+        with pytest.raises(TimeoutError):
+            listener.accept()
+
+
+async def test_cancellation_kills_the_sandbox() -> None:
+    env = ActivityEnvironment()
+    task = asyncio.create_task(run("import time\ntime.sleep(60)", timeout=60.0, env=env))
+    deadline = time.monotonic() + 10
+    while not snippet_running():
+        assert time.monotonic() < deadline, "the snippet never started"
+        await asyncio.sleep(0.05)
+    env.cancel()
+    with pytest.raises(asyncio.CancelledError) as cancelled:
+        await task
+    # ``cancelled`` keeps the activity's frames, and so its subprocess transport, alive: the
+    # sandbox must be gone because the activity killed it, not because asyncio's finaliser did.
+    assert settled_sandbox_pids(1.0) == []
+    del cancelled
+
+
+# ---------------------------------------------------------------- the tool message
+
+
+@pytest.mark.parametrize(("result", "expected"), [
+    (PythonResult(stdout="1\n", exit_code=0), "Successfully executed.\nStdout:\n1"),
+    (PythonResult(exit_code=0), "Successfully executed.\nStdout: (nothing was printed; use print() to see values)"),
+    (PythonResult(stderr="Traceback ...\nKeyError: 'x'\n", exit_code=1),
+     "Error: exit code 1\nStderr:\nTraceback ...\nKeyError: 'x'"),
+    (PythonResult(exit_code=-11), "Error: the code was killed by signal SIGSEGV.\n"
+                                  "Stdout: (nothing was printed; use print() to see values)"),
+    (PythonResult(stdout="partial\n", exit_code=-9, stopped="timeout", duration_seconds=30.02),
+     "Error: the sandbox stopped the code: it exceeded its time limit (stopped after 30 s).\nStdout:\npartial"),
+])
+def test_format_python_result(result: PythonResult, expected: str) -> None:
+    assert format_python_result(result) == expected
+    assert format_python_result(result).startswith("Error") == (result.exit_code != 0 or bool(result.stopped))
