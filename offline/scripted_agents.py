@@ -204,10 +204,31 @@ def _small_talk_kind(text: str) -> str | None:
     return kinds[-1]
 
 
+CLARIFYING_QUESTIONS = (
+    ("Which aspect should the research focus on: technology, market, policy or something else?",
+     "研究应侧重哪个方面：技术、市场、政策，还是其他？"),
+    ("Which time frame and region matter most to you?", "你最关心哪个时间范围和地区？"),
+    ("Who is the report for, and how deep should it go?", "这份报告的读者是谁，需要多深入？"),
+)
+VAGUE_WORD_LIMIT = 12
+
+
+def _clarifying_question(messages: list[dict[str, Any]], topic: str) -> ScriptedReply | None:
+    """Ask while the request stays vague (few words in all) and the tool is offered."""
+    words = len(topic.split()) if not is_chinese(topic) else len(topic) // 3
+    if words >= VAGUE_WORD_LIMIT:
+        return None
+    asked = sum(1 for m in messages if m.get("role") == "assistant" and m.get("content"))
+    english, chinese = CLARIFYING_QUESTIONS[min(asked, len(CLARIFYING_QUESTIONS) - 1)]
+    question = chinese if is_chinese(topic) else english
+    return ScriptedReply(tool_calls=(_call(messages, "ask_clarification", {"question": question}),))
+
+
 def coordinator(body: dict[str, Any]) -> ScriptedReply:
-    """Small talk gets a direct answer; anything else is handed to the planner with a locale."""
+    """Small talk gets a direct answer; a vague request gets a clarifying question when the
+    ``ask_clarification`` tool is offered; anything else is handed to the planner with a locale."""
     messages = body.get("messages") or []
-    users = [text_of(m.get("content")).strip() for m in _users(messages)]
+    users = [text_of(m.get("content")).strip() for m in _users(messages) if m.get("name") != "system"]
     last = users[-1] if users else ""
     kind = _small_talk_kind(last)
     if kind is not None or not last:
@@ -215,6 +236,10 @@ def coordinator(body: dict[str, Any]) -> ScriptedReply:
         return ScriptedReply(content=SMALL_TALK_REPLIES[(kind or "greeting", lang)])
     topic = "\n".join(u for u in users if u and _small_talk_kind(u) is None)
     locale = "zh-CN" if is_chinese(topic) else "en-US"
+    if "ask_clarification" in _tool_names(body):
+        clarifying = _clarifying_question(messages, topic)
+        if clarifying is not None:
+            return clarifying
     if "handoff_to_planner" not in _tool_names(body):
         return ScriptedReply(content=f"Let me research this for you: {topic}")
     call = _call(messages, "handoff_to_planner", {"research_topic": topic, "locale": locale})

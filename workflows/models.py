@@ -8,6 +8,7 @@ sandbox free of I/O libraries.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -23,6 +24,12 @@ class StepType(StrEnum):
     RESEARCH = "research"  # researcher: search, crawl, local documents, MCP tools
     PROCESSING = "processing"  # coder: python_repl_tool
     ANALYSIS = "analysis"  # analyst: reasoning over earlier findings, no tools
+
+
+class ReviewTimeoutAction(StrEnum):
+    ACCEPT = "accept"
+    CANCEL = "cancel"
+    REPORT = "report"
 
 
 class ReportStyle(StrEnum):
@@ -99,6 +106,12 @@ class ResearchRequest(BaseModel):
     report_style: ReportStyle = ReportStyle.ACADEMIC
     resources: list[str] = Field(default_factory=list)
     mcp_settings: MCPSettings | None = None
+    # How long a plan review (or a clarification question) may wait for a person, and what
+    # happens then: accept the plan, cancel the run, or write the report from what is known.
+    review_timeout: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))
+    review_timeout_action: ReviewTimeoutAction = ReviewTimeoutAction.CANCEL
+    enable_clarification: bool = False
+    max_clarification_rounds: int = Field(default=3, ge=1, le=10)
 
 
 class Usage(BaseModel):
@@ -122,6 +135,7 @@ class Outcome(StrEnum):
     REPORT = "report"  # a research report was written
     DIRECT_REPLY = "direct_reply"  # the coordinator answered without research
     FAILED = "failed"  # the run could not produce a report (see ``error``)
+    CANCELLED = "cancelled"  # nobody reviewed the plan in time (review_timeout_action=cancel)
 
 
 class ResearchResult(BaseModel):
@@ -273,6 +287,7 @@ class RunConfig(BaseModel):
 
     agent_recursion_limit: int = 25
     offline_demo: bool = False
+    search_attributes_enabled: bool = False  # the namespace has our custom search attributes
 
 
 # ---------------------------------------------------------------- status query
@@ -283,6 +298,7 @@ class Phase(StrEnum):
     COORDINATING = "coordinating"
     BACKGROUND_INVESTIGATION = "background_investigation"
     PLANNING = "planning"
+    AWAITING_CLARIFICATION = "awaiting_clarification"
     AWAITING_REVIEW = "awaiting_review"
     RESEARCHING = "researching"
     REPORTING = "reporting"
@@ -306,11 +322,38 @@ class StepStatus(BaseModel):
     finding_preview: str | None = None
 
 
+class ProgressEvent(BaseModel):
+    """One line of a run's story, for live views; ``at`` is workflow time (ISO 8601)."""
+
+    at: str
+    kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error"]
+    message: str
+    step_index: int | None = None
+
+
+class PlanVersion(BaseModel):
+    """A plan the planner wrote, and the feedback that led to it (None for the first)."""
+
+    version: int
+    plan: Plan
+    feedback: str | None = None
+
+
+MAX_EVENTS = 200
+
+
 class RunStatus(BaseModel):
     phase: Phase
     awaiting: str | None = None  # e.g. "plan_feedback": what a human must send next
+    awaiting_since: str | None = None
+    review_deadline: str | None = None
+    question: str | None = None  # the clarifying question, while one is pending
     plan: Plan | None = None
     plan_iterations: int = 0
+    plan_history: list[PlanVersion] = Field(default_factory=list)
+    clarification_rounds: int = 0
+    started_at: str | None = None
+    events: list[ProgressEvent] = Field(default_factory=list)
     steps: list[StepStatus] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     locale: str | None = None

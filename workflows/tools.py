@@ -45,6 +45,16 @@ HANDOFF_TO_PLANNER = ToolSpec(
     },
 )
 
+ASK_CLARIFICATION = ToolSpec(
+    name="ask_clarification",
+    description="Ask the user one focused question when the request is too vague to research well.",
+    parameters={
+        "type": "object",
+        "properties": {"question": {"type": "string", "description": "The question to ask the user."}},
+        "required": ["question"],
+    },
+)
+
 
 @dataclass(frozen=True)
 class ToolContext:
@@ -93,16 +103,17 @@ async def _crawl(arguments: dict[str, Any], context: ToolContext) -> str:
 
 
 async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
+    request = PythonRequest(code=str(arguments["code"]))
     result = await workflow.execute_activity(
         "python_repl_tool",
-        PythonRequest(code=str(arguments["code"])),
+        request,
         result_type=PythonResult,
         start_to_close_timeout=timedelta(seconds=120),
         schedule_to_close_timeout=timedelta(minutes=5),
         heartbeat_timeout=timedelta(seconds=15),
         retry_policy=PYTHON_RETRY,
     )
-    return format_python_result(result)
+    return format_python_result(result, timeout_seconds=request.timeout_seconds)
 
 
 @dataclass(frozen=True)

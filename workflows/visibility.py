@@ -1,0 +1,15 @@
+"""Custom search attributes: what the Web UI and ``starter.py list`` can filter runs by.
+
+The worker registers them where it may; a run upserts them only when the worker reports them
+registered (``RunConfig.search_attributes_enabled``), so a namespace without them still works.
+"""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+PHASE = SearchAttributeKey.for_keyword("DeerFlowPhase")
+AWAITING = SearchAttributeKey.for_keyword("DeerFlowAwaiting")
+REPORT_STYLE = SearchAttributeKey.for_keyword("DeerFlowReportStyle")
+
+ALL_KEYS: tuple[SearchAttributeKey[str], ...] = (PHASE, AWAITING, REPORT_STYLE)
