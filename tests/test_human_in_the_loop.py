@@ -81,7 +81,9 @@ async def test_edit_loop_with_two_revisions_keeps_the_plan_history(
 
     final_review = await wait_for(handle, lambda s: awaiting_review(s) and len(s.plan_history) == 3)
     # the planner saw every feedback so far, in order, when it wrote the last revision
-    feedback_seen = [m["content"] for m in planner_requests(model_server)[-1]["messages"] if m.get("name") == "feedback"]
+    last_planner_messages = planner_requests(model_server)[-1]["messages"]
+    feedback_seen = [m["content"] for m in last_planner_messages if m.get("name") == "feedback"]
+    feedback_seen = [m["content"] for m in last_planner_messages if m.get("name") == "feedback"]
     assert feedback_seen == edits
     assert [version.feedback for version in final_review.plan_history] == [None, *edits]
     assert "recycling of old cells" in final_review.plan_history[2].plan.model_dump_json()
