@@ -30,6 +30,14 @@ FINDING_RE = re.compile(r"<finding>(.*?)</finding>", re.DOTALL)
 BACKGROUND_PREFIX = "background investigation results of user query:"
 OBSERVATION_PREFIX = "Below are some observations for the research task:"
 DEFAULT_MAX_STEPS = 3
+# Further research angles when the plan may have more than three steps.
+EXTRA_ANGLES = (
+    ("Costs, economics and market size", "成本、经济性与市场规模"),
+    ("Risks, limitations and open problems", "风险、局限与未解决的问题"),
+    ("Policy, regulation and standards", "政策、监管与标准"),
+    ("Outlook for the next decade", "未来十年展望"),
+    ("Key players and case studies", "主要参与者与案例"),
+)
 
 SMALL_TALK = {
     "greeting": {"hi", "hello", "hey", "hi there", "hello there", "hey there", "good morning",
@@ -304,7 +312,7 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
     locale = _locale(messages, topic)
     zh = _zh(locale)
     limit = MAX_STEPS_RE.search(system_text(messages))
-    n = max(1, min(DEFAULT_MAX_STEPS, int(limit.group(1)) if limit else DEFAULT_MAX_STEPS))
+    n = max(1, min(DEFAULT_MAX_STEPS + len(EXTRA_ANGLES), int(limit.group(1)) if limit else DEFAULT_MAX_STEPS))
     subject = subject_of(topic or "the topic")
     question = bool(QUESTION_RE.match(subject))
     bg_titles = [_shorten(str(r.get("title", "")), 60) for r in background if r.get("title")]
@@ -349,8 +357,16 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
         researched = extra[-1:] if slots == 1 else [first, *extra[-(slots - 1):]]
         title += "（修订版）" if zh else " (revised)"
     else:
-        researched = [first, second][:slots]
-    steps = [*researched, stats] if n >= 3 else researched
+        angles = [research(f"{chinese if zh else english}: {subject}",
+                           f"研究{subject}的这一方面，并注明来源。" if zh else
+                           f"Research this angle of {_mid(subject)}, with sources.")
+                  for english, chinese in EXTRA_ANGLES]
+        researched = [first, second, *angles][:slots]
+    if n >= 3:
+        stats["depends_on"] = list(range(len(researched)))  # it summarises every research step
+        steps = [*researched, stats]
+    else:
+        steps = researched
     if observed:
         thought = ("已完成的步骤收集到了足够的信息，可以撰写报告。" if zh else
                    "The completed steps gathered enough information to write the report.")

@@ -138,13 +138,18 @@ def test_coordinator_answers_small_talk_directly(server: FakeModelServer) -> Non
 
 
 def test_planner_returns_a_valid_plan_within_the_step_limit(server: FakeModelServer) -> None:
-    reply = plan_llm(server).invoke(planner_messages(max_steps=5))
+    reply = plan_llm(server).invoke(planner_messages(max_steps=3))
     plan = Plan.model_validate_json(reply.content)
     assert plan.locale == "en-US" and not plan.has_enough_context
     assert "intermittent fasting" in plan.title.lower()
     assert [s.step_type for s in plan.steps] == [StepType.RESEARCH, StepType.RESEARCH, StepType.PROCESSING]
     assert [s.need_search for s in plan.steps] == [True, True, False]
     assert all("intermittent fasting" in s.title.lower() for s in plan.steps)
+    assert plan.steps[2].depends_on == [0, 1]
+
+    five = Plan.model_validate_json(plan_llm(server).invoke(planner_messages(max_steps=5)).content)
+    assert [s.step_type for s in five.steps] == [StepType.RESEARCH] * 4 + [StepType.PROCESSING]
+    assert len({s.title for s in five.steps}) == 5
 
     two = Plan.model_validate_json(plan_llm(server).invoke(planner_messages(max_steps=2)).content)
     assert [s.step_type for s in two.steps] == [StepType.RESEARCH, StepType.RESEARCH]

@@ -242,3 +242,35 @@ async def test_recursion_limit_ends_the_step_with_a_summarising_turn(
     assert len(researcher_calls) == 2
     assert "tools" not in researcher_calls[-1] or not researcher_calls[-1]["tools"]
     assert "limit of tool calls" in researcher_calls[-1]["messages"][-1]["content"]
+
+
+async def test_parallel_steps_run_independent_research_concurrently_and_keep_plan_order(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    model_server.latency_seconds = 0.2  # long enough that sequential steps could not overlap by chance
+    handle = await start(time_worker, auto_accept_plan=True, parallel_steps=True, max_step_num=5)
+    result = await handle.result()
+    status = await handle.query("status", result_type=RunStatus)
+    step_events = [(event.kind, event.step_index) for event in status.events if event.kind.startswith("step_")]
+    started_before_first_done = [index for kind, index in step_events[: step_events.index(
+        next(event for event in step_events if event[0] == "step_done"))] if kind == "step_started"]
+    assert sorted(started_before_first_done) == [0, 1, 2, 3], step_events
+    # the processing step waits for all four research steps
+    assert step_events.index(("step_started", 4)) > max(step_events.index(("step_done", i)) for i in range(4))
+
+    assert result.plan is not None
+    positions = []
+    for step in result.plan.steps:
+        marker = next(line for line in (step.execution_res or "").splitlines() if len(line.strip()) > 30).strip()
+        positions.append(result.report.index(f"### {len(positions) + 1}."))
+        assert marker[:60] in result.report
+    assert positions == sorted(positions), "findings must stay in plan order in the report"
+
+
+async def test_sequential_steps_are_the_default(time_worker: Client) -> None:
+    handle = await start(time_worker, auto_accept_plan=True)
+    await handle.result()
+    status = await handle.query("status", result_type=RunStatus)
+    kinds = [(event.kind, event.step_index) for event in status.events if event.kind.startswith("step_")]
+    assert kinds == [("step_started", 0), ("step_done", 0), ("step_started", 1), ("step_done", 1),
+                     ("step_started", 2), ("step_done", 2)]

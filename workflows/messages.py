@@ -34,10 +34,15 @@ def observation_message(observation: str) -> ChatMessage:
     )
 
 
-def step_task(plan: Plan, step: Step, locale: str) -> str:
-    """The step input of DeerFlow's researcher and coder: topic, earlier findings, current step."""
+def step_task(plan: Plan, step: Step, locale: str, context: set[int] | None = None) -> str:
+    """The step input of DeerFlow's researcher and coder: topic, earlier findings, current step.
+
+    ``context`` limits the earlier findings to those steps (a parallel step sees only what it
+    depends on, so its input does not depend on which sibling happened to finish first).
+    """
     parts = [f"# Research Topic\n\n{plan.title}\n\n"]
-    completed = [done for done in plan.steps if done.execution_res is not None]
+    completed = [done for index, done in enumerate(plan.steps)
+                 if done.execution_res is not None and (context is None or index in context)]
     if completed:
         parts.append("# Completed Steps\n\n")
         for index, done in enumerate(completed, start=1):

@@ -48,6 +48,8 @@ class Step(BaseModel):
     description: str = ""
     step_type: StepType = StepType.RESEARCH
     execution_res: str | None = None
+    # Indexes (from 0) of earlier steps this one needs; used when the run has parallel_steps.
+    depends_on: list[int] | None = None
 
     @field_validator("step_type", mode="before")
     @classmethod
@@ -112,6 +114,8 @@ class ResearchRequest(BaseModel):
     review_timeout_action: ReviewTimeoutAction = ReviewTimeoutAction.CANCEL
     enable_clarification: bool = False
     max_clarification_rounds: int = Field(default=3, ge=1, le=10)
+    # Beyond DeerFlow: run independent research steps concurrently (off for DeerFlow parity).
+    parallel_steps: bool = False
 
 
 class Usage(BaseModel):

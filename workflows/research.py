@@ -10,6 +10,7 @@ days without holding worker memory, and survive worker and server restarts.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import timedelta
 
@@ -45,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.plan_parsing import PlanParseError, parse_plan
     from workflows.progress import current_details
     from workflows.review import Feedback, InvalidFeedback, parse_feedback
+    from workflows.scheduling import step_dependencies
     from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, ToolContext, search
     from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
 
@@ -259,27 +261,43 @@ class DeepResearchWorkflow:
             raise ReviewTimedOut(summary) from error
 
     async def _run_steps(self, plan: Plan, locale: str, request: ResearchRequest) -> None:
+        """Run every unfinished step: in order (DeerFlow), or as their dependencies allow."""
         self._set_phase(Phase.RESEARCHING)
-        tool_context = ToolContext(max_search_results=request.max_search_results)
-        for index, step in enumerate(plan.steps):
-            if step.execution_res is not None:
-                continue
-            status = self._status.steps[index]
-            status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
-            self._event("step_started", step.title, index)
-            finding = await run_agent(
-                AGENT_FOR_STEP[step.step_type],
-                {**self._prompt_vars(locale), "tool_guidance": RESEARCHER_TOOL_GUIDANCE},
-                step_task(plan, step, locale),
-                self._config.agent_recursion_limit,
-                tool_context,
-                self._status.usage,
-            )
-            step.execution_res = finding
-            self._observations.append(finding)
-            status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
-            status.finding_preview = finding[:300]
-            self._event("step_done", step.title, index)
+        pending = [index for index, step in enumerate(plan.steps) if step.execution_res is None]
+        if request.parallel_steps:
+            finished: set[int] = set(range(len(plan.steps))) - set(pending)
+
+            async def run_when_ready(index: int) -> None:
+                needs = step_dependencies(plan, index)
+                await workflow.wait_condition(lambda: needs <= finished)
+                await self._run_step(plan, index, locale, request, context=needs)
+                finished.add(index)
+
+            await asyncio.gather(*(run_when_ready(index) for index in pending))
+        else:
+            for index in pending:
+                await self._run_step(plan, index, locale, request)
+        # Observations keep plan order, however the steps interleaved.
+        self._observations.extend(plan.steps[index].execution_res or "" for index in pending)
+
+    async def _run_step(self, plan: Plan, index: int, locale: str, request: ResearchRequest,
+                        context: set[int] | None = None) -> None:
+        step = plan.steps[index]
+        status = self._status.steps[index]
+        status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
+        self._event("step_started", step.title, index)
+        finding = await run_agent(
+            AGENT_FOR_STEP[step.step_type],
+            {**self._prompt_vars(locale), "tool_guidance": RESEARCHER_TOOL_GUIDANCE},
+            step_task(plan, step, locale, context),
+            self._config.agent_recursion_limit,
+            ToolContext(max_search_results=request.max_search_results),
+            self._status.usage,
+        )
+        step.execution_res = finding
+        status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
+        status.finding_preview = finding[:300]
+        self._event("step_done", step.title, index)
 
     async def _report(self, plan: Plan, locale: str, request: ResearchRequest) -> str:
         self._set_phase(Phase.REPORTING)
