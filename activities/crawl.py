@@ -53,6 +53,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import url_guard
 from activities.heartbeat import heartbeating
+from activities.limits import provider_slot
 from activities.settings import get_settings
 from workflows.models import CrawlRequest, CrawlResult
 
@@ -158,7 +159,8 @@ async def crawl_tool(request: CrawlRequest) -> CrawlResult:
     deadline.
     """
     settings = get_settings()
-    page = await fetch(request.url, settings.crawl_allow_hosts)
+    async with provider_slot("crawl"):
+        page = await fetch(request.url, settings.crawl_allow_hosts)
     title, text = await extract_within_budget(page, settings.crawl_max_chars)
     markdown, truncated = cap_text(text, settings.crawl_max_chars)
     return CrawlResult(url=page.url, title=title, markdown=markdown, truncated=truncated)

@@ -20,7 +20,15 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.context_budget import (
+    count_request_tokens,
+    count_tool_tokens,
+    fit_to_budget,
+    output_reserve,
+    token_limit_for,
+)
 from activities.heartbeat import heartbeating
+from activities.limits import provider_slot
 from activities.prompts import render_prompt
 from activities.settings import Settings, get_settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
@@ -59,6 +67,29 @@ def _to_langchain(system_prompt: str, messages: list[ChatMessage]) -> list[BaseM
                 )
             )
     return converted
+
+
+def _within_budget(settings: Settings, request: ChatRequest, system_prompt: str,
+                   tools: list[dict[str, Any]]) -> list[ChatMessage]:
+    """The request's messages trimmed to the model's context window (see ``context_budget``).
+
+    Trimming happens here, not in the workflow, so history keeps every tool output in full and
+    a change of model or ``TOKEN_LIMIT`` applies to the next turn of a running workflow.
+    """
+    model = settings.model_name(request.model_tier.value)
+    limit = token_limit_for(model, settings.token_limit)
+    reserve = output_reserve(limit)
+    tools_tokens = count_tool_tokens(tools)
+    messages = fit_to_budget(system_prompt, request.messages, tools_tokens, limit, reserve)
+    if messages != request.messages:
+        activity.logger.info(
+            "Trimmed the %s prompt from ~%d to ~%d estimated tokens (%d of %d messages kept) to fit "
+            "%s's %d-token window with %d tokens reserved for the reply",
+            request.prompt, count_request_tokens(system_prompt, request.messages, tools_tokens),
+            count_request_tokens(system_prompt, messages, tools_tokens), len(messages), len(request.messages),
+            model, limit, reserve,
+        )
+    return messages
 
 
 def _tool_calls(reply: AIMessage) -> list[ToolCall]:
@@ -129,13 +160,15 @@ def classify_provider_error(error: Exception) -> ApplicationError:
 async def chat(request: ChatRequest) -> ChatResponse:
     settings = get_settings()
     system_prompt = render_prompt(request.prompt, request.prompt_vars)
+    tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
+    messages = _within_budget(settings, request, system_prompt, tools)
     runnable: Any = _client(settings, request.model_tier.value)
-    if request.tools:
-        runnable = runnable.bind_tools([{"type": "function", "function": spec.model_dump()} for spec in request.tools])
+    if tools:
+        runnable = runnable.bind_tools(tools)
     if request.json_mode:
         runnable = runnable.bind(response_format={"type": "json_object"})
     try:
-        reply = await runnable.ainvoke(_to_langchain(system_prompt, request.messages))
+        reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
     except Exception as error:  # every provider failure is sorted, none escapes unclassified
         raise classify_provider_error(error) from error
     content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
