@@ -28,6 +28,9 @@ class Settings(BaseModel):
     basic_model: str = Field(default="gpt-4o-mini", alias="BASIC_MODEL")
     reasoning_model: str | None = Field(default=None, alias="REASONING_MODEL")
     llm_request_timeout: float = Field(default=120.0, alias="LLM_REQUEST_TIMEOUT")
+    # The model's context window in tokens; None: inferred from the model name
+    # (activities.context_budget.token_limit_for). conf.yaml: BASIC_MODEL.token_limit.
+    token_limit: int | None = Field(default=None, alias="TOKEN_LIMIT")
 
     # Search.
     search_api: str = Field(default="tavily", alias="SEARCH_API")
@@ -36,16 +39,46 @@ class Settings(BaseModel):
     search_content_chars: int = Field(default=2000, alias="SEARCH_CONTENT_CHARS")
     # Per-request timeout of the search provider's HTTP call (tavily-python caps it at 120 s).
     search_timeout_seconds: float = Field(default=20.0, gt=0, alias="SEARCH_TIMEOUT_SECONDS")
+    # The other SEARCH_API providers. An unset base URL means the provider's public endpoint.
+    brave_search_api_key: str | None = Field(default=None, alias="BRAVE_SEARCH_API_KEY")
+    brave_base_url: str | None = Field(default=None, alias="BRAVE_BASE_URL")  # .../res/v1
+    serper_api_key: str | None = Field(default=None, alias="SERPER_API_KEY")
+    serper_base_url: str | None = Field(default=None, alias="SERPER_BASE_URL")
+    searx_host: str | None = Field(default=None, alias="SEARX_HOST")  # a SearXNG instance, json format enabled
+    arxiv_base_url: str | None = Field(default=None, alias="ARXIV_BASE_URL")  # the .../api/query endpoint
+    wikipedia_base_url: str | None = Field(default=None, alias="WIKIPEDIA_BASE_URL")  # .../w/api.php
+    wikipedia_lang: str = Field(default="en", alias="WIKIPEDIA_LANG")  # used when WIKIPEDIA_BASE_URL is unset
+    duckduckgo_base_url: str | None = Field(default=None, alias="DUCKDUCKGO_BASE_URL")  # the .../html/ page
+
+    # Local documents / RAG: "local" (files indexed on the worker) or "ragflow".
+    rag_provider: str = Field(default="local", alias="RAG_PROVIDER")
+    ragflow_api_url: str | None = Field(default=None, alias="RAGFLOW_API_URL")
+    ragflow_api_key: str | None = Field(default=None, alias="RAGFLOW_API_KEY")
 
     # Crawl guard: hosts (or IPs) that may be fetched even though they are not public.
     crawl_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_CRAWL_ALLOW_HOSTS")
     crawl_max_chars: int = Field(default=20_000, alias="DEERFLOW_CRAWL_MAX_CHARS")
+
+    # MCP: executables a stdio MCP server may be started with (names, or absolute paths by basename).
+    mcp_allowed_commands: list[str] = Field(
+        default_factory=lambda: ["npx", "uvx", "python", "python3", "node", "docker"],
+        alias="DEERFLOW_MCP_ALLOWED_COMMANDS",
+    )
+
+    # Per-provider concurrency inside one worker process (see activities/limits.py).
+    llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
+    search_max_concurrency: int = Field(default=4, ge=1, alias="SEARCH_MAX_CONCURRENCY")
+    crawl_max_concurrency: int = Field(default=4, ge=1, alias="CRAWL_MAX_CONCURRENCY")
 
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
 
     # Set by the worker when it serves the bundled offline demonstration providers.
     offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
+
+    # Set by worker.py at start-up: whether the namespace has the custom search attributes runs
+    # upsert (cli/search_attributes.py). Runs read it through load_run_config.
+    search_attributes_enabled: bool = Field(default=False, alias="DEERFLOW_SEARCH_ATTRIBUTES")
 
     # Where embedded state lives (dev-server db, indexes, blobs).
     home: Path = Field(default=Path(".deerflow"), alias="DEERFLOW_HOME")
@@ -57,6 +90,14 @@ class Settings(BaseModel):
             return [host.strip().lower() for host in value.split(",") if host.strip()]
         return value
 
+    @field_validator("mcp_allowed_commands", mode="before")
+    @classmethod
+    def _split_commands(cls, value: Any) -> Any:
+        # Not lower-cased, unlike hosts: executable names are case-sensitive.
+        if isinstance(value, str):
+            return [command.strip() for command in value.split(",") if command.strip()]
+        return value
+
     @field_validator("agent_recursion_limit", mode="before")
     @classmethod
     def _fallback_recursion_limit(cls, value: Any) -> int:
@@ -66,6 +107,17 @@ class Settings(BaseModel):
         except (TypeError, ValueError):
             return DEFAULT_RECURSION_LIMIT
         return limit if limit > 0 else DEFAULT_RECURSION_LIMIT
+
+    @field_validator("token_limit", mode="before")
+    @classmethod
+    def _ignore_invalid_token_limit(cls, value: Any) -> int | None:
+        # Like the recursion limit: a bad value falls back to inference from the model name
+        # instead of failing every model call of the worker.
+        try:
+            limit = int(value)
+        except (TypeError, ValueError):
+            return None
+        return limit if limit > 0 else None
 
     def model_name(self, tier: str) -> str:
         if tier == "reasoning" and self.reasoning_model:
@@ -86,6 +138,8 @@ def _conf_yaml_values(path: Path) -> dict[str, Any]:
         values["OPENAI_API_KEY"] = basic["api_key"]
     if basic.get("model"):
         values["BASIC_MODEL"] = basic["model"]
+    if basic.get("token_limit"):
+        values["TOKEN_LIMIT"] = basic["token_limit"]
     reasoning = data.get("REASONING_MODEL") or {}
     if reasoning.get("model"):
         values["REASONING_MODEL"] = reasoning["model"]
