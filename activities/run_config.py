@@ -15,4 +15,9 @@ from workflows.models import RunConfig
 @activity.defn(name="load_run_config")
 async def load_run_config() -> RunConfig:
     settings = get_settings()
-    return RunConfig(agent_recursion_limit=settings.agent_recursion_limit, offline_demo=settings.offline_demo)
+    return RunConfig(
+        agent_recursion_limit=settings.agent_recursion_limit,
+        offline_demo=settings.offline_demo,
+        search_attributes_enabled=settings.search_attributes_enabled,
+        continue_as_new_after_events=settings.continue_as_new_after_events,
+    )

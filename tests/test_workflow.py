@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 
 import pytest
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -274,3 +275,29 @@ async def test_sequential_steps_are_the_default(time_worker: Client) -> None:
     kinds = [(event.kind, event.step_index) for event in status.events if event.kind.startswith("step_")]
     assert kinds == [("step_started", 0), ("step_done", 0), ("step_started", 1), ("step_done", 1),
                      ("step_started", 2), ("step_done", 2)]
+
+
+async def test_a_long_history_continues_as_new_and_the_run_still_completes(
+    time_worker: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from activities.settings import get_settings
+
+    monkeypatch.setenv("DEERFLOW_CONTINUE_AS_NEW_EVENTS", "40")
+    get_settings.cache_clear()
+    try:
+        handle = await start(time_worker, auto_accept_plan=True, max_step_num=4)
+        result = await handle.result()  # follows the chain of continued runs
+    finally:
+        monkeypatch.delenv("DEERFLOW_CONTINUE_AS_NEW_EVENTS")
+        get_settings.cache_clear()
+    first_run = await time_worker.get_workflow_handle(handle.id, run_id=handle.result_run_id).fetch_history()
+    assert first_run.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    assert result.outcome is Outcome.REPORT and result.plan is not None
+    assert all(step.execution_res for step in result.plan.steps)
+    for step in result.plan.steps:
+        marker = next(line for line in (step.execution_res or "").splitlines() if len(line.strip()) > 30).strip()
+        assert marker[:60] in result.report
+    assert result.usage.llm_calls >= 11  # usage carried across the continuations
+    final = await time_worker.get_workflow_handle(handle.id).query("status", result_type=RunStatus)
+    assert any("continued as a new run" in event.message for event in final.events)
+    assert len(final.plan_history) == 1

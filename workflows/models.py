@@ -116,6 +116,8 @@ class ResearchRequest(BaseModel):
     max_clarification_rounds: int = Field(default=3, ge=1, le=10)
     # Beyond DeerFlow: run independent research steps concurrently (off for DeerFlow parity).
     parallel_steps: bool = False
+    # Internal: the state a run hands to its continuation (continue-as-new). Never set it by hand.
+    checkpoint: RunCheckpoint | None = None
 
 
 class Usage(BaseModel):
@@ -292,6 +294,9 @@ class RunConfig(BaseModel):
     agent_recursion_limit: int = 25
     offline_demo: bool = False
     search_attributes_enabled: bool = False  # the namespace has our custom search attributes
+    # Continue as new once a run's history has this many events (None: only when the server
+    # suggests it). Lets operators keep histories short, and tests exercise the hand-over.
+    continue_as_new_after_events: int | None = None
 
 
 # ---------------------------------------------------------------- status query
@@ -365,8 +370,23 @@ class RunStatus(BaseModel):
     offline_demo: bool = False  # the run is served by the bundled offline demonstration model
 
 
+class RunCheckpoint(BaseModel):
+    """Everything a run needs to go on after continue-as-new, mid step loop."""
+
+    plan: Plan
+    plan_iterations: int
+    locale: str
+    planner_messages: list[ChatMessage]
+    observations: list[str]
+    status: RunStatus
+    config: RunConfig
+
+
 class ReviewOutcome(BaseModel):
     """What the ``review_plan`` update returns."""
 
     accepted: bool
     message: str
+
+
+ResearchRequest.model_rebuild()

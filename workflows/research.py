@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ResearchResult,
         ReviewOutcome,
         ReviewTimeoutAction,
+        RunCheckpoint,
         RunConfig,
         RunStatus,
         StepState,
@@ -92,26 +93,34 @@ class DeepResearchWorkflow:
             ) from error
 
     async def _research(self, request: ResearchRequest) -> ResearchResult:
-        self._config = await workflow.execute_activity(
-            "load_run_config", result_type=RunConfig, start_to_close_timeout=timedelta(seconds=30)
-        )
-        self._status.offline_demo = self._config.offline_demo
-        if self._config.search_attributes_enabled:
-            workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
-        handoff = await self._coordinate(request)
-        if isinstance(handoff, str):
-            return self._finish(ResearchResult(report=handoff, locale=request.locale or DEFAULT_LOCALE,
-                                               outcome=Outcome.DIRECT_REPLY))
-        topic, locale, clarified_question = handoff
-        self._status.locale = locale
-
-        planner_messages = [ChatMessage(role="user", content=clarified_question)]
-        if request.enable_background_investigation:
-            planner_messages.extend(await self._investigate(topic, request))
-
         plan: Plan | None = None
         plan_iterations = 0
         feedback_text: str | None = None
+        if request.checkpoint is not None:  # a continuation: resume the step loop where it was
+            checkpoint = request.checkpoint
+            self._status, self._config = checkpoint.status, checkpoint.config
+            self._observations = list(checkpoint.observations)
+            plan, plan_iterations, locale = checkpoint.plan, checkpoint.plan_iterations, checkpoint.locale
+            planner_messages = list(checkpoint.planner_messages)
+            self._event("phase", f"continued as a new run after {len(self._observations)} finding(s)")
+            await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
+        else:
+            self._config = await workflow.execute_activity(
+                "load_run_config", result_type=RunConfig, start_to_close_timeout=timedelta(seconds=30)
+            )
+            self._status.offline_demo = self._config.offline_demo
+            if self._config.search_attributes_enabled:
+                workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
+            handoff = await self._coordinate(request)
+            if isinstance(handoff, str):
+                return self._finish(ResearchResult(report=handoff, locale=request.locale or DEFAULT_LOCALE,
+                                                   outcome=Outcome.DIRECT_REPLY))
+            topic, locale, clarified_question = handoff
+            self._status.locale = locale
+            planner_messages = [ChatMessage(role="user", content=clarified_question)]
+            if request.enable_background_investigation:
+                planner_messages.extend(await self._investigate(topic, request))
+
         while plan_iterations < request.max_plan_iterations:
             reply = await self._plan(request, locale, planner_messages)
             try:
@@ -150,7 +159,7 @@ class DeepResearchWorkflow:
                     continue
             plan_iterations += 1
             self._status.plan_iterations = plan_iterations
-            await self._run_steps(plan, locale, request)
+            await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
 
         assert plan is not None  # the loop runs at least once and every exit above sets it
         report = await self._report(plan, locale, request)
@@ -260,7 +269,8 @@ class DeepResearchWorkflow:
             self._status.awaiting = None
             raise ReviewTimedOut(summary) from error
 
-    async def _run_steps(self, plan: Plan, locale: str, request: ResearchRequest) -> None:
+    async def _run_steps(self, plan: Plan, locale: str, request: ResearchRequest,
+                         planner_messages: list[ChatMessage], plan_iterations: int) -> None:
         """Run every unfinished step: in order (DeerFlow), or as their dependencies allow."""
         self._set_phase(Phase.RESEARCHING)
         pending = [index for index, step in enumerate(plan.steps) if step.execution_res is None]
@@ -276,9 +286,22 @@ class DeepResearchWorkflow:
             await asyncio.gather(*(run_when_ready(index) for index in pending))
         else:
             for index in pending:
+                if self._history_is_long():
+                    done = [plan.steps[i].execution_res or "" for i in pending if plan.steps[i].execution_res]
+                    workflow.continue_as_new(request.model_copy(update={"checkpoint": RunCheckpoint(
+                        plan=plan, plan_iterations=plan_iterations, locale=locale,
+                        planner_messages=planner_messages, observations=self._observations + done,
+                        status=self._status, config=self._config,
+                    )}))
                 await self._run_step(plan, index, locale, request)
         # Observations keep plan order, however the steps interleaved.
         self._observations.extend(plan.steps[index].execution_res or "" for index in pending)
+
+    def _history_is_long(self) -> bool:
+        """Hand over to a fresh run when the server suggests it, or past the configured length."""
+        info = workflow.info()
+        limit = self._config.continue_as_new_after_events
+        return info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() > limit)
 
     async def _run_step(self, plan: Plan, index: int, locale: str, request: ResearchRequest,
                         context: set[int] | None = None) -> None:
