@@ -70,6 +70,9 @@ class Settings(BaseModel):
     search_max_concurrency: int = Field(default=4, ge=1, alias="SEARCH_MAX_CONCURRENCY")
     crawl_max_concurrency: int = Field(default=4, ge=1, alias="CRAWL_MAX_CONCURRENCY")
 
+    # Continue a run as new once its history has this many events (unset: when the server suggests).
+    continue_as_new_after_events: int | None = Field(default=None, ge=10, alias="DEERFLOW_CONTINUE_AS_NEW_EVENTS")
+
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
 
@@ -82,6 +85,17 @@ class Settings(BaseModel):
 
     # Where embedded state lives (dev-server db, indexes, blobs).
     home: Path = Field(default=Path(".deerflow"), alias="DEERFLOW_HOME")
+
+    # Large-payload storage (storage/converter.py): payloads at or above the threshold are written
+    # to a blob store and history keeps only a small reference. "filesystem" (<home>/blobs), "s3"
+    # or "none". Every worker, client and replayer must share the same store.
+    payload_store: str = Field(default="filesystem", alias="DEERFLOW_PAYLOAD_STORE")
+    payload_threshold_bytes: int = Field(default=32_768, ge=0, alias="DEERFLOW_PAYLOAD_THRESHOLD_BYTES")
+    s3_bucket: str = Field(default="deerflow-payloads", alias="DEERFLOW_S3_BUCKET")
+    s3_endpoint_url: str | None = Field(default=None, alias="DEERFLOW_S3_ENDPOINT_URL")  # None: AWS itself
+    s3_region: str = Field(default="us-east-1", alias="DEERFLOW_S3_REGION")
+    s3_access_key_id: str | None = Field(default=None, alias="AWS_ACCESS_KEY_ID")
+    s3_secret_access_key: str | None = Field(default=None, alias="AWS_SECRET_ACCESS_KEY")
 
     @field_validator("crawl_allow_hosts", mode="before")
     @classmethod
