@@ -6,6 +6,7 @@ offline demo uses; the activities are the real ones, with their real HTTP client
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sysconfig
 import uuid
@@ -13,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
@@ -78,6 +79,19 @@ def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
             server.clear_faults()
             server.requests.clear()
             server.latency_seconds = 0.0
+
+
+STARTED: list[WorkflowHandle] = []
+
+
+@pytest.fixture(autouse=True)
+async def _terminate_leftover_runs() -> AsyncIterator[None]:
+    """A run a test leaves behind must not consume the next test's injected faults."""
+    yield
+    while STARTED:
+        handle = STARTED.pop()
+        with contextlib.suppress(Exception):
+            await handle.terminate("test finished")
 
 
 @pytest.fixture(scope="session")

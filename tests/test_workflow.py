@@ -18,7 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.conftest import run_id
+from tests.conftest import STARTED, run_id
 from workflows.errors import failure_message
 from workflows.models import (
     TASK_QUEUE,
@@ -38,8 +38,10 @@ QUESTION = "What are the prospects of solid-state batteries for electric vehicle
 
 async def start(client: Client, **fields: object) -> WorkflowHandle:
     request = ResearchRequest.model_validate({"question": QUESTION, **fields})
-    return await client.start_workflow(WORKFLOW_TYPE, request, id=run_id(), task_queue=TASK_QUEUE,
-                                       result_type=ResearchResult)
+    handle = await client.start_workflow(WORKFLOW_TYPE, request, id=run_id(), task_queue=TASK_QUEUE,
+                                         result_type=ResearchResult)
+    STARTED.append(handle)
+    return handle
 
 
 async def wait_for(handle: WorkflowHandle, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
