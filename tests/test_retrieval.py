@@ -1,0 +1,502 @@
+"""The ``local_search_tool`` activity: the SQLite FTS5 document index and the RAGFlow retriever.
+
+Why this way: the local tests run the real activity over a real folder of md, txt, html, pdf
+and Chinese documents with ``DEERFLOW_HOME`` in a temp dir, so extraction, chunking, CJK
+segmentation, BM25 and the incremental sync are exercised together. RAGFlow is driven over
+loopback against a stdlib HTTP server that speaks its documented ``/api/v1/retrieval`` shape,
+so the request we send and the error sorting are tested on the wire, not on mocks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import sqlite3
+import threading
+from collections.abc import Iterator
+from datetime import timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities import doc_extract
+from activities.doc_chunk import chunk_text
+from activities.doc_index import DB_FILENAME
+from activities.retrieval import (
+    CONFIG_ERROR,
+    RATE_LIMITED,
+    RESOURCE_NOT_FOUND,
+    UNAVAILABLE,
+    local_search_tool,
+)
+from activities.settings import get_settings
+from workflows.models import LocalSearchRequest, SearchResponse
+
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+SOLAR_MD = """# Solar Panels
+
+Photovoltaic cells turn sunlight into electricity. Photovoltaic panel efficiency depends on the
+cell material, the temperature and the angle to the sun; modern photovoltaic modules reach 22 %.
+"""
+BREAD_TXT = (
+    "Sourdough bread needs a starter, flour, water and salt. "
+    "A baker once powered the oven with a photovoltaic roof, but that is another story.\n\n"
+    + "Fold the dough every half hour and let it rise overnight in a cool place. "
+    * 10
+)
+VOLCANO_HTML = """<!doctype html><html><head><title>Volcano Facts</title><style>.x{color:red}</style></head>
+<body><nav>Home | About | Contact</nav><article><h1>How volcanoes erupt</h1>
+<p>Magma chambers deep under a volcano fill with molten rock. When the pressure of dissolved gas
+in the magma grows too large, the rock above gives way and the volcano erupts.</p>
+<p>Basaltic magma is runny and erupts gently; rhyolitic magma is sticky and explodes.</p></article>
+<script>var magma = "not content";</script></body></html>"""
+QUANTUM_ZH = """# 量子计算简介
+
+量子计算利用量子比特的叠加和纠缠来处理信息。与经典比特不同，量子比特可以同时处于多个状态。
+量子计算机有望在密码学和材料模拟方面带来突破。
+"""
+PDF_TEXT = "Tidal turbines harness ocean currents to generate predictable renewable power."
+
+
+def tiny_pdf(text: str, title: str) -> bytes:
+    """A one-page PDF with ``text`` in Helvetica and ``title`` in its Info dictionary, xref exact."""
+    stream = f"BT /F1 12 Tf 72 720 Td ({text}) Tj ET".encode()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+        b"/Resources << /Font << /F1 5 0 R >> >> >>",
+        b"<< /Length %d >>\nstream\n%s\nendstream" % (len(stream), stream),
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        b"<< /Title (%s) >>" % title.encode(),
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n%s\nendobj\n" % (number, body)
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R /Info 6 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """Settings with DEERFLOW_HOME in a temp dir, the local retriever, no conf.yaml or proxy."""
+    for name in PROXY_VARS:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("RAG_PROVIDER", "local")
+    get_settings.cache_clear()
+    yield tmp_path / "home"
+    get_settings.cache_clear()
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    docs = tmp_path / "docs"
+    (docs / "zh").mkdir(parents=True)
+    (docs / ".hidden").mkdir()
+    (docs / "solar.md").write_text(SOLAR_MD, encoding="utf-8")
+    (docs / "bread.txt").write_text(BREAD_TXT, encoding="utf-8")
+    (docs / "volcano.html").write_text(VOLCANO_HTML, encoding="utf-8")
+    (docs / "tidal.pdf").write_bytes(tiny_pdf(PDF_TEXT, "Tidal Energy Report"))
+    (docs / "zh" / "quantum.md").write_text(QUANTUM_ZH, encoding="utf-8")
+    (docs / "notes.docx").write_bytes(b"PK\x03\x04 sourdough photovoltaic")
+    (docs / ".hidden" / "secret.md").write_text("# Secret\n\nphotovoltaic", encoding="utf-8")
+    return docs
+
+
+@pytest.fixture
+def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the files extracted, in order (a spy around the real extraction)."""
+    calls: list[str] = []
+    real = doc_extract.extract_document
+
+    def spy(path: Path, data: bytes) -> doc_extract.ExtractedDocument:
+        calls.append(path.name)
+        return real(path, data)
+
+    monkeypatch.setattr(doc_extract, "extract_document", spy)
+    return calls
+
+
+async def local_search(query: str, resources: list[Path | str], max_results: int = 5) -> SearchResponse:
+    request = LocalSearchRequest(query=query, resources=[str(r) for r in resources], max_results=max_results)
+    return await ActivityEnvironment().run(local_search_tool, request)
+
+
+def names(response: SearchResponse) -> list[str]:
+    return [result.url.split("#")[0].rsplit("/", 1)[-1] for result in response.results]
+
+
+def db_rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(home / DB_FILENAME) as conn:
+        return conn.execute(sql).fetchall()
+
+
+# ---------------------------------------------------------------- ranking and extraction
+
+
+@pytest.mark.usefixtures("home")
+async def test_the_most_relevant_document_ranks_first(corpus: Path) -> None:
+    # bread.txt is indexed first and mentions "photovoltaic" once; only BM25 puts solar.md first.
+    response = await local_search("photovoltaic panel efficiency", [corpus])
+    assert names(response)[:2] == ["solar.md", "bread.txt"]
+    top = response.results[0]
+    assert top.title == "Solar Panels"  # the first heading
+    assert top.url == f"{(corpus / 'solar.md').as_uri()}#chunk-1"
+    assert "22 %" in top.content
+    assert top.score is not None and top.score > response.results[1].score
+
+
+@pytest.mark.usefixtures("home")
+async def test_html_and_pdf_are_extracted(corpus: Path) -> None:
+    html = await local_search("magma chambers", [corpus])
+    assert names(html) == ["volcano.html"]
+    assert html.results[0].title == "Volcano Facts"
+    assert "not content" not in html.results[0].content  # scripts are not text
+    pdf = await local_search("tidal turbines", [corpus])
+    assert names(pdf) == ["tidal.pdf"]
+    assert pdf.results[0].title == "Tidal Energy Report"
+    assert "ocean currents" in pdf.results[0].content
+
+
+@pytest.mark.usefixtures("home")
+async def test_a_chinese_query_finds_the_chinese_document(corpus: Path) -> None:
+    for query in ("量子比特", "量子计算机有什么用？", "密码学"):
+        response = await local_search(query, [corpus])
+        assert names(response)[:1] == ["quantum.md"], query
+    assert response.results[0].title == "量子计算简介"
+
+
+@pytest.mark.usefixtures("home")
+async def test_unsupported_and_hidden_files_are_skipped(corpus: Path, extractions: list[str]) -> None:
+    response = await local_search("photovoltaic", [corpus])
+    assert sorted(extractions) == ["bread.txt", "quantum.md", "solar.md", "tidal.pdf", "volcano.html"]
+    assert set(names(response)) == {"solar.md", "bread.txt"}
+
+
+@pytest.mark.usefixtures("home")
+async def test_results_point_at_the_matching_chunk(tmp_path: Path) -> None:
+    filler = "\n\n".join(f"Paragraph {i} talks about nothing in particular, at some length. " * 4 for i in range(20))
+    long = tmp_path / "long.md"
+    long.write_text(f"# Long\n\n{filler}\n\nThe xylophone appears only here, at the very end.\n", encoding="utf-8")
+    response = await local_search("xylophone", [long])
+    (result,) = response.results
+    assert "xylophone" in result.content
+    assert not result.url.endswith("#chunk-1")
+    assert len(result.content) <= 2000
+
+
+@pytest.mark.usefixtures("home")
+async def test_max_results_is_respected(corpus: Path) -> None:
+    assert len((await local_search("photovoltaic", [corpus], max_results=1)).results) == 1
+    assert (await local_search("photovoltaic", [corpus], max_results=0)).results == []
+
+
+# ---------------------------------------------------------------- scope
+
+
+@pytest.mark.usefixtures("home")
+async def test_results_come_only_from_the_given_resources(tmp_path: Path, corpus: Path) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "panels.md").write_text("# Photovoltaic\n\n" + "photovoltaic efficiency " * 30, encoding="utf-8")
+    assert names(await local_search("photovoltaic", [other])) == ["panels.md"]  # now in the index
+    assert "panels.md" not in names(await local_search("photovoltaic", [corpus]))
+    assert names(await local_search("photovoltaic", [corpus / "bread.txt"])) == ["bread.txt"]
+    assert names(await local_search("photovoltaic", [(corpus / "bread.txt").as_uri()])) == ["bread.txt"]
+
+
+@pytest.mark.usefixtures("home")
+async def test_a_missing_path_is_a_non_retryable_resource_not_found(corpus: Path) -> None:
+    missing = corpus / "nope" / "gone.md"
+    with pytest.raises(ApplicationError) as caught:
+        await local_search("photovoltaic", [corpus, missing])
+    assert caught.value.type == RESOURCE_NOT_FOUND
+    assert caught.value.non_retryable
+    assert str(missing) in caught.value.message
+
+
+@pytest.mark.usefixtures("home")
+async def test_a_rag_uri_needs_the_ragflow_provider() -> None:
+    with pytest.raises(ApplicationError) as caught:
+        await local_search("anything", ["rag://dataset/abc"])
+    assert caught.value.type == CONFIG_ERROR and caught.value.non_retryable
+
+
+# ---------------------------------------------------------------- incremental index
+
+
+async def test_unchanged_files_are_not_extracted_again_and_changed_ones_are(
+    home: Path, corpus: Path, extractions: list[str]
+) -> None:
+    await local_search("photovoltaic", [corpus])
+    assert len(extractions) == 5
+    extractions.clear()
+
+    await local_search("photovoltaic", [corpus])
+    assert extractions == []
+
+    (corpus / "solar.md").write_text("# Wind\n\nA windmill turns wind into rotation.\n", encoding="utf-8")
+    found = await local_search("windmill", [corpus])
+    assert extractions == ["solar.md"]
+    assert names(found) == ["solar.md"] and found.results[0].title == "Wind"
+    assert "solar.md" not in names(await local_search("photovoltaic sunlight", [corpus]))
+    assert db_rows(home, "SELECT count(*) FROM chunks WHERE content LIKE '%sunlight%'") == [(0,)]
+
+
+async def test_a_deleted_file_is_dropped_when_its_folder_is_reindexed(home: Path, corpus: Path) -> None:
+    await local_search("sourdough", [corpus])
+    bread = str((corpus / "bread.txt").resolve())
+    assert db_rows(home, f"SELECT count(*) FROM documents WHERE path = '{bread}'") == [(1,)]
+
+    (corpus / "bread.txt").unlink()
+    assert (await local_search("sourdough", [corpus])).results == []
+    assert db_rows(home, f"SELECT count(*) FROM documents WHERE path = '{bread}'") == [(0,)]
+    assert db_rows(home, "SELECT count(*) FROM chunk_fts WHERE chunk_fts MATCH 'sourdough'") == [(0,)]
+
+
+async def test_concurrent_searches_index_each_file_once(home: Path, corpus: Path) -> None:
+    responses = await asyncio.gather(*(local_search("photovoltaic", [corpus]) for _ in range(6)))
+    assert all(names(response)[:1] == ["solar.md"] for response in responses)
+    assert db_rows(home, "SELECT count(*) FROM documents") == [(5,)]
+    assert db_rows(home, "SELECT count(*) FROM chunks") == db_rows(home, "SELECT count(*) FROM chunk_fts")
+    assert db_rows(home, "PRAGMA journal_mode") == [("wal",)]
+
+
+# ---------------------------------------------------------------- hostile queries
+
+
+@pytest.mark.usefixtures("home")
+@pytest.mark.parametrize(
+    "query",
+    [
+        '"',
+        "AND OR NOT",
+        "*",
+        "(",
+        "NEAR(",
+        ")",
+        "^",
+        "-",
+        "+",
+        ":",
+        "title:solar",
+        '"unbalanced',
+        "NEAR(a b, 3)",
+        "a AND",
+        "OR",
+        "{title body}: x",
+        "\x00",
+        "🙂",
+        "''",
+        "\\",
+        "solar*",
+    ],
+)
+async def test_hostile_queries_do_not_raise(corpus: Path, query: str) -> None:
+    response = await local_search(query, [corpus])
+    assert isinstance(response, SearchResponse)
+
+
+@pytest.mark.usefixtures("home")
+async def test_query_syntax_is_treated_as_words(corpus: Path) -> None:
+    response = await local_search('"magma" AND (NEAR( basaltic -', [corpus])
+    assert names(response)[:1] == ["volcano.html"]
+
+
+@pytest.mark.usefixtures("home")
+async def test_the_activity_heartbeats_while_indexing(corpus: Path) -> None:
+    beats: list[Any] = []
+    env = ActivityEnvironment()
+    env.on_heartbeat = lambda *details: beats.append(details)
+    await env.run(local_search_tool, LocalSearchRequest(query="photovoltaic", resources=[str(corpus)]))
+    assert beats
+
+
+def test_chunks_are_bounded_cover_the_text_and_overlap() -> None:
+    words = [f"w{i}" for i in range(3000)]
+    text = "\n\n".join(" ".join(words[i : i + 60]) for i in range(0, 3000, 60))
+    chunks = chunk_text(text, size=1500, overlap=200)
+    assert len(chunks) > 5
+    assert all(len(chunk) <= 1700 for chunk in chunks)
+    assert {word for chunk in chunks for word in chunk.split()} == set(words)  # nothing lost, no word cut
+    assert all(set(a.split()) & set(b.split()) for a, b in itertools.pairwise(chunks))  # neighbours overlap
+    assert all(
+        chunk.split("\n\n")[-1].split()[-1] in ("w2999", *[f"w{i - 1}" for i in range(60, 3000, 60)])
+        for chunk in chunks
+    )  # cuts fall at paragraph ends
+
+
+# ---------------------------------------------------------------- RAGFlow
+
+
+class FakeRAGFlow:
+    """A loopback RAGFlow: records requests to ``/api/v1/retrieval`` and answers from a queue."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.replies: list[tuple[int, dict[str, str], Any]] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = json.loads(self.rfile.read(length) or b"null")
+                fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                status, headers, reply = fake.replies.pop(0) if fake.replies else (200, {}, {"code": 0, "data": {}})
+                payload = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
+                self.send_response(status)
+                for name, value in {"Content-Type": "application/json", **headers}.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
+
+    def __enter__(self) -> FakeRAGFlow:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def ragflow(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeRAGFlow]:
+    with FakeRAGFlow() as fake:
+        for name in PROXY_VARS:
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
+        monkeypatch.setenv("RAG_PROVIDER", "ragflow")
+        monkeypatch.setenv("RAGFLOW_API_URL", fake.base_url + "/")
+        monkeypatch.setenv("RAGFLOW_API_KEY", "ragflow-test-key")
+        monkeypatch.setenv("SEARCH_TIMEOUT_SECONDS", "2")
+        get_settings.cache_clear()
+        yield fake
+    get_settings.cache_clear()
+
+
+async def rag_search(resources: list[str], max_results: int = 3) -> SearchResponse:
+    request = LocalSearchRequest(query="What is RAGFlow?", resources=resources, max_results=max_results)
+    return await ActivityEnvironment().run(local_search_tool, request)
+
+
+async def rag_error(ragflow: FakeRAGFlow, status: int, reply: Any, headers: dict[str, str] | None = None) -> Any:
+    ragflow.replies.append((status, headers or {}, reply))
+    with pytest.raises(ApplicationError) as caught:
+        await rag_search(["rag://dataset/ds1"])
+    return caught.value
+
+
+async def test_ragflow_request_and_result_mapping(ragflow: FakeRAGFlow) -> None:
+    ragflow.replies.append(
+        (
+            200,
+            {},
+            {
+                "code": 0,
+                "data": {
+                    "chunks": [
+                        {
+                            "content": "RAGFlow is a RAG engine.",
+                            "document_id": "doc1",
+                            "document_keyword": "intro.pdf",
+                            "dataset_id": "ds1",
+                            "similarity": 0.91,
+                            "id": "c1",
+                        },
+                        {
+                            "content_with_weight": "Older field names.",
+                            "doc_id": "doc9",
+                            "kb_id": "ds2",
+                            "similarity": 0.5,
+                        },
+                        {"content": "", "document_id": "doc1", "similarity": 0.4},
+                    ],
+                    "doc_aggs": [{"doc_id": "doc9", "doc_name": "legacy.txt", "count": 1}],
+                    "total": 3,
+                },
+            },
+        )
+    )
+    response = await rag_search(["rag://dataset/ds1", "rag://dataset/ds2#doc9", "rag://dataset/ds1"], max_results=2)
+
+    (sent,) = ragflow.requests
+    assert sent["path"] == "/api/v1/retrieval"
+    assert sent["headers"]["Authorization"] == "Bearer ragflow-test-key"
+    assert sent["body"] == {
+        "question": "What is RAGFlow?",
+        "dataset_ids": ["ds1", "ds2"],
+        "document_ids": ["doc9"],
+        "page": 1,
+        "page_size": 2,
+    }
+    assert [(r.title, r.url, r.content, r.score) for r in response.results] == [
+        ("intro.pdf", "rag://dataset/ds1#doc1", "RAGFlow is a RAG engine.", 0.91),
+        ("legacy.txt", "rag://dataset/ds2#doc9", "Older field names.", 0.5),
+    ]
+
+
+async def test_ragflow_http_401_is_not_retryable(ragflow: FakeRAGFlow) -> None:
+    error = await rag_error(ragflow, 401, {"code": 401, "message": "Unauthorized"})
+    assert error.type == CONFIG_ERROR and error.non_retryable
+    assert "rejected the API key (401)" in error.message and "Unauthorized" in error.message
+
+
+async def test_ragflow_invalid_key_code_in_a_200_is_not_retryable(ragflow: FakeRAGFlow) -> None:
+    error = await rag_error(ragflow, 200, {"code": 109, "message": "Authentication error: API key is invalid!"})
+    assert error.type == CONFIG_ERROR and error.non_retryable
+    assert "rejected the API key" in error.message and "API key is invalid" in error.message
+
+
+async def test_ragflow_foreign_dataset_is_not_retryable(ragflow: FakeRAGFlow) -> None:
+    error = await rag_error(ragflow, 200, {"code": 102, "message": "You don't own the dataset ds1."})
+    assert error.type == CONFIG_ERROR and error.non_retryable
+
+
+async def test_ragflow_429_is_retried_after_retry_after(ragflow: FakeRAGFlow) -> None:
+    error = await rag_error(ragflow, 429, {"code": 429, "message": "slow down"}, {"Retry-After": "7"})
+    assert error.type == RATE_LIMITED and not error.non_retryable
+    assert error.next_retry_delay == timedelta(seconds=7)
+
+
+async def test_ragflow_5xx_and_server_exceptions_are_retryable(ragflow: FakeRAGFlow) -> None:
+    error = await rag_error(ragflow, 503, b"<html>bad gateway</html>")
+    assert error.type == UNAVAILABLE and not error.non_retryable
+    error = await rag_error(ragflow, 200, {"code": 100, "message": "ConnectionError('es down')"})
+    assert error.type == UNAVAILABLE and not error.non_retryable
+
+
+async def test_ragflow_needs_rag_uris(ragflow: FakeRAGFlow) -> None:
+    with pytest.raises(ApplicationError) as caught:
+        await rag_search(["/some/local/folder"])
+    assert caught.value.type == CONFIG_ERROR and caught.value.non_retryable
+    assert "rag://dataset/" in caught.value.message
+    assert ragflow.requests == []
+
+
+async def test_an_unknown_rag_provider_is_a_config_error(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    monkeypatch.setenv("RAG_PROVIDER", "milvus")
+    get_settings.cache_clear()
+    with pytest.raises(ApplicationError) as caught:
+        await rag_search(["rag://dataset/ds1"])
+    assert caught.value.type == CONFIG_ERROR and "ragflow" in caught.value.message
