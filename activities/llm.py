@@ -168,7 +168,8 @@ async def chat(request: ChatRequest) -> ChatResponse:
     if request.json_mode:
         runnable = runnable.bind(response_format={"type": "json_object"})
     try:
-        reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
+        async with provider_slot("llm"):
+            reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
     except Exception as error:  # every provider failure is sorted, none escapes unclassified
         raise classify_provider_error(error) from error
     content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
