@@ -45,6 +45,14 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-search-results", type=_positive, help="results per search (default 3)")
     run.add_argument("--no-background", action="store_true", help="skip the background investigation")
     run.add_argument("--deep-thinking", action="store_true", help="plan with the reasoning model")
+    run.add_argument("--resource", action="append", default=[], metavar="PATH",
+                     help="a document or folder (md, txt, pdf, html) to research; repeatable")
+    run.add_argument("--parallel", action="store_true", help="run independent research steps concurrently")
+    run.add_argument("--clarify", action="store_true", help="let the coordinator ask clarifying questions")
+    run.add_argument("--review-timeout", metavar="DURATION",
+                     help="how long a review may wait, ISO 8601 (P7D, PT12H) or seconds (default P7D)")
+    run.add_argument("--review-timeout-action", choices=["accept", "cancel", "report"],
+                     help="what happens when the review deadline passes (default cancel)")
     run.add_argument("--no-wait", action="store_true", help="print the run ID and return at once")
     run.add_argument("-o", "--output", help="write the report to this file")
     run.add_argument("--id", help="workflow ID for the run (default: derived from the question)")

@@ -84,7 +84,8 @@ class Settings(BaseModel):
     search_attributes_enabled: bool = Field(default=False, alias="DEERFLOW_SEARCH_ATTRIBUTES")
 
     # Where embedded state lives (dev-server db, indexes, blobs).
-    home: Path = Field(default=Path(".deerflow"), alias="DEERFLOW_HOME")
+    # Absolute by default, so the CLI (run from anywhere) and the worker (run from the repo) agree.
+    home: Path = Field(default=Path(__file__).resolve().parent.parent / ".deerflow", alias="DEERFLOW_HOME")
 
     # Large-payload storage (storage/converter.py): payloads at or above the threshold are written
     # to a blob store and history keeps only a small reference. "filesystem" (<home>/blobs), "s3"

@@ -18,7 +18,6 @@ from temporalio.client import (
     WorkflowHistory,
     WorkflowUpdateFailedError,
 )
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
@@ -26,6 +25,7 @@ from temporalio.worker import Replayer
 from cli.connection import CliError, connect
 from cli.embedded import stop_embedded
 from cli.render import plan_text, review_help, status_text
+from storage.converter import data_converter
 from workflows.errors import failure_message
 from workflows.models import (
     TASK_QUEUE,
@@ -142,6 +142,18 @@ def _request(args: argparse.Namespace) -> ResearchRequest:
     optional = {"report_style": args.report_style, "locale": args.locale, "max_step_num": args.max_steps,
                 "max_plan_iterations": args.max_plan_iterations, "max_search_results": args.max_search_results}
     fields.update({key: value for key, value in optional.items() if value is not None})
+    if args.resource:
+        missing = [path for path in args.resource if not Path(path).exists()]
+        if missing:
+            raise CliError(f"Resource not found: {', '.join(missing)}")
+        # The worker resolves paths on its own machine: send them absolute, as the user meant them.
+        fields["resources"] = [str(Path(path).resolve()) for path in args.resource]
+    if args.review_timeout:
+        fields["review_timeout"] = args.review_timeout
+    if args.review_timeout_action:
+        fields["review_timeout_action"] = args.review_timeout_action
+    fields["parallel_steps"] = args.parallel
+    fields["enable_clarification"] = args.clarify
     if args.no_background:
         fields["enable_background_investigation"] = False
     if args.deep_thinking:
@@ -253,7 +265,7 @@ async def replay(args: argparse.Namespace) -> int:
         recorded = await handle.fetch_history()
     else:
         raise CliError("replay needs a run ID or --file FILE.json")
-    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter())
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
         print(f"Replay FAILED for {recorded.workflow_id}: {outcome.replay_failure}")

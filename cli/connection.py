@@ -6,10 +6,10 @@ import os
 import sys
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from cli.embedded import DEFAULT_ADDRESS, has_worker, is_listening, start_dev_server, start_worker
 from offline.providers import OFFLINE_BANNER
+from storage.converter import data_converter
 
 
 class CliError(Exception):
@@ -36,7 +36,7 @@ async def connect(*, ensure_worker: bool = True) -> Client:
         ui_url = start_dev_server(address)
         print(f"Temporal Web UI: {ui_url}", file=sys.stderr)
     try:
-        client = await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+        client = await Client.connect(address, namespace=namespace, data_converter=data_converter())
     except RuntimeError as error:
         raise CliError(f"Cannot connect to Temporal at {address}: {error}") from error
     if ensure_worker and embedded and not await has_worker(client):

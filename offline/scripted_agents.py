@@ -9,7 +9,6 @@ makes an offline run a real, inspectable end-to-end run rather than canned text.
 """
 
 # Chinese text needs full-width punctuation, which RUF001 would flag on every zh-CN string.
-# ruff: noqa: RUF001
 
 from __future__ import annotations
 
@@ -457,8 +456,30 @@ def _problem(step: StepInput) -> str:
     return f"**{step.title}**" + (f" — {step.description}" if step.description else "")
 
 
+LOOPBACK_URL_RE = re.compile(r"^https?://127\.\d+\.\d+\.\d+[:/]")
+
+
+def _crawl_calls(messages: list[dict[str, Any]], results: list[dict[str, str]]) -> ScriptedReply | None:
+    """Read in full every result served from this machine (the only pages the demo may fetch).
+
+    Results from the bundled corpus point at a domain that is never fetched; benchmarks and
+    tests serve pages on loopback, so crawling those exercises the real crawler end to end.
+    """
+    if any(call.get("function", {}).get("name") == "crawl_tool"
+           for m in messages if m.get("role") == "assistant" for call in m.get("tool_calls") or []):
+        return None
+    urls = list(dict.fromkeys(r["url"] for r in results if LOOPBACK_URL_RE.match(r["url"])))
+    if not urls:
+        return None
+    earlier = sum(len(m.get("tool_calls") or []) for m in messages if m.get("role") == "assistant")
+    return ScriptedReply(tool_calls=tuple(
+        ScriptedToolCall(id=f"call_{earlier + n}", name="crawl_tool", arguments={"url": url})
+        for n, url in enumerate(urls, start=1)
+    ))
+
+
 def researcher(body: dict[str, Any]) -> ScriptedReply:
-    """Search once for the step title, then write a cited answer from whatever came back."""
+    """Search once for the step title, read loopback pages in full, then write a cited answer."""
     messages = body.get("messages") or []
     step = parse_step_input(messages)
     tools, outputs = _tool_names(body), _tool_messages(messages)
@@ -471,6 +492,10 @@ def researcher(body: dict[str, Any]) -> ScriptedReply:
     zh = _zh(step.locale)
     errors = [o.strip() for o in outputs if _is_error(o)]
     results = [r for o in outputs if not _is_error(o) for r in _results_of(o)]
+    if "crawl_tool" in tools:
+        crawls = _crawl_calls(messages, results)
+        if crawls is not None:
+            return crawls
     seen: set[str] = set()
     refs = [r for r in results if r["url"] and not (r["url"] in seen or seen.add(r["url"]))]
     if not results:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -24,6 +23,7 @@ from activities.settings import get_settings
 from cli.shutdown import exit_now
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
+from storage.converter import data_converter
 from workflows.models import TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
@@ -97,7 +97,7 @@ async def _terminate_leftover_runs() -> AsyncIterator[None]:
 @pytest.fixture(scope="session")
 async def time_env() -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(TEST_SERVER)
+        data_converter=data_converter(), test_server_existing_path=str(TEST_SERVER)
     )
     yield env
     await env.shutdown()

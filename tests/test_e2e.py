@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from cli.embedded import has_worker
+from storage.converter import data_converter
 from tests.conftest import run_id
 from tests.processes import REPO_DIR, DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
@@ -37,7 +37,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture(scope="module")
 async def client(dev_server: DevServer) -> AsyncIterator[Client]:
-    yield await Client.connect(dev_server.address, data_converter=pydantic_data_converter)
+    yield await Client.connect(dev_server.address, data_converter=data_converter())
 
 
 async def start_worker(dev_server: DevServer, client: Client, log: Path, **env: str) -> WorkerProcess:

@@ -6,7 +6,7 @@ The researcher, the coder and the analyst differ only in their prompt and their 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from temporalio import workflow
 
@@ -32,7 +32,22 @@ AGENT_FOR_STEP: dict[StepType, AgentSpec] = {
     StepType.ANALYSIS: ANALYST,
 }
 
-RESEARCHER_TOOL_GUIDANCE = (
+WEB_TOOL_GUIDANCE = (
     "- `web_search`: search the web; returns titles, URLs and snippets.\n"
     "- `crawl_tool`: read one page in full, as markdown."
 )
+LOCAL_TOOL_GUIDANCE = (
+    "- `local_search_tool`: search the user's own documents. They are the most relevant sources: "
+    "use this tool FIRST, and turn to the web only for what the documents do not cover.\n"
+)
+
+
+def agent_for(step_type: StepType, has_resources: bool) -> tuple[AgentSpec, str]:
+    """The agent for a step, and the tool guidance for its prompt.
+
+    With resources, the researcher gets ``local_search_tool`` first in its tools, as DeerFlow does.
+    """
+    agent = AGENT_FOR_STEP[step_type]
+    if agent is RESEARCHER and has_resources:
+        return replace(agent, tools=("local_search_tool", *agent.tools)), LOCAL_TOOL_GUIDANCE + WEB_TOOL_GUIDANCE
+    return agent, WEB_TOOL_GUIDANCE

@@ -34,7 +34,8 @@ def observation_message(observation: str) -> ChatMessage:
     )
 
 
-def step_task(plan: Plan, step: Step, locale: str, context: set[int] | None = None) -> str:
+def step_task(plan: Plan, step: Step, locale: str, context: set[int] | None = None,
+              resources: list[str] | None = None) -> str:
     """The step input of DeerFlow's researcher and coder: topic, earlier findings, current step.
 
     ``context`` limits the earlier findings to those steps (a parallel step sees only what it
@@ -51,6 +52,10 @@ def step_task(plan: Plan, step: Step, locale: str, context: set[int] | None = No
         f"# Current Step\n\n## Title\n\n{step.title}\n\n## Description\n\n{step.description}\n\n"
         f"## Locale\n\n{locale}"
     )
+    if resources:
+        listed = "\n".join(f"- {resource}" for resource in resources)
+        parts.append(f"\n\n**The user provided these documents:**\n\n{listed}\n\n"
+                     "You MUST search them with `local_search_tool` before using the web.")
     return "".join(parts)
 
 

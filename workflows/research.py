@@ -19,7 +19,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.agent_loop import run_agent
-    from workflows.agents import AGENT_FOR_STEP, RESEARCHER_TOOL_GUIDANCE
+    from workflows.agents import agent_for
     from workflows.errors import failure_message
     from workflows.messages import background_message, observation_message, reporter_messages, step_task
     from workflows.model_calls import call_model
@@ -74,6 +74,7 @@ class DeepResearchWorkflow:
         self._clarification_inbox: list[str] = []
         self._observations: list[str] = []
         self._config = RunConfig()
+        self._crawls: dict[str, asyncio.Task[str]] = {}
 
     # ------------------------------------------------------------------ the story of a run
 
@@ -309,12 +310,14 @@ class DeepResearchWorkflow:
         status = self._status.steps[index]
         status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
         self._event("step_started", step.title, index)
+        agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources))
         finding = await run_agent(
-            AGENT_FOR_STEP[step.step_type],
-            {**self._prompt_vars(locale), "tool_guidance": RESEARCHER_TOOL_GUIDANCE},
-            step_task(plan, step, locale, context),
+            agent,
+            {**self._prompt_vars(locale), "tool_guidance": tool_guidance},
+            step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
             self._config.agent_recursion_limit,
-            ToolContext(max_search_results=request.max_search_results),
+            ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
+                        crawls=self._crawls),
             self._status.usage,
         )
         step.execution_res = finding

@@ -7,11 +7,13 @@ reads. A failing tool never fails the run: the model is told what went wrong and
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -22,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import (
         CrawlRequest,
         CrawlResult,
+        LocalSearchRequest,
         PythonRequest,
         PythonResult,
         SearchRequest,
@@ -58,9 +61,13 @@ ASK_CLARIFICATION = ToolSpec(
 
 @dataclass(frozen=True)
 class ToolContext:
-    """Per-run facts a tool needs that the model does not choose."""
+    """Per-run facts and state a tool needs that the model does not choose."""
 
     max_search_results: int
+    resources: tuple[str, ...] = ()
+    # Crawls of this run by normalised URL: a page is fetched once per run, and a second call
+    # (even a concurrent one) reuses the first one's result without another activity.
+    crawls: dict[str, asyncio.Task[str]] = field(default_factory=dict)
 
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -89,10 +96,23 @@ async def _web_search(arguments: dict[str, Any], context: ToolContext) -> str:
     return format_search_response(await search(str(arguments["query"]), context.max_search_results))
 
 
+def crawl_key(url: str) -> str:
+    """Same page, same key: scheme and host are case-insensitive and the fragment is not sent."""
+    parts = urlsplit(url.strip())
+    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", parts.query, ""))
+
+
 async def _crawl(arguments: dict[str, Any], context: ToolContext) -> str:
+    key = crawl_key(str(arguments["url"]))
+    if key not in context.crawls:
+        context.crawls[key] = asyncio.ensure_future(_fetch_page(str(arguments["url"])))
+    return await asyncio.shield(context.crawls[key])
+
+
+async def _fetch_page(url: str) -> str:
     result = await workflow.execute_activity(
         "crawl_tool",
-        CrawlRequest(url=str(arguments["url"])),
+        CrawlRequest(url=url),
         result_type=CrawlResult,
         start_to_close_timeout=timedelta(seconds=60),
         schedule_to_close_timeout=timedelta(minutes=4),
@@ -100,6 +120,20 @@ async def _crawl(arguments: dict[str, Any], context: ToolContext) -> str:
         retry_policy=CRAWL_RETRY,
     )
     return format_crawl_result(result)
+
+
+async def _local_search(arguments: dict[str, Any], context: ToolContext) -> str:
+    response = await workflow.execute_activity(
+        "local_search_tool",
+        LocalSearchRequest(query=str(arguments["query"]), resources=list(context.resources),
+                           max_results=context.max_search_results),
+        result_type=SearchResponse,
+        start_to_close_timeout=timedelta(minutes=10),
+        schedule_to_close_timeout=timedelta(minutes=15),
+        heartbeat_timeout=timedelta(seconds=15),
+        retry_policy=SEARCH_RETRY,
+    )
+    return format_search_response(response)
 
 
 async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
@@ -139,6 +173,12 @@ TOOLS: dict[str, ToolDefinition] = {
         _string_tool("web_search", "Search the web. Returns titles, URLs and snippets of the best results.",
                      "query", "What to search for."),
         _web_search,
+    ),
+    "local_search_tool": ToolDefinition(
+        _string_tool("local_search_tool",
+                     "Search the user's own documents (the resources given for this research). Prefer it.",
+                     "query", "What to look for in the documents."),
+        _local_search,
     ),
     "crawl_tool": ToolDefinition(
         _string_tool("crawl_tool", "Fetch a web page or PDF and return its main text as markdown.",

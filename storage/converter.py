@@ -1,0 +1,86 @@
+"""The one data converter of deerflow-temporal: pydantic payloads, large ones stored outside history.
+
+The worker, every client (starter CLI, tests) and the replayer must use :func:`data_converter`
+with the same settings: a payload written to the blob store is only a reference in history, and
+only a converter with the same driver (same name, same store) can turn it back into the value.
+
+Why 32 KiB by default (``DEERFLOW_PAYLOAD_THRESHOLD_BYTES``): Temporal fails a payload over 2 MB
+outright, warns at 512 KB, and caps a run's whole history at 50 MB (warning at 10 MB). The agent
+loop sends the whole conversation to ``chat`` every turn, so its inputs grow with every tool result
+and dominate history. At 32 KiB no single inline payload can exceed 32 KiB: plans, statuses,
+prompts and short answers stay readable in the Web UI, while conversations, crawled pages and
+reports go to the store. Even a 300-activity run then stays well under the 10 MB warning. Much
+lower would send many small payloads through blob I/O for little gain; much higher would let a
+long run's repeated conversations creep back towards the limits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter, ExternalStorage, StorageDriver
+
+from activities.settings import Settings, get_settings
+from storage.filesystem import FileSystemStorageDriver
+
+PAYLOAD_STORES = ("filesystem", "s3", "none")
+
+
+def blob_root(settings: Settings) -> Path:
+    """The filesystem store's directory: ``<DEERFLOW_HOME>/blobs``."""
+    return settings.home / "blobs"
+
+
+def _store_name(settings: Settings) -> str:
+    store = settings.payload_store.strip().lower()
+    if store not in PAYLOAD_STORES:
+        raise ValueError(f"DEERFLOW_PAYLOAD_STORE must be one of {', '.join(PAYLOAD_STORES)}; got {store!r}")
+    return store
+
+
+def storage_driver(settings: Settings) -> StorageDriver | None:
+    """The driver ``DEERFLOW_PAYLOAD_STORE`` selects, or None for ``none`` (everything inline)."""
+    store = _store_name(settings)
+    if store == "filesystem":
+        return FileSystemStorageDriver(blob_root(settings))
+    if store == "s3":
+        from storage.s3 import s3_driver  # only deployments that use S3 import its client
+
+        return s3_driver(settings)
+    return None
+
+
+def with_driver(driver: StorageDriver | None, threshold_bytes: int) -> DataConverter:
+    """The pydantic converter, offloading payloads of ``threshold_bytes`` or more to ``driver``."""
+    if driver is None:
+        return pydantic_data_converter
+    storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold_bytes)
+    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+
+
+def data_converter(settings: Settings | None = None) -> DataConverter:
+    """The converter for the worker, every client and the replayer, from the settings (env)."""
+    settings = settings or get_settings()
+    return with_driver(storage_driver(settings), settings.payload_threshold_bytes)
+
+
+async def prepare_payload_store(settings: Settings | None = None) -> None:
+    """Make the configured store ready at worker start-up, so the first large payload cannot fail.
+
+    Filesystem: creates ``<home>/blobs``. S3: creates the bucket on a self-hosted store (MinIO)
+    if it is missing, and fails clearly when an AWS bucket is missing or unreachable.
+    """
+    settings = settings or get_settings()
+    store = _store_name(settings)
+    if store == "filesystem":
+        blob_root(settings).mkdir(parents=True, exist_ok=True)
+    elif store == "s3":
+        from storage.s3 import ensure_bucket, s3_client
+
+        client = s3_client(settings)
+        try:
+            await ensure_bucket(settings, client)
+        finally:
+            await client.aclose()

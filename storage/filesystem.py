@@ -1,0 +1,149 @@
+"""A content-addressed blob store on the local filesystem, for single-machine deployments.
+
+The embedded dev server, the worker and the CLI run on one machine by default, so a directory
+under ``DEERFLOW_HOME`` is the simplest store they can all share. Blobs are named by the SHA-256 of
+the serialized payload: storing the same bytes twice (a retried activity, a replayed workflow)
+writes nothing new, and a blob can be checked against its name when it is read back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import (
+    StorageDriver,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+
+DRIVER_NAME = "deerflow.filesystem"
+HASH_ALGORITHM = "sha256"
+
+
+class PayloadStoreError(RuntimeError):
+    """A stored payload cannot be read back: missing, corrupted, or referenced wrongly.
+
+    It propagates out of payload decoding, so Temporal retries the workflow or activity task
+    instead of failing the run: an operator can restore the blob store and the run carries on.
+    """
+
+
+class FileSystemStorageDriver(StorageDriver):
+    """Stores each payload as ``<root>/<first two hex digits>/<sha256 hex digest>``.
+
+    The two-character fan-out keeps directories small enough for any filesystem after many runs.
+    """
+
+    def __init__(self, root: Path, driver_name: str = DRIVER_NAME) -> None:
+        # Resolved once, so a later change of working directory cannot point reads elsewhere and
+        # error messages name the real location.
+        self._root = Path(root).expanduser().resolve()
+        self._driver_name = driver_name
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    def name(self) -> str:
+        """The name recorded in each reference; every component must register a driver by it."""
+        return self._driver_name
+
+    def type(self) -> str:
+        return DRIVER_NAME
+
+    def path_for(self, digest: str) -> Path:
+        """Where the blob with this hex digest lives (whether or not it exists)."""
+        return self._root / digest[:2] / digest
+
+    async def store(
+        self,
+        context: StorageDriverStoreContext,
+        payloads: Sequence[Payload],
+    ) -> list[StorageDriverClaim]:
+        """Write the payloads (off the event loop) and return one claim per payload, in order."""
+        blobs = [payload.SerializeToString() for payload in payloads]
+        digests = await asyncio.to_thread(self._write_all, blobs)
+        return [
+            StorageDriverClaim(claim_data={"hash_algorithm": HASH_ALGORITHM, "hash_value": digest, "size": str(len(b))})
+            for digest, b in zip(digests, blobs, strict=True)
+        ]
+
+    async def retrieve(
+        self,
+        context: StorageDriverRetrieveContext,
+        claims: Sequence[StorageDriverClaim],
+    ) -> list[Payload]:
+        """Read and verify the payloads (off the event loop), in the order of the claims."""
+        digests = [self._digest_of(claim) for claim in claims]
+        blobs = await asyncio.to_thread(self._read_all, digests)
+        payloads = []
+        for blob in blobs:
+            payload = Payload()
+            payload.ParseFromString(blob)
+            payloads.append(payload)
+        return payloads
+
+    def _digest_of(self, claim: StorageDriverClaim) -> str:
+        algorithm = claim.claim_data.get("hash_algorithm")
+        digest = claim.claim_data.get("hash_value", "")
+        if algorithm != HASH_ALGORITHM:
+            raise PayloadStoreError(f"Unsupported payload claim hash algorithm {algorithm!r} (expected sha256)")
+        # The digest becomes a path: accept nothing but a lower-case SHA-256 hex string.
+        if len(digest) != 64 or any(char not in "0123456789abcdef" for char in digest):
+            raise PayloadStoreError(f"Malformed payload claim digest {digest!r}")
+        return digest
+
+    def _write_all(self, blobs: list[bytes]) -> list[str]:
+        return [self._write(blob) for blob in blobs]
+
+    def _write(self, blob: bytes) -> str:
+        digest = hashlib.sha256(blob).hexdigest()
+        path = self.path_for(digest)
+        try:
+            if path.stat().st_size == len(blob):
+                return digest  # Content-addressed: the same name means the same bytes.
+        except FileNotFoundError:
+            pass
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # A unique temporary name in the same directory, then an atomic rename: a reader never
+        # sees a partial blob, and concurrent writers of the same digest cannot corrupt it.
+        temporary = path.parent / f".{digest}.{uuid.uuid4().hex}.tmp"
+        try:
+            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            with os.fdopen(fd, "wb") as file:
+                file.write(blob)
+                file.flush()
+                # History will reference this blob as soon as the task completes: make it durable first.
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        finally:
+            temporary.unlink(missing_ok=True)
+        return digest
+
+    def _read_all(self, digests: list[str]) -> list[bytes]:
+        return [self._read(digest) for digest in digests]
+
+    def _read(self, digest: str) -> bytes:
+        path = self.path_for(digest)
+        try:
+            blob = path.read_bytes()
+        except FileNotFoundError:
+            raise PayloadStoreError(
+                f"Payload blob sha256:{digest} is missing from the blob store at {self._root} "
+                f"(expected {path}). Every worker, client and replayer of a run must share the same blob "
+                "store: set the same DEERFLOW_HOME (filesystem store) or use DEERFLOW_PAYLOAD_STORE=s3."
+            ) from None
+        actual = hashlib.sha256(blob).hexdigest()
+        if actual != digest:
+            raise PayloadStoreError(
+                f"Payload blob {path} is corrupted: its content hashes to sha256:{actual}, "
+                f"not sha256:{digest}. Restore it from a backup of the blob store at {self._root}."
+            )
+        return blob

@@ -1,0 +1,382 @@
+"""Large payloads go to a blob store and history keeps only references (storage/).
+
+Unit tests of the filesystem driver and the SigV4 S3 client, then workflow-level proof on a
+time-skipping server: a throwaway workflow moving a 1 MB string, the real DeepResearchWorkflow,
+and the S3 driver against a loopback moto server. Nothing here leaves 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import socket
+from collections.abc import AsyncIterator, Iterator
+from datetime import timedelta
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from google.protobuf.message import Message
+from temporalio import activity, workflow
+from temporalio.api.common.v1 import Payload
+from temporalio.api.sdk.v1.external_storage_pb2 import ExternalStorageReference
+from temporalio.client import Client, WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import (
+    DataConverter,
+    StorageDriverClaim,
+    StorageDriverRetrieveContext,
+    StorageDriverStoreContext,
+)
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Replayer, Worker
+
+import storage.s3 as s3_module
+from activities.registry import ACTIVITIES
+from activities.settings import Settings
+from storage.converter import data_converter, prepare_payload_store, storage_driver
+from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
+from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver
+from tests.conftest import TEST_SERVER, run_id
+from workflows.models import TASK_QUEUE, ResearchRequest, ResearchResult
+from workflows.research import DeepResearchWorkflow
+
+THRESHOLD = 32_768
+BIG = 1_000_000
+REFERENCE_TYPE = ExternalStorageReference.DESCRIPTOR.full_name.encode()
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+
+
+# ---------------------------------------------------------------------------- history inspection
+
+
+def iter_payloads(message: Message) -> Iterator[Payload]:
+    """Every Payload anywhere inside a protobuf message (repeated and map fields included)."""
+    for field, value in message.ListFields():
+        if field.message_type is None:
+            continue
+        if field.message_type.GetOptions().map_entry:
+            children = [v for v in value.values() if isinstance(v, Message)]
+        elif isinstance(value, Message):
+            children = [value]
+        else:  # a repeated message field
+            children = list(value)
+        for child in children:
+            if isinstance(child, Payload):
+                yield child
+            else:
+                yield from iter_payloads(child)
+
+
+def history_payloads(history: WorkflowHistory) -> list[Payload]:
+    return [payload for event in history.events for payload in iter_payloads(event)]
+
+
+def history_bytes(history: WorkflowHistory) -> int:
+    return sum(event.ByteSize() for event in history.events)
+
+
+def references(history: WorkflowHistory) -> list[dict]:
+    """The decoded external-storage references in history (driver name and claim)."""
+    return [
+        json.loads(payload.data)
+        for payload in history_payloads(history)
+        if payload.metadata.get("messageType") == REFERENCE_TYPE
+    ]
+
+
+def settings_for(**values: object) -> Settings:
+    """Settings built here, not from the environment: the tests must not pick up real credentials."""
+    return Settings.model_validate(values)
+
+
+def client_with(client: Client, converter: DataConverter) -> Client:
+    """The same (time-skipping) connection with another data converter."""
+    return Client(**{**client.config(), "data_converter": converter})
+
+
+# ----------------------------------------------------------------------- filesystem driver units
+
+
+def payload_of(data: bytes) -> Payload:
+    return Payload(metadata={"encoding": b"binary/plain"}, data=data)
+
+
+async def test_filesystem_round_trip_and_layout(tmp_path: Path) -> None:
+    driver = FileSystemStorageDriver(tmp_path / "blobs")
+    payloads = [payload_of(b"a" * 100), payload_of(b"b" * 50_000)]
+    claims = await driver.store(StorageDriverStoreContext(), payloads)
+    for payload, claim in zip(payloads, claims, strict=True):
+        digest = hashlib.sha256(payload.SerializeToString()).hexdigest()
+        assert claim.claim_data["hash_value"] == digest
+        assert (tmp_path / "blobs" / digest[:2] / digest).is_file()
+    assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == payloads
+    assert not list((tmp_path / "blobs").rglob("*.tmp"))
+
+
+async def test_filesystem_store_is_idempotent(tmp_path: Path) -> None:
+    driver = FileSystemStorageDriver(tmp_path)
+    payload = payload_of(b"same bytes")
+    [first] = await driver.store(StorageDriverStoreContext(), [payload])
+    path = driver.path_for(first.claim_data["hash_value"])
+    written = path.stat().st_mtime_ns
+    [second] = await driver.store(StorageDriverStoreContext(), [payload])
+    assert second == first
+    assert path.stat().st_mtime_ns == written  # not rewritten
+    assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 1
+
+
+async def test_filesystem_detects_corruption(tmp_path: Path) -> None:
+    driver = FileSystemStorageDriver(tmp_path)
+    [claim] = await driver.store(StorageDriverStoreContext(), [payload_of(b"original")])
+    driver.path_for(claim.claim_data["hash_value"]).write_bytes(payload_of(b"tampered").SerializeToString())
+    with pytest.raises(PayloadStoreError, match="corrupted"):
+        await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+
+
+async def test_filesystem_missing_blob_names_digest_and_root(tmp_path: Path) -> None:
+    writer = FileSystemStorageDriver(tmp_path / "worker-home")
+    [claim] = await writer.store(StorageDriverStoreContext(), [payload_of(b"elsewhere")])
+    reader = FileSystemStorageDriver(tmp_path / "client-home")
+    digest = claim.claim_data["hash_value"]
+    with pytest.raises(PayloadStoreError) as raised:
+        await reader.retrieve(StorageDriverRetrieveContext(), [claim])
+    message = str(raised.value)
+    assert digest in message
+    assert str((tmp_path / "client-home").resolve()) in message
+    assert "must share the same blob store" in message
+
+
+async def test_filesystem_rejects_a_path_in_the_claim(tmp_path: Path) -> None:
+    driver = FileSystemStorageDriver(tmp_path)
+    claim = StorageDriverClaim(claim_data={"hash_algorithm": "sha256", "hash_value": "../" * 20 + "etc/passwd"})
+    with pytest.raises(PayloadStoreError, match="Malformed"):
+        await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+
+
+def test_converter_selection(tmp_path: Path) -> None:
+    assert data_converter(settings_for(DEERFLOW_PAYLOAD_STORE="none")) is pydantic_data_converter
+    converter = data_converter(settings_for(DEERFLOW_HOME=str(tmp_path)))
+    assert converter.external_storage is not None
+    assert converter.external_storage.payload_size_threshold == THRESHOLD
+    [driver] = converter.external_storage.drivers
+    assert isinstance(driver, FileSystemStorageDriver)
+    assert driver.root == (tmp_path / "blobs").resolve()
+    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    with pytest.raises(ValueError, match="DEERFLOW_PAYLOAD_STORE"):
+        data_converter(settings_for(DEERFLOW_PAYLOAD_STORE="floppy"))
+    with pytest.raises(ValueError, match="AWS_ACCESS_KEY_ID"):
+        storage_driver(settings_for(DEERFLOW_PAYLOAD_STORE="s3"))
+
+
+def test_sigv4_signature_matches_botocore() -> None:
+    """Our signer against botocore's, on a key with characters S3 keys and URLs both escape."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+
+    fixed = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC)
+
+    class Frozen(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> Frozen:  # type: ignore[override]
+            return fixed  # type: ignore[return-value]
+
+        @classmethod
+        def utcnow(cls) -> Frozen:  # type: ignore[override]
+            return fixed.replace(tzinfo=None)  # type: ignore[return-value]
+
+    client = SigV4S3Client(access_key_id="AKIDEXAMPLE", secret_access_key="wJalr/K7+EXAMPLE", region="eu-west-2",
+                           endpoint_url="http://127.0.0.1:9000")
+    url, path = client._url("payloads", "v0/ns/default/wt/W/wi/run%20one!(x)/ri/null/d/sha256/ab")
+    body = b"payload bytes"
+    import botocore.auth
+
+    with mock.patch.object(s3_module.datetime, "datetime", Frozen), \
+            mock.patch.object(botocore.auth.datetime, "datetime", Frozen):
+        ours = client._signed_headers("PUT", url, path, body)
+        request = AWSRequest(method="PUT", url=url, data=body,
+                             headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()})
+        S3SigV4Auth(Credentials("AKIDEXAMPLE", "wJalr/K7+EXAMPLE"), "s3", "eu-west-2").add_auth(request)
+    assert ours["authorization"] == request.headers["Authorization"]
+
+
+# ------------------------------------------------------------------------ a throwaway workflow
+
+
+@activity.defn
+async def make_big(size: int) -> str:
+    return "x" * size
+
+
+@activity.defn
+async def measure(text: str) -> int:
+    return len(text)
+
+
+@workflow.defn(sandboxed=False)
+class BigPayloadWorkflow:
+    """Big workflow input, a 1 MB activity result fed to another activity, and a big result."""
+
+    @workflow.run
+    async def run(self, seed: str) -> str:
+        big = await workflow.execute_activity(make_big, BIG, start_to_close_timeout=timedelta(seconds=30))
+        length = await workflow.execute_activity(measure, big, start_to_close_timeout=timedelta(seconds=30))
+        return f"{length}:{seed}{big[:100_000]}"
+
+
+async def run_big_payload_workflow(client: Client) -> WorkflowHistory:
+    task_queue = run_id("big-payload")
+    async with Worker(client, task_queue=task_queue, workflows=[BigPayloadWorkflow], activities=[make_big, measure]):
+        handle = await client.start_workflow(BigPayloadWorkflow.run, "s" * 100_000, id=run_id("big"),
+                                             task_queue=task_queue)
+        result = await handle.result()
+    assert result == f"{BIG}:{'s' * 100_000}{'x' * 100_000}"
+    return await handle.fetch_history()
+
+
+def assert_small(history: WorkflowHistory, threshold: int = THRESHOLD) -> None:
+    largest = max(payload.ByteSize() for payload in history_payloads(history))
+    assert largest < threshold, f"an inline payload of {largest} bytes"
+
+
+# ------------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def blob_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("deerflow-home")
+
+
+@pytest.fixture(scope="module")
+async def storage_env(blob_home: Path) -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server whose client stores payloads under ``blob_home``."""
+    converter = data_converter(settings_for(DEERFLOW_HOME=str(blob_home)))
+    env = await WorkflowEnvironment.start_time_skipping(data_converter=converter,
+                                                        test_server_existing_path=str(TEST_SERVER))
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[str]:
+    """moto's S3 on 127.0.0.1 at a free port: the only S3 these tests talk to."""
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+@pytest.fixture
+def s3_settings(s3_server: str) -> Settings:
+    return settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_ENDPOINT_URL=s3_server,
+                        DEERFLOW_S3_BUCKET=f"payloads-{run_id('b')}".lower(),
+                        AWS_ACCESS_KEY_ID="testing-fake-key", AWS_SECRET_ACCESS_KEY="testing-fake-secret")
+
+
+# ----------------------------------------------------------------------- workflow-level proof
+
+
+async def test_big_payloads_stay_out_of_history(storage_env: WorkflowEnvironment, blob_home: Path) -> None:
+    history = await run_big_payload_workflow(storage_env.client)
+    assert_small(history)
+    refs = references(history)
+    # Workflow input, make_big's result, measure's input, and the workflow result.
+    assert len(refs) >= 4
+    for ref in refs:
+        assert ref["driverName"] == "deerflow.filesystem"
+        digest = ref["claimData"]["hash_value"]
+        assert (blob_home / "blobs" / digest[:2] / digest).is_file()
+    assert history_bytes(history) < 20_000
+
+
+async def test_without_storage_the_same_run_bloats_history(storage_env: WorkflowEnvironment) -> None:
+    """The control: with the plain converter the 1 MB string is in history twice (result, input)."""
+    history = await run_big_payload_workflow(client_with(storage_env.client, pydantic_data_converter))
+    assert not references(history)
+    assert max(payload.ByteSize() for payload in history_payloads(history)) > BIG
+    assert history_bytes(history) > 2 * BIG
+
+
+async def run_deep_research(client: Client) -> WorkflowHistory:
+    async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES):
+        handle = await client.start_workflow(
+            DeepResearchWorkflow.run, ResearchRequest(question=QUESTION, auto_accept_plan=True),
+            id=run_id("stored"), task_queue=TASK_QUEUE)
+        result = await handle.result()
+    assert isinstance(result, ResearchResult)
+    assert result.report
+    return await handle.fetch_history()
+
+
+async def test_deep_research_history_stays_small(storage_env: WorkflowEnvironment,
+                                                 provider_env: dict[str, str]) -> None:
+    """The real workflow with the default converter: every inline payload under 32 KiB."""
+    history = await run_deep_research(storage_env.client)
+    assert_small(history)
+
+
+async def test_deep_research_through_the_blob_store(storage_env: WorkflowEnvironment, blob_home: Path,
+                                                    provider_env: dict[str, str]) -> None:
+    """The offline default run's payloads all fit in 32 KiB, so a 4 KiB threshold forces the real
+    workflow's conversations and report through the store, and the replayer must read them back."""
+    converter = data_converter(settings_for(DEERFLOW_HOME=str(blob_home), DEERFLOW_PAYLOAD_THRESHOLD_BYTES=4096))
+    history = await run_deep_research(client_with(storage_env.client, converter))
+    assert_small(history, 4096)
+    refs = references(history)
+    assert refs
+    for ref in refs:
+        digest = ref["claimData"]["hash_value"]
+        assert (blob_home / "blobs" / digest[:2] / digest).is_file()
+    replayed = await Replayer(workflows=[DeepResearchWorkflow], data_converter=converter).replay_workflow(history)
+    assert replayed.replay_failure is None
+
+
+# ------------------------------------------------------------------------------------------ S3
+
+
+async def test_s3_driver_round_trip(s3_settings: Settings) -> None:
+    client = s3_client(s3_settings)
+    await ensure_bucket(s3_settings, client)
+    await ensure_bucket(s3_settings, client)  # an existing bucket is fine
+    driver = s3_driver(s3_settings, client)
+    payloads = [payload_of(b"small"), payload_of(bytes(range(256)) * 4_000)]
+    claims = await driver.store(StorageDriverStoreContext(), payloads)
+    assert {claim.claim_data["bucket"] for claim in claims} == {s3_settings.s3_bucket}
+    assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == payloads
+    assert await driver.store(StorageDriverStoreContext(), payloads) == claims  # idempotent
+    # A key with characters that are escaped twice (S3 key encoding, then the URL).
+    await client.put_object(bucket=s3_settings.s3_bucket, key="v0/wi/a%20b!(c)/d", data=b"odd key")
+    assert await client.get_object(bucket=s3_settings.s3_bucket, key="v0/wi/a%20b!(c)/d") == b"odd key"
+    assert not await client.object_exists(bucket=s3_settings.s3_bucket, key="v0/absent")
+    await client.aclose()
+
+
+async def test_s3_workflow_through_external_storage(storage_env: WorkflowEnvironment, s3_settings: Settings) -> None:
+    await prepare_payload_store(s3_settings)
+    converter = data_converter(s3_settings)
+    history = await run_big_payload_workflow(client_with(storage_env.client, converter))
+    assert_small(history)
+    refs = references(history)
+    assert len(refs) >= 4
+    reader = s3_client(s3_settings)
+    for ref in refs:
+        assert ref["driverName"] == "aws.s3driver"
+        assert ref["claimData"]["bucket"] == s3_settings.s3_bucket
+        assert await reader.object_exists(bucket=s3_settings.s3_bucket, key=ref["claimData"]["key"])
+    await reader.aclose()
+
+
+def test_s3_settings_never_point_at_aws(s3_settings: Settings) -> None:
+    """Guard for the tests above: the endpoint they use is loopback, the credentials fake."""
+    driver = data_converter(s3_settings).external_storage
+    assert driver is not None
+    assert s3_settings.s3_endpoint_url is not None and s3_settings.s3_endpoint_url.startswith("http://127.0.0.1:")
+    assert s3_settings.s3_access_key_id == "testing-fake-key"
+

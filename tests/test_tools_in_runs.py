@@ -1,0 +1,102 @@
+"""Research tools inside real runs (time-skipping server): the user's documents come first, and a
+page is crawled once per run however often the agents ask for it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from activities.settings import get_settings
+from offline.model_server import FakeModelServer
+from offline.search_server import FakeSearchServer
+from tests.fake_http import FakeHTTPServer, Reply, Seen
+from tests.test_workflow import start
+from workflows.models import Outcome
+
+ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"
+
+
+@pytest.fixture
+def documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
+    get_settings.cache_clear()
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "sodium-ion.md").write_text(
+        "# Sodium-ion cells in our fleet trial\n\nOur 2026 fleet trial found sodium-ion packs kept 91% capacity "
+        "after 2,000 cycles, and cost 28% less per kWh than the lithium iron phosphate packs they replaced.\n")
+    (folder / "notes.txt").write_text("Solid-state batteries for electric vehicles: our supplier expects "
+                                      "pilot production of solid-state cells in 2028.\n")
+    yield folder
+    monkeypatch.delenv("DEERFLOW_HOME")
+    get_settings.cache_clear()
+
+
+async def test_resources_are_searched_first_and_cited_in_the_report(
+    time_worker: Client, model_server: FakeModelServer, documents: Path
+) -> None:
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, resources=[str(documents)])
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+    researcher_first_turns = [body for body in model_server.requests
+                              if "deerflow-agent: researcher" in str(body["messages"][0]["content"])
+                              and not any(m["role"] == "tool" for m in body["messages"])]
+    assert researcher_first_turns
+    for body in researcher_first_turns:
+        assert body["tools"][0]["function"]["name"] == "local_search_tool"
+        assert "local_search_tool" in body["messages"][0]["content"]  # the prompt says to prefer it
+        assert str(documents) in body["messages"][1]["content"]  # the step input lists the documents
+    assert f"file://{documents}/" in result.report
+    assert "2,000 cycles" in result.report or "pilot production" in result.report
+
+
+@pytest.fixture
+def loopback_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHTTPServer]:
+    """A site on 127.0.0.1 and a search engine whose every result points at it."""
+    def page(seen: Seen) -> Reply:
+        title = seen.path.strip("/").replace("-", " ").title()
+        body = "".join(f"<p>Paragraph {n} of {title}: solid-state batteries and electric vehicles.</p>"
+                       for n in range(30))
+        return Reply(body=ARTICLE.format(title=title, body=body))
+
+    with FakeHTTPServer(page) as site:
+        corpus = tmp_path / "corpus.json"
+        corpus.write_text(json.dumps([
+            {"title": f"Battery page {n}", "url": f"{site.base_url}/battery-page-{n}",
+             "content": "Solid-state batteries for electric vehicles: prospects, costs and evidence.",
+             "published_date": "2026-01-01"}
+            for n in range(3)
+        ]))
+        with FakeSearchServer(corpus_path=corpus) as engine:
+            monkeypatch.setenv("TAVILY_BASE_URL", engine.base_url)
+            monkeypatch.setenv("DEERFLOW_CRAWL_ALLOW_HOSTS", "127.0.0.1")
+            get_settings.cache_clear()
+            yield site
+    get_settings.cache_clear()
+
+
+async def test_a_page_is_crawled_once_per_run_even_when_steps_revisit_it(
+    time_worker: Client, model_server: FakeModelServer, loopback_corpus: FakeHTTPServer
+) -> None:
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, enable_background_investigation=False)
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+
+    history = await handle.fetch_history()
+    crawl_activities = [event for event in history.events
+                        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                        and event.activity_task_scheduled_event_attributes.activity_type.name == "crawl_tool"]
+    crawl_calls = [call for body in model_server.requests for message in body["messages"]
+                   if message["role"] == "assistant" for call in message.get("tool_calls") or []
+                   if call["function"]["name"] == "crawl_tool"]
+    asked = {json.loads(call["function"]["arguments"])["url"] for call in crawl_calls}
+    assert len(asked) == 3
+    assert len(crawl_activities) == 3, "each page once, although both research steps asked for all three"
+    assert sorted(seen.path for seen in loopback_corpus.requests) == [f"/battery-page-{n}" for n in range(3)]
+    # both steps still got the page content
+    assert result.plan is not None and all("Battery Page" in (s.execution_res or "") for s in result.plan.steps)
