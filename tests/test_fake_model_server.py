@@ -117,7 +117,7 @@ def test_coordinator_hands_off_research_questions_with_locale(server: FakeModelS
     assert english.tool_calls[0]["id"] == "call_1"
     assert english.response_metadata["finish_reason"] == "tool_calls"
 
-    chinese = model.invoke([system("coordinator"), HumanMessage("固态电池的最新进展是什么？")])  # noqa: RUF001
+    chinese = model.invoke([system("coordinator"), HumanMessage("固态电池的最新进展是什么？")])
     assert chinese.tool_calls[0]["args"]["locale"] == "zh-CN"
 
 
@@ -126,7 +126,7 @@ def test_coordinator_answers_small_talk_directly(server: FakeModelServer) -> Non
     hello = model.invoke([system("coordinator"), HumanMessage("hello")])
     assert not hello.tool_calls
     assert "DeerFlow" in hello.content
-    nihao = model.invoke([system("coordinator"), HumanMessage("你好！")])  # noqa: RUF001
+    nihao = model.invoke([system("coordinator"), HumanMessage("你好！")])
     assert not nihao.tool_calls
     assert "你好" in nihao.content
     # A greeting followed by a real question is research, not small talk.
