@@ -478,6 +478,20 @@ def _crawl_calls(messages: list[dict[str, Any]], results: list[dict[str, str]]) 
     ))
 
 
+def _mcp_calls(tools: dict[str, dict[str, Any]], topic: str, start: int) -> tuple[ScriptedToolCall, ...]:
+    """Also try each MCP tool once, alongside the search, with arguments made from its schema."""
+    calls = []
+    for name, spec in tools.items():
+        if not name.startswith("mcp_"):
+            continue
+        schema = spec.get("parameters") or {}
+        kinds = {"integer": 2, "number": 2, "boolean": True}
+        arguments = {key: kinds.get(str(prop.get("type")), topic)
+                     for key, prop in (schema.get("properties") or {}).items() if key in schema.get("required", [])}
+        calls.append(ScriptedToolCall(id=f"call_{start + len(calls)}", name=name, arguments=arguments))
+    return tuple(calls)
+
+
 def researcher(body: dict[str, Any]) -> ScriptedReply:
     """Search once for the step title, read loopback pages in full, then write a cited answer."""
     messages = body.get("messages") or []
@@ -488,7 +502,8 @@ def researcher(body: dict[str, Any]) -> ScriptedReply:
             if name in tools:
                 properties = (tools[name].get("parameters") or {}).get("properties") or {}
                 argument = "query" if "query" in properties or not properties else next(iter(properties))
-                return ScriptedReply(tool_calls=(_call(messages, name, {argument: step.title}),))
+                first = _call(messages, name, {argument: step.title})
+                return ScriptedReply(tool_calls=(first, *_mcp_calls(tools, step.title, start=2)))
     zh = _zh(step.locale)
     errors = [o.strip() for o in outputs if _is_error(o)]
     results = [r for o in outputs if not _is_error(o) for r in _results_of(o)]

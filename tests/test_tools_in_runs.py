@@ -4,6 +4,7 @@ page is crawled once per run however often the agents ask for it."""
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -100,3 +101,26 @@ async def test_a_page_is_crawled_once_per_run_even_when_steps_revisit_it(
     assert sorted(seen.path for seen in loopback_corpus.requests) == [f"/battery-page-{n}" for n in range(3)]
     # both steps still got the page content
     assert result.plan is not None and all("Battery Page" in (s.execution_res or "") for s in result.plan.steps)
+
+
+async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    calculator = {"transport": "stdio", "command": str(Path(sys.executable).parent / "python"),
+                  "args": [str(Path(__file__).parent / "mcp_test_server.py")], "enabled_tools": ["add"]}
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2,
+                         mcp_settings={"servers": {"calc": calculator}})
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+
+    history = await handle.fetch_history()
+    scheduled = [event.activity_task_scheduled_event_attributes.activity_type.name for event in history.events
+                 if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert scheduled.count("mcp_list_tools") == 2  # once per research step, recorded for replay
+    assert scheduled.count("mcp_call_tool") == 2
+    researcher_turns = [body for body in model_server.requests
+                        if "deerflow-agent: researcher" in str(body["messages"][0]["content"])]
+    assert "mcp_calc_add" in {tool["function"]["name"] for tool in researcher_turns[0]["tools"]}
+    mcp_answers = [m["content"] for body in researcher_turns for m in body["messages"]
+                   if m["role"] == "tool" and m["tool_call_id"] == "call_2"]
+    assert mcp_answers and mcp_answers[0] == "4"  # add(a=2, b=2) ran on the real MCP server

@@ -14,7 +14,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.agents import AgentSpec
     from workflows.model_calls import call_model
-    from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.models import ChatMessage, ChatRequest, ToolSpec, Usage
     from workflows.tools import ToolContext, run_tool_call, tool_specs
 
 FINAL_ANSWER_REQUEST = (
@@ -30,10 +30,14 @@ async def run_agent(
     recursion_limit: int,
     tool_context: ToolContext,
     usage: Usage,
+    extra_tools: list[ToolSpec] | None = None,
 ) -> str:
-    """Run ``agent`` on ``task`` until it answers; returns the answer's markdown."""
+    """Run ``agent`` on ``task`` until it answers; returns the answer's markdown.
+
+    ``extra_tools`` are tools found at run time (MCP), routed through ``tool_context``.
+    """
     messages = [ChatMessage(role="user", content=task)]
-    specs = tool_specs(agent.tools)
+    specs = tool_specs(agent.tools) + (extra_tools or [])
     for _ in range(recursion_limit):
         reply = await call_model(
             ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages, tools=specs,

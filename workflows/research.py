@@ -48,7 +48,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.progress import current_details
     from workflows.review import Feedback, InvalidFeedback, parse_feedback
     from workflows.scheduling import step_dependencies
-    from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, ToolContext, search
+    from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, ToolContext, mcp_tools_for, search
     from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
 
 AWAITING_PLAN_FEEDBACK = "plan_feedback"
@@ -311,14 +311,16 @@ class DeepResearchWorkflow:
         status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
         self._event("step_started", step.title, index)
         agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources))
+        mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_settings)
         finding = await run_agent(
             agent,
             {**self._prompt_vars(locale), "tool_guidance": tool_guidance},
             step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
             self._config.agent_recursion_limit,
             ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
-                        crawls=self._crawls),
+                        crawls=self._crawls, mcp_routes=mcp_routes),
             self._status.usage,
+            extra_tools=mcp_specs,
         )
         step.execution_res = finding
         status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()

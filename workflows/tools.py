@@ -25,6 +25,12 @@ with workflow.unsafe.imports_passed_through():
         CrawlRequest,
         CrawlResult,
         LocalSearchRequest,
+        MCPCallRequest,
+        MCPCallResult,
+        MCPListRequest,
+        MCPServerConfig,
+        MCPSettings,
+        MCPToolList,
         PythonRequest,
         PythonResult,
         SearchRequest,
@@ -68,6 +74,8 @@ class ToolContext:
     # Crawls of this run by normalised URL: a page is fetched once per run, and a second call
     # (even a concurrent one) reuses the first one's result without another activity.
     crawls: dict[str, asyncio.Task[str]] = field(default_factory=dict)
+    # MCP tools offered in this step: model-facing name -> (server name, server config).
+    mcp_routes: dict[str, tuple[str, MCPServerConfig]] = field(default_factory=dict)
 
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -198,12 +206,60 @@ def tool_specs(names: tuple[str, ...]) -> list[ToolSpec]:
     return [TOOLS[name].spec for name in names]
 
 
+async def mcp_tools_for(agent_name: str, settings: MCPSettings | None
+                        ) -> tuple[list[ToolSpec], dict[str, tuple[str, MCPServerConfig]]]:
+    """List the MCP tools of every server configured for this agent, once per step.
+
+    The listing is an activity, so its result is in history and replay never needs the server.
+    A server that cannot be listed is skipped (the step goes on with the other tools); of two
+    tools with the same model-facing name the first is kept.
+    """
+    specs: list[ToolSpec] = []
+    routes: dict[str, tuple[str, MCPServerConfig]] = {}
+    for server_name, server in (settings.servers if settings else {}).items():
+        if agent_name not in server.add_to_agents:
+            continue
+        try:
+            listed = await workflow.execute_activity(
+                "mcp_list_tools", MCPListRequest(server_name=server_name, server=server), result_type=MCPToolList,
+                start_to_close_timeout=timedelta(seconds=90), heartbeat_timeout=timedelta(seconds=15),
+                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["MCPConfigError"]),
+            )
+        except ActivityError as error:
+            workflow.logger.warning("MCP server %s unavailable: %s", server_name, failure_message(error))
+            continue
+        for spec in listed.tools:
+            if spec.name not in routes and spec.name not in TOOLS:
+                specs.append(spec)
+                routes[spec.name] = (server_name, server)
+    return specs, routes
+
+
+async def _mcp_call(call: ToolCall, context: ToolContext) -> str:
+    server_name, server = context.mcp_routes[call.name]
+    result = await workflow.execute_activity(
+        "mcp_call_tool", MCPCallRequest(server_name=server_name, server=server, tool=call.name,
+                                        arguments=call.arguments),
+        result_type=MCPCallResult, start_to_close_timeout=timedelta(seconds=150),
+        heartbeat_timeout=timedelta(seconds=15),
+        # A tool may have side effects: retry only what never reached it, and only twice.
+        retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["MCPConfigError", "MCPUnknownTool"]),
+    )
+    return f"Error: {result.content}" if result.is_error else result.content
+
+
 async def run_tool_call(call: ToolCall, allowed: tuple[str, ...], context: ToolContext) -> str:
     """Run one tool call and return the tool message text; errors become readable messages."""
     if call.invalid_arguments is not None:
         return f"Error: the arguments for {call.name} were not valid JSON: {call.invalid_arguments[:200]}"
+    if call.name in context.mcp_routes:
+        try:
+            return await _mcp_call(call, context)
+        except ActivityError as error:
+            return f"Error: {call.name} failed: {failure_message(error)}"
     if call.name not in allowed or call.name not in TOOLS:
-        return f"Error: unknown tool {call.name!r}. Available tools: {', '.join(allowed) or 'none'}."
+        offered = [*allowed, *context.mcp_routes]
+        return f"Error: unknown tool {call.name!r}. Available tools: {', '.join(offered) or 'none'}."
     required = TOOLS[call.name].spec.parameters.get("required", [])
     missing = [name for name in required if name not in call.arguments]
     if missing:

@@ -1,0 +1,458 @@
+"""The MCP activities against a real MCP server (``tests/mcp_test_server.py``) over every transport.
+
+Why this way: what can go wrong lies in how the genuine SDK client spawns, talks to and tears down
+a genuine server (environment, cancellation, process groups, HTTP sessions), which a mock of the
+protocol would not exercise. stdio spawns the server script with this venv's python (admitted by
+the allowlist through its basename); streamable HTTP and SSE serve the same tools from uvicorn
+threads on 127.0.0.1. Every guard is also checked to refuse *before* anything is spawned or
+connected, by replacing the transports with recorders that fail the test when reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import mcp.client.stdio
+import pytest
+import uvicorn
+from mcp import types as mcp_types
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+import activities.mcp_tools as mcp_tools
+from activities.mcp_tools import (
+    CONFIG_ERROR,
+    MAX_RESULT_CHARS,
+    UNAVAILABLE,
+    UNKNOWN_TOOL,
+    format_content,
+    mcp_call_tool,
+    mcp_list_tools,
+)
+from activities.settings import get_settings
+from tests.mcp_test_server import server as test_mcp_server
+from workflows.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
+from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPServerConfig, MCPToolList
+
+SERVER_SCRIPT = Path(__file__).with_name("mcp_test_server.py")
+TOOLS = {"add", "echo_env", "echo_header", "fail", "slow"}
+PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture(autouse=True)
+def mcp_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    """Default allowlist, no conf.yaml, no proxy between the client and the loopback servers."""
+    for name in (*PROXY_VARS, "DEERFLOW_MCP_ALLOWED_COMMANDS"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
+    get_settings.cache_clear()
+    yield
+    get_settings.cache_clear()
+
+
+def stdio_server(**env: str) -> MCPServerConfig:
+    """The test server over stdio, started by this venv's python (an absolute path)."""
+    return MCPServerConfig(transport="stdio", command=sys.executable, args=[str(SERVER_SCRIPT)], env=env)
+
+
+async def list_tools(server: MCPServerConfig, server_name: str = "local") -> MCPToolList:
+    return await ActivityEnvironment().run(mcp_list_tools, MCPListRequest(server_name=server_name, server=server))
+
+
+async def call_tool(server: MCPServerConfig, tool: str, server_name: str = "local", **arguments: Any) -> MCPCallResult:
+    request = MCPCallRequest(server_name=server_name, server=server, tool=tool, arguments=arguments)
+    return await ActivityEnvironment().run(mcp_call_tool, request)
+
+
+async def activity_error(server: MCPServerConfig, tool: str | None = None) -> ApplicationError:
+    with pytest.raises(ApplicationError) as caught:
+        if tool is None:
+            await list_tools(server)
+        else:
+            await call_tool(server, tool)
+    return caught.value
+
+
+def process_state(pid: int) -> str:
+    """'gone' once the process has exited and been reaped, else its /proc state letter."""
+    try:
+        os.kill(pid, 0)
+        return Path(f"/proc/{pid}/stat").read_text().split()[2]
+    except (ProcessLookupError, FileNotFoundError):
+        return "gone"
+
+
+# ---------------------------------------------------------------- transports that must not be reached
+
+
+class TransportRecorder:
+    """Stands in for the SDK's transports: any use means a guard let a refused server through."""
+
+    def __init__(self) -> None:
+        self.opened: list[tuple[str, Any]] = []
+
+    def factory(self, kind: str) -> Any:
+        @asynccontextmanager
+        async def opened(target: Any, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
+            self.opened.append((kind, target))
+            raise RuntimeError(f"{kind} transport opened for {target!r}")
+            yield  # pragma: no cover
+
+        return opened
+
+
+@pytest.fixture
+def recorder(monkeypatch: pytest.MonkeyPatch) -> TransportRecorder:
+    fake = TransportRecorder()
+    monkeypatch.setattr(mcp_tools, "stdio_client", fake.factory("stdio"))
+    monkeypatch.setattr(mcp_tools, "sse_client", fake.factory("sse"))
+    monkeypatch.setattr(mcp_tools, "streamable_http_client", fake.factory("streamable_http"))
+    return fake
+
+
+# ---------------------------------------------------------------- stdio
+
+
+async def test_stdio_lists_prefixed_tools_with_schemas() -> None:
+    listing = await list_tools(stdio_server())
+
+    assert listing.server_name == "local"
+    by_name = {tool.name: tool for tool in listing.tools}
+    assert set(by_name) == {f"mcp_local_{tool}" for tool in TOOLS}
+    add = by_name["mcp_local_add"]
+    assert add.description == "Add two integers."
+    assert add.parameters["type"] == "object"
+    assert set(add.parameters["properties"]) == {"a", "b"}
+    assert add.parameters["required"] == ["a", "b"]
+    assert by_name["mcp_local_fail"].parameters["type"] == "object"
+
+
+async def test_stdio_call_round_trip() -> None:
+    result = await call_tool(stdio_server(), "add", a=2, b=40)
+
+    assert result == MCPCallResult(content="42", is_error=False)
+
+
+async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-worker-secret")
+    monkeypatch.setenv("MCP_TEST_SECRET", "s3cret")
+    env_file = tmp_path / "env-names"
+    server = stdio_server(GREETING="hello ${MCP_TEST_SECRET}", MCP_TEST_ENV_FILE=str(env_file))
+
+    greeting = await call_tool(server, "echo_env", name="GREETING")
+
+    assert greeting.content == "hello s3cret"
+    inherited = set(env_file.read_text().split()) - {"GREETING", "MCP_TEST_ENV_FILE"}
+    assert "OPENAI_API_KEY" not in inherited
+    assert "MCP_TEST_SECRET" not in inherited
+    # PATH, HOME, LANG from us; the SDK adds its own short list of harmless ones.
+    assert inherited <= {"PATH", "HOME", "LANG", "LOGNAME", "SHELL", "TERM", "USER", "LC_CTYPE"}
+
+
+async def test_crashing_server_is_retryable_and_explained() -> None:
+    server = MCPServerConfig(
+        command=sys.executable, args=["-c", "import sys; print('boom: missing module', file=sys.stderr); sys.exit(3)"]
+    )
+
+    error = await activity_error(server)
+
+    assert error.type == UNAVAILABLE
+    assert not error.non_retryable
+    assert "boom: missing module" in error.message
+
+
+@pytest.fixture
+def quick_escalation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shorten the SDK's grace period between closing the server's stdin and SIGTERM (2 s) to save time."""
+    monkeypatch.setattr(mcp.client.stdio, "PROCESS_TERMINATION_TIMEOUT", 0.3)
+
+
+@pytest.mark.usefixtures("quick_escalation")
+async def test_cancel_during_call_stops_the_server(tmp_path: Path) -> None:
+    # Cancelled the way Temporal may do it: once by request, then again (a failed heartbeat, a
+    # worker shutdown...). Later cancellations must not cut the transport's shutdown short: the
+    # server ignores stdin EOF while ``slow`` blocks, so only the SIGTERM escalation that ends that
+    # shutdown stops it.
+    marker, pid_file = tmp_path / "slow-started", tmp_path / "server.pid"
+    server = stdio_server(MCP_TEST_SLOW_MARKER=str(marker), MCP_TEST_PID_FILE=str(pid_file))
+    env = ActivityEnvironment()
+    request = MCPCallRequest(server_name="local", server=server, tool="slow", arguments={"seconds": 30})
+    task = asyncio.ensure_future(env.run(mcp_call_tool, request))
+    deadline = time.monotonic() + 20
+    while not marker.exists():  # wait until the tool is really running
+        assert not task.done(), task.result()
+        assert time.monotonic() < deadline, "the slow tool never started"
+        await asyncio.sleep(0.05)
+    pid = int(pid_file.read_text())
+    activity_tasks = [
+        candidate
+        for candidate in asyncio.all_tasks()
+        if candidate is not asyncio.current_task() and candidate.get_coro().__qualname__ == "mcp_call_tool"
+    ]
+    assert activity_tasks
+
+    try:
+        env.cancel()
+        for _ in range(30):
+            await asyncio.sleep(0.05)
+            for activity_task in activity_tasks:
+                activity_task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=8)
+
+        assert done, "the cancelled activity did not finish"
+        with pytest.raises(asyncio.CancelledError):
+            task.result()
+        assert process_state(pid) == "gone"
+    finally:
+        if process_state(pid) != "gone":
+            os.kill(pid, signal.SIGKILL)
+
+
+# ---------------------------------------------------------------- refusals before any I/O
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "bash",  # not on the allowlist
+        "sh",
+        "/bin/sh",  # an absolute path is judged by its basename
+        "python3; rm -rf /",  # a second command smuggled in
+        "python3 -c 1",  # arguments belong in args
+        "/tmp/$(reboot)/python3",  # allowed basename, shell syntax in the path
+        "/usr/bin/../../tmp/python3",  # allowed basename, path that is not what it looks like
+        "./python",  # relative: depends on the worker's working directory
+    ],
+)
+async def test_disallowed_command_is_refused_without_spawning(recorder: TransportRecorder, command: str) -> None:
+    error = await activity_error(MCPServerConfig(command=command))
+
+    assert error.type == CONFIG_ERROR
+    assert error.non_retryable
+    assert recorder.opened == []
+
+
+async def test_allowlist_comes_from_settings(monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder) -> None:
+    monkeypatch.setenv("DEERFLOW_MCP_ALLOWED_COMMANDS", "node, npx")
+    get_settings.cache_clear()
+
+    error = await activity_error(stdio_server())
+
+    assert error.type == CONFIG_ERROR
+    assert "node, npx" in error.message
+    assert recorder.opened == []
+
+
+async def test_allowlisted_entry_with_arguments_is_still_refused(
+    monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder
+) -> None:
+    # An operator may put "uv run" on the list; the command is still one executable, never a command line.
+    monkeypatch.setenv("DEERFLOW_MCP_ALLOWED_COMMANDS", "uv run,python3")
+    get_settings.cache_clear()
+
+    error = await activity_error(MCPServerConfig(command="uv run", args=["server.py"]))
+
+    assert error.type == CONFIG_ERROR
+    assert "args" in error.message
+    assert recorder.opened == []
+
+
+@pytest.mark.parametrize(
+    "url", ["file://localhost/etc/passwd", "ftp://127.0.0.1/mcp", "gopher://127.0.0.1:70/", "http:///mcp"]
+)
+@pytest.mark.parametrize("transport", ["sse", "streamable_http"])
+async def test_non_http_url_is_refused_without_connecting(
+    recorder: TransportRecorder, transport: str, url: str
+) -> None:
+    error = await activity_error(MCPServerConfig(transport=transport, url=url))  # type: ignore[arg-type]
+
+    assert error.type == CONFIG_ERROR
+    assert error.non_retryable
+    assert recorder.opened == []
+
+
+async def test_missing_placeholder_variable_is_named(
+    monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder
+) -> None:
+    monkeypatch.delenv("MCP_TEST_ABSENT_TOKEN", raising=False)
+    server = MCPServerConfig(
+        transport="streamable_http",
+        url="http://127.0.0.1:9/mcp",
+        headers={"Authorization": "Bearer ${MCP_TEST_ABSENT_TOKEN}"},
+    )
+
+    error = await activity_error(server)
+
+    assert error.type == CONFIG_ERROR
+    assert "MCP_TEST_ABSENT_TOKEN" in error.message
+    assert recorder.opened == []
+
+
+# ---------------------------------------------------------------- streamable HTTP and SSE
+
+
+class HttpServer:
+    """The test MCP server's tools over HTTP, served by uvicorn in a thread on a free loopback port."""
+
+    def __init__(self, transport: str) -> None:
+        self.transport = transport
+        app = (test_mcp_server.sse_app if transport == "sse" else test_mcp_server.streamable_http_app)(host="127.0.0.1")
+        self.socket = socket.create_server(("127.0.0.1", 0))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=0))
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
+
+    @property
+    def url(self) -> str:
+        port = self.socket.getsockname()[1]
+        return f"http://127.0.0.1:{port}{'/sse' if self.transport == 'sse' else '/mcp'}"
+
+    def __enter__(self) -> HttpServer:
+        self.thread.start()
+        deadline = time.monotonic() + 10
+        while not self.server.started:
+            assert self.thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=5)
+        self.socket.close()
+
+    def config(self, **fields: Any) -> MCPServerConfig:
+        return MCPServerConfig(transport=self.transport, url=self.url, **fields)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module", params=["streamable_http", "sse"])
+def http_server(request: pytest.FixtureRequest) -> Iterator[HttpServer]:
+    with HttpServer(request.param) as server:
+        yield server
+
+
+async def test_http_round_trip_with_expanded_header(http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
+    server = http_server.config(headers={"Authorization": "Bearer ${MCP_TEST_TOKEN}"})
+
+    listing = await list_tools(server, server_name="web")
+    added = await call_tool(server, "add", server_name="web", a=1, b=2)
+    header = await call_tool(server, "echo_header", server_name="web", name="Authorization")
+
+    assert {tool.name for tool in listing.tools} == {f"mcp_web_{tool}" for tool in TOOLS}
+    assert added == MCPCallResult(content="3")
+    assert header.content == "Bearer t0ken"
+
+
+async def test_tool_error_is_a_result_the_agent_reads(http_server: HttpServer) -> None:
+    result = await call_tool(http_server.config(), "fail", server_name="web")
+
+    assert result.is_error
+    assert "the fail tool always fails" in result.content
+
+
+async def test_enabled_tools_filters_listing_and_calls(http_server: HttpServer) -> None:
+    server = http_server.config(enabled_tools=["add", "fail"])
+
+    listing = await list_tools(server, server_name="web")
+    error = await activity_error(server, tool="slow")
+
+    assert [tool.name for tool in listing.tools] == ["mcp_web_add", "mcp_web_fail"]
+    assert error.type == UNKNOWN_TOOL
+    assert error.non_retryable
+
+
+async def test_unknown_tool_is_not_retryable(http_server: HttpServer) -> None:
+    error = await activity_error(http_server.config(), tool="no_such_tool")
+
+    assert error.type == UNKNOWN_TOOL
+    assert error.non_retryable
+    assert "no_such_tool" in error.message
+
+
+async def test_exposed_name_is_accepted_too(http_server: HttpServer) -> None:
+    result = await call_tool(http_server.config(), mcp_tool_name("web", "add"), server_name="web", a=20, b=22)
+
+    assert result.content == "42"
+
+
+async def test_call_timeout_is_retryable(http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcp_tools, "CALL_TIMEOUT_SECONDS", 0.3)
+    request = MCPCallRequest(server_name="web", server=http_server.config(), tool="slow", arguments={"seconds": 2})
+
+    started = time.monotonic()
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(mcp_call_tool, request)
+
+    assert caught.value.type == UNAVAILABLE
+    assert not caught.value.non_retryable
+    assert "0.3 s" in caught.value.message
+    assert time.monotonic() - started < 2
+
+
+async def test_wrong_http_path_is_a_config_error(http_server: HttpServer) -> None:
+    server = http_server.config()
+    server.url = server.url.rsplit("/", 1)[0] + "/not-mcp"
+
+    error = await activity_error(server)
+
+    assert error.type == CONFIG_ERROR
+    assert "404" in error.message
+
+
+@pytest.mark.parametrize("transport", ["sse", "streamable_http"])
+async def test_connection_refused_is_retryable(transport: str) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]  # closed again below: nothing listens there
+    server = MCPServerConfig(transport=transport, url=f"http://127.0.0.1:{port}/mcp")  # type: ignore[arg-type]
+
+    error = await activity_error(server)
+
+    assert error.type == UNAVAILABLE
+    assert not error.non_retryable
+
+
+# ---------------------------------------------------------------- pure helpers
+
+
+def test_tool_names_are_valid_and_distinct() -> None:
+    long_a = "a" * 80
+    names = [
+        mcp_tool_name("files", "read"),
+        mcp_tool_name("my server", "fs.read/file"),
+        mcp_tool_name("s", long_a + "1"),
+        mcp_tool_name("s", long_a + "2"),
+    ]
+
+    assert names[0] == "mcp_files_read"
+    assert names[1] == "mcp_my_server_fs_read_file"
+    assert names[2] != names[3]
+    assert all(VALID_TOOL_NAME.match(name) for name in names)
+    assert mcp_tool_name("s", long_a + "1") == names[2]  # deterministic, so the workflow can route
+
+
+def test_result_content_is_joined_capped_and_binary_described() -> None:
+    result = mcp_types.CallToolResult(
+        content=[
+            mcp_types.TextContent(type="text", text="first"),
+            mcp_types.ImageContent(type="image", data="aGVsbG8=", mime_type="image/png"),
+            mcp_types.TextContent(type="text", text="x" * (2 * MAX_RESULT_CHARS)),
+        ]
+    )
+
+    text = format_content(result)
+
+    assert text.startswith("first\n[image: image/png")
+    assert "aGVsbG8=" not in text
+    assert len(text) <= MAX_RESULT_CHARS
+    assert "truncated" in text[-60:]
