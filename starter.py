@@ -77,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     runs = sub.add_parser("list", help="list research runs")
     runs.add_argument("--running", action="store_true", help="only runs still in progress")
+    runs.add_argument("--awaiting-review", action="store_true", help="only runs waiting for a plan review")
     runs.add_argument("--limit", type=_positive, default=50)
     runs.set_defaults(handler=commands.list_runs)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 from temporalio.client import (
+    Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
@@ -25,6 +26,7 @@ from temporalio.worker import Replayer
 from cli.connection import CliError, connect
 from cli.embedded import stop_embedded
 from cli.render import plan_text, review_help, status_text
+from cli.search_attributes import missing_search_attributes
 from storage.converter import data_converter
 from workflows.errors import failure_message
 from workflows.models import (
@@ -37,6 +39,7 @@ from workflows.models import (
     RunStatus,
 )
 from workflows.research import DeepResearchWorkflow
+from workflows.visibility import AWAITING, PHASE
 
 POLL_SECONDS = 0.5
 
@@ -171,7 +174,8 @@ async def run(args: argparse.Namespace) -> int:
     run_id = args.id or _run_id(request.question)
     try:
         handle = await client.start_workflow(
-            WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE, result_type=ResearchResult
+            WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE, result_type=ResearchResult,
+            static_summary=f"Research: {request.question[:180]}",
         )
     except WorkflowAlreadyStartedError as error:
         raise CliError(f"A run with ID {run_id!r} already exists; choose another --id.") from error
@@ -222,15 +226,38 @@ async def _describe(handle: WorkflowHandle):  # type: ignore[no-untyped-def]
 
 
 async def list_runs(args: argparse.Namespace) -> int:
+    """Runs with their phase and age; ``--awaiting-review`` filters by the DeerFlowAwaiting attribute.
+
+    Where the namespace lacks our search attributes, the phase of each running run is read with
+    the status query instead (slower, same answer).
+    """
     client = await connect(ensure_worker=False)
     now = datetime.now(UTC)
     query = f"WorkflowType = '{WORKFLOW_TYPE}'"
-    if args.running:
+    if args.running or args.awaiting_review:
         query += " AND ExecutionStatus = 'Running'"
+    indexed = await _has_search_attributes(client)
+    if args.awaiting_review and indexed:
+        query += f" AND {AWAITING.name} = 'plan_feedback'"
+    print(f"{'ID':50} {'STATUS':10} {'PHASE':24} {'AGE':>12}")
     async for execution in client.list_workflows(query, limit=args.limit):
-        age = now - execution.start_time
-        print(f"{execution.id:50} {execution.status.name.lower():12} {str(age).split('.')[0]:>12}")
+        phase = execution.typed_search_attributes.get(PHASE)
+        if phase is None and execution.status == WorkflowExecutionStatus.RUNNING:
+            current = await _status(client.get_workflow_handle(execution.id))
+            phase = current.phase.value + (f" ({current.awaiting})" if current.awaiting else "")
+            if args.awaiting_review and current.awaiting != "plan_feedback":
+                continue
+        age = str(now - execution.start_time).split(".")[0]
+        status_name = execution.status.name.lower() if execution.status else "unknown"
+        print(f"{execution.id:50} {status_name:10} {phase or '-':24} {age:>12}")
     return 0
+
+
+async def _has_search_attributes(client: Client) -> bool:
+    try:
+        return not await missing_search_attributes(client)
+    except (RPCError, ValueError):
+        return False
 
 
 async def cancel(args: argparse.Namespace) -> int:

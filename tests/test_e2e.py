@@ -217,3 +217,35 @@ def test_starter_bad_input_gets_a_clear_error(dev_server: DevServer, worker: Wor
     result = starter(dev_server, *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
+
+
+async def test_a_paused_run_survives_restarting_both_worker_and_server(tmp_path: Path) -> None:
+    server = DevServer(tmp_path / "paused.db").start()
+    worker: WorkerProcess | None = None
+    try:
+        client = await Client.connect(server.address, data_converter=data_converter())
+        worker = await start_worker(server, client, tmp_path / "worker-1.log")
+        handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION), id=run_id("paused"),
+                                             task_queue=TASK_QUEUE, result_type=ResearchResult)
+        deadline = time.monotonic() + 60
+        while (status := await handle.query("status", result_type=RunStatus)).awaiting != "plan_feedback":
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.2)
+        plan_before = status.plan
+
+        worker.kill()  # kill -9 the worker, then stop and restart the server on the same db file and port
+        server.stop()
+        server.start()
+        client = await Client.connect(server.address, data_converter=data_converter())
+        worker = await start_worker(server, client, tmp_path / "worker-2.log")
+        handle = client.get_workflow_handle(handle.id, result_type=ResearchResult)
+        resumed = await handle.query("status", result_type=RunStatus)
+        assert resumed.awaiting == "plan_feedback" and resumed.plan == plan_before
+
+        await handle.signal("plan_feedback", "[ACCEPTED]")
+        result = await asyncio.wait_for(handle.result(), timeout=90)
+        assert result.plan is not None and all(step.execution_res for step in result.plan.steps)
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
