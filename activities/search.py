@@ -2,9 +2,10 @@
 
 Why it is built this way:
 
-* Providers sit behind a small registry keyed by ``settings.search_api`` (``SEARCH_API``), so
-  DuckDuckGo, Brave, Serper, SearxNG, arXiv or Wikipedia can each be added later as one class
-  with a ``search`` coroutine. Only Tavily exists today.
+* Providers sit behind a small registry keyed by ``settings.search_api`` (``SEARCH_API``). Each
+  lives in its own module under ``activities/search_providers/`` (Tavily, DuckDuckGo, Brave,
+  Serper, SearxNG, arXiv, Wikipedia) and registers itself with ``@register_provider``. They are
+  imported on first use, not here, because they import this module's helpers.
 * Failures are sorted into three ``ApplicationError`` types that the workflow's retry policy
   can act on, so a wrong key fails the run at once instead of burning retries:
 
@@ -13,34 +14,35 @@ Why it is built this way:
   - ``SearchConfigError`` (non-retryable: missing/rejected key, forbidden, bad request,
     unknown provider).
 
+  ``status_error`` holds the HTTP-status part of that sorting once, so every provider words its
+  failures alike ("Brave Search rejected the API key (401): ...").
 * Result text is capped here, for every provider alike, because activity results are stored
   in workflow history and whole web pages would bloat it.
 """
 
 from __future__ import annotations
 
-import functools
-import ssl
-from collections.abc import Callable
+import importlib
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
+from typing import Protocol
 
-import httpx
-from tavily import AsyncTavilyClient
-from tavily import errors as tavily_errors
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.settings import Settings, get_settings
-from workflows.models import SearchRequest, SearchResponse, SearchResult
+from workflows.models import SearchRequest, SearchResponse
 
 RATE_LIMITED = "SearchRateLimited"
 UNAVAILABLE = "SearchUnavailable"
 CONFIG_ERROR = "SearchConfigError"
 DEFAULT_PROVIDER = "tavily"
+BUILTIN_PROVIDERS_PACKAGE = "activities.search_providers"
 
 ELLIPSIS = "\u2026"
+# Statuses that mean "try again later" although they are not 5xx.
+RETRYABLE_STATUSES = frozenset({408, 425})
 
 
 # ---------------------------------------------------------------- errors
@@ -79,6 +81,57 @@ def parse_retry_after(value: str | None, now: datetime | None = None) -> timedel
     return max(when - (now or datetime.now(UTC)), timedelta(0))
 
 
+def _with_stop(text: str) -> str:
+    """End a provider's explanation with punctuation, so a hint can follow it as a sentence."""
+    text = text.strip()
+    return text if not text or text.endswith((".", "!", "?")) else text + "."
+
+
+def status_error(
+    provider: str,
+    status: int,
+    detail: str = "",
+    *,
+    retry_after: str | None = None,
+    key_env: str | None = None,
+    key_rejected: bool = False,
+    refusals: Mapping[int, str] | None = None,
+    base_url_env: str | None = None,
+    hints: Mapping[int, str] | None = None,
+) -> ApplicationError:
+    """Sort one HTTP failure status into our three types, with a message naming the provider.
+
+    ``key_rejected`` marks a status other than 401 that the provider uses for a bad key (Brave
+    answers 422). ``refusals`` names provider-specific refusal statuses (Tavily's 432/433);
+    ``hints`` adds a provider-specific remedy for a status (SearxNG's 403).
+    """
+    suffix = f": {_with_stop(detail)}" if detail.strip() else "."
+    hint = (hints or {}).get(status, "")
+    tail = f" {hint}" if hint else ""
+    check_key = f" Check {key_env}." if key_env else ""
+    if status == 429:
+        return rate_limited_error(f"{provider} rate limit reached (429){suffix}", parse_retry_after(retry_after))
+    if status >= 500 or status in RETRYABLE_STATUSES:
+        return unavailable_error(f"{provider} is unavailable ({status}){suffix}")
+    if key_rejected or (status == 401 and key_env):
+        return config_error(f"{provider} rejected the API key ({status}){suffix}{check_key}{tail}")
+    if status == 401:  # a keyless provider (or a proxy in front of it) wants credentials
+        return config_error(f"{provider} refused the request (401, unauthorized){suffix}{tail}")
+    if refusals and status in refusals:
+        return config_error(f"{provider} refused the request ({status}, {refusals[status]}){suffix}{check_key}{tail}")
+    if status == 403:
+        return config_error(f"{provider} refused the request (403, forbidden){suffix}{check_key}{tail}")
+    if status in (400, 422):
+        return config_error(f"{provider} rejected the request as invalid ({status}){suffix}{tail}")
+    check_url = f" Check {base_url_env}." if base_url_env else ""
+    return config_error(f"{provider} answered {status}{suffix}{check_url}{tail}")
+
+
+def missing_setting_error(provider: str, env: str, what: str = "an API key") -> ApplicationError:
+    """A provider was chosen without the setting it cannot work without."""
+    return config_error(f"{provider} needs {what}: set {env} (or pick another SEARCH_API).")
+
+
 # ---------------------------------------------------------------- provider registry
 
 
@@ -105,13 +158,23 @@ def register_provider(name: str) -> Callable[[ProviderFactory], ProviderFactory]
     return decorator
 
 
+def _load_builtin_providers() -> None:
+    """Import the bundled providers so they register; cheap after the first call.
+
+    Done lazily because the provider modules import this one for the helpers above.
+    """
+    importlib.import_module(BUILTIN_PROVIDERS_PACKAGE)
+
+
 def supported_providers() -> list[str]:
     """Names ``SEARCH_API`` may take."""
+    _load_builtin_providers()
     return sorted(_PROVIDERS)
 
 
 def get_provider(settings: Settings) -> SearchProvider:
     """The provider ``settings.search_api`` names; an unknown name is a configuration error."""
+    _load_builtin_providers()
     # Compose passes unset variables as "", which must mean "the default", not "no provider".
     factory = _PROVIDERS.get(settings.search_api.strip().lower() or DEFAULT_PROVIDER)
     if factory is None:
@@ -146,156 +209,6 @@ def trim_response(response: SearchResponse, max_results: int, content_chars: int
         for result in response.results[: max(max_results, 0)]
     ]
     return SearchResponse(query=response.query, results=results)
-
-
-# ---------------------------------------------------------------- Tavily
-
-TAVILY_MAX_RESULTS = 20  # the API rejects larger values
-# Status codes tavily-python folds into ForbiddenError, with what Tavily documents them to mean.
-_TAVILY_REFUSALS = {
-    403: "access forbidden",
-    432: "key or plan usage limit exceeded",
-    433: "pay-as-you-go spending limit exceeded",
-}
-_RETRYABLE_STATUSES = {408, 425}
-
-
-class _LastResponse:
-    """An httpx response hook keeping the last response.
-
-    tavily-python turns a 429 into ``UsageLimitExceededError(detail)`` and drops the response,
-    so without this the ``Retry-After`` header and the status code would be lost.
-    """
-
-    def __init__(self) -> None:
-        self.response: httpx.Response | None = None
-
-    async def record(self, response: httpx.Response) -> None:
-        self.response = response
-
-
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """httpx's default TLS setup, built once: loading the CA bundle costs ~0.1 s per client."""
-    return httpx.create_ssl_context()
-
-
-@register_provider(DEFAULT_PROVIDER)
-class TavilySearch:
-    """Tavily through tavily-python's ``AsyncTavilyClient`` on an httpx client we own."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-
-    async def search(self, request: SearchRequest) -> SearchResponse:
-        """One ``POST /search``; failures are mapped by ``tavily_error``."""
-        api_key = self._settings.tavily_api_key
-        if not api_key:
-            raise config_error("Tavily needs an API key: set TAVILY_API_KEY (or pick another SEARCH_API).")
-        last = _LastResponse()
-        async with httpx.AsyncClient(verify=_ssl_context(), event_hooks={"response": [last.record]}) as http:
-            client = AsyncTavilyClient(api_key=api_key, client=http, **self._base_url_kwargs())
-            try:
-                payload = await client.search(
-                    request.query,
-                    max_results=min(max(request.max_results, 1), TAVILY_MAX_RESULTS),
-                    include_raw_content=False,
-                    include_images=False,
-                    timeout=self._settings.search_timeout_seconds,
-                )
-            except Exception as exc:
-                error = tavily_error(exc, last.response, self._settings.search_timeout_seconds)
-                if error is None:
-                    raise
-                raise error from exc
-        return tavily_response(request.query, payload)
-
-    def _base_url_kwargs(self) -> dict[str, str]:
-        # Omitted when unset so tavily-python keeps its own default endpoint.
-        base_url = self._settings.tavily_base_url
-        return {"api_base_url": base_url.rstrip("/")} if base_url else {}
-
-
-def tavily_response(query: str, payload: Any) -> SearchResponse:
-    """Tavily's JSON to our contract; results without a URL are dropped, not guessed at."""
-    if not isinstance(payload, dict):
-        raise unavailable_error(f"Tavily answered with {type(payload).__name__}, not a JSON object.")
-    results = [
-        SearchResult(
-            title=str(item.get("title") or item["url"]),
-            url=str(item["url"]),
-            content=str(item.get("content") or ""),
-            raw_content=item.get("raw_content") or None,
-            score=item.get("score"),
-            published_date=item.get("published_date") or None,
-        )
-        for item in payload.get("results") or []
-        if isinstance(item, dict) and item.get("url")
-    ]
-    return SearchResponse(query=str(payload.get("query") or query), results=results)
-
-
-def tavily_error(exc: Exception, response: httpx.Response | None, timeout: float) -> ApplicationError | None:
-    """Sort a tavily-python/httpx failure into our three types; ``None`` for the unknown."""
-    if isinstance(exc, tavily_errors.TimeoutError | httpx.TimeoutException):
-        return unavailable_error(f"Tavily did not answer within {timeout:g} s.")
-    if isinstance(exc, httpx.TransportError):
-        return unavailable_error(f"Could not reach Tavily: {type(exc).__name__}: {exc}")
-    status = _error_status(exc, response)
-    if status is None:
-        if isinstance(exc, ValueError):  # a 200 whose body is not JSON
-            return unavailable_error(f"Tavily sent an unreadable answer: {exc}")
-        return None
-    return _status_error(status, _detail(exc, response), response)
-
-
-def _error_status(exc: Exception, response: httpx.Response | None) -> int | None:
-    """The HTTP status behind a failure, from the recorded response or the exception type."""
-    if response is not None and response.status_code >= 400:
-        return response.status_code
-    if isinstance(exc, httpx.HTTPStatusError):
-        return exc.response.status_code
-    by_type: list[tuple[type[Exception], int]] = [
-        (tavily_errors.UsageLimitExceededError, 429),
-        (tavily_errors.InvalidAPIKeyError, 401),
-        (tavily_errors.ForbiddenError, 403),
-        (tavily_errors.BadRequestError, 400),
-    ]
-    return next((code for kind, code in by_type if isinstance(exc, kind)), None)
-
-
-def _status_error(status: int, detail: str, response: httpx.Response | None) -> ApplicationError:
-    """Map an HTTP status to an ApplicationError with a message naming provider and cause."""
-    suffix = f": {detail}" if detail else "."
-    if status == 429:
-        retry_after = parse_retry_after(response.headers.get("Retry-After") if response else None)
-        return rate_limited_error(f"Tavily rate limit reached (429){suffix}", retry_after)
-    if status >= 500 or status in _RETRYABLE_STATUSES:
-        return unavailable_error(f"Tavily is unavailable ({status}){suffix}")
-    if status == 401:
-        return config_error(f"Tavily rejected the API key (401){suffix} Check TAVILY_API_KEY.")
-    if status in _TAVILY_REFUSALS:
-        return config_error(f"Tavily refused the request ({status}, {_TAVILY_REFUSALS[status]}){suffix}")
-    if status == 400:
-        return config_error(f"Tavily rejected the request as invalid (400){suffix}")
-    return config_error(f"Tavily answered {status}{suffix} Check TAVILY_BASE_URL.")
-
-
-def _detail(exc: Exception, response: httpx.Response | None) -> str:
-    """The server's own explanation (``{"detail": {"error": ...}}``), else the exception text."""
-    if response is not None and response.status_code >= 400:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        detail = body.get("detail") if isinstance(body, dict) else None
-        if isinstance(detail, dict) and detail.get("error"):
-            return str(detail["error"])
-        if isinstance(detail, str) and detail:
-            return detail
-        if response.text.strip():
-            return response.text.strip()[:300]
-    return "" if isinstance(exc, httpx.HTTPStatusError) else str(exc).strip()
 
 
 # ---------------------------------------------------------------- the activity

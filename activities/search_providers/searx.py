@@ -1,0 +1,79 @@
+"""SearxNG (``SEARCH_API=searx``): a self-hosted metasearch instance's JSON API, with httpx.
+
+``GET {SEARX_HOST}/search?q=&format=json``. No key. The instance must list ``json`` under
+``search.formats`` in its ``settings.yml``; otherwise it answers 403, which the error message
+says. SearXNG has no result-count parameter, so the activity's trimming applies ``max_results``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from activities.search import missing_setting_error, register_provider, unavailable_error
+from activities.search_providers._http import (
+    HttpProvider,
+    check_base_url,
+    float_or_none,
+    http_error,
+    json_object,
+    plain_text,
+    send,
+    str_or_none,
+)
+from activities.settings import Settings
+from workflows.models import SearchRequest, SearchResponse, SearchResult
+
+PROVIDER = HttpProvider(
+    "SearxNG",
+    base_url_env="SEARX_HOST",
+    hints={403: "Enable the json format in the instance's settings.yml (search.formats), or check SEARX_HOST."},
+)
+
+
+@register_provider("searx")
+class SearxSearch:
+    """One SearXNG ``/search`` request per query (first page)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    async def search(self, request: SearchRequest) -> SearchResponse:
+        """``GET /search?format=json``; results come from ``results``."""
+        if not self._settings.searx_host:
+            raise missing_setting_error(PROVIDER.label, "SEARX_HOST", "an instance URL (e.g. http://localhost:8080)")
+        host = check_base_url(PROVIDER, self._settings.searx_host)
+        response = await send(
+            PROVIDER,
+            "GET",
+            f"{host}/search",
+            timeout=self._settings.search_timeout_seconds,
+            follow_redirects=True,  # no key to leak; instances often redirect http -> https
+            params={"q": request.query, "format": "json", "pageno": 1},
+        )
+        if response.status_code != 200:
+            raise http_error(PROVIDER, response)
+        return searx_response(request.query, json_object(PROVIDER, response))
+
+
+def searx_response(query: str, payload: dict[str, Any]) -> SearchResponse:
+    """``results[]`` to our contract.
+
+    An empty answer whose engines all failed is a transient failure of the instance's upstreams,
+    not "nothing found", so it is raised as retryable.
+    """
+    results = [
+        SearchResult(
+            title=plain_text(item.get("title")) or str(item["url"]),
+            url=str(item["url"]),
+            content=plain_text(item.get("content")),
+            score=float_or_none(item.get("score")),
+            published_date=str_or_none(item.get("publishedDate")),
+        )
+        for item in payload.get("results") or []
+        if isinstance(item, dict) and item.get("url")
+    ]
+    unresponsive = payload.get("unresponsive_engines") or []
+    if not results and unresponsive:
+        names = ", ".join(" ".join(map(str, item)) if isinstance(item, list) else str(item) for item in unresponsive)
+        raise unavailable_error(f"SearxNG found nothing because its engines failed: {names}.")
+    return SearchResponse(query=str(payload.get("query") or query), results=results)
