@@ -31,6 +31,8 @@ from typing import Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeating
+from activities.limits import provider_slot
 from activities.settings import Settings, get_settings
 from workflows.models import SearchRequest, SearchResponse
 
@@ -215,11 +217,13 @@ def trim_response(response: SearchResponse, max_results: int, content_chars: int
 
 
 @activity.defn(name="web_search")
+@heartbeating
 async def web_search(request: SearchRequest) -> SearchResponse:
     """Search with the configured provider; at most ``max_results`` results, text capped."""
     settings = get_settings()
     provider = get_provider(settings)  # first, so a bad SEARCH_API is reported on any query
     if request.max_results <= 0 or not request.query.strip():
         return SearchResponse(query=request.query)
-    response = await provider.search(request)
+    async with provider_slot("search"):
+        response = await provider.search(request)
     return trim_response(response, request.max_results, settings.search_content_chars)

@@ -21,6 +21,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.errors import failure_message
+    from workflows.model_calls import HEARTBEAT_TIMEOUT
     from workflows.models import (
         CrawlRequest,
         CrawlResult,
@@ -95,7 +96,7 @@ async def search(query: str, max_results: int) -> SearchResponse:
         result_type=SearchResponse,
         start_to_close_timeout=timedelta(seconds=60),
         schedule_to_close_timeout=timedelta(minutes=4),
-        heartbeat_timeout=timedelta(seconds=15),
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
         retry_policy=SEARCH_RETRY,
     )
 
@@ -124,7 +125,7 @@ async def _fetch_page(url: str) -> str:
         result_type=CrawlResult,
         start_to_close_timeout=timedelta(seconds=60),
         schedule_to_close_timeout=timedelta(minutes=4),
-        heartbeat_timeout=timedelta(seconds=15),
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
         retry_policy=CRAWL_RETRY,
     )
     return format_crawl_result(result)
@@ -138,7 +139,7 @@ async def _local_search(arguments: dict[str, Any], context: ToolContext) -> str:
         result_type=SearchResponse,
         start_to_close_timeout=timedelta(minutes=10),
         schedule_to_close_timeout=timedelta(minutes=15),
-        heartbeat_timeout=timedelta(seconds=15),
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
         retry_policy=SEARCH_RETRY,
     )
     return format_search_response(response)
@@ -152,7 +153,7 @@ async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
         result_type=PythonResult,
         start_to_close_timeout=timedelta(seconds=120),
         schedule_to_close_timeout=timedelta(minutes=5),
-        heartbeat_timeout=timedelta(seconds=15),
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
         retry_policy=PYTHON_RETRY,
     )
     return format_python_result(result, timeout_seconds=request.timeout_seconds)
@@ -222,7 +223,7 @@ async def mcp_tools_for(agent_name: str, settings: MCPSettings | None
         try:
             listed = await workflow.execute_activity(
                 "mcp_list_tools", MCPListRequest(server_name=server_name, server=server), result_type=MCPToolList,
-                start_to_close_timeout=timedelta(seconds=90), heartbeat_timeout=timedelta(seconds=15),
+                start_to_close_timeout=timedelta(seconds=90), heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["MCPConfigError"]),
             )
         except ActivityError as error:
@@ -241,7 +242,7 @@ async def _mcp_call(call: ToolCall, context: ToolContext) -> str:
         "mcp_call_tool", MCPCallRequest(server_name=server_name, server=server, tool=call.name,
                                         arguments=call.arguments),
         result_type=MCPCallResult, start_to_close_timeout=timedelta(seconds=150),
-        heartbeat_timeout=timedelta(seconds=15),
+        heartbeat_timeout=HEARTBEAT_TIMEOUT,
         # A tool may have side effects: retry only what never reached it, and only twice.
         retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["MCPConfigError", "MCPUnknownTool"]),
     )

@@ -1,0 +1,129 @@
+"""Reading a run's history for crash tests and benchmarks: what ran, how often, and who did it.
+
+After a crash the question is never only "did the run finish?" but "did it redo work it had
+already done?" and "how soon did it move again?". The history answers both exactly: every
+activity attempt leaves a Started event with its attempt number, and every completed task names
+the worker that completed it (``identity``, by default ``pid@hostname``) and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client, WorkflowHistory
+
+from workflows.models import TASK_QUEUE
+
+SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+WORKFLOW_TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
+PROGRESS = (COMPLETED, WORKFLOW_TASK_COMPLETED)
+
+
+def activity_events(history: WorkflowHistory) -> dict[str, list[HistoryEvent]]:
+    """Per activity ID: its scheduled, started and completed events, in history order."""
+    events: dict[str, list[HistoryEvent]] = {}
+    scheduled_ids: dict[int, str] = {}
+    for event in history.events:
+        if event.event_type == SCHEDULED:
+            activity_id = event.activity_task_scheduled_event_attributes.activity_id
+            scheduled_ids[event.event_id] = activity_id
+            events.setdefault(activity_id, []).append(event)
+        elif event.event_type == STARTED:
+            events[scheduled_ids[event.activity_task_started_event_attributes.scheduled_event_id]].append(event)
+        elif event.event_type == COMPLETED:
+            events[scheduled_ids[event.activity_task_completed_event_attributes.scheduled_event_id]].append(event)
+    return events
+
+
+def activity_types(history: WorkflowHistory) -> dict[str, str]:
+    """Activity ID -> activity type name (``chat``, ``web_search`` ...), for readable failures."""
+    return {
+        event.activity_task_scheduled_event_attributes.activity_id:
+            event.activity_task_scheduled_event_attributes.activity_type.name
+        for event in history.events if event.event_type == SCHEDULED
+    }
+
+
+def completed_activity_ids(history: WorkflowHistory) -> set[str]:
+    """Activities whose result is already in history: a correct recovery never runs them again."""
+    return {activity_id for activity_id, events in activity_events(history).items()
+            if any(event.event_type == COMPLETED for event in events)}
+
+
+def start_attempts(events: Iterable[HistoryEvent]) -> list[int]:
+    return [event.activity_task_started_event_attributes.attempt for event in events if event.event_type == STARTED]
+
+
+def assert_not_rerun(completed_before: set[str], history: WorkflowHistory) -> None:
+    """Each activity completed before the crash was scheduled once and started once, on attempt 1."""
+    after = activity_events(history)
+    names = activity_types(history)
+    for activity_id in sorted(completed_before, key=int):
+        kinds = [event.event_type for event in after[activity_id]]
+        assert kinds.count(SCHEDULED) == 1, f"activity {activity_id} ({names[activity_id]}) was scheduled again"
+        assert start_attempts(after[activity_id]) == [1], (
+            f"activity {activity_id} ({names[activity_id]}) ran again: attempts {start_attempts(after[activity_id])}")
+
+
+def retried_activities(history: WorkflowHistory) -> dict[str, tuple[str, int]]:
+    """Activity ID -> (type, attempt) for every activity whose recorded attempt is above 1."""
+    names = activity_types(history)
+    return {activity_id: (names[activity_id], attempt)
+            for activity_id, events in activity_events(history).items()
+            for attempt in start_attempts(events) if attempt > 1}
+
+
+def event_time(event: HistoryEvent) -> datetime:
+    return event.event_time.ToDatetime(tzinfo=UTC)
+
+
+def _identity(event: HistoryEvent) -> str:
+    if event.event_type == COMPLETED:
+        return event.activity_task_completed_event_attributes.identity
+    return event.workflow_task_completed_event_attributes.identity
+
+
+def first_progress(history: WorkflowHistory, since: datetime, identity: str | None = None) -> HistoryEvent | None:
+    """The first completed activity or workflow task at or after ``since`` (by ``identity``, if given).
+
+    That is the moment a recovered run demonstrably moved again: a worker finished a piece of work
+    and the server recorded it.
+    """
+    for event in history.events:
+        if (event.event_type in PROGRESS and event_time(event) >= since
+                and (identity is None or _identity(event) == identity)):
+            return event
+    return None
+
+
+def worker_identity(pid: int) -> str:
+    """The identity the Temporal SDK gives a worker process by default."""
+    return f"{pid}@{socket.gethostname()}"
+
+
+async def wait_for_poller(client: Client, identity: str, timeout: float = 90.0) -> None:
+    """Wait until a worker with ``identity`` polls the workflow task queue.
+
+    ``has_worker`` is not enough after a kill: the server keeps listing the dead worker's poller
+    for a while, so it would report "a worker is there" before the new one has connected.
+    """
+    deadline = time.monotonic() + timeout
+    request = DescribeTaskQueueRequest(namespace=client.namespace, task_queue=TaskQueue(name=TASK_QUEUE),
+                                       task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
+    while True:
+        response = await client.workflow_service.describe_task_queue(request)
+        if any(poller.identity == identity for poller in response.pollers):
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"no poller with identity {identity!r} after {timeout} s")
+        await asyncio.sleep(0.2)
