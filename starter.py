@@ -2,6 +2,8 @@
 
     python starter.py run "How do solid-state batteries compare with lithium-ion?"
     python starter.py review ID --accept | --edit "add a step on costs"
+    python starter.py answer ID "the EU, next five years"   # a clarifying question
+    python starter.py watch ID      # follow a run live
     python starter.py status ID | report ID [-o FILE] | list | cancel ID
     python starter.py history ID -o FILE.json | replay ID | replay --file FILE.json
     python starter.py down          # stop the embedded dev server and worker
@@ -64,6 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
     choice.add_argument("--accept", action="store_true")
     choice.add_argument("--edit", metavar="TEXT", help="what the planner should change")
     review.set_defaults(handler=commands.review)
+
+    answer = sub.add_parser("answer", help="answer the coordinator's clarifying question")
+    answer.add_argument("id")
+    answer.add_argument("text")
+    answer.set_defaults(handler=commands.answer)
+
+    watch = sub.add_parser("watch", help="follow a run live (a panel on a terminal, lines otherwise)")
+    watch.add_argument("id")
+    watch.add_argument("--plain", action="store_true", help="print changes as lines even on a terminal")
+    watch.add_argument("--stats", action="store_true", help="print the event-to-display delay at the end")
+    watch.set_defaults(handler=commands.watch_run)
 
     status = sub.add_parser("status", help="show a run's phase, plan and progress")
     status.add_argument("id")

@@ -10,14 +10,15 @@ import logging
 import os
 import signal
 
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
 from activities.settings import get_settings
+from cli.connection import connect_when_ready
+from cli.search_attributes import ensure_search_attributes
 from cli.shutdown import exit_now
 from offline.providers import OFFLINE_BANNER, start_offline_providers
+from storage.converter import data_converter, prepare_payload_store
 from workflows.models import TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
@@ -32,7 +33,12 @@ async def main() -> None:
         logging.warning(OFFLINE_BANNER)
     address = os.environ.get("TEMPORAL_ADDRESS", DEFAULT_ADDRESS)
     namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
-    client = await Client.connect(address, namespace=namespace, data_converter=pydantic_data_converter)
+    await prepare_payload_store()
+    client = await connect_when_ready(address, namespace=namespace, data_converter=data_converter())
+    # Runs upsert the custom search attributes only where they exist (see cli/search_attributes.py);
+    # load_run_config hands each run this answer, recording it in history for replay.
+    os.environ["DEERFLOW_SEARCH_ATTRIBUTES"] = "1" if await ensure_search_attributes(client) else "0"
+    get_settings.cache_clear()
     worker = Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

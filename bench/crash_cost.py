@@ -30,13 +30,14 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plain script
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 
+from cli.connection import connect_when_ready
 from cli.shutdown import exit_now
 from offline.model_server import FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
+from storage.converter import data_converter
 from tests.history_checks import (
     activity_types,
     assert_not_rerun,
@@ -84,7 +85,7 @@ class Bench:
         self.client: Client
 
     async def connect(self) -> None:
-        self.client = await Client.connect(self.server.address, data_converter=pydantic_data_converter)
+        self.client = await connect_when_ready(self.server.address, data_converter=data_converter())
 
     def launch_worker(self) -> str:
         """Start a worker process; returns its identity (the clock for "resume" starts here)."""

@@ -27,6 +27,7 @@ from cli.connection import CliError, connect
 from cli.embedded import stop_embedded
 from cli.render import plan_text, review_help, status_text
 from cli.search_attributes import missing_search_attributes
+from cli.watch import Watcher, WatchStats, watch
 from storage.converter import data_converter
 from workflows.errors import failure_message
 from workflows.models import (
@@ -40,8 +41,6 @@ from workflows.models import (
 )
 from workflows.research import DeepResearchWorkflow
 from workflows.visibility import AWAITING, PHASE
-
-POLL_SECONDS = 0.5
 
 
 def _run_id(question: str) -> str:
@@ -96,34 +95,67 @@ async def _interactive_review(handle: WorkflowHandle) -> bool:
 
 
 async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult | None:
-    """Show progress until the run ends; review plans on a terminal. None: left waiting."""
-    result_task = asyncio.create_task(_result(handle))
-    last_phase: Phase | None = None
-    reviewed_plan: str | None = None
-    done_steps: set[int] = set()
-    while not result_task.done():
-        status = await _status(handle)
-        if status.phase != last_phase:
-            print(f"… {status.phase.value.replace('_', ' ')}", file=sys.stderr)
-            last_phase = status.phase
-        for step in status.steps:
-            if step.state.value == "done" and step.index not in done_steps:
-                done_steps.add(step.index)
-                print(f"  ✓ step {step.index + 1}: {step.title}", file=sys.stderr)
-        plan_key = status.plan.model_dump_json() if status.plan else None
-        if status.awaiting == "plan_feedback" and plan_key != reviewed_plan:
-            reviewed_plan = plan_key
-            done_steps.clear()
-            assert status.plan is not None
-            print(plan_text(status.plan))
+    """Show the run live until it ends; review plans and answer questions on a terminal.
+
+    Returns None when the user leaves a plan or question waiting for later.
+    """
+    watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr)
+    answered: tuple[str | None, int, int] | None = None
+    while True:
+        status = await watcher.follow(
+            handle, until=lambda s, seen=answered: _needs_person(s) and _prompt_key(s) != seen
+        )
+        if watcher.closed is not None:
+            break
+        answered = _prompt_key(status)
+        if status.awaiting == "clarification_answer":
+            print(f"\nThe coordinator asks: {status.question}")
             if not interactive:
-                print(review_help(handle.id), file=sys.stderr)
-            elif not await _interactive_review(handle):
-                result_task.cancel()
-                print(review_help(handle.id))
+                print(f"Answer with: python starter.py answer {handle.id} \"…\"", file=sys.stderr)
+                continue
+            if not await _interactive_answer(handle):
+                print(f"Answer later with: python starter.py answer {handle.id} \"…\"")
                 return None
-        await asyncio.wait([result_task], timeout=POLL_SECONDS)
-    return result_task.result()
+            continue
+        assert status.plan is not None
+        print(plan_text(status.plan))
+        if not interactive:
+            print(review_help(handle.id), file=sys.stderr)
+        elif not await _interactive_review(handle):
+            print(review_help(handle.id))
+            return None
+    if watcher.stats.count:
+        print(watcher.stats.summary(), file=sys.stderr)
+    return await _result(handle)
+
+
+def _needs_person(status: RunStatus) -> bool:
+    return status.awaiting in ("plan_feedback", "clarification_answer")
+
+
+def _prompt_key(status: RunStatus) -> tuple[str | None, int, int]:
+    """Identifies one request for a person, so each is asked once."""
+    return status.awaiting, len(status.plan_history), status.clarification_rounds
+
+
+async def _interactive_answer(handle: WorkflowHandle) -> bool:
+    answer = (await asyncio.to_thread(input, "Your answer (empty to answer later): ")).strip()
+    if not answer:
+        return False
+    await _send_answer(handle, answer)
+    return True
+
+
+async def _send_answer(handle: WorkflowHandle, answer: str) -> ReviewOutcome:
+    try:
+        return await handle.execute_update("clarification_answer", answer, result_type=ReviewOutcome)
+    except WorkflowUpdateFailedError as error:
+        raise CliError(f"Answer rejected: {failure_message(error.cause)}") from error
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            description = await _describe(handle)
+            raise CliError(f"Run {handle.id} has already ended ({description.status.name.lower()}).") from error
+        raise CliError(f"Could not send the answer to {handle.id}: {error.message}") from error
 
 
 async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
@@ -196,6 +228,23 @@ async def review(args: argparse.Namespace) -> int:
     outcome = await _send_review(client.get_workflow_handle(args.id), feedback)
     print(outcome.message)
     return 0
+
+
+async def answer(args: argparse.Namespace) -> int:
+    client = await connect()
+    outcome = await _send_answer(client.get_workflow_handle(args.id), args.text)
+    print(outcome.message)
+    return 0
+
+
+async def watch_run(args: argparse.Namespace) -> int:
+    client = await connect()  # the status query needs a worker
+    stats = WatchStats()
+    final = await watch(client.get_workflow_handle(args.id), live=sys.stdout.isatty() and not args.plain,
+                        out=sys.stdout, stats=stats)
+    if args.stats:
+        print(stats.summary(), file=sys.stderr)
+    return 1 if final.phase is Phase.FAILED else 0
 
 
 async def status(args: argparse.Namespace) -> int:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
+import time
+from typing import Any
 
 from temporalio.client import Client
 
@@ -14,6 +17,22 @@ from storage.converter import data_converter
 
 class CliError(Exception):
     """An error the user can act on; printed without a traceback."""
+
+
+async def connect_when_ready(address: str, timeout: float = 30.0, **kwargs: Any) -> Client:
+    """``Client.connect``, retried while a just-started server says its frontend is not healthy yet.
+
+    ``temporal server start-dev`` opens its port before the frontend is ready; on a loaded machine
+    the first connect then fails. Retrying for a while turns that race into a short wait.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await Client.connect(address, **kwargs)
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
 
 
 def _is_loopback(address: str) -> bool:
@@ -36,7 +55,7 @@ async def connect(*, ensure_worker: bool = True) -> Client:
         ui_url = start_dev_server(address)
         print(f"Temporal Web UI: {ui_url}", file=sys.stderr)
     try:
-        client = await Client.connect(address, namespace=namespace, data_converter=data_converter())
+        client = await connect_when_ready(address, namespace=namespace, data_converter=data_converter())
     except RuntimeError as error:
         raise CliError(f"Cannot connect to Temporal at {address}: {error}") from error
     if ensure_worker and embedded and not await has_worker(client):

@@ -23,6 +23,8 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
+from activities.settings import get_settings
+from cli.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -35,7 +37,7 @@ class EmbeddedError(RuntimeError):
 
 
 def state_dir() -> Path:
-    path = Path(os.environ.get("DEERFLOW_HOME", ".deerflow")).resolve()
+    path = get_settings().home.resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
 
@@ -94,8 +96,13 @@ def start_dev_server(address: str = DEFAULT_ADDRESS, ui_port: int = UI_PORT) -> 
 
 
 def search_attribute_flags() -> list[str]:
-    """Custom search attributes the dev server registers at start (none yet)."""
-    return []
+    """The custom search attributes runs upsert, registered by the dev server at start.
+
+    The dev server applies these flags only when it creates its database; an existing
+    ``.deerflow/temporal.db`` gets them from the worker instead, which checks and registers them
+    at start-up (``cli.search_attributes.ensure_search_attributes``).
+    """
+    return dev_server_flags()
 
 
 async def has_worker(client: Client) -> bool:
@@ -110,7 +117,7 @@ async def has_worker(client: Client) -> bool:
 
 
 async def start_worker(client: Client, address: str) -> None:
-    env = {**os.environ, "TEMPORAL_ADDRESS": address}
+    env = {**os.environ, "TEMPORAL_ADDRESS": address, "DEERFLOW_HOME": str(state_dir())}
     _spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], env=env)
     deadline = time.monotonic() + 60
     while not await has_worker(client):

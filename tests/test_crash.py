@@ -35,13 +35,14 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
+from cli.connection import connect_when_ready
 from offline.model_server import FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
+from storage.converter import data_converter
 from tests.conftest import run_id
 from tests.history_checks import (
     COMPLETED,
@@ -76,7 +77,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture(scope="module")
 async def client(dev_server: DevServer) -> AsyncIterator[Client]:
-    yield await Client.connect(dev_server.address, data_converter=pydantic_data_converter)
+    yield await connect_when_ready(dev_server.address, data_converter=data_converter())
 
 
 class WorkerSlot:

@@ -17,11 +17,13 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 
+from cli.connection import connect_when_ready
 from cli.embedded import has_worker
 from storage.converter import data_converter
 from tests.conftest import run_id
+from tests.history_checks import activity_events
 from tests.processes import REPO_DIR, DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
 
@@ -37,7 +39,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture(scope="module")
 async def client(dev_server: DevServer) -> AsyncIterator[Client]:
-    yield await Client.connect(dev_server.address, data_converter=data_converter())
+    yield await connect_when_ready(dev_server.address, data_converter=data_converter())
 
 
 async def start_worker(dev_server: DevServer, client: Client, log: Path, **env: str) -> WorkerProcess:
@@ -99,22 +101,6 @@ def test_public_contract_with_the_temporal_cli(dev_server: DevServer, worker: Wo
     assert outcome["outcome"] == "report"
     assert outcome["plan"]["title"] == revised["plan"]["title"]
     assert all(step["execution_res"] for step in outcome["plan"]["steps"])
-
-
-def activity_events(history: WorkflowHistory) -> dict[str, list]:
-    """Per activity ID: the scheduled, started and completed events."""
-    events: dict[str, list] = {}
-    scheduled_ids: dict[int, str] = {}
-    for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            activity_id = event.activity_task_scheduled_event_attributes.activity_id
-            scheduled_ids[event.event_id] = activity_id
-            events.setdefault(activity_id, []).append(event)
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
-            events[scheduled_ids[event.activity_task_started_event_attributes.scheduled_event_id]].append(event)
-        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
-            events[scheduled_ids[event.activity_task_completed_event_attributes.scheduled_event_id]].append(event)
-    return events
 
 
 async def test_kill_9_during_a_researcher_step_then_a_new_worker_completes_the_run(
@@ -223,7 +209,7 @@ async def test_a_paused_run_survives_restarting_both_worker_and_server(tmp_path:
     server = DevServer(tmp_path / "paused.db").start()
     worker: WorkerProcess | None = None
     try:
-        client = await Client.connect(server.address, data_converter=data_converter())
+        client = await connect_when_ready(server.address, data_converter=data_converter())
         worker = await start_worker(server, client, tmp_path / "worker-1.log")
         handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION), id=run_id("paused"),
                                              task_queue=TASK_QUEUE, result_type=ResearchResult)
@@ -236,7 +222,7 @@ async def test_a_paused_run_survives_restarting_both_worker_and_server(tmp_path:
         worker.kill()  # kill -9 the worker, then stop and restart the server on the same db file and port
         server.stop()
         server.start()
-        client = await Client.connect(server.address, data_converter=data_converter())
+        client = await connect_when_ready(server.address, data_converter=data_converter())
         worker = await start_worker(server, client, tmp_path / "worker-2.log")
         handle = client.get_workflow_handle(handle.id, result_type=ResearchResult)
         resumed = await handle.query("status", result_type=RunStatus)

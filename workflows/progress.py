@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -15,10 +17,16 @@ REVIEW_HINT = (
 CLARIFICATION_HINT = "Send signal `clarification_answer` with your answer as a JSON string."
 
 
+def _readable(timestamp: str | None) -> str:
+    if timestamp is None:
+        return "none"
+    return datetime.fromisoformat(timestamp).strftime("%Y-%m-%d %H:%M UTC")
+
+
 def current_details(status: RunStatus) -> str:
     lines = [f"**Phase:** {status.phase.value.replace('_', ' ')}"]
     if status.awaiting == "plan_feedback":
-        lines.append(f"**Awaiting plan review** (deadline {status.review_deadline or 'none'}). {REVIEW_HINT}")
+        lines.append(f"**Awaiting plan review** (deadline {_readable(status.review_deadline)}). {REVIEW_HINT}")
     elif status.awaiting == "clarification_answer":
         lines.append(f"**Awaiting clarification:** {status.question}\n\n{CLARIFICATION_HINT}")
     if status.plan:

@@ -1,0 +1,169 @@
+"""A small Chrome DevTools Protocol client: headless Debian Chromium driven over its websocket.
+
+Why not Playwright or Selenium: both download browsers or drivers at install time, which a
+machine without internet cannot do. The distribution's ``chromium`` plus ``websockets`` (already
+installed with langsmith) is enough to load a page, click, type and take screenshots.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import websockets
+
+CHROMIUM_FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-extensions", "--no-first-run",
+    "--no-default-browser-check", "--mute-audio", "--window-size=1400,1000",
+)
+
+
+def chromium_path() -> str | None:
+    """The system Chromium (Debian's package), if installed."""
+    for name in ("chromium", "chromium-browser"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None
+
+
+class CDPError(RuntimeError):
+    pass
+
+
+class Page:
+    """One page target, over its own websocket."""
+
+    def __init__(self, socket: Any) -> None:
+        self._socket = socket
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.console: list[str] = []  # console messages and uncaught errors, for failure reports
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        async for raw in self._socket:
+            message = json.loads(raw)
+            future = self._pending.pop(message.get("id", -1), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+            elif message.get("method") == "Runtime.consoleAPICalled":
+                args = message["params"].get("args", [])
+                self.console.append(" ".join(str(a.get("value", a.get("description", ""))) for a in args))
+            elif message.get("method") == "Runtime.exceptionThrown":
+                details = message["params"]["exceptionDetails"]
+                self.console.append(f"uncaught: {details.get('exception', {}).get('description') or details}")
+
+    async def send(self, method: str, **params: Any) -> dict[str, Any]:
+        message_id = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[message_id] = future
+        await self._socket.send(json.dumps({"id": message_id, "method": method, "params": params}))
+        reply = await asyncio.wait_for(future, 30)
+        if "error" in reply:
+            raise CDPError(f"{method}: {reply['error']}")
+        return dict(reply.get("result", {}))
+
+    async def evaluate(self, expression: str) -> Any:
+        """Run JavaScript in the page and return its (JSON-able) value; promises are awaited."""
+        result = await self.send("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise CDPError(f"JavaScript failed: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    async def wait_for(self, expression: str, timeout: float = 20.0, what: str | None = None) -> Any:
+        """Poll a JavaScript expression until it is truthy; returns its value."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = await self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out waiting for {what or expression}")
+            await asyncio.sleep(0.2)
+
+    async def navigate(self, url: str) -> None:
+        await self.send("Page.navigate", url=url)
+        await self.wait_for("document.readyState === 'complete'", what=f"{url} to load")
+
+    async def insert_text(self, text: str) -> None:
+        """Type into the focused element as a keyboard would (works for editors like CodeMirror)."""
+        await self.send("Input.insertText", text=text)
+
+    async def click_at(self, x: float, y: float) -> None:
+        for kind in ("mousePressed", "mouseReleased"):
+            await self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+
+    async def screenshot(self, path: Path) -> Path:
+        data = await self.send("Page.captureScreenshot", format="png")
+        path.write_bytes(base64.b64decode(data["data"]))
+        return path
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader
+        await self._socket.close()
+
+
+class Chromium:
+    """Headless Chromium with remote debugging on a port it picks itself (no port race)."""
+
+    def __init__(self, executable: str) -> None:
+        self.executable = executable
+        self._profile = tempfile.TemporaryDirectory(prefix="cdp-profile-", ignore_cleanup_errors=True)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    def start(self) -> Chromium:
+        profile = Path(self._profile.name)
+        self.process = subprocess.Popen(
+            [self.executable, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
+             "about:blank"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        active_port = profile / "DevToolsActivePort"
+        deadline = time.monotonic() + 30
+        while not (active_port.is_file() and active_port.read_text().strip()):
+            if self.process.poll() is not None:
+                raise CDPError(f"chromium exited with {self.process.returncode}")
+            if time.monotonic() > deadline:
+                raise CDPError("chromium did not open its DevTools port")
+            time.sleep(0.1)
+        self.port = int(active_port.read_text().splitlines()[0])
+        return self
+
+    async def page(self) -> Page:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=10) as response:
+            targets = json.load(response)
+        target = next(t for t in targets if t["type"] == "page")
+        socket = await websockets.connect(target["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024)
+        page = Page(socket)
+        await page.send("Page.enable")
+        await page.send("Runtime.enable")
+        return page
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            # The whole group: Chromium's renderer and GPU helpers are its children.
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait(timeout=10)
+        self.process = None
+        self._profile.cleanup()

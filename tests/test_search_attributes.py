@@ -1,0 +1,152 @@
+"""The worker's search-attribute check, against a real dev server started without them.
+
+Why: a run that upserts an unregistered attribute fails its workflow task forever, so the
+worker must find out reliably whether they exist, register them where it may, and degrade to
+"runs without them" (never a crash) where it may not, as on Temporal Cloud.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.service import RPCError, RPCStatusCode
+
+from cli.connection import connect_when_ready
+from cli.embedded import has_worker, search_attribute_flags
+from cli.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
+from storage.converter import data_converter
+from tests.conftest import run_id
+from tests.processes import REPO_DIR, DevServer, WorkerProcess
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ReportStyle, ResearchRequest, ResearchResult
+from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
+
+
+@pytest.fixture(scope="module")
+def bare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    """A dev server started WITHOUT our --search-attribute flags."""
+    server = DevServer(tmp_path_factory.mktemp("bare") / "temporal.db").start()
+    yield server
+    server.stop()
+
+
+def test_dev_server_flags_register_every_key_as_keyword() -> None:
+    flags = dev_server_flags()
+    assert flags == search_attribute_flags()
+    assert flags[::2] == ["--search-attribute"] * len(ALL_KEYS)
+    assert flags[1::2] == [f"{key.name}=Keyword" for key in ALL_KEYS]
+    assert {key.name for key in ALL_KEYS} == {"DeerFlowPhase", "DeerFlowAwaiting", "DeerFlowReportStyle"}
+
+
+async def test_registers_missing_attributes_then_is_a_no_op(bare_server: DevServer) -> None:
+    client = await connect_when_ready(bare_server.address)
+    assert {key.name for key in await missing_search_attributes(client)} == {key.name for key in ALL_KEYS}
+
+    assert await ensure_search_attributes(client) is True
+    listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace="default"))
+    assert {key.name for key in ALL_KEYS} <= set(listed.custom_attributes)
+
+    calls: list[Any] = []
+    real_add = client.operator_service.add_search_attributes
+
+    async def counting_add(*args: Any, **kwargs: Any) -> Any:
+        calls.append(args)
+        return await real_add(*args, **kwargs)
+
+    client.operator_service.add_search_attributes = counting_add  # type: ignore[method-assign]
+    assert await ensure_search_attributes(client) is True
+    assert calls == [], "a second call must not try to register anything"
+
+
+async def test_dev_server_started_with_the_flags_needs_nothing(tmp_path: Path) -> None:
+    server = DevServer(tmp_path / "temporal.db", extra_args=dev_server_flags()).start()
+    try:
+        client = await connect_when_ready(server.address)
+        assert await missing_search_attributes(client) == []
+    finally:
+        server.stop()
+
+
+async def test_refused_registration_returns_false_without_raising(
+    bare_server: DevServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await connect_when_ready(bare_server.address, namespace="default")
+    listed: list[Any] = []
+
+    async def nothing_registered(request: ListSearchAttributesRequest, **_: Any) -> Any:
+        listed.append(request)
+        response = await type(client.operator_service).list_search_attributes(client.operator_service, request)
+        for key in ALL_KEYS:
+            if key.name in response.custom_attributes:
+                del response.custom_attributes[key.name]
+        return response
+
+    async def refuse(*_: Any, **__: Any) -> Any:
+        raise RPCError("Request unauthorized.", RPCStatusCode.PERMISSION_DENIED, b"")
+
+    client.operator_service.list_search_attributes = nothing_registered  # type: ignore[method-assign]
+    client.operator_service.add_search_attributes = refuse  # type: ignore[method-assign]
+    with caplog.at_level(logging.WARNING, logger="cli.search_attributes"):
+        assert await ensure_search_attributes(client) is False
+    assert "Request unauthorized" in caplog.text
+    assert len(listed) == 2, "after a refusal it looks once more (another worker may have registered them)"
+
+
+async def test_unreachable_operator_service_returns_false(bare_server: DevServer) -> None:
+    client = await connect_when_ready(bare_server.address)
+
+    async def unavailable(*_: Any, **__: Any) -> Any:
+        raise RPCError("operator service unimplemented", RPCStatusCode.UNIMPLEMENTED, b"")
+
+    client.operator_service.list_search_attributes = unavailable  # type: ignore[method-assign]
+    assert await ensure_search_attributes(client) is False
+
+
+def test_compose_registers_every_key() -> None:
+    """docker-compose.yml spells the names out for the temporal CLI; keep them in step with the code."""
+    compose = yaml.safe_load((REPO_DIR / "docker-compose.yml").read_text(encoding="utf-8"))
+    service = compose["services"]["register-search-attributes"]
+    script = " ".join(service["command"])
+    for key in ALL_KEYS:
+        assert f"--name {key.name} --type Keyword" in script
+    assert service["depends_on"]["temporal"]["condition"] == "service_healthy"
+    assert service["restart"] == "no"
+
+
+async def test_worker_registers_them_and_runs_set_them(tmp_path: Path) -> None:
+    """The whole chain: worker start-up registers them on a bare server, and a run upserts them."""
+    server = DevServer(tmp_path / "temporal.db").start()
+    worker: WorkerProcess | None = None
+    try:
+        client = await connect_when_ready(server.address, data_converter=data_converter())
+        assert len(await missing_search_attributes(client)) == len(ALL_KEYS)
+        worker = WorkerProcess(server.address, tmp_path / "worker.log").start()
+        deadline = time.monotonic() + 60
+        while not await has_worker(client):
+            assert time.monotonic() < deadline, (tmp_path / "worker.log").read_text()
+            await asyncio.sleep(0.2)
+        assert await missing_search_attributes(client) == []
+
+        request = ResearchRequest(question="How do heat pumps work?", auto_accept_plan=True, max_step_num=1,
+                                  report_style=ReportStyle.NEWS)
+        handle = await client.start_workflow(WORKFLOW_TYPE, request, id=run_id("sa"), task_queue=TASK_QUEUE,
+                                             result_type=ResearchResult)
+        await asyncio.wait_for(handle.result(), 90)
+        attributes = (await handle.describe()).typed_search_attributes
+        assert attributes.get(PHASE) == "completed"
+        assert attributes.get(AWAITING) == ""
+        assert attributes.get(REPORT_STYLE) == "news"
+        # ...and so the list of runs can be filtered by them.
+        found = [execution.id async for execution in client.list_workflows("DeerFlowPhase = 'completed'")]
+        assert handle.id in found
+    finally:
+        if worker is not None:
+            worker.stop()
+        server.stop()
