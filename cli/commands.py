@@ -147,29 +147,26 @@ async def _interactive_answer(handle: WorkflowHandle) -> bool:
 
 
 async def _send_answer(handle: WorkflowHandle, answer: str) -> ReviewOutcome:
-    try:
-        return await handle.execute_update("clarification_answer", answer, result_type=ReviewOutcome)
-    except WorkflowUpdateFailedError as error:
-        raise CliError(f"Answer rejected: {failure_message(error.cause)}") from error
-    except RPCError as error:
-        if error.status == RPCStatusCode.NOT_FOUND:
-            description = await _describe(handle)
-            raise CliError(f"Run {handle.id} has already ended ({description.status.name.lower()}).") from error
-        raise CliError(f"Could not send the answer to {handle.id}: {error.message}") from error
+    return await _send_update(handle, "clarification_answer", answer, "answer")
 
 
 async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
+    return await _send_update(handle, "review_plan", feedback, "feedback")
+
+
+async def _send_update(handle: WorkflowHandle, update: str, value: str, what: str) -> ReviewOutcome:
+    """Send a validated update; the workflow's validator's reason comes back as the error."""
     try:
-        return await handle.execute_update("review_plan", feedback, result_type=ReviewOutcome)
+        return await handle.execute_update(update, value, result_type=ReviewOutcome)
     except WorkflowUpdateFailedError as error:
-        raise CliError(f"Feedback rejected: {failure_message(error.cause)}") from error
+        raise CliError(f"{what.capitalize()} rejected: {failure_message(error.cause)}") from error
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             # Updates to a closed run also answer NOT_FOUND: tell the two cases apart.
             description = await _describe(handle)
             raise CliError(f"Run {handle.id} has already ended ({description.status.name.lower()}); "
-                           "no plan review is pending.") from error
-        raise CliError(f"Could not send feedback to {handle.id}: {error.message}") from error
+                           f"it is not waiting for {what}.") from error
+        raise CliError(f"Could not send the {what} to {handle.id}: {error.message}") from error
 
 
 def _request(args: argparse.Namespace) -> ResearchRequest:

@@ -20,10 +20,12 @@ from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
 from activities.settings import get_settings
+from cli.connection import connect_when_ready
 from cli.shutdown import exit_now
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from storage.converter import data_converter
+from tests.processes import DevServer
 from workflows.models import TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
@@ -123,6 +125,19 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Leave without interpreter finalization, which the SDK can crash (see cli/shutdown.py)."""
     exit_now(_exit_status)
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    """The bundled dev server on free ports, one per test module (end-to-end tests)."""
+    server = DevServer(tmp_path_factory.mktemp("temporal") / "temporal.db").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+async def client(dev_server: DevServer) -> AsyncIterator[Client]:
+    yield await connect_when_ready(dev_server.address, data_converter=data_converter())
 
 
 def run_id(prefix: str = "test") -> str:

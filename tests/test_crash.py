@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import signal
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -37,12 +37,10 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.service import RPCError
 
-from cli.connection import connect_when_ready
 from offline.model_server import FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from storage.converter import data_converter
 from tests.conftest import run_id
 from tests.history_checks import (
     COMPLETED,
@@ -66,18 +64,6 @@ HELD_OPEN_SECONDS = 30.0
 RUN_TIMEOUT = 120.0
 
 # ---------------------------------------------------------------- servers and workers
-
-
-@pytest.fixture(scope="module")
-def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
-    server = DevServer(tmp_path_factory.mktemp("temporal") / "temporal.db").start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-async def client(dev_server: DevServer) -> AsyncIterator[Client]:
-    yield await connect_when_ready(dev_server.address, data_converter=data_converter())
 
 
 class WorkerSlot:
