@@ -23,8 +23,9 @@ LOCALE_RE = re.compile(r"Locale:\s*([A-Za-z]{2,3}-[A-Za-z]{2,4})")
 MAX_STEPS_RE = re.compile(r"at most\s+(\d+)\s+steps", re.IGNORECASE)
 STYLE_RE = re.compile(r"Report style:\s*([A-Za-z_]+)")
 HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-LINK_RE = re.compile(r"(?<!!)\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
-URL_RE = re.compile(r"https?://[^\s)\]>\"']+")
+# The user's own documents are cited as file:// links, web sources as http(s).
+LINK_RE = re.compile(r"(?<!!)\[([^\]\n]+)\]\(((?:https?|file)://[^)\s]+)\)")
+URL_RE = re.compile(r"(?:https?|file)://[^\s)\]>\"']+")
 FINDING_RE = re.compile(r"<finding>(.*?)</finding>", re.DOTALL)
 BACKGROUND_PREFIX = "background investigation results of user query:"
 OBSERVATION_PREFIX = "Below are some observations for the research task:"

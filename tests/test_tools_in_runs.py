@@ -52,7 +52,9 @@ async def test_resources_are_searched_first_and_cited_in_the_report(
         assert body["tools"][0]["function"]["name"] == "local_search_tool"
         assert "local_search_tool" in body["messages"][0]["content"]  # the prompt says to prefer it
         assert str(documents) in body["messages"][1]["content"]  # the step input lists the documents
-    assert f"file://{documents}/" in result.report
+    citations = result.report.split("## Key Citations", 1)[1]
+    assert f"(file://{documents}/sodium-ion.md#chunk-1)" in citations
+    assert f"(file://{documents}/notes.txt#chunk-1)" in citations
     assert "2,000 cycles" in result.report or "pilot production" in result.report
 
 
