@@ -1,0 +1,440 @@
+"""Shared machinery for the benchmarks: one dev server, one real worker process, fakes in this process.
+
+Why this shape: the worker runs as its own process (``worker.py``, exactly as deployed), so its
+RSS is its own and a crash of the bench cannot hide inside it. The fake model and fake Tavily
+run *here*, in the bench, so every request the worker sends is counted in
+``FakeModelServer.requests`` and their latency can be changed between runs without restarting
+anything. Everything binds to loopback, and :func:`bench_stack` stops every process it started,
+even when the benchmark fails half-way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, NoReturn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benches run as plain scripts
+
+from google.protobuf.message import Message
+from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
+from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+
+from activities.settings import get_settings
+from cli.embedded import has_worker
+from cli.shutdown import exit_now
+from offline.model_server import FakeModelServer
+from offline.search_server import FakeSearchServer
+from storage.converter import data_converter
+from tests.processes import DevServer, WorkerProcess
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+
+REPO = Path(__file__).resolve().parent.parent
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+MACHINE_NOTE = "2 cores, shared with other work (load average often 3-6)"
+SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+# Env vars the bench shares with the worker: the client's converter must match the worker's store.
+SHARED_SETTINGS = ("DEERFLOW_HOME", "DEERFLOW_PAYLOAD_STORE", "DEERFLOW_PAYLOAD_THRESHOLD_BYTES")
+
+
+# ---------------------------------------------------------------- processes
+
+
+class BenchWorker(WorkerProcess):
+    """``WorkerProcess`` that can start a different script (``bench/tuned_worker.py``) the same way."""
+
+    def __init__(self, address: str, log_path: Path, env: dict[str, str], script: Path) -> None:
+        super().__init__(address, log_path, env)
+        self.script = script
+
+    def start(self) -> BenchWorker:
+        env = {key: value for key, value in os.environ.items()
+               if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
+                              "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")}
+        env.update({"TEMPORAL_ADDRESS": self.address, **self.env})
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen([sys.executable, str(self.script)], cwd=REPO, env=env,
+                                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "the worker is not running"
+        return self.process.pid
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, from /proc (the field after the command name is the state, then ppid)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = Path(entry.path, "stat").read_text()
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    return children
+
+
+def _rss_kib(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def tree_rss_mib(pid: int) -> tuple[float, float]:
+    """(RSS of ``pid`` alone, RSS of ``pid`` and all its descendants), in MiB."""
+    children = _children()
+    total, stack = 0, [pid]
+    while stack:
+        current = stack.pop()
+        total += _rss_kib(current)
+        stack.extend(children.get(current, []))
+    return _rss_kib(pid) / 1024, total / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    """CPU time of ``pid`` so far, user + system, including its reaped children (sandbox runs)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    utime, stime, cutime, cstime = (int(value) for value in fields[11:15])
+    return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
+
+
+class RssSampler:
+    """Samples a process tree's RSS every ``interval`` s on a thread (the event loop may be busy)."""
+
+    def __init__(self, pid: int, interval: float = 0.2) -> None:
+        self.pid = pid
+        self.interval = interval
+        self.samples: list[tuple[float, float, float]] = []  # (monotonic time, main MiB, tree MiB)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            main, tree = tree_rss_mib(self.pid)
+            self.samples.append((time.monotonic(), main, tree))
+            self._stop.wait(self.interval)
+
+    def __enter__(self) -> RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def peak(self, since: float = 0.0) -> tuple[float, float]:
+        """Peak (main, tree) RSS in MiB over the samples taken at or after ``since``."""
+        window = [(main, tree) for at, main, tree in self.samples if at >= since] or [(0.0, 0.0)]
+        return max(main for main, _ in window), max(tree for _, tree in window)
+
+
+# ---------------------------------------------------------------- the stack
+
+
+@dataclass
+class Stack:
+    """A running dev server, worker process and fakes, with a client using the product's converter."""
+
+    workdir: Path
+    model: FakeModelServer
+    search: FakeSearchServer
+    server: DevServer
+    worker: BenchWorker
+    client: Client
+    started: list[str] = field(default_factory=list)
+
+    def set_latency(self, model: float, search: float) -> None:
+        self.model.latency_seconds = model
+        self.search.latency_seconds = search
+
+    def worker_log_tail(self, lines: int = 30) -> str:
+        with contextlib.suppress(OSError):
+            return "\n".join(self.worker.log_path.read_text(errors="replace").splitlines()[-lines:])
+        return ""
+
+
+@contextlib.contextmanager
+def _environ(values: dict[str, str]) -> Iterator[None]:
+    """Set env vars in this process for the duration (the client's converter reads them)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    get_settings.cache_clear()
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        get_settings.cache_clear()
+
+
+@contextlib.asynccontextmanager
+async def bench_stack(
+    model_latency: float = 0.0,
+    search_latency: float = 0.0,
+    corpus: Path | None = None,
+    worker_env: dict[str, str] | None = None,
+    server_args: list[str] | None = None,
+    worker_script: Path = REPO / "worker.py",
+) -> AsyncIterator[Stack]:
+    """Start fakes, a dev server on a fresh database and one worker; stop them all on the way out.
+
+    ``worker_env`` entries named in :data:`SHARED_SETTINGS` are applied to this process too, so
+    the bench's client reads the same payload store as the worker writes.
+    """
+    with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
+        workdir = Path(tmp)
+        home = workdir / "home"
+        env = {"DEERFLOW_HOME": str(home), **(worker_env or {})}
+        with contextlib.ExitStack() as stop, _environ({k: v for k, v in env.items() if k in SHARED_SETTINGS}):
+            model = FakeModelServer(latency_seconds=model_latency).start()
+            stop.callback(model.stop)
+            search = FakeSearchServer(corpus_path=corpus, latency_seconds=search_latency).start()
+            stop.callback(search.stop)
+            server = DevServer(workdir / "temporal.db", extra_args=server_args).start()
+            stop.callback(server.stop)
+            env.update({"OPENAI_API_KEY": "offline", "OPENAI_BASE_URL": model.base_url,
+                        "BASIC_MODEL": "deerflow-offline-demo", "TAVILY_API_KEY": "offline",
+                        "TAVILY_BASE_URL": search.base_url})
+            worker = BenchWorker(server.address, workdir / "worker.log", env, worker_script).start()
+            stop.callback(worker.stop)
+            client = await Client.connect(server.address, data_converter=data_converter())
+            stack = Stack(workdir, model, search, server, worker, client)
+            deadline = time.monotonic() + 90
+            while not await has_worker(client):
+                if worker.process is None or worker.process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the worker did not start:\n{stack.worker_log_tail()}")
+                await asyncio.sleep(0.2)
+            try:
+                yield stack
+            except BaseException:
+                print(f"--- worker log tail ---\n{stack.worker_log_tail()}", file=sys.stderr)
+                raise
+
+
+def pragma_args(pragmas: Iterable[str]) -> list[str]:
+    """``temporal server start-dev`` flags for SQLite pragmas, e.g. ``synchronous=NORMAL``."""
+    return [arg for pragma in pragmas for arg in ("--sqlite-pragma", pragma)]
+
+
+async def start_run(stack: Stack, request: ResearchRequest, prefix: str) -> WorkflowHandle[object, ResearchResult]:
+    """Start one research run with a unique ID."""
+    workflow_id = f"{prefix}-{time.time_ns()}"
+    stack.started.append(workflow_id)
+    return await stack.client.start_workflow(WORKFLOW_TYPE, request, id=workflow_id, task_queue=TASK_QUEUE,
+                                             result_type=ResearchResult)
+
+
+async def timed_run(stack: Stack, request: ResearchRequest, prefix: str
+                    ) -> tuple[WorkflowHandle[object, ResearchResult], ResearchResult, float]:
+    """Start a run and wait for its result; returns (handle, result, wall seconds start -> result)."""
+    began = time.perf_counter()
+    handle = await start_run(stack, request, prefix)
+    result = await handle.result()
+    return handle, result, time.perf_counter() - began
+
+
+# ---------------------------------------------------------------- loopback pages for the crawler
+
+
+class _PageHandler(BaseHTTPRequestHandler):
+    server: _PageServer
+
+    def do_GET(self) -> None:
+        body = self.server.pages.get(self.path)
+        self.send_response(200 if body is not None else 404)
+        self.send_header("Content-Type", "text/html; charset=utf-8")
+        self.send_header("Content-Length", str(len(body or b"")))
+        self.end_headers()
+        self.wfile.write(body or b"")
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet: a bench prints figures, not access logs."""
+
+
+class _PageServer(ThreadingHTTPServer):
+    daemon_threads = True
+    pages: dict[str, bytes]
+
+
+@contextlib.contextmanager
+def serve_pages(pages: dict[str, bytes]) -> Iterator[str]:
+    """Serve ``pages`` (path -> HTML) on 127.0.0.1 for the real crawler; yields the base URL."""
+    server = _PageServer(("127.0.0.1", 0), _PageHandler)
+    server.pages = pages
+    thread = threading.Thread(target=server.serve_forever, name="bench-pages", daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def html_page(title: str, size: int) -> bytes:
+    """An article-like page of about ``size`` bytes: paragraphs of distinct, readable sentences."""
+    paragraphs, length, number = [], 0, 0
+    while length < size:
+        number += 1
+        text = (f"<p>Paragraph {number} of {title}: solid-state batteries replace the liquid electrolyte "
+                f"with a solid one, which may raise energy density and safety for electric vehicles; "
+                f"sample {number * 7919 % 10007} of the measurements is discussed here.</p>\n")
+        paragraphs.append(text)
+        length += len(text)
+    return (f"<!doctype html><html><head><title>{title}</title></head><body><article><h1>{title}</h1>\n"
+            + "".join(paragraphs) + "</article></body></html>").encode()
+
+
+def write_corpus(path: Path, base_url: str, paths: Iterable[str]) -> Path:
+    """A search corpus whose every document is a loopback page, all relevant to :data:`QUESTION`."""
+    documents = [{"title": f"Solid-state batteries for electric vehicles, part {number}",
+                  "url": f"{base_url}{page}",
+                  "content": "Prospects of solid-state batteries for electric vehicles: energy density, "
+                             f"safety, costs and manufacturing (source {number}).",
+                  "published_date": "2025-01-01"} for number, page in enumerate(paths, 1)]
+    path.write_text(json.dumps(documents), encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------------- reading histories
+
+
+def event_time(event: HistoryEvent) -> datetime:
+    return event.event_time.ToDatetime(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class Span:
+    """One activity's last attempt: its type and when it started and completed (server time)."""
+
+    activity_type: str
+    scheduled: datetime
+    started: datetime
+    completed: datetime
+
+    @property
+    def seconds(self) -> float:
+        return (self.completed - self.started).total_seconds()
+
+
+def activity_spans(history: WorkflowHistory) -> list[Span]:
+    """Every completed activity of a history, in order of start."""
+    scheduled: dict[int, HistoryEvent] = {}
+    started: dict[int, HistoryEvent] = {}
+    spans = []
+    for event in history.events:
+        if event.event_type == SCHEDULED:
+            scheduled[event.event_id] = event
+        elif event.event_type == STARTED:
+            started[event.activity_task_started_event_attributes.scheduled_event_id] = event
+        elif event.event_type == COMPLETED:
+            scheduled_id = event.activity_task_completed_event_attributes.scheduled_event_id
+            spans.append(Span(
+                scheduled[scheduled_id].activity_task_scheduled_event_attributes.activity_type.name,
+                event_time(scheduled[scheduled_id]), event_time(started[scheduled_id]), event_time(event)))
+    return sorted(spans, key=lambda span: span.started)
+
+
+def overlap_groups(spans: Iterable[Span]) -> list[list[Span]]:
+    """Spans merged into groups that overlap in time (concurrent tool calls of one turn)."""
+    groups: list[list[Span]] = []
+    end: datetime | None = None
+    for span in sorted(spans, key=lambda span: span.started):
+        if groups and end is not None and span.started < end:
+            groups[-1].append(span)
+            end = max(end, span.completed)
+        else:
+            groups.append([span])
+            end = span.completed
+    return groups
+
+
+def count_activities(history: WorkflowHistory, activity_type: str) -> tuple[int, int]:
+    """(scheduled, completed) activities of one type: a failed one is scheduled but never completed."""
+    scheduled = sum(1 for event in history.events if event.event_type == SCHEDULED
+                    and event.activity_task_scheduled_event_attributes.activity_type.name == activity_type)
+    return scheduled, sum(1 for span in activity_spans(history) if span.activity_type == activity_type)
+
+
+def payloads_in(message: Message) -> Iterator[Payload]:
+    """Every ``Payload`` anywhere inside a protobuf message (inputs, results, memos, details...)."""
+    if isinstance(message, Payload):
+        yield message
+        return
+    for descriptor, value in message.ListFields():
+        if descriptor.message_type is None:
+            continue  # a scalar field
+        if isinstance(value, Message):
+            values = [value]
+        elif descriptor.message_type.GetOptions().map_entry:
+            values = [item for item in value.values() if isinstance(item, Message)]
+        else:
+            values = list(value)  # a repeated message field
+        for item in values:
+            yield from payloads_in(item)
+
+
+def is_reference(payload: Payload) -> bool:
+    """A claim-check reference: the payload's bytes live in the external store, not in history."""
+    return len(payload.external_payloads) > 0
+
+
+# ---------------------------------------------------------------- small formatting helpers
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f} ms"
+
+
+def kib(size: int) -> str:
+    return f"{size / 1024:.1f} KiB"
+
+
+def verdict(met: bool) -> str:
+    return "MET" if met else "MISSED"
+
+
+def header(title: str) -> None:
+    print(f"== {title} ({datetime.now(UTC):%Y-%m-%d %H:%M} UTC; {MACHINE_NOTE})", flush=True)
+
+
+def run_main(main: Coroutine[Any, Any, None]) -> NoReturn:
+    """Run a bench's ``main`` and leave without interpreter finalization (see ``cli/shutdown.py``).
+
+    Every process the bench started is stopped inside ``main`` (``bench_stack``), so skipping
+    finalization loses nothing; an exception is printed and exits 1, a missed target does not.
+    """
+    try:
+        asyncio.run(main)
+    except BaseException:
+        traceback.print_exc()
+        exit_now(1)
+    exit_now(0)
