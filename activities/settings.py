@@ -73,6 +73,10 @@ class Settings(BaseModel):
     # Continue a run as new once its history has this many events (unset: when the server suggests).
     continue_as_new_after_events: int | None = Field(default=None, ge=10, alias="DEERFLOW_CONTINUE_AS_NEW_EVENTS")
 
+    # Workflow runs kept in the worker's cache. A paused run in the cache costs about 220 KiB; an
+    # evicted one costs nothing until its next task, when it replays (bench/README.md).
+    max_cached_workflows: int = Field(default=1000, ge=0, alias="DEERFLOW_MAX_CACHED_WORKFLOWS")
+
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
 

@@ -94,23 +94,37 @@ def _children() -> dict[int, list[int]]:
     return children
 
 
-def _rss_kib(pid: int) -> int:
+def _status_kib(pid: int, path: str, key: str) -> int:
+    """A ``Key:  N kB`` line of /proc/<pid>/status or smaps_rollup; 0 if the process is gone."""
     with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/{path}").read_text().splitlines():
+            if line.startswith(key):
                 return int(line.split()[1])
     return 0
 
 
-def tree_rss_mib(pid: int) -> tuple[float, float]:
-    """(RSS of ``pid`` alone, RSS of ``pid`` and all its descendants), in MiB."""
+@dataclass(frozen=True)
+class Memory:
+    """One sample of a process tree, in MiB. PSS splits shared pages (the interpreter, libraries)
+    between the processes that map them, so unlike RSS it does not count them once per process."""
+
+    main_rss: float
+    tree_rss: float
+    tree_pss: float
+    processes: int
+
+
+def tree_memory(pid: int) -> Memory:
+    """Memory of ``pid`` and all its descendants (the sandbox's child interpreters included)."""
     children = _children()
-    total, stack = 0, [pid]
+    pids, stack = [], [pid]
     while stack:
         current = stack.pop()
-        total += _rss_kib(current)
+        pids.append(current)
         stack.extend(children.get(current, []))
-    return _rss_kib(pid) / 1024, total / 1024
+    rss = [_status_kib(p, "status", "VmRSS:") for p in pids]
+    pss = sum(_status_kib(p, "smaps_rollup", "Pss:") for p in pids)
+    return Memory(rss[0] / 1024, sum(rss) / 1024, pss / 1024, len(pids))
 
 
 def cpu_seconds(pid: int) -> float:
@@ -121,19 +135,18 @@ def cpu_seconds(pid: int) -> float:
 
 
 class RssSampler:
-    """Samples a process tree's RSS every ``interval`` s on a thread (the event loop may be busy)."""
+    """Samples a process tree's memory every ``interval`` s on a thread (the event loop may be busy)."""
 
     def __init__(self, pid: int, interval: float = 0.2) -> None:
         self.pid = pid
         self.interval = interval
-        self.samples: list[tuple[float, float, float]] = []  # (monotonic time, main MiB, tree MiB)
+        self.samples: list[tuple[float, Memory]] = []  # (monotonic time, sample)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            main, tree = tree_rss_mib(self.pid)
-            self.samples.append((time.monotonic(), main, tree))
+            self.samples.append((time.monotonic(), tree_memory(self.pid)))
             self._stop.wait(self.interval)
 
     def __enter__(self) -> RssSampler:
@@ -144,10 +157,14 @@ class RssSampler:
         self._stop.set()
         self._thread.join(timeout=5)
 
-    def peak(self, since: float = 0.0) -> tuple[float, float]:
-        """Peak (main, tree) RSS in MiB over the samples taken at or after ``since``."""
-        window = [(main, tree) for at, main, tree in self.samples if at >= since] or [(0.0, 0.0)]
-        return max(main for main, _ in window), max(tree for _, tree in window)
+    def window(self, since: float = 0.0) -> list[Memory]:
+        return [sample for at, sample in self.samples if at >= since]
+
+    def peak(self, since: float = 0.0) -> Memory:
+        """The highest of each figure over the samples taken at or after ``since`` (not one sample)."""
+        window = self.window(since) or [Memory(0, 0, 0, 0)]
+        return Memory(max(m.main_rss for m in window), max(m.tree_rss for m in window),
+                      max(m.tree_pss for m in window), max(m.processes for m in window))
 
 
 # ---------------------------------------------------------------- the stack

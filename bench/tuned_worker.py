@@ -9,6 +9,8 @@ unchanged except that ``Worker(...)`` gets extra keyword arguments:
 * ``BENCH_UNSANDBOXED=1`` -> ``workflow_runner=UnsandboxedWorkflowRunner()``
 * ``BENCH_DISABLE_EAGER_ACTIVITIES=1`` -> ``disable_eager_activity_execution=True``
 * ``BENCH_METRICS_PORT`` -> a Prometheus endpoint on 127.0.0.1 (e.g. ``temporal_sticky_cache_size``)
+* ``BENCH_PYTHON_MAX_CONCURRENCY`` -> at most that many ``python_repl_tool`` sandboxes at once (the
+  proposed ``PYTHON_MAX_CONCURRENCY``; extra calls wait, heartbeating, like the other provider limits)
 """
 
 from __future__ import annotations
@@ -22,11 +24,15 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from temporalio import activity
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import worker
+from activities.heartbeat import heartbeating
+from activities.python_exec import python_repl_tool
 from cli.shutdown import exit_now
+from workflows.models import PythonRequest, PythonResult
 
 
 def knobs() -> dict[str, Any]:
@@ -45,7 +51,22 @@ def knobs() -> dict[str, Any]:
     return extra
 
 
+def limit_python_sandboxes(limit: int) -> None:
+    """Swap the registered python_repl_tool for one that lets ``limit`` sandboxes run at once."""
+    gate = asyncio.Semaphore(limit)
+
+    @activity.defn(name="python_repl_tool")
+    @heartbeating
+    async def limited(request: PythonRequest) -> PythonResult:
+        async with gate:
+            return await python_repl_tool(request)
+
+    worker.ACTIVITIES[worker.ACTIVITIES.index(python_repl_tool)] = limited
+
+
 if __name__ == "__main__":
+    if os.environ.get("BENCH_PYTHON_MAX_CONCURRENCY"):
+        limit_python_sandboxes(int(os.environ["BENCH_PYTHON_MAX_CONCURRENCY"]))
     if os.environ.get("BENCH_METRICS_PORT"):
         metrics = PrometheusConfig(bind_address=f"127.0.0.1:{os.environ['BENCH_METRICS_PORT']}")
         Runtime.set_default(Runtime(telemetry=TelemetryConfig(metrics=metrics)))
