@@ -23,6 +23,8 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
+from activities.resource_roots import ResourcePolicy
+from activities.settings import get_settings
 from cli.connection import CliError, connect
 from cli.embedded import stop_embedded
 from cli.render import plan_text, review_help, status_text
@@ -180,6 +182,11 @@ def _request(args: argparse.Namespace) -> ResearchRequest:
             raise CliError(f"Resource not found: {', '.join(missing)}")
         # The worker resolves paths on its own machine: send them absolute, as the user meant them.
         fields["resources"] = [str(Path(path).resolve()) for path in args.resource]
+        # The worker refuses resources outside its roots; say so before starting a run that would fail.
+        policy = ResourcePolicy.from_settings(get_settings())
+        refused = [path for path in args.resource if not policy.allows(Path(path).resolve())]
+        if refused:
+            raise CliError("\n".join(policy.refusal(path) for path in refused))
     if args.review_timeout:
         fields["review_timeout"] = args.review_timeout
     if args.review_timeout_action:
