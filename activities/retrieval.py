@@ -212,7 +212,11 @@ def resolve_resource(resource: str, policy: ResourcePolicy) -> Path:
     path = resolve(text)
     if path is None or not policy.allows(path):
         raise resource_outside_roots(resource, policy)
-    if not path.exists():
+    try:
+        exists = path.exists()
+    except OSError:  # e.g. a folder on the way that the worker may not enter
+        exists = False
+    if not exists:
         raise resource_not_found(resource, path)
     return path
 

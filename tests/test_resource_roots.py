@@ -43,6 +43,7 @@ def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (root / "docs" / "trial.md").write_text(f"# Sodium-ion trial\n\n{PUBLIC}\n")
     (root / "docs" / "leak.md").symlink_to(private / "secret.md")
     (root / "link.md").symlink_to(private / "secret.md")
+    (root / "linked-folder").symlink_to(private, target_is_directory=True)
     monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", str(root))
     monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
@@ -59,6 +60,8 @@ def refused_resources(tmp_path: Path) -> list[str]:
         str(tmp_path / "private" / "secret.md"),
         str(tmp_path / "root" / ".." / "private" / "secret.md"),
         str(tmp_path / "root" / "link.md"),
+        str(tmp_path / "root" / "linked-folder"),
+        str(tmp_path / "root" / "linked-folder" / "secret.md"),
         (tmp_path / "private" / "secret.md").as_uri(),
         str(tmp_path / "private"),
     ]
@@ -92,6 +95,8 @@ def test_the_workers_state_code_and_config_stay_closed_under_a_wide_root(tmp_pat
     for closed in (tmp_path / "home" / "blobs" / "x", REPOSITORY / "README.md", conf, Path("/proc/self/environ")):
         assert not wide.allows(closed.resolve()), closed
     assert not wide.allows((tmp_path / ".ssh" / "id_ed25519").resolve())  # hidden
+    home_as_root = policy(tmp_path, DEERFLOW_RESOURCE_ROOTS=str(tmp_path / "home"))
+    assert not home_as_root.allows((tmp_path / "home" / "blobs" / "x").resolve())  # naming it does not open it
 
 
 def test_roots_come_from_env_and_conf_yaml(tmp_path: Path) -> None:
