@@ -21,7 +21,7 @@ from activities.doc_index import _read
 from activities.resource_roots import REPOSITORY, ResourcePolicy
 from activities.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, local_search_tool
 from activities.run_config import load_run_config
-from activities.settings import Settings, _conf_yaml_values, get_settings
+from activities.settings import Settings, get_settings
 from cli.commands import _request
 from cli.connection import CliError
 from offline.model_server import FakeModelServer
@@ -99,13 +99,18 @@ def test_the_workers_state_code_and_config_stay_closed_under_a_wide_root(tmp_pat
     assert not home_as_root.allows((tmp_path / "home" / "blobs" / "x").resolve())  # naming it does not open it
 
 
-def test_roots_come_from_env_and_conf_yaml(tmp_path: Path) -> None:
+def test_roots_come_from_conf_yaml_and_env_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     conf = tmp_path / "conf.yaml"
     conf.write_text("RESOURCE_ROOTS:\n  - ~/papers\n  - /srv/docs\n")
-    from_conf = Settings(**_conf_yaml_values(conf))
-    assert from_conf.allowed_resource_roots() == [Path("~/papers").expanduser(), Path("/srv/docs")]
-    from_env = Settings(DEERFLOW_RESOURCE_ROOTS="/a:/b/../c")  # type: ignore[arg-type]
-    assert from_env.allowed_resource_roots() == [Path("/a"), Path("/c")]
+    monkeypatch.setenv("DEERFLOW_CONF", str(conf))
+    monkeypatch.delenv("DEERFLOW_RESOURCE_ROOTS", raising=False)
+    get_settings.cache_clear()
+    assert get_settings().allowed_resource_roots() == [Path("~/papers").expanduser(), Path("/srv/docs")]
+    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", "/a:/b/../c")
+    get_settings.cache_clear()
+    assert get_settings().allowed_resource_roots() == [Path("/a"), Path("/c")]
+    monkeypatch.undo()
+    get_settings.cache_clear()
 
 
 # ---------------------------------------------------------------- the search activity (defence in depth)

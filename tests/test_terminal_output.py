@@ -22,7 +22,7 @@ from cli.render import plan_text, status_text
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, render_status
 from tests.test_watch import T0, ScriptedRun, handle, sample_status
-from workflows.models import Phase, Plan, ProgressEvent, ResearchResult, Step
+from workflows.models import Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
 
 CLEAR, TITLE, CLIPBOARD = "\x1b[2J", "\x1b]0;pwned\x07", "\x1b]52;c;cm0gLXJmIH4=\x1b\\"
 LINK, BELL, CSI8, BIDI, RED = "\x1b]8;;http://evil.example/\x07", "\x07", "\x9b2J", "\u202e", "\x1b[5;7;41m"
@@ -63,7 +63,7 @@ def test_report_on_screen_is_stripped_and_the_file_keeps_the_text(
     assert_harmless(capsys.readouterr().err)
 
 
-def hostile_status(**changes: object) -> object:
+def hostile_status(**changes: object) -> RunStatus:
     plan = Plan(title=HOSTILE, thought=HOSTILE, steps=[Step(title=HOSTILE, description=HOSTILE)])
     status = sample_status(plan=plan, error=HOSTILE, question=HOSTILE,
                            events=[ProgressEvent(at=T0.isoformat(), kind="plan", message=HOSTILE)])
@@ -73,7 +73,8 @@ def hostile_status(**changes: object) -> object:
 
 def test_plan_and_status_text_are_stripped() -> None:
     status = hostile_status()
-    for text in (plan_text(status.plan), status_text("r1", status)):  # type: ignore[attr-defined]
+    assert status.plan is not None
+    for text in (plan_text(status.plan), status_text("r1", status)):
         assert_harmless(text)
         assert VISIBLE in text
 
@@ -81,13 +82,13 @@ def test_plan_and_status_text_are_stripped() -> None:
 def test_the_live_panel_shows_markup_literally_and_no_model_escapes() -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, color_system="truecolor", width=400)
-    console.print(render_status(hostile_status(), f"r1{TITLE}[blink]", T0, note=f"down{CLEAR}"))  # type: ignore[arg-type]
+    console.print(render_status(hostile_status(), f"r1{TITLE}[blink]", T0, note=f"down{CLEAR}"))
     shown = out.getvalue()
     # rich writes its own SGR colour codes; none of the model's sequences may be among them.
     for attack in (CLEAR, "\x1b]0;", "\x1b]52;", "\x1b]8;", BELL, "\x9b", BIDI, RED):
         assert attack not in shown, attack
     plain = Console(file=io.StringIO(), width=400, record=True)
-    plain.print(render_status(hostile_status(), f"r1{TITLE}[blink]", T0))  # type: ignore[arg-type]
+    plain.print(render_status(hostile_status(), f"r1{TITLE}[blink]", T0))
     text = plain.export_text()
     # markup shown as written, not obeyed, in the titles too
     assert f"Plan v1 · {VISIBLE}" in text and "DeerFlow research · r1[blink]" in text, text
@@ -95,7 +96,7 @@ def test_the_live_panel_shows_markup_literally_and_no_model_escapes() -> None:
 
 async def test_the_plain_watch_lines_are_stripped() -> None:
     finished = hostile_status(phase=Phase.COMPLETED, awaiting="clarification_answer")
-    run = ScriptedRun([(WorkflowExecutionStatus.COMPLETED, lambda: finished)])  # type: ignore[arg-type, return-value]
+    run = ScriptedRun([(WorkflowExecutionStatus.COMPLETED, lambda: finished)])
     out = io.StringIO()
     await Watcher(live=False, out=out, poll_seconds=0.01, describe=run.describe, query=run.query).follow(handle())
     assert_harmless(out.getvalue())
@@ -113,7 +114,7 @@ def commands(monkeypatch: pytest.MonkeyPatch) -> object:
     async def connect(**_: object) -> FakeClient:
         return FakeClient()
 
-    async def status(_handle: object) -> object:
+    async def status(_handle: object) -> RunStatus:
         return hostile_status()
 
     async def describe(_handle: object) -> object:
