@@ -28,6 +28,7 @@ import json
 import logging
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import closing, contextmanager
@@ -238,13 +239,24 @@ def _known_documents(
 
 
 def _read(path: Path) -> bytes | None:
-    """The file's bytes, or None (logged) when it is too large or cannot be read."""
+    """The file's bytes, or None (logged) when it is too large or cannot be read.
+
+    ``path`` is the real path the resource roots were checked on, so it is opened without
+    following a symlink: one swapped in since the check is refused (ELOOP), not followed. It
+    is opened non-blocking and must be a regular file, so a FIFO cannot hang the activity.
+    """
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            log.warning("Skipping %s: larger than %d MB", path, MAX_FILE_BYTES // (1024 * 1024))
-            return None
-        return path.read_bytes()
-    except OSError as exc:  # vanished or unreadable since the scan
+        with open(os.open(path, flags), "rb") as file:
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                log.warning("Skipping %s: not a regular file", path)
+                return None
+            if info.st_size > MAX_FILE_BYTES:
+                log.warning("Skipping %s: larger than %d MB", path, MAX_FILE_BYTES // (1024 * 1024))
+                return None
+            return file.read()
+    except OSError as exc:  # vanished, unreadable or replaced by a symlink since the scan
         log.warning("Skipping %s: %s", path, exc)
         return None
 

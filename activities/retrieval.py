@@ -6,11 +6,15 @@ Why it is built this way:
   ``RAG_PROVIDER``: ``local`` (default) indexes files and folders on the worker into an
   embedded SQLite FTS5 store (:mod:`activities.doc_index`); ``ragflow`` asks a RAGFlow server
   through its HTTP retrieval API, with resources as DeerFlow's ``rag://dataset/<id>`` URIs.
-* Local resources are checked before any work: a path that does not exist is a mistake only a
-  human can fix, so it fails at once with a non-retryable ``ResourceNotFound`` naming the path.
-  Folders are walked recursively (hidden entries skipped); files of unsupported types are
-  skipped with a debug log. Extraction and indexing are CPU and disk work, so they run in a
-  thread while the activity heartbeats.
+* Local resources are checked before any work. A path outside the operator's resource roots
+  (:mod:`activities.resource_roots`; checked on the real path, so ``..`` and symlinks cannot
+  escape) fails with a non-retryable ``ResourceOutsideRoots`` before the file is even looked
+  for, so the error says nothing about what exists outside. A path that does not exist is a
+  mistake only a human can fix, so it fails at once with a non-retryable ``ResourceNotFound``.
+  Folders are walked recursively (hidden entries skipped); a file found there whose real path
+  leaves the roots (a symlink) is skipped with a warning, and files are indexed under their
+  real path; files of unsupported types are skipped with a debug log. Extraction and indexing
+  are CPU and disk work, so they run in a thread while the activity heartbeats.
 * RAGFlow failures are sorted like ``web_search``'s so the retry policy can act on them:
   ``RetrievalRateLimited`` (retryable after the server's ``Retry-After``), ``RetrievalUnavailable``
   (retryable: 5xx, timeouts, connection failures, server exceptions) and ``RetrievalConfigError``
@@ -42,6 +46,7 @@ from temporalio.exceptions import ApplicationError
 from activities import doc_extract
 from activities.doc_index import DB_FILENAME, DocumentStore, Hit, StoreUnavailable
 from activities.heartbeat import heartbeating
+from activities.resource_roots import ResourcePolicy, resolve
 from activities.search import parse_retry_after, trim_response
 from activities.settings import Settings, get_settings
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
@@ -50,6 +55,7 @@ log = logging.getLogger(__name__)
 
 RESOURCE_NOT_FOUND = "ResourceNotFound"
 RESOURCE_TOO_LARGE = "ResourceTooLarge"
+RESOURCE_OUTSIDE_ROOTS = "ResourceOutsideRoots"
 RATE_LIMITED = "RetrievalRateLimited"
 UNAVAILABLE = "RetrievalUnavailable"
 CONFIG_ERROR = "RetrievalConfigError"
@@ -87,6 +93,11 @@ def resource_not_found(resource: str, path: Path | None = None) -> ApplicationEr
         type=RESOURCE_NOT_FOUND,
         non_retryable=True,
     )
+
+
+def resource_outside_roots(resource: str, policy: ResourcePolicy) -> ApplicationError:
+    """A resource the operator has not allowed: the request must change, so not retryable."""
+    return ApplicationError(policy.refusal(resource), type=RESOURCE_OUTSIDE_ROOTS, non_retryable=True)
 
 
 def resource_too_large(resource: Path, what: str) -> ApplicationError:
@@ -160,6 +171,7 @@ class LocalRetriever:
 
     def __init__(self, settings: Settings) -> None:
         self.store = DocumentStore(settings.home / DB_FILENAME)
+        self.policy = ResourcePolicy.from_settings(settings)
 
     async def retrieve(self, request: LocalSearchRequest) -> SearchResponse:
         """Index the resources (only what changed) and search them, in a worker thread."""
@@ -170,7 +182,8 @@ class LocalRetriever:
         return SearchResponse(query=request.query, results=[hit_result(hit) for hit in hits])
 
     def _index_and_search(self, request: LocalSearchRequest) -> list[Hit]:
-        resources = collect_files([resolve_resource(resource) for resource in request.resources])
+        paths = [resolve_resource(resource, self.policy) for resource in request.resources]
+        resources = collect_files(paths, self.policy)
         report = self.store.sync(resources.files, resources.folders)
         log.debug("Document index sync: %s", report)
         return self.store.search(request.query, report.document_ids, request.max_results)
@@ -183,8 +196,12 @@ def hit_result(hit: Hit) -> SearchResult:
     )
 
 
-def resolve_resource(resource: str) -> Path:
-    """The absolute, symlink-free path a resource (a path or ``file://`` URI) names on the worker."""
+def resolve_resource(resource: str, policy: ResourcePolicy) -> Path:
+    """The absolute, symlink-free path a resource (a path or ``file://`` URI) names on the worker.
+
+    Refused unless ``policy`` allows it; refused before the existence check, which would
+    otherwise tell a requester which files exist outside the roots.
+    """
     text = resource.strip()
     if text.lower().startswith("rag://"):
         raise config_error(f"{resource!r} is a RAG resource; searching it needs RAG_PROVIDER=ragflow.")
@@ -192,21 +209,38 @@ def resolve_resource(resource: str) -> Path:
         text = url2pathname(urlparse(text).path)  # also undoes the %-escapes
     if not text:
         raise resource_not_found(resource)
-    path = Path(text).expanduser()
+    path = resolve(text)
+    if path is None or not policy.allows(path):
+        raise resource_outside_roots(resource, policy)
     try:
-        return path.resolve(strict=True)
-    except (OSError, RuntimeError):  # missing, unreadable parent, or a symlink loop
-        raise resource_not_found(resource, path.absolute()) from None
+        exists = path.exists()
+    except OSError:  # e.g. a folder on the way that the worker may not enter
+        exists = False
+    if not exists:
+        raise resource_not_found(resource, path)
+    return path
 
 
-def collect_files(roots: list[Path]) -> LocalResources:
+def check_resources(resources: list[str], settings: Settings) -> None:
+    """Refuse, before a run starts, the local resources its searches would refuse.
+
+    Only for the local retriever: with RAGFlow, resources are ``rag://`` URIs, not paths.
+    """
+    if (settings.rag_provider.strip().lower() or DEFAULT_PROVIDER) != DEFAULT_PROVIDER:
+        return
+    policy = ResourcePolicy.from_settings(settings)
+    for resource in resources:
+        resolve_resource(resource, policy)
+
+
+def collect_files(roots: list[Path], policy: ResourcePolicy) -> LocalResources:
     """Supported files named directly or found (recursively) under the folders among ``roots``."""
     files: dict[Path, None] = {}  # an ordered set
     folders: list[Path] = []
     for root in roots:
         if root.is_dir():
             folders.append(root)
-        for path in _candidates(root):
+        for path in _candidates(root, policy):
             if doc_extract.is_supported(path):
                 files[path] = None
             else:
@@ -216,27 +250,36 @@ def collect_files(roots: list[Path]) -> LocalResources:
     return LocalResources(files=list(files), folders=folders)
 
 
-def _candidates(root: Path) -> Iterator[Path]:
+def _candidates(root: Path, policy: ResourcePolicy) -> Iterator[Path]:
     """The files a resource stands for: itself, or every file under it."""
     if root.is_dir():
-        yield from walk_folder(root)
+        yield from walk_folder(root, policy)
     elif root.is_file():
         yield root
     else:
         log.debug("Skipping %s: neither a file nor a folder", root)
 
 
-def walk_folder(folder: Path) -> Iterator[Path]:
-    """Every non-hidden file under ``folder``, in a stable order, without following symlinked folders."""
+def walk_folder(folder: Path, policy: ResourcePolicy) -> Iterator[Path]:
+    """The real path of every non-hidden file under ``folder`` that ``policy`` allows, in a stable
+    order, without following symlinked folders; a symlinked file leading out of the roots is skipped."""
     seen = 0
     for directory, subdirs, names in os.walk(folder):
-        subdirs[:] = sorted(name for name in subdirs if not name.startswith("."))
+        subdirs[:] = sorted(
+            name for name in subdirs
+            if not name.startswith(".") and policy.may_hold_allowed_files(Path(directory, name))
+        )
         seen += len(subdirs) + len(names)
         if seen > MAX_WALK_ENTRIES:
             raise resource_too_large(folder, f"{MAX_WALK_ENTRIES} entries")
         for name in sorted(names):
-            if not name.startswith("."):
-                yield Path(directory, name)
+            if name.startswith("."):
+                continue
+            path = resolve(str(Path(directory, name)))
+            if path is not None and policy.allows(path):
+                yield path
+            else:
+                log.warning("Skipping %s: its real path is outside the resource roots", Path(directory, name))
 
 
 # ---------------------------------------------------------------- RAGFlow

@@ -2,19 +2,26 @@
 
 The workflow may not read the environment (replay would see a different one). Reading the
 settings once per run through an activity records them in history instead.
+
+It is also the run's first activity, so it refuses the request's local ``resources`` that no
+search would be allowed to read (outside the resource roots, or missing): the run fails at once
+with a message naming the resource and ``DEERFLOW_RESOURCE_ROOTS``, instead of researching
+without the documents the user asked for.
 """
 
 from __future__ import annotations
 
 from temporalio import activity
 
+from activities.retrieval import check_resources
 from activities.settings import get_settings
 from workflows.models import RunConfig
 
 
 @activity.defn(name="load_run_config")
-async def load_run_config() -> RunConfig:
+async def load_run_config(resources: list[str] | None = None) -> RunConfig:
     settings = get_settings()
+    check_resources(resources or [], settings)
     return RunConfig(
         agent_recursion_limit=settings.agent_recursion_limit,
         offline_demo=settings.offline_demo,

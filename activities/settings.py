@@ -55,6 +55,25 @@ class Settings(BaseModel):
     ragflow_api_url: str | None = Field(default=None, alias="RAGFLOW_API_URL")
     ragflow_api_key: str | None = Field(default=None, alias="RAGFLOW_API_KEY")
 
+    # Resource roots: the only folders whose files a run's ``resources`` may name
+    # (activities/resource_roots.py). Unset: ``<home>/resources``, a folder that holds nothing but
+    # what someone put there to be searched. Env: paths separated by os.pathsep (":" on Linux, like
+    # PATH); conf.yaml: ``RESOURCE_ROOTS`` as a list. ``conf_path`` is protected like the home.
+    resource_roots: list[Path] | None = Field(default=None, alias="DEERFLOW_RESOURCE_ROOTS")
+    conf_path: Path = Field(default=Path("conf.yaml"), alias="DEERFLOW_CONF")
+
+    @field_validator("resource_roots", mode="before")
+    @classmethod
+    def _split_roots(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [root.strip() for root in value.split(os.pathsep) if root.strip()]
+        return value
+
+    def allowed_resource_roots(self) -> list[Path]:
+        """The roots, absolute and symlink-free, so containment is checked on real paths."""
+        roots = self.resource_roots if self.resource_roots is not None else [self.home / "resources"]
+        return [root.expanduser().resolve() for root in roots]
+
     # Crawl guard: hosts (or IPs) that may be fetched even though they are not public.
     crawl_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_CRAWL_ALLOW_HOSTS")
     crawl_max_chars: int = Field(default=20_000, alias="DEERFLOW_CRAWL_MAX_CHARS")
@@ -159,6 +178,8 @@ def _conf_yaml_values(path: Path) -> dict[str, Any]:
         values["BASIC_MODEL"] = basic["model"]
     if basic.get("token_limit"):
         values["TOKEN_LIMIT"] = basic["token_limit"]
+    if data.get("RESOURCE_ROOTS"):
+        values["DEERFLOW_RESOURCE_ROOTS"] = data["RESOURCE_ROOTS"]
     reasoning = data.get("REASONING_MODEL") or {}
     if reasoning.get("model"):
         values["REASONING_MODEL"] = reasoning["model"]

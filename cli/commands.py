@@ -23,10 +23,13 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
+from activities.resource_roots import ResourcePolicy
+from activities.settings import get_settings
 from cli.connection import CliError, connect
 from cli.embedded import stop_embedded
 from cli.render import plan_text, review_help, status_text
 from cli.search_attributes import missing_search_attributes
+from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
 from storage.converter import data_converter
 from workflows.errors import failure_message
@@ -58,18 +61,19 @@ async def _status(handle: WorkflowHandle) -> RunStatus:
 
 
 def _write_report(result: ResearchResult, output: str | None) -> None:
+    """The report as written to a file; on the screen, without the control sequences it may hold."""
     if output:
         Path(output).write_text(result.report, encoding="utf-8")
         print(f"Report written to {output}", file=sys.stderr)
     else:
-        print(result.report)
+        print(printable(result.report))
 
 
 async def _result(handle: WorkflowHandle) -> ResearchResult:
     try:
         return await handle.result()
     except WorkflowFailureError as error:
-        raise CliError(f"Run {handle.id} failed: {failure_message(error.cause)}") from error
+        raise CliError(printable(f"Run {handle.id} failed: {failure_message(error.cause)}")) from error
 
 
 async def _interactive_review(handle: WorkflowHandle) -> bool:
@@ -109,7 +113,7 @@ async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult |
             break
         answered = _prompt_key(status)
         if status.awaiting == "clarification_answer":
-            print(f"\nThe coordinator asks: {status.question}")
+            print(printable(f"\nThe coordinator asks: {status.question}"))
             if not interactive:
                 print(f"Answer with: python starter.py answer {handle.id} \"…\"", file=sys.stderr)
                 continue
@@ -180,6 +184,11 @@ def _request(args: argparse.Namespace) -> ResearchRequest:
             raise CliError(f"Resource not found: {', '.join(missing)}")
         # The worker resolves paths on its own machine: send them absolute, as the user meant them.
         fields["resources"] = [str(Path(path).resolve()) for path in args.resource]
+        # The worker refuses resources outside its roots; say so before starting a run that would fail.
+        policy = ResourcePolicy.from_settings(get_settings())
+        refused = [path for path in args.resource if not policy.allows(Path(path).resolve())]
+        if refused:
+            raise CliError("\n".join(policy.refusal(path) for path in refused))
     if args.review_timeout:
         fields["review_timeout"] = args.review_timeout
     if args.review_timeout_action:
@@ -247,7 +256,7 @@ async def watch_run(args: argparse.Namespace) -> int:
 async def status(args: argparse.Namespace) -> int:
     client = await connect(ensure_worker=False)
     current = await _status(client.get_workflow_handle(args.id))
-    print(current.model_dump_json(indent=2) if args.json else status_text(args.id, current))
+    print(printable_json(current.model_dump_json(indent=2)) if args.json else status_text(args.id, current))
     return 0
 
 
@@ -295,7 +304,7 @@ async def list_runs(args: argparse.Namespace) -> int:
                 continue
         age = str(now - execution.start_time).split(".")[0]
         status_name = execution.status.name.lower() if execution.status else "unknown"
-        print(f"{execution.id:50} {status_name:10} {phase or '-':24} {age:>12}")
+        print(printable(f"{execution.id:50} {status_name:10} {phase or '-':24} {age:>12}"))
     return 0
 
 

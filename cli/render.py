@@ -1,7 +1,11 @@
-"""Plain-text renderings of plans, run status and reports for the terminal."""
+"""Plain-text renderings of plans, run status and reports for the terminal.
+
+Plans, titles and errors are model-written: every rendering goes through ``printable``.
+"""
 
 from __future__ import annotations
 
+from cli.terminal import printable
 from workflows.models import Plan, RunStatus, StepState
 
 STATE_MARK = {StepState.PENDING: "[ ]", StepState.RUNNING: "[~]", StepState.DONE: "[x]"}
@@ -18,7 +22,7 @@ def plan_text(plan: Plan) -> str:
             lines.append(f"     {step.description}")
     if plan.has_enough_context:
         lines.append("  (the planner judged the context sufficient: no research steps needed)")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def status_text(run_id: str, status: RunStatus) -> str:
@@ -36,11 +40,11 @@ def status_text(run_id: str, status: RunStatus) -> str:
                  f"(in {usage.input_tokens}, out {usage.output_tokens})")
     if status.offline_demo:
         lines.append("  Served by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker).")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def review_help(run_id: str) -> str:
-    return (
+    return printable(
         f"To review the plan of run {run_id}:\n"
         f"  python starter.py review {run_id} --accept\n"
         f"  python starter.py review {run_id} --edit \"what to change\"\n"

@@ -38,6 +38,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.connection import CliError
+from cli.terminal import printable, printable_model
 from workflows.models import Phase, ProgressEvent, RunStatus, StepState, StepStatus
 
 POLL_SECONDS = 0.5
@@ -191,8 +192,8 @@ def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
     if status.plan is None:
         return None
     version = f"v{len(status.plan_history)} " if status.plan_history else ""
-    table = Table(title=f"Plan {version}· {status.plan.title}", title_justify="left", expand=True,
-                  show_edge=False, pad_edge=False)
+    title = Text(f"Plan {version}· {status.plan.title}", style="table.title")  # Text: never parsed as markup
+    table = Table(title=title, title_justify="left", expand=True, show_edge=False, pad_edge=False)
     table.add_column("", width=1, no_wrap=True)
     table.add_column("#", justify="right", width=2, no_wrap=True)
     table.add_column("Step", ratio=1)
@@ -208,8 +209,10 @@ def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
 def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | None = None) -> RenderableType:
     """The live panel for one status. Pure: same input, same output (``now`` drives the clocks).
 
-    ``note`` is a transient remark for the subtitle, such as "reconnecting…".
+    ``note`` is a transient remark for the subtitle, such as "reconnecting…". Model-written text
+    is made printable and reaches rich only as ``Text``, so its markup is shown, not obeyed.
     """
+    status, run_id, note = printable_model(status), printable(run_id), note and printable(note)
     header = Table.grid(padding=(0, 2))
     header.add_column(style="dim", no_wrap=True)
     header.add_column()
@@ -246,7 +249,7 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
             block.append(_one_line(event_text(event), 110))
         parts += [Text(""), block]
     subtitle = note or ("offline demonstration model" if status.offline_demo else None)
-    return Panel(Group(*parts), title=f"DeerFlow research · {run_id}", title_align="left",
+    return Panel(Group(*parts), title=Text(f"DeerFlow research · {run_id}"), title_align="left",
                  subtitle=Text(subtitle, style="yellow") if subtitle else None, subtitle_align="right",
                  border_style="yellow" if note else "blue")
 
@@ -319,6 +322,7 @@ class Watcher:
     # ---- output
 
     def _write(self, line: str) -> None:
+        line = printable(line)  # event messages and errors carry model-written text
         if self._live is not None:
             self._live.console.print(line, markup=False, highlight=False)
         else:

@@ -90,11 +90,13 @@ def tiny_pdf(text: str, title: str) -> bytes:
 
 @pytest.fixture
 def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Settings with DEERFLOW_HOME in a temp dir, the local retriever, no conf.yaml or proxy."""
+    """Settings with DEERFLOW_HOME in a temp dir that is also the resource root, the local
+    retriever, no conf.yaml or proxy."""
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
     monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", str(tmp_path))
     monkeypatch.setenv("RAG_PROVIDER", "local")
     get_settings.cache_clear()
     yield tmp_path / "home"

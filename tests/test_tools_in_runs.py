@@ -25,6 +25,7 @@ ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</
 @pytest.fixture
 def documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", str(tmp_path / "docs"))
     get_settings.cache_clear()
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -35,6 +36,7 @@ def documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
                                       "pilot production of solid-state cells in 2028.\n")
     yield folder
     monkeypatch.delenv("DEERFLOW_HOME")
+    monkeypatch.delenv("DEERFLOW_RESOURCE_ROOTS")
     get_settings.cache_clear()
 
 

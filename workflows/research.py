@@ -106,8 +106,10 @@ class DeepResearchWorkflow:
             self._event("phase", f"continued as a new run after {len(self._observations)} finding(s)")
             await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
         else:
+            # It also refuses resources outside the worker's resource roots (input only: no new command).
             self._config = await workflow.execute_activity(
-                "load_run_config", result_type=RunConfig, start_to_close_timeout=timedelta(seconds=30)
+                "load_run_config", list(request.resources), result_type=RunConfig,
+                start_to_close_timeout=timedelta(seconds=30),
             )
             self._status.offline_demo = self._config.offline_demo
             if self._config.search_attributes_enabled:

@@ -1,0 +1,220 @@
+"""Resources are confined to the operator's resource roots (security issue #8, item 8).
+
+A private file outside the roots, one reached through a symlink inside a root, and ``../``
+traversal are refused with a message naming the resource and ``DEERFLOW_RESOURCE_ROOTS``: at the
+run's start (``load_run_config``), in the search activity itself, and by the CLI. Nothing of the
+private file reaches the model, the history or the report.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
+
+from activities.doc_index import _read
+from activities.resource_roots import REPOSITORY, ResourcePolicy
+from activities.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, local_search_tool
+from activities.run_config import load_run_config
+from activities.settings import Settings, get_settings
+from cli.commands import _request
+from cli.connection import CliError
+from offline.model_server import FakeModelServer
+from tests.test_workflow import start
+from workflows.errors import failure_message
+from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
+
+SECRET = "zebrafish-private-passphrase"
+PUBLIC = "Our fleet trial found sodium-ion packs kept 91% capacity after 2,000 cycles."
+
+
+@pytest.fixture
+def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """``root/docs`` (allowed, with a symlink to a private file), ``private/`` outside the root."""
+    root, private = tmp_path / "root", tmp_path / "private"
+    (root / "docs").mkdir(parents=True)
+    private.mkdir()
+    (private / "secret.md").write_text(f"# Sodium-ion secret\n\nsodium-ion {SECRET}\n")
+    (root / "docs" / "trial.md").write_text(f"# Sodium-ion trial\n\n{PUBLIC}\n")
+    (root / "docs" / "leak.md").symlink_to(private / "secret.md")
+    (root / "link.md").symlink_to(private / "secret.md")
+    (root / "linked-folder").symlink_to(private, target_is_directory=True)
+    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", str(root))
+    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("RAG_PROVIDER", "local")
+    get_settings.cache_clear()
+    yield tmp_path
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def refused_resources(tmp_path: Path) -> list[str]:
+    """Ways to name the private file: directly, via ``..``, via a symlink, as a file:// URI."""
+    return [
+        str(tmp_path / "private" / "secret.md"),
+        str(tmp_path / "root" / ".." / "private" / "secret.md"),
+        str(tmp_path / "root" / "link.md"),
+        str(tmp_path / "root" / "linked-folder"),
+        str(tmp_path / "root" / "linked-folder" / "secret.md"),
+        (tmp_path / "private" / "secret.md").as_uri(),
+        str(tmp_path / "private"),
+    ]
+
+
+def assert_refusal(error: BaseException, resource: str) -> None:
+    assert isinstance(error, ApplicationError)
+    assert error.type == RESOURCE_OUTSIDE_ROOTS and error.non_retryable
+    assert repr(resource) in error.message and "DEERFLOW_RESOURCE_ROOTS" in error.message
+
+
+# ---------------------------------------------------------------- the policy
+
+
+def policy(tmp_path: Path, **settings: object) -> ResourcePolicy:
+    return ResourcePolicy.from_settings(Settings(DEERFLOW_HOME=tmp_path / "home", **settings))  # type: ignore[arg-type]
+
+
+def test_the_default_root_is_resources_under_the_home(tmp_path: Path) -> None:
+    default = policy(tmp_path)
+    assert default.roots == ((tmp_path / "home" / "resources").resolve(),)
+    assert default.allows((tmp_path / "home" / "resources" / "report.pdf").resolve())
+    for closed in ("blobs/ab/cd", "documents.sqlite3", "temporal.db", "resources/.env"):
+        assert not default.allows((tmp_path / "home" / closed).resolve()), closed
+
+
+def test_the_workers_state_code_and_config_stay_closed_under_a_wide_root(tmp_path: Path) -> None:
+    conf = tmp_path / "conf.yaml"
+    wide = policy(tmp_path, DEERFLOW_RESOURCE_ROOTS="/", DEERFLOW_CONF=conf)
+    assert wide.allows((tmp_path / "notes.md").resolve())
+    for closed in (tmp_path / "home" / "blobs" / "x", REPOSITORY / "README.md", conf, Path("/proc/self/environ")):
+        assert not wide.allows(closed.resolve()), closed
+    assert not wide.allows((tmp_path / ".ssh" / "id_ed25519").resolve())  # hidden
+    home_as_root = policy(tmp_path, DEERFLOW_RESOURCE_ROOTS=str(tmp_path / "home"))
+    assert not home_as_root.allows((tmp_path / "home" / "blobs" / "x").resolve())  # naming it does not open it
+
+
+def test_roots_come_from_conf_yaml_and_env_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    conf = tmp_path / "conf.yaml"
+    conf.write_text("RESOURCE_ROOTS:\n  - ~/papers\n  - /srv/docs\n")
+    monkeypatch.setenv("DEERFLOW_CONF", str(conf))
+    monkeypatch.delenv("DEERFLOW_RESOURCE_ROOTS", raising=False)
+    get_settings.cache_clear()
+    assert get_settings().allowed_resource_roots() == [Path("~/papers").expanduser(), Path("/srv/docs")]
+    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", "/a:/b/../c")
+    get_settings.cache_clear()
+    assert get_settings().allowed_resource_roots() == [Path("/a"), Path("/c")]
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+# ---------------------------------------------------------------- the search activity (defence in depth)
+
+
+async def search(resources: list[str]) -> list[str]:
+    request = LocalSearchRequest(query="sodium-ion", resources=resources, max_results=10)
+    response = await ActivityEnvironment().run(local_search_tool, request)
+    return [result.content for result in response.results]
+
+
+async def test_the_search_refuses_every_way_of_naming_a_private_file(layout: Path) -> None:
+    for resource in refused_resources(layout):
+        with pytest.raises(ApplicationError) as caught:
+            await search([str(layout / "root" / "docs"), resource])
+        assert_refusal(caught.value, resource)
+        assert SECRET not in caught.value.message
+
+
+async def test_a_missing_file_outside_the_roots_is_refused_not_reported_missing(layout: Path) -> None:
+    # Otherwise the error would tell a requester which files exist outside the roots.
+    with pytest.raises(ApplicationError) as outside:
+        await search(["/etc/no-such-file.md"])
+    assert_refusal(outside.value, "/etc/no-such-file.md")
+    with pytest.raises(ApplicationError) as inside:
+        await search([str(layout / "root" / "nope.md")])
+    assert inside.value.type == RESOURCE_NOT_FOUND
+
+
+async def test_a_symlink_found_while_walking_a_folder_is_skipped(layout: Path) -> None:
+    found = await search([str(layout / "root" / "docs")])
+    assert any(PUBLIC in content for content in found)
+    assert not any(SECRET in content for content in found)
+    index = (layout / "home" / "documents.sqlite3").read_bytes()
+    assert SECRET.encode() not in index
+
+
+# ---------------------------------------------------------------- the run's start
+
+
+async def test_load_run_config_refuses_outside_resources(layout: Path) -> None:
+    resource = str(layout / "root" / "link.md")
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(load_run_config, [str(layout / "root" / "docs"), resource])
+    assert_refusal(caught.value, resource)
+    assert (await ActivityEnvironment().run(load_run_config, [str(layout / "root" / "docs")])).agent_recursion_limit
+
+
+async def test_ragflow_resources_are_not_paths(layout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAG_PROVIDER", "ragflow")
+    get_settings.cache_clear()
+    await ActivityEnvironment().run(load_run_config, ["rag://dataset/abc"])
+
+
+async def test_a_run_naming_a_private_file_fails_at_once_and_leaks_nothing(
+    time_worker: Client, model_server: FakeModelServer, layout: Path
+) -> None:
+    resource = str(layout / "root" / ".." / "private" / "secret.md")
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1, resources=[resource])
+    with pytest.raises(WorkflowFailureError) as caught:
+        await handle.result()
+    message = failure_message(caught.value.cause)
+    assert "outside the worker's resource roots" in message and "DEERFLOW_RESOURCE_ROOTS" in message
+    status = await handle.query("status", result_type=RunStatus)
+    assert status.phase is Phase.FAILED
+    assert model_server.requests == []  # failed before the first model call
+    history = (await handle.fetch_history()).to_json()
+    assert SECRET not in history
+
+
+async def test_a_symlink_in_a_resource_folder_leaks_nothing_into_a_run(
+    time_worker: Client, model_server: FakeModelServer, layout: Path
+) -> None:
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1,
+                         resources=[str(layout / "root" / "docs")])
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+    assert model_server.requests and SECRET not in str(model_server.requests)
+    assert SECRET not in result.report
+    assert SECRET not in (await handle.fetch_history()).to_json()
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def cli_args(resources: list[str]) -> argparse.Namespace:
+    return argparse.Namespace(
+        question="q", auto_accept=True, report_style=None, locale=None, max_steps=None, max_plan_iterations=None,
+        max_search_results=None, resource=resources, review_timeout=None, review_timeout_action=None,
+        parallel=False, clarify=False, no_background=False, deep_thinking=False,
+    )
+
+
+def test_the_cli_refuses_outside_resources_and_says_what_to_do(layout: Path) -> None:
+    resource = str(layout / "root" / "link.md")
+    with pytest.raises(CliError) as caught:
+        _request(cli_args([str(layout / "root" / "docs"), resource]))
+    assert repr(resource) in str(caught.value)
+    assert str((layout / "root").resolve()) in str(caught.value) and "DEERFLOW_RESOURCE_ROOTS" in str(caught.value)
+    accepted = _request(cli_args([str(layout / "root" / "docs")]))
+    assert accepted.resources == [str((layout / "root" / "docs").resolve())]
+
+
+def test_the_index_never_reads_through_a_symlink(layout: Path) -> None:
+    # A file checked on its real path but swapped for a symlink before it is read is not followed.
+    assert _read(layout / "root" / "link.md") is None
+    assert _read(layout / "root" / "docs" / "trial.md") == (layout / "root" / "docs" / "trial.md").read_bytes()

@@ -1,0 +1,144 @@
+"""Model-written terminal escapes never reach the terminal (security issue #8, item 10).
+
+A report, plan, finding, question or event holding ESC[2J (clear screen), OSC 0 (window title),
+OSC 52 (clipboard write), OSC 8 (hyperlink), BEL, 8-bit CSI, a bidi override or rich markup is
+printed without them by every command that shows it; a file written with ``-o`` keeps the text.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import json
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+from temporalio.client import WorkflowExecutionStatus
+
+from cli import commands as commands_module
+from cli.commands import _write_report
+from cli.render import plan_text, status_text
+from cli.terminal import printable, printable_json
+from cli.watch import Watcher, render_status
+from tests.test_watch import T0, ScriptedRun, handle, sample_status
+from workflows.models import Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
+
+CLEAR, TITLE, CLIPBOARD = "\x1b[2J", "\x1b]0;pwned\x07", "\x1b]52;c;cm0gLXJmIH4=\x1b\\"
+LINK, BELL, CSI8, BIDI, RED = "\x1b]8;;http://evil.example/\x07", "\x07", "\x9b2J", "\u202e", "\x1b[5;7;41m"
+MARKUP = "[bold red]alarm[/bold red] [link=http://evil.example/]click[/link]"
+HOSTILE = f"Sodium{CLEAR} ion{TITLE} cells{CLIPBOARD} {LINK}here{BELL}{CSI8} {BIDI}txt.exe{RED} \r{MARKUP}"
+VISIBLE = "Sodium ion cells here txt.exe " + MARKUP  # what a reader should see
+ATTACKS = (CLEAR, "\x1b]0;", "\x1b]52;", "\x1b]8;", BELL, "\x9b", BIDI, RED, "\r")
+
+
+def assert_harmless(text: str) -> None:
+    for attack in ATTACKS:
+        assert attack not in text, f"{attack!r} reached the terminal: {text!r}"
+
+
+def test_printable_strips_sequences_and_controls_and_keeps_text() -> None:
+    assert printable(HOSTILE) == VISIBLE
+    assert printable("line one\n\tindented 中文 ✓") == "line one\n\tindented 中文 ✓"
+    assert printable("\x1b(B\x1bc\x1bP1$r\x1b\\\x00\x7f\x85end") == "end"  # charset, reset, DCS, NUL, DEL, NEL
+
+
+def test_printable_json_is_the_same_json_without_terminal_controls() -> None:
+    text = json.dumps({"title": HOSTILE}, ensure_ascii=False)
+    safe = printable_json(text)
+    assert json.loads(safe) == {"title": HOSTILE}
+    assert "\x1b" not in safe and "\x9b" not in safe and BIDI not in safe
+
+
+def test_report_on_screen_is_stripped_and_the_file_keeps_the_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    result = ResearchResult(report=f"# Report\n\n{HOSTILE}\n")
+    _write_report(result, None)
+    shown = capsys.readouterr().out
+    assert_harmless(shown)
+    assert VISIBLE in shown and MARKUP in shown
+    _write_report(result, str(tmp_path / "report.md"))
+    assert (tmp_path / "report.md").read_bytes().decode() == result.report
+    assert_harmless(capsys.readouterr().err)
+
+
+def hostile_status(**changes: object) -> RunStatus:
+    plan = Plan(title=HOSTILE, thought=HOSTILE, steps=[Step(title=HOSTILE, description=HOSTILE)])
+    status = sample_status(plan=plan, error=HOSTILE, question=HOSTILE,
+                           events=[ProgressEvent(at=T0.isoformat(), kind="plan", message=HOSTILE)])
+    status.steps[0].title = status.steps[0].finding_preview = HOSTILE
+    return status.model_copy(update=changes)
+
+
+def test_plan_and_status_text_are_stripped() -> None:
+    status = hostile_status()
+    assert status.plan is not None
+    for text in (plan_text(status.plan), status_text("r1", status)):
+        assert_harmless(text)
+        assert VISIBLE in text
+
+
+def test_the_live_panel_shows_markup_literally_and_no_model_escapes() -> None:
+    out = io.StringIO()
+    console = Console(file=out, force_terminal=True, color_system="truecolor", width=400)
+    console.print(render_status(hostile_status(), f"r1{TITLE}[blink]", T0, note=f"down{CLEAR}"))
+    shown = out.getvalue()
+    # rich writes its own SGR colour codes; none of the model's sequences may be among them.
+    for attack in (CLEAR, "\x1b]0;", "\x1b]52;", "\x1b]8;", BELL, "\x9b", BIDI, RED):
+        assert attack not in shown, attack
+    plain = Console(file=io.StringIO(), width=400, record=True)
+    plain.print(render_status(hostile_status(), f"r1{TITLE}[blink]", T0))
+    text = plain.export_text()
+    # markup shown as written, not obeyed, in the titles too
+    assert f"Plan v1 · {VISIBLE}" in text and "DeerFlow research · r1[blink]" in text, text
+
+
+async def test_the_plain_watch_lines_are_stripped() -> None:
+    finished = hostile_status(phase=Phase.COMPLETED, awaiting="clarification_answer")
+    run = ScriptedRun([(WorkflowExecutionStatus.COMPLETED, lambda: finished)])
+    out = io.StringIO()
+    await Watcher(live=False, out=out, poll_seconds=0.01, describe=run.describe, query=run.query).follow(handle())
+    assert_harmless(out.getvalue())
+    assert VISIBLE in out.getvalue()
+
+
+class FakeClient:
+    def get_workflow_handle(self, run_id: str, **_: object) -> object:
+        return handle()
+
+
+@pytest.fixture
+def commands(monkeypatch: pytest.MonkeyPatch) -> object:
+    """``starter.py`` commands against a completed run whose texts are all hostile."""
+    async def connect(**_: object) -> FakeClient:
+        return FakeClient()
+
+    async def status(_handle: object) -> RunStatus:
+        return hostile_status()
+
+    async def describe(_handle: object) -> object:
+        return argparse.Namespace(status=WorkflowExecutionStatus.COMPLETED)
+
+    async def result(_handle: object) -> ResearchResult:
+        return ResearchResult(report=HOSTILE)
+
+    for name, fake in (("connect", connect), ("_status", status), ("_describe", describe), ("_result", result)):
+        monkeypatch.setattr(commands_module, name, fake)
+    return commands_module
+
+
+async def test_status_and_report_commands_print_no_escapes(
+    commands: object, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    await commands_module.status(argparse.Namespace(id="r1", json=False))
+    await commands_module.report(argparse.Namespace(id="r1", output=None))
+    shown = capsys.readouterr().out
+    assert_harmless(shown)
+    assert shown.count(VISIBLE) >= 2
+    await commands_module.status(argparse.Namespace(id="r1", json=True))
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown and BIDI not in shown
+    assert json.loads(shown)["plan"]["title"] == HOSTILE  # the same JSON value, escaped
+    await commands_module.report(argparse.Namespace(id="r1", output=str(tmp_path / "r.md")))
+    assert (tmp_path / "r.md").read_bytes().decode() == HOSTILE
