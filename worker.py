@@ -13,6 +13,7 @@ import signal
 from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
+from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.settings import get_settings
 from cli.connection import connect_when_ready
 from cli.search_attributes import ensure_search_attributes
@@ -40,6 +41,7 @@ async def main() -> None:
     os.environ["DEERFLOW_SEARCH_ATTRIBUTES"] = "1" if await ensure_search_attributes(client) else "0"
     get_settings.cache_clear()
     worker = Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES,
+                    interceptors=[SecretScrubbingInterceptor()],
                     max_cached_workflows=get_settings().max_cached_workflows)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
