@@ -59,7 +59,7 @@ from workflows.models import (
 )
 
 SERVER_SCRIPT = Path(__file__).with_name("mcp_test_server.py")
-TOOLS = {"add", "echo_env", "echo_header", "fail", "slow"}
+TOOLS = {"add", "echo_env", "echo_header", "fail", "leak", "slow"}
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
