@@ -15,6 +15,7 @@ placeholders such as ``offline`` everywhere would mangle ordinary text and prote
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -86,3 +87,20 @@ def current_scrubber() -> SecretScrubber:
     if _current is None or _current[0] is not settings:
         _current = (settings, SecretScrubber(secret_values(settings, os.environ)))
     return _current[1]
+
+
+class ScrubbingLogFilter(logging.Filter):
+    """A handler filter for the worker's logs: the same scrubbing for log records.
+
+    Activities' own output is already clean (the interceptor); this covers what libraries log on
+    their own, such as an HTTP client logging a URL that carries a key in its query string.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        scrubber = current_scrubber()
+        record.msg, record.args = scrubber.scrub(record.getMessage()), None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = scrubber.scrub(record.exc_text)
+        return True

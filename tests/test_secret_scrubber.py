@@ -8,6 +8,7 @@ server; tests/test_canary.py checks the whole path in a real run.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -19,7 +20,7 @@ from temporalio.worker import ActivityInboundInterceptor, ActivityOutboundInterc
 
 from activities.mcp_config import MCPServerConfig
 from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.secret_scrubber import REDACTED, SecretScrubber, secret_values
+from activities.secret_scrubber import REDACTED, ScrubbingLogFilter, SecretScrubber, secret_values
 from activities.settings import Settings, get_settings
 from workflows.models import MCPCallResult
 
@@ -142,3 +143,16 @@ async def test_heartbeat_details_are_scrubbed() -> None:
     captured[0].heartbeat(f"progress {KEY}", 3)
 
     assert sent == [(f"progress {REDACTED}", 3)]
+
+
+def test_log_filter_scrubs_messages_and_tracebacks() -> None:
+    try:
+        raise RuntimeError(f"refused {KEY}")
+    except RuntimeError as exc:
+        record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "GET %s", (f"/search?key={KEY}",),
+                                   (type(exc), exc, exc.__traceback__))
+
+    assert ScrubbingLogFilter().filter(record)
+
+    assert record.getMessage() == f"GET /search?key={REDACTED}"
+    assert record.exc_text is not None and KEY not in record.exc_text and f"refused {REDACTED}" in record.exc_text
