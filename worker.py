@@ -13,6 +13,8 @@ import signal
 from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
+from activities.scrub_interceptor import SecretScrubbingInterceptor
+from activities.secret_scrubber import ScrubbingLogFilter
 from activities.settings import get_settings
 from cli.connection import connect_when_ready
 from cli.search_attributes import ensure_search_attributes
@@ -27,6 +29,8 @@ DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 async def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ScrubbingLogFilter())
     providers = start_offline_providers()
     get_settings.cache_clear()
     if get_settings().offline_demo:
@@ -40,6 +44,7 @@ async def main() -> None:
     os.environ["DEERFLOW_SEARCH_ATTRIBUTES"] = "1" if await ensure_search_attributes(client) else "0"
     get_settings.cache_clear()
     worker = Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES,
+                    interceptors=[SecretScrubbingInterceptor()],
                     max_cached_workflows=get_settings().max_cached_workflows)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

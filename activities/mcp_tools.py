@@ -6,14 +6,19 @@ Why it is built this way:
   connect to the URL), initializes, does one thing and closes. No session outlives an activity, so
   nothing is shared between workers or leaks across retries, and the workflow records each listing
   in history: replay never needs the live server.
-* The request comes from whoever starts a workflow, so it is checked before anything is spawned or
-  connected: a stdio ``command`` must be on the worker's allowlist (``DEERFLOW_MCP_ALLOWED_COMMANDS``;
-  an absolute path is judged by its basename), contain no shell metacharacters, and is run without a
-  shell; URLs must be http(s). A refusal is ``MCPConfigError`` (non-retryable): no retry can fix it.
+* Servers are the operator's (``MCP_SERVERS``, activities/mcp_config.py): the workflow passes only a
+  server name, the agent and a narrower tool list, and the definition is looked up here, so no
+  command, URL, env or header value enters history. An unknown name is ``MCPConfigError``.
+* The definition is still checked before anything is spawned or connected, since a typo in it should
+  not run something else: a stdio ``command`` must be on ``DEERFLOW_MCP_ALLOWED_COMMANDS`` (an absolute
+  path is judged by its basename), contain no shell metacharacters, and is run without a shell; URLs
+  pass the crawler's address guard (public addresses only, unless in ``DEERFLOW_MCP_ALLOW_HOSTS``). A
+  refusal is ``MCPConfigError`` (non-retryable): no retry can fix it.
 * Secrets stay on the worker: ``env`` and ``headers`` values may be ``${VAR}`` placeholders, expanded
   here from the worker's environment. The stdio child gets a minimal environment (PATH, HOME, LANG,
   plus the MCP SDK's own short safe list: LOGNAME, SHELL, TERM, USER) and the configured ``env``,
-  never the worker's API keys.
+  never the worker's API keys. A server's stderr never leaves the worker: a failure says how much it
+  wrote, and its scrubbed tail goes to the worker's log (the scrub interceptor cleans the rest).
 * Failures are sorted for the retry policy: the server's own tool errors (``isError``, argument
   errors) are a normal ``MCPCallResult(is_error=True)`` the agent reads and can act on; an unknown or
   disabled tool is ``MCPUnknownTool`` (non-retryable); a server that cannot be started or reached,
@@ -38,7 +43,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import AbstractContextManager, AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
 from typing import IO, Any, TypeVar
-from urllib.parse import urlsplit
 
 import anyio
 import httpx2
@@ -51,9 +55,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
+from activities.mcp_config import MCPServerConfig, MissingVariable, expand_placeholders
+from activities.secret_scrubber import current_scrubber
 from activities.settings import Settings, get_settings
+from activities.url_guard import HostNotFound, UrlRefused, validate_url
 from workflows.mcp_naming import mcp_tool_name
-from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPServerConfig, MCPToolList, ToolSpec
+from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList, ToolSpec
 
 CONFIG_ERROR = "MCPConfigError"
 UNAVAILABLE = "MCPUnavailable"
@@ -71,14 +78,12 @@ MAX_LIST_PAGES = 50  # a server whose cursor never ends cannot keep the activity
 STDERR_TAIL_CHARS = 1_000
 
 CHILD_ENV_VARS = ("PATH", "HOME", "LANG")  # what a stdio server inherits from the worker
-HTTP_SCHEMES = ("http", "https")
 
 # A bare executable name, or an absolute path of plain segments. Anything else (spaces, ;, |, &, $,
 # quotes, globs, redirections, newlines...) is refused outright rather than escaped: no shell runs
 # the command, so such a value is either a mistake or an attempt to smuggle a second command in.
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _SAFE_PATH = re.compile(r"^(/[A-Za-z0-9_.+-]+)+$")
-_PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 T = TypeVar("T")
 
@@ -141,43 +146,30 @@ def check_args(args: list[str]) -> list[str]:
     return args
 
 
-def check_url(url: str | None, transport: str) -> str:
-    """An http(s) URL with a host; anything else (file://, ftp://, ...) is refused."""
+async def check_url(url: str | None, transport: str, allow_hosts: list[str]) -> str:
+    """An http(s) URL whose host resolves only to public addresses (or is allow-listed).
+
+    The crawler's guard, so an MCP URL cannot reach the metadata service, the worker's loopback or
+    the private network unless the operator lists the host in ``DEERFLOW_MCP_ALLOW_HOSTS``.
+    """
     if not url:
         raise config_error(f"An MCP server with transport {transport!r} needs a 'url'.")
     try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError as exc:
-        raise config_error(f"MCP server URL {url!r} is not a valid URL: {exc}") from exc
-    if parts.scheme.lower() not in HTTP_SCHEMES:
-        raise config_error(f"MCP server URL {url!r} is refused: only http and https URLs are allowed.")
-    if not host:
-        raise config_error(f"MCP server URL {url!r} has no host.")
+        await validate_url(url, allow_hosts)
+    except UrlRefused as exc:
+        raise config_error(f"MCP server URL refused ({exc}); DEERFLOW_MCP_ALLOW_HOSTS can allow the host.") from exc
+    except HostNotFound as exc:
+        make = unavailable_error if exc.transient else config_error
+        raise make(f"MCP server URL {url!r}: {exc}") from exc
     return url
 
 
-def expand_placeholders(values: dict[str, str], what: str, environ: dict[str, str] | None = None) -> dict[str, str]:
-    """``values`` with every ``${VAR}`` replaced from the worker's environment.
-
-    A missing or empty variable is an ``MCPConfigError`` naming it: sending a literal ``${VAR}`` as a
-    token or a blank credential would only produce a confusing failure at the server.
-    """
-    env = os.environ if environ is None else environ
-    expanded: dict[str, str] = {}
-    for key, value in values.items():
-
-        def substitute(match: re.Match[str], key: str = key) -> str:
-            name = match.group(1)
-            found = env.get(name)
-            if not found:
-                raise config_error(
-                    f"MCP {what} {key!r} refers to ${{{name}}}, but {name} is not set in the worker's environment."
-                )
-            return found
-
-        expanded[key] = _PLACEHOLDER.sub(substitute, value)
-    return expanded
+def expand(values: dict[str, str], what: str) -> dict[str, str]:
+    """The operator's ``${VAR}`` placeholders filled in; a missing variable is a config error."""
+    try:
+        return expand_placeholders(values)
+    except MissingVariable as exc:
+        raise config_error(f"MCP {what} {exc}") from exc
 
 
 def check_env(env: dict[str, str]) -> dict[str, str]:
@@ -220,15 +212,27 @@ class _Plan:
         return f"MCP server {self.server_name!r}"
 
 
-def plan_connection(server_name: str, server: MCPServerConfig, settings: Settings) -> _Plan:
+def operator_server(server_name: str, settings: Settings) -> MCPServerConfig:
+    """The operator's definition of ``server_name``; naming any other server is a config error."""
+    server = settings.mcp_servers.get(server_name)
+    if server is None:
+        known = ", ".join(sorted(settings.mcp_servers)) or "none"
+        raise config_error(
+            f"MCP server {server_name!r} is not configured on this worker (configured: {known}; "
+            "the operator defines servers in MCP_SERVERS)."
+        )
+    return server
+
+
+async def plan_connection(server_name: str, server: MCPServerConfig, settings: Settings) -> _Plan:
     """Check a server configuration completely, before anything is spawned or connected."""
     if server.transport == "stdio":
         command = check_command(server.command, settings.mcp_allowed_commands)
         args = check_args(list(server.args))
-        env = check_env(expand_placeholders(server.env, "env entry"))
+        env = check_env(expand(server.env, "env entry"))
         return _Plan(server_name, "stdio", command=command, args=tuple(args), env=tuple(env.items()))
-    url = check_url(server.url, server.transport)
-    headers = check_headers(expand_placeholders(server.headers, "header"))
+    url = await check_url(server.url, server.transport, settings.mcp_allow_hosts)
+    headers = check_headers(expand(server.headers, "header"))
     return _Plan(server_name, server.transport, url=url, headers=tuple(headers.items()))
 
 
@@ -272,8 +276,13 @@ class _Progress:
             event_hooks={"response": [self.record_response]},
         )
 
-    def stderr_tail(self) -> str:
-        """The end of the stdio server's stderr, which usually says why it died."""
+    def stderr_note(self, label: str) -> str:
+        """A sentence for the failure saying the server wrote to stderr; the text itself is only logged.
+
+        A server's stderr can hold anything (its environment, a token in a traceback), so it never
+        goes into the failure, which lands in history. Its end, scrubbed, goes to the worker's log
+        for the operator.
+        """
         if self.stderr is None:
             return ""
         try:
@@ -283,7 +292,10 @@ class _Progress:
             text = self.stderr.read().strip()
         except (OSError, ValueError):
             return ""
-        return text[-STDERR_TAIL_CHARS:]
+        if not text:
+            return ""
+        activity.logger.warning("%s stderr ends with: %s", label, current_scrubber().scrub(text[-STDERR_TAIL_CHARS:]))
+        return f" It wrote {size} bytes to stderr (its end is in the worker's log)."
 
 
 @asynccontextmanager
@@ -329,7 +341,7 @@ async def _with_session(
     server_name: str, server: MCPServerConfig, work: Callable[[ClientSession, _Progress], Awaitable[T]]
 ) -> T:
     """Validate, open a session, run ``work`` in it, close it; every failure becomes an ApplicationError."""
-    plan = plan_connection(server_name, server, get_settings())  # raises before any I/O
+    plan = await plan_connection(server_name, server, get_settings())  # raises before spawning or connecting
     # The stdio server's stderr goes to a file that outlives the session, so a crash can be explained.
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
         progress = _Progress(stderr=stderr if plan.transport == "stdio" else None)
@@ -367,8 +379,7 @@ def _from_group(group: BaseExceptionGroup[BaseException], plan: _Plan, progress:
 def _classify(exc: Exception, plan: _Plan, progress: _Progress) -> ApplicationError:
     """Sort a client-side failure into MCPConfigError or MCPUnavailable, with a message naming the cause."""
     where = f"{plan.label} ({plan.transport})"
-    stderr = progress.stderr_tail()
-    detail = f" Its stderr ends with: {stderr}" if stderr else ""
+    detail = progress.stderr_note(plan.label)
     if isinstance(exc, TimeoutError):
         return unavailable_error(f"{where} did not answer within {progress.timeout:g} s while {progress.phase}.")
     if isinstance(exc, FileNotFoundError | PermissionError) and plan.transport == "stdio":
@@ -457,22 +468,35 @@ async def _list_all_tools(session: ClientSession, progress: _Progress) -> list[m
     return tools
 
 
-def _enabled(tools: list[mcp_types.Tool], enabled_tools: list[str] | None) -> list[mcp_types.Tool]:
-    """The tools ``enabled_tools`` admits (all when it is None)."""
-    if enabled_tools is None:
-        return tools
-    allowed = set(enabled_tools)
-    return [tool for tool in tools if tool.name in allowed]
+def _enabled(
+    tools: list[mcp_types.Tool], operator: list[str] | None, requested: list[str] | None
+) -> list[mcp_types.Tool]:
+    """The tools both the operator's and the request's ``enabled_tools`` admit (None admits all).
+
+    The request can only narrow: a tool it names that the operator did not enable stays out.
+    """
+    for allowed in (operator, requested):
+        if allowed is not None:
+            tools = [tool for tool in tools if tool.name in set(allowed)]
+    return tools
 
 
 @activity.defn(name="mcp_list_tools")
 @heartbeating
 async def mcp_list_tools(request: MCPListRequest) -> MCPToolList:
-    """The server's tools as ToolSpecs named ``mcp_<server>_<tool>``, filtered by ``enabled_tools``."""
+    """The server's tools as ToolSpecs named ``mcp_<server>_<tool>``, filtered by ``enabled_tools``.
+
+    None when the operator did not add the server to ``request.agent`` (DeerFlow's ``add_to_agents``),
+    decided here because the workflow does not see the operator's table.
+    """
+    server = operator_server(request.server_name, get_settings())
+    if request.agent not in server.add_to_agents:
+        return MCPToolList(server_name=request.server_name)
 
     async def work(session: ClientSession, progress: _Progress) -> MCPToolList:
         specs: dict[str, ToolSpec] = {}
-        for tool in _enabled(await _list_all_tools(session, progress), request.server.enabled_tools):
+        listed = await _list_all_tools(session, progress)
+        for tool in _enabled(listed, server.enabled_tools, request.enabled_tools):
             spec = tool_spec(request.server_name, tool)
             if spec.name in specs:
                 activity.logger.warning(
@@ -485,7 +509,7 @@ async def mcp_list_tools(request: MCPListRequest) -> MCPToolList:
             specs[spec.name] = spec
         return MCPToolList(server_name=request.server_name, tools=list(specs.values()))
 
-    return await _finish_cleanup_on_cancel(_with_session(request.server_name, request.server, work))
+    return await _finish_cleanup_on_cancel(_with_session(request.server_name, server, work))
 
 
 # ---------------------------------------------------------------- calling
@@ -544,9 +568,10 @@ def cap_text(text: str, limit: int) -> str:
 @heartbeating
 async def mcp_call_tool(request: MCPCallRequest) -> MCPCallResult:
     """Call one tool (``request.tool``: its original name); the server's tool errors come back as is_error."""
+    server = operator_server(request.server_name, get_settings())
 
     async def work(session: ClientSession, progress: _Progress) -> MCPCallResult:
-        tools = _enabled(await _list_all_tools(session, progress), request.server.enabled_tools)
+        tools = _enabled(await _list_all_tools(session, progress), server.enabled_tools, request.enabled_tools)
         name = resolve_tool(request.server_name, request.tool, tools)
         with progress.step(f"calling tool {name!r}", CALL_TIMEOUT_SECONDS):
             try:
@@ -564,4 +589,4 @@ async def mcp_call_tool(request: MCPCallRequest) -> MCPCallResult:
                 return MCPCallResult(content=cap_text(str(exc), MAX_RESULT_CHARS), is_error=True)
         return MCPCallResult(content=format_content(result), is_error=bool(result.is_error))
 
-    return await _finish_cleanup_on_cancel(_with_session(request.server_name, request.server, work))
+    return await _finish_cleanup_on_cancel(_with_session(request.server_name, server, work))

@@ -6,6 +6,7 @@ enter workflow inputs or history.
 
 from __future__ import annotations
 
+import json
 import os
 from functools import lru_cache
 from pathlib import Path
@@ -13,6 +14,8 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from activities.mcp_config import MCPServerConfig, ServerName
 
 DEFAULT_RECURSION_LIMIT = 25
 
@@ -78,11 +81,36 @@ class Settings(BaseModel):
     crawl_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_CRAWL_ALLOW_HOSTS")
     crawl_max_chars: int = Field(default=20_000, alias="DEERFLOW_CRAWL_MAX_CHARS")
 
-    # MCP: executables a stdio MCP server may be started with (names, or absolute paths by basename).
+    # MCP (activities/mcp_config.py). The servers are the operator's alone: conf.yaml's MCP_SERVERS
+    # table, or the same table as JSON in MCP_SERVERS; requests pick them by name.
+    mcp_servers: dict[ServerName, MCPServerConfig] = Field(default_factory=dict, alias="MCP_SERVERS")
+    # Executables a stdio MCP server may be started with (names, or absolute paths by basename).
     mcp_allowed_commands: list[str] = Field(
         default_factory=lambda: ["npx", "uvx", "python", "python3", "node", "docker"],
         alias="DEERFLOW_MCP_ALLOWED_COMMANDS",
     )
+    # Hosts, IPs or CIDR networks MCP URLs may reach although they are not public (as the crawler's).
+    mcp_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_MCP_ALLOW_HOSTS")
+    # Extra worker variables whose values the secret scrubber (activities/secret_scrubber.py) removes
+    # from activity output, beyond the key/token/secret/password settings it finds by itself.
+    secret_env_names: list[str] = Field(default_factory=list, alias="DEERFLOW_SECRET_ENV_NAMES")
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _parse_mcp_servers(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return json.loads(value)
+        return value
+
+    @field_validator("mcp_allow_hosts", mode="before")
+    @classmethod
+    def _split_mcp_hosts(cls, value: Any) -> Any:
+        return [host.strip().lower() for host in value.split(",") if host.strip()] if isinstance(value, str) else value
+
+    @field_validator("secret_env_names", mode="before")
+    @classmethod
+    def _split_secret_names(cls, value: Any) -> Any:
+        return [name.strip() for name in value.split(",") if name.strip()] if isinstance(value, str) else value
 
     # Per-provider concurrency inside one worker process (see activities/limits.py).
     llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
@@ -180,6 +208,8 @@ def _conf_yaml_values(path: Path) -> dict[str, Any]:
         values["TOKEN_LIMIT"] = basic["token_limit"]
     if data.get("RESOURCE_ROOTS"):
         values["DEERFLOW_RESOURCE_ROOTS"] = data["RESOURCE_ROOTS"]
+    if data.get("MCP_SERVERS"):
+        values["MCP_SERVERS"] = data["MCP_SERVERS"]
     reasoning = data.get("REASONING_MODEL") or {}
     if reasoning.get("model"):
         values["REASONING_MODEL"] = reasoning["model"]

@@ -19,6 +19,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
+from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.settings import get_settings
 from cli.connection import connect_when_ready
 from cli.shutdown import exit_now
@@ -109,7 +110,7 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
 async def time_worker(time_env: WorkflowEnvironment, provider_env: dict[str, str]) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
     async with Worker(time_env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
-                      activities=ACTIVITIES):
+                      activities=ACTIVITIES, interceptors=[SecretScrubbingInterceptor()]):
         yield time_env.client
 
 

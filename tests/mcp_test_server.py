@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -49,6 +50,22 @@ def echo_header(name: str, ctx: Context) -> str:
 def fail() -> str:
     """Always fail, as a tool error the caller should read (not a protocol error)."""
     raise ToolError("the fail tool always fails")
+
+
+@server.tool()
+def leak(topic: str) -> str:
+    """Misbehave with this server's secrets (the canary test): crash once, then fail, echoing them.
+
+    The first call, while ``MCP_TEST_CRASH_MARKER`` does not exist yet, creates it, writes every
+    environment value to stderr and exits; later calls fail as a tool error quoting them.
+    """
+    values = " ".join(f"{name}={value}" for name, value in sorted(os.environ.items()))
+    marker = os.environ.get("MCP_TEST_CRASH_MARKER")
+    if marker and not Path(marker).exists():
+        Path(marker).write_text("crashed", encoding="utf-8")
+        print(f"fatal while researching {topic!r}; environment: {values}", file=sys.stderr, flush=True)
+        os._exit(3)
+    raise ToolError(f"could not research {topic!r}; environment: {values}")
 
 
 @server.tool()

@@ -4,13 +4,16 @@ Why this way: what can go wrong lies in how the genuine SDK client spawns, talks
 a genuine server (environment, cancellation, process groups, HTTP sessions), which a mock of the
 protocol would not exercise. stdio spawns the server script with this venv's python (admitted by
 the allowlist through its basename); streamable HTTP and SSE serve the same tools from uvicorn
-threads on 127.0.0.1. Every guard is also checked to refuse *before* anything is spawned or
-connected, by replacing the transports with recorders that fail the test when reached.
+threads on 127.0.0.1. Servers are the operator's (``MCP_SERVERS``): each test registers its server
+there and the activity request names it. Every guard is also checked to refuse *before* anything is
+spawned or connected, by replacing the transports with recorders that fail the test when reached.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import logging
 import os
 import signal
 import socket
@@ -26,10 +29,13 @@ import mcp.client.stdio
 import pytest
 import uvicorn
 from mcp import types as mcp_types
+from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import activities.mcp_tools as mcp_tools
+import activities.url_guard as url_guard
+from activities.mcp_config import MCPServerConfig
 from activities.mcp_tools import (
     CONFIG_ERROR,
     MAX_RESULT_CHARS,
@@ -42,19 +48,32 @@ from activities.mcp_tools import (
 from activities.settings import get_settings
 from tests.mcp_test_server import server as test_mcp_server
 from workflows.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
-from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPServerConfig, MCPToolList
+from workflows.models import (
+    MCP_SETTINGS_REMOVED,
+    MCPCallRequest,
+    MCPCallResult,
+    MCPListRequest,
+    MCPServerChoice,
+    MCPToolList,
+    ResearchRequest,
+)
 
 SERVER_SCRIPT = Path(__file__).with_name("mcp_test_server.py")
-TOOLS = {"add", "echo_env", "echo_header", "fail", "slow"}
+TOOLS = {"add", "echo_env", "echo_header", "fail", "leak", "slow"}
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
 @pytest.fixture(autouse=True)
 def mcp_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Default allowlist, no conf.yaml, no proxy between the client and the loopback servers."""
+    """Default command allowlist, 127.0.0.1 allowed, no conf.yaml, no proxy, no servers yet.
+
+    ``register`` writes MCP_SERVERS directly; monkeypatch restores it after the test.
+    """
     for name in (*PROXY_VARS, "DEERFLOW_MCP_ALLOWED_COMMANDS"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
+    monkeypatch.setenv("DEERFLOW_MCP_ALLOW_HOSTS", "127.0.0.1")
+    monkeypatch.setenv("MCP_SERVERS", "{}")
     get_settings.cache_clear()
     yield
     get_settings.cache_clear()
@@ -65,12 +84,25 @@ def stdio_server(**env: str) -> MCPServerConfig:
     return MCPServerConfig(transport="stdio", command=sys.executable, args=[str(SERVER_SCRIPT)], env=env)
 
 
-async def list_tools(server: MCPServerConfig, server_name: str = "local") -> MCPToolList:
-    return await ActivityEnvironment().run(mcp_list_tools, MCPListRequest(server_name=server_name, server=server))
+def register(server: MCPServerConfig, server_name: str = "local") -> None:
+    """Make ``server`` the operator's only MCP server, under ``server_name``."""
+    os.environ["MCP_SERVERS"] = json.dumps({server_name: server.model_dump()})
+    get_settings.cache_clear()
 
 
-async def call_tool(server: MCPServerConfig, tool: str, server_name: str = "local", **arguments: Any) -> MCPCallResult:
-    request = MCPCallRequest(server_name=server_name, server=server, tool=tool, arguments=arguments)
+async def list_tools(
+    server: MCPServerConfig, server_name: str = "local", agent: str = "researcher", enabled: list[str] | None = None
+) -> MCPToolList:
+    register(server, server_name)
+    request = MCPListRequest(server_name=server_name, agent=agent, enabled_tools=enabled)
+    return await ActivityEnvironment().run(mcp_list_tools, request)
+
+
+async def call_tool(
+    server: MCPServerConfig, tool: str, server_name: str = "local", enabled: list[str] | None = None, **arguments: Any
+) -> MCPCallResult:
+    register(server, server_name)
+    request = MCPCallRequest(server_name=server_name, tool=tool, arguments=arguments, enabled_tools=enabled)
     return await ActivityEnvironment().run(mcp_call_tool, request)
 
 
@@ -161,16 +193,23 @@ async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(
     assert inherited <= {"PATH", "HOME", "LANG", "LOGNAME", "SHELL", "TERM", "USER", "LC_CTYPE"}
 
 
-async def test_crashing_server_is_retryable_and_explained() -> None:
-    server = MCPServerConfig(
-        command=sys.executable, args=["-c", "import sys; print('boom: missing module', file=sys.stderr); sys.exit(3)"]
-    )
+async def test_crashing_server_is_retryable_and_its_stderr_stays_on_the_worker(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The server prints a worker secret it was given (through its operator env) before dying.
+    monkeypatch.setenv("MCP_TEST_SECRET", "sk-stderr-secret-value")
+    code = "import os, sys; print('boom: missing module', os.environ['TOKEN'], file=sys.stderr); sys.exit(3)"
+    server = MCPServerConfig(command=sys.executable, args=["-c", code], env={"TOKEN": "${MCP_TEST_SECRET}"})
 
-    error = await activity_error(server)
+    with caplog.at_level(logging.WARNING):
+        error = await activity_error(server)
 
     assert error.type == UNAVAILABLE
     assert not error.non_retryable
-    assert "boom: missing module" in error.message
+    assert "boom" not in error.message and "stderr" in error.message  # says it wrote some, not what
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "boom: missing module [redacted]" in logged
+    assert "sk-stderr-secret-value" not in logged
 
 
 @pytest.fixture
@@ -188,7 +227,8 @@ async def test_cancel_during_call_stops_the_server(tmp_path: Path) -> None:
     marker, pid_file = tmp_path / "slow-started", tmp_path / "server.pid"
     server = stdio_server(MCP_TEST_SLOW_MARKER=str(marker), MCP_TEST_PID_FILE=str(pid_file))
     env = ActivityEnvironment()
-    request = MCPCallRequest(server_name="local", server=server, tool="slow", arguments={"seconds": 30})
+    register(server)
+    request = MCPCallRequest(server_name="local", tool="slow", arguments={"seconds": 30})
     task = asyncio.ensure_future(env.run(mcp_call_tool, request))
     deadline = time.monotonic() + 20
     while not marker.exists():  # wait until the tool is really running
@@ -306,17 +346,17 @@ async def test_missing_placeholder_variable_is_named(
 class HttpServer:
     """The test MCP server's tools over HTTP, served by uvicorn in a thread on a free loopback port."""
 
-    def __init__(self, transport: str) -> None:
+    def __init__(self, transport: str, host: str = "127.0.0.1") -> None:
         self.transport = transport
-        app = (test_mcp_server.sse_app if transport == "sse" else test_mcp_server.streamable_http_app)(host="127.0.0.1")
-        self.socket = socket.create_server(("127.0.0.1", 0))
+        app = (test_mcp_server.sse_app if transport == "sse" else test_mcp_server.streamable_http_app)(host=host)
+        self.socket = socket.create_server((host, 0))
         self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=0))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True)
 
     @property
     def url(self) -> str:
-        port = self.socket.getsockname()[1]
-        return f"http://127.0.0.1:{port}{'/sse' if self.transport == 'sse' else '/mcp'}"
+        host, port = self.socket.getsockname()[:2]
+        return f"http://{host}:{port}{'/sse' if self.transport == 'sse' else '/mcp'}"
 
     def __enter__(self) -> HttpServer:
         self.thread.start()
@@ -388,7 +428,8 @@ async def test_exposed_name_is_accepted_too(http_server: HttpServer) -> None:
 
 async def test_call_timeout_is_retryable(http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(mcp_tools, "CALL_TIMEOUT_SECONDS", 0.3)
-    request = MCPCallRequest(server_name="web", server=http_server.config(), tool="slow", arguments={"seconds": 2})
+    register(http_server.config(), "web")
+    request = MCPCallRequest(server_name="web", tool="slow", arguments={"seconds": 2})
 
     started = time.monotonic()
     with pytest.raises(ApplicationError) as caught:
@@ -456,3 +497,129 @@ def test_result_content_is_joined_capped_and_binary_described() -> None:
     assert "aGVsbG8=" not in text
     assert len(text) <= MAX_RESULT_CHARS
     assert "truncated" in text[-60:]
+
+
+# ---------------------------------------------------------------- the operator's table, the request's choice
+
+
+def test_request_rejects_old_mcp_settings_with_directions() -> None:
+    definition = {"servers": {"x": {"command": "/usr/bin/python3", "args": ["-c", "print(1)"]}}}
+
+    with pytest.raises(ValidationError) as caught:
+        ResearchRequest.model_validate({"question": "q", "mcp_settings": definition})
+
+    assert MCP_SETTINGS_REMOVED in str(caught.value)
+    assert "mcp_servers" in MCP_SETTINGS_REMOVED and "MCP_SERVERS" in MCP_SETTINGS_REMOVED
+    # What older clients send for "no MCP" still starts a run.
+    assert ResearchRequest.model_validate({"question": "q", "mcp_settings": None}).mcp_servers == []
+
+
+def test_request_picks_servers_by_name_only() -> None:
+    request = ResearchRequest(question="q", mcp_servers=["github", {"name": "files", "enabled_tools": ["read"]}])
+
+    expected = [MCPServerChoice(name="github"), MCPServerChoice(name="files", enabled_tools=["read"])]
+    assert request.mcp_servers == expected
+    for bad in (
+        [{"name": "x", "command": "python3"}],  # a definition, not a choice
+        [{"name": "x", "url": "http://169.254.169.254/"}],
+        ["a b"],
+        ["x", "x"],
+    ):
+        with pytest.raises(ValidationError):
+            ResearchRequest(question="q", mcp_servers=bad)
+
+
+def test_servers_come_from_conf_yaml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    conf = tmp_path / "conf.yaml"
+    conf.write_text(
+        "MCP_SERVERS:\n  calc:\n    command: python3\n    args: [server.py]\n"
+        "    headers: {Authorization: 'Bearer ${CALC_TOKEN}'}\n    add_to_agents: [researcher, coder]\n"
+    )
+    monkeypatch.setenv("DEERFLOW_CONF", str(conf))
+    monkeypatch.delenv("MCP_SERVERS")
+    get_settings.cache_clear()
+
+    server = get_settings().mcp_servers["calc"]
+
+    assert server.args == ["server.py"]
+    assert server.headers == {"Authorization": "Bearer ${CALC_TOKEN}"}  # expanded only when used
+    assert server.add_to_agents == ["researcher", "coder"]
+
+
+async def test_unknown_server_name_is_refused(recorder: TransportRecorder) -> None:
+    register(stdio_server(), "calc")
+
+    with pytest.raises(ApplicationError) as caught:
+        await ActivityEnvironment().run(mcp_call_tool, MCPCallRequest(server_name="other", tool="add"))
+
+    assert caught.value.type == CONFIG_ERROR
+    assert caught.value.non_retryable
+    assert "'other' is not configured" in caught.value.message and "calc" in caught.value.message
+    assert recorder.opened == []
+
+
+async def test_server_not_added_to_the_agent_lists_nothing(recorder: TransportRecorder) -> None:
+    listing = await list_tools(stdio_server(), agent="coder")
+
+    assert listing.tools == []
+    assert recorder.opened == []
+
+
+async def test_request_can_only_narrow_the_operators_tools(http_server: HttpServer) -> None:
+    server = http_server.config(enabled_tools=["add", "fail"])
+
+    listing = await list_tools(server, server_name="web", enabled=["add", "slow"])
+    widened = await activity_error_for_call(server, "slow", enabled=["add", "slow"])
+    narrowed = await activity_error_for_call(server, "fail", enabled=["add"])
+
+    assert [tool.name for tool in listing.tools] == ["mcp_web_add"]
+    assert widened.type == UNKNOWN_TOOL
+    assert narrowed.type == UNKNOWN_TOOL
+
+
+async def activity_error_for_call(server: MCPServerConfig, tool: str, enabled: list[str]) -> ApplicationError:
+    with pytest.raises(ApplicationError) as caught:
+        await call_tool(server, tool, server_name="web", enabled=enabled)
+    return caught.value
+
+
+# ---------------------------------------------------------------- the address guard on MCP URLs
+
+
+@pytest.mark.parametrize(
+    ("host", "addresses"),
+    [
+        ("metadata.internal", ["169.254.169.254"]),
+        ("intranet.example", ["10.1.2.3"]),
+        ("mixed.example", ["93.184.215.14", "192.168.0.7"]),  # one private address is enough
+        ("169.254.169.254", []),  # a literal: no lookup at all
+    ],
+)
+@pytest.mark.parametrize("transport", ["sse", "streamable_http"])
+async def test_non_public_mcp_url_is_refused_without_connecting(
+    monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder, transport: str, host: str, addresses: list[str]
+) -> None:
+    async def resolve(name: str, port: int) -> list[str]:
+        assert name == host
+        return addresses
+
+    monkeypatch.setattr(url_guard, "resolve_host", resolve)
+    server = MCPServerConfig(transport=transport, url=f"http://{host}/mcp")  # type: ignore[arg-type]
+
+    error = await activity_error(server)
+
+    assert error.type == CONFIG_ERROR
+    assert error.non_retryable
+    assert "DEERFLOW_MCP_ALLOW_HOSTS" in error.message
+    assert recorder.opened == []
+
+
+async def test_loopback_mcp_server_is_refused_live_unless_allow_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+    with HttpServer("streamable_http", host="127.0.0.2") as server:
+        refused = await activity_error(server.config())
+        monkeypatch.setenv("DEERFLOW_MCP_ALLOW_HOSTS", "127.0.0.0/8")
+        allowed = await call_tool(server.config(), "add", a=1, b=1)
+
+    assert refused.type == CONFIG_ERROR
+    assert "loopback" in refused.message
+    assert allowed.content == "2"

@@ -108,12 +108,13 @@ async def test_a_page_is_crawled_once_per_run_even_when_steps_revisit_it(
 
 
 async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
-    time_worker: Client, model_server: FakeModelServer
+    time_worker: Client, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     calculator = {"transport": "stdio", "command": str(Path(sys.executable).parent / "python"),
                   "args": [str(Path(__file__).parent / "mcp_test_server.py")], "enabled_tools": ["add"]}
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2,
-                         mcp_settings={"servers": {"calc": calculator}})
+    monkeypatch.setenv("MCP_SERVERS", json.dumps({"calc": calculator}))  # the operator's table
+    get_settings.cache_clear()
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, mcp_servers=["calc"])
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
 
@@ -128,3 +129,5 @@ async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
     mcp_answers = [m["content"] for body in researcher_turns for m in body["messages"]
                    if m["role"] == "tool" and m["tool_call_id"] == "call_2"]
     assert mcp_answers and mcp_answers[0] == "4"  # add(a=2, b=2) ran on the real MCP server
+    monkeypatch.delenv("MCP_SERVERS")
+    get_settings.cache_clear()

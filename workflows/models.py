@@ -12,7 +12,7 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 TASK_QUEUE = "deep-research"
 WORKFLOW_TYPE = "DeepResearchWorkflow"
@@ -71,31 +71,61 @@ class Plan(BaseModel):
     steps: list[Step] = Field(default_factory=list)
 
 
-class MCPServerConfig(BaseModel):
-    """One MCP server, in DeerFlow's ``mcp_settings`` shape.
+# Server names become part of model-facing tool names and of messages: keep them plain.
+MCP_SERVER_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
-    ``env`` and ``headers`` values may be ``${VAR}`` placeholders, expanded from the worker's
-    environment inside the activity, so secrets need not travel in the request or history.
+
+class MCPServerChoice(BaseModel):
+    """A request's pick of one operator-defined MCP server (``MCP_SERVERS`` on the worker).
+
+    Only the name and a narrower tool list: what the server runs, where it is and what credentials
+    it gets are the operator's (activities/mcp_config.py), so none of it can come from a request.
     """
 
-    transport: Literal["stdio", "sse", "streamable_http"] = "stdio"
-    command: str | None = None
-    args: list[str] = Field(default_factory=list)
-    url: str | None = None
-    env: dict[str, str] = Field(default_factory=dict)
-    headers: dict[str, str] = Field(default_factory=dict)
-    enabled_tools: list[str] | None = None  # None: every tool the server lists
-    add_to_agents: list[str] = Field(default_factory=lambda: ["researcher"])
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=MCP_SERVER_NAME_PATTERN)
+    # Tools to offer, among those the operator enables; None: all of those. Never widens the set.
+    enabled_tools: list[str] | None = Field(default=None, max_length=100)
 
 
-class MCPSettings(BaseModel):
-    servers: dict[str, MCPServerConfig] = Field(default_factory=dict)
+MCP_SETTINGS_REMOVED = (
+    "'mcp_settings' is no longer accepted: MCP servers are defined by the worker's operator "
+    "(MCP_SERVERS in conf.yaml). Pick them by name with 'mcp_servers', e.g. "
+    '["github"] or [{"name": "github", "enabled_tools": ["search_code"]}].'
+)
 
 
 class ResearchRequest(BaseModel):
     """Workflow input. Only ``question`` is required; the rest has DeerFlow's defaults."""
 
     model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _refuse_mcp_settings(cls, data: Any) -> Any:
+        # Server definitions in a request let whoever starts a run choose what the worker executes
+        # and where its credentials go. An empty value (older clients send null) is harmless.
+        if isinstance(data, dict) and "mcp_settings" in data:
+            if data["mcp_settings"]:
+                raise ValueError(MCP_SETTINGS_REMOVED)
+            data = {key: value for key, value in data.items() if key != "mcp_settings"}
+        return data
+
+    @field_validator("mcp_servers", mode="before")
+    @classmethod
+    def _names_as_choices(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [{"name": item} if isinstance(item, str) else item for item in value]
+        return value
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _one_choice_per_server(cls, value: list[MCPServerChoice]) -> list[MCPServerChoice]:
+        names = [choice.name for choice in value]
+        if len(set(names)) != len(names):
+            raise ValueError("each MCP server may be named once in 'mcp_servers'")
+        return value
 
     question: str = Field(min_length=1)
     locale: str | None = None  # None: detected by the coordinator from the question
@@ -107,7 +137,8 @@ class ResearchRequest(BaseModel):
     enable_deep_thinking: bool = False
     report_style: ReportStyle = ReportStyle.ACADEMIC
     resources: list[str] = Field(default_factory=list)
-    mcp_settings: MCPSettings | None = None
+    # MCP servers to use, by operator-defined name: "github" or {"name", "enabled_tools"}.
+    mcp_servers: list[MCPServerChoice] = Field(default_factory=list, max_length=20)
     # How long a plan review (or a clarification question) may wait for a person, and what
     # happens then: accept the plan, cancel the run, or write the report from what is known.
     review_timeout: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))
@@ -238,8 +269,11 @@ class LocalSearchRequest(BaseModel):
 
 
 class MCPListRequest(BaseModel):
+    """List one operator server's tools for ``agent`` (none if the operator did not add it there)."""
+
     server_name: str
-    server: MCPServerConfig
+    agent: str
+    enabled_tools: list[str] | None = None  # the request's narrowing, if any
 
 
 class MCPToolList(BaseModel):
@@ -249,8 +283,8 @@ class MCPToolList(BaseModel):
 
 class MCPCallRequest(BaseModel):
     server_name: str
-    server: MCPServerConfig
     tool: str
+    enabled_tools: list[str] | None = None  # the request's narrowing, if any
     arguments: dict[str, Any] = Field(default_factory=dict)
 
 

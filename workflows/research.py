@@ -313,7 +313,7 @@ class DeepResearchWorkflow:
         status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
         self._event("step_started", step.title, index)
         agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources))
-        mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_settings)
+        mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers)
         finding = await run_agent(
             agent,
             {**self._prompt_vars(locale), "tool_guidance": tool_guidance},

@@ -29,8 +29,7 @@ with workflow.unsafe.imports_passed_through():
         MCPCallRequest,
         MCPCallResult,
         MCPListRequest,
-        MCPServerConfig,
-        MCPSettings,
+        MCPServerChoice,
         MCPToolList,
         PythonRequest,
         PythonResult,
@@ -75,8 +74,8 @@ class ToolContext:
     # Crawls of this run by normalised URL: a page is fetched once per run, and a second call
     # (even a concurrent one) reuses the first one's result without another activity.
     crawls: dict[str, asyncio.Task[str]] = field(default_factory=dict)
-    # MCP tools offered in this step: model-facing name -> (server name, server config).
-    mcp_routes: dict[str, tuple[str, MCPServerConfig]] = field(default_factory=dict)
+    # MCP tools offered in this step: model-facing name -> the request's choice of its server.
+    mcp_routes: dict[str, MCPServerChoice] = field(default_factory=dict)
 
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
@@ -207,40 +206,41 @@ def tool_specs(names: tuple[str, ...]) -> list[ToolSpec]:
     return [TOOLS[name].spec for name in names]
 
 
-async def mcp_tools_for(agent_name: str, settings: MCPSettings | None
-                        ) -> tuple[list[ToolSpec], dict[str, tuple[str, MCPServerConfig]]]:
-    """List the MCP tools of every server configured for this agent, once per step.
+async def mcp_tools_for(agent_name: str, servers: list[MCPServerChoice]
+                        ) -> tuple[list[ToolSpec], dict[str, MCPServerChoice]]:
+    """List the MCP tools of every server the request picked, for this agent, once per step.
 
-    The listing is an activity, so its result is in history and replay never needs the server.
-    A server that cannot be listed is skipped (the step goes on with the other tools); of two
-    tools with the same model-facing name the first is kept.
+    Only names travel: the activity looks each server up in the operator's table and lists nothing
+    for an agent the operator did not add it to. The listing is an activity, so its result is in
+    history and replay never needs the server. A server that cannot be listed (or is unknown) is
+    skipped and logged; of two tools with the same model-facing name the first is kept.
     """
     specs: list[ToolSpec] = []
-    routes: dict[str, tuple[str, MCPServerConfig]] = {}
-    for server_name, server in (settings.servers if settings else {}).items():
-        if agent_name not in server.add_to_agents:
-            continue
+    routes: dict[str, MCPServerChoice] = {}
+    for choice in servers:
         try:
             listed = await workflow.execute_activity(
-                "mcp_list_tools", MCPListRequest(server_name=server_name, server=server), result_type=MCPToolList,
-                start_to_close_timeout=timedelta(seconds=90), heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                "mcp_list_tools",
+                MCPListRequest(server_name=choice.name, agent=agent_name, enabled_tools=choice.enabled_tools),
+                result_type=MCPToolList, start_to_close_timeout=timedelta(seconds=90),
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
                 retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["MCPConfigError"]),
             )
         except ActivityError as error:
-            workflow.logger.warning("MCP server %s unavailable: %s", server_name, failure_message(error))
+            workflow.logger.warning("MCP server %s unavailable: %s", choice.name, failure_message(error))
             continue
         for spec in listed.tools:
             if spec.name not in routes and spec.name not in TOOLS:
                 specs.append(spec)
-                routes[spec.name] = (server_name, server)
+                routes[spec.name] = choice
     return specs, routes
 
 
 async def _mcp_call(call: ToolCall, context: ToolContext) -> str:
-    server_name, server = context.mcp_routes[call.name]
+    choice = context.mcp_routes[call.name]
     result = await workflow.execute_activity(
-        "mcp_call_tool", MCPCallRequest(server_name=server_name, server=server, tool=call.name,
-                                        arguments=call.arguments),
+        "mcp_call_tool", MCPCallRequest(server_name=choice.name, tool=call.name, arguments=call.arguments,
+                                        enabled_tools=choice.enabled_tools),
         result_type=MCPCallResult, start_to_close_timeout=timedelta(seconds=150),
         heartbeat_timeout=HEARTBEAT_TIMEOUT,
         # A tool may have side effects: retry only what never reached it, and only twice.
