@@ -25,6 +25,7 @@ from runtime.connection import (
     DEFAULT_ADDRESS,
     TemporalConnectionError,
     connect,
+    describe_failure,
     load_connection,
 )
 from runtime.embedded import has_worker
@@ -93,6 +94,14 @@ def test_a_bad_toml_file_is_one_line(tmp_path: Path) -> None:
     with pytest.raises(TemporalConnectionError, match="TEMPORAL_CONFIG_FILE") as raised:
         load_connection({"TEMPORAL_CONFIG_FILE": str(config)})
     assert "\n" not in str(raised.value)
+
+
+def test_an_unrecognised_failure_is_one_line_without_the_api_key() -> None:
+    connection = load_connection({"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_API_KEY": API_KEY})
+    error = RuntimeError(f"Failed client connect: odd failure\n  sent authorization: Bearer {API_KEY}")
+    message = describe_failure(connection, error)
+    assert message.startswith("Cannot connect to Temporal at 127.0.0.1:7233: Failed client connect: odd failure")
+    assert API_KEY not in message and "Bearer ***" in message and "\n" not in message
 
 
 def _imports(path: Path) -> set[str]:
@@ -337,11 +346,14 @@ def test_cli_and_worker_refuse_with_one_line(tls_proxy: NginxGrpcProxy, key_prox
                                TEMPORAL_TLS_SERVER_CA_CERT_PATH=str(pki.other_ca.cert)), "list", timeout=60)
     assert listed.returncode == 2
     assert listed.stderr.count("\n") == 1 and "TEMPORAL_TLS_SERVER_CA_CERT_PATH" in listed.stderr, listed.stderr
+    started = time.monotonic()
     worker = subprocess.run(
         [sys.executable, str(REPO_DIR / "worker.py")], cwd=REPO_DIR, capture_output=True, text=True, timeout=60,
         env=clean_env(TEMPORAL_ADDRESS=key_proxy.address, TEMPORAL_TLS_SERVER_CA_CERT_PATH=str(pki.ca.cert),
                       TEMPORAL_API_KEY="wrong-" + API_KEY), check=False)
     assert worker.returncode == 2, worker.stdout + worker.stderr
+    # A refusal is final: the worker does not sit out the 30 s it would wait for a server to come up.
+    assert time.monotonic() - started < 25
     errors = [line for line in worker.stderr.splitlines() if " ERROR " in line]
     assert len(errors) == 1 and "rejected the API key in TEMPORAL_API_KEY" in errors[0], worker.stderr
     assert API_KEY not in worker.stderr + worker.stdout
