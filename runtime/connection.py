@@ -43,12 +43,19 @@ class TemporalConnectionError(Exception):
 
 @dataclass(frozen=True)
 class Connection:
-    """A resolved connection profile: where to connect and how, before any network traffic."""
+    """A resolved connection profile: where to connect and how, before any network traffic.
+
+    Its repr leaves out the profile and the connect options, which hold the API key, so logging a
+    connection cannot leak it.
+    """
 
     address: str
     namespace: str
     profile: ClientConfigProfile
     connect_config: ClientConnectConfig
+
+    def __repr__(self) -> str:
+        return f"Connection(address={self.address!r}, namespace={self.namespace!r}, secured={self.secured})"
 
     @property
     def secured(self) -> bool:

@@ -73,6 +73,7 @@ def test_a_profile_from_the_toml_file(tmp_path: Path) -> None:
     connection = load_connection({"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "prod"})
     assert (connection.address, connection.namespace) == ("temporal.example.com:7233", "research")
     assert connection.connect_config["api_key"] == API_KEY and connection.secured
+    assert API_KEY not in repr(connection) and API_KEY not in str(connection)
 
 
 @pytest.mark.parametrize(("env", "setting"), [
