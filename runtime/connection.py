@@ -136,7 +136,7 @@ def describe_failure(connection: Connection, error: Exception) -> str:
     address = connection.address
     tls = connection.connect_config.get("tls")
     tls_files = tls if isinstance(tls, TLSConfig) else None
-    if "InvalidCertificate(NotValidForName)" in message:
+    if "InvalidCertificate(NotValidForName" in message:  # rustls: NotValidForName or NotValidForNameContext
         text = (f"The TLS certificate of {address} is not valid for that name: "
                 "set TEMPORAL_TLS_SERVER_NAME (tls.server_name) to the name it was issued for.")
     elif "InvalidCertificate" in message:

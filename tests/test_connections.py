@@ -245,6 +245,14 @@ async def test_tls_with_a_wrong_ca_names_the_ca_setting(tls_proxy: NginxGrpcProx
 
 
 @requires_nginx
+async def test_a_certificate_for_another_name_names_the_server_name_setting(tls_proxy: NginxGrpcProxy,
+                                                                           pki: Pki) -> None:
+    message = await refusal({"TEMPORAL_ADDRESS": tls_proxy.address, "TEMPORAL_TLS_SERVER_NAME": "temporal.example.com",
+                             "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca.cert)})
+    assert "not valid for that name: set TEMPORAL_TLS_SERVER_NAME" in message
+
+
+@requires_nginx
 async def test_plaintext_to_a_tls_server_names_temporal_tls(tls_proxy: NginxGrpcProxy) -> None:
     assert "set TEMPORAL_TLS=true" in await refusal({"TEMPORAL_ADDRESS": tls_proxy.address})
 
