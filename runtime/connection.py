@@ -146,7 +146,8 @@ def describe_failure(connection: Connection, error: Exception) -> str:
             text = f"The TLS certificate of {address} is not trusted by the system roots: set {_CA}."
     elif "InvalidContentType" in message or "InvalidMessage" in message:
         text = f"{address} does not speak TLS: unset TEMPORAL_TLS and the TEMPORAL_TLS_* settings (tls.disabled)."
-    elif "400 Bad Request" in message or "CertificateRequired" in message or "BadCertificate" in message:
+    elif any(sign in message for sign in ("400 Bad Request",  # nginx checks the certificate after the handshake
+                                          "CertificateRequired", "BadCertificate", "AlertReceived(UnknownCA)")):
         if tls_files is not None and tls_files.client_cert:
             text = f"{address} rejected the client certificate in {_CLIENT_CERT}."
         else:

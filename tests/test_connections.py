@@ -105,6 +105,16 @@ def test_an_unrecognised_failure_is_one_line_without_the_api_key() -> None:
     assert API_KEY not in message and "Bearer ***" in message and "\n" not in message
 
 
+@pytest.mark.parametrize("alert", ["CertificateRequired", "BadCertificate", "UnknownCA"])
+def test_a_handshake_refusing_the_client_certificate_names_the_setting(alert: str) -> None:
+    """Temporal's own mTLS frontends refuse in the handshake (nginx, tested live, answers 400 after it)."""
+    connection = load_connection({"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_TLS": "true"})
+    error = RuntimeError("Failed client connect: Server connection error: tonic::transport::Error(Transport, "
+                         f"ConnectError(Custom {{ kind: InvalidData, error: AlertReceived({alert}) }}))")
+    assert "requires a client certificate (mutual TLS): set TEMPORAL_TLS_CLIENT_CERT_PATH" in describe_failure(
+        connection, error)
+
+
 def _imports(path: Path) -> set[str]:
     names: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
