@@ -16,6 +16,7 @@ COPY workflows ./workflows
 COPY activities ./activities
 COPY offline ./offline
 COPY cli ./cli
+COPY runtime ./runtime
 COPY storage ./storage
 COPY prompts ./prompts
 COPY worker.py starter.py ./

@@ -18,8 +18,9 @@ from collections.abc import Awaitable, Callable
 
 from cli import commands
 from cli.connection import CliError
-from cli.embedded import EmbeddedError
-from cli.shutdown import exit_now
+from runtime.connection import TemporalConnectionError
+from runtime.embedded import EmbeddedError
+from runtime.shutdown import exit_now
 from workflows.models import ReportStyle
 
 
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
     try:
         return asyncio.run(handler(args))
-    except (CliError, EmbeddedError) as error:
+    except (CliError, EmbeddedError, TemporalConnectionError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

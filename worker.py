@@ -1,6 +1,8 @@
 """The worker: runs DeepResearchWorkflow and every activity on task queue ``deep-research``.
 
-With no OPENAI_API_KEY it serves the bundled offline demonstration providers itself.
+With no OPENAI_API_KEY it serves the bundled offline demonstration providers itself. It connects
+as ``runtime.connection`` resolves Temporal's environment configuration (address, namespace, TLS,
+API key, profile), like every other client.
 """
 
 from __future__ import annotations
@@ -16,15 +18,13 @@ from activities.registry import ACTIVITIES
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter
 from activities.settings import get_settings
-from cli.connection import connect_when_ready
-from cli.search_attributes import ensure_search_attributes
-from cli.shutdown import exit_now
 from offline.providers import OFFLINE_BANNER, start_offline_providers
-from storage.converter import data_converter, prepare_payload_store
+from runtime.connection import TemporalConnectionError, connect, load_connection
+from runtime.converter import prepare_payload_store
+from runtime.search_attributes import ensure_search_attributes
+from runtime.shutdown import exit_now
 from workflows.models import TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
-
-DEFAULT_ADDRESS = "127.0.0.1:7233"
 
 
 async def main() -> None:
@@ -35,11 +35,10 @@ async def main() -> None:
     get_settings.cache_clear()
     if get_settings().offline_demo:
         logging.warning(OFFLINE_BANNER)
-    address = os.environ.get("TEMPORAL_ADDRESS", DEFAULT_ADDRESS)
-    namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
+    connection = load_connection()
     await prepare_payload_store()
-    client = await connect_when_ready(address, namespace=namespace, data_converter=data_converter())
-    # Runs upsert the custom search attributes only where they exist (see cli/search_attributes.py);
+    client = await connect(connection)
+    # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
     os.environ["DEERFLOW_SEARCH_ATTRIBUTES"] = "1" if await ensure_search_attributes(client) else "0"
     get_settings.cache_clear()
@@ -49,7 +48,7 @@ async def main() -> None:
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    logging.info("Worker polling %r on %s (namespace %s)", TASK_QUEUE, address, namespace)
+    logging.info("Worker polling %r on %s (namespace %s)", TASK_QUEUE, connection.address, connection.namespace)
     try:
         async with worker:  # leaving the block shuts the worker down gracefully
             await stop.wait()
@@ -58,5 +57,9 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except TemporalConnectionError as error:
+        logging.error("%s", error)
+        exit_now(2)
     exit_now(0)

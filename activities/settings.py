@@ -131,14 +131,14 @@ class Settings(BaseModel):
     offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
 
     # Set by worker.py at start-up: whether the namespace has the custom search attributes runs
-    # upsert (cli/search_attributes.py). Runs read it through load_run_config.
+    # upsert (runtime/search_attributes.py). Runs read it through load_run_config.
     search_attributes_enabled: bool = Field(default=False, alias="DEERFLOW_SEARCH_ATTRIBUTES")
 
     # Where embedded state lives (dev-server db, indexes, blobs).
     # Absolute by default, so the CLI (run from anywhere) and the worker (run from the repo) agree.
     home: Path = Field(default=Path(__file__).resolve().parent.parent / ".deerflow", alias="DEERFLOW_HOME")
 
-    # Large-payload storage (storage/converter.py): payloads at or above the threshold are written
+    # Large-payload storage (runtime/converter.py): payloads at or above the threshold are written
     # to a blob store and history keeps only a small reference. "filesystem" (<home>/blobs), "s3"
     # or "none". Every worker, client and replayer must share the same store.
     payload_store: str = Field(default="filesystem", alias="DEERFLOW_PAYLOAD_STORE")

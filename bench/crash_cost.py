@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plai
 
 from temporalio.client import Client, WorkflowHandle
 
-from cli.connection import connect_when_ready
-from cli.shutdown import exit_now
 from offline.model_server import FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from storage.converter import data_converter
+from runtime.connection import connect_when_ready
+from runtime.converter import data_converter
+from runtime.shutdown import exit_now
 from tests.history_checks import (
     activity_types,
     assert_not_rerun,

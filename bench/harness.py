@@ -37,11 +37,11 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from activities.settings import get_settings
-from cli.embedded import has_worker
-from cli.shutdown import exit_now
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
-from storage.converter import data_converter
+from runtime.converter import data_converter
+from runtime.embedded import has_worker
+from runtime.shutdown import exit_now
 from tests.processes import DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 

@@ -19,7 +19,7 @@ from harness import REPO, header, median, ms, run_main, verdict
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from storage.converter import data_converter
+from runtime.converter import data_converter
 from workflows.research import DeepResearchWorkflow
 
 TARGET_SECONDS = 0.2

@@ -31,7 +31,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 import worker
 from activities.heartbeat import heartbeating
 from activities.python_exec import python_repl_tool
-from cli.shutdown import exit_now
+from runtime.shutdown import exit_now
 from workflows.models import PythonRequest, PythonResult
 
 

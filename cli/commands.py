@@ -26,12 +26,12 @@ from temporalio.worker import Replayer
 from activities.resource_roots import ResourcePolicy
 from activities.settings import get_settings
 from cli.connection import CliError, connect
-from cli.embedded import stop_embedded
 from cli.render import plan_text, review_help, status_text
-from cli.search_attributes import missing_search_attributes
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
-from storage.converter import data_converter
+from runtime.converter import data_converter
+from runtime.embedded import stop_embedded
+from runtime.search_attributes import missing_search_attributes
 from workflows.errors import failure_message
 from workflows.models import (
     TASK_QUEUE,

@@ -5,11 +5,10 @@ run and 2 MB per payload. The agent loop sends the whole conversation to the ``c
 every turn and crawls bring back whole pages, so those payloads are written to a blob store here
 and history keeps only a small reference (Temporal's external payload storage).
 
-Every worker, client, and replayer must build its converter with :func:`data_converter` and share
-the same blob store, or the references in history cannot be resolved.
+This package holds the stores (drivers) only. The data converter that wires them in, which every
+worker, client and replayer must share, is ``runtime.converter.data_converter``.
 """
 
-from storage.converter import data_converter, prepare_payload_store
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 
-__all__ = ["FileSystemStorageDriver", "PayloadStoreError", "data_converter", "prepare_payload_store"]
+__all__ = ["FileSystemStorageDriver", "PayloadStoreError"]

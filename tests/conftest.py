@@ -21,11 +21,11 @@ from temporalio.worker import Worker
 from activities.registry import ACTIVITIES
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.settings import get_settings
-from cli.connection import connect_when_ready
-from cli.shutdown import exit_now
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
-from storage.converter import data_converter
+from runtime.connection import connect_when_ready
+from runtime.converter import data_converter
+from runtime.shutdown import exit_now
 from tests.processes import DevServer
 from workflows.models import TASK_QUEUE
 from workflows.research import DeepResearchWorkflow

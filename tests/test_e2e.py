@@ -19,9 +19,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from cli.connection import connect_when_ready
-from cli.embedded import has_worker
-from storage.converter import data_converter
+from runtime.connection import connect_when_ready
+from runtime.converter import data_converter
+from runtime.embedded import has_worker
 from tests.conftest import run_id
 from tests.history_checks import activity_events
 from tests.processes import REPO_DIR, DevServer, WorkerProcess

@@ -19,10 +19,10 @@ import yaml
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import connect_when_ready
-from cli.embedded import has_worker, search_attribute_flags
-from cli.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
-from storage.converter import data_converter
+from runtime.connection import connect_when_ready
+from runtime.converter import data_converter
+from runtime.embedded import has_worker, search_attribute_flags
+from runtime.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
 from tests.conftest import run_id
 from tests.processes import REPO_DIR, DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ReportStyle, ResearchRequest, ResearchResult
@@ -93,7 +93,7 @@ async def test_refused_registration_returns_false_without_raising(
 
     client.operator_service.list_search_attributes = nothing_registered  # type: ignore[method-assign]
     client.operator_service.add_search_attributes = refuse  # type: ignore[method-assign]
-    with caplog.at_level(logging.WARNING, logger="cli.search_attributes"):
+    with caplog.at_level(logging.WARNING, logger="runtime.search_attributes"):
         assert await ensure_search_attributes(client) is False
     assert "Request unauthorized" in caplog.text
     assert len(listed) == 2, "after a refusal it looks once more (another worker may have registered them)"

