@@ -444,7 +444,7 @@ def header(title: str) -> None:
 
 
 def run_main(main: Coroutine[Any, Any, None]) -> NoReturn:
-    """Run a bench's ``main`` and leave without interpreter finalization (see ``cli/shutdown.py``).
+    """Run a bench's ``main`` and leave without interpreter finalization (see ``runtime/shutdown.py``).
 
     Every process the bench started is stopped inside ``main`` (``bench_stack``), so skipping
     finalization loses nothing; an exception is printed and exits 1, a missed target does not.

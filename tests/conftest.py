@@ -124,7 +124,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Leave without interpreter finalization, which the SDK can crash (see cli/shutdown.py)."""
+    """Leave without interpreter finalization, which the SDK can crash (see runtime/shutdown.py)."""
     exit_now(_exit_status)
 
 

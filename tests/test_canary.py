@@ -26,7 +26,7 @@ import offline.scripted_agents as scripted_agents
 from activities.settings import get_settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
-from storage.converter import blob_root
+from runtime.converter import blob_root
 from tests.fake_http import FakeHTTPServer, Reply, Seen
 from tests.test_workflow import start
 from workflows.models import Outcome
