@@ -6,15 +6,17 @@ proves the suite can fail: a deliberately altered workflow must not replay.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from temporalio import workflow
 from temporalio.client import WorkflowHistory
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.models import ChatMessage, ResearchRequest
+from workflows.models import ChatMessage, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -43,13 +45,13 @@ def test_edited_history_contains_both_review_signals() -> None:
     assert signals == ["plan_feedback", "plan_feedback"]
 
 
-@workflow.defn(name="DeepResearchWorkflow", sandboxed=False)
+@workflow.defn(dynamic=True, sandboxed=False)
 class SkipsBackgroundInvestigation(DeepResearchWorkflow):
     """A careless change: the background search is dropped without ``workflow.patched``."""
 
     @workflow.run
-    async def run(self, request: ResearchRequest):  # type: ignore[no-untyped-def]
-        return await super().run(request)
+    async def run(self, inputs: Sequence[RawValue]) -> ResearchResult:
+        return await super().run(inputs)
 
     async def _investigate(self, topic: str, request: ResearchRequest) -> list[ChatMessage]:
         return []
