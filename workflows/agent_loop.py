@@ -25,8 +25,8 @@ FINAL_ANSWER_REQUEST = (
 
 
 def dropped_call_message(made: int, cap: int) -> str:
-    return (f"Error: this tool call was not run. Your last reply made {made} tool calls and at most {cap} "
-            f"run per turn; the first {cap} ran. Make fewer calls at a time, only the ones you need.")
+    return (f"Error: not run. Your reply made {made} tool calls; at most {cap} run per turn (the first {cap} "
+            "ran). Make fewer calls at a time.")
 
 
 async def run_agent(
