@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -27,8 +28,23 @@ def load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
 
 
-def test_the_three_reference_scenarios_are_recorded() -> None:
-    assert {"accepted_plan", "edited_plan", "direct_reply"} <= {path.stem for path in RECORDED}
+def test_the_reference_scenarios_are_recorded() -> None:
+    assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls"} <= {
+        path.stem for path in RECORDED}
+
+
+def test_a_bad_request_history_fails_the_run_in_its_first_task() -> None:
+    kinds = [event.event_type for event in load(HISTORIES / "bad_request.json").events]
+    assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+
+
+def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood() -> None:
+    from tests.test_tool_call_caps import most_pending, tool_batches
+
+    history = load(HISTORIES / "capped_tool_calls.json")
+    assert max(tool_batches(history)) == 4  # of 12 calls; recorded with DEERFLOW_MAX_TOOL_CALLS_PER_TURN=4
+    assert most_pending(history) <= 2  # and DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=2
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])
