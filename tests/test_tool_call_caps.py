@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHistory
+from temporalio.testing import ActivityEnvironment
 
-from activities.settings import get_settings
+from activities.run_config import load_run_config
+from activities.settings import Settings, get_settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import STARTED, run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunConfig
 
 PER_TURN = 16
 IN_FLIGHT = 4
@@ -76,3 +79,19 @@ async def test_a_flood_of_tool_calls_is_capped_and_the_run_completes(
     assert len(replies) == 2_500
     dropped = [reply for reply in replies if reply.startswith("Error: not run. Your reply made 2500 tool calls")]
     assert len(dropped) == 2_500 - PER_TURN
+
+
+@pytest.mark.parametrize("name", ["DEERFLOW_MAX_TOOL_CALLS_PER_TURN", "DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT"])
+@pytest.mark.parametrize("value", ["0", "2000"])
+def test_the_caps_stay_well_below_the_servers_pending_activity_limit(name: str, value: str) -> None:
+    with pytest.raises(ValidationError, match=name):
+        Settings(**{name: value})
+
+
+async def test_the_caps_reach_the_workflow_through_the_run_config(caps: None) -> None:
+    config = await ActivityEnvironment().run(load_run_config)
+    assert (config.max_tool_calls_per_turn, config.max_activities_in_flight) == (PER_TURN, IN_FLIGHT)
+    defaults = Settings()
+    assert (defaults.max_tool_calls_per_turn, defaults.max_activities_in_flight) == (16, 32)
+    # Runs recorded before the caps have no such fields: no cap, as they ran then.
+    assert RunConfig.model_validate({"agent_recursion_limit": 25}).max_tool_calls_per_turn is None

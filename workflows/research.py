@@ -120,18 +120,17 @@ class DeepResearchWorkflow:
         feedback_text: str | None = None
         if continuation is not None:  # resume the step loop where the previous run was
             checkpoint = continuation.checkpoint
-            self._status, self._config = checkpoint.status, checkpoint.config
-            self._slots = ActivitySlots(self._config.max_activities_in_flight)
+            self._status = checkpoint.status
+            self._use_config(checkpoint.config)
             self._observations = list(checkpoint.observations)
             plan, plan_iterations, locale = checkpoint.plan, checkpoint.plan_iterations, checkpoint.locale
             planner_messages = list(checkpoint.planner_messages)
             self._event("phase", f"continued as a new run after {len(self._observations)} finding(s)")
             await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
         else:
-            self._config = await workflow.execute_activity(
+            self._use_config(await workflow.execute_activity(
                 "load_run_config", result_type=RunConfig, start_to_close_timeout=timedelta(seconds=30)
-            )
-            self._slots = ActivitySlots(self._config.max_activities_in_flight)
+            ))
             self._status.offline_demo = self._config.offline_demo
             if self._config.search_attributes_enabled:
                 workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
@@ -418,6 +417,10 @@ class DeepResearchWorkflow:
         return self._status
 
     # ------------------------------------------------------------------ helpers
+
+    def _use_config(self, config: RunConfig) -> None:
+        self._config = config
+        self._slots = ActivitySlots(config.max_activities_in_flight)
 
     def _ensure_awaiting(self, what: str, inbox: list) -> None:  # type: ignore[type-arg]
         if self._status.awaiting != what or inbox:
