@@ -16,6 +16,8 @@ import httpx
 import openai
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages import ToolMessage as LcToolMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -36,8 +38,47 @@ from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, U
 RETRYABLE_STATUS = {408, 409, 429}
 
 
+def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Remove from ``message`` the tool calls whose arguments are JSON but not a JSON object.
+
+    langchain parses such arguments and then fails validating its own ``AIMessage`` (``args``
+    must be a dict), which would fail the whole model turn on every retry. Taken out here, they
+    come back as invalid tool calls, which the agent loop answers with an error the model reads.
+    """
+    kept, rejected = [], []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        raw = function.get("arguments")
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            parsed = {}  # not JSON at all: langchain reports it as an invalid tool call itself
+        if parsed is None or isinstance(parsed, dict):
+            kept.append(call)
+        else:
+            rejected.append(invalid_tool_call(name=function.get("name"), args=str(raw), id=call.get("id"),
+                                              error="arguments must be a JSON object"))
+    if rejected:
+        message["tool_calls"] = kept or None
+    return rejected
+
+
+class _GuardedChatOpenAI(ChatOpenAI):
+    """``ChatOpenAI`` that turns non-object tool-call arguments into invalid tool calls."""
+
+    def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
+        data = response if isinstance(response, dict) else response.model_dump(warnings=False)
+        rejected = [_non_object_calls(choice.get("message") or {}) for choice in data.get("choices") or []]
+        if not any(rejected):
+            return super()._create_chat_result(response, generation_info)
+        result = super()._create_chat_result(data, generation_info)
+        for generation, calls in zip(result.generations, rejected, strict=False):
+            generation.message.invalid_tool_calls.extend(calls)  # type: ignore[attr-defined]
+        return result
+
+
 def _client(settings: Settings, tier: str) -> ChatOpenAI:
-    return ChatOpenAI(
+    return _GuardedChatOpenAI(
         model=settings.model_name(tier),
         base_url=settings.openai_base_url,
         api_key=settings.openai_api_key or "offline",

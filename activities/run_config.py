@@ -27,4 +27,6 @@ async def load_run_config(resources: list[str] | None = None) -> RunConfig:
         offline_demo=settings.offline_demo,
         search_attributes_enabled=settings.search_attributes_enabled,
         continue_as_new_after_events=settings.continue_as_new_after_events,
+        max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
+        max_activities_in_flight=settings.max_activities_in_flight,
     )

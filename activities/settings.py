@@ -124,6 +124,12 @@ class Settings(BaseModel):
     # evicted one costs nothing until its next task, when it replays (bench/README.md).
     max_cached_workflows: int = Field(default=1000, ge=0, alias="DEERFLOW_MAX_CACHED_WORKFLOWS")
 
+    # What one model reply can make a run do (issue #8): tool calls run per model turn (the rest
+    # are answered "dropped"), and activities one run keeps in flight at once. Both stay far below
+    # the server's 2,000 pending activities per run, past which a run is stuck for good.
+    max_tool_calls_per_turn: int = Field(default=16, ge=1, le=256, alias="DEERFLOW_MAX_TOOL_CALLS_PER_TURN")
+    max_activities_in_flight: int = Field(default=32, ge=1, le=500, alias="DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT")
+
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
 

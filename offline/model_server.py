@@ -37,7 +37,7 @@ ERROR_TYPES = {
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
-                         "malformed_plan"})
+                         "malformed_plan", "tool_call_flood"})
 STREAM_PIECE = 64  # characters per streamed content delta
 
 
@@ -55,6 +55,8 @@ class Fault:
     retry_after: float | None = None
     seconds: float = 0.0
     agent: str | None = None
+    arguments: str = INVALID_TOOL_ARGS  # the raw argument text of ``invalid_tool_args``
+    count: int = 1  # how many calls ``tool_call_flood`` makes
 
     def __post_init__(self) -> None:
         # A typo in a test's fault kind would otherwise silently behave like "no fault".
@@ -83,9 +85,14 @@ class Fault:
         return cls("empty", agent=agent)
 
     @classmethod
-    def invalid_tool_args(cls, *, agent: str | None = None) -> Fault:
-        """The tool call the agent would make, with arguments that are not JSON."""
-        return cls("invalid_tool_args", agent=agent)
+    def invalid_tool_args(cls, *, arguments: str = INVALID_TOOL_ARGS, agent: str | None = None) -> Fault:
+        """The tool call the agent would make, with these raw arguments (by default not JSON)."""
+        return cls("invalid_tool_args", arguments=arguments, agent=agent)
+
+    @classmethod
+    def tool_call_flood(cls, count: int, *, agent: str | None = None) -> Fault:
+        """The agent's first tool call, repeated ``count`` times in one reply."""
+        return cls("tool_call_flood", count=count, agent=agent)
 
     @classmethod
     def non_json_plan(cls, *, agent: str | None = "planner") -> Fault:
@@ -295,11 +302,14 @@ class FakeModelServer:
             return "", []
         if fault.kind == "invalid_tool_args":
             if calls:
-                return "", [(cid, name, INVALID_TOOL_ARGS) for cid, name, _ in calls]
+                return "", [(cid, name, fault.arguments) for cid, name, _ in calls]
             tools = body.get("tools") or []
             if tools:  # the agent would have answered; break a call to its first tool instead
-                return "", [("call_1", tools[0]["function"]["name"], INVALID_TOOL_ARGS)]
+                return "", [("call_1", tools[0]["function"]["name"], fault.arguments)]
             return content, calls
+        if fault.kind == "tool_call_flood" and calls:
+            _, name, arguments = calls[0]
+            return "", [(f"call_flood_{index}", name, arguments) for index in range(fault.count)]
         if fault.kind == "non_json_plan":
             return NON_JSON_PLAN, []
         if fault.kind == "malformed_plan":

@@ -1,29 +1,47 @@
 """Records the reference histories in ``tests/histories/`` that the replay tests check.
 
-    .venv/bin/python -m tests.record_histories
+    .venv/bin/python -m tests.record_histories [SCENARIO ...]    # default: every scenario
 
-Run it only when a deliberate, patched workflow change needs new references; the old files
-should be kept too, so that runs started on the old code stay provably replayable.
+Run it only when a deliberate, patched workflow change needs new references, and name only the
+new scenarios: the old files should be kept, so that runs started on the old code stay provably
+replayable.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import sys
 from pathlib import Path
+from typing import Any
 
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
 from activities.settings import get_settings
+from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+# name -> (start input, plan feedback to send, model faults to inject first)
+SCENARIOS: dict[str, tuple[Any, list[str], list[Fault]]] = {
+    "accepted_plan": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], []),
+    "edited_plan": (ResearchRequest(question=QUESTION),
+                    ["[EDIT_PLAN] add a step on manufacturing costs", "[ACCEPTED]"], []),
+    "direct_reply": (ResearchRequest(question="hello"), [], []),
+    # A start input the workflow rejects: the run fails at once, without a workflow-task failure.
+    "bad_request": ({"question": 123}, [], []),
+    # A researcher reply with more tool calls than DEERFLOW_MAX_TOOL_CALLS_PER_TURN (set below).
+    "capped_tool_calls": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
+                          [Fault.tool_call_flood(12, agent="researcher")]),
+}
 
 
 async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
@@ -36,10 +54,12 @@ async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
     raise TimeoutError("the run never paused for review")
 
 
-async def record() -> None:
+async def record(names: list[str]) -> None:
     from tests.conftest import TEST_SERVER as test_server
 
+    os.environ.update(DEERFLOW_MAX_TOOL_CALLS_PER_TURN="4", DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT="2")
     providers = start_offline_providers()
+    assert providers.model is not None, "record with the offline model (unset OPENAI_API_KEY)"
     get_settings.cache_clear()
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_time_skipping(
@@ -47,21 +67,18 @@ async def record() -> None:
     )
     try:
         async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES):
-            scenarios = {
-                "accepted_plan": (QUESTION, ["[ACCEPTED]"]),
-                "edited_plan": (QUESTION, ["[EDIT_PLAN] add a step on manufacturing costs", "[ACCEPTED]"]),
-                "direct_reply": ("hello", []),
-            }
-            for name, (question, feedback) in scenarios.items():
+            for name in names:
+                request, feedback, faults = SCENARIOS[name]
+                providers.model.inject(*faults)
                 handle = await env.client.start_workflow(
-                    WORKFLOW_TYPE, ResearchRequest(question=question), id=f"history-{name}",
-                    task_queue=TASK_QUEUE, result_type=ResearchResult,
+                    WORKFLOW_TYPE, request, id=f"history-{name}", task_queue=TASK_QUEUE, result_type=ResearchResult,
                 )
                 reviewed: str | None = None
                 for message in feedback:
                     reviewed = await _wait_for_review(handle, reviewed)
                     await handle.signal("plan_feedback", message)
-                await handle.result()
+                with contextlib.suppress(WorkflowFailureError):  # bad_request fails, as it must
+                    await handle.result()
                 history = await handle.fetch_history()
                 (HISTORIES / f"{name}.json").write_text(history.to_json(), encoding="utf-8")
                 print(f"recorded {name}: {len(history.events)} events")
@@ -71,4 +88,4 @@ async def record() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(record())
+    asyncio.run(record(sys.argv[1:] or list(SCENARIOS)))

@@ -39,7 +39,7 @@ from runtime.converter import data_converter, prepare_payload_store, storage_dri
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver
 from tests.conftest import TEST_SERVER, run_id
-from workflows.models import TASK_QUEUE, ResearchRequest, ResearchResult
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 
 THRESHOLD = 32_768
@@ -307,8 +307,8 @@ async def test_without_storage_the_same_run_bloats_history(storage_env: Workflow
 async def run_deep_research(client: Client) -> WorkflowHistory:
     async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES):
         handle = await client.start_workflow(
-            DeepResearchWorkflow.run, ResearchRequest(question=QUESTION, auto_accept_plan=True),
-            id=run_id("stored"), task_queue=TASK_QUEUE)
+            WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
+            id=run_id("stored"), task_queue=TASK_QUEUE, result_type=ResearchResult)
         result = await handle.result()
     assert isinstance(result, ResearchResult)
     assert result.report

@@ -6,15 +6,18 @@ proves the suite can fail: a deliberately altered workflow must not replay.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from temporalio import workflow
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
+from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from workflows.models import ChatMessage, ResearchRequest
+from workflows.models import ChatMessage, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -25,8 +28,23 @@ def load(path: Path) -> WorkflowHistory:
     return WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
 
 
-def test_the_three_reference_scenarios_are_recorded() -> None:
-    assert {"accepted_plan", "edited_plan", "direct_reply"} <= {path.stem for path in RECORDED}
+def test_the_reference_scenarios_are_recorded() -> None:
+    assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls"} <= {
+        path.stem for path in RECORDED}
+
+
+def test_a_bad_request_history_fails_the_run_in_its_first_task() -> None:
+    kinds = [event.event_type for event in load(HISTORIES / "bad_request.json").events]
+    assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+
+
+def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood() -> None:
+    from tests.test_tool_call_caps import most_pending, tool_batches
+
+    history = load(HISTORIES / "capped_tool_calls.json")
+    assert max(tool_batches(history)) == 4  # of 12 calls; recorded with DEERFLOW_MAX_TOOL_CALLS_PER_TURN=4
+    assert most_pending(history) <= 2  # and DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=2
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])
@@ -43,13 +61,13 @@ def test_edited_history_contains_both_review_signals() -> None:
     assert signals == ["plan_feedback", "plan_feedback"]
 
 
-@workflow.defn(name="DeepResearchWorkflow", sandboxed=False)
+@workflow.defn(dynamic=True, sandboxed=False)
 class SkipsBackgroundInvestigation(DeepResearchWorkflow):
     """A careless change: the background search is dropped without ``workflow.patched``."""
 
     @workflow.run
-    async def run(self, request: ResearchRequest):  # type: ignore[no-untyped-def]
-        return await super().run(request)
+    async def run(self, inputs: Sequence[RawValue]) -> ResearchResult:
+        return await super().run(inputs)
 
     async def _investigate(self, topic: str, request: ResearchRequest) -> list[ChatMessage]:
         return []

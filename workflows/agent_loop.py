@@ -12,15 +12,21 @@ import asyncio
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_slots import ActivitySlots
     from workflows.agents import AgentSpec
     from workflows.model_calls import call_model
-    from workflows.models import ChatMessage, ChatRequest, ToolSpec, Usage
+    from workflows.models import ChatMessage, ChatRequest, ToolCall, ToolSpec, Usage
     from workflows.tools import ToolContext, run_tool_call, tool_specs
 
 FINAL_ANSWER_REQUEST = (
     "You have reached the limit of tool calls for this step. Do not call any more tools. "
     "Write your final answer now, from the information gathered so far, and say what is missing."
 )
+
+
+def dropped_call_message(made: int, cap: int) -> str:
+    return (f"Error: not run. Your reply made {made} tool calls; at most {cap} run per turn (the first {cap} "
+            "ran). Make fewer calls at a time.")
 
 
 async def run_agent(
@@ -31,33 +37,44 @@ async def run_agent(
     tool_context: ToolContext,
     usage: Usage,
     extra_tools: list[ToolSpec] | None = None,
+    slots: ActivitySlots | None = None,
+    max_tool_calls: int | None = None,
 ) -> str:
     """Run ``agent`` on ``task`` until it answers; returns the answer's markdown.
 
-    ``extra_tools`` are tools found at run time (MCP), routed through ``tool_context``.
+    ``extra_tools`` are tools found at run time (MCP), routed through ``tool_context``. Each model
+    turn and tool call holds one of the run's ``slots``; of one turn's tool calls only the first
+    ``max_tool_calls`` run (None: all), and the model is told that the others were dropped.
     """
+    slots = slots or ActivitySlots(None)
+
+    async def turn(request: ChatRequest) -> ChatMessage:
+        async with slots.held():
+            return await call_model(request, usage)
+
+    async def tool(call: ToolCall) -> str:
+        async with slots.held():
+            return await run_tool_call(call, agent.tools, tool_context)
+
     messages = [ChatMessage(role="user", content=task)]
     specs = tool_specs(agent.tools) + (extra_tools or [])
     for _ in range(recursion_limit):
-        reply = await call_model(
-            ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages, tools=specs,
-                        model_tier=agent.model_tier),
-            usage,
-        )
+        reply = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
+                                       tools=specs, model_tier=agent.model_tier))
         messages.append(reply)
         if not reply.tool_calls:
             return reply.content
-        outputs = await asyncio.gather(
-            *(run_tool_call(call, agent.tools, tool_context) for call in reply.tool_calls)
-        )
+        ran = reply.tool_calls[:max_tool_calls]  # [:None] is every call
+        outputs = list(await asyncio.gather(*(tool(call) for call in ran)))
+        if dropped := len(reply.tool_calls) - len(ran):
+            workflow.logger.warning("Model made %d tool calls in one turn; ran the first %d",
+                                    len(reply.tool_calls), len(ran))
+            outputs += [dropped_call_message(len(reply.tool_calls), len(ran))] * dropped
         messages.extend(
             ChatMessage(role="tool", content=output, tool_call_id=call.id, name=call.name)
             for call, output in zip(reply.tool_calls, outputs, strict=True)
         )
     messages.append(ChatMessage(role="user", content=FINAL_ANSWER_REQUEST))
-    final = await call_model(
-        ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
-                    model_tier=agent.model_tier),
-        usage,
-    )
+    final = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
+                                   model_tier=agent.model_tier))
     return final.content

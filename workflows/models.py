@@ -147,8 +147,6 @@ class ResearchRequest(BaseModel):
     max_clarification_rounds: int = Field(default=3, ge=1, le=10)
     # Beyond DeerFlow: run independent research steps concurrently (off for DeerFlow parity).
     parallel_steps: bool = False
-    # Internal: the state a run hands to its continuation (continue-as-new). Never set it by hand.
-    checkpoint: RunCheckpoint | None = None
 
 
 class Usage(BaseModel):
@@ -331,6 +329,10 @@ class RunConfig(BaseModel):
     # Continue as new once a run's history has this many events (None: only when the server
     # suggests it). Lets operators keep histories short, and tests exercise the hand-over.
     continue_as_new_after_events: int | None = None
+    # Tool calls run per model turn (the rest are answered "dropped"), and activities a run keeps
+    # in flight at once. None (runs recorded before these limits existed): no limit, as then.
+    max_tool_calls_per_turn: int | None = None
+    max_activities_in_flight: int | None = None
 
 
 # ---------------------------------------------------------------- status query
@@ -416,11 +418,19 @@ class RunCheckpoint(BaseModel):
     config: RunConfig
 
 
+class RunContinuation(BaseModel):
+    """The second start argument of a continued run: its checkpoint and the run that wrote it.
+
+    Accepted only when ``written_by_run_id`` is the run this one continues (workflows/run_input.py).
+    """
+
+    checkpoint: RunCheckpoint
+    written_by_run_id: str
+
+
 class ReviewOutcome(BaseModel):
     """What the ``review_plan`` update returns."""
 
     accepted: bool
     message: str
 
-
-ResearchRequest.model_rebuild()

@@ -11,13 +11,15 @@ days without holding worker memory, and survive worker and server restarts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 
 from temporalio import workflow
+from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_slots import ActivitySlots
     from workflows.agent_loop import run_agent
     from workflows.agents import agent_for
     from workflows.errors import failure_message
@@ -40,6 +42,7 @@ with workflow.unsafe.imports_passed_through():
         ReviewTimeoutAction,
         RunCheckpoint,
         RunConfig,
+        RunContinuation,
         RunStatus,
         StepState,
         StepStatus,
@@ -47,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.plan_parsing import PlanParseError, parse_plan
     from workflows.progress import current_details
     from workflows.review import Feedback, InvalidFeedback, parse_feedback
+    from workflows.run_input import parse_inputs
     from workflows.scheduling import step_dependencies
     from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, ToolContext, mcp_tools_for, search
     from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
@@ -66,23 +70,40 @@ class ReviewTimedOut(Exception):
     """Nobody answered before ``review_timeout``."""
 
 
-@workflow.defn(name=WORKFLOW_TYPE)
+@workflow.defn(dynamic=True)
 class DeepResearchWorkflow:
+    """Registered as the dynamic workflow so that its start inputs arrive undecoded, whatever
+    their number (the SDK drops typed decoding when the count differs from the signature, and
+    then a bad input fails the workflow task for ever). Only ``WORKFLOW_TYPE`` is served; the
+    public contract is unchanged: one JSON object, a ``ResearchRequest``."""
+
     def __init__(self) -> None:
         self._status = RunStatus(phase=Phase.STARTING)
         self._feedback_inbox: list[Feedback] = []
         self._clarification_inbox: list[str] = []
         self._observations: list[str] = []
         self._config = RunConfig()
+        self._slots = ActivitySlots(None)
         self._crawls: dict[str, asyncio.Task[str]] = {}
 
     # ------------------------------------------------------------------ the story of a run
 
     @workflow.run
-    async def run(self, request: ResearchRequest) -> ResearchResult:
+    async def run(self, inputs: Sequence[RawValue]) -> ResearchResult:
         self._status.started_at = workflow.now().isoformat()
+        info = workflow.info()
         try:
-            return await self._research(request)
+            if info.workflow_type != WORKFLOW_TYPE:
+                raise ApplicationError(f"Unknown workflow type {info.workflow_type!r}: this worker runs "
+                                       f"{WORKFLOW_TYPE}", type="UnknownWorkflowType", non_retryable=True)
+            request, continuation = parse_inputs(inputs, workflow.payload_converter(), info.continued_run_id)
+        except ApplicationError as error:
+            workflow.logger.warning("Rejected the start input: %s", error.message)
+            self._status.error = error.message
+            self._set_phase(Phase.FAILED)
+            raise
+        try:
+            return await self._research(request, continuation)
         except ActivityError as error:
             # A model call that failed for good (bad key, provider down past all retries).
             failed_in = self._status.phase
@@ -93,13 +114,14 @@ class DeepResearchWorkflow:
                 type="ResearchFailed", non_retryable=True,
             ) from error
 
-    async def _research(self, request: ResearchRequest) -> ResearchResult:
+    async def _research(self, request: ResearchRequest, continuation: RunContinuation | None) -> ResearchResult:
         plan: Plan | None = None
         plan_iterations = 0
         feedback_text: str | None = None
-        if request.checkpoint is not None:  # a continuation: resume the step loop where it was
-            checkpoint = request.checkpoint
-            self._status, self._config = checkpoint.status, checkpoint.config
+        if continuation is not None:  # resume the step loop where the previous run was
+            checkpoint = continuation.checkpoint
+            self._status = checkpoint.status
+            self._use_config(checkpoint.config)
             self._observations = list(checkpoint.observations)
             plan, plan_iterations, locale = checkpoint.plan, checkpoint.plan_iterations, checkpoint.locale
             planner_messages = list(checkpoint.planner_messages)
@@ -107,10 +129,10 @@ class DeepResearchWorkflow:
             await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
         else:
             # It also refuses resources outside the worker's resource roots (input only: no new command).
-            self._config = await workflow.execute_activity(
+            self._use_config(await workflow.execute_activity(
                 "load_run_config", list(request.resources), result_type=RunConfig,
                 start_to_close_timeout=timedelta(seconds=30),
-            )
+            ))
             self._status.offline_demo = self._config.offline_demo
             if self._config.search_attributes_enabled:
                 workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
@@ -291,11 +313,13 @@ class DeepResearchWorkflow:
             for index in pending:
                 if self._history_is_long():
                     done = [plan.steps[i].execution_res or "" for i in pending if plan.steps[i].execution_res]
-                    workflow.continue_as_new(request.model_copy(update={"checkpoint": RunCheckpoint(
+                    checkpoint = RunCheckpoint(
                         plan=plan, plan_iterations=plan_iterations, locale=locale,
                         planner_messages=planner_messages, observations=self._observations + done,
                         status=self._status, config=self._config,
-                    )}))
+                    )
+                    workflow.continue_as_new(args=[request, RunContinuation(
+                        checkpoint=checkpoint, written_by_run_id=workflow.info().run_id)])
                 await self._run_step(plan, index, locale, request)
         # Observations keep plan order, however the steps interleaved.
         self._observations.extend(plan.steps[index].execution_res or "" for index in pending)
@@ -313,7 +337,8 @@ class DeepResearchWorkflow:
         status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
         self._event("step_started", step.title, index)
         agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources))
-        mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers)
+        async with self._slots.held():
+            mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers)
         finding = await run_agent(
             agent,
             {**self._prompt_vars(locale), "tool_guidance": tool_guidance},
@@ -323,6 +348,8 @@ class DeepResearchWorkflow:
                         crawls=self._crawls, mcp_routes=mcp_routes),
             self._status.usage,
             extra_tools=mcp_specs,
+            slots=self._slots,
+            max_tool_calls=self._config.max_tool_calls_per_turn,
         )
         step.execution_res = finding
         status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
@@ -392,6 +419,10 @@ class DeepResearchWorkflow:
         return self._status
 
     # ------------------------------------------------------------------ helpers
+
+    def _use_config(self, config: RunConfig) -> None:
+        self._config = config
+        self._slots = ActivitySlots(config.max_activities_in_flight)
 
     def _ensure_awaiting(self, what: str, inbox: list) -> None:  # type: ignore[type-arg]
         if self._status.awaiting != what or inbox:

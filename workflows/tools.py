@@ -252,7 +252,8 @@ async def _mcp_call(call: ToolCall, context: ToolContext) -> str:
 async def run_tool_call(call: ToolCall, allowed: tuple[str, ...], context: ToolContext) -> str:
     """Run one tool call and return the tool message text; errors become readable messages."""
     if call.invalid_arguments is not None:
-        return f"Error: the arguments for {call.name} were not valid JSON: {call.invalid_arguments[:200]}"
+        return (f"Error: the arguments for {call.name} were not valid JSON (a JSON object of named arguments "
+                f"is required): {call.invalid_arguments[:200]}")
     if call.name in context.mcp_routes:
         try:
             return await _mcp_call(call, context)

@@ -1,0 +1,51 @@
+"""Tool-call arguments that are JSON but not an object (issue #8, item 9).
+
+Through the real ``chat`` activity and ChatOpenAI against the fake model server: such a call
+must come back as an invalid tool call the agent loop answers, not fail the model turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from temporalio.testing import ActivityEnvironment
+
+from activities.llm import chat
+from offline.model_server import FakeModelServer, Fault
+from workflows.models import ChatMessage, ChatRequest, ToolCall
+from workflows.tools import HANDOFF_TO_PLANNER, ToolContext, run_tool_call
+
+COORDINATOR = ChatRequest(
+    prompt="coordinator", prompt_vars={"CURRENT_TIME": "now", "locale": "en-US"},
+    messages=[ChatMessage(role="user", content="How do tides work?")], tools=[HANDOFF_TO_PLANNER],
+)
+
+
+@pytest.fixture(autouse=True)
+def _providers(provider_env: dict[str, str]) -> Iterator[None]:
+    yield
+
+
+@pytest.mark.parametrize("arguments", ['["tides", "moon"]', '"tides"', "42", "true"])
+async def test_non_object_arguments_become_an_invalid_call_the_model_is_told_about(
+    model_server: FakeModelServer, arguments: str
+) -> None:
+    model_server.inject(Fault.invalid_tool_args(arguments=arguments))
+    response = await ActivityEnvironment().run(chat, COORDINATOR)
+
+    [call] = response.message.tool_calls
+    assert call.name == HANDOFF_TO_PLANNER.name and call.arguments == {}
+    assert call.invalid_arguments == arguments
+    told = await run_tool_call(call, (), ToolContext(max_search_results=3))
+    assert told.startswith("Error: the arguments for handoff_to_planner were not valid JSON")
+    assert "JSON object" in told and arguments in told
+
+
+async def test_object_and_null_arguments_still_parse(model_server: FakeModelServer) -> None:
+    model_server.inject(Fault.invalid_tool_args(arguments='{"research_topic": "tides", "locale": "en-US"}'),
+                        Fault.invalid_tool_args(arguments="null"))
+    first = await ActivityEnvironment().run(chat, COORDINATOR)
+    second = await ActivityEnvironment().run(chat, COORDINATOR)
+    assert first.message.tool_calls[0].arguments == {"research_topic": "tides", "locale": "en-US"}
+    assert second.message.tool_calls[0] == ToolCall(id="call_1", name="handoff_to_planner", arguments={})

@@ -1,0 +1,97 @@
+"""A model reply with thousands of tool calls (issue #8, item 6), on the time-skipping server.
+
+The server refuses a run more than 2,000 pending activities and the run would be stuck for good.
+The per-turn cap runs the first calls and tells the model the rest were dropped; the in-flight
+cap bounds how many of the run's activities are pending at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowHistory
+from temporalio.testing import ActivityEnvironment
+
+from activities.run_config import load_run_config
+from activities.settings import Settings, get_settings
+from offline.model_server import FakeModelServer, Fault
+from tests.conftest import STARTED, run_id
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunConfig
+
+PER_TURN = 16
+IN_FLIGHT = 4
+
+
+@pytest.fixture
+def caps(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("DEERFLOW_MAX_TOOL_CALLS_PER_TURN", str(PER_TURN))
+    monkeypatch.setenv("DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT", str(IN_FLIGHT))
+    get_settings.cache_clear()
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+def tool_batches(history: WorkflowHistory) -> list[int]:
+    """How many tool activities were scheduled after each model turn, before the next one."""
+    batches = [0]
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "chat":
+                batches.append(0)
+            else:
+                batches[-1] += 1
+    return batches
+
+
+def most_pending(history: WorkflowHistory) -> int:
+    pending = peak = 0
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            pending += 1
+            peak = max(peak, pending)
+        elif any(event.HasField(f"activity_task_{end}_event_attributes")
+                 for end in ("completed", "failed", "timed_out", "canceled")):
+            pending -= 1
+    return peak
+
+
+async def test_a_flood_of_tool_calls_is_capped_and_the_run_completes(
+    time_worker: Client, model_server: FakeModelServer, caps: None
+) -> None:
+    model_server.inject(Fault.tool_call_flood(2_500, agent="researcher"))
+    handle = await time_worker.start_workflow(
+        WORKFLOW_TYPE, ResearchRequest(question="How do tides work?", auto_accept_plan=True, max_step_num=1),
+        id=run_id("flood"), task_queue=TASK_QUEUE, result_type=ResearchResult)
+    STARTED.append(handle)
+    result = await handle.result()
+
+    assert result.outcome is Outcome.REPORT
+    assert not model_server.pending_faults, "the flood was never sent"
+    history = await handle.fetch_history()
+    assert max(tool_batches(history)) == PER_TURN
+    assert most_pending(history) <= IN_FLIGHT
+    researcher_turns = [body for body in model_server.requests
+                        if "deerflow-agent: researcher" in str(body["messages"][0]["content"])]
+    replies = [m["content"] for m in researcher_turns[1]["messages"] if m["role"] == "tool"]
+    assert len(replies) == 2_500
+    dropped = [reply for reply in replies if reply.startswith("Error: not run. Your reply made 2500 tool calls")]
+    assert len(dropped) == 2_500 - PER_TURN
+
+
+@pytest.mark.parametrize("name", ["DEERFLOW_MAX_TOOL_CALLS_PER_TURN", "DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT"])
+@pytest.mark.parametrize("value", ["0", "2000"])
+def test_the_caps_stay_well_below_the_servers_pending_activity_limit(name: str, value: str) -> None:
+    with pytest.raises(ValidationError, match=name):
+        Settings(**{name: value})
+
+
+async def test_the_caps_reach_the_workflow_through_the_run_config(caps: None) -> None:
+    config = await ActivityEnvironment().run(load_run_config)
+    assert (config.max_tool_calls_per_turn, config.max_activities_in_flight) == (PER_TURN, IN_FLIGHT)
+    defaults = Settings()
+    assert (defaults.max_tool_calls_per_turn, defaults.max_activities_in_flight) == (16, 32)
+    # Runs recorded before the caps have no such fields: no cap, as they ran then.
+    assert RunConfig.model_validate({"agent_recursion_limit": 25}).max_tool_calls_per_turn is None

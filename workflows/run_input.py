@@ -1,0 +1,70 @@
+"""Turns a run's raw start inputs into a request (and a continuation), or a clear failure.
+
+The workflow receives its inputs undecoded (``RawValue``): when the SDK decodes a bad input
+itself, the error fails the workflow *task*, which Temporal retries for ever while the run shows
+Running. Decoding here instead ends such a run at once as Failed, with the offending fields named.
+
+Continuation state (plan, findings, the worker's limits) comes only from continue-as-new: it must
+name the run that wrote it, and that must be the run this one continues. A client-started run
+has no predecessor, and a retried or cron run's input was written before its predecessor's run
+id existed, so neither can carry a forged checkpoint past this check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from pydantic import ValidationError
+from temporalio.common import RawValue
+from temporalio.converter import PayloadConverter
+from temporalio.exceptions import ApplicationError
+
+from workflows.models import ResearchRequest, RunContinuation
+
+INVALID_REQUEST = "InvalidRequest"
+MAX_LISTED_ERRORS = 5
+MAX_TEXT = 200
+T = TypeVar("T")
+
+
+def invalid_request(reason: str) -> ApplicationError:
+    """The non-retryable failure a bad start input ends the run with."""
+    return ApplicationError(f"Invalid request: {reason}"[:2000], type=INVALID_REQUEST, non_retryable=True)
+
+
+def validation_summary(error: ValidationError) -> str:
+    """pydantic's field paths and messages, short, without its documentation links."""
+    lines = []
+    for detail in error.errors(include_url=False)[:MAX_LISTED_ERRORS]:
+        field = ".".join(str(part) for part in detail["loc"]) or "input"
+        lines.append(f"{field}: {detail['msg'][:MAX_TEXT]}")
+    more = error.error_count() - MAX_LISTED_ERRORS
+    return "; ".join(lines) + (f"; and {more} more" if more > 0 else "")
+
+
+def _decode(raw: RawValue, model: type[T], converter: PayloadConverter) -> T:
+    try:
+        value = converter.from_payloads([raw.payload], [model])[0]
+    except ValidationError as error:
+        raise invalid_request(validation_summary(error)) from None
+    except Exception as error:  # unknown encoding, undecodable bytes, nesting too deep
+        raise invalid_request(f"the input could not be decoded ({type(error).__name__}: "
+                              f"{str(error)[:MAX_TEXT]})") from None
+    if not isinstance(value, model):  # e.g. JSON null
+        raise invalid_request(f"the input must be a JSON object, not {type(value).__name__}")
+    return value
+
+
+def parse_inputs(inputs: Sequence[RawValue], converter: PayloadConverter,
+                 continued_run_id: str | None) -> tuple[ResearchRequest, RunContinuation | None]:
+    """The request, and the continuation state when this run really continues the run that wrote it."""
+    if len(inputs) == 2 and continued_run_id:
+        request = _decode(inputs[0], ResearchRequest, converter)
+        continuation = _decode(inputs[1], RunContinuation, converter)
+        if continuation.written_by_run_id != continued_run_id:
+            raise invalid_request("the continuation state was not written by the run this run continues")
+        return request, continuation
+    if len(inputs) != 1:
+        raise invalid_request(f'expected one input, a JSON object like {{"question": "..."}}; got {len(inputs)}')
+    return _decode(inputs[0], ResearchRequest, converter), None
