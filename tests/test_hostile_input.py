@@ -23,6 +23,7 @@ from workflows.models import (
     Outcome,
     Phase,
     Plan,
+    ResearchRequest,
     ResearchResult,
     RunCheckpoint,
     RunConfig,
@@ -54,7 +55,7 @@ BAD_INPUTS: dict[str, tuple[list[Any], str]] = {
     "json_null": ([None], "must be a JSON object"),
     "deep_json": ([DEEP_JSON], "recursion limit exceeded"),
     "checkpoint_in_request": ([{"question": "q", "checkpoint": FORGED.model_dump(mode="json")}],
-                              "checkpoint: Extra inputs are not permitted"),
+                              "'checkpoint' cannot be set by a client"),
     "forged_continuation": ([{"question": "q"}, RunContinuation(checkpoint=FORGED, written_by_run_id="guess")],
                             "expected one input"),
 }
@@ -98,10 +99,10 @@ async def test_an_unknown_workflow_type_on_the_queue_fails_at_once(time_worker: 
 
 
 async def test_a_request_over_the_payload_threshold_still_runs(time_worker: Client) -> None:
-    padding = {"servers": {"unused": {"command": "npx", "add_to_agents": [], "env": {"PAD": "x" * 40_000}}}}
-    handle = await start_raw(time_worker, {"question": "hello", "mcp_settings": padding})
+    handle = await start_raw(time_worker, {"question": "hello" + " !" * 20_000})
     result = await handle.result()
-    assert result.outcome is Outcome.DIRECT_REPLY
+    # The run was accepted and went its normal way (here: a plan nobody reviewed in time).
+    assert result.outcome is not Outcome.FAILED, result.error
     history = await handle.fetch_history()
     [stored] = history.events[0].workflow_execution_started_event_attributes.input.payloads
     assert len(stored.data) < 1_000, "the request should have been stored outside history"
@@ -125,3 +126,9 @@ def test_a_continuation_is_accepted_only_from_the_run_that_wrote_it() -> None:
         assert rejected.value.type == "InvalidRequest" and rejected.value.non_retryable
     with pytest.raises(ApplicationError, match="checkpoint: Field required"):
         parse_inputs([raw({"question": "q"}), raw({"written_by_run_id": "run-1"})], converter, "run-1")
+
+
+def test_older_clients_null_retired_fields_are_accepted() -> None:
+    # Clients built on the earlier request model serialise every field, so they send these as null.
+    request = ResearchRequest.model_validate({"question": "q", "checkpoint": None, "mcp_settings": None})
+    assert request.question == "q"

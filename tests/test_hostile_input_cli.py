@@ -38,7 +38,7 @@ BAD_STARTS: list[tuple[list[str], str]] = [
     (['{"question": "q"}', '{"question": "r"}'], "expected one input"),
     ([], "expected one input"),
     ([DEEP], "recursion limit exceeded"),
-    (['{"question": "q", "checkpoint": {}}'], "checkpoint: Extra inputs are not permitted"),
+    (['{"question": "q", "checkpoint": {}}'], "'checkpoint' cannot be set by a client"),
 ]
 
 
@@ -83,7 +83,7 @@ async def test_each_bad_start_input_fails_at_once_with_the_field_named(dev_serve
         # Our CLI: status (the status query still answers on the failed run) and report (the result).
         status = await asyncio.to_thread(starter, dev_server, "status", workflow_id, "--json")
         assert status.returncode == 0 and json.loads(status.stdout)["phase"] == "failed", status.stderr
-        assert "checkpoint: Extra inputs are not permitted" in json.loads(status.stdout)["error"]
+        assert "'checkpoint' cannot be set by a client" in json.loads(status.stdout)["error"]
         report = await asyncio.to_thread(starter, dev_server, "report", workflow_id)
         assert report.returncode != 0
-        assert "failed: Invalid request: checkpoint: Extra inputs are not permitted" in report.stderr, report.stderr
+        assert "'checkpoint' cannot be set by a client" in report.stderr, report.stderr

@@ -96,6 +96,20 @@ MCP_SETTINGS_REMOVED = (
 )
 
 
+CHECKPOINT_REFUSED = (
+    "'checkpoint' cannot be set by a client: a run's continuation state is written by the workflow "
+    "itself when it continues as new."
+)
+# Fields earlier versions accepted in a request, and why they are refused now.
+RETIRED_REQUEST_FIELDS = {
+    # Server definitions let whoever starts a run choose what the worker executes and where its
+    # credentials go.
+    "mcp_settings": MCP_SETTINGS_REMOVED,
+    # Continuation state from outside could override the worker's limits and skip plan review.
+    "checkpoint": CHECKPOINT_REFUSED,
+}
+
+
 class ResearchRequest(BaseModel):
     """Workflow input. Only ``question`` is required; the rest has DeerFlow's defaults."""
 
@@ -103,13 +117,14 @@ class ResearchRequest(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _refuse_mcp_settings(cls, data: Any) -> Any:
-        # Server definitions in a request let whoever starts a run choose what the worker executes
-        # and where its credentials go. An empty value (older clients send null) is harmless.
-        if isinstance(data, dict) and "mcp_settings" in data:
-            if data["mcp_settings"]:
-                raise ValueError(MCP_SETTINGS_REMOVED)
-            data = {key: value for key, value in data.items() if key != "mcp_settings"}
+    def _refuse_retired_fields(cls, data: Any) -> Any:
+        # Older clients serialise every field, so they send these as null: harmless, and dropped.
+        # A value is refused with a message saying why and what to use instead.
+        if isinstance(data, dict) and RETIRED_REQUEST_FIELDS.keys() & data.keys():
+            for name, refusal in RETIRED_REQUEST_FIELDS.items():
+                if data.get(name) is not None:
+                    raise ValueError(refusal)
+            data = {key: value for key, value in data.items() if key not in RETIRED_REQUEST_FIELDS}
         return data
 
     @field_validator("mcp_servers", mode="before")
