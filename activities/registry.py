@@ -8,10 +8,10 @@ from typing import Any
 from activities.crawl import crawl_tool
 from activities.llm import chat
 from activities.mcp_tools import mcp_call_tool, mcp_list_tools
-from activities.python_exec import python_repl_tool
 from activities.retrieval import local_search_tool
 from activities.run_config import load_run_config
 from activities.search import web_search
+from sandbox.activity import python_repl_tool
 
 ACTIVITIES: list[Callable[..., Any]] = [
     chat, web_search, crawl_tool, python_repl_tool, local_search_tool, mcp_list_tools, mcp_call_tool,

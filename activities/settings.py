@@ -77,6 +77,14 @@ class Settings(BaseModel):
     # evicted one costs nothing until its next task, when it replays (bench/README.md).
     max_cached_workflows: int = Field(default=1000, ge=0, alias="DEERFLOW_MAX_CACHED_WORKFLOWS")
 
+    # The coder's Python sandbox (sandbox/). "isolated" contains the code or refuses every call;
+    # "plain" is the operator's explicit consent to run model-written code uncontained. A string,
+    # not a Literal: a wrong value must make python_repl_tool refuse, not every activity fail.
+    sandbox_mode: str = Field(default="isolated", alias="DEERFLOW_SANDBOX_MODE")
+    sandbox_memory_mb: int = Field(default=1024, ge=16, alias="DEERFLOW_SANDBOX_MEMORY_MB")
+    sandbox_disk_mb: int = Field(default=64, ge=1, le=4096, alias="DEERFLOW_SANDBOX_DISK_MB")
+    sandbox_uid_base: int = Field(default=64000, ge=1000, le=2**31 - 64, alias="DEERFLOW_SANDBOX_UID_BASE")
+
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
 

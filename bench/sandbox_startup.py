@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plai
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.python_exec import python_repl_tool, sandbox_mode
+from sandbox.activity import python_repl_tool, sandbox_mode
 from workflows.models import PythonRequest
 
 RUNS = 20

@@ -30,8 +30,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import worker
 from activities.heartbeat import heartbeating
-from activities.python_exec import python_repl_tool
 from cli.shutdown import exit_now
+from sandbox.activity import python_repl_tool
 from workflows.models import PythonRequest, PythonResult
 
 
