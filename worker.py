@@ -1,31 +1,43 @@
-"""The worker: runs DeepResearchWorkflow and every activity on task queue ``deep-research``.
+"""The worker: runs DeepResearchWorkflow and every activity on task queue ``deep-research``,
+and the coder's Python on ``deep-research-sandbox`` (workflows/queues.py).
 
+``--queues main`` or ``--queues sandbox`` serves one of them (docker-compose runs them as two
+services: the keys in one, the sandbox's privileges in the other); the default serves both.
 With no OPENAI_API_KEY it serves the bundled offline demonstration providers itself.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES
+from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.settings import get_settings
 from cli.connection import connect_when_ready
 from cli.search_attributes import ensure_search_attributes
 from cli.shutdown import exit_now
 from offline.providers import OFFLINE_BANNER, start_offline_providers
+from sandbox.activity import sandbox_self_check
 from storage.converter import data_converter, prepare_payload_store
 from workflows.models import TASK_QUEUE
+from workflows.queues import sandbox_queue
 from workflows.research import DeepResearchWorkflow
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
+QUEUE_CHOICES = {"all": ("main", "sandbox"), "main": ("main",), "sandbox": ("sandbox",)}
 
 
-async def main() -> None:
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The deerflow-temporal worker.")
+    parser.add_argument("--queues", choices=QUEUE_CHOICES, default="all",
+                        help="main: the workflow and the keyed activities; sandbox: the coder's Python")
+    queues = QUEUE_CHOICES[parser.parse_args(argv).queues]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     providers = start_offline_providers()
     get_settings.cache_clear()
@@ -39,14 +51,22 @@ async def main() -> None:
     # load_run_config hands each run this answer, recording it in history for replay.
     os.environ["DEERFLOW_SEARCH_ATTRIBUTES"] = "1" if await ensure_search_attributes(client) else "0"
     get_settings.cache_clear()
-    worker = Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES,
-                    max_cached_workflows=get_settings().max_cached_workflows)
+    workers = []
+    if "main" in queues:
+        workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES,
+                              max_cached_workflows=get_settings().max_cached_workflows))
+    if "sandbox" in queues:
+        await sandbox_self_check()  # says at start whether the code is contained, or refused
+        workers.append(Worker(client, task_queue=sandbox_queue(TASK_QUEUE), activities=SANDBOX_ACTIVITIES))
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    logging.info("Worker polling %r on %s (namespace %s)", TASK_QUEUE, address, namespace)
+    polled = [worker.task_queue for worker in workers]
+    logging.info("Worker polling %s on %s (namespace %s)", polled, address, namespace)
     try:
-        async with worker:  # leaving the block shuts the worker down gracefully
+        async with contextlib.AsyncExitStack() as running:  # leaving it shuts the workers down gracefully
+            for worker in workers:
+                await running.enter_async_context(worker)
             await stop.wait()
     finally:
         providers.stop()

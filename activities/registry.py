@@ -1,4 +1,8 @@
-"""Every activity the worker registers, in one list (the tests register the same one)."""
+"""Every activity the worker registers, by queue (the tests register the same lists).
+
+The main queue keeps python_repl_tool for runs recorded before the sandbox queue existed
+(workflows/queues.py): on a worker that cannot contain the code, it refuses them.
+"""
 
 from __future__ import annotations
 
@@ -17,3 +21,6 @@ ACTIVITIES: list[Callable[..., Any]] = [
     chat, web_search, crawl_tool, python_repl_tool, local_search_tool, mcp_list_tools, mcp_call_tool,
     load_run_config,
 ]
+
+# The sandbox queue's worker: model-written code only, nothing that needs a key.
+SANDBOX_ACTIVITIES: list[Callable[..., Any]] = [python_repl_tool]

@@ -61,7 +61,8 @@ def limit_python_sandboxes(limit: int) -> None:
         async with gate:
             return await python_repl_tool(request)
 
-    worker.ACTIVITIES[worker.ACTIVITIES.index(python_repl_tool)] = limited
+    for registered in (worker.ACTIVITIES, worker.SANDBOX_ACTIVITIES):
+        registered[registered.index(python_repl_tool)] = limited
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES
+from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.settings import get_settings
 from cli.connection import connect_when_ready
 from cli.shutdown import exit_now
@@ -27,6 +27,7 @@ from offline.search_server import FakeSearchServer
 from storage.converter import data_converter
 from tests.processes import DevServer
 from workflows.models import TASK_QUEUE
+from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
 SCRIPTS = Path(sysconfig.get_path("scripts"))
@@ -109,7 +110,8 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
 async def time_worker(time_env: WorkflowEnvironment, provider_env: dict[str, str]) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
     async with Worker(time_env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
-                      activities=ACTIVITIES):
+                      activities=ACTIVITIES), \
+            Worker(time_env.client, task_queue=SANDBOX_TASK_QUEUE, activities=SANDBOX_ACTIVITIES):
         yield time_env.client
 
 
