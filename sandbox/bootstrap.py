@@ -142,6 +142,7 @@ def _enter_sandbox(config: dict[str, Any], source: bytes | None = None) -> NoRet
         # A backstop if the bootstrap itself is SIGKILLed: set after the uid switch, which clears it.
         _prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL)
     if source is not None:
+        os.chdir(config["workdir"])
         _write_snippet(config["script"], source)
     python = config["python"]
     os.execv(python, [python, "-I", "-u", config["script"]])
@@ -210,7 +211,7 @@ def _build_root(config: dict[str, Any]) -> bytes:
            f"size={config['disk_bytes']},nr_inodes=16384,mode=0700,uid={uid},gid={uid}")
     _mount(root, flags=_MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
     os.chroot(root)
-    os.chdir(workdir)
+    os.chdir("/")  # the work directory is the sandbox uid's (0700): entered after the uid switch
     return source
 
 
