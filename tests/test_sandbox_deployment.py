@@ -140,6 +140,9 @@ def attacks(paths: dict[str, Path], ports: dict[str, int]) -> dict[str, str]:
         "leftover": f"import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', "
                     f"'import time; time.sleep(60)', '{LEFTOVER}'], start_new_session=True)\n"
                     "print('OK started', p.pid)\n",
+        # Stopped at the time limit by the supervisor (root killing the code's uid: CAP_KILL).
+        "timeout": f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', "
+                   f"'import time; time.sleep(60)', '{LEFTOVER}'])\ntime.sleep(60)\n",
         "kill": try_all("os.kill(WORKER_PID, signal.SIGKILL)", "os.kill(-1, signal.SIGKILL)"),
         "disk": "n = 0\ntry:\n    for i in range(200):\n        open(f'f{i}', 'wb').write(b'x' * 8_000_000)\n"
                 "        n += 8_000_000\nexcept OSError as error:\n    print('DENIED fill', error.errno)\nprint(n)\n",
@@ -199,6 +202,7 @@ def test_the_sandbox_service_contains_the_attacks(deployment: dict[str, Path],
     assert not (deployment["blob"].parent / "planted").exists()
     assert not (deployment["other_run"] / "planted").exists() and not Path("/tmp/planted").exists()
     assert "OK started" in results["leftover"]["stdout"] and leftovers == []
+    assert results["timeout"]["stopped"] == "timeout"
     assert results["disk"]["stdout"].startswith("DENIED fill 28")  # ENOSPC at the cap
     assert int(results["disk"]["stdout"].split()[-1]) <= SandboxLimits().disk_bytes
     assert results["still_alive"]["stdout"] == "OK after the attacks\n"  # the worker survived them all
