@@ -32,7 +32,8 @@ def credentials() -> dict[str, Any]:
 
 async def call(code: str) -> dict[str, Any]:
     try:
-        result = await ActivityEnvironment().run(python_repl_tool, PythonRequest(code=code, timeout_seconds=TIMEOUT_SECONDS))
+        request = PythonRequest(code=code, timeout_seconds=TIMEOUT_SECONDS)
+        result = await ActivityEnvironment().run(python_repl_tool, request)
     except ApplicationError as error:
         return {"error": str(error), "type": error.type, "non_retryable": error.non_retryable}
     return result.model_dump()
