@@ -11,6 +11,10 @@ is cancelled. In ``isolated`` mode the work directory is a tmpfs of ``DEERFLOW_S
 
 The code failing (exception, non-zero exit, a limit) is a normal ``PythonResult``; only a sandbox
 that cannot start raises (``ApplicationError`` of type ``SandboxError``).
+
+Known limits: RLIMIT_AS is per process, so up to 64 processes may each use the memory cap (give
+the sandbox container a memory and pids limit, as docker-compose.yml does); the code is PID 1 of
+its namespace, so signals it sends itself with the default action are ignored.
 """
 
 from __future__ import annotations
