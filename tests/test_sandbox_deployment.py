@@ -118,6 +118,7 @@ def try_all(*attempts: str) -> str:
 
 
 LEFTOVER = f"deerflow-leftover-{uuid.uuid4().hex}"
+PLANTED = Path(f"/tmp/planted-{uuid.uuid4().hex}")  # unique: a stale file must not fail a later run
 
 
 def attacks(paths: dict[str, Path], ports: dict[str, int]) -> dict[str, str]:
@@ -132,7 +133,7 @@ def attacks(paths: dict[str, Path], ports: dict[str, int]) -> dict[str, str]:
             f"open({str(blob.parent / 'planted')!r}, 'w').write('x')",
             f"open({str(other / 'snippet.py')!r}).read()", f"open({str(other / 'planted')!r}, 'w').write('x')",
             f"open({str(conf)!r}).read()", f"open({str(REPO_DIR / 'pyproject.toml')!r}).read()",
-            "open('/tmp/planted', 'w').write('x')"),
+            f"open('{PLANTED}', 'w').write('x')"),
         "network": try_all(
             f"socket.create_connection(('127.0.0.1', {ports['127.0.0.1']}), timeout=2).close()",
             f"socket.create_connection(('127.0.0.2', {ports['127.0.0.2']}), timeout=2).close()",
@@ -200,7 +201,7 @@ def test_the_sandbox_service_contains_the_attacks(deployment: dict[str, Path],
         with pytest.raises(TimeoutError):
             listener.accept()
     assert not (deployment["blob"].parent / "planted").exists()
-    assert not (deployment["other_run"] / "planted").exists() and not Path("/tmp/planted").exists()
+    assert not (deployment["other_run"] / "planted").exists() and not PLANTED.exists()
     assert "OK started" in results["leftover"]["stdout"] and leftovers == []
     assert results["timeout"]["stopped"] == "timeout"
     assert results["disk"]["stdout"].startswith("DENIED fill 28")  # ENOSPC at the cap
@@ -214,11 +215,15 @@ def test_the_non_root_main_worker_refuses_to_run_code() -> None:
     assert service["cap_drop"] == ["ALL"] and "cap_add" not in service
     env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": SECRET, "DEERFLOW_CONF": "/nonexistent/conf.yaml",
            "PYTHONPATH": f"{REPO_DIR}:{sysconfig.get_path('purelib')}"}
-    report = run_driver([*setpriv(IMAGE_UID, []), str(SYSTEM_PYTHON)],
-                           ["open('/tmp/ran-uncontained', 'w').write('x')"], env)
+    marker = Path(f"/tmp/ran-uncontained-{uuid.uuid4().hex}")
+    try:
+        report = run_driver([*setpriv(IMAGE_UID, []), str(SYSTEM_PYTHON)], [f"open('{marker}', 'w').write('x')"], env)
+        ran = marker.exists()
+    finally:
+        marker.unlink(missing_ok=True)
     assert report["credentials"]["uid"] == IMAGE_UID and int(report["credentials"]["CapBnd"], 16) == 0
     assert report["mode"] == "refused"
     [result] = report["results"]
     assert result["type"] == "SandboxError" and result["non_retryable"], result
     assert "refuses to run code on this worker" in result["error"] and "DEERFLOW_SANDBOX_MODE=plain" in result["error"]
-    assert not Path("/tmp/ran-uncontained").exists()
+    assert not ran
