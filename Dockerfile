@@ -1,4 +1,4 @@
-# The deerflow-temporal worker image (used by docker-compose.yml's `worker` service).
+# The deerflow-temporal worker image (docker-compose.yml's `worker` and `sandbox` services).
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -18,15 +18,21 @@ COPY offline ./offline
 COPY cli ./cli
 COPY runtime ./runtime
 COPY storage ./storage
+COPY sandbox ./sandbox
 COPY prompts ./prompts
 COPY worker.py starter.py ./
 
+# compileall: PYTHONDONTWRITEBYTECODE keeps the runtime from caching bytecode, and the sandbox's
+# bootstrap (sandbox/bootstrap.py) starts once per python_repl_tool call.
 RUN pip install . \
+    && python -m compileall -q /app \
     && useradd --create-home --uid 10001 deerflow \
     && mkdir -p /data \
     && chown deerflow:deerflow /data
 
-# Unprivileged at run time: the worker runs model-written Python in its code sandbox.
+# Unprivileged by default: the main worker holds the keys and never runs model-written code.
+# That code runs only on the `sandbox` service (root in its container with the few capabilities
+# namespaces need, see docker-compose.yml); a worker that cannot contain it refuses it.
 USER deerflow
 
 CMD ["python", "worker.py"]

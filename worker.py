@@ -1,5 +1,8 @@
-"""The worker: runs DeepResearchWorkflow and every activity on task queue ``deep-research``.
+"""The worker: runs DeepResearchWorkflow and every activity on task queue ``deep-research``,
+and the coder's Python on ``deep-research-sandbox`` (workflows/queues.py).
 
+``--queues main`` or ``--queues sandbox`` serves one of them (docker-compose runs them as two
+services: the keys in one, the sandbox's privileges in the other); the default serves both.
 With no OPENAI_API_KEY it serves the bundled offline demonstration providers itself. It connects
 as ``runtime.connection`` resolves Temporal's environment configuration (address, namespace, TLS,
 API key, profile), like every other client.
@@ -7,14 +10,16 @@ API key, profile), like every other client.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES
+from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter
 from activities.settings import get_settings
@@ -23,11 +28,19 @@ from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
+from sandbox.activity import sandbox_self_check
 from workflows.models import TASK_QUEUE
+from workflows.queues import sandbox_queue
 from workflows.research import DeepResearchWorkflow
 
+QUEUE_CHOICES = {"all": ("main", "sandbox"), "main": ("main",), "sandbox": ("sandbox",)}
 
-async def main() -> None:
+
+async def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="The deerflow-temporal worker.")
+    parser.add_argument("--queues", choices=QUEUE_CHOICES, default="all",
+                        help="main: the workflow and the keyed activities; sandbox: the coder's Python")
+    queues = QUEUE_CHOICES[parser.parse_args(argv).queues]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubbingLogFilter())
@@ -42,15 +55,25 @@ async def main() -> None:
     # load_run_config hands each run this answer, recording it in history for replay.
     os.environ["DEERFLOW_SEARCH_ATTRIBUTES"] = "1" if await ensure_search_attributes(client) else "0"
     get_settings.cache_clear()
-    worker = Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES,
-                    interceptors=[SecretScrubbingInterceptor()],
-                    max_cached_workflows=get_settings().max_cached_workflows)
+    # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.
+    interceptors = [SecretScrubbingInterceptor()]
+    workers = []
+    if "main" in queues:
+        workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES,
+                              interceptors=interceptors, max_cached_workflows=get_settings().max_cached_workflows))
+    if "sandbox" in queues:
+        await sandbox_self_check()  # says at start whether the code is contained, or refused
+        workers.append(Worker(client, task_queue=sandbox_queue(TASK_QUEUE), activities=SANDBOX_ACTIVITIES,
+                              interceptors=interceptors))
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
-    logging.info("Worker polling %r on %s (namespace %s)", TASK_QUEUE, connection.address, connection.namespace)
+    polled = [worker.task_queue for worker in workers]
+    logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
     try:
-        async with worker:  # leaving the block shuts the worker down gracefully
+        async with contextlib.AsyncExitStack() as running:  # leaving it shuts the workers down gracefully
+            for worker in workers:
+                await running.enter_async_context(worker)
             await stop.wait()
     finally:
         providers.stop()

@@ -129,6 +129,13 @@ class Settings(BaseModel):
     # the server's 2,000 pending activities per run, past which a run is stuck for good.
     max_tool_calls_per_turn: int = Field(default=16, ge=1, le=256, alias="DEERFLOW_MAX_TOOL_CALLS_PER_TURN")
     max_activities_in_flight: int = Field(default=32, ge=1, le=500, alias="DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT")
+    # The coder's Python sandbox (sandbox/). "isolated" contains the code or refuses every call;
+    # "plain" is the operator's explicit consent to run model-written code uncontained. A string,
+    # not a Literal: a wrong value must make python_repl_tool refuse, not every activity fail.
+    sandbox_mode: str = Field(default="isolated", alias="DEERFLOW_SANDBOX_MODE")
+    sandbox_memory_mb: int = Field(default=1024, ge=16, alias="DEERFLOW_SANDBOX_MEMORY_MB")
+    sandbox_disk_mb: int = Field(default=64, ge=1, le=4096, alias="DEERFLOW_SANDBOX_DISK_MB")
+    sandbox_uid_base: int = Field(default=64000, ge=1000, le=2**31 - 64, alias="DEERFLOW_SANDBOX_UID_BASE")
 
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")

@@ -1,13 +1,15 @@
 """Start-up overhead of the python_repl_tool sandbox: 20 sequential runs of ``print(1)``.
 
 Run from the repository root: ``.venv/bin/python bench/sandbox_startup.py``. Prints the median
-and p90 wall time of one activity call, next to a bare ``python -I -u -c 'print(1)'`` for scale.
+and p90 wall time of one activity call and the median CPU time of its processes (less sensitive to
+other load on the machine), next to a bare ``python -I -u -c 'print(1)'`` for scale.
 The mode probe (a few runs, once per worker process) happens before the measurement.
 """
 
 from __future__ import annotations
 
 import asyncio
+import resource
 import statistics
 import subprocess
 import sys
@@ -18,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plai
 
 from temporalio.testing import ActivityEnvironment
 
-from activities.python_exec import python_repl_tool, sandbox_mode
+from sandbox.activity import python_repl_tool, sandbox_mode
 from workflows.models import PythonRequest
 
 RUNS = 20
@@ -29,17 +31,24 @@ def summary(seconds: list[float]) -> str:
     return f"median {statistics.median(seconds) * 1000:.1f} ms, p90 {p90 * 1000:.1f} ms"
 
 
-async def sandbox_times() -> list[float]:
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)  # the bootstrap and the code, once reaped
+    return usage.ru_utime + usage.ru_stime
+
+
+async def sandbox_times() -> tuple[list[float], list[float]]:
+    """Wall time and child CPU time of each call."""
     env = ActivityEnvironment()
     request = PythonRequest(code="print(1)")
-    times = []
+    times, cpu = [], []
     for _ in range(RUNS):
-        started = time.perf_counter()
+        started, cpu_before = time.perf_counter(), children_cpu()
         result = await env.run(python_repl_tool, request)
         times.append(time.perf_counter() - started)
+        cpu.append(children_cpu() - cpu_before)
         if result.stdout != "1\n":
             raise SystemExit(f"unexpected result: {result!r}")
-    return times
+    return times, cpu
 
 
 def bare_times() -> list[float]:
@@ -54,7 +63,9 @@ def bare_times() -> list[float]:
 async def main() -> None:
     mode = await sandbox_mode()
     print(f"sandbox mode: {mode.name}" + (f" ({mode.reason})" if mode.reason else ""))
-    print(f"python_repl_tool, {RUNS} runs of print(1): {summary(await sandbox_times())}")
+    times, cpu = await sandbox_times()
+    print(f"python_repl_tool, {RUNS} runs of print(1): {summary(times)}, "
+          f"CPU median {statistics.median(cpu) * 1000:.1f} ms")
     print(f"bare interpreter, {RUNS} runs of print(1): {summary(bare_times())}")
 
 

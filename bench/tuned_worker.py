@@ -30,8 +30,8 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import worker
 from activities.heartbeat import heartbeating
-from activities.python_exec import python_repl_tool
 from runtime.shutdown import exit_now
+from sandbox.activity import python_repl_tool
 from workflows.models import PythonRequest, PythonResult
 
 
@@ -61,7 +61,8 @@ def limit_python_sandboxes(limit: int) -> None:
         async with gate:
             return await python_repl_tool(request)
 
-    worker.ACTIVITIES[worker.ACTIVITIES.index(python_repl_tool)] = limited
+    for registered in (worker.ACTIVITIES, worker.SANDBOX_ACTIVITIES):
+        registered[registered.index(python_repl_tool)] = limited
 
 
 if __name__ == "__main__":

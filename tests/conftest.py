@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES
+from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.settings import get_settings
 from offline.model_server import FakeModelServer
@@ -28,6 +28,7 @@ from runtime.converter import data_converter
 from runtime.shutdown import exit_now
 from tests.processes import DevServer
 from workflows.models import TASK_QUEUE
+from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
 SCRIPTS = Path(sysconfig.get_path("scripts"))
@@ -110,7 +111,9 @@ async def time_env() -> AsyncIterator[WorkflowEnvironment]:
 async def time_worker(time_env: WorkflowEnvironment, provider_env: dict[str, str]) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
     async with Worker(time_env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
-                      activities=ACTIVITIES, interceptors=[SecretScrubbingInterceptor()]):
+                      activities=ACTIVITIES, interceptors=[SecretScrubbingInterceptor()]), \
+            Worker(time_env.client, task_queue=SANDBOX_TASK_QUEUE, activities=SANDBOX_ACTIVITIES,
+                   interceptors=[SecretScrubbingInterceptor()]):
         yield time_env.client
 
 

@@ -21,11 +21,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES
+from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.settings import get_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
@@ -66,7 +67,8 @@ async def record(names: list[str]) -> None:
         data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
     )
     try:
-        async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES):
+        async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES), \
+                Worker(env.client, task_queue=SANDBOX_TASK_QUEUE, activities=SANDBOX_ACTIVITIES):
             for name in names:
                 request, feedback, faults = SCENARIOS[name]
                 providers.model.inject(*faults)

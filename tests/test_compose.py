@@ -24,6 +24,8 @@ COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
 PASS_THROUGH = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "BASIC_MODEL", "REASONING_MODEL", "TAVILY_API_KEY", "SEARCH_API")
 SECRET_NAME = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|PWD|TOKEN", re.IGNORECASE)
+# What the isolated sandbox uses (sandbox/bootstrap.py), and no more.
+SANDBOX_CAPABILITIES = ("SYS_ADMIN", "SYS_CHROOT", "SETUID", "SETGID", "KILL")
 SECRET_VALUE = re.compile(r"^(sk-|tvly-)|[A-Za-z0-9_\-]{32,}")
 
 
@@ -40,12 +42,16 @@ def compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
 
 
-@pytest.fixture(scope="module")
-def worker_env(compose: dict[str, Any]) -> dict[str, str]:
-    env = compose["services"]["worker"].get("environment") or {}
+def service_env(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
     if isinstance(env, list):  # the "NAME=value" list form
         env = dict(item.split("=", 1) if "=" in item else (item, None) for item in env)
     return {name: "" if value is None else str(value) for name, value in env.items()}
+
+
+@pytest.fixture(scope="module")
+def worker_env(compose: dict[str, Any]) -> dict[str, str]:
+    return service_env(compose["services"]["worker"])
 
 
 def test_compose_file_matches_the_compose_spec() -> None:
@@ -93,3 +99,35 @@ def test_dockerfile_installs_the_project_and_runs_the_worker() -> None:
     assert re.search(r"^FROM python:3\.11-slim$", text, re.MULTILINE)
     assert re.search(r"pip install \.", text)
     assert 'CMD ["python", "worker.py"]' in text
+    assert "COPY sandbox ./sandbox" in text and "compileall" in text
+
+
+def test_main_worker_has_no_privilege_and_no_sandbox_queue(compose: dict[str, Any]) -> None:
+    worker = compose["services"]["worker"]
+    assert worker["command"] == ["python", "worker.py", "--queues", "main"]
+    assert worker["cap_drop"] == ["ALL"] and "cap_add" not in worker
+    assert "no-new-privileges:true" in worker["security_opt"]
+    assert worker.get("user", "10001") not in ("0", "root") and not str(worker.get("user", "")).startswith("0:")
+    assert not worker.get("privileged")
+    assert re.search(r"^USER deerflow$", DOCKERFILE.read_text(encoding="utf-8"), re.MULTILINE)
+
+
+def test_sandbox_worker_holds_no_key_and_only_the_namespace_privileges(compose: dict[str, Any]) -> None:
+    sandbox = compose["services"]["sandbox"]
+    assert sandbox["command"] == ["python", "worker.py", "--queues", "sandbox"]
+    env = service_env(sandbox)
+    assert not [name for name in env if SECRET_NAME.search(name) or name in PASS_THROUGH], env
+    assert "env_file" not in sandbox and "secrets" not in sandbox
+    assert env["DEERFLOW_SANDBOX_MODE"] == "isolated"  # never plain: refuse rather than run uncontained
+    assert sandbox["cap_drop"] == ["ALL"]
+    assert sorted(sandbox["cap_add"]) == sorted(SANDBOX_CAPABILITIES)
+    assert not sandbox.get("privileged")
+    assert {"apparmor=unconfined", "no-new-privileges:true"} <= set(sandbox["security_opt"])
+    assert not any(opt.startswith("seccomp") for opt in sandbox["security_opt"])  # Docker's default stays
+    assert sandbox["read_only"] is True and sandbox["volumes"] == ["worker-data:/data:ro"]
+    assert "ports" not in sandbox
+    # On a network with Temporal only: not MinIO, not PostgreSQL, not the main worker.
+    assert sandbox["networks"] == ["sandbox"]
+    others = [name for name, service in compose["services"].items()
+              if name not in ("sandbox", "temporal") and "sandbox" in (service.get("networks") or [])]
+    assert others == []

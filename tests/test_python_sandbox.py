@@ -19,23 +19,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-import activities.python_exec as python_exec
-from activities.python_exec import (
-    BOOT_MARKER,
-    DEFAULT_UID_BASE,
-    PLAIN,
-    UID_POOL_SIZE,
-    UNPRIVILEGED,
-    SandboxMode,
-    python_repl_tool,
-    sandbox_mode,
-)
+import sandbox.activity as sandbox_activity
+from activities.settings import Settings, get_settings
+from sandbox.activity import REFUSED, SandboxMode, python_repl_tool, sandbox_mode, sandbox_self_check
+from sandbox.bootstrap import BOOT_MARKER
+from sandbox.errors import sandbox_error
+from sandbox.runner import PLAIN, SandboxLimits
+from sandbox.uids import UID_POOL_SIZE
 from workflows.models import PythonRequest, PythonResult
 from workflows.tool_format import format_python_result
 
 REPO_DIR = Path(__file__).resolve().parent.parent
+DEFAULT_UID_BASE = Settings().sandbox_uid_base
 SECRET = "sk-secret-" + uuid.uuid4().hex[:8]
 
 FORK_BOMB = """\
@@ -107,7 +105,19 @@ def _kill_leftovers() -> Iterator[None]:
 
 @pytest.fixture
 async def mode() -> SandboxMode:
-    return await sandbox_mode()
+    found = await sandbox_mode()
+    if found.name == REFUSED:
+        pytest.skip(f"this machine cannot contain the code, so the sandbox refuses: {found.reason}")
+    return found
+
+
+@pytest.fixture
+def configured_mode(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
+    """Lets a test set DEERFLOW_SANDBOX_MODE: the mode is probed afresh, and again afterwards."""
+    monkeypatch.setattr(sandbox_activity, "_mode", None)
+    get_settings.cache_clear()
+    yield monkeypatch
+    get_settings.cache_clear()
 
 
 async def run(code: str, timeout: float = 10.0, env: ActivityEnvironment | None = None) -> PythonResult:
@@ -119,13 +129,13 @@ async def run(code: str, timeout: float = 10.0, env: ActivityEnvironment | None 
 # ---------------------------------------------------------------- ordinary code
 
 
-async def test_prints_output() -> None:
+async def test_prints_output(mode: SandboxMode) -> None:
     result = await run("print(6 * 7)")
     assert (result.stdout, result.stderr, result.exit_code, result.stopped) == ("42\n", "", 0, None)
     assert format_python_result(result) == "Successfully executed.\nStdout:\n42"
 
 
-async def test_exception_is_a_result_with_traceback() -> None:
+async def test_exception_is_a_result_with_traceback(mode: SandboxMode) -> None:
     result = await run("def f():\n    raise ValueError('boom')\nf()")
     assert result.exit_code == 1 and result.stopped is None
     assert "Traceback (most recent call last)" in result.stderr
@@ -133,7 +143,7 @@ async def test_exception_is_a_result_with_traceback() -> None:
     assert format_python_result(result).startswith("Error: exit code 1\n")
 
 
-async def test_standard_library_and_work_dir_are_usable() -> None:
+async def test_standard_library_and_work_dir_are_usable(mode: SandboxMode) -> None:
     code = ("import json, os, statistics, tempfile\n"
             "open('data.json', 'w').write(json.dumps([1, 2, 3, 4]))\n"
             "with tempfile.NamedTemporaryFile() as scratch:\n"
@@ -144,7 +154,7 @@ async def test_standard_library_and_work_dir_are_usable() -> None:
 
 
 async def test_concurrent_runs_get_different_uids(mode: SandboxMode) -> None:
-    if not mode.separate_user:
+    if mode.name == PLAIN:
         pytest.skip(f"the sandbox does not switch uids in {mode.name!r} mode: {mode.reason}")
     code = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
     first, second = await asyncio.gather(run(code), run(code))
@@ -155,7 +165,7 @@ async def test_concurrent_runs_get_different_uids(mode: SandboxMode) -> None:
 # ---------------------------------------------------------------- limits
 
 
-async def test_infinite_loop_is_stopped_at_the_timeout() -> None:
+async def test_infinite_loop_is_stopped_at_the_timeout(mode: SandboxMode) -> None:
     beats: list[object] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)
@@ -170,12 +180,12 @@ async def test_infinite_loop_is_stopped_at_the_timeout() -> None:
         "Error: the sandbox stopped the code: it exceeded the 2 s time limit")
 
 
-async def test_output_before_a_timeout_is_kept() -> None:
+async def test_output_before_a_timeout_is_kept(mode: SandboxMode) -> None:
     result = await run("import time\nprint('progress 1')\ntime.sleep(30)", timeout=1.0)
     assert result.stopped == "timeout" and result.stdout == "progress 1\n"
 
 
-async def test_ten_gib_allocation_is_a_memory_stop() -> None:
+async def test_ten_gib_allocation_is_a_memory_stop(mode: SandboxMode) -> None:
     started = time.monotonic()
     result = await run(BIG_ALLOCATION)
     assert "refusing" not in result.stderr, result.stderr
@@ -194,27 +204,27 @@ async def test_fork_bomb_is_contained_and_leaves_nothing(mode: SandboxMode) -> N
     assert settled_sandbox_pids() == []
 
 
-async def test_cpu_limit_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_cpu_limit_is_reported(monkeypatch: pytest.MonkeyPatch, mode: SandboxMode) -> None:
     """A 1 s CPU limit (normally timeout + 1 s, reached only by GIL-free threads)."""
-    rlimits = python_exec.SandboxLimits.rlimits
+    rlimits = SandboxLimits.rlimits
 
-    def one_second_cpu(self: python_exec.SandboxLimits, timeout: float) -> dict[str, list[int]]:
+    def one_second_cpu(self: SandboxLimits, timeout: float) -> dict[str, list[int]]:
         return {**rlimits(self, timeout), "cpu": [1, 2]}
 
-    monkeypatch.setattr(python_exec.SandboxLimits, "rlimits", one_second_cpu)
+    monkeypatch.setattr(SandboxLimits, "rlimits", one_second_cpu)
     result = await run("while True:\n    pass", timeout=15.0)
     assert result.stopped == "cpu", result
     assert "CPU time limit" in format_python_result(result)
 
 
-async def test_huge_output_is_truncated_and_stopped() -> None:
+async def test_huge_output_is_truncated_and_stopped(mode: SandboxMode) -> None:
     result = await run("print('x' * 10_000_000)")
     assert result.stopped == "output"
     assert "[output truncated:" in result.stdout and len(result.stdout) < 70_000
     assert "printed more output" in format_python_result(result)
 
 
-async def test_long_output_keeps_head_and_tail() -> None:
+async def test_long_output_keeps_head_and_tail(mode: SandboxMode) -> None:
     result = await run("print('START' + 'a' * 200_000 + 'END')")
     assert result.stopped is None and result.exit_code == 0
     assert result.stdout.startswith("START") and result.stdout.endswith("END\n")
@@ -228,7 +238,7 @@ async def test_api_keys_are_not_visible(monkeypatch: pytest.MonkeyPatch, mode: S
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     monkeypatch.setenv("TAVILY_API_KEY", SECRET)
     targets = ['"self"']
-    if mode.separate_user:  # in plain mode the code runs as the worker's user: /proc is readable
+    if mode.name != PLAIN:  # in plain mode the code runs as the worker's user: /proc is readable
         targets += ["os.getppid()", "1", str(os.getpid())]
     code = "import os\nprint(dict(os.environ))\n" + "".join(
         f"try:\n    print(open(f'/proc/{{{target}}}/environ').read())\n"
@@ -241,12 +251,10 @@ async def test_api_keys_are_not_visible(monkeypatch: pytest.MonkeyPatch, mode: S
 
 
 async def test_writes_outside_the_work_dir_fail(mode: SandboxMode) -> None:
-    if not mode.separate_user:
+    if mode.name == PLAIN:
         pytest.skip(f"the code runs as the worker's user in {mode.name!r} mode: {mode.reason}")
     name = f"sandbox-escape-{uuid.uuid4().hex}"
-    targets = [REPO_DIR / name]
-    if mode.name != UNPRIVILEGED:  # without a mount namespace, /tmp stays world-writable
-        targets.append(Path("/tmp") / name)
+    targets = [REPO_DIR / name, Path("/tmp") / name]
     code = "".join(f"try:\n    open({str(t)!r}, 'w').write('x')\n    print('WROTE')\n"
                    f"except OSError as error:\n    print('denied', error.errno)\n" for t in targets)
     try:
@@ -271,14 +279,14 @@ async def test_no_connection_to_a_local_listener(mode: SandboxMode) -> None:
                 "    print('connected')\nexcept OSError as error:\n    print('no connection:', error)")
         result = await run(code)
         assert result.exit_code == 0, result.stderr
-        if not mode.network_isolated:
+        if mode.name == PLAIN:
             pytest.skip(f"no network namespace in {mode.name!r} mode: {mode.reason}")
         assert result.stdout.startswith("no connection:")
         with pytest.raises(TimeoutError):
             listener.accept()
 
 
-async def test_cancellation_kills_the_sandbox() -> None:
+async def test_cancellation_kills_the_sandbox(mode: SandboxMode) -> None:
     env = ActivityEnvironment()
     task = asyncio.create_task(run("import time\ntime.sleep(60)", timeout=60.0, env=env))
     deadline = time.monotonic() + 10
@@ -292,6 +300,56 @@ async def test_cancellation_kills_the_sandbox() -> None:
     # sandbox must be gone because the activity killed it, not because asyncio's finaliser did.
     assert settled_sandbox_pids(1.0) == []
     del cancelled
+
+
+async def test_work_dir_has_a_disk_cap(mode: SandboxMode) -> None:
+    if mode.name == PLAIN:
+        pytest.skip("plain mode writes to the host's disk; only RLIMIT_FSIZE caps each file")
+    code = ("written = 0\ntry:\n    for i in range(100):\n"
+            "        with open(f'fill{i}', 'wb') as f:\n            f.write(b'x' * 8_000_000)\n"
+            "        written += 8_000_000\nexcept OSError as error:\n    print('full', error.errno)\n"
+            "print(written)")
+    result = await run(code)
+    assert result.stdout.startswith("full 28"), result  # ENOSPC
+    assert int(result.stdout.split()[-1]) <= SandboxLimits().disk_bytes
+
+
+# ---------------------------------------------------------------- modes
+
+
+@pytest.mark.parametrize("configured", ["unprivileged", "bogus"])
+async def test_an_unknown_mode_refuses_every_call(configured_mode: pytest.MonkeyPatch, configured: str,
+                                                  caplog: pytest.LogCaptureFixture) -> None:
+    configured_mode.setenv("DEERFLOW_SANDBOX_MODE", configured)
+    assert (await sandbox_self_check()).name == REFUSED
+    assert "python_repl_tool will refuse every call" in caplog.text
+    with pytest.raises(ApplicationError) as refused:
+        await run("print('ran')")
+    assert refused.value.type == "SandboxError" and refused.value.non_retryable
+    assert f"DEERFLOW_SANDBOX_MODE={configured!r} is not a mode" in str(refused.value)
+    assert "DEERFLOW_SANDBOX_MODE=plain" in str(refused.value)  # says how to opt in
+
+
+async def test_plain_mode_is_an_explicit_and_loud_opt_in(configured_mode: pytest.MonkeyPatch,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    configured_mode.setenv("DEERFLOW_SANDBOX_MODE", "plain")
+    assert (await sandbox_self_check()).name == PLAIN
+    assert "python_repl_tool sandbox is OFF" in caplog.text
+    result = await run("import os\nprint(os.getuid())")
+    assert result.stdout == f"{os.getuid()}\n"  # the worker's own user: no containment, as consented
+
+
+async def test_a_failing_isolation_probe_refuses(configured_mode: pytest.MonkeyPatch) -> None:
+    """As on a non-root worker: the probe fails, and nothing falls back to running uncontained."""
+
+    async def not_root(code: str, *args: object) -> PythonResult:
+        raise sandbox_error("the sandbox could not start the code (isolated mode): PermissionError: EPERM")
+
+    configured_mode.setattr(sandbox_activity, "execute", not_root)
+    with pytest.raises(ApplicationError) as refused:
+        await run("print('ran')")
+    assert refused.value.non_retryable
+    assert "the isolated sandbox does not work here" in str(refused.value) and "EPERM" in str(refused.value)
 
 
 # ---------------------------------------------------------------- the tool message

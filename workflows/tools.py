@@ -38,6 +38,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolSpec,
     )
+    from workflows.queues import sandbox_queue
     from workflows.search_format import format_crawl_result, format_search_response
     from workflows.tool_format import format_python_result
 
@@ -85,6 +86,8 @@ SEARCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interv
 CRAWL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                           maximum_attempts=3)
 PYTHON_RETRY = RetryPolicy(maximum_attempts=2)
+# Runs recorded before it scheduled python_repl_tool on the main queue.
+PYTHON_SANDBOX_QUEUE_PATCH = "python-sandbox-queue"
 
 
 async def search(query: str, max_results: int) -> SearchResponse:
@@ -146,9 +149,12 @@ async def _local_search(arguments: dict[str, Any], context: ToolContext) -> str:
 
 async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
     request = PythonRequest(code=str(arguments["code"]))
+    # Model-written code runs only on the sandbox worker (workflows/queues.py).
+    task_queue = sandbox_queue(workflow.info().task_queue) if workflow.patched(PYTHON_SANDBOX_QUEUE_PATCH) else None
     result = await workflow.execute_activity(
         "python_repl_tool",
         request,
+        task_queue=task_queue,
         result_type=PythonResult,
         start_to_close_timeout=timedelta(seconds=120),
         schedule_to_close_timeout=timedelta(minutes=5),

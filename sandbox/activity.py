@@ -1,0 +1,126 @@
+"""The ``python_repl_tool`` activity: the coder's Python, contained or refused.
+
+DeerFlow runs the coder's code inside the server process, with the server's secrets, network and
+files. Here every call gets a fresh interpreter (``sandbox/bootstrap.py``, ``sandbox/runner.py``),
+and a worker that cannot contain it refuses instead of running it weaker.
+
+Modes (``DEERFLOW_SANDBOX_MODE``)
+---------------------------------
+``isolated`` (the default): namespaces, a chroot, a pool uid and a disk cap (see bootstrap.py).
+    It needs a root worker with SYS_ADMIN, SYS_CHROOT, SETUID, SETGID and KILL: docker-compose's
+    ``sandbox`` service, or root on a development machine. Where the probe (one trivial run, at
+    worker start and then cached) fails, every call fails with a non-retryable ``SandboxError``
+    that says why; nothing runs uncontained by accident.
+``plain``: the operator's explicit consent to run model-written code *uncontained*, as the
+    worker's user, with only rlimits, a scrubbed environment and process-group kills. The code
+    can read the worker's files and ``/proc/<worker>/environ`` and reach the network. The worker
+    says so loudly at start. Never for a deployment others can send requests to.
+
+The former ``unprivileged`` mode (a uid switch without namespaces) is gone: it could not keep the
+code off the network, ``/tmp`` or the blob store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.heartbeat import heartbeating
+from activities.settings import Settings, get_settings
+from sandbox.errors import sandbox_error
+from sandbox.runner import ISOLATED, PLAIN, SandboxLimits, clamp_timeout, execute
+from workflows.models import PythonRequest, PythonResult
+
+logger = logging.getLogger(__name__)
+
+MODE_ENV = "DEERFLOW_SANDBOX_MODE"
+REFUSED = "refused"
+# The probe proves containment, not just a start: a pool uid, and PID 1 of a fresh PID namespace.
+_PROBE_CODE = "import os\nprint(os.getuid(), os.getpid())\n"
+_HOW_TO_CONTAIN = (
+    "Run python_repl_tool on a sandbox worker (docker-compose's `sandbox` service: root in its container "
+    "with SYS_ADMIN, SYS_CHROOT, SETUID, SETGID and KILL), or set DEERFLOW_SANDBOX_MODE=plain to accept "
+    "running model-written code uncontained")
+
+
+@dataclass(frozen=True)
+class SandboxMode:
+    """What this worker does with the coder's Python, and why."""
+
+    name: str  # ISOLATED, PLAIN or REFUSED
+    reason: str = ""
+
+    def refusal(self) -> ApplicationError:
+        return sandbox_error(f"python_repl_tool refuses to run code on this worker: {self.reason}. {_HOW_TO_CONTAIN}.",
+                             non_retryable=True)
+
+
+async def _probe_isolated(settings: Settings) -> str | None:
+    """Run a trivial snippet isolated; return why it is not contained, or None."""
+    try:
+        result = await execute(_PROBE_CODE, ISOLATED, 10.0, SandboxLimits.from_settings(settings),
+                               settings.sandbox_uid_base)
+    except (ApplicationError, OSError) as error:
+        return str(error)
+    if result.exit_code != 0:
+        return f"exit code {result.exit_code}: {result.stderr.strip()[-300:]}"
+    uid_and_pid = result.stdout.split()
+    if len(uid_and_pid) != 2 or uid_and_pid[0] == "0" or uid_and_pid[1] != "1":
+        return f"the probe was not contained (uid and pid: {result.stdout.strip()!r})"
+    return None
+
+
+async def _detect_mode(settings: Settings) -> SandboxMode:
+    configured = settings.sandbox_mode.strip().lower() or ISOLATED
+    if configured == PLAIN:
+        return SandboxMode(PLAIN, f"{MODE_ENV}=plain: model-written code runs uncontained, as this worker's user")
+    if configured != ISOLATED:
+        return SandboxMode(REFUSED, f"{MODE_ENV}={configured!r} is not a mode; use 'isolated' or 'plain' "
+                                    "('unprivileged' was removed: it could not contain the network and files)")
+    failure = await _probe_isolated(settings)
+    if failure is None:
+        return SandboxMode(ISOLATED)
+    return SandboxMode(REFUSED, f"the isolated sandbox does not work here ({failure})")
+
+
+_mode: SandboxMode | None = None
+_mode_lock: asyncio.Lock | None = None
+
+
+async def sandbox_mode() -> SandboxMode:
+    """This worker process's sandbox mode, probed on first use and then cached."""
+    global _mode, _mode_lock
+    if _mode is None:
+        _mode_lock = _mode_lock or asyncio.Lock()
+        async with _mode_lock:
+            if _mode is None:
+                _mode = await _detect_mode(get_settings())
+    return _mode
+
+
+async def sandbox_self_check() -> SandboxMode:
+    """At worker start: probe now and say what python_repl_tool will do, loudly if not contained."""
+    mode = await sandbox_mode()
+    if mode.name == ISOLATED:
+        logger.info("python_repl_tool sandbox: isolated (namespaces, chroot, pool uid, disk cap)")
+    elif mode.name == PLAIN:
+        logger.warning("!!! python_repl_tool sandbox is OFF: %s. Only for a single trusted user. !!!", mode.reason)
+    else:
+        logger.error("python_repl_tool will refuse every call: %s. %s.", mode.reason, _HOW_TO_CONTAIN)
+    return mode
+
+
+@activity.defn(name="python_repl_tool")
+@heartbeating
+async def python_repl_tool(request: PythonRequest) -> PythonResult:
+    """Run the coder's Python in the sandbox; failures of the code are results, not errors."""
+    mode = await sandbox_mode()
+    if mode.name == REFUSED:
+        raise mode.refusal()
+    settings = get_settings()
+    return await execute(request.code, mode.name, clamp_timeout(request.timeout_seconds),
+                         SandboxLimits.from_settings(settings), settings.sandbox_uid_base)

@@ -1,0 +1,62 @@
+"""The deployment's split, end to end: ``worker.py --queues main`` and ``--queues sandbox``.
+
+Why: docker-compose runs the keys and the sandbox's privileges in two services. A run must
+complete with both, and its Python must run on the sandbox worker only; the main worker must
+not even poll the sandbox queue.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from tests.conftest import run_id
+from tests.history_checks import activity_events
+from tests.processes import REPO_DIR, DevServer
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.queues import SANDBOX_TASK_QUEUE
+
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+
+
+@pytest.fixture
+def split_workers(dev_server: DevServer, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+    started = {}
+    env = {key: value for key, value in os.environ.items()
+           if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
+                          "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")}
+    env["TEMPORAL_ADDRESS"] = dev_server.address
+    for queues in ("main", "sandbox"):
+        log = (tmp_path / f"{queues}.log").open("ab")
+        started[queues] = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py"), "--queues", queues],
+                                           cwd=REPO_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                           start_new_session=True)
+    yield started
+    for process in started.values():
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
+
+
+@pytest.mark.timeout(180)
+async def test_python_runs_on_the_sandbox_worker_only(client: Client, split_workers: dict[str, subprocess.Popen[bytes]],
+                                                      tmp_path: Path) -> None:
+    handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
+                                         id=run_id("split"), task_queue=TASK_QUEUE, result_type=ResearchResult)
+    result = await handle.result()
+    assert result.report
+    python_calls = [events for events in activity_events(await handle.fetch_history()).values()
+                    if events[0].activity_task_scheduled_event_attributes.activity_type.name == "python_repl_tool"]
+    assert python_calls, "the default plan has a processing step that runs Python"
+    sandbox_identity = f"{split_workers['sandbox'].pid}@"
+    for scheduled, started, *_ in python_calls:
+        assert scheduled.activity_task_scheduled_event_attributes.task_queue.name == SANDBOX_TASK_QUEUE
+        assert started.activity_task_started_event_attributes.identity.startswith(sandbox_identity)
+    assert "python_repl_tool sandbox: isolated" in (tmp_path / "sandbox.log").read_text()
+    assert "deep-research-sandbox" not in (tmp_path / "main.log").read_text()
