@@ -19,6 +19,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import LOAD_RUN_CONFIG, execute
     from workflows.activity_slots import ActivitySlots
     from workflows.agent_loop import run_agent
     from workflows.agents import agent_for
@@ -129,10 +130,7 @@ class DeepResearchWorkflow:
             await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
         else:
             # It also refuses resources outside the worker's resource roots (input only: no new command).
-            self._use_config(await workflow.execute_activity(
-                "load_run_config", list(request.resources), result_type=RunConfig,
-                start_to_close_timeout=timedelta(seconds=30),
-            ))
+            self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
             self._status.offline_demo = self._config.offline_demo
             if self._config.search_attributes_enabled:
                 workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
