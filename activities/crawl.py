@@ -17,7 +17,10 @@ The URL comes from a language model, so the fetch is treated as hostile in both 
   one byte a second cannot hold the activity. Bodies are streamed and reading stops as soon as
   the cap is passed: pages over 5 MB and PDFs over 10 MB are *refused*, not truncated, because
   half an HTML document or PDF extracts badly and the agent is better told to look elsewhere.
-  Only gzip/deflate are accepted, so the cap (counted on decoded bytes) bounds memory.
+  Only one layer of gzip or deflate is offered and accepted (anything else, e.g. zstd or
+  ``gzip, gzip``, is refused by its header), and it is decoded here piece by piece with the cap
+  counted on decoded bytes (:mod:`activities.body_decoder`), so a decompression bomb stops at
+  the cap.
 * **Content.** Only text-like types and PDF are read; images, archives and other binary types
   are refused by their declared type, and a body that claims to be text but has NUL bytes in
   its first KB is refused as binary.
@@ -40,6 +43,7 @@ import html
 import io
 import re
 import ssl
+import zlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,6 +56,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import url_guard
+from activities.body_decoder import ACCEPT_ENCODING, BodyDecoder, EncodingRefused
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.settings import get_settings
@@ -116,7 +121,7 @@ class FetchedPage:
     url: str  # final URL, after redirects
     kind: Kind
     charset: str | None
-    body: bytes
+    body: bytes | bytearray  # a bytearray from the fetch: no second copy of up to 10 MB
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -198,7 +203,7 @@ def _client() -> httpx.AsyncClient:
         headers={
             "User-Agent": USER_AGENT,
             "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,application/pdf,*/*;q=0.5",
-            "Accept-Encoding": "gzip, deflate",
+            "Accept-Encoding": ACCEPT_ENCODING,
         },
     )
 
@@ -249,8 +254,6 @@ async def _fetch_one(client: httpx.AsyncClient, target: url_guard.ValidatedTarge
             await response.aclose()
     except httpx.TimeoutException as exc:
         raise unavailable(target.url, f"the server timed out ({type(exc).__name__})") from None
-    except httpx.DecodingError as exc:
-        raise failed(target.url, f"the response could not be decoded ({exc})") from None
     except httpx.TransportError as exc:
         if _is_certificate_error(exc):  # a retry would meet the same certificate
             raise failed(target.url, f"its TLS certificate was rejected ({exc})") from None
@@ -330,16 +333,31 @@ async def _read_page(response: httpx.Response, target: url_guard.ValidatedTarget
     return FetchedPage(url=str(target.url), kind=kind, charset=response.charset_encoding, body=body)
 
 
-async def _read_capped(response: httpx.Response, limit: int, url: httpx.URL, what: str) -> bytes:
-    """Read the (decoded) body, stopping at the first chunk past ``limit``."""
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > limit:
-            raise refused(url, f"{what} larger than {limit // MB} MB; stopped reading")
-        chunks.append(chunk)
-    return b"".join(chunks)
+async def _read_capped(response: httpx.Response, limit: int, url: httpx.URL, what: str) -> bytearray:
+    """Read and decode the body, counting decoded bytes as they are produced; refuse past ``limit``.
+
+    The raw stream is decoded here (:mod:`activities.body_decoder`), not by httpx, so memory
+    stays at ``limit`` plus one decoded piece and one network chunk whatever the compression
+    ratio. Raw bytes are capped too: a stream of empty deflate blocks decodes to nothing.
+    """
+    try:
+        decoder = BodyDecoder(response.headers.get("content-encoding", ""))
+    except EncodingRefused as exc:
+        raise refused(url, str(exc)) from None
+    body = bytearray()
+    raw = 0
+    try:
+        async for chunk in response.aiter_raw():
+            raw += len(chunk)
+            if raw > limit:
+                raise refused(url, f"{what} larger than {limit // MB} MB; stopped reading")
+            for piece in decoder.decode(chunk):
+                if len(body) + len(piece) > limit:
+                    raise refused(url, f"{what} larger than {limit // MB} MB once decompressed; stopped reading")
+                body += piece
+    except zlib.error as exc:
+        raise failed(url, f"its compressed body is corrupt ({exc})") from None
+    return body
 
 
 def _sniff(body: bytes, kind: Kind, url: httpx.URL) -> Kind:

@@ -22,6 +22,8 @@ import socket
 import ssl
 import threading
 import time
+import tracemalloc
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -199,6 +201,48 @@ def slow_drip(h: HostileHandler) -> None:
         h.server.log.drip_aborted.set()
 
 
+ZERO_MB = bytes(MB)
+
+
+def _gzip_of_zeros(layers: int) -> Iterator[bytes]:
+    """gzip (``layers`` deep) of 1 GiB of zeros, made on the fly: never more than 1 MB in hand."""
+    compressors = [zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16) for _ in range(layers)]
+
+    def squeeze(data: bytes, final: bool) -> bytes:
+        for compressor in compressors:
+            data = compressor.compress(data) + (compressor.flush() if final else b"")
+        return data
+
+    for _ in range(1024):
+        yield squeeze(ZERO_MB, final=False)
+    yield squeeze(b"", final=True)
+
+
+def bomb(encoding: str, layers: int) -> Callable[[HostileHandler], None]:
+    """Streams a gzip bomb, without Content-Length, until the client hangs up."""
+
+    def route(h: HostileHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/html")
+        h.send_header("Content-Encoding", encoding)
+        h.end_headers()
+        h.server.log.stream_sent = 0
+        try:
+            for chunk in _gzip_of_zeros(layers):
+                h.wfile.write(chunk)
+                h.server.log.stream_sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            h.server.log.stream_aborted.set()
+
+    return route
+
+
+def compressed(encoding: str, body: bytes, wbits: int) -> Callable[[HostileHandler], None]:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    data = compressor.compress(body) + compressor.flush()
+    return lambda h: h.reply(200, "text/html; charset=utf-8", data, Content_Encoding=encoding)
+
+
 def chain(h: HostileHandler) -> None:
     """/chain/N redirects N more times, then serves the article."""
     remaining = int(h.path.rsplit("/", 1)[1])
@@ -240,6 +284,14 @@ ROUTES: dict[str, Callable[[HostileHandler], None]] = {
     "/huge": huge_declared,
     "/huge-stream": huge_stream,
     "/slow": slow_drip,
+    "/bomb-gzip": bomb("gzip", 1),
+    "/bomb-stacked": bomb("gzip, gzip", 2),
+    "/zstd": lambda h: h.reply(200, "text/html", b"\x28\xb5\x2f\xfd" + bytes(32 * 1024), Content_Encoding="zstd"),
+    "/br": lambda h: h.reply(200, "text/html", bytes(32 * 1024), Content_Encoding="br"),
+    "/gzip-article": compressed("gzip", ARTICLE_HTML.encode(), zlib.MAX_WBITS | 16),
+    "/deflate-article": compressed("deflate", ARTICLE_HTML.encode(), zlib.MAX_WBITS),
+    "/raw-deflate-article": compressed("deflate", ARTICLE_HTML.encode(), -zlib.MAX_WBITS),
+    "/corrupt-gzip": lambda h: h.reply(200, "text/html", b"\x1f\x8b\x08\x00garbage" * 10, Content_Encoding="gzip"),
     "/to-article": lambda h: h.redirect("/article#section"),
     "/to-loopback2": lambda h: h.redirect(f"http://127.0.0.2:{h.server.peer_port}/secret"),
     "/to-metadata": lambda h: h.redirect("http://169.254.169.254/latest/meta-data"),
@@ -634,6 +686,63 @@ async def test_binary_content_types_are_refused(site: Site, path: str, media: st
 async def test_binary_body_declared_as_html_is_refused(site: Site) -> None:
     error = await crawl_error(site.url("/fake-html"))
     assert "its body is binary (NUL bytes) although it was declared as text" in error.message
+
+
+# ---------------------------------------------------------------------- compressed bodies
+
+
+@pytest.mark.parametrize("path", ["/gzip-article", "/deflate-article", "/raw-deflate-article"])
+async def test_offered_encodings_are_decoded(site: Site, path: str) -> None:
+    assert ARTICLE_SENTENCE in (await run(site.url(path))).markdown
+
+
+async def test_only_offered_encodings_are_asked_for() -> None:
+    async with crawl._client() as client:
+        assert client.headers["accept-encoding"] == "gzip, deflate"
+
+
+async def test_gzip_bomb_stops_at_the_cap_with_bounded_memory(site: Site) -> None:
+    """1 GiB of zeros as ~1 MB of gzip: refused at 5 MB decoded, memory cap + a small constant."""
+    site.log.stream_aborted.clear()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        baseline = tracemalloc.get_traced_memory()[0]
+        error = await crawl_error(site.url("/bomb-gzip"))
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+    finally:
+        tracemalloc.stop()
+    reason = "page larger than 5 MB once decompressed; stopped reading"
+    assert error.message == f"Refused to crawl {site.url('/bomb-gzip')}: {reason}"
+    assert peak < crawl.MAX_PAGE_BYTES + 2 * MB, f"peak {peak:,} bytes"
+    assert site.log.stream_aborted.wait(5), "the server never saw the connection closed"
+    assert site.log.stream_sent < 1 * MB  # ~5 KB of gzip is 5 MB of zeros; the rest was never read
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/bomb-stacked", "it is sent with stacked Content-Encodings (gzip, gzip); the crawler accepts one layer"),
+        ("/zstd", "it is sent with Content-Encoding zstd, which the crawler did not offer (it accepts gzip, deflate)"),
+        ("/br", "it is sent with Content-Encoding br, which the crawler did not offer (it accepts gzip, deflate)"),
+    ],
+)
+async def test_unoffered_or_stacked_encodings_are_refused_unread(site: Site, path: str, reason: str) -> None:
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        baseline = tracemalloc.get_traced_memory()[0]
+        error = await crawl_error(site.url(path))
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+    finally:
+        tracemalloc.stop()
+    assert error.message == f"Refused to crawl {site.url(path)}: {reason}"
+    assert peak < 2 * MB, f"peak {peak:,} bytes"
+
+
+async def test_corrupt_gzip_is_a_clear_failure(site: Site) -> None:
+    error = await crawl_error(site.url("/corrupt-gzip"), "CrawlFailed")
+    assert error.message.startswith(f"Could not crawl {site.url('/corrupt-gzip')}: its compressed body is corrupt (")
 
 
 # ------------------------------------------------------------------------- HTTP errors
