@@ -1,0 +1,147 @@
+"""Running CPU-heavy work on hostile input (page and PDF extraction) in a killable child process.
+
+Why a child process per job, and how:
+
+* **A thread cannot be stopped.** trafilatura and pypdf have inputs that make them run for
+  minutes; a timed-out thread keeps burning CPU and holds a slot of the default executor, which
+  the blob store and other activities share. A process can be killed: the parent sends SIGKILL
+  the moment a job is over its wall-clock budget, and the kernel enforces ``RLIMIT_CPU`` (and
+  ``RLIMIT_AS`` for memory) in the child even if the parent were stuck.
+* **Fresh children from a fork server.** ``multiprocessing``'s ``forkserver`` context starts one
+  clean server process (fork+exec, so nothing of the worker's threads comes along) that imports
+  :data:`PRELOAD` once; each job is a fork of it, a few milliseconds instead of the 2.5 s an
+  import of trafilatura, lxml and pypdf costs. A killed child takes nothing down with it, unlike
+  a worker of a ``ProcessPoolExecutor``, whose death breaks the whole pool.
+* **Children run at lower priority** (``nice`` +10), so a burst of heavy extraction slows other
+  extractions, not the worker's event loop, its other activities or the blob store.
+* **Bounded concurrency of its own.** At most ``DEERFLOW_EXTRACT_MAX_CONCURRENCY`` children run
+  at once per worker; their blocking pipe waits use a private thread pool of that size, never
+  the default executor.
+
+A job is a generator function (module level, so it pickles by reference) called as
+``target(payload, *args)``; each value it yields is sent to the parent, which gives each one its
+own deadline. So a job can hand back a cheap result first and an expensive one later, and the
+caller keeps the cheap one if the expensive one runs over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import math
+import multiprocessing
+import os
+import resource
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from activities.settings import get_settings
+
+# Imported once by the fork server, so each child starts with them loaded.
+PRELOAD = ["activities.crawl", "pypdf"]
+CHILD_NICENESS = 10
+_CONTEXT = multiprocessing.get_context("forkserver")
+_CONTEXT.set_forkserver_preload(PRELOAD)
+_executors: dict[int, ThreadPoolExecutor] = {}
+
+Job = Callable[..., Iterator[Any]]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the kernel enforces on one child: CPU seconds and address space."""
+
+    cpu_seconds: float
+    memory_bytes: int
+
+    @classmethod
+    def for_budget(cls, wall_seconds: float) -> Limits:
+        """CPU a second above the wall budget (the parent kills first); memory from settings."""
+        return cls(cpu_seconds=wall_seconds + 1, memory_bytes=get_settings().extract_max_memory_mb * 1024 * 1024)
+
+
+@dataclass
+class Outcome:
+    """The values the job sent in time, and why it stopped early, if it did."""
+
+    values: list[Any] = field(default_factory=list)
+    timed_out_after: float | None = None  # the deadline (seconds) of the value that did not come
+    error: str | None = None  # the job raised, or the child died (e.g. killed by RLIMIT_CPU/AS)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    message: str
+
+
+async def run_isolated(
+    target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
+) -> Outcome:
+    """Run ``target`` in a fresh child, taking one value per deadline; the child never outlives it.
+
+    Waits for a free slot first (at most ``DEERFLOW_EXTRACT_MAX_CONCURRENCY`` jobs at once). The
+    slot's thread only sleeps on the pipe; the CPU work is the child's.
+    """
+    job = functools.partial(run_blocking, target, payload, args, deadlines, limits)
+    return await asyncio.get_running_loop().run_in_executor(_executor(), job)
+
+
+def _executor() -> ThreadPoolExecutor:
+    limit = get_settings().extract_max_concurrency
+    if limit not in _executors:
+        _executors[limit] = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="isolated")
+    return _executors[limit]
+
+
+def run_blocking(
+    target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
+) -> Outcome:
+    """:func:`run_isolated` without the slot: start the child, collect, then kill and reap it."""
+    conn, child_conn = _CONTEXT.Pipe()
+    process = _CONTEXT.Process(target=_child_main, args=(child_conn, limits, target, args), daemon=True)
+    outcome = Outcome()
+    try:
+        process.start()
+        child_conn.close()
+        conn.send_bytes(payload)
+        for deadline in deadlines:
+            if not conn.poll(deadline):
+                outcome.timed_out_after = deadline
+                break
+            value = conn.recv()
+            if isinstance(value, _Failure):
+                outcome.error = value.message
+                break
+            outcome.values.append(value)
+    except (EOFError, BrokenPipeError, ConnectionResetError):
+        process.join(timeout=1)
+        outcome.error = f"the extraction process ended without an answer (exit code {process.exitcode})"
+    finally:
+        if process.pid is not None and process.exitcode is None:
+            process.kill()
+        if process.pid is not None:
+            process.join()
+        conn.close()
+        child_conn.close()
+    return outcome
+
+
+def _child_main(conn: Connection, limits: Limits, target: Job, args: tuple[Any, ...]) -> None:
+    """Runs in the child: apply the limits, read the payload, send each yielded value."""
+    cpu = math.ceil(limits.cpu_seconds)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))  # SIGXCPU at soft, SIGKILL at hard
+    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
+    os.nice(CHILD_NICENESS)
+    payload = conn.recv_bytes()
+    try:
+        for value in target(payload, *args):
+            conn.send(value)
+    except MemoryError:
+        conn.send(_Failure("MemoryError: over the extraction memory limit"))
+    except Exception as exc:  # hostile input can make any library raise anything
+        conn.send(_Failure(f"{type(exc).__name__}: {exc}"))
+    finally:
+        conn.close()
