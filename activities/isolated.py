@@ -9,7 +9,7 @@ Why a child process per job, and how:
   ``RLIMIT_AS`` for memory) in the child even if the parent were stuck.
 * **Fresh children from a fork server.** ``multiprocessing``'s ``forkserver`` context starts one
   clean server process (fork+exec, so nothing of the worker's threads comes along) that imports
-  :data:`PRELOAD` once; each job is a fork of it, a few milliseconds instead of the 2.5 s an
+  the extraction libraries once (:func:`_preload`); each job is a fork of it, a few milliseconds instead of the 2.5 s an
   import of trafilatura, lxml and pypdf costs. A killed child takes nothing down with it, unlike
   a worker of a ``ProcessPoolExecutor``, whose death breaks the whole pool.
 * **Children run at lower priority** (``nice`` +10), so a burst of heavy extraction slows other
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import io
 import math
 import multiprocessing
 import os
@@ -35,6 +36,7 @@ import resource
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -45,6 +47,40 @@ PRELOAD = ["activities.crawl", "pypdf"]
 CHILD_NICENESS = 10
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
+
+
+class _Popen(popen_forkserver.Popen):
+    """The fork server's launcher, minus the parent's main module.
+
+    multiprocessing makes every child run the parent's main script again (``worker.py``, a
+    bench, pytest's runner) so that objects defined in it unpickle; in 3.11 its fork server never
+    preloads that script, so each child would import the worker's whole dependency tree first,
+    ~300 ms a job. Jobs here are module-level functions of importable modules, so the child
+    needs only the parent's ``sys.path`` and working directory. This is the standard library's
+    ``_launch`` with the main-module entries left out of the preparation data.
+    """
+
+    def _launch(self, process_obj: Any) -> None:
+        prep_data = spawn.get_preparation_data(process_obj._name)
+        for key in ("init_main_from_path", "init_main_from_name"):
+            prep_data.pop(key, None)
+        buf = io.BytesIO()
+        context.set_spawning_popen(self)
+        try:
+            reduction.dump(prep_data, buf)
+            reduction.dump(process_obj, buf)
+        finally:
+            context.set_spawning_popen(None)
+        self.sentinel, w = forkserver.connect_to_new_process(self._fds)
+        parent_w = os.dup(w)  # the child watches it to notice the parent's death
+        self.finalizer = util.Finalize(self, util.close_fds, (parent_w, self.sentinel))
+        with open(w, "wb", closefd=True) as f:
+            f.write(buf.getbuffer())
+        self.pid = forkserver.read_signed(self.sentinel)
+
+
+class _Process(context.ForkServerProcess):
+    _Popen = staticmethod(_Popen)
 _executors: dict[int, ThreadPoolExecutor] = {}
 
 Job = Callable[..., Iterator[Any]]
@@ -101,7 +137,7 @@ def run_blocking(
 ) -> Outcome:
     """:func:`run_isolated` without the slot: start the child, collect, then kill and reap it."""
     conn, child_conn = _CONTEXT.Pipe()
-    process = _CONTEXT.Process(target=_child_main, args=(child_conn, limits, target, args), daemon=True)
+    process = _Process(target=_child_main, args=(child_conn, limits, target, args), daemon=True)
     outcome = Outcome()
     try:
         process.start()
