@@ -19,9 +19,10 @@ Why a child process per job, and how:
   the default executor.
 
 A job is a generator function (module level, so it pickles by reference) called as
-``target(payload, *args)``; each value it yields is sent to the parent, which gives each one its
-own deadline. So a job can hand back a cheap result first and an expensive one later, and the
-caller keeps the cheap one if the expensive one runs over.
+``target(payload, *args)``; each value it yields is sent to the parent as JSON (tuples come back
+as lists), and the parent gives each one its own deadline. So a job can hand back a cheap
+result first and an expensive one later, and the caller keeps the cheap one if the expensive
+one runs over.
 """
 
 from __future__ import annotations
@@ -29,10 +30,12 @@ from __future__ import annotations
 import asyncio
 import functools
 import io
+import json
 import math
 import multiprocessing
 import os
 import resource
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -43,8 +46,11 @@ from typing import Any
 from activities.settings import get_settings
 
 # Imported once by the fork server, so each child starts with them loaded.
-PRELOAD = ["activities.crawl", "pypdf"]
+PRELOAD = ["activities.crawl", "activities.doc_extract", "pypdf"]
 CHILD_NICENESS = 10
+# A child's messages are JSON, not pickle: a child that hostile input took over must not be
+# able to run code in the worker by what it sends back, nor send it more than this.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 _CONTEXT = multiprocessing.get_context("forkserver")
 _CONTEXT.set_forkserver_preload(PRELOAD)
 
@@ -81,7 +87,10 @@ class _Popen(popen_forkserver.Popen):
 
 class _Process(context.ForkServerProcess):
     _Popen = staticmethod(_Popen)
+
+
 _executors: dict[int, ThreadPoolExecutor] = {}
+_slots: dict[int, threading.BoundedSemaphore] = {}
 
 Job = Callable[..., Iterator[Any]]
 
@@ -108,18 +117,13 @@ class Outcome:
     error: str | None = None  # the job raised, or the child died (e.g. killed by RLIMIT_CPU/AS)
 
 
-@dataclass(frozen=True)
-class _Failure:
-    message: str
-
-
 async def run_isolated(
     target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
 ) -> Outcome:
     """Run ``target`` in a fresh child, taking one value per deadline; the child never outlives it.
 
-    Waits for a free slot first (at most ``DEERFLOW_EXTRACT_MAX_CONCURRENCY`` jobs at once). The
-    slot's thread only sleeps on the pipe; the CPU work is the child's.
+    The wait runs in a private pool of ``DEERFLOW_EXTRACT_MAX_CONCURRENCY`` threads, which only
+    sleep on the pipe (the CPU work is the child's), so the default executor stays free.
     """
     job = functools.partial(run_blocking, target, payload, args, deadlines, limits)
     return await asyncio.get_running_loop().run_in_executor(_executor(), job)
@@ -135,7 +139,24 @@ def _executor() -> ThreadPoolExecutor:
 def run_blocking(
     target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
 ) -> Outcome:
-    """:func:`run_isolated` without the slot: start the child, collect, then kill and reap it."""
+    """:func:`run_isolated` for synchronous callers: start the child, collect, kill and reap it.
+
+    Waits first for one of the ``DEERFLOW_EXTRACT_MAX_CONCURRENCY`` slots shared by every caller
+    in the process, so that many children never run at once. Each deadline counts from the
+    previous value (the first from the child's start).
+    """
+    with _slot():
+        return _run(target, payload, args, deadlines, limits)
+
+
+def _slot() -> threading.BoundedSemaphore:
+    limit = get_settings().extract_max_concurrency
+    return _slots.setdefault(limit, threading.BoundedSemaphore(limit))
+
+
+def _run(
+    target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
+) -> Outcome:
     conn, child_conn = _CONTEXT.Pipe()
     process = _Process(target=_child_main, args=(child_conn, limits, target, args), daemon=True)
     outcome = Outcome()
@@ -147,14 +168,16 @@ def run_blocking(
             if not conn.poll(deadline):
                 outcome.timed_out_after = deadline
                 break
-            value = conn.recv()
-            if isinstance(value, _Failure):
-                outcome.error = value.message
+            kind, value = json.loads(conn.recv_bytes(MAX_MESSAGE_BYTES))
+            if kind == "error":
+                outcome.error = str(value)
                 break
             outcome.values.append(value)
     except (EOFError, BrokenPipeError, ConnectionResetError):
         process.join(timeout=1)
         outcome.error = f"the extraction process ended without an answer (exit code {process.exitcode})"
+    except (OSError, ValueError) as exc:  # a message too long, not JSON, or not [kind, value]
+        outcome.error = f"the extraction process sent a malformed answer ({type(exc).__name__})"
     finally:
         if process.pid is not None and process.exitcode is None:
             process.kill()
@@ -174,10 +197,14 @@ def _child_main(conn: Connection, limits: Limits, target: Job, args: tuple[Any, 
     payload = conn.recv_bytes()
     try:
         for value in target(payload, *args):
-            conn.send(value)
+            _send(conn, "value", value)
     except MemoryError:
-        conn.send(_Failure("MemoryError: over the extraction memory limit"))
+        _send(conn, "error", "MemoryError: over the extraction memory limit")
     except Exception as exc:  # hostile input can make any library raise anything
-        conn.send(_Failure(f"{type(exc).__name__}: {exc}"))
+        _send(conn, "error", f"{type(exc).__name__}: {exc}")
     finally:
         conn.close()
+
+
+def _send(conn: Connection, kind: str, value: Any) -> None:
+    conn.send_bytes(json.dumps([kind, value]).encode())

@@ -85,6 +85,12 @@ def test_children_run_at_lower_priority() -> None:
     assert run_blocking(niceness, b"", (), [10], ROOMY).values == [os.nice(0) + isolated.CHILD_NICENESS]
 
 
+def test_an_answer_over_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(isolated, "MAX_MESSAGE_BYTES", 100)
+    outcome = run_blocking(echo_twice, b"x" * 1000, ("!",), [10, 10], ROOMY)
+    assert outcome == Outcome(error="the extraction process sent a malformed answer (OSError)")
+
+
 def test_an_exception_is_reported_not_raised() -> None:
     assert run_blocking(boom, b"", (), [10], ROOMY).error == "ValueError: boom"
 
