@@ -367,7 +367,7 @@ async def _read_capped(response: httpx.Response, limit: int, url: httpx.URL, wha
     return body
 
 
-def _sniff(body: bytes, kind: Kind, url: httpx.URL) -> Kind:
+def _sniff(body: bytes | bytearray, kind: Kind, url: httpx.URL) -> Kind:
     """Check the body against its declared kind: NUL bytes mean binary, whatever the header said."""
     if kind == "pdf":
         return kind
@@ -378,7 +378,7 @@ def _sniff(body: bytes, kind: Kind, url: httpx.URL) -> Kind:
     return "html" if kind == "unknown" else kind
 
 
-def _has_utf16_bom(body: bytes) -> bool:
+def _has_utf16_bom(body: bytes | bytearray) -> bool:
     return body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
 
 

@@ -86,8 +86,8 @@ def _isolated(suffix: str, data: bytes) -> tuple[str | None, str]:
     outcome = run_blocking(_extract_job, data, (suffix,), [budget], Limits.for_budget(budget))
     if outcome.timed_out_after is not None:
         raise ExtractionError(f"extraction took longer than {budget:g} s")
-    if outcome.error is not None:
-        raise ExtractionError(outcome.error)
+    if outcome.error is not None:  # "Type: message", from the child
+        raise ExtractionError(outcome.error.removeprefix(f"{ExtractionError.__name__}: "))
     title, text = outcome.values[0]
     return title, text
 

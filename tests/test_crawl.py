@@ -583,8 +583,11 @@ async def test_slow_pdf_is_stopped_at_its_budget_and_leaves_nothing_running(
 
 async def test_heavy_pdfs_do_not_starve_a_small_page(site: Site) -> None:
     """Six slow PDFs at once (the old thread design then took 18.9 s for a small page): < 3 s."""
+    served = len(site.log.hits)
     pdfs = [asyncio.create_task(crawl_error(site.url(f"/slow.pdf?{n}"), "CrawlFailed")) for n in range(6)]
-    await asyncio.sleep(0.5)  # fetched, and extracting
+    while sum(hit.startswith("/slow.pdf?") for hit in site.log.hits[served:]) < 6:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # all six fetched and extracting
     started = time.monotonic()
     result = await run(site.url("/article"))
     elapsed = time.monotonic() - started
