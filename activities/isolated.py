@@ -45,8 +45,9 @@ from typing import Any
 
 from activities.settings import get_settings
 
-# Imported once by the fork server, so each child starts with them loaded.
-PRELOAD = ["activities.crawl", "activities.doc_extract", "pypdf"]
+# Imported once by the fork server, so each child starts with them loaded (the last one also
+# runs a small extraction, for what trafilatura loads only on first use).
+PRELOAD = ["activities.crawl", "activities.doc_extract", "pypdf", "activities.extract_warmup"]
 CHILD_NICENESS = 10
 # A child's messages are JSON, not pickle: a child that hostile input took over must not be
 # able to run code in the worker by what it sends back, nor send it more than this.
