@@ -11,7 +11,10 @@ from activities.crawl import _page_job
 
 _SAMPLE = b"<html><head><title>Warm-up</title></head><body><p>A short page to warm the extractors.</p></body></html>"
 
-for _ in _page_job(_SAMPLE, "utf-8", "html", "http://127.0.0.1/", 1000):
+try:
+    for _ in _page_job(_SAMPLE, "utf-8", "html", "http://127.0.0.1/", 1000):
+        pass
+except Exception:  # best effort: the fork server must start even if the warm-up cannot run
     pass
 
 # Everything the server holds now is shared with the children copy-on-write; frozen, it is never
