@@ -41,6 +41,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 from activities.settings import get_settings
@@ -118,16 +119,28 @@ class Outcome:
     error: str | None = None  # the job raised, or the child died (e.g. killed by RLIMIT_CPU/AS)
 
 
+def start_fork_server() -> None:
+    """Start the fork server now (its imports and warm-up take 1-3 s) instead of on first use."""
+    forkserver.ensure_running()
+
+
 async def run_isolated(
     target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
 ) -> Outcome:
     """Run ``target`` in a fresh child, taking one value per deadline; the child never outlives it.
 
     The wait runs in a private pool of ``DEERFLOW_EXTRACT_MAX_CONCURRENCY`` threads, which only
-    sleep on the pipe (the CPU work is the child's), so the default executor stays free.
+    sleep on the pipe (the CPU work is the child's), so the default executor stays free. If the
+    caller is cancelled (the activity was), the child is killed at once, not at its deadline.
     """
-    job = functools.partial(run_blocking, target, payload, args, deadlines, limits)
-    return await asyncio.get_running_loop().run_in_executor(_executor(), job)
+    started: list[BaseProcess] = []
+    job = functools.partial(run_blocking, target, payload, args, deadlines, limits, started.append)
+    try:
+        return await asyncio.get_running_loop().run_in_executor(_executor(), job)
+    except asyncio.CancelledError:
+        for process in started:
+            process.kill()  # the waiting thread then sees the pipe close, and reaps it
+        raise
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -138,7 +151,12 @@ def _executor() -> ThreadPoolExecutor:
 
 
 def run_blocking(
-    target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
+    target: Job,
+    payload: bytes | bytearray,
+    args: tuple[Any, ...],
+    deadlines: Sequence[float],
+    limits: Limits,
+    on_start: Callable[[BaseProcess], None] | None = None,
 ) -> Outcome:
     """:func:`run_isolated` for synchronous callers: start the child, collect, kill and reap it.
 
@@ -147,7 +165,7 @@ def run_blocking(
     previous value (the first from the child's start).
     """
     with _slot():
-        return _run(target, payload, args, deadlines, limits)
+        return _run(target, payload, args, deadlines, limits, on_start)
 
 
 def _slot() -> threading.BoundedSemaphore:
@@ -156,13 +174,20 @@ def _slot() -> threading.BoundedSemaphore:
 
 
 def _run(
-    target: Job, payload: bytes | bytearray, args: tuple[Any, ...], deadlines: Sequence[float], limits: Limits
+    target: Job,
+    payload: bytes | bytearray,
+    args: tuple[Any, ...],
+    deadlines: Sequence[float],
+    limits: Limits,
+    on_start: Callable[[BaseProcess], None] | None,
 ) -> Outcome:
     conn, child_conn = _CONTEXT.Pipe()
     process = _Process(target=_child_main, args=(child_conn, limits, target, args), daemon=True)
     outcome = Outcome()
     try:
         process.start()
+        if on_start is not None:
+            on_start(process)
         child_conn.close()
         conn.send_bytes(payload)
         for deadline in deadlines:

@@ -37,7 +37,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import crawl, url_guard
+from activities import crawl, isolated, url_guard
 from activities.settings import get_settings
 from workflows.models import CrawlRequest, CrawlResult
 
@@ -395,6 +395,12 @@ class Site:
         return f"http://127.0.0.1:{self.public.port}{path}"
 
 
+@pytest.fixture(scope="module", autouse=True)
+def fork_server() -> None:
+    """Started up front, so the first extraction's timing is not its start-up's."""
+    isolated.start_fork_server()
+
+
 @pytest.fixture(scope="module")
 def site() -> Iterator[Site]:
     log, internal_log = SiteLog(), SiteLog()
@@ -579,6 +585,18 @@ async def test_slow_pdf_is_stopped_at_its_budget_and_leaves_nothing_running(
     before = cpu_seconds_of_tree()
     await asyncio.sleep(1.0)
     assert cpu_seconds_of_tree() - before < 0.3, "something kept computing after the crawl gave up"
+
+
+async def test_a_cancelled_crawl_kills_its_extraction_at_once(site: Site) -> None:
+    """The activity was cancelled: its child must not run on to the 3 s budget."""
+    crawling = asyncio.create_task(run(site.url("/slow.pdf?cancel")))
+    while not extraction_children():
+        await asyncio.sleep(0.05)
+    crawling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await crawling
+    await asyncio.sleep(0.3)
+    assert extraction_children() == []
 
 
 async def test_heavy_pdfs_do_not_starve_a_small_page(site: Site) -> None:

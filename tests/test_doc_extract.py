@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from activities import doc_extract
-from tests.test_crawl import BIG_TABLE_HTML, make_pdf, make_slow_pdf
+from activities import doc_extract, isolated
+from tests.test_crawl import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_server() -> None:
+    isolated.start_fork_server()
 
 
 def test_a_slow_pdf_is_stopped_at_the_budget(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -22,9 +27,9 @@ def test_a_slow_pdf_is_stopped_at_the_budget(monkeypatch: pytest.MonkeyPatch) ->
 def test_pdf_and_html_come_back_from_the_child() -> None:
     pdf = doc_extract.extract_document(Path("a.pdf"), make_pdf("Vent fauna survey PDFMARKER", "Vent Report"))
     assert (pdf.title, pdf.text) == ("Vent Report", "Vent fauna survey PDFMARKER")
-    html = doc_extract.extract_document(Path("rows.html"), BIG_TABLE_HTML.encode())
-    assert html.title == "Rows"
-    assert "TABLEINTRO" in html.text
+    html = doc_extract.extract_document(Path("vents.html"), ARTICLE_HTML.encode())
+    assert html.title == "Life at the Vents"
+    assert ARTICLE_SENTENCE in html.text
 
 
 def test_a_broken_pdf_is_an_extraction_error() -> None:
