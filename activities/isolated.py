@@ -120,8 +120,13 @@ class Outcome:
 
 
 def start_fork_server() -> None:
-    """Start the fork server now (its imports and warm-up take 1-3 s) instead of on first use."""
-    forkserver.ensure_running()
+    """Start the fork server now, and wait until it forks (its imports and warm-up take 1-3 s),
+    so that the first page's extraction does not pay for it."""
+    run_blocking(_ready, b"", (), [60.0], Limits.for_budget(60.0))
+
+
+def _ready(payload: bytes) -> Iterator[bool]:
+    yield True
 
 
 async def run_isolated(
