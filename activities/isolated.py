@@ -9,14 +9,18 @@ Why a child process per job, and how:
   ``RLIMIT_AS`` for memory) in the child even if the parent were stuck.
 * **Fresh children from a fork server.** ``multiprocessing``'s ``forkserver`` context starts one
   clean server process (fork+exec, so nothing of the worker's threads comes along) that imports
-  the extraction libraries once (:func:`_preload`); each job is a fork of it, a few milliseconds instead of the 2.5 s an
-  import of trafilatura, lxml and pypdf costs. A killed child takes nothing down with it, unlike
-  a worker of a ``ProcessPoolExecutor``, whose death breaks the whole pool.
+  the extraction libraries once (:data:`PRELOAD`); each job is a fork of it, ~25 ms (bench/
+  README.md) instead of the 2.5 s an import of trafilatura, lxml and pypdf costs. A killed
+  child takes nothing down with it, unlike a worker of a ``ProcessPoolExecutor``, whose death
+  breaks the whole pool; and a child's memory is returned to the system when it exits.
+* **A child's answer is JSON, capped** (:data:`MAX_MESSAGE_BYTES`), never unpickled.
 * **Children run at lower priority** (``nice`` +10), so a burst of heavy extraction slows other
   extractions, not the worker's event loop, its other activities or the blob store.
 * **Bounded concurrency of its own.** At most ``DEERFLOW_EXTRACT_MAX_CONCURRENCY`` children run
-  at once per worker; their blocking pipe waits use a private thread pool of that size, never
-  the default executor.
+  at once per worker (each under ``DEERFLOW_EXTRACT_MAX_MEMORY_MB`` of address space); their
+  blocking pipe waits use a private thread pool of that size, never the default executor. The
+  default (8) is above the crawl concurrency on purpose: CPU fairness comes from nice and the
+  budgets, so a small page should not queue behind heavy ones for a slot.
 
 A job is a generator function (module level, so it pickles by reference) called as
 ``target(payload, *args)``; each value it yields is sent to the parent as JSON (tuples come back
