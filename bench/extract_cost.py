@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 
-from harness import header, median, ms, run_main
+from harness import header, html_page, median, ms, run_main
 
 from activities.crawl import FetchedPage, _trafilatura_markdown, decode_body, extract_within_budget, prepare_html
 
@@ -32,26 +33,29 @@ async def in_threads(page: FetchedPage) -> tuple[str | None, str]:
     return prepared.title, markdown or prepared.plain_text
 
 
-async def timed(extract: object, page: FetchedPage) -> float:
+async def in_child(page: FetchedPage) -> tuple[str | None, str]:
+    """The current path."""
+    return await extract_within_budget(page, MAX_CHARS)
+
+
+async def timed(extract: Callable[[FetchedPage], Awaitable[tuple[str | None, str]]], page: FetchedPage) -> float:
     started = time.perf_counter()
-    await extract(page, MAX_CHARS) if extract is extract_within_budget else await in_threads(page)  # type: ignore[operator]
+    await extract(page)
     return time.perf_counter() - started
 
 
 async def main() -> None:
-    from harness import html_page
-
     header("Extraction cost, threads vs child process")
     small = FetchedPage("http://127.0.0.1/a", "html", "utf-8", html_page("Solid-state batteries", 20_000))
     large = FetchedPage("http://127.0.0.1/b", "html", "utf-8", html_page("Solid-state batteries", 200_000))
     started = time.perf_counter()
-    await extract_within_budget(small, MAX_CHARS)
+    await in_child(small)
     print(f"first child (starts the fork server): {ms(time.perf_counter() - started)}")
     for name, page in (("20 KB page", small), ("200 KB page", large)):
         threads, children = [], []
         for _ in range(ROUNDS):
             threads.append(await timed(in_threads, page))
-            children.append(await timed(extract_within_budget, page))
+            children.append(await timed(in_child, page))
         print(f"{name}: threads median {ms(median(threads))}, child process median {ms(median(children))} "
               f"(+{ms(median(children) - median(threads))}), {ROUNDS} rounds each")
 
