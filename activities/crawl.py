@@ -17,14 +17,20 @@ The URL comes from a language model, so the fetch is treated as hostile in both 
   one byte a second cannot hold the activity. Bodies are streamed and reading stops as soon as
   the cap is passed: pages over 5 MB and PDFs over 10 MB are *refused*, not truncated, because
   half an HTML document or PDF extracts badly and the agent is better told to look elsewhere.
-  Only gzip/deflate are accepted, so the cap (counted on decoded bytes) bounds memory.
+  Only one layer of gzip or deflate is offered and accepted (anything else, e.g. zstd or
+  ``gzip, gzip``, is refused by its header), and it is decoded here piece by piece with the cap
+  counted on decoded bytes (:mod:`activities.body_decoder`), so a decompression bomb stops at
+  the cap.
 * **Content.** Only text-like types and PDF are read; images, archives and other binary types
   are refused by their declared type, and a body that claims to be text but has NUL bytes in
   its first KB is refused as binary.
-* **Extraction.** Decoding and an lxml pass (drops scripts and styles, finds the title, makes
-  a plain-text fallback) are linear and bounded; trafilatura (markdown) and pypdf are not, so
-  they get :data:`EXTRACT_BUDGET_SECONDS` (see :func:`extract_within_budget`). Malformed
-  markup degrades to plain text; it never fails the crawl.
+* **Extraction** runs in a child process that is killed at its budget and has CPU and memory
+  rlimits (:mod:`activities.isolated`), so no page can keep burning CPU after the activity
+  gave up on it, nor hold a thread the rest of the worker needs. Decoding and an lxml pass
+  (drops scripts and styles, finds the title, makes a plain-text fallback) are linear and get
+  :data:`PREPARE_BUDGET_SECONDS`; trafilatura (markdown) and pypdf are not linear, so they get
+  :data:`EXTRACT_BUDGET_SECONDS` (see :func:`extract_within_budget`). Malformed markup, or
+  trafilatura over its budget, degrades to plain text.
 
 Errors are ``ApplicationError`` with an agent-readable message and one of three types:
 ``CrawlRefused`` (non-retryable: unsafe or unsuitable URL or content), ``CrawlFailed``
@@ -40,6 +46,8 @@ import html
 import io
 import re
 import ssl
+import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -52,7 +60,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import url_guard
+from activities.body_decoder import ACCEPT_ENCODING, BodyDecoder, EncodingRefused
 from activities.heartbeat import heartbeating
+from activities.isolated import Limits, run_isolated
 from activities.limits import provider_slot
 from activities.settings import get_settings
 from workflows.models import CrawlRequest, CrawlResult
@@ -64,8 +74,10 @@ MAX_PDF_BYTES = 10 * MB
 CONNECT_TIMEOUT_SECONDS = 5.0
 READ_TIMEOUT_SECONDS = 10.0
 # Whole fetch (DNS, redirects, body), then extraction; module level so tests can shorten
-# them. Worst case for the activity: 30 s + the linear pass (decode, lxml: ~2 s for 5 MB) + 3 s.
+# them. Worst case for the activity: 30 s + the linear pass (decode, lxml: ~2 s for 5 MB,
+# given 10 s) + 3 s for trafilatura or pypdf.
 FETCH_DEADLINE_SECONDS = 30.0
+PREPARE_BUDGET_SECONDS = 10.0
 EXTRACT_BUDGET_SECONDS = 3.0
 MAX_WALK_EVENTS = 200_000
 EXTRACT_INPUT_CHARS = 1_000_000
@@ -116,7 +128,7 @@ class FetchedPage:
     url: str  # final URL, after redirects
     kind: Kind
     charset: str | None
-    body: bytes
+    body: bytes | bytearray  # a bytearray from the fetch: no second copy of up to 10 MB
 
 
 # ------------------------------------------------------------------------------------ errors
@@ -198,7 +210,7 @@ def _client() -> httpx.AsyncClient:
         headers={
             "User-Agent": USER_AGENT,
             "Accept": "text/html,application/xhtml+xml,application/xml;q=0.9,application/pdf,*/*;q=0.5",
-            "Accept-Encoding": "gzip, deflate",
+            "Accept-Encoding": ACCEPT_ENCODING,
         },
     )
 
@@ -249,8 +261,6 @@ async def _fetch_one(client: httpx.AsyncClient, target: url_guard.ValidatedTarge
             await response.aclose()
     except httpx.TimeoutException as exc:
         raise unavailable(target.url, f"the server timed out ({type(exc).__name__})") from None
-    except httpx.DecodingError as exc:
-        raise failed(target.url, f"the response could not be decoded ({exc})") from None
     except httpx.TransportError as exc:
         if _is_certificate_error(exc):  # a retry would meet the same certificate
             raise failed(target.url, f"its TLS certificate was rejected ({exc})") from None
@@ -330,19 +340,34 @@ async def _read_page(response: httpx.Response, target: url_guard.ValidatedTarget
     return FetchedPage(url=str(target.url), kind=kind, charset=response.charset_encoding, body=body)
 
 
-async def _read_capped(response: httpx.Response, limit: int, url: httpx.URL, what: str) -> bytes:
-    """Read the (decoded) body, stopping at the first chunk past ``limit``."""
-    chunks: list[bytes] = []
-    total = 0
-    async for chunk in response.aiter_bytes():
-        total += len(chunk)
-        if total > limit:
-            raise refused(url, f"{what} larger than {limit // MB} MB; stopped reading")
-        chunks.append(chunk)
-    return b"".join(chunks)
+async def _read_capped(response: httpx.Response, limit: int, url: httpx.URL, what: str) -> bytearray:
+    """Read and decode the body, counting decoded bytes as they are produced; refuse past ``limit``.
+
+    The raw stream is decoded here (:mod:`activities.body_decoder`), not by httpx, so memory
+    stays at ``limit`` plus one decoded piece and one network chunk whatever the compression
+    ratio. Raw bytes are capped too: a stream of empty deflate blocks decodes to nothing.
+    """
+    try:
+        decoder = BodyDecoder(response.headers.get("content-encoding", ""))
+    except EncodingRefused as exc:
+        raise refused(url, str(exc)) from None
+    body = bytearray()
+    raw = 0
+    try:
+        async for chunk in response.aiter_raw():
+            raw += len(chunk)
+            if raw > limit:
+                raise refused(url, f"{what} larger than {limit // MB} MB; stopped reading")
+            for piece in decoder.decode(chunk):
+                if len(body) + len(piece) > limit:
+                    raise refused(url, f"{what} larger than {limit // MB} MB once decompressed; stopped reading")
+                body += piece
+    except zlib.error as exc:
+        raise failed(url, f"its compressed body is corrupt ({exc})") from None
+    return body
 
 
-def _sniff(body: bytes, kind: Kind, url: httpx.URL) -> Kind:
+def _sniff(body: bytes | bytearray, kind: Kind, url: httpx.URL) -> Kind:
     """Check the body against its declared kind: NUL bytes mean binary, whatever the header said."""
     if kind == "pdf":
         return kind
@@ -353,7 +378,7 @@ def _sniff(body: bytes, kind: Kind, url: httpx.URL) -> Kind:
     return "html" if kind == "unknown" else kind
 
 
-def _has_utf16_bom(body: bytes) -> bool:
+def _has_utf16_bom(body: bytes | bytearray) -> bool:
     return body.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
 
 
@@ -361,30 +386,49 @@ def _has_utf16_bom(body: bytes) -> bool:
 
 
 async def extract_within_budget(page: FetchedPage, max_chars: int) -> tuple[str | None, str]:
-    """(title, text) of a fetched page, with trafilatura and pypdf on a time budget.
+    """(title, text) of a fetched page, extracted in a child process on a time budget.
 
-    The CPU-bound work runs in threads. The cheap, linear part (decoding, lxml parse, title,
-    plain-text fallback) always runs; trafilatura, whose cost grows faster than linearly on
-    some markup (a 1 MB table takes over 10 s), gets :data:`EXTRACT_BUDGET_SECONDS`. A thread
-    cannot be killed, so one that runs over is left to finish in the background (its input is
-    capped at :data:`EXTRACT_INPUT_CHARS`, which bounds the waste) and the already computed
-    plain text is the answer. A PDF has no cheap fallback, so running over fails the crawl.
+    For HTML the child first sends the result of the cheap, linear pass (title and plain
+    text), then trafilatura's markdown; trafilatura's cost grows faster than linearly on some
+    markup (a 1 MB table takes over 10 s), so if it is over :data:`EXTRACT_BUDGET_SECONDS` the
+    child is killed and the plain text is the answer. A PDF has no cheap fallback, so running
+    over fails the crawl. Either way the child is gone when this returns.
     """
-    budget = EXTRACT_BUDGET_SECONDS
     if page.kind == "pdf":
-        try:
-            return await asyncio.wait_for(asyncio.to_thread(extract_pdf, page.body, page.url, max_chars), budget)
-        except TimeoutError:
-            raise failed(page.url, f"reading the PDF took longer than {budget:g} s") from None
-    text = await asyncio.to_thread(decode_body, page.body, page.charset)
-    if page.kind == "text":
-        return None, text
-    prepared = await asyncio.to_thread(prepare_html, text, max_chars)
-    try:
-        markdown = await asyncio.wait_for(asyncio.to_thread(_trafilatura_markdown, prepared.markup, page.url), budget)
-    except TimeoutError:
-        markdown = None
-    return prepared.title, markdown or prepared.plain_text
+        budget = EXTRACT_BUDGET_SECONDS
+        outcome = await run_isolated(_pdf_job, page.body, (max_chars,), [budget], Limits.for_budget(budget))
+        if outcome.timed_out_after is not None:
+            raise failed(page.url, f"reading the PDF took longer than {budget:g} s")
+        if outcome.error is not None:
+            raise failed(page.url, f"the PDF could not be read ({outcome.error})")
+        title, text = outcome.values[0]
+        return title, text
+    deadlines = [PREPARE_BUDGET_SECONDS] if page.kind == "text" else [PREPARE_BUDGET_SECONDS, EXTRACT_BUDGET_SECONDS]
+    args = (page.charset, page.kind, page.url, max_chars)
+    outcome = await run_isolated(_page_job, page.body, args, deadlines, Limits.for_budget(sum(deadlines)))
+    if not outcome.values:
+        if outcome.timed_out_after is not None:
+            raise failed(page.url, f"reading the page took longer than {outcome.timed_out_after:g} s")
+        raise failed(page.url, f"the page could not be read ({outcome.error})")
+    title, plain_text = outcome.values[0]
+    markdown = outcome.values[1] if len(outcome.values) > 1 else None
+    return title, markdown or plain_text
+
+
+def _page_job(body: bytes, charset: str | None, kind: Kind, url: str, max_chars: int) -> Iterator[Any]:
+    """In the child: (title, plain text) from the linear pass, then trafilatura's markdown or None."""
+    text = decode_body(body, charset)
+    if kind == "text":
+        yield None, text
+        return
+    prepared = prepare_html(text, max_chars)
+    yield prepared.title, prepared.plain_text
+    yield _trafilatura_markdown(prepared.markup, url)
+
+
+def _pdf_job(body: bytes, max_chars: int) -> Iterator[tuple[str | None, str]]:
+    """In the child: (title, text) of a PDF."""
+    yield extract_pdf(body, max_chars)
 
 
 def _codec(label: str | None) -> str | None:
@@ -549,25 +593,25 @@ def _tidy_lines(text: str) -> str:
     return "\n".join(line for line in lines if line)
 
 
-def extract_pdf(body: bytes, url: str, max_chars: int) -> tuple[str | None, str]:
-    """Text of a PDF, page by page, stopping once there is more than ``max_chars`` of it."""
+def extract_pdf(body: bytes, max_chars: int) -> tuple[str | None, str]:
+    """Text of a PDF, page by page, stopping once there is more than ``max_chars`` of it.
+
+    Raises whatever pypdf raises on a broken or hostile file; the caller reports it.
+    """
     try:
         from pypdf import PdfReader  # local: the worker runs without it if PDFs are not needed
     except ImportError:
-        raise failed(url, "it is a PDF and pypdf is not installed on the worker (pip install pypdf)") from None
-    try:
-        reader = PdfReader(io.BytesIO(body))
-        if reader.is_encrypted:
-            reader.decrypt("")
-        parts: list[str] = []
-        total = 0
-        for page in reader.pages:
-            text = page.extract_text() or ""
-            parts.append(text)
-            total += len(text)
-            if total > max_chars:
-                break
-        title = reader.metadata.title if reader.metadata else None
-    except Exception as exc:  # pypdf raises many types on broken or hostile files
-        raise failed(url, f"the PDF could not be read ({type(exc).__name__}: {exc})") from None
+        raise RuntimeError("pypdf is not installed on the worker (pip install pypdf)") from None
+    reader = PdfReader(io.BytesIO(body))
+    if reader.is_encrypted:
+        reader.decrypt("")
+    parts: list[str] = []
+    total = 0
+    for page in reader.pages:
+        text = page.extract_text() or ""
+        parts.append(text)
+        total += len(text)
+        if total > max_chars:
+            break
+    title = reader.metadata.title if reader.metadata else None
     return (str(title) if title else None), "\n\n".join(p.strip() for p in parts if p.strip())

@@ -11,6 +11,10 @@ Why it is built this way:
   often look like boilerplate to it) the plain text is used, so a page is never indexed empty.
 * Decoding tries strict UTF-8 first (what nearly every local file is), then the crawler's
   BOM / ``<meta charset>`` / detection chain.
+* HTML and PDF are extracted in a child process (:mod:`activities.isolated`) with CPU and
+  memory rlimits, killed after :data:`EXTRACT_BUDGET_SECONDS`: a user's document is as
+  untrusted as a web page, and a hostile PDF can keep pypdf busy for minutes. Markdown and text
+  are only decoded, which is linear, so they stay in the calling thread.
 * Failures raise :class:`ExtractionError`; the index records the file as unreadable so it is not
   retried on every search until its content changes.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import io
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING
 import trafilatura
 
 from activities.crawl import decode_body, prepare_html
+from activities.isolated import Limits, run_blocking
 
 if TYPE_CHECKING:
     from pypdf import PageObject
@@ -36,6 +42,8 @@ SUPPORTED_SUFFIXES = frozenset({*MARKDOWN_SUFFIXES, *HTML_SUFFIXES, ".txt", ".pd
 
 MAX_TEXT_CHARS = 5_000_000  # of one document; more is cut (a 2,000-page PDF is ~5 M chars)
 MAX_TITLE_CHARS = 200
+# Whole-document extraction (every page of a PDF) in one child; ~40 ms a page for an ordinary PDF.
+EXTRACT_BUDGET_SECONDS = 60.0
 
 _HEADING = re.compile(r"^ {0,3}#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 _FRONT_MATTER_TITLE = re.compile(r"^title:[ \t]*[\"']?(.+?)[\"']?[ \t]*$", re.MULTILINE)
@@ -60,10 +68,8 @@ def is_supported(path: Path) -> bool:
 def extract_document(path: Path, data: bytes) -> ExtractedDocument:
     """Title and text of ``data``, read as the format ``path``'s extension names."""
     suffix = path.suffix.lower()
-    if suffix == ".pdf":
-        title, text = _pdf(data)
-    elif suffix in HTML_SUFFIXES:
-        title, text = _html(decode_text(data))
+    if suffix == ".pdf" or suffix in HTML_SUFFIXES:
+        title, text = _isolated(suffix, data)
     elif suffix in MARKDOWN_SUFFIXES:
         text = decode_text(data)
         title = markdown_title(text)
@@ -72,6 +78,24 @@ def extract_document(path: Path, data: bytes) -> ExtractedDocument:
     else:
         raise ExtractionError(f"unsupported file type {suffix or '(none)'!r}")
     return ExtractedDocument(title=_clean_title(title) or path.name, text=_NUL.sub("", text)[:MAX_TEXT_CHARS])
+
+
+def _isolated(suffix: str, data: bytes) -> tuple[str | None, str]:
+    """(title, text) of an HTML or PDF document, from a child process on a budget."""
+    budget = EXTRACT_BUDGET_SECONDS
+    outcome = run_blocking(_extract_job, data, (suffix,), [budget], Limits.for_budget(budget))
+    if outcome.timed_out_after is not None:
+        raise ExtractionError(f"extraction took longer than {budget:g} s")
+    if outcome.error is not None:  # "Type: message", from the child
+        raise ExtractionError(outcome.error.removeprefix(f"{ExtractionError.__name__}: "))
+    title, text = outcome.values[0]
+    return title, text
+
+
+def _extract_job(data: bytes, suffix: str) -> Iterator[tuple[str | None, str]]:
+    """In the child: (title, text), the text already cut to :data:`MAX_TEXT_CHARS` for the pipe."""
+    title, text = _pdf(data) if suffix == ".pdf" else _html(decode_text(data))
+    yield title, text[:MAX_TEXT_CHARS]
 
 
 def decode_text(data: bytes) -> str:

@@ -80,6 +80,10 @@ class Settings(BaseModel):
     # Crawl guard: hosts (or IPs) that may be fetched even though they are not public.
     crawl_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_CRAWL_ALLOW_HOSTS")
     crawl_max_chars: int = Field(default=20_000, alias="DEERFLOW_CRAWL_MAX_CHARS")
+    # Page and PDF extraction runs in child processes (activities/isolated.py): how many at once
+    # per worker, and each one's address-space limit. Each is also killed at its time budget.
+    extract_max_concurrency: int = Field(default=8, ge=1, alias="DEERFLOW_EXTRACT_MAX_CONCURRENCY")
+    extract_max_memory_mb: int = Field(default=1024, ge=256, alias="DEERFLOW_EXTRACT_MAX_MEMORY_MB")
 
     # MCP (activities/mcp_config.py). The servers are the operator's alone: conf.yaml's MCP_SERVERS
     # table, or the same table as JSON in MCP_SERVERS; requests pick them by name.

@@ -16,12 +16,16 @@ second server on 127.0.0.2 plays the internal service a redirect tries to reach.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import ipaddress
+import os
 import socket
 import ssl
 import threading
 import time
+import tracemalloc
+import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -33,7 +37,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import crawl, url_guard
+from activities import crawl, isolated, url_guard
 from activities.settings import get_settings
 from workflows.models import CrawlRequest, CrawlResult
 
@@ -91,6 +95,78 @@ def make_pdf(text: str, title: str) -> bytes:
         xref,
     )
     return bytes(out)
+
+
+def make_slow_pdf(pages: int, operators: int) -> bytes:
+    """``pages`` pages that all share one content stream of ``operators`` text operators.
+
+    Small (~1 MB) but slow: pypdf interprets the shared stream again for every page, ~9 s each.
+    """
+    stream = b"BT /F1 1 Tf\n" + b"0 0 Td () Tj\n" * (operators // 2) + b"ET"
+    kids = b" ".join(b"%d 0 R" % (5 + page) for page in range(pages))
+    page = b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 3 0 R "
+    page += b"/Resources << /Font << /F1 4 0 R >> >> >>"
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [" + kids + b"] /Count %d >>" % pages,
+        b"<< /Length %d >>\nstream\n" % len(stream) + stream + b"\nendstream",
+        b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+        *[page] * pages,
+    ]
+    out = bytearray(b"%PDF-1.4\n")
+    offsets = []
+    for number, body in enumerate(objects, start=1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
+SLOW_PDF = make_slow_pdf(pages=8, operators=150_000)
+BIG_TABLE_HTML = (
+    "<html><head><title>Rows</title></head><body><p>TABLEINTRO of the rows below.</p><table>"
+    + "<tr><td>cell a</td><td>cell b</td><td>cell c</td></tr>" * 8000
+    + "</table></body></html>"
+)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root``, from /proc (children of children included)."""
+    parents: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # ended while we looked
+        parents[int(stat.parent.name)] = int(fields[1])
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
+def extraction_children() -> list[int]:
+    """Live extraction children: the fork server's children (the fork server itself idles)."""
+    return [pid for server in _descendants(os.getpid()) for pid in _descendants(server)]
+
+
+def cpu_seconds_of_tree() -> float:
+    """CPU time of this process (every thread) and of every live descendant."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = time.process_time()
+    for pid in _descendants(os.getpid()):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += (int(fields[11]) + int(fields[12])) / ticks  # utime, stime
+    return total
 
 
 # ------------------------------------------------------------------------- the hostile site
@@ -199,6 +275,48 @@ def slow_drip(h: HostileHandler) -> None:
         h.server.log.drip_aborted.set()
 
 
+ZERO_MB = bytes(MB)
+
+
+def _gzip_of_zeros(layers: int) -> Iterator[bytes]:
+    """gzip (``layers`` deep) of 1 GiB of zeros, made on the fly: never more than 1 MB in hand."""
+    compressors = [zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16) for _ in range(layers)]
+
+    def squeeze(data: bytes, final: bool) -> bytes:
+        for compressor in compressors:
+            data = compressor.compress(data) + (compressor.flush() if final else b"")
+        return data
+
+    for _ in range(1024):
+        yield squeeze(ZERO_MB, final=False)
+    yield squeeze(b"", final=True)
+
+
+def bomb(encoding: str, layers: int) -> Callable[[HostileHandler], None]:
+    """Streams a gzip bomb, without Content-Length, until the client hangs up."""
+
+    def route(h: HostileHandler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "text/html")
+        h.send_header("Content-Encoding", encoding)
+        h.end_headers()
+        h.server.log.stream_sent = 0
+        try:
+            for chunk in _gzip_of_zeros(layers):
+                h.wfile.write(chunk)
+                h.server.log.stream_sent += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            h.server.log.stream_aborted.set()
+
+    return route
+
+
+def compressed(encoding: str, body: bytes, wbits: int) -> Callable[[HostileHandler], None]:
+    compressor = zlib.compressobj(6, zlib.DEFLATED, wbits)
+    data = compressor.compress(body) + compressor.flush()
+    return lambda h: h.reply(200, "text/html; charset=utf-8", data, Content_Encoding=encoding)
+
+
 def chain(h: HostileHandler) -> None:
     """/chain/N redirects N more times, then serves the article."""
     remaining = int(h.path.rsplit("/", 1)[1])
@@ -231,6 +349,8 @@ ROUTES: dict[str, Callable[[HostileHandler], None]] = {
     ),
     "/doc.pdf": lambda h: h.reply(200, "application/pdf", make_pdf("Vent fauna survey PDFMARKER", "Vent Report")),
     "/bad.pdf": lambda h: h.reply(200, "application/pdf", b"%PDF-1.4\nthis is not really a pdf"),
+    "/slow.pdf": lambda h: h.reply(200, "application/pdf", SLOW_PDF),
+    "/big-table": lambda h: h.reply(200, "text/html; charset=utf-8", BIG_TABLE_HTML.encode()),
     "/malformed": lambda h: h.reply(200, "text/html", MALFORMED_HTML),
     "/long": lambda h: h.reply(200, "text/plain", ("word " * 10_000).encode()),
     "/png": lambda h: h.reply(200, "image/png", PNG_BYTES),
@@ -240,6 +360,14 @@ ROUTES: dict[str, Callable[[HostileHandler], None]] = {
     "/huge": huge_declared,
     "/huge-stream": huge_stream,
     "/slow": slow_drip,
+    "/bomb-gzip": bomb("gzip", 1),
+    "/bomb-stacked": bomb("gzip, gzip", 2),
+    "/zstd": lambda h: h.reply(200, "text/html", b"\x28\xb5\x2f\xfd" + bytes(32 * 1024), Content_Encoding="zstd"),
+    "/br": lambda h: h.reply(200, "text/html", bytes(32 * 1024), Content_Encoding="br"),
+    "/gzip-article": compressed("gzip", ARTICLE_HTML.encode(), zlib.MAX_WBITS | 16),
+    "/deflate-article": compressed("deflate", ARTICLE_HTML.encode(), zlib.MAX_WBITS),
+    "/raw-deflate-article": compressed("deflate", ARTICLE_HTML.encode(), -zlib.MAX_WBITS),
+    "/corrupt-gzip": lambda h: h.reply(200, "text/html", b"\x1f\x8b\x08\x00garbage" * 10, Content_Encoding="gzip"),
     "/to-article": lambda h: h.redirect("/article#section"),
     "/to-loopback2": lambda h: h.redirect(f"http://127.0.0.2:{h.server.peer_port}/secret"),
     "/to-metadata": lambda h: h.redirect("http://169.254.169.254/latest/meta-data"),
@@ -265,6 +393,12 @@ class Site:
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.public.port}{path}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fork_server() -> None:
+    """Started up front, so the first extraction's timing is not its start-up's."""
+    isolated.start_fork_server()
 
 
 @pytest.fixture(scope="module")
@@ -427,31 +561,58 @@ async def test_malformed_html_still_gives_text(site: Site) -> None:
 
 
 async def test_slow_extraction_falls_back_to_plain_text(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    """trafilatura over its time budget: the activity answers with plain text instead of waiting."""
+    """trafilatura over its time budget (a 430 KB table takes it ~4 s): plain text, without waiting."""
+    monkeypatch.setattr(crawl, "EXTRACT_BUDGET_SECONDS", 0.5)
+    started = time.monotonic()
+    result = await run(site.url("/big-table"))
+    assert time.monotonic() - started < 2.5
+    assert "TABLEINTRO" in result.markdown
+    assert "cell a cell b" in result.markdown  # the plain-text fallback's cells, not a markdown table
+    assert result.title == "Rows"
 
-    def stuck_trafilatura(markup: str, url: str) -> str:
-        time.sleep(2)  # the abandoned thread finishes on its own
-        return "never used"
 
-    monkeypatch.setattr(crawl, "_trafilatura_markdown", stuck_trafilatura)
-    monkeypatch.setattr(crawl, "EXTRACT_BUDGET_SECONDS", 0.3)
+async def test_slow_pdf_is_stopped_at_its_budget_and_leaves_nothing_running(
+    site: Site, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """8 pages sharing one 150k-operator stream (~75 s of pypdf): stopped at 1 s, CPU use stops."""
+    monkeypatch.setattr(crawl, "EXTRACT_BUDGET_SECONDS", 1.0)
+    started = time.monotonic()
+    error = await crawl_error(site.url("/slow.pdf"), "CrawlFailed")
+    assert time.monotonic() - started < 3
+    assert error.message == f"Could not crawl {site.url('/slow.pdf')}: reading the PDF took longer than 1 s"
+    await asyncio.sleep(0.2)
+    assert extraction_children() == []
+    before = cpu_seconds_of_tree()
+    await asyncio.sleep(1.0)
+    assert cpu_seconds_of_tree() - before < 0.3, "something kept computing after the crawl gave up"
+
+
+async def test_a_cancelled_crawl_kills_its_extraction_at_once(site: Site) -> None:
+    """The activity was cancelled: its child must not run on to the 3 s budget."""
+    crawling = asyncio.create_task(run(site.url("/slow.pdf?cancel")))
+    while not extraction_children():
+        await asyncio.sleep(0.05)
+    crawling.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await crawling
+    await asyncio.sleep(0.3)
+    assert extraction_children() == []
+
+
+async def test_heavy_pdfs_do_not_starve_a_small_page(site: Site) -> None:
+    """Six slow PDFs at once (the old thread design then took 18.9 s for a small page): < 3 s."""
+    served = len(site.log.hits)
+    pdfs = [asyncio.create_task(crawl_error(site.url(f"/slow.pdf?{n}"), "CrawlFailed")) for n in range(6)]
+    while sum(hit.startswith("/slow.pdf?") for hit in site.log.hits[served:]) < 6:
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(1.0)  # all six fetched and extracting
     started = time.monotonic()
     result = await run(site.url("/article"))
-    assert time.monotonic() - started < 1.5
+    elapsed = time.monotonic() - started
+    errors = await asyncio.gather(*pdfs)
     assert ARTICLE_SENTENCE in result.markdown
-    assert "never used" not in result.markdown
-    assert result.title == "Life at the Vents"
-
-
-async def test_slow_pdf_is_a_clear_failure(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    def stuck_pdf(body: bytes, url: str, max_chars: int) -> tuple[str | None, str]:
-        time.sleep(2)
-        return None, "never used"
-
-    monkeypatch.setattr(crawl, "extract_pdf", stuck_pdf)
-    monkeypatch.setattr(crawl, "EXTRACT_BUDGET_SECONDS", 0.3)
-    error = await crawl_error(site.url("/doc.pdf"), "CrawlFailed")
-    assert error.message == f"Could not crawl {site.url('/doc.pdf')}: reading the PDF took longer than 0.3 s"
+    assert elapsed < 3, f"small page took {elapsed:.1f} s"
+    assert all("reading the PDF took longer than 3 s" in error.message for error in errors)
 
 
 async def test_markdown_is_capped_before_it_is_returned(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -634,6 +795,63 @@ async def test_binary_content_types_are_refused(site: Site, path: str, media: st
 async def test_binary_body_declared_as_html_is_refused(site: Site) -> None:
     error = await crawl_error(site.url("/fake-html"))
     assert "its body is binary (NUL bytes) although it was declared as text" in error.message
+
+
+# ---------------------------------------------------------------------- compressed bodies
+
+
+@pytest.mark.parametrize("path", ["/gzip-article", "/deflate-article", "/raw-deflate-article"])
+async def test_offered_encodings_are_decoded(site: Site, path: str) -> None:
+    assert ARTICLE_SENTENCE in (await run(site.url(path))).markdown
+
+
+async def test_only_offered_encodings_are_asked_for() -> None:
+    async with crawl._client() as client:
+        assert client.headers["accept-encoding"] == "gzip, deflate"
+
+
+async def test_gzip_bomb_stops_at_the_cap_with_bounded_memory(site: Site) -> None:
+    """1 GiB of zeros as ~1 MB of gzip: refused at 5 MB decoded, memory cap + a small constant."""
+    site.log.stream_aborted.clear()
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        baseline = tracemalloc.get_traced_memory()[0]
+        error = await crawl_error(site.url("/bomb-gzip"))
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+    finally:
+        tracemalloc.stop()
+    reason = "page larger than 5 MB once decompressed; stopped reading"
+    assert error.message == f"Refused to crawl {site.url('/bomb-gzip')}: {reason}"
+    assert peak < crawl.MAX_PAGE_BYTES + 2 * MB, f"peak {peak:,} bytes"
+    assert site.log.stream_aborted.wait(5), "the server never saw the connection closed"
+    assert site.log.stream_sent < 1 * MB  # ~5 KB of gzip is 5 MB of zeros; the rest was never read
+
+
+@pytest.mark.parametrize(
+    ("path", "reason"),
+    [
+        ("/bomb-stacked", "it is sent with stacked Content-Encodings (gzip, gzip); the crawler accepts one layer"),
+        ("/zstd", "it is sent with Content-Encoding zstd, which the crawler did not offer (it accepts gzip, deflate)"),
+        ("/br", "it is sent with Content-Encoding br, which the crawler did not offer (it accepts gzip, deflate)"),
+    ],
+)
+async def test_unoffered_or_stacked_encodings_are_refused_unread(site: Site, path: str, reason: str) -> None:
+    tracemalloc.start()
+    try:
+        tracemalloc.reset_peak()
+        baseline = tracemalloc.get_traced_memory()[0]
+        error = await crawl_error(site.url(path))
+        peak = tracemalloc.get_traced_memory()[1] - baseline
+    finally:
+        tracemalloc.stop()
+    assert error.message == f"Refused to crawl {site.url(path)}: {reason}"
+    assert peak < 2 * MB, f"peak {peak:,} bytes"
+
+
+async def test_corrupt_gzip_is_a_clear_failure(site: Site) -> None:
+    error = await crawl_error(site.url("/corrupt-gzip"), "CrawlFailed")
+    assert error.message.startswith(f"Could not crawl {site.url('/corrupt-gzip')}: its compressed body is corrupt (")
 
 
 # ------------------------------------------------------------------------- HTTP errors

@@ -1,0 +1,108 @@
+"""``activities.isolated``: jobs in killable child processes, with kernel-enforced limits.
+
+The jobs are module-level functions of this file, so the fork server imports them by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from activities import isolated
+from activities.isolated import Limits, Outcome, run_blocking, run_isolated
+from activities.settings import get_settings
+
+MB = 1024 * 1024
+ROOMY = Limits(cpu_seconds=30, memory_bytes=1024 * MB)
+
+
+def echo_twice(payload: bytes, suffix: str) -> Iterator[str]:
+    yield payload.decode() + suffix
+    yield suffix
+
+
+def spin(payload: bytes) -> Iterator[None]:
+    while True:
+        pass
+    yield None
+
+
+def hog_memory(payload: bytes) -> Iterator[int]:
+    yield len(b"x" * (512 * MB))
+
+
+def first_then_hang(payload: bytes) -> Iterator[str]:
+    yield "quick"
+    time.sleep(60)
+    yield "never"
+
+
+def niceness(payload: bytes) -> Iterator[int]:
+    yield os.nice(0)
+
+
+def boom(payload: bytes) -> Iterator[None]:
+    raise ValueError("boom")
+    yield None
+
+
+def nap(payload: bytes) -> Iterator[None]:
+    time.sleep(0.5)
+    yield None
+
+
+def test_values_come_back_in_order() -> None:
+    assert run_blocking(echo_twice, b"payload", ("!",), [10, 10], ROOMY) == Outcome(values=["payload!", "!"])
+
+
+def test_a_late_value_kills_the_child_and_keeps_the_earlier_ones() -> None:
+    started = time.monotonic()
+    outcome = run_blocking(first_then_hang, b"", (), [10, 0.3], ROOMY)
+    assert time.monotonic() - started < 3
+    assert outcome == Outcome(values=["quick"], timed_out_after=0.3)
+
+
+def test_cpu_limit_is_enforced_by_the_kernel() -> None:
+    """Even with a generous wall deadline, RLIMIT_CPU (SIGXCPU) ends a spinning child."""
+    started = time.monotonic()
+    outcome = run_blocking(spin, b"", (), [30], Limits(cpu_seconds=1, memory_bytes=1024 * MB))
+    assert time.monotonic() - started < 10
+    assert outcome.values == []
+    assert outcome.error == "the extraction process ended without an answer (exit code -24)"  # SIGXCPU
+
+
+def test_memory_limit_is_enforced_by_the_kernel() -> None:
+    outcome = run_blocking(hog_memory, b"", (), [30], Limits(cpu_seconds=30, memory_bytes=400 * MB))
+    assert outcome.error == "MemoryError: over the extraction memory limit"
+
+
+def test_children_run_at_lower_priority() -> None:
+    """So heavy extraction yields the CPU to the worker's own event loop and threads."""
+    assert run_blocking(niceness, b"", (), [10], ROOMY).values == [os.nice(0) + isolated.CHILD_NICENESS]
+
+
+def test_an_answer_over_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(isolated, "MAX_MESSAGE_BYTES", 100)
+    outcome = run_blocking(echo_twice, b"x" * 1000, ("!",), [10, 10], ROOMY)
+    assert outcome == Outcome(error="the extraction process sent a malformed answer (OSError)")
+
+
+def test_an_exception_is_reported_not_raised() -> None:
+    assert run_blocking(boom, b"", (), [10], ROOMY).error == "ValueError: boom"
+
+
+async def test_concurrency_is_bounded_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DEERFLOW_EXTRACT_MAX_CONCURRENCY", "2")
+    get_settings.cache_clear()
+    monkeypatch.setattr(isolated, "_executors", {})
+    try:
+        started = time.monotonic()
+        await asyncio.gather(*(run_isolated(nap, b"", (), [10], ROOMY) for _ in range(4)))
+        elapsed = time.monotonic() - started
+    finally:
+        get_settings.cache_clear()
+    assert elapsed >= 1.0  # two rounds of two 0.5 s naps
