@@ -22,7 +22,7 @@ from temporalio.worker import Worker
 from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.providers import OFFLINE_BANNER, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store

@@ -64,7 +64,7 @@ from activities.body_decoder import ACCEPT_ENCODING, BodyDecoder, EncodingRefuse
 from activities.heartbeat import heartbeating
 from activities.isolated import Limits, run_isolated
 from activities.limits import provider_slot
-from activities.settings import get_settings
+from config.settings import get_settings
 from workflows.models import CrawlRequest, CrawlResult
 
 MB = 1024 * 1024

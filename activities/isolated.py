@@ -48,7 +48,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from activities.settings import get_settings
+from config.settings import get_settings
 
 # Imported once by the fork server, so each child starts with them loaded (the last one also
 # runs a small extraction, for what trafilatura loads only on first use).

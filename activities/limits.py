@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
 
-from activities.settings import get_settings
+from config.settings import get_settings
 
 Provider = Literal["llm", "search", "crawl"]
 _semaphores: dict[tuple[Provider, int], asyncio.Semaphore] = {}

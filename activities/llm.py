@@ -32,7 +32,7 @@ from activities.context_budget import (
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.prompts import render_prompt
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 
 RETRYABLE_STATUS = {408, 409, 429}

@@ -57,8 +57,8 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.mcp_config import MCPServerConfig, MissingVariable, expand_placeholders
 from activities.secret_scrubber import current_scrubber
-from activities.settings import Settings, get_settings
 from activities.url_guard import HostNotFound, UrlRefused, validate_url
+from config.settings import Settings, get_settings
 from workflows.mcp_naming import mcp_tool_name
 from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList, ToolSpec
 

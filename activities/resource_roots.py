@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from activities.settings import Settings
+from config.settings import Settings
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 ALWAYS_PROTECTED = (Path("/proc"),)

@@ -48,7 +48,7 @@ from activities.doc_index import DB_FILENAME, DocumentStore, Hit, StoreUnavailab
 from activities.heartbeat import heartbeating
 from activities.resource_roots import ResourcePolicy, resolve
 from activities.search import parse_retry_after, trim_response
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
 
 log = logging.getLogger(__name__)

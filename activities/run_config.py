@@ -14,7 +14,7 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.retrieval import check_resources
-from activities.settings import get_settings
+from config.settings import get_settings
 from workflows.models import RunConfig
 
 

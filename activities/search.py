@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from workflows.models import SearchRequest, SearchResponse
 
 RATE_LIMITED = "SearchRateLimited"

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from activities.mcp_config import placeholder_values
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 8

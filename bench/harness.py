@@ -36,7 +36,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import data_converter

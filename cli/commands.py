@@ -24,11 +24,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from activities.resource_roots import ResourcePolicy
-from activities.settings import get_settings
 from cli.connection import CliError, connect
 from cli.render import plan_text, review_help, status_text
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
+from config.settings import get_settings
 from runtime.converter import data_converter
 from runtime.embedded import stop_embedded
 from runtime.search_attributes import missing_search_attributes

@@ -22,7 +22,7 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, ExternalStorage, StorageDriver
 
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from storage.filesystem import FileSystemStorageDriver
 
 PAYLOAD_STORES = ("filesystem", "s3", "none")

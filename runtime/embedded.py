@@ -24,7 +24,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from activities.settings import get_settings
+from config.settings import get_settings
 from runtime.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
 

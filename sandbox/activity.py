@@ -30,7 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from sandbox.errors import sandbox_error
 from sandbox.runner import ISOLATED, PLAIN, SandboxLimits, clamp_timeout, execute
 from workflows.models import PythonRequest, PythonResult

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from activities.settings import Settings
+from config.settings import Settings
 from sandbox.bootstrap import BOOT_MARKER, BOOT_MODULE
 from sandbox.errors import sandbox_error
 from sandbox.output import SandboxProtocol

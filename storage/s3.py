@@ -22,7 +22,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext
 
-from activities.settings import Settings
+from config.settings import Settings
 from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()

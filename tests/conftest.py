@@ -20,7 +20,7 @@ from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready

@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus

@@ -23,7 +23,7 @@ import pytest
 from temporalio.client import Client
 
 import offline.scripted_agents as scripted_agents
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import blob_root

@@ -134,7 +134,7 @@ def test_no_code_reads_temporal_settings_by_hand() -> None:
     """Only runtime/connection.py (through envconfig) reads TEMPORAL_*: a second reader would drift from
     profiles and TLS settings."""
     readers = re.compile(r"""(environ\.get|getenv|environ\[)\(?\s*["']TEMPORAL_""")
-    sources = [path for folder in ("runtime", "cli", "activities", "storage", "workflows", "bench")
+    sources = [path for folder in ("runtime", "cli", "activities", "config", "storage", "workflows", "bench")
                for path in (REPO_DIR / folder).rglob("*.py")]
     offenders = [str(path) for path in [*sources, REPO_DIR / "worker.py", REPO_DIR / "starter.py"]
                  if readers.search(path.read_text(encoding="utf-8"))]

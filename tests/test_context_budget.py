@@ -32,7 +32,7 @@ from activities.context_budget import (
     token_limit_for,
 )
 from activities.llm import chat
-from activities.settings import Settings, _conf_yaml_values, get_settings
+from config.settings import Settings, _conf_yaml_values, get_settings
 from offline.model_server import FakeModelServer
 from workflows.models import ChatMessage, ChatRequest, ToolCall
 from workflows.tools import TOOLS

@@ -38,7 +38,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import crawl, isolated, url_guard
-from activities.settings import get_settings
+from config.settings import get_settings
 from workflows.models import CrawlRequest, CrawlResult
 
 MB = 1024 * 1024

@@ -14,7 +14,7 @@ import pytest
 
 from activities import isolated
 from activities.isolated import Limits, Outcome, run_blocking, run_isolated
-from activities.settings import get_settings
+from config.settings import get_settings
 
 MB = 1024 * 1024
 ROOMY = Limits(cpu_seconds=30, memory_bytes=1024 * MB)

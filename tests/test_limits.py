@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from activities.limits import provider_slot
-from activities.settings import get_settings
+from config.settings import get_settings
 
 
 async def test_no_more_than_the_configured_calls_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:

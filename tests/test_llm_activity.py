@@ -14,7 +14,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm import chat
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.model_server import FakeModelServer, Fault
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolSpec
 from workflows.tools import HANDOFF_TO_PLANNER, TOOLS

@@ -45,7 +45,7 @@ from activities.mcp_tools import (
     mcp_call_tool,
     mcp_list_tools,
 )
-from activities.settings import get_settings
+from config.settings import get_settings
 from tests.mcp_test_server import server as test_mcp_server
 from workflows.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
 from workflows.models import (

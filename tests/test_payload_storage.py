@@ -35,7 +35,7 @@ from temporalio.worker import Replayer, Worker
 
 import storage.s3 as s3_module
 from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
-from activities.settings import Settings
+from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver

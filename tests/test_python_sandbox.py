@@ -23,7 +23,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import sandbox.activity as sandbox_activity
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from sandbox.activity import REFUSED, SandboxMode, python_repl_tool, sandbox_mode, sandbox_self_check
 from sandbox.bootstrap import BOOT_MARKER
 from sandbox.errors import sandbox_error

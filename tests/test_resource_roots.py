@@ -21,9 +21,9 @@ from activities.doc_index import _read
 from activities.resource_roots import REPOSITORY, ResourcePolicy
 from activities.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, local_search_tool
 from activities.run_config import load_run_config
-from activities.settings import Settings, get_settings
 from cli.commands import _request
 from cli.connection import CliError
+from config.settings import Settings, get_settings
 from offline.model_server import FakeModelServer
 from tests.test_workflow import start
 from workflows.errors import failure_message

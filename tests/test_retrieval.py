@@ -34,7 +34,7 @@ from activities.retrieval import (
     UNAVAILABLE,
     local_search_tool,
 )
-from activities.settings import get_settings
+from config.settings import get_settings
 from workflows.models import LocalSearchRequest, SearchResponse
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")

@@ -24,7 +24,7 @@ from activities.search import (
     parse_retry_after,
     web_search,
 )
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.search_server import FakeSearchServer, Fault
 from workflows.models import SearchRequest, SearchResponse
 

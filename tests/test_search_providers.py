@@ -24,7 +24,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.search import CONFIG_ERROR, RATE_LIMITED, UNAVAILABLE, supported_providers, web_search
 from activities.search_providers.wikipedia import WikipediaSearch
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from tests import fake_http
 from tests.fake_http import FakeHTTPServer, LoopbackGuard, Reply, Seen, is_loopback, loopback_only
 from workflows.models import SearchRequest, SearchResponse

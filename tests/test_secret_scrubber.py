@@ -21,7 +21,7 @@ from temporalio.worker import ActivityInboundInterceptor, ActivityOutboundInterc
 from activities.mcp_config import MCPServerConfig
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import REDACTED, ScrubbingLogFilter, SecretScrubber, secret_values
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from workflows.models import MCPCallResult
 
 KEY = "sk-test-openai-0123456789"

@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
 from activities.run_config import load_run_config
-from activities.settings import Settings, get_settings
+from config.settings import Settings, get_settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import STARTED, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunConfig

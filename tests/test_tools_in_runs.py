@@ -12,7 +12,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.settings import get_settings
+from config.settings import get_settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from tests.fake_http import FakeHTTPServer, Reply, Seen

@@ -229,7 +229,7 @@ async def test_search_down_is_reported_by_the_step_and_the_run_still_reports(
 async def test_recursion_limit_ends_the_step_with_a_summarising_turn(
     time_worker: Client, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from activities.settings import get_settings
+    from config.settings import get_settings
 
     monkeypatch.setenv("AGENT_RECURSION_LIMIT", "1")
     get_settings.cache_clear()
@@ -282,7 +282,7 @@ async def test_sequential_steps_are_the_default(time_worker: Client) -> None:
 async def test_a_long_history_continues_as_new_and_the_run_still_completes(
     time_worker: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from activities.settings import get_settings
+    from config.settings import get_settings
 
     monkeypatch.setenv("DEERFLOW_CONTINUE_AS_NEW_EVENTS", "40")
     get_settings.cache_clear()

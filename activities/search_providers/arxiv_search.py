@@ -27,7 +27,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.search import register_provider, status_error, unavailable_error
 from activities.search_providers._http import HttpProvider, check_base_url, plain_text
-from activities.settings import Settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://export.arxiv.org/api/query"

@@ -24,7 +24,7 @@ from activities.search_providers._http import (
     send,
     str_or_none,
 )
-from activities.settings import Settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://api.search.brave.com/res/v1"

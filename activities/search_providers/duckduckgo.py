@@ -32,7 +32,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.search import config_error, rate_limited_error, register_provider, status_error, unavailable_error
 from activities.search_providers._http import plain_text
-from activities.settings import Settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 LABEL = "DuckDuckGo"

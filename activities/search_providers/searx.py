@@ -20,7 +20,7 @@ from activities.search_providers._http import (
     send,
     str_or_none,
 )
-from activities.settings import Settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 PROVIDER = HttpProvider(

@@ -19,7 +19,7 @@ from activities.search_providers._http import (
     send,
     str_or_none,
 )
-from activities.settings import Settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://google.serper.dev"

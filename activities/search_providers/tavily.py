@@ -22,7 +22,7 @@ from activities.search import (
     unavailable_error,
 )
 from activities.search_providers._http import ssl_context
-from activities.settings import Settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 LABEL = "Tavily"

@@ -34,7 +34,7 @@ from activities.search_providers._http import (
     send,
     str_or_none,
 )
-from activities.settings import Settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 WIKIPEDIA_MAX_RESULTS = 20  # TextExtracts returns intro extracts for at most 20 pages at once

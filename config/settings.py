@@ -1,6 +1,9 @@
-"""The worker's configuration: one pydantic settings object from env vars and ``conf.yaml``.
+"""The configuration: one pydantic settings object from env vars and ``conf.yaml``.
 
-Secrets live here and only here. Activities read them from the worker's environment; they never
+Each process's entry point (worker, CLI, bench, tests) calls :func:`load_settings` once and hands
+the result to what needs it: activity objects, the payload store, the CLI. Nothing reads the
+environment later, so a value is never passed along by rewriting it, and a test builds the
+``Settings`` it wants instead of patching variables. Secrets live here and only here; they never
 enter workflow inputs or history.
 """
 
@@ -8,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -21,7 +25,7 @@ DEFAULT_RECURSION_LIMIT = 25
 
 
 class Settings(BaseModel):
-    """Built by ``get_settings`` from env and conf.yaml; fields are named by their env vars."""
+    """Built by ``load_settings`` from env and conf.yaml; fields are named by their env vars."""
 
     model_config = ConfigDict(extra="ignore", populate_by_name=True)
 
@@ -233,14 +237,20 @@ def _conf_yaml_values(path: Path) -> dict[str, Any]:
     return values
 
 
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """Env vars win over ``conf.yaml`` (path from ``DEERFLOW_CONF``, default ``./conf.yaml``).
+def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | None = None) -> Settings:
+    """Env vars win over ``conf.yaml`` (``conf_path``, else ``DEERFLOW_CONF``, else ``./conf.yaml``).
 
     An empty variable counts as unset: compose's ``${VAR:-}`` produces them for every option the
-    operator did not give.
+    operator did not give. ``environ`` defaults to the process's environment.
     """
-    conf = _conf_yaml_values(Path(os.environ.get("DEERFLOW_CONF", "conf.yaml")))
+    env = os.environ if environ is None else environ
+    conf = _conf_yaml_values(conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml"))
     env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
-    from_env = {name: os.environ[name] for name in env_names if os.environ.get(name)}
+    from_env = {name: env[name] for name in env_names if env.get(name)}
     return Settings(**{**conf, **from_env})
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Temporary: the process's settings, for code not yet handed its own."""
+    return load_settings()
