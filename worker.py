@@ -19,16 +19,17 @@ import signal
 
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
+from activities.isolated import start_fork_server
+from activities.registry import activities_for, sandbox_activities_for
 from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.secret_scrubber import ScrubbingLogFilter
-from config.settings import get_settings
+from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
+from config.settings import load_settings
 from offline.providers import OFFLINE_BANNER, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
-from sandbox.activity import sandbox_self_check
+from sandbox.activity import SandboxActivities
 from workflows.models import TASK_QUEUE
 from workflows.queues import sandbox_queue
 from workflows.research import DeepResearchWorkflow
@@ -42,28 +43,33 @@ async def main(argv: list[str] | None = None) -> None:
                         help="main: the workflow and the keyed activities; sandbox: the coder's Python")
     queues = QUEUE_CHOICES[parser.parse_args(argv).queues]
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for handler in logging.getLogger().handlers:
-        handler.addFilter(ScrubbingLogFilter())
+    # Settings are built once, here, and handed to everything that needs them; the offline
+    # providers add the settings that point at them instead of rewriting the environment.
     providers = start_offline_providers()
-    get_settings.cache_clear()
-    if get_settings().offline_demo:
+    settings = load_settings({**os.environ, **providers.overrides})
+    scrubber = SecretScrubber.for_settings(settings)
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(ScrubbingLogFilter(scrubber))
+    if settings.offline_demo:
         logging.warning(OFFLINE_BANNER)
     connection = load_connection()
-    await prepare_payload_store()
-    client = await connect(connection)
+    await prepare_payload_store(settings)
+    client = await connect(connection, settings)
     # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
-    os.environ["DEERFLOW_SEARCH_ATTRIBUTES"] = "1" if await ensure_search_attributes(client) else "0"
-    get_settings.cache_clear()
+    search_attributes_enabled = await ensure_search_attributes(client)
     # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.
-    interceptors = [SecretScrubbingInterceptor()]
+    interceptors = [SecretScrubbingInterceptor(scrubber)]
+    sandbox = SandboxActivities(settings)
     workers = []
     if "main" in queues:
-        workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES,
-                              interceptors=interceptors, max_cached_workflows=get_settings().max_cached_workflows))
+        await asyncio.to_thread(start_fork_server, settings)  # so the first crawl does not pay 1-3 s for it
+        activities = activities_for(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox)
+        workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=activities,
+                              interceptors=interceptors, max_cached_workflows=settings.max_cached_workflows))
     if "sandbox" in queues:
-        await sandbox_self_check()  # says at start whether the code is contained, or refused
-        workers.append(Worker(client, task_queue=sandbox_queue(TASK_QUEUE), activities=SANDBOX_ACTIVITIES,
+        await sandbox.self_check()  # says at start whether the code is contained, or refused
+        workers.append(Worker(client, task_queue=sandbox_queue(TASK_QUEUE), activities=sandbox_activities_for(sandbox),
                               interceptors=interceptors))
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

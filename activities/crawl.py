@@ -64,7 +64,7 @@ from activities.body_decoder import ACCEPT_ENCODING, BodyDecoder, EncodingRefuse
 from activities.heartbeat import heartbeating
 from activities.isolated import Limits, run_isolated
 from activities.limits import provider_slot
-from config.settings import get_settings
+from config.settings import Settings
 from workflows.models import CrawlRequest, CrawlResult
 
 MB = 1024 * 1024
@@ -160,22 +160,28 @@ def unavailable(url: str | httpx.URL, reason: str) -> ApplicationError:
 # ------------------------------------------------------------------------------ the activity
 
 
-@activity.defn(name="crawl_tool")
-@heartbeating
-async def crawl_tool(request: CrawlRequest) -> CrawlResult:
-    """Fetch ``request.url`` behind the SSRF guards and return its main content as markdown.
+class CrawlActivities:
+    """``crawl_tool``, built with the worker's settings (allowed hosts, caps, extraction limits)."""
 
-    The markdown is capped to ``crawl_max_chars`` here, before it is returned, so an
-    oversized page never enters workflow history. Heartbeats run in the background because
-    the workflow schedules this activity with a heartbeat timeout shorter than the fetch
-    deadline.
-    """
-    settings = get_settings()
-    async with provider_slot("crawl"):
-        page = await fetch(request.url, settings.crawl_allow_hosts)
-    title, text = await extract_within_budget(page, settings.crawl_max_chars)
-    markdown, truncated = cap_text(text, settings.crawl_max_chars)
-    return CrawlResult(url=page.url, title=title, markdown=markdown, truncated=truncated)
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name="crawl_tool")
+    @heartbeating
+    async def crawl_tool(self, request: CrawlRequest) -> CrawlResult:
+        """Fetch ``request.url`` behind the SSRF guards and return its main content as markdown.
+
+        The markdown is capped to ``crawl_max_chars`` here, before it is returned, so an
+        oversized page never enters workflow history. Heartbeats run in the background because
+        the workflow schedules this activity with a heartbeat timeout shorter than the fetch
+        deadline.
+        """
+        settings = self.settings
+        async with provider_slot("crawl", settings.crawl_max_concurrency):
+            page = await fetch(request.url, settings.crawl_allow_hosts)
+        title, text = await extract_within_budget(page, settings.crawl_max_chars, settings)
+        markdown, truncated = cap_text(text, settings.crawl_max_chars)
+        return CrawlResult(url=page.url, title=title, markdown=markdown, truncated=truncated)
 
 
 def cap_text(text: str, max_chars: int) -> tuple[str, bool]:
@@ -385,7 +391,7 @@ def _has_utf16_bom(body: bytes | bytearray) -> bool:
 # -------------------------------------------------------------------------------- extraction
 
 
-async def extract_within_budget(page: FetchedPage, max_chars: int) -> tuple[str | None, str]:
+async def extract_within_budget(page: FetchedPage, max_chars: int, settings: Settings) -> tuple[str | None, str]:
     """(title, text) of a fetched page, extracted in a child process on a time budget.
 
     For HTML the child first sends the result of the cheap, linear pass (title and plain
@@ -396,7 +402,7 @@ async def extract_within_budget(page: FetchedPage, max_chars: int) -> tuple[str 
     """
     if page.kind == "pdf":
         budget = EXTRACT_BUDGET_SECONDS
-        outcome = await run_isolated(_pdf_job, page.body, (max_chars,), [budget], Limits.for_budget(budget))
+        outcome = await run_isolated(_pdf_job, page.body, (max_chars,), [budget], Limits.for_budget(budget, settings))
         if outcome.timed_out_after is not None:
             raise failed(page.url, f"reading the PDF took longer than {budget:g} s")
         if outcome.error is not None:
@@ -405,7 +411,7 @@ async def extract_within_budget(page: FetchedPage, max_chars: int) -> tuple[str 
         return title, text
     deadlines = [PREPARE_BUDGET_SECONDS] if page.kind == "text" else [PREPARE_BUDGET_SECONDS, EXTRACT_BUDGET_SECONDS]
     args = (page.charset, page.kind, page.url, max_chars)
-    outcome = await run_isolated(_page_job, page.body, args, deadlines, Limits.for_budget(sum(deadlines)))
+    outcome = await run_isolated(_page_job, page.body, args, deadlines, Limits.for_budget(sum(deadlines), settings))
     if not outcome.values:
         if outcome.timed_out_after is not None:
             raise failed(page.url, f"reading the page took longer than {outcome.timed_out_after:g} s")

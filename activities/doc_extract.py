@@ -32,6 +32,7 @@ import trafilatura
 
 from activities.crawl import decode_body, prepare_html
 from activities.isolated import Limits, run_blocking
+from config.settings import Settings
 
 if TYPE_CHECKING:
     from pypdf import PageObject
@@ -65,11 +66,11 @@ def is_supported(path: Path) -> bool:
     return path.suffix.lower() in SUPPORTED_SUFFIXES
 
 
-def extract_document(path: Path, data: bytes) -> ExtractedDocument:
+def extract_document(path: Path, data: bytes, settings: Settings) -> ExtractedDocument:
     """Title and text of ``data``, read as the format ``path``'s extension names."""
     suffix = path.suffix.lower()
     if suffix == ".pdf" or suffix in HTML_SUFFIXES:
-        title, text = _isolated(suffix, data)
+        title, text = _isolated(suffix, data, settings)
     elif suffix in MARKDOWN_SUFFIXES:
         text = decode_text(data)
         title = markdown_title(text)
@@ -80,10 +81,10 @@ def extract_document(path: Path, data: bytes) -> ExtractedDocument:
     return ExtractedDocument(title=_clean_title(title) or path.name, text=_NUL.sub("", text)[:MAX_TEXT_CHARS])
 
 
-def _isolated(suffix: str, data: bytes) -> tuple[str | None, str]:
+def _isolated(suffix: str, data: bytes, settings: Settings) -> tuple[str | None, str]:
     """(title, text) of an HTML or PDF document, from a child process on a budget."""
     budget = EXTRACT_BUDGET_SECONDS
-    outcome = run_blocking(_extract_job, data, (suffix,), [budget], Limits.for_budget(budget))
+    outcome = run_blocking(_extract_job, data, (suffix,), [budget], Limits.for_budget(budget, settings))
     if outcome.timed_out_after is not None:
         raise ExtractionError(f"extraction took longer than {budget:g} s")
     if outcome.error is not None:  # "Type: message", from the child

@@ -38,6 +38,7 @@ from pathlib import Path
 from activities import doc_extract
 from activities.doc_chunk import chunk_text
 from activities.doc_tokens import match_expression, segment
+from config.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -122,8 +123,9 @@ def fts5_available() -> bool:
 class DocumentStore:
     """The index file at ``path``; every call opens its own connection, so any thread may use it."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, settings: Settings) -> None:
         self.path = path
+        self.settings = settings  # extraction's limits
 
     def sync(self, files: Sequence[Path], folders: Sequence[Path]) -> SyncReport:
         """Bring the index up to date with ``files`` (found under ``folders`` or named directly)."""
@@ -159,7 +161,7 @@ class DocumentStore:
             report.unchanged += 1
             return known[0]
         try:
-            document = doc_extract.extract_document(path, data)
+            document = doc_extract.extract_document(path, data, self.settings)
         except Exception as exc:  # a broken file must not fail the search over the others
             log.warning("Could not extract %s: %s", path, exc)
             report.failed += 1

@@ -48,7 +48,7 @@ from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from config.settings import get_settings
+from config.settings import Settings
 
 # Imported once by the fork server, so each child starts with them loaded (the last one also
 # runs a small extraction, for what trafilatura loads only on first use).
@@ -103,15 +103,18 @@ Job = Callable[..., Iterator[Any]]
 
 @dataclass(frozen=True)
 class Limits:
-    """What the kernel enforces on one child: CPU seconds and address space."""
+    """What the kernel enforces on one child (CPU seconds, address space), and how many children
+    the worker runs at once (the slots the parent waits for)."""
 
     cpu_seconds: float
     memory_bytes: int
+    max_concurrency: int
 
     @classmethod
-    def for_budget(cls, wall_seconds: float) -> Limits:
-        """CPU a second above the wall budget (the parent kills first); memory from settings."""
-        return cls(cpu_seconds=wall_seconds + 1, memory_bytes=get_settings().extract_max_memory_mb * 1024 * 1024)
+    def for_budget(cls, wall_seconds: float, settings: Settings) -> Limits:
+        """CPU a second above the wall budget (the parent kills first); memory and slots from settings."""
+        return cls(cpu_seconds=wall_seconds + 1, memory_bytes=settings.extract_max_memory_mb * 1024 * 1024,
+                   max_concurrency=settings.extract_max_concurrency)
 
 
 @dataclass
@@ -123,10 +126,10 @@ class Outcome:
     error: str | None = None  # the job raised, or the child died (e.g. killed by RLIMIT_CPU/AS)
 
 
-def start_fork_server() -> None:
+def start_fork_server(settings: Settings) -> None:
     """Start the fork server now, and wait until it forks (its imports and warm-up take 1-3 s),
-    so that the first page's extraction does not pay for it."""
-    run_blocking(_ready, b"", (), [60.0], Limits.for_budget(60.0))
+    so that the first page's extraction does not pay for it (the worker calls it at start)."""
+    run_blocking(_ready, b"", (), [60.0], Limits.for_budget(60.0, settings))
 
 
 def _ready(payload: bytes) -> Iterator[bool]:
@@ -145,15 +148,14 @@ async def run_isolated(
     started: list[BaseProcess] = []
     job = functools.partial(run_blocking, target, payload, args, deadlines, limits, started.append)
     try:
-        return await asyncio.get_running_loop().run_in_executor(_executor(), job)
+        return await asyncio.get_running_loop().run_in_executor(_executor(limits.max_concurrency), job)
     except asyncio.CancelledError:
         for process in started:
             process.kill()  # the waiting thread then sees the pipe close, and reaps it
         raise
 
 
-def _executor() -> ThreadPoolExecutor:
-    limit = get_settings().extract_max_concurrency
+def _executor(limit: int) -> ThreadPoolExecutor:
     if limit not in _executors:
         _executors[limit] = ThreadPoolExecutor(max_workers=limit, thread_name_prefix="isolated")
     return _executors[limit]
@@ -173,12 +175,11 @@ def run_blocking(
     in the process, so that many children never run at once. Each deadline counts from the
     previous value (the first from the child's start).
     """
-    with _slot():
+    with _slot(limits.max_concurrency):
         return _run(target, payload, args, deadlines, limits, on_start)
 
 
-def _slot() -> threading.BoundedSemaphore:
-    limit = get_settings().extract_max_concurrency
+def _slot(limit: int) -> threading.BoundedSemaphore:
     return _slots.setdefault(limit, threading.BoundedSemaphore(limit))
 
 

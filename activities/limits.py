@@ -13,21 +13,14 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
 
-from config.settings import get_settings
-
 Provider = Literal["llm", "search", "crawl"]
+# Process-wide, not per activity object: the provider's rate limit is the worker's, whoever calls.
 _semaphores: dict[tuple[Provider, int], asyncio.Semaphore] = {}
 
 
-def _limit(provider: Provider) -> int:
-    settings = get_settings()
-    return {"llm": settings.llm_max_concurrency, "search": settings.search_max_concurrency,
-            "crawl": settings.crawl_max_concurrency}[provider]
-
-
 @asynccontextmanager
-async def provider_slot(provider: Provider) -> AsyncIterator[None]:
-    limit = _limit(provider)
+async def provider_slot(provider: Provider, limit: int) -> AsyncIterator[None]:
+    """Hold one of ``limit`` slots for ``provider`` (the caller's setting) while the block runs."""
     semaphore = _semaphores.setdefault((provider, limit), asyncio.Semaphore(limit))
     async with semaphore:
         yield

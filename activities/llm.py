@@ -32,7 +32,7 @@ from activities.context_budget import (
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.prompts import render_prompt
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -196,28 +196,34 @@ def classify_provider_error(error: Exception) -> ApplicationError:
     return ApplicationError(f"Model call failed: {type(error).__name__}: {error}", type="ModelCallFailed")
 
 
-@activity.defn(name="chat")
-@heartbeating
-async def chat(request: ChatRequest) -> ChatResponse:
-    settings = get_settings()
-    system_prompt = render_prompt(request.prompt, request.prompt_vars)
-    tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
-    messages = _within_budget(settings, request, system_prompt, tools)
-    runnable: Any = _client(settings, request.model_tier.value)
-    if tools:
-        runnable = runnable.bind_tools(tools)
-    if request.json_mode:
-        runnable = runnable.bind(response_format={"type": "json_object"})
-    try:
-        async with provider_slot("llm"):
-            reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
-    except Exception as error:  # every provider failure is sorted, none escapes unclassified
-        raise classify_provider_error(error) from error
-    content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-    calls = _tool_calls(reply)
-    if not content.strip() and not calls:
-        # An empty completion is a provider glitch more often than a model decision: retry it.
-        raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
-    return ChatResponse(
-        message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply)
-    )
+class ModelActivities:
+    """The model turn, built with the worker's settings (endpoint, key, model names, limits)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name="chat")
+    @heartbeating
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        settings = self.settings
+        system_prompt = render_prompt(request.prompt, request.prompt_vars)
+        tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
+        messages = _within_budget(settings, request, system_prompt, tools)
+        runnable: Any = _client(settings, request.model_tier.value)
+        if tools:
+            runnable = runnable.bind_tools(tools)
+        if request.json_mode:
+            runnable = runnable.bind(response_format={"type": "json_object"})
+        try:
+            async with provider_slot("llm", settings.llm_max_concurrency):
+                reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
+        except Exception as error:  # every provider failure is sorted, none escapes unclassified
+            raise classify_provider_error(error) from error
+        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+        calls = _tool_calls(reply)
+        if not content.strip() and not calls:
+            # An empty completion is a provider glitch more often than a model decision: retry it.
+            raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
+        return ChatResponse(
+            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply)
+        )

@@ -56,9 +56,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.mcp_config import MCPServerConfig, MissingVariable, expand_placeholders
-from activities.secret_scrubber import current_scrubber
+from activities.secret_scrubber import SecretScrubber
 from activities.url_guard import HostNotFound, UrlRefused, validate_url
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from workflows.mcp_naming import mcp_tool_name
 from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList, ToolSpec
 
@@ -239,6 +239,9 @@ async def plan_connection(server_name: str, server: MCPServerConfig, settings: S
 # ---------------------------------------------------------------- sessions
 
 
+_NO_SECRETS = SecretScrubber(())
+
+
 @dataclass
 class _Progress:
     """Where a session got to, so a timeout or a dropped connection can be reported precisely."""
@@ -246,6 +249,7 @@ class _Progress:
     phase: str = "starting"
     timeout: float = CONNECT_TIMEOUT_SECONDS
     stderr: IO[str] | None = None
+    scrubber: SecretScrubber = _NO_SECRETS  # for the stderr tail the worker logs
     # The status of the last failed POST: the streamable HTTP transport turns a 401 or 404 into a
     # generic JSON-RPC error, and the status is what tells a wrong URL or token from a server in
     # trouble. (Failed GETs are not kept: a 405 for the optional GET stream is normal.)
@@ -294,7 +298,7 @@ class _Progress:
             return ""
         if not text:
             return ""
-        activity.logger.warning("%s stderr ends with: %s", label, current_scrubber().scrub(text[-STDERR_TAIL_CHARS:]))
+        activity.logger.warning("%s stderr ends with: %s", label, self.scrubber.scrub(text[-STDERR_TAIL_CHARS:]))
         return f" It wrote {size} bytes to stderr (its end is in the worker's log)."
 
 
@@ -338,13 +342,17 @@ async def _open_session(plan: _Plan, progress: _Progress) -> AsyncIterator[Clien
 
 
 async def _with_session(
-    server_name: str, server: MCPServerConfig, work: Callable[[ClientSession, _Progress], Awaitable[T]]
+    server_name: str,
+    server: MCPServerConfig,
+    settings: Settings,
+    scrubber: SecretScrubber,
+    work: Callable[[ClientSession, _Progress], Awaitable[T]],
 ) -> T:
     """Validate, open a session, run ``work`` in it, close it; every failure becomes an ApplicationError."""
-    plan = await plan_connection(server_name, server, get_settings())  # raises before spawning or connecting
+    plan = await plan_connection(server_name, server, settings)  # raises before spawning or connecting
     # The stdio server's stderr goes to a file that outlives the session, so a crash can be explained.
     with tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as stderr:
-        progress = _Progress(stderr=stderr if plan.transport == "stdio" else None)
+        progress = _Progress(stderr=stderr if plan.transport == "stdio" else None, scrubber=scrubber)
         try:
             async with _open_session(plan, progress) as session:
                 return await work(session, progress)
@@ -481,37 +489,6 @@ def _enabled(
     return tools
 
 
-@activity.defn(name="mcp_list_tools")
-@heartbeating
-async def mcp_list_tools(request: MCPListRequest) -> MCPToolList:
-    """The server's tools as ToolSpecs named ``mcp_<server>_<tool>``, filtered by ``enabled_tools``.
-
-    None when the operator did not add the server to ``request.agent`` (DeerFlow's ``add_to_agents``),
-    decided here because the workflow does not see the operator's table.
-    """
-    server = operator_server(request.server_name, get_settings())
-    if request.agent not in server.add_to_agents:
-        return MCPToolList(server_name=request.server_name)
-
-    async def work(session: ClientSession, progress: _Progress) -> MCPToolList:
-        specs: dict[str, ToolSpec] = {}
-        listed = await _list_all_tools(session, progress)
-        for tool in _enabled(listed, server.enabled_tools, request.enabled_tools):
-            spec = tool_spec(request.server_name, tool)
-            if spec.name in specs:
-                activity.logger.warning(
-                    "MCP server %r: tool %r shares the name %s with another tool; keeping the first",
-                    request.server_name,
-                    tool.name,
-                    spec.name,
-                )
-                continue
-            specs[spec.name] = spec
-        return MCPToolList(server_name=request.server_name, tools=list(specs.values()))
-
-    return await _finish_cleanup_on_cancel(_with_session(request.server_name, server, work))
-
-
 # ---------------------------------------------------------------- calling
 
 
@@ -564,29 +541,69 @@ def cap_text(text: str, limit: int) -> str:
     return text[: max(limit - len(marker), 0)].rstrip() + marker
 
 
-@activity.defn(name="mcp_call_tool")
-@heartbeating
-async def mcp_call_tool(request: MCPCallRequest) -> MCPCallResult:
-    """Call one tool (``request.tool``: its original name); the server's tool errors come back as is_error."""
-    server = operator_server(request.server_name, get_settings())
+class McpActivities:
+    """``mcp_list_tools`` and ``mcp_call_tool``, built with the worker's settings: the operator's
+    server table and guards, and the secrets to keep out of what a server's stderr puts in the log."""
 
-    async def work(session: ClientSession, progress: _Progress) -> MCPCallResult:
-        tools = _enabled(await _list_all_tools(session, progress), server.enabled_tools, request.enabled_tools)
-        name = resolve_tool(request.server_name, request.tool, tools)
-        with progress.step(f"calling tool {name!r}", CALL_TIMEOUT_SECONDS):
-            try:
-                result = await session.call_tool(name, request.arguments)
-            except MCPError as exc:
-                if exc.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
-                    raise
-                # The server rejected this call (bad arguments, internal error): the agent can read
-                # that and try differently; retrying the identical call would not help.
-                return MCPCallResult(
-                    content=cap_text(f"MCP error {exc.code}: {exc.message}", MAX_RESULT_CHARS), is_error=True
-                )
-            except RuntimeError as exc:
-                # The SDK's check of structured output against the tool's declared schema failed.
-                return MCPCallResult(content=cap_text(str(exc), MAX_RESULT_CHARS), is_error=True)
-        return MCPCallResult(content=format_content(result), is_error=bool(result.is_error))
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.scrubber = SecretScrubber.for_settings(settings)
 
-    return await _finish_cleanup_on_cancel(_with_session(request.server_name, server, work))
+    @activity.defn(name="mcp_list_tools")
+    @heartbeating
+    async def mcp_list_tools(self, request: MCPListRequest) -> MCPToolList:
+        """The server's tools as ToolSpecs named ``mcp_<server>_<tool>``, filtered by ``enabled_tools``.
+
+        None when the operator did not add the server to ``request.agent`` (DeerFlow's ``add_to_agents``),
+        decided here because the workflow does not see the operator's table.
+        """
+        server = operator_server(request.server_name, self.settings)
+        if request.agent not in server.add_to_agents:
+            return MCPToolList(server_name=request.server_name)
+
+        async def work(session: ClientSession, progress: _Progress) -> MCPToolList:
+            specs: dict[str, ToolSpec] = {}
+            listed = await _list_all_tools(session, progress)
+            for tool in _enabled(listed, server.enabled_tools, request.enabled_tools):
+                spec = tool_spec(request.server_name, tool)
+                if spec.name in specs:
+                    activity.logger.warning(
+                        "MCP server %r: tool %r shares the name %s with another tool; keeping the first",
+                        request.server_name,
+                        tool.name,
+                        spec.name,
+                    )
+                    continue
+                specs[spec.name] = spec
+            return MCPToolList(server_name=request.server_name, tools=list(specs.values()))
+
+        session = _with_session(request.server_name, server, self.settings, self.scrubber, work)
+        return await _finish_cleanup_on_cancel(session)
+
+    @activity.defn(name="mcp_call_tool")
+    @heartbeating
+    async def mcp_call_tool(self, request: MCPCallRequest) -> MCPCallResult:
+        """Call one tool (``request.tool``: its original name); the server's tool errors come back as is_error."""
+        server = operator_server(request.server_name, self.settings)
+
+        async def work(session: ClientSession, progress: _Progress) -> MCPCallResult:
+            tools = _enabled(await _list_all_tools(session, progress), server.enabled_tools, request.enabled_tools)
+            name = resolve_tool(request.server_name, request.tool, tools)
+            with progress.step(f"calling tool {name!r}", CALL_TIMEOUT_SECONDS):
+                try:
+                    result = await session.call_tool(name, request.arguments)
+                except MCPError as exc:
+                    if exc.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                        raise
+                    # The server rejected this call (bad arguments, internal error): the agent can read
+                    # that and try differently; retrying the identical call would not help.
+                    return MCPCallResult(
+                        content=cap_text(f"MCP error {exc.code}: {exc.message}", MAX_RESULT_CHARS), is_error=True
+                    )
+                except RuntimeError as exc:
+                    # The SDK's check of structured output against the tool's declared schema failed.
+                    return MCPCallResult(content=cap_text(str(exc), MAX_RESULT_CHARS), is_error=True)
+            return MCPCallResult(content=format_content(result), is_error=bool(result.is_error))
+
+        session = _with_session(request.server_name, server, self.settings, self.scrubber, work)
+        return await _finish_cleanup_on_cancel(session)

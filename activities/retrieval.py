@@ -48,7 +48,7 @@ from activities.doc_index import DB_FILENAME, DocumentStore, Hit, StoreUnavailab
 from activities.heartbeat import heartbeating
 from activities.resource_roots import ResourcePolicy, resolve
 from activities.search import parse_retry_after, trim_response
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
 
 log = logging.getLogger(__name__)
@@ -170,7 +170,7 @@ class LocalRetriever:
     """Files and folders on the worker, indexed into ``<DEERFLOW_HOME>/documents.sqlite3``."""
 
     def __init__(self, settings: Settings) -> None:
-        self.store = DocumentStore(settings.home / DB_FILENAME)
+        self.store = DocumentStore(settings.home / DB_FILENAME, settings)
         self.policy = ResourcePolicy.from_settings(settings)
 
     async def retrieve(self, request: LocalSearchRequest) -> SearchResponse:
@@ -462,13 +462,18 @@ def ragflow_result(chunk: dict[str, Any], names: dict[str, str], fallback_datase
 # ---------------------------------------------------------------- the activity
 
 
-@activity.defn(name="local_search_tool")
-@heartbeating
-async def local_search_tool(request: LocalSearchRequest) -> SearchResponse:
-    """Search the run's resources with the configured retriever; at most ``max_results``, text capped."""
-    settings = get_settings()
-    retriever = get_retriever(settings)  # first, so a bad RAG_PROVIDER is reported on any query
-    if request.max_results <= 0 or not request.query.strip() or not request.resources:
-        return SearchResponse(query=request.query)
-    response = await retriever.retrieve(request)
-    return trim_response(response, request.max_results, settings.search_content_chars)
+class RetrievalActivities:
+    """``local_search_tool``, built with the worker's settings (retriever, resource roots, caps)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name="local_search_tool")
+    @heartbeating
+    async def local_search_tool(self, request: LocalSearchRequest) -> SearchResponse:
+        """Search the run's resources with the configured retriever; at most ``max_results``, text capped."""
+        retriever = get_retriever(self.settings)  # first, so a bad RAG_PROVIDER is reported on any query
+        if request.max_results <= 0 or not request.query.strip() or not request.resources:
+            return SearchResponse(query=request.query)
+        response = await retriever.retrieve(request)
+        return trim_response(response, request.max_results, self.settings.search_content_chars)

@@ -14,19 +14,27 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.retrieval import check_resources
-from config.settings import get_settings
+from config.settings import Settings
 from workflows.models import RunConfig
 
 
-@activity.defn(name="load_run_config")
-async def load_run_config(resources: list[str] | None = None) -> RunConfig:
-    settings = get_settings()
-    check_resources(resources or [], settings)
-    return RunConfig(
-        agent_recursion_limit=settings.agent_recursion_limit,
-        offline_demo=settings.offline_demo,
-        search_attributes_enabled=settings.search_attributes_enabled,
-        continue_as_new_after_events=settings.continue_as_new_after_events,
-        max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
-        max_activities_in_flight=settings.max_activities_in_flight,
-    )
+class RunConfigActivities:
+    """``load_run_config``, built with the worker's settings and what the worker found at start:
+    whether the namespace has the custom search attributes (runtime/search_attributes.py)."""
+
+    def __init__(self, settings: Settings, search_attributes_enabled: bool = False) -> None:
+        self.settings = settings
+        self.search_attributes_enabled = search_attributes_enabled
+
+    @activity.defn(name="load_run_config")
+    async def load_run_config(self, resources: list[str] | None = None) -> RunConfig:
+        settings = self.settings
+        check_resources(resources or [], settings)
+        return RunConfig(
+            agent_recursion_limit=settings.agent_recursion_limit,
+            offline_demo=settings.offline_demo,
+            search_attributes_enabled=self.search_attributes_enabled,
+            continue_as_new_after_events=settings.continue_as_new_after_events,
+            max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
+            max_activities_in_flight=settings.max_activities_in_flight,
+        )

@@ -22,21 +22,29 @@ from temporalio.worker import (
     Interceptor,
 )
 
-from activities.secret_scrubber import SecretScrubber, current_scrubber
+from activities.secret_scrubber import SecretScrubber
 
 MAX_CAUSE_DEPTH = 8
 
 
 class SecretScrubbingInterceptor(Interceptor):
-    """Register on the worker (``Worker(..., interceptors=[SecretScrubbingInterceptor()])``)."""
+    """Register on the worker: ``Worker(..., interceptors=[SecretScrubbingInterceptor(scrubber)])``,
+    with the scrubber built from the worker's settings (``SecretScrubber.for_settings``)."""
+
+    def __init__(self, scrubber: SecretScrubber) -> None:
+        self.scrubber = scrubber
 
     def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
-        return _ScrubbingInbound(next)
+        return _ScrubbingInbound(next, self.scrubber)
 
 
 class _ScrubbingInbound(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, scrubber: SecretScrubber) -> None:
+        super().__init__(next)
+        self.scrubber = scrubber
+
     def init(self, outbound: ActivityOutboundInterceptor) -> None:
-        super().init(_ScrubbingOutbound(outbound))
+        super().init(_ScrubbingOutbound(outbound, self.scrubber))
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         try:
@@ -44,15 +52,19 @@ class _ScrubbingInbound(ActivityInboundInterceptor):
         except Exception as exc:
             if isinstance(exc, FailureError) and not isinstance(exc, ApplicationError):
                 raise  # cancellation and the like: Temporal's own, carrying no activity text
-            error = scrubbed_error(exc, current_scrubber())
+            error = scrubbed_error(exc, self.scrubber)
             error.__suppress_context__ = True  # not "from None": that would drop the scrubbed causes
             raise error  # noqa: B904
-        return current_scrubber().scrub_value(result)
+        return self.scrubber.scrub_value(result)
 
 
 class _ScrubbingOutbound(ActivityOutboundInterceptor):
+    def __init__(self, next: ActivityOutboundInterceptor, scrubber: SecretScrubber) -> None:
+        super().__init__(next)
+        self.scrubber = scrubber
+
     def heartbeat(self, *details: Any) -> None:
-        super().heartbeat(*current_scrubber().scrub_value(details))
+        super().heartbeat(*self.scrubber.scrub_value(details))
 
 
 def scrubbed_error(exc: BaseException, scrubber: SecretScrubber, depth: int = 0) -> ApplicationError:

@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse
 
 RATE_LIMITED = "SearchRateLimited"
@@ -216,14 +216,19 @@ def trim_response(response: SearchResponse, max_results: int, content_chars: int
 # ---------------------------------------------------------------- the activity
 
 
-@activity.defn(name="web_search")
-@heartbeating
-async def web_search(request: SearchRequest) -> SearchResponse:
-    """Search with the configured provider; at most ``max_results`` results, text capped."""
-    settings = get_settings()
-    provider = get_provider(settings)  # first, so a bad SEARCH_API is reported on any query
-    if request.max_results <= 0 or not request.query.strip():
-        return SearchResponse(query=request.query)
-    async with provider_slot("search"):
-        response = await provider.search(request)
-    return trim_response(response, request.max_results, settings.search_content_chars)
+class SearchActivities:
+    """``web_search``, built with the worker's settings (provider, keys, caps, concurrency)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    @activity.defn(name="web_search")
+    @heartbeating
+    async def web_search(self, request: SearchRequest) -> SearchResponse:
+        """Search with the configured provider; at most ``max_results`` results, text capped."""
+        provider = get_provider(self.settings)  # first, so a bad SEARCH_API is reported on any query
+        if request.max_results <= 0 or not request.query.strip():
+            return SearchResponse(query=request.query)
+        async with provider_slot("search", self.settings.search_max_concurrency):
+            response = await provider.search(request)
+        return trim_response(response, request.max_results, self.settings.search_content_chars)

@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from activities.mcp_config import placeholder_values
-from config.settings import Settings, get_settings
+from config.settings import Settings
 
 REDACTED = "[redacted]"
 MIN_SECRET_CHARS = 8
@@ -33,6 +33,11 @@ SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IG
 
 class SecretScrubber:
     """Replaces known secret values (longest first, so a value containing another goes whole)."""
+
+    @classmethod
+    def for_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> SecretScrubber:
+        """The scrubber for a worker built with ``settings`` and running in ``environ`` (default: its own)."""
+        return cls(secret_values(settings, os.environ if environ is None else environ))
 
     def __init__(self, secrets: Iterable[str]) -> None:
         values = sorted({value for value in secrets if len(value) >= MIN_SECRET_CHARS}, key=len, reverse=True)
@@ -77,18 +82,6 @@ def secret_values(settings: Settings, environ: Mapping[str, str]) -> list[str]:
     return values
 
 
-_current: tuple[Settings, SecretScrubber] | None = None
-
-
-def current_scrubber() -> SecretScrubber:
-    """The scrubber for the worker's current settings (rebuilt when ``get_settings`` is reloaded)."""
-    global _current
-    settings = get_settings()
-    if _current is None or _current[0] is not settings:
-        _current = (settings, SecretScrubber(secret_values(settings, os.environ)))
-    return _current[1]
-
-
 class ScrubbingLogFilter(logging.Filter):
     """A handler filter for the worker's logs: the same scrubbing for log records.
 
@@ -96,8 +89,12 @@ class ScrubbingLogFilter(logging.Filter):
     their own, such as an HTTP client logging a URL that carries a key in its query string.
     """
 
+    def __init__(self, scrubber: SecretScrubber) -> None:
+        super().__init__()
+        self.scrubber = scrubber
+
     def filter(self, record: logging.LogRecord) -> bool:
-        scrubber = current_scrubber()
+        scrubber = self.scrubber
         record.msg, record.args = scrubber.scrub(record.getMessage()), None
         if record.exc_info and not record.exc_text:
             record.exc_text = logging.Formatter().formatException(record.exc_info)

@@ -28,7 +28,7 @@ from cli.connection import CliError, connect
 from cli.render import plan_text, review_help, status_text
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
-from config.settings import get_settings
+from config.settings import load_settings
 from runtime.converter import data_converter
 from runtime.embedded import stop_embedded
 from runtime.search_attributes import missing_search_attributes
@@ -185,7 +185,7 @@ def _request(args: argparse.Namespace) -> ResearchRequest:
         # The worker resolves paths on its own machine: send them absolute, as the user meant them.
         fields["resources"] = [str(Path(path).resolve()) for path in args.resource]
         # The worker refuses resources outside its roots; say so before starting a run that would fail.
-        policy = ResourcePolicy.from_settings(get_settings())
+        policy = ResourcePolicy.from_settings(load_settings())
         refused = [path for path in args.resource if not policy.allows(Path(path).resolve())]
         if refused:
             raise CliError("\n".join(policy.refusal(path) for path in refused))
@@ -347,7 +347,7 @@ async def replay(args: argparse.Namespace) -> int:
         recorded = await handle.fetch_history()
     else:
         raise CliError("replay needs a run ID or --file FILE.json")
-    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter())
+    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings()))
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
         print(f"Replay FAILED for {recorded.workflow_id}: {outcome.replay_failure}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -151,10 +150,6 @@ class Settings(BaseModel):
     # Set by the worker when it serves the bundled offline demonstration providers.
     offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
 
-    # Set by worker.py at start-up: whether the namespace has the custom search attributes runs
-    # upsert (runtime/search_attributes.py). Runs read it through load_run_config.
-    search_attributes_enabled: bool = Field(default=False, alias="DEERFLOW_SEARCH_ATTRIBUTES")
-
     # Where embedded state lives (dev-server db, indexes, blobs).
     # Absolute by default, so the CLI (run from anywhere) and the worker (run from the repo) agree.
     home: Path = Field(default=Path(__file__).resolve().parent.parent / ".deerflow", alias="DEERFLOW_HOME")
@@ -250,7 +245,3 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
     return Settings(**{**conf, **from_env})
 
 
-@lru_cache(maxsize=1)
-def get_settings() -> Settings:
-    """Temporary: the process's settings, for code not yet handed its own."""
-    return load_settings()

@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig, DataSource
 from temporalio.service import TLSConfig
 
+from config.settings import Settings, load_settings
 from runtime.converter import data_converter
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
@@ -184,8 +185,11 @@ async def connect_when_ready(address: str, timeout: float = 30.0, **kwargs: Any)
             await asyncio.sleep(0.3)
 
 
-async def connect(connection: Connection | None = None, *, timeout: float = 30.0) -> Client:
-    """A client for ``connection`` (default: from the environment) with the shared data converter.
+async def connect(
+    connection: Connection | None = None, settings: Settings | None = None, *, timeout: float = 30.0
+) -> Client:
+    """A client for ``connection`` (default: from the environment) with the shared data converter,
+    built from ``settings`` (default: loaded from the environment, as the worker does).
 
     Waits up to ``timeout`` seconds for a server that does not answer yet; raises
     TemporalConnectionError with a one-line explanation otherwise.
@@ -193,7 +197,8 @@ async def connect(connection: Connection | None = None, *, timeout: float = 30.0
     connection = connection or load_connection()
     options: dict[str, Any] = {key: value for key, value in connection.connect_config.items() if key != "target_host"}
     options["namespace"] = connection.namespace
+    converter = data_converter(settings or load_settings())
     try:
-        return await connect_when_ready(connection.address, timeout, data_converter=data_converter(), **options)
+        return await connect_when_ready(connection.address, timeout, data_converter=converter, **options)
     except RuntimeError as error:
         raise TemporalConnectionError(describe_failure(connection, error)) from None

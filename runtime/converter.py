@@ -22,7 +22,7 @@ from pathlib import Path
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, ExternalStorage, StorageDriver
 
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from storage.filesystem import FileSystemStorageDriver
 
 PAYLOAD_STORES = ("filesystem", "s3", "none")
@@ -60,19 +60,17 @@ def with_driver(driver: StorageDriver | None, threshold_bytes: int) -> DataConve
     return dataclasses.replace(pydantic_data_converter, external_storage=storage)
 
 
-def data_converter(settings: Settings | None = None) -> DataConverter:
-    """The converter for the worker, every client and the replayer, from the settings (env)."""
-    settings = settings or get_settings()
+def data_converter(settings: Settings) -> DataConverter:
+    """The converter for the worker, every client and the replayer, from the process's settings."""
     return with_driver(storage_driver(settings), settings.payload_threshold_bytes)
 
 
-async def prepare_payload_store(settings: Settings | None = None) -> None:
+async def prepare_payload_store(settings: Settings) -> None:
     """Make the configured store ready at worker start-up, so the first large payload cannot fail.
 
     Filesystem: creates ``<home>/blobs``. S3: creates the bucket on a self-hosted store (MinIO)
     if it is missing, and fails clearly when an AWS bucket is missing or unreachable.
     """
-    settings = settings or get_settings()
     store = _store_name(settings)
     if store == "filesystem":
         blob_root(settings).mkdir(parents=True, exist_ok=True)

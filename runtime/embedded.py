@@ -24,7 +24,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from config.settings import get_settings
+from config.settings import load_settings
 from runtime.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
 
@@ -37,7 +37,7 @@ class EmbeddedError(RuntimeError):
 
 
 def state_dir() -> Path:
-    path = get_settings().home.resolve()
+    path = load_settings().home.resolve()
     path.mkdir(parents=True, exist_ok=True)
     return path
 

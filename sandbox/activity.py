@@ -30,7 +30,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from sandbox.errors import sandbox_error
 from sandbox.runner import ISOLATED, PLAIN, SandboxLimits, clamp_timeout, execute
 from workflows.models import PythonRequest, PythonResult
@@ -87,40 +87,43 @@ async def _detect_mode(settings: Settings) -> SandboxMode:
     return SandboxMode(REFUSED, f"the isolated sandbox does not work here ({failure})")
 
 
-_mode: SandboxMode | None = None
-_mode_lock: asyncio.Lock | None = None
+class SandboxActivities:
+    """``python_repl_tool``, built with the worker's settings (mode, limits, uid pool).
 
+    The mode is probed once per object (the worker builds one) and then kept: containment does
+    not change while the worker runs, and a probe per call would double each call's cost.
+    """
 
-async def sandbox_mode() -> SandboxMode:
-    """This worker process's sandbox mode, probed on first use and then cached."""
-    global _mode, _mode_lock
-    if _mode is None:
-        _mode_lock = _mode_lock or asyncio.Lock()
-        async with _mode_lock:
-            if _mode is None:
-                _mode = await _detect_mode(get_settings())
-    return _mode
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._mode: SandboxMode | None = None
+        self._mode_lock = asyncio.Lock()
 
+    async def mode(self) -> SandboxMode:
+        """This worker's sandbox mode, probed on first use and then cached."""
+        if self._mode is None:
+            async with self._mode_lock:
+                if self._mode is None:
+                    self._mode = await _detect_mode(self.settings)
+        return self._mode
 
-async def sandbox_self_check() -> SandboxMode:
-    """At worker start: probe now and say what python_repl_tool will do, loudly if not contained."""
-    mode = await sandbox_mode()
-    if mode.name == ISOLATED:
-        logger.info("python_repl_tool sandbox: isolated (namespaces, chroot, pool uid, disk cap)")
-    elif mode.name == PLAIN:
-        logger.warning("!!! python_repl_tool sandbox is OFF: %s. Only for a single trusted user. !!!", mode.reason)
-    else:
-        logger.error("python_repl_tool will refuse every call: %s. %s.", mode.reason, _HOW_TO_CONTAIN)
-    return mode
+    async def self_check(self) -> SandboxMode:
+        """At worker start: probe now and say what python_repl_tool will do, loudly if not contained."""
+        mode = await self.mode()
+        if mode.name == ISOLATED:
+            logger.info("python_repl_tool sandbox: isolated (namespaces, chroot, pool uid, disk cap)")
+        elif mode.name == PLAIN:
+            logger.warning("!!! python_repl_tool sandbox is OFF: %s. Only for a single trusted user. !!!", mode.reason)
+        else:
+            logger.error("python_repl_tool will refuse every call: %s. %s.", mode.reason, _HOW_TO_CONTAIN)
+        return mode
 
-
-@activity.defn(name="python_repl_tool")
-@heartbeating
-async def python_repl_tool(request: PythonRequest) -> PythonResult:
-    """Run the coder's Python in the sandbox; failures of the code are results, not errors."""
-    mode = await sandbox_mode()
-    if mode.name == REFUSED:
-        raise mode.refusal()
-    settings = get_settings()
-    return await execute(request.code, mode.name, clamp_timeout(request.timeout_seconds),
-                         SandboxLimits.from_settings(settings), settings.sandbox_uid_base)
+    @activity.defn(name="python_repl_tool")
+    @heartbeating
+    async def python_repl_tool(self, request: PythonRequest) -> PythonResult:
+        """Run the coder's Python in the sandbox; failures of the code are results, not errors."""
+        mode = await self.mode()
+        if mode.name == REFUSED:
+            raise mode.refusal()
+        return await execute(request.code, mode.name, clamp_timeout(request.timeout_seconds),
+                             SandboxLimits.from_settings(self.settings), self.settings.sandbox_uid_base)

@@ -7,10 +7,9 @@ offline demo uses; the activities are the real ones, with their real HTTP client
 from __future__ import annotations
 
 import contextlib
-import os
 import sysconfig
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,14 +17,16 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
+from activities.registry import activities_for, sandbox_activities_for
 from activities.scrub_interceptor import SecretScrubbingInterceptor
-from config.settings import get_settings
+from activities.secret_scrubber import SecretScrubber
+from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
+from sandbox.activity import SandboxActivities
 from tests.processes import DevServer
 from workflows.models import TASK_QUEUE
 from workflows.queues import SANDBOX_TASK_QUEUE
@@ -50,9 +51,9 @@ def search_server() -> Iterator[FakeSearchServer]:
 
 
 @pytest.fixture(scope="session")
-def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer) -> Iterator[dict[str, str]]:
-    """Point the worker settings of this process at the fakes (and keep real keys out)."""
-    values = {
+def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer) -> dict[str, str]:
+    """The worker settings, by env name, that point at the fakes (and keep real keys out)."""
+    return {
         "OPENAI_BASE_URL": model_server.base_url,
         "OPENAI_API_KEY": "offline",
         "BASIC_MODEL": "deerflow-offline-demo",
@@ -61,16 +62,17 @@ def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer)
         "DEERFLOW_OFFLINE_DEMO": "1",
         "LLM_REQUEST_TIMEOUT": "5",
     }
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    get_settings.cache_clear()
-    yield values
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    get_settings.cache_clear()
+
+
+@pytest.fixture(scope="session")
+def worker_settings(provider_env: dict[str, str]) -> Settings:
+    """The settings the session's worker and the activity tests are built with."""
+    return load_settings(environ=provider_env)
+
+
+def settings_with(provider_env: dict[str, str], **overrides: str) -> Settings:
+    """The fakes' settings plus ``overrides`` (by env name), read as the worker would read them."""
+    return load_settings(environ={**provider_env, **overrides})
 
 
 @pytest.fixture(autouse=True)
@@ -99,22 +101,50 @@ async def _terminate_leftover_runs() -> AsyncIterator[None]:
 
 
 @pytest.fixture(scope="session")
-async def time_env() -> AsyncIterator[WorkflowEnvironment]:
+async def time_env(worker_settings: Settings) -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=data_converter(), test_server_existing_path=str(TEST_SERVER)
+        data_converter=data_converter(worker_settings), test_server_existing_path=str(TEST_SERVER)
     )
     yield env
     await env.shutdown()
 
 
+_session_activities: list[Callable[..., object]] = []
+_session_interceptor: list[SecretScrubbingInterceptor] = []
+
+
 @pytest.fixture(scope="session")
-async def time_worker(time_env: WorkflowEnvironment, provider_env: dict[str, str]) -> AsyncIterator[Client]:
+async def time_worker(time_env: WorkflowEnvironment, worker_settings: Settings) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
+    sandbox = SandboxActivities(worker_settings)
+    main, sandboxed = activities_for(worker_settings, sandbox=sandbox), sandbox_activities_for(sandbox)
+    _session_activities[:] = main
+    interceptors = [SecretScrubbingInterceptor(SecretScrubber.for_settings(worker_settings))]
+    _session_interceptor[:] = interceptors
     async with Worker(time_env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
-                      activities=ACTIVITIES, interceptors=[SecretScrubbingInterceptor()]), \
-            Worker(time_env.client, task_queue=SANDBOX_TASK_QUEUE, activities=SANDBOX_ACTIVITIES,
-                   interceptors=[SecretScrubbingInterceptor()]):
+                      activities=main, interceptors=interceptors), \
+            Worker(time_env.client, task_queue=SANDBOX_TASK_QUEUE, activities=sandboxed, interceptors=interceptors):
         yield time_env.client
+
+
+@pytest.fixture
+def configure_worker(time_worker: Client, worker_settings: Settings) -> Iterator[Callable[[Settings], None]]:
+    """``configure_worker(settings)``: the session worker's activities, and its secret scrubber,
+    use ``settings`` (and the environment as it is now) until the test ends. The worker is shared
+    by the session, so a test that needs other settings swaps them in and out."""
+
+    def configure(settings: Settings) -> None:
+        scrubber = SecretScrubber.for_settings(settings)
+        for interceptor in _session_interceptor:
+            interceptor.scrubber = scrubber
+        for bound in _session_activities:
+            owner = bound.__self__  # type: ignore[attr-defined]
+            owner.settings = settings
+            if hasattr(owner, "scrubber"):
+                owner.scrubber = scrubber
+
+    yield configure
+    configure(worker_settings)
 
 
 _exit_status = 0
@@ -141,7 +171,7 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture(scope="module")
 async def client(dev_server: DevServer) -> AsyncIterator[Client]:
-    yield await connect_when_ready(dev_server.address, data_converter=data_converter())
+    yield await connect_when_ready(dev_server.address, data_converter=data_converter(load_settings()))
 
 
 def run_id(prefix: str = "test") -> str:

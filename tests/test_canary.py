@@ -15,7 +15,7 @@ import base64
 import json
 import logging
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,10 +23,11 @@ import pytest
 from temporalio.client import Client
 
 import offline.scripted_agents as scripted_agents
-from config.settings import get_settings
+from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import blob_root
+from tests.conftest import settings_with
 from tests.fake_http import FakeHTTPServer, Reply, Seen
 from tests.test_workflow import start
 from workflows.models import Outcome
@@ -70,7 +71,10 @@ def readable(history_json: str) -> str:
 
 
 @pytest.fixture
-def leaky_world(time_worker: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeHTTPServer]:
+def leaky_world(
+    configure_worker: Callable[[Settings], None], provider_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> Iterator[FakeHTTPServer]:
     """Canary secrets, a leaking site and search engine, a leaking operator MCP server and coder."""
 
     def page(seen: Seen) -> Reply:
@@ -90,20 +94,19 @@ def leaky_world(time_worker: Client, monkeypatch: pytest.MonkeyPatch, tmp_path: 
             for n in range(2)
         ]))
         with FakeSearchServer(corpus_path=corpus, api_key=SECRETS["TAVILY_API_KEY"]) as engine:
-            for name, value in SECRETS.items():
+            for name, value in SECRETS.items():  # the worker's environment: MCP's ${VAR}s, the scrubber
                 monkeypatch.setenv(name, value)
-            monkeypatch.setenv("TAVILY_BASE_URL", engine.base_url)
-            monkeypatch.setenv("DEERFLOW_CRAWL_ALLOW_HOSTS", "127.0.0.1")
-            monkeypatch.setenv("MCP_SERVERS", json.dumps({"leaky": mcp_server}))
             monkeypatch.setattr(scripted_agents, "STATS_CODE", LEAKY_CODE)
-            get_settings.cache_clear()
+            configure_worker(settings_with(provider_env, **SECRETS, TAVILY_BASE_URL=engine.base_url,
+                                           DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1",
+                                           MCP_SERVERS=json.dumps({"leaky": mcp_server})))
             yield site
     monkeypatch.undo()
-    get_settings.cache_clear()
 
 
 async def test_no_canary_leaves_the_worker(
     time_worker: Client,
+    worker_settings: Settings,
     model_server: FakeModelServer,
     leaky_world: FakeHTTPServer,
     tmp_path: Path,
@@ -124,7 +127,7 @@ async def test_no_canary_leaves_the_worker(
     assert (tmp_path / "crashed").exists(), "the MCP server never crashed"
     assert "could not research" in model_requests
 
-    blobs = "".join(path.read_text("utf-8", "replace") for path in blob_root(get_settings()).rglob("*")
+    blobs = "".join(path.read_text("utf-8", "replace") for path in blob_root(worker_settings).rglob("*")
                     if path.is_file())
     captured = capfd.readouterr()
     places = {

@@ -5,31 +5,26 @@ Every run either completes, or ends with a clear error naming the cause; no retr
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from config.settings import get_settings
+from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
+from tests.conftest import settings_with
 from tests.test_workflow import start
 from workflows.errors import failure_message
 from workflows.models import Outcome
 
 
 @pytest.fixture
-def short_timeouts(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def short_timeouts(provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> None:
     """Client timeouts of about a second, so injected hangs cost little real time."""
-    monkeypatch.setenv("LLM_REQUEST_TIMEOUT", "1")
-    monkeypatch.setenv("SEARCH_TIMEOUT_SECONDS", "1")
-    get_settings.cache_clear()
-    yield
-    monkeypatch.setenv("LLM_REQUEST_TIMEOUT", "5")
-    monkeypatch.delenv("SEARCH_TIMEOUT_SECONDS")
-    get_settings.cache_clear()
+    configure_worker(settings_with(provider_env, LLM_REQUEST_TIMEOUT="1", SEARCH_TIMEOUT_SECONDS="1"))
 
 
 async def max_attempt(handle: WorkflowHandle) -> int:

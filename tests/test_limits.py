@@ -4,28 +4,21 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
-
 from activities.limits import provider_slot
-from config.settings import get_settings
+from config.settings import Settings
 
 
-async def test_no_more_than_the_configured_calls_run_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("SEARCH_MAX_CONCURRENCY", "3")
-    get_settings.cache_clear()
+async def test_no_more_than_the_configured_calls_run_at_once() -> None:
+    limit = Settings(SEARCH_MAX_CONCURRENCY=3).search_max_concurrency
     running, peak = 0, 0
 
     async def call() -> None:
         nonlocal running, peak
-        async with provider_slot("search"):
+        async with provider_slot("search", limit):
             running += 1
             peak = max(peak, running)
             await asyncio.sleep(0.02)
             running -= 1
 
-    try:
-        await asyncio.gather(*(call() for _ in range(12)))
-    finally:
-        monkeypatch.delenv("SEARCH_MAX_CONCURRENCY")
-        get_settings.cache_clear()
+    await asyncio.gather(*(call() for _ in range(12)))
     assert peak == 3

@@ -9,7 +9,7 @@ private file reaches the model, the history or the report.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,12 +19,13 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.doc_index import _read
 from activities.resource_roots import REPOSITORY, ResourcePolicy
-from activities.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, local_search_tool
-from activities.run_config import load_run_config
+from activities.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, RetrievalActivities
+from activities.run_config import RunConfigActivities
 from cli.commands import _request
 from cli.connection import CliError
-from config.settings import Settings, get_settings
+from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
+from tests.conftest import settings_with
 from tests.test_workflow import start
 from workflows.errors import failure_message
 from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
@@ -34,7 +35,7 @@ PUBLIC = "Our fleet trial found sodium-ion packs kept 91% capacity after 2,000 c
 
 
 @pytest.fixture
-def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+def layout(tmp_path: Path) -> Path:
     """``root/docs`` (allowed, with a symlink to a private file), ``private/`` outside the root."""
     root, private = tmp_path / "root", tmp_path / "private"
     (root / "docs").mkdir(parents=True)
@@ -44,14 +45,25 @@ def layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     (root / "docs" / "leak.md").symlink_to(private / "secret.md")
     (root / "link.md").symlink_to(private / "secret.md")
     (root / "linked-folder").symlink_to(private, target_is_directory=True)
-    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", str(root))
-    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-    monkeypatch.setenv("RAG_PROVIDER", "local")
-    get_settings.cache_clear()
-    yield tmp_path
-    monkeypatch.undo()
-    get_settings.cache_clear()
+    return tmp_path
+
+
+def layout_env(layout: Path) -> dict[str, str]:
+    """The worker's settings for ``layout``, by env name: its home, and ``root`` as the only root."""
+    return {"DEERFLOW_HOME": str(layout / "home"), "DEERFLOW_RESOURCE_ROOTS": str(layout / "root"),
+            "DEERFLOW_CONF": str(layout / "absent.yaml"), "RAG_PROVIDER": "local"}
+
+
+@pytest.fixture
+def settings(layout: Path) -> Settings:
+    return load_settings(environ=layout_env(layout))
+
+
+@pytest.fixture
+def worker_layout(layout: Path, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> Path:
+    """``layout``, with the session worker configured for it."""
+    configure_worker(settings_with(provider_env, **layout_env(layout)))
+    return layout
 
 
 def refused_resources(tmp_path: Path) -> list[str]:
@@ -99,49 +111,46 @@ def test_the_workers_state_code_and_config_stay_closed_under_a_wide_root(tmp_pat
     assert not home_as_root.allows((tmp_path / "home" / "blobs" / "x").resolve())  # naming it does not open it
 
 
-def test_roots_come_from_conf_yaml_and_env_wins(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_roots_come_from_conf_yaml_and_env_wins(tmp_path: Path) -> None:
     conf = tmp_path / "conf.yaml"
     conf.write_text("RESOURCE_ROOTS:\n  - ~/papers\n  - /srv/docs\n")
-    monkeypatch.setenv("DEERFLOW_CONF", str(conf))
-    monkeypatch.delenv("DEERFLOW_RESOURCE_ROOTS", raising=False)
-    get_settings.cache_clear()
-    assert get_settings().allowed_resource_roots() == [Path("~/papers").expanduser(), Path("/srv/docs")]
-    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", "/a:/b/../c")
-    get_settings.cache_clear()
-    assert get_settings().allowed_resource_roots() == [Path("/a"), Path("/c")]
-    monkeypatch.undo()
-    get_settings.cache_clear()
+    from_conf = load_settings(environ={"DEERFLOW_CONF": str(conf)})
+    assert from_conf.allowed_resource_roots() == [Path("~/papers").expanduser(), Path("/srv/docs")]
+    from_env = load_settings(environ={"DEERFLOW_RESOURCE_ROOTS": "/a:/b/../c"}, conf_path=conf)
+    assert from_env.allowed_resource_roots() == [Path("/a"), Path("/c")]
 
 
 # ---------------------------------------------------------------- the search activity (defence in depth)
 
 
-async def search(resources: list[str]) -> list[str]:
+async def search(settings: Settings, resources: list[str]) -> list[str]:
     request = LocalSearchRequest(query="sodium-ion", resources=resources, max_results=10)
-    response = await ActivityEnvironment().run(local_search_tool, request)
+    response = await ActivityEnvironment().run(RetrievalActivities(settings).local_search_tool, request)
     return [result.content for result in response.results]
 
 
-async def test_the_search_refuses_every_way_of_naming_a_private_file(layout: Path) -> None:
+async def test_the_search_refuses_every_way_of_naming_a_private_file(layout: Path, settings: Settings) -> None:
     for resource in refused_resources(layout):
         with pytest.raises(ApplicationError) as caught:
-            await search([str(layout / "root" / "docs"), resource])
+            await search(settings, [str(layout / "root" / "docs"), resource])
         assert_refusal(caught.value, resource)
         assert SECRET not in caught.value.message
 
 
-async def test_a_missing_file_outside_the_roots_is_refused_not_reported_missing(layout: Path) -> None:
+async def test_a_missing_file_outside_the_roots_is_refused_not_reported_missing(
+    layout: Path, settings: Settings
+) -> None:
     # Otherwise the error would tell a requester which files exist outside the roots.
     with pytest.raises(ApplicationError) as outside:
-        await search(["/etc/no-such-file.md"])
+        await search(settings, ["/etc/no-such-file.md"])
     assert_refusal(outside.value, "/etc/no-such-file.md")
     with pytest.raises(ApplicationError) as inside:
-        await search([str(layout / "root" / "nope.md")])
+        await search(settings, [str(layout / "root" / "nope.md")])
     assert inside.value.type == RESOURCE_NOT_FOUND
 
 
-async def test_a_symlink_found_while_walking_a_folder_is_skipped(layout: Path) -> None:
-    found = await search([str(layout / "root" / "docs")])
+async def test_a_symlink_found_while_walking_a_folder_is_skipped(layout: Path, settings: Settings) -> None:
+    found = await search(settings, [str(layout / "root" / "docs")])
     assert any(PUBLIC in content for content in found)
     assert not any(SECRET in content for content in found)
     index = (layout / "home" / "documents.sqlite3").read_bytes()
@@ -151,23 +160,24 @@ async def test_a_symlink_found_while_walking_a_folder_is_skipped(layout: Path) -
 # ---------------------------------------------------------------- the run's start
 
 
-async def test_load_run_config_refuses_outside_resources(layout: Path) -> None:
+async def test_load_run_config_refuses_outside_resources(layout: Path, settings: Settings) -> None:
     resource = str(layout / "root" / "link.md")
+    load_run_config = RunConfigActivities(settings).load_run_config
     with pytest.raises(ApplicationError) as caught:
         await ActivityEnvironment().run(load_run_config, [str(layout / "root" / "docs"), resource])
     assert_refusal(caught.value, resource)
     assert (await ActivityEnvironment().run(load_run_config, [str(layout / "root" / "docs")])).agent_recursion_limit
 
 
-async def test_ragflow_resources_are_not_paths(layout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("RAG_PROVIDER", "ragflow")
-    get_settings.cache_clear()
-    await ActivityEnvironment().run(load_run_config, ["rag://dataset/abc"])
+async def test_ragflow_resources_are_not_paths(layout: Path) -> None:
+    ragflow = load_settings(environ={**layout_env(layout), "RAG_PROVIDER": "ragflow"})
+    await ActivityEnvironment().run(RunConfigActivities(ragflow).load_run_config, ["rag://dataset/abc"])
 
 
 async def test_a_run_naming_a_private_file_fails_at_once_and_leaks_nothing(
-    time_worker: Client, model_server: FakeModelServer, layout: Path
+    time_worker: Client, model_server: FakeModelServer, worker_layout: Path
 ) -> None:
+    layout = worker_layout
     resource = str(layout / "root" / ".." / "private" / "secret.md")
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=1, resources=[resource])
     with pytest.raises(WorkflowFailureError) as caught:
@@ -182,8 +192,9 @@ async def test_a_run_naming_a_private_file_fails_at_once_and_leaks_nothing(
 
 
 async def test_a_symlink_in_a_resource_folder_leaks_nothing_into_a_run(
-    time_worker: Client, model_server: FakeModelServer, layout: Path
+    time_worker: Client, model_server: FakeModelServer, worker_layout: Path
 ) -> None:
+    layout = worker_layout
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=1,
                          resources=[str(layout / "root" / "docs")])
     result = await handle.result()
@@ -204,7 +215,9 @@ def cli_args(resources: list[str]) -> argparse.Namespace:
     )
 
 
-def test_the_cli_refuses_outside_resources_and_says_what_to_do(layout: Path) -> None:
+def test_the_cli_refuses_outside_resources_and_says_what_to_do(layout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in layout_env(layout).items():  # the CLI reads its settings from its environment
+        monkeypatch.setenv(name, value)
     resource = str(layout / "root" / "link.md")
     with pytest.raises(CliError) as caught:
         _request(cli_args([str(layout / "root" / "docs"), resource]))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,11 +21,11 @@ from activities.search import (
     CONFIG_ERROR,
     RATE_LIMITED,
     UNAVAILABLE,
+    SearchActivities,
     cap_text,
     parse_retry_after,
-    web_search,
 )
-from config.settings import get_settings
+from config.settings import load_settings
 from offline.search_server import FakeSearchServer, Fault
 from workflows.models import SearchRequest, SearchResponse
 
@@ -38,32 +39,27 @@ def server() -> Iterator[FakeSearchServer]:
 
 
 @pytest.fixture
-def search_env(monkeypatch: pytest.MonkeyPatch, server: FakeSearchServer, tmp_path) -> Iterator[None]:
-    """Point the settings at the fake; no conf.yaml and no proxy may leak in from the machine."""
+def search_env(monkeypatch: pytest.MonkeyPatch, server: FakeSearchServer, tmp_path: Path) -> dict[str, str]:
+    """The settings (by env name) that point at the fake; no conf.yaml and no proxy may leak in
+    from the machine (the HTTP client reads proxies from the environment)."""
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-    monkeypatch.setenv("SEARCH_API", "tavily")
-    monkeypatch.setenv("TAVILY_API_KEY", "offline")
-    monkeypatch.setenv("TAVILY_BASE_URL", server.base_url)
-    monkeypatch.setenv("SEARCH_TIMEOUT_SECONDS", "2")
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+    return {"DEERFLOW_CONF": str(tmp_path / "absent.yaml"), "SEARCH_API": "tavily", "TAVILY_API_KEY": "offline",
+            "TAVILY_BASE_URL": server.base_url, "SEARCH_TIMEOUT_SECONDS": "2"}
 
 
-def use_setting(monkeypatch: pytest.MonkeyPatch, name: str, value: str) -> None:
-    monkeypatch.setenv(name, value)
-    get_settings.cache_clear()
+def use_setting(env: dict[str, str], name: str, value: str) -> None:
+    env[name] = value
 
 
-async def run_search(query: str, max_results: int = 3) -> SearchResponse:
+async def run_search(env: dict[str, str], query: str, max_results: int = 3) -> SearchResponse:
+    web_search = SearchActivities(load_settings(environ=env)).web_search
     return await ActivityEnvironment().run(web_search, SearchRequest(query=query, max_results=max_results))
 
 
-async def search_error(query: str = "solar power") -> ApplicationError:
+async def search_error(env: dict[str, str], query: str = "solar power") -> ApplicationError:
     with pytest.raises(ApplicationError) as caught:
-        await run_search(query)
+        await run_search(env, query)
     return caught.value
 
 
@@ -74,9 +70,10 @@ def slug(url: str) -> str:
 # ---------------------------------------------------------------- results
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_results_are_ranked_and_capped_to_max_results(server: FakeSearchServer) -> None:
-    response = await run_search("how do lithium-ion batteries work", max_results=2)
+async def test_results_are_ranked_and_capped_to_max_results(
+    search_env: dict[str, str], server: FakeSearchServer
+) -> None:
+    response = await run_search(search_env, "how do lithium-ion batteries work", max_results=2)
 
     assert len(response.results) == 2
     assert slug(response.results[0].url) == "lithium-ion-batteries"
@@ -89,11 +86,10 @@ async def test_results_are_ranked_and_capped_to_max_results(server: FakeSearchSe
     assert sent["body"]["include_raw_content"] is False
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_content_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_setting(monkeypatch, "SEARCH_CONTENT_CHARS", "60")
+async def test_content_is_capped(search_env: dict[str, str]) -> None:
+    use_setting(search_env, "SEARCH_CONTENT_CHARS", "60")
 
-    response = await run_search("electric vehicles charging", max_results=3)
+    response = await run_search(search_env, "electric vehicles charging", max_results=3)
 
     assert response.results
     for result in response.results:
@@ -102,9 +98,8 @@ async def test_content_is_capped(monkeypatch: pytest.MonkeyPatch) -> None:
         assert result.raw_content is None
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_chinese_query_finds_the_chinese_document() -> None:
-    response = await run_search("熬夜对健康有什么影响")
+async def test_chinese_query_finds_the_chinese_document(search_env: dict[str, str]) -> None:
+    response = await run_search(search_env, "熬夜对健康有什么影响")
 
     assert slug(response.results[0].url) == "staying-up-late-health-zh"
     assert "熬夜" in response.results[0].content
@@ -113,33 +108,30 @@ async def test_chinese_query_finds_the_chinese_document() -> None:
 # ---------------------------------------------------------------- errors
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_server_error_is_retryable(server: FakeSearchServer) -> None:
+async def test_server_error_is_retryable(search_env: dict[str, str], server: FakeSearchServer) -> None:
     server.inject(500)
 
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert error.type == UNAVAILABLE
     assert not error.non_retryable
     assert "500" in error.message
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_rate_limit_is_retryable_after_retry_after(server: FakeSearchServer) -> None:
+async def test_rate_limit_is_retryable_after_retry_after(search_env: dict[str, str], server: FakeSearchServer) -> None:
     server.inject(Fault.rate_limited(retry_after=7))
 
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert error.type == RATE_LIMITED
     assert not error.non_retryable
     assert error.next_retry_delay == timedelta(seconds=7)
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_rejected_key_is_not_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_setting(monkeypatch, "TAVILY_API_KEY", "wrong-key")
+async def test_rejected_key_is_not_retryable(search_env: dict[str, str]) -> None:
+    use_setting(search_env, "TAVILY_API_KEY", "wrong-key")
 
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert error.type == CONFIG_ERROR
     assert error.non_retryable
@@ -147,73 +139,68 @@ async def test_rejected_key_is_not_retryable(monkeypatch: pytest.MonkeyPatch) ->
     assert "TAVILY_API_KEY" in error.message
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_missing_key_is_not_retryable(monkeypatch: pytest.MonkeyPatch, server: FakeSearchServer) -> None:
-    monkeypatch.delenv("TAVILY_API_KEY")
-    get_settings.cache_clear()
+async def test_missing_key_is_not_retryable(search_env: dict[str, str], server: FakeSearchServer) -> None:
+    del search_env["TAVILY_API_KEY"]
 
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert "TAVILY_API_KEY" in error.message
     assert server.requests == []
 
 
-@pytest.mark.usefixtures("search_env")
 @pytest.mark.parametrize(
     ("status", "cause"),
     [(400, "invalid (400)"), (403, "refused the request (403"), (432, "usage limit")],
 )
-async def test_refusals_are_not_retryable(server: FakeSearchServer, status: int, cause: str) -> None:
+async def test_refusals_are_not_retryable(
+    search_env: dict[str, str], server: FakeSearchServer, status: int, cause: str
+) -> None:
     server.inject(status)
 
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert cause in error.message
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_timeout_is_retryable(monkeypatch: pytest.MonkeyPatch, server: FakeSearchServer) -> None:
-    use_setting(monkeypatch, "SEARCH_TIMEOUT_SECONDS", "0.3")
+async def test_timeout_is_retryable(search_env: dict[str, str], server: FakeSearchServer) -> None:
+    use_setting(search_env, "SEARCH_TIMEOUT_SECONDS", "0.3")
     server.inject(Fault.timeout(5))
 
     started = time.monotonic()
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert time.monotonic() - started < 3
     assert error.type == UNAVAILABLE and not error.non_retryable
     assert "0.3 s" in error.message
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_unreachable_server_is_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_unreachable_server_is_retryable(search_env: dict[str, str]) -> None:
     with FakeSearchServer() as gone:
         url = gone.base_url
-    use_setting(monkeypatch, "TAVILY_BASE_URL", url)
+    use_setting(search_env, "TAVILY_BASE_URL", url)
 
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert error.type == UNAVAILABLE and not error.non_retryable
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_unknown_provider_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_setting(monkeypatch, "SEARCH_API", "altavista")
+async def test_unknown_provider_is_a_config_error(search_env: dict[str, str]) -> None:
+    use_setting(search_env, "SEARCH_API", "altavista")
 
-    error = await search_error()
+    error = await search_error(search_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert "altavista" in error.message and "tavily" in error.message
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_faults_are_consumed_in_order(server: FakeSearchServer) -> None:
+async def test_faults_are_consumed_in_order(search_env: dict[str, str], server: FakeSearchServer) -> None:
     server.inject(503, Fault.rate_limited(2))
 
-    assert (await search_error()).type == UNAVAILABLE
-    assert (await search_error()).type == RATE_LIMITED
-    assert (await run_search("solar power")).results
+    assert (await search_error(search_env)).type == UNAVAILABLE
+    assert (await search_error(search_env)).type == RATE_LIMITED
+    assert (await run_search(search_env, "solar power")).results
 
 
 # ---------------------------------------------------------------- helpers and the fake itself
@@ -246,8 +233,7 @@ def test_fake_speaks_tavily_errors(server: FakeSearchServer) -> None:
     assert health.json()["status"] == "ok"
 
 
-@pytest.mark.usefixtures("search_env")
-async def test_empty_search_api_means_the_default_provider(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_setting(monkeypatch, "SEARCH_API", "")
+async def test_empty_search_api_means_the_default_provider(search_env: dict[str, str]) -> None:
+    use_setting(search_env, "SEARCH_API", "")
 
-    assert (await run_search("wind turbines offshore")).results
+    assert (await run_search(search_env, "wind turbines offshore")).results

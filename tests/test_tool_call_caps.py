@@ -7,17 +7,17 @@ cap bounds how many of the run's activities are pending at once.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 
 import pytest
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import ActivityEnvironment
 
-from activities.run_config import load_run_config
-from config.settings import Settings, get_settings
+from activities.run_config import RunConfigActivities
+from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import STARTED, run_id
+from tests.conftest import STARTED, run_id, settings_with
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunConfig
 
 PER_TURN = 16
@@ -25,13 +25,11 @@ IN_FLIGHT = 4
 
 
 @pytest.fixture
-def caps(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("DEERFLOW_MAX_TOOL_CALLS_PER_TURN", str(PER_TURN))
-    monkeypatch.setenv("DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT", str(IN_FLIGHT))
-    get_settings.cache_clear()
-    yield
-    monkeypatch.undo()
-    get_settings.cache_clear()
+def caps(provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> Settings:
+    settings = settings_with(provider_env, DEERFLOW_MAX_TOOL_CALLS_PER_TURN=str(PER_TURN),
+                             DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=str(IN_FLIGHT))
+    configure_worker(settings)
+    return settings
 
 
 def tool_batches(history: WorkflowHistory) -> list[int]:
@@ -88,8 +86,8 @@ def test_the_caps_stay_well_below_the_servers_pending_activity_limit(name: str, 
         Settings(**{name: value})
 
 
-async def test_the_caps_reach_the_workflow_through_the_run_config(caps: None) -> None:
-    config = await ActivityEnvironment().run(load_run_config)
+async def test_the_caps_reach_the_workflow_through_the_run_config(caps: Settings) -> None:
+    config = await ActivityEnvironment().run(RunConfigActivities(caps).load_run_config)
     assert (config.max_tool_calls_per_turn, config.max_activities_in_flight) == (PER_TURN, IN_FLIGHT)
     defaults = Settings()
     assert (defaults.max_tool_calls_per_turn, defaults.max_activities_in_flight) == (16, 32)

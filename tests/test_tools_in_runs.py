@@ -5,16 +5,17 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from config.settings import get_settings
+from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
+from tests.conftest import settings_with
 from tests.fake_http import FakeHTTPServer, Reply, Seen
 from tests.test_workflow import start
 from workflows.models import Outcome
@@ -23,10 +24,9 @@ ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</
 
 
 @pytest.fixture
-def documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", str(tmp_path / "docs"))
-    get_settings.cache_clear()
+def documents(tmp_path: Path, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> Path:
+    configure_worker(settings_with(provider_env, DEERFLOW_HOME=str(tmp_path / "home"),
+                                   DEERFLOW_RESOURCE_ROOTS=str(tmp_path / "docs")))
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "sodium-ion.md").write_text(
@@ -34,10 +34,7 @@ def documents(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]
         "after 2,000 cycles, and cost 28% less per kWh than the lithium iron phosphate packs they replaced.\n")
     (folder / "notes.txt").write_text("Solid-state batteries for electric vehicles: our supplier expects "
                                       "pilot production of solid-state cells in 2028.\n")
-    yield folder
-    monkeypatch.delenv("DEERFLOW_HOME")
-    monkeypatch.delenv("DEERFLOW_RESOURCE_ROOTS")
-    get_settings.cache_clear()
+    return folder
 
 
 async def test_resources_are_searched_first_and_cited_in_the_report(
@@ -61,7 +58,9 @@ async def test_resources_are_searched_first_and_cited_in_the_report(
 
 
 @pytest.fixture
-def loopback_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHTTPServer]:
+def loopback_corpus(
+    tmp_path: Path, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]
+) -> Iterator[FakeHTTPServer]:
     """A site on 127.0.0.1 and a search engine whose every result points at it."""
     def page(seen: Seen) -> Reply:
         title = seen.path.strip("/").replace("-", " ").title()
@@ -78,11 +77,9 @@ def loopback_corpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator
             for n in range(3)
         ]))
         with FakeSearchServer(corpus_path=corpus) as engine:
-            monkeypatch.setenv("TAVILY_BASE_URL", engine.base_url)
-            monkeypatch.setenv("DEERFLOW_CRAWL_ALLOW_HOSTS", "127.0.0.1")
-            get_settings.cache_clear()
+            configure_worker(settings_with(provider_env, TAVILY_BASE_URL=engine.base_url,
+                                           DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1"))
             yield site
-    get_settings.cache_clear()
 
 
 async def test_a_page_is_crawled_once_per_run_even_when_steps_revisit_it(
@@ -108,12 +105,12 @@ async def test_a_page_is_crawled_once_per_run_even_when_steps_revisit_it(
 
 
 async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
-    time_worker: Client, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+    time_worker: Client, model_server: FakeModelServer, provider_env: dict[str, str],
+    configure_worker: Callable[[Settings], None],
 ) -> None:
     calculator = {"transport": "stdio", "command": str(Path(sys.executable).parent / "python"),
                   "args": [str(Path(__file__).parent / "mcp_test_server.py")], "enabled_tools": ["add"]}
-    monkeypatch.setenv("MCP_SERVERS", json.dumps({"calc": calculator}))  # the operator's table
-    get_settings.cache_clear()
+    configure_worker(settings_with(provider_env, MCP_SERVERS=json.dumps({"calc": calculator})))  # the operator's table
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, mcp_servers=["calc"])
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
@@ -129,5 +126,3 @@ async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
     mcp_answers = [m["content"] for body in researcher_turns for m in body["messages"]
                    if m["role"] == "tool" and m["tool_call_id"] == "call_2"]
     assert mcp_answers and mcp_answers[0] == "4"  # add(a=2, b=2) ran on the real MCP server
-    monkeypatch.delenv("MCP_SERVERS")
-    get_settings.cache_clear()

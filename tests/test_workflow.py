@@ -15,10 +15,11 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.conftest import STARTED, run_id
+from tests.conftest import STARTED, run_id, settings_with
 from workflows.errors import failure_message
 from workflows.models import (
     TASK_QUEUE,
@@ -227,18 +228,12 @@ async def test_search_down_is_reported_by_the_step_and_the_run_still_reports(
 
 
 async def test_recursion_limit_ends_the_step_with_a_summarising_turn(
-    time_worker: Client, model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
+    time_worker: Client, model_server: FakeModelServer, provider_env: dict[str, str],
+    configure_worker: Callable[[Settings], None],
 ) -> None:
-    from config.settings import get_settings
-
-    monkeypatch.setenv("AGENT_RECURSION_LIMIT", "1")
-    get_settings.cache_clear()
-    try:
-        handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
-        result = await handle.result()
-    finally:
-        monkeypatch.delenv("AGENT_RECURSION_LIMIT")
-        get_settings.cache_clear()
+    configure_worker(settings_with(provider_env, AGENT_RECURSION_LIMIT="1"))
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    result = await handle.result()
     assert result.outcome is Outcome.REPORT
     researcher_calls = [body for body in model_server.requests
                         if "deerflow-agent: researcher" in str(body["messages"][0].get("content"))]
@@ -280,18 +275,11 @@ async def test_sequential_steps_are_the_default(time_worker: Client) -> None:
 
 
 async def test_a_long_history_continues_as_new_and_the_run_still_completes(
-    time_worker: Client, monkeypatch: pytest.MonkeyPatch
+    time_worker: Client, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]
 ) -> None:
-    from config.settings import get_settings
-
-    monkeypatch.setenv("DEERFLOW_CONTINUE_AS_NEW_EVENTS", "40")
-    get_settings.cache_clear()
-    try:
-        handle = await start(time_worker, auto_accept_plan=True, max_step_num=4)
-        result = await handle.result()  # follows the chain of continued runs
-    finally:
-        monkeypatch.delenv("DEERFLOW_CONTINUE_AS_NEW_EVENTS")
-        get_settings.cache_clear()
+    configure_worker(settings_with(provider_env, DEERFLOW_CONTINUE_AS_NEW_EVENTS="40"))
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=4)
+    result = await handle.result()  # follows the chain of continued runs
     first_run = await time_worker.get_workflow_handle(handle.id, run_id=handle.result_run_id).fetch_history()
     assert first_run.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
     assert result.outcome is Outcome.REPORT and result.plan is not None
