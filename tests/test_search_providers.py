@@ -22,9 +22,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.search import CONFIG_ERROR, RATE_LIMITED, UNAVAILABLE, supported_providers, web_search
+from activities.search import CONFIG_ERROR, RATE_LIMITED, UNAVAILABLE, SearchActivities, supported_providers
 from activities.search_providers.wikipedia import WikipediaSearch
-from config.settings import Settings, get_settings
+from config.settings import Settings, load_settings
 from tests import fake_http
 from tests.fake_http import FakeHTTPServer, LoopbackGuard, Reply, Seen, is_loopback, loopback_only
 from workflows.models import SearchRequest, SearchResponse
@@ -32,11 +32,6 @@ from workflows.models import SearchRequest, SearchResponse
 __all__ = ["loopback_only"]  # the fixture, imported so pytest finds it here
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "DDGS_PROXY")
-PROVIDER_VARS = (
-    "TAVILY_API_KEY", "TAVILY_BASE_URL", "BRAVE_SEARCH_API_KEY", "BRAVE_BASE_URL", "SERPER_API_KEY",
-    "SERPER_BASE_URL", "SEARX_HOST", "ARXIV_BASE_URL", "WIKIPEDIA_BASE_URL", "WIKIPEDIA_LANG", "DUCKDUCKGO_BASE_URL",
-    "SEARCH_CONTENT_CHARS",
-)  # fmt: skip
 KEY = "test-key"
 
 
@@ -469,44 +464,38 @@ def fake(case: Case) -> Iterator[FakeHTTPServer]:
 @pytest.fixture
 def provider_env(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, case: Case, fake: FakeHTTPServer, loopback_only: LoopbackGuard
-) -> Iterator[None]:
-    """Select the case's provider, point it at its fake; nothing may leak in from the machine."""
-    for name in (*PROXY_VARS, *PROVIDER_VARS):
+) -> dict[str, str]:
+    """The settings (by env name) selecting the case's provider, pointed at its fake. Nothing may
+    leak in from the machine: no conf.yaml, and no proxy (HTTP clients read those from the environment)."""
+    for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-    monkeypatch.setenv("SEARCH_API", case.name)
-    monkeypatch.setenv("SEARCH_TIMEOUT_SECONDS", "2")
-    for name, value in case.env(fake.base_url).items():
-        monkeypatch.setenv(name, value)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+    return {"DEERFLOW_CONF": str(tmp_path / "absent.yaml"), "SEARCH_API": case.name, "SEARCH_TIMEOUT_SECONDS": "2",
+            **case.env(fake.base_url)}
 
 
-def use_setting(monkeypatch: pytest.MonkeyPatch, name: str, value: str | None) -> None:
+def use_setting(env: dict[str, str], name: str, value: str | None) -> None:
     if value is None:
-        monkeypatch.delenv(name, raising=False)
+        env.pop(name, None)
     else:
-        monkeypatch.setenv(name, value)
-    get_settings.cache_clear()
+        env[name] = value
 
 
-async def run_search(query: str = "renewable energy", max_results: int = 2) -> SearchResponse:
+async def run_search(env: dict[str, str], query: str = "renewable energy", max_results: int = 2) -> SearchResponse:
+    web_search = SearchActivities(load_settings(environ=env)).web_search
     return await ActivityEnvironment().run(web_search, SearchRequest(query=query, max_results=max_results))
 
 
-async def search_error(query: str = "renewable energy") -> ApplicationError:
+async def search_error(env: dict[str, str], query: str = "renewable energy") -> ApplicationError:
     with pytest.raises(ApplicationError) as caught:
-        await run_search(query)
+        await run_search(env, query)
     return caught.value
 
 
 # ---------------------------------------------------------------- every provider
 
 
-@pytest.mark.usefixtures("provider_env")
-async def test_results_are_mapped_and_capped(case: Case, fake: FakeHTTPServer) -> None:
-    response = await run_search("renewable energy", max_results=2)
+async def test_results_are_mapped_and_capped(provider_env: dict[str, str], case: Case, fake: FakeHTTPServer) -> None:
+    response = await run_search(provider_env, "renewable energy", max_results=2)
 
     assert len(response.results) == 2
     first = response.results[0].model_dump(exclude_none=True)
@@ -520,11 +509,10 @@ async def test_results_are_mapped_and_capped(case: Case, fake: FakeHTTPServer) -
     assert case.sent_count(sent) == "2"
 
 
-@pytest.mark.usefixtures("provider_env")
-async def test_content_is_capped(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
-    use_setting(monkeypatch, "SEARCH_CONTENT_CHARS", "40")
+async def test_content_is_capped(provider_env: dict[str, str], case: Case) -> None:
+    use_setting(provider_env, "SEARCH_CONTENT_CHARS", "40")
 
-    response = await run_search(max_results=3)
+    response = await run_search(provider_env, max_results=3)
 
     assert len(response.results) == 3
     for result in response.results:
@@ -532,11 +520,12 @@ async def test_content_is_capped(case: Case, monkeypatch: pytest.MonkeyPatch) ->
         assert result.content.endswith("\u2026")
 
 
-@pytest.mark.usefixtures("provider_env")
-async def test_rate_limit_is_retryable_after_retry_after(case: Case, fake: FakeHTTPServer) -> None:
+async def test_rate_limit_is_retryable_after_retry_after(
+    provider_env: dict[str, str], case: Case, fake: FakeHTTPServer
+) -> None:
     fake.inject(case.fault(429, retry_after=7))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == RATE_LIMITED
     assert not error.non_retryable
@@ -544,24 +533,26 @@ async def test_rate_limit_is_retryable_after_retry_after(case: Case, fake: FakeH
     assert error.message.startswith(f"{case.label} rate limit reached (429)")
 
 
-@pytest.mark.usefixtures("provider_env")
 @pytest.mark.parametrize("status", [500, 502, 503])
-async def test_server_errors_are_retryable(case: Case, fake: FakeHTTPServer, status: int) -> None:
+async def test_server_errors_are_retryable(
+    provider_env: dict[str, str], case: Case, fake: FakeHTTPServer, status: int
+) -> None:
     fake.inject(case.fault(status))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == UNAVAILABLE
     assert not error.non_retryable
     assert error.message.startswith(f"{case.label} is unavailable ({status})")
 
 
-@pytest.mark.usefixtures("provider_env")
 @pytest.mark.parametrize("status", [401, 403])
-async def test_unauthorized_and_forbidden_are_not_retryable(case: Case, fake: FakeHTTPServer, status: int) -> None:
+async def test_unauthorized_and_forbidden_are_not_retryable(
+    provider_env: dict[str, str], case: Case, fake: FakeHTTPServer, status: int
+) -> None:
     fake.inject(case.fault(status))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR
     assert error.non_retryable
@@ -573,23 +564,23 @@ async def test_unauthorized_and_forbidden_are_not_retryable(case: Case, fake: Fa
         assert "API key" not in error.message  # keyless providers must not blame a key
 
 
-@pytest.mark.usefixtures("provider_env")
-async def test_bad_request_is_not_retryable(case: Case, fake: FakeHTTPServer) -> None:
+async def test_bad_request_is_not_retryable(provider_env: dict[str, str], case: Case, fake: FakeHTTPServer) -> None:
     fake.inject(case.fault(400))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert error.message.startswith(case.label) and "(400" in error.message
 
 
 @pytest.mark.parametrize("case", KEYED, ids=[case.name for case in KEYED], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_wrong_key_is_rejected_clearly(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_wrong_key_is_rejected_clearly(
+    provider_env: dict[str, str], case: Case
+) -> None:
     assert case.key_env is not None
-    use_setting(monkeypatch, case.key_env, "wrong-key")
+    use_setting(provider_env, case.key_env, "wrong-key")
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert error.message.startswith(f"{case.label} rejected the API key ({case.key_status}):")
@@ -606,39 +597,40 @@ async def test_wrong_key_is_rejected_clearly(case: Case, monkeypatch: pytest.Mon
     ids=["brave", "serper", "searx"],
     indirect=["case"],
 )
-@pytest.mark.usefixtures("provider_env")
 async def test_missing_key_or_host_is_a_config_error(
-    case: Case, required: str, fake: FakeHTTPServer, monkeypatch: pytest.MonkeyPatch
+    provider_env: dict[str, str], case: Case, required: str, fake: FakeHTTPServer
 ) -> None:
-    use_setting(monkeypatch, required, None)
+    use_setting(provider_env, required, None)
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert required in error.message and case.label in error.message
     assert fake.requests == []
 
 
-@pytest.mark.usefixtures("provider_env")
-async def test_timeout_is_retryable(case: Case, fake: FakeHTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
-    use_setting(monkeypatch, "SEARCH_TIMEOUT_SECONDS", "0.3")
+async def test_timeout_is_retryable(
+    provider_env: dict[str, str], case: Case, fake: FakeHTTPServer
+) -> None:
+    use_setting(provider_env, "SEARCH_TIMEOUT_SECONDS", "0.3")
     fake.inject(Reply(200, "late", delay=3))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == UNAVAILABLE and not error.non_retryable
     assert "0.3 s" in error.message
 
 
-@pytest.mark.usefixtures("provider_env")
-async def test_unreachable_server_is_retryable(case: Case, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_unreachable_server_is_retryable(
+    provider_env: dict[str, str], case: Case
+) -> None:
     with socket.socket() as probe:  # a loopback port that nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     for name, value in case.env(f"http://127.0.0.1:{port}").items():
-        use_setting(monkeypatch, name, value)
+        use_setting(provider_env, name, value)
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == UNAVAILABLE and not error.non_retryable
     assert case.label in error.message
@@ -648,21 +640,23 @@ async def test_unreachable_server_is_retryable(case: Case, monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("case", [BY_NAME["brave"]], ids=["brave"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_brave_rate_limit_without_retry_after_uses_the_reset_header(fake: FakeHTTPServer) -> None:
+async def test_brave_rate_limit_without_retry_after_uses_the_reset_header(
+    provider_env: dict[str, str], fake: FakeHTTPServer
+) -> None:
     fake.inject(brave_fault(429))  # X-RateLimit-Reset: "1, 2591000", no Retry-After
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == RATE_LIMITED and error.next_retry_delay == timedelta(seconds=1)
 
 
 @pytest.mark.parametrize("case", [BY_NAME["brave"]], ids=["brave"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_brave_validation_error_is_not_blamed_on_the_key(fake: FakeHTTPServer) -> None:
+async def test_brave_validation_error_is_not_blamed_on_the_key(
+    provider_env: dict[str, str], fake: FakeHTTPServer
+) -> None:
     fake.inject(brave_fault(422))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     expected = "Brave Search rejected the request as invalid (422): Unable to validate request parameter(s)."
@@ -670,20 +664,18 @@ async def test_brave_validation_error_is_not_blamed_on_the_key(fake: FakeHTTPSer
 
 
 @pytest.mark.parametrize("case", [BY_NAME["brave"]], ids=["brave"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_brave_sends_the_token_header(fake: FakeHTTPServer) -> None:
-    await run_search()
+async def test_brave_sends_the_token_header(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
+    await run_search(provider_env)
 
     assert fake.requests[0].headers["x-subscription-token"] == KEY
     assert fake.requests[0].path == "/res/v1/web/search"
 
 
 @pytest.mark.parametrize("case", [BY_NAME["searx"]], ids=["searx"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_searx_forbidden_names_the_json_format(fake: FakeHTTPServer) -> None:
+async def test_searx_forbidden_names_the_json_format(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
     fake.inject(searx_fault(403))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert "settings.yml" in error.message and "json" in error.message
@@ -691,29 +683,28 @@ async def test_searx_forbidden_names_the_json_format(fake: FakeHTTPServer) -> No
 
 
 @pytest.mark.parametrize("case", [BY_NAME["searx"]], ids=["searx"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_searx_with_every_engine_down_is_retryable(fake: FakeHTTPServer) -> None:
+async def test_searx_with_every_engine_down_is_retryable(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
     fake.inject(Reply(200, {"query": "x", "results": [], "unresponsive_engines": [["google", "timeout"]]}))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == UNAVAILABLE and "google timeout" in error.message
 
 
 @pytest.mark.parametrize("case", [BY_NAME["searx"]], ids=["searx"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_searx_host_without_scheme_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    use_setting(monkeypatch, "SEARX_HOST", "localhost:8080")
+async def test_searx_host_without_scheme_is_a_config_error(
+    provider_env: dict[str, str]
+) -> None:
+    use_setting(provider_env, "SEARX_HOST", "localhost:8080")
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR and "SEARX_HOST" in error.message
 
 
 @pytest.mark.parametrize("case", [BY_NAME["serper"]], ids=["serper"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_serper_sends_key_and_json_body(fake: FakeHTTPServer) -> None:
-    await run_search(max_results=4)
+async def test_serper_sends_key_and_json_body(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
+    await run_search(provider_env, max_results=4)
 
     sent = fake.requests[0]
     assert sent.method == "POST" and sent.headers["x-api-key"] == KEY
@@ -721,9 +712,8 @@ async def test_serper_sends_key_and_json_body(fake: FakeHTTPServer) -> None:
 
 
 @pytest.mark.parametrize("case", [BY_NAME["wikipedia"]], ids=["wikipedia"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_wikipedia_orders_by_search_rank_not_page_id(fake: FakeHTTPServer) -> None:
-    response = await run_search(max_results=5)
+async def test_wikipedia_orders_by_search_rank_not_page_id(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
+    response = await run_search(provider_env, max_results=5)
 
     assert [result.title for result in response.results] == [doc.title for doc in CORPUS]
     sent = fake.requests[0]
@@ -732,21 +722,19 @@ async def test_wikipedia_orders_by_search_rank_not_page_id(fake: FakeHTTPServer)
 
 
 @pytest.mark.parametrize("case", [BY_NAME["wikipedia"]], ids=["wikipedia"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_wikipedia_maxlag_is_a_rate_limit(fake: FakeHTTPServer) -> None:
+async def test_wikipedia_maxlag_is_a_rate_limit(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
     fake.inject(wikipedia_api_error("maxlag", "Waiting for 10.64.48.35: 1.5 seconds lagged.", retry_after=5))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == RATE_LIMITED and error.next_retry_delay == timedelta(seconds=5)
 
 
 @pytest.mark.parametrize("case", [BY_NAME["wikipedia"]], ids=["wikipedia"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_wikipedia_in_band_error_is_not_retryable(fake: FakeHTTPServer) -> None:
+async def test_wikipedia_in_band_error_is_not_retryable(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
     fake.inject(wikipedia_api_error("badvalue", 'Unrecognized value for parameter "gsrnamespace": x.'))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     assert error.message.startswith("Wikipedia rejected the request (badvalue)")
@@ -761,30 +749,29 @@ def test_wikipedia_language_picks_the_edition() -> None:
 
 
 @pytest.mark.parametrize("case", [BY_NAME["arxiv"]], ids=["arxiv"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_arxiv_skips_error_entries(fake: FakeHTTPServer) -> None:
+async def test_arxiv_skips_error_entries(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
     feed = arxiv_feed([ARXIV_ERROR_ENTRY, _atom_entry(0, CORPUS[0])], "x", total=2)
     fake.inject(Reply(200, feed, {"Content-Type": "application/atom+xml; charset=utf-8"}))
 
-    response = await run_search(max_results=3)
+    response = await run_search(provider_env, max_results=3)
 
     assert [result.url for result in response.results] == ["http://arxiv.org/abs/2403.00001v1"]
 
 
 @pytest.mark.parametrize("case", [BY_NAME["arxiv"]], ids=["arxiv"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_arxiv_unreadable_answer_is_retryable(fake: FakeHTTPServer) -> None:
+async def test_arxiv_unreadable_answer_is_retryable(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
     fake.inject(Reply(200, "<html><body>Service temporarily unavailable</body></html>"))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == UNAVAILABLE and "unreadable" in error.message
 
 
 @pytest.mark.parametrize("case", [BY_NAME["duckduckgo"]], ids=["duckduckgo"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_duckduckgo_unwraps_links_drops_ads_and_pages_on(fake: FakeHTTPServer) -> None:
-    response = await run_search(max_results=5)
+async def test_duckduckgo_unwraps_links_drops_ads_and_pages_on(
+    provider_env: dict[str, str], fake: FakeHTTPServer
+) -> None:
+    response = await run_search(provider_env, max_results=5)
 
     assert [result.url for result in response.results] == [doc.url for doc in CORPUS]
     assert all("duckduckgo.com" not in result.url for result in response.results)
@@ -794,11 +781,12 @@ async def test_duckduckgo_unwraps_links_drops_ads_and_pages_on(fake: FakeHTTPSer
 
 
 @pytest.mark.parametrize("case", [BY_NAME["duckduckgo"]], ids=["duckduckgo"], indirect=True)
-@pytest.mark.usefixtures("provider_env")
-async def test_duckduckgo_202_ratelimit_page_is_a_rate_limit(fake: FakeHTTPServer) -> None:
+async def test_duckduckgo_202_ratelimit_page_is_a_rate_limit(
+    provider_env: dict[str, str], fake: FakeHTTPServer
+) -> None:
     fake.inject(Reply(202, "<html><body>Ratelimit</body></html>"))
 
-    error = await search_error()
+    error = await search_error(provider_env)
 
     assert error.type == RATE_LIMITED and not error.non_retryable
     assert "202" in error.message
@@ -808,13 +796,8 @@ async def test_duckduckgo_202_ratelimit_page_is_a_rate_limit(fake: FakeHTTPServe
 
 
 @pytest.mark.usefixtures("loopback_only")
-async def test_unknown_provider_lists_every_supported_name(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-    use_setting(monkeypatch, "SEARCH_API", "altavista")
-    try:
-        error = await search_error()
-    finally:
-        get_settings.cache_clear()
+async def test_unknown_provider_lists_every_supported_name(tmp_path: Path) -> None:
+    error = await search_error({"DEERFLOW_CONF": str(tmp_path / "absent.yaml"), "SEARCH_API": "altavista"})
 
     assert error.type == CONFIG_ERROR and error.non_retryable
     for name in ("tavily", "duckduckgo", "brave", "serper", "searx", "arxiv", "wikipedia"):
