@@ -10,7 +10,7 @@ guard of the crawler removed): the autouse ``sealed_network`` fixture
 * patches ``socket.getaddrinfo`` and ``socket.socket.connect`` to fail on anything but
   loopback, as a last line.
 
-Only 127.0.0.1 is allow-listed (through the env var and ``get_settings.cache_clear()``). A
+Only 127.0.0.1 is allow-listed (the ``Settings`` the crawl activity is built with). A
 second server on 127.0.0.2 plays the internal service a redirect tries to reach.
 """
 
@@ -38,7 +38,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities import crawl, isolated, url_guard
-from config.settings import get_settings
+from config.settings import Settings
 from workflows.models import CrawlRequest, CrawlResult
 
 MB = 1024 * 1024
@@ -398,7 +398,7 @@ class Site:
 @pytest.fixture(scope="module", autouse=True)
 def fork_server() -> None:
     """Started up front, so the first extraction's timing is not its start-up's."""
-    isolated.start_fork_server()
+    isolated.start_fork_server(LOOPBACK_ONLY)
 
 
 @pytest.fixture(scope="module")
@@ -486,24 +486,21 @@ def sealed_network(monkeypatch: pytest.MonkeyPatch) -> Network:
     return network
 
 
-@pytest.fixture(autouse=True)
-def settings(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """Allow-list 127.0.0.1 only; fresh settings before and after each test."""
-    monkeypatch.setenv("DEERFLOW_CRAWL_ALLOW_HOSTS", "127.0.0.1")
-    monkeypatch.setenv("DEERFLOW_CRAWL_MAX_CHARS", "20000")
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+# The crawler's settings in these tests: 127.0.0.1 allow-listed, nothing else.
+LOOPBACK_ONLY = Settings(DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1", DEERFLOW_CRAWL_MAX_CHARS=20_000)
 
 
-async def run(url: str) -> CrawlResult:
-    result: CrawlResult = await ActivityEnvironment().run(crawl.crawl_tool, CrawlRequest(url=url))
+async def run(url: str, settings: Settings = LOOPBACK_ONLY) -> CrawlResult:
+    crawl_tool = crawl.CrawlActivities(settings).crawl_tool
+    result: CrawlResult = await ActivityEnvironment().run(crawl_tool, CrawlRequest(url=url))
     return result
 
 
-async def crawl_error(url: str, error_type: str = "CrawlRefused") -> ApplicationError:
+async def crawl_error(
+    url: str, error_type: str = "CrawlRefused", settings: Settings = LOOPBACK_ONLY
+) -> ApplicationError:
     with pytest.raises(ApplicationError) as caught:
-        await run(url)
+        await run(url, settings)
     assert caught.value.type == error_type, caught.value.message
     assert caught.value.non_retryable is (error_type != "CrawlUnavailable")
     return caught.value
@@ -615,10 +612,9 @@ async def test_heavy_pdfs_do_not_starve_a_small_page(site: Site) -> None:
     assert all("reading the PDF took longer than 3 s" in error.message for error in errors)
 
 
-async def test_markdown_is_capped_before_it_is_returned(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DEERFLOW_CRAWL_MAX_CHARS", "1000")
-    get_settings.cache_clear()
-    result = await run(site.url("/long"))
+async def test_markdown_is_capped_before_it_is_returned(site: Site) -> None:
+    capped = Settings(DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1", DEERFLOW_CRAWL_MAX_CHARS=1000)
+    result = await run(site.url("/long"), capped)
     assert result.truncated is True
     assert 800 <= len(result.markdown) <= 1000
 
@@ -688,11 +684,9 @@ async def test_redirect_to_name_resolving_to_private_address_is_refused(site: Si
     ],
 )
 async def test_unsafe_urls_are_refused_without_traffic(
-    url: str, reason: str, sealed_network: Network, monkeypatch: pytest.MonkeyPatch
+    url: str, reason: str, sealed_network: Network
 ) -> None:
-    monkeypatch.setenv("DEERFLOW_CRAWL_ALLOW_HOSTS", "")  # even loopback is off limits here
-    get_settings.cache_clear()
-    error = await crawl_error(url)
+    error = await crawl_error(url, settings=Settings())  # even loopback is off limits here
     assert reason in error.message
     assert sealed_network.requests == [] and sealed_network.connects == []
 
@@ -769,7 +763,7 @@ async def test_slow_drip_is_abandoned_at_the_deadline(site: Site, monkeypatch: p
     environment.on_heartbeat = lambda *details: beats.append(details)
     started = time.monotonic()
     with pytest.raises(ApplicationError) as caught:
-        await environment.run(crawl.crawl_tool, CrawlRequest(url=site.url("/slow")))
+        await environment.run(crawl.CrawlActivities(LOOPBACK_ONLY).crawl_tool, CrawlRequest(url=site.url("/slow")))
     error = caught.value
     elapsed = time.monotonic() - started
     assert 1.5 < elapsed < 4
