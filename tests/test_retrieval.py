@@ -32,9 +32,9 @@ from activities.retrieval import (
     RATE_LIMITED,
     RESOURCE_NOT_FOUND,
     UNAVAILABLE,
-    local_search_tool,
+    RetrievalActivities,
 )
-from config.settings import get_settings
+from config.settings import Settings
 from workflows.models import LocalSearchRequest, SearchResponse
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -89,18 +89,17 @@ def tiny_pdf(text: str, title: str) -> bytes:
 
 
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Settings with DEERFLOW_HOME in a temp dir that is also the resource root, the local
-    retriever, no conf.yaml or proxy."""
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """DEERFLOW_HOME in a temp dir whose parent is the resource root (see ``local_settings``);
+    no proxy may leak in from the machine (HTTP clients read those from the environment)."""
     for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path / "home"))
-    monkeypatch.setenv("DEERFLOW_RESOURCE_ROOTS", str(tmp_path))
-    monkeypatch.setenv("RAG_PROVIDER", "local")
-    get_settings.cache_clear()
-    yield tmp_path / "home"
-    get_settings.cache_clear()
+    return tmp_path / "home"
+
+
+def local_settings(home: Path) -> Settings:
+    """The local retriever, indexing into ``home``, with ``home``'s parent as the resource root."""
+    return Settings(DEERFLOW_HOME=home, DEERFLOW_RESOURCE_ROOTS=str(home.parent), RAG_PROVIDER="local")
 
 
 @pytest.fixture
@@ -124,17 +123,17 @@ def extractions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     calls: list[str] = []
     real = doc_extract.extract_document
 
-    def spy(path: Path, data: bytes) -> doc_extract.ExtractedDocument:
+    def spy(path: Path, data: bytes, settings: Settings) -> doc_extract.ExtractedDocument:
         calls.append(path.name)
-        return real(path, data)
+        return real(path, data, settings)
 
     monkeypatch.setattr(doc_extract, "extract_document", spy)
     return calls
 
 
-async def local_search(query: str, resources: list[Path | str], max_results: int = 5) -> SearchResponse:
+async def local_search(home: Path, query: str, resources: list[Path | str], max_results: int = 5) -> SearchResponse:
     request = LocalSearchRequest(query=query, resources=[str(r) for r in resources], max_results=max_results)
-    return await ActivityEnvironment().run(local_search_tool, request)
+    return await ActivityEnvironment().run(RetrievalActivities(local_settings(home)).local_search_tool, request)
 
 
 def names(response: SearchResponse) -> list[str]:
@@ -149,10 +148,9 @@ def db_rows(home: Path, sql: str) -> list[tuple[Any, ...]]:
 # ---------------------------------------------------------------- ranking and extraction
 
 
-@pytest.mark.usefixtures("home")
-async def test_the_most_relevant_document_ranks_first(corpus: Path) -> None:
+async def test_the_most_relevant_document_ranks_first(home: Path, corpus: Path) -> None:
     # bread.txt is indexed first and mentions "photovoltaic" once; only BM25 puts solar.md first.
-    response = await local_search("photovoltaic panel efficiency", [corpus])
+    response = await local_search(home, "photovoltaic panel efficiency", [corpus])
     assert names(response)[:2] == ["solar.md", "bread.txt"]
     top = response.results[0]
     assert top.title == "Solar Panels"  # the first heading
@@ -161,79 +159,71 @@ async def test_the_most_relevant_document_ranks_first(corpus: Path) -> None:
     assert top.score is not None and top.score > response.results[1].score
 
 
-@pytest.mark.usefixtures("home")
-async def test_html_and_pdf_are_extracted(corpus: Path) -> None:
-    html = await local_search("magma chambers", [corpus])
+async def test_html_and_pdf_are_extracted(home: Path, corpus: Path) -> None:
+    html = await local_search(home, "magma chambers", [corpus])
     assert names(html) == ["volcano.html"]
     assert html.results[0].title == "Volcano Facts"
     assert "not content" not in html.results[0].content  # scripts are not text
-    pdf = await local_search("tidal turbines", [corpus])
+    pdf = await local_search(home, "tidal turbines", [corpus])
     assert names(pdf) == ["tidal.pdf"]
     assert pdf.results[0].title == "Tidal Energy Report"
     assert "ocean currents" in pdf.results[0].content
 
 
-@pytest.mark.usefixtures("home")
-async def test_a_chinese_query_finds_the_chinese_document(corpus: Path) -> None:
+async def test_a_chinese_query_finds_the_chinese_document(home: Path, corpus: Path) -> None:
     for query in ("量子比特", "量子计算机有什么用？", "密码学"):
-        response = await local_search(query, [corpus])
+        response = await local_search(home, query, [corpus])
         assert names(response)[:1] == ["quantum.md"], query
     assert response.results[0].title == "量子计算简介"
 
 
-@pytest.mark.usefixtures("home")
-async def test_unsupported_and_hidden_files_are_skipped(corpus: Path, extractions: list[str]) -> None:
-    response = await local_search("photovoltaic", [corpus])
+async def test_unsupported_and_hidden_files_are_skipped(home: Path, corpus: Path, extractions: list[str]) -> None:
+    response = await local_search(home, "photovoltaic", [corpus])
     assert sorted(extractions) == ["bread.txt", "quantum.md", "solar.md", "tidal.pdf", "volcano.html"]
     assert set(names(response)) == {"solar.md", "bread.txt"}
 
 
-@pytest.mark.usefixtures("home")
-async def test_results_point_at_the_matching_chunk(tmp_path: Path) -> None:
+async def test_results_point_at_the_matching_chunk(home: Path, tmp_path: Path) -> None:
     filler = "\n\n".join(f"Paragraph {i} talks about nothing in particular, at some length. " * 4 for i in range(20))
     long = tmp_path / "long.md"
     long.write_text(f"# Long\n\n{filler}\n\nThe xylophone appears only here, at the very end.\n", encoding="utf-8")
-    response = await local_search("xylophone", [long])
+    response = await local_search(home, "xylophone", [long])
     (result,) = response.results
     assert "xylophone" in result.content
     assert not result.url.endswith("#chunk-1")
     assert len(result.content) <= 2000
 
 
-@pytest.mark.usefixtures("home")
-async def test_max_results_is_respected(corpus: Path) -> None:
-    assert len((await local_search("photovoltaic", [corpus], max_results=1)).results) == 1
-    assert (await local_search("photovoltaic", [corpus], max_results=0)).results == []
+async def test_max_results_is_respected(home: Path, corpus: Path) -> None:
+    assert len((await local_search(home, "photovoltaic", [corpus], max_results=1)).results) == 1
+    assert (await local_search(home, "photovoltaic", [corpus], max_results=0)).results == []
 
 
 # ---------------------------------------------------------------- scope
 
 
-@pytest.mark.usefixtures("home")
-async def test_results_come_only_from_the_given_resources(tmp_path: Path, corpus: Path) -> None:
+async def test_results_come_only_from_the_given_resources(home: Path, tmp_path: Path, corpus: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
     (other / "panels.md").write_text("# Photovoltaic\n\n" + "photovoltaic efficiency " * 30, encoding="utf-8")
-    assert names(await local_search("photovoltaic", [other])) == ["panels.md"]  # now in the index
-    assert "panels.md" not in names(await local_search("photovoltaic", [corpus]))
-    assert names(await local_search("photovoltaic", [corpus / "bread.txt"])) == ["bread.txt"]
-    assert names(await local_search("photovoltaic", [(corpus / "bread.txt").as_uri()])) == ["bread.txt"]
+    assert names(await local_search(home, "photovoltaic", [other])) == ["panels.md"]  # now in the index
+    assert "panels.md" not in names(await local_search(home, "photovoltaic", [corpus]))
+    assert names(await local_search(home, "photovoltaic", [corpus / "bread.txt"])) == ["bread.txt"]
+    assert names(await local_search(home, "photovoltaic", [(corpus / "bread.txt").as_uri()])) == ["bread.txt"]
 
 
-@pytest.mark.usefixtures("home")
-async def test_a_missing_path_is_a_non_retryable_resource_not_found(corpus: Path) -> None:
+async def test_a_missing_path_is_a_non_retryable_resource_not_found(home: Path, corpus: Path) -> None:
     missing = corpus / "nope" / "gone.md"
     with pytest.raises(ApplicationError) as caught:
-        await local_search("photovoltaic", [corpus, missing])
+        await local_search(home, "photovoltaic", [corpus, missing])
     assert caught.value.type == RESOURCE_NOT_FOUND
     assert caught.value.non_retryable
     assert str(missing) in caught.value.message
 
 
-@pytest.mark.usefixtures("home")
-async def test_a_rag_uri_needs_the_ragflow_provider() -> None:
+async def test_a_rag_uri_needs_the_ragflow_provider(home: Path) -> None:
     with pytest.raises(ApplicationError) as caught:
-        await local_search("anything", ["rag://dataset/abc"])
+        await local_search(home, "anything", ["rag://dataset/abc"])
     assert caught.value.type == CONFIG_ERROR and caught.value.non_retryable
 
 
@@ -243,34 +233,34 @@ async def test_a_rag_uri_needs_the_ragflow_provider() -> None:
 async def test_unchanged_files_are_not_extracted_again_and_changed_ones_are(
     home: Path, corpus: Path, extractions: list[str]
 ) -> None:
-    await local_search("photovoltaic", [corpus])
+    await local_search(home, "photovoltaic", [corpus])
     assert len(extractions) == 5
     extractions.clear()
 
-    await local_search("photovoltaic", [corpus])
+    await local_search(home, "photovoltaic", [corpus])
     assert extractions == []
 
     (corpus / "solar.md").write_text("# Wind\n\nA windmill turns wind into rotation.\n", encoding="utf-8")
-    found = await local_search("windmill", [corpus])
+    found = await local_search(home, "windmill", [corpus])
     assert extractions == ["solar.md"]
     assert names(found) == ["solar.md"] and found.results[0].title == "Wind"
-    assert "solar.md" not in names(await local_search("photovoltaic sunlight", [corpus]))
+    assert "solar.md" not in names(await local_search(home, "photovoltaic sunlight", [corpus]))
     assert db_rows(home, "SELECT count(*) FROM chunks WHERE content LIKE '%sunlight%'") == [(0,)]
 
 
 async def test_a_deleted_file_is_dropped_when_its_folder_is_reindexed(home: Path, corpus: Path) -> None:
-    await local_search("sourdough", [corpus])
+    await local_search(home, "sourdough", [corpus])
     bread = str((corpus / "bread.txt").resolve())
     assert db_rows(home, f"SELECT count(*) FROM documents WHERE path = '{bread}'") == [(1,)]
 
     (corpus / "bread.txt").unlink()
-    assert (await local_search("sourdough", [corpus])).results == []
+    assert (await local_search(home, "sourdough", [corpus])).results == []
     assert db_rows(home, f"SELECT count(*) FROM documents WHERE path = '{bread}'") == [(0,)]
     assert db_rows(home, "SELECT count(*) FROM chunk_fts WHERE chunk_fts MATCH 'sourdough'") == [(0,)]
 
 
 async def test_concurrent_searches_index_each_file_once(home: Path, corpus: Path) -> None:
-    responses = await asyncio.gather(*(local_search("photovoltaic", [corpus]) for _ in range(6)))
+    responses = await asyncio.gather(*(local_search(home, "photovoltaic", [corpus]) for _ in range(6)))
     assert all(names(response)[:1] == ["solar.md"] for response in responses)
     assert db_rows(home, "SELECT count(*) FROM documents") == [(5,)]
     assert db_rows(home, "SELECT count(*) FROM chunks") == db_rows(home, "SELECT count(*) FROM chunk_fts")
@@ -280,7 +270,6 @@ async def test_concurrent_searches_index_each_file_once(home: Path, corpus: Path
 # ---------------------------------------------------------------- hostile queries
 
 
-@pytest.mark.usefixtures("home")
 @pytest.mark.parametrize(
     "query",
     [
@@ -307,22 +296,21 @@ async def test_concurrent_searches_index_each_file_once(home: Path, corpus: Path
         "solar*",
     ],
 )
-async def test_hostile_queries_do_not_raise(corpus: Path, query: str) -> None:
-    response = await local_search(query, [corpus])
+async def test_hostile_queries_do_not_raise(home: Path, corpus: Path, query: str) -> None:
+    response = await local_search(home, query, [corpus])
     assert isinstance(response, SearchResponse)
 
 
-@pytest.mark.usefixtures("home")
-async def test_query_syntax_is_treated_as_words(corpus: Path) -> None:
-    response = await local_search('"magma" AND (NEAR( basaltic -', [corpus])
+async def test_query_syntax_is_treated_as_words(home: Path, corpus: Path) -> None:
+    response = await local_search(home, '"magma" AND (NEAR( basaltic -', [corpus])
     assert names(response)[:1] == ["volcano.html"]
 
 
-@pytest.mark.usefixtures("home")
-async def test_the_activity_heartbeats_while_indexing(corpus: Path) -> None:
+async def test_the_activity_heartbeats_while_indexing(home: Path, corpus: Path) -> None:
     beats: list[Any] = []
     env = ActivityEnvironment()
     env.on_heartbeat = lambda *details: beats.append(details)
+    local_search_tool = RetrievalActivities(local_settings(home)).local_search_tool
     await env.run(local_search_tool, LocalSearchRequest(query="photovoltaic", resources=[str(corpus)]))
     assert beats
 
@@ -383,29 +371,27 @@ class FakeRAGFlow:
 
 
 @pytest.fixture
-def ragflow(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[FakeRAGFlow]:
+def ragflow(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeRAGFlow]:
     with FakeRAGFlow() as fake:
         for name in PROXY_VARS:
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-        monkeypatch.setenv("RAG_PROVIDER", "ragflow")
-        monkeypatch.setenv("RAGFLOW_API_URL", fake.base_url + "/")
-        monkeypatch.setenv("RAGFLOW_API_KEY", "ragflow-test-key")
-        monkeypatch.setenv("SEARCH_TIMEOUT_SECONDS", "2")
-        get_settings.cache_clear()
         yield fake
-    get_settings.cache_clear()
 
 
-async def rag_search(resources: list[str], max_results: int = 3) -> SearchResponse:
+def ragflow_settings(fake: FakeRAGFlow) -> Settings:
+    return Settings(RAG_PROVIDER="ragflow", RAGFLOW_API_URL=fake.base_url + "/", RAGFLOW_API_KEY="ragflow-test-key",
+                    SEARCH_TIMEOUT_SECONDS=2)
+
+
+async def rag_search(settings: Settings, resources: list[str], max_results: int = 3) -> SearchResponse:
     request = LocalSearchRequest(query="What is RAGFlow?", resources=resources, max_results=max_results)
-    return await ActivityEnvironment().run(local_search_tool, request)
+    return await ActivityEnvironment().run(RetrievalActivities(settings).local_search_tool, request)
 
 
 async def rag_error(ragflow: FakeRAGFlow, status: int, reply: Any, headers: dict[str, str] | None = None) -> Any:
     ragflow.replies.append((status, headers or {}, reply))
     with pytest.raises(ApplicationError) as caught:
-        await rag_search(["rag://dataset/ds1"])
+        await rag_search(ragflow_settings(ragflow), ["rag://dataset/ds1"])
     return caught.value
 
 
@@ -440,7 +426,8 @@ async def test_ragflow_request_and_result_mapping(ragflow: FakeRAGFlow) -> None:
             },
         )
     )
-    response = await rag_search(["rag://dataset/ds1", "rag://dataset/ds2#doc9", "rag://dataset/ds1"], max_results=2)
+    resources = ["rag://dataset/ds1", "rag://dataset/ds2#doc9", "rag://dataset/ds1"]
+    response = await rag_search(ragflow_settings(ragflow), resources, max_results=2)
 
     (sent,) = ragflow.requests
     assert sent["path"] == "/api/v1/retrieval"
@@ -490,15 +477,13 @@ async def test_ragflow_5xx_and_server_exceptions_are_retryable(ragflow: FakeRAGF
 
 async def test_ragflow_needs_rag_uris(ragflow: FakeRAGFlow) -> None:
     with pytest.raises(ApplicationError) as caught:
-        await rag_search(["/some/local/folder"])
+        await rag_search(ragflow_settings(ragflow), ["/some/local/folder"])
     assert caught.value.type == CONFIG_ERROR and caught.value.non_retryable
     assert "rag://dataset/" in caught.value.message
     assert ragflow.requests == []
 
 
-async def test_an_unknown_rag_provider_is_a_config_error(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
-    monkeypatch.setenv("RAG_PROVIDER", "milvus")
-    get_settings.cache_clear()
+async def test_an_unknown_rag_provider_is_a_config_error(home: Path) -> None:
     with pytest.raises(ApplicationError) as caught:
-        await rag_search(["rag://dataset/ds1"])
+        await rag_search(Settings(DEERFLOW_HOME=home, RAG_PROVIDER="milvus"), ["rag://dataset/ds1"])
     assert caught.value.type == CONFIG_ERROR and "ragflow" in caught.value.message
