@@ -11,7 +11,6 @@ from activities import doc_extract, isolated
 from config.settings import Settings
 from tests.test_crawl import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 
-
 SETTINGS = Settings()  # the default extraction limits
 
 

@@ -14,10 +14,10 @@ import pytest
 
 from activities import isolated
 from activities.isolated import Limits, Outcome, run_blocking, run_isolated
-from config.settings import get_settings
+from config.settings import Settings
 
 MB = 1024 * 1024
-ROOMY = Limits(cpu_seconds=30, memory_bytes=1024 * MB)
+ROOMY = Limits(cpu_seconds=30, memory_bytes=1024 * MB, max_concurrency=8)
 
 
 def echo_twice(payload: bytes, suffix: str) -> Iterator[str]:
@@ -69,14 +69,14 @@ def test_a_late_value_kills_the_child_and_keeps_the_earlier_ones() -> None:
 def test_cpu_limit_is_enforced_by_the_kernel() -> None:
     """Even with a generous wall deadline, RLIMIT_CPU (SIGXCPU) ends a spinning child."""
     started = time.monotonic()
-    outcome = run_blocking(spin, b"", (), [30], Limits(cpu_seconds=1, memory_bytes=1024 * MB))
+    outcome = run_blocking(spin, b"", (), [30], Limits(cpu_seconds=1, memory_bytes=1024 * MB, max_concurrency=8))
     assert time.monotonic() - started < 10
     assert outcome.values == []
     assert outcome.error == "the extraction process ended without an answer (exit code -24)"  # SIGXCPU
 
 
 def test_memory_limit_is_enforced_by_the_kernel() -> None:
-    outcome = run_blocking(hog_memory, b"", (), [30], Limits(cpu_seconds=30, memory_bytes=400 * MB))
+    outcome = run_blocking(hog_memory, b"", (), [30], Limits(cpu_seconds=30, memory_bytes=400 * MB, max_concurrency=8))
     assert outcome.error == "MemoryError: over the extraction memory limit"
 
 
@@ -96,13 +96,9 @@ def test_an_exception_is_reported_not_raised() -> None:
 
 
 async def test_concurrency_is_bounded_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DEERFLOW_EXTRACT_MAX_CONCURRENCY", "2")
-    get_settings.cache_clear()
     monkeypatch.setattr(isolated, "_executors", {})
-    try:
-        started = time.monotonic()
-        await asyncio.gather(*(run_isolated(nap, b"", (), [10], ROOMY) for _ in range(4)))
-        elapsed = time.monotonic() - started
-    finally:
-        get_settings.cache_clear()
+    two_at_once = Limits.for_budget(10, Settings(DEERFLOW_EXTRACT_MAX_CONCURRENCY=2))
+    started = time.monotonic()
+    await asyncio.gather(*(run_isolated(nap, b"", (), [10], two_at_once) for _ in range(4)))
+    elapsed = time.monotonic() - started
     assert elapsed >= 1.0  # two rounds of two 0.5 s naps
