@@ -41,11 +41,10 @@ from activities.mcp_tools import (
     MAX_RESULT_CHARS,
     UNAVAILABLE,
     UNKNOWN_TOOL,
+    McpActivities,
     format_content,
-    mcp_call_tool,
-    mcp_list_tools,
 )
-from config.settings import get_settings
+from config.settings import load_settings
 from tests.mcp_test_server import server as test_mcp_server
 from workflows.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
 from workflows.models import (
@@ -63,20 +62,19 @@ TOOLS = {"add", "echo_env", "echo_header", "fail", "leak", "slow"}
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
-@pytest.fixture(autouse=True)
-def mcp_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    """Default command allowlist, 127.0.0.1 allowed, no conf.yaml, no proxy, no servers yet.
-
-    ``register`` writes MCP_SERVERS directly; monkeypatch restores it after the test.
-    """
-    for name in (*PROXY_VARS, "DEERFLOW_MCP_ALLOWED_COMMANDS"):
+@pytest.fixture
+def mcp_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict[str, str]:
+    """The operator's settings, by env name: the default command allowlist, 127.0.0.1 allowed,
+    no conf.yaml, no servers yet (``register`` adds one). No proxy may leak in from the machine
+    (HTTP clients read those from the environment)."""
+    for name in PROXY_VARS:
         monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-    monkeypatch.setenv("DEERFLOW_MCP_ALLOW_HOSTS", "127.0.0.1")
-    monkeypatch.setenv("MCP_SERVERS", "{}")
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+    return {"DEERFLOW_CONF": str(tmp_path / "absent.yaml"), "DEERFLOW_MCP_ALLOW_HOSTS": "127.0.0.1"}
+
+
+def activities(env: dict[str, str]) -> McpActivities:
+    """The MCP activities as a worker with ``env`` builds them (secrets: its environment, as now)."""
+    return McpActivities(load_settings(environ=env))
 
 
 def stdio_server(**env: str) -> MCPServerConfig:
@@ -84,34 +82,35 @@ def stdio_server(**env: str) -> MCPServerConfig:
     return MCPServerConfig(transport="stdio", command=sys.executable, args=[str(SERVER_SCRIPT)], env=env)
 
 
-def register(server: MCPServerConfig, server_name: str = "local") -> None:
+def register(env: dict[str, str], server: MCPServerConfig, server_name: str = "local") -> None:
     """Make ``server`` the operator's only MCP server, under ``server_name``."""
-    os.environ["MCP_SERVERS"] = json.dumps({server_name: server.model_dump()})
-    get_settings.cache_clear()
+    env["MCP_SERVERS"] = json.dumps({server_name: server.model_dump()})
 
 
 async def list_tools(
+    env: dict[str, str],
     server: MCPServerConfig, server_name: str = "local", agent: str = "researcher", enabled: list[str] | None = None
 ) -> MCPToolList:
-    register(server, server_name)
+    register(env, server, server_name)
     request = MCPListRequest(server_name=server_name, agent=agent, enabled_tools=enabled)
-    return await ActivityEnvironment().run(mcp_list_tools, request)
+    return await ActivityEnvironment().run(activities(env).mcp_list_tools, request)
 
 
 async def call_tool(
+    env: dict[str, str],
     server: MCPServerConfig, tool: str, server_name: str = "local", enabled: list[str] | None = None, **arguments: Any
 ) -> MCPCallResult:
-    register(server, server_name)
+    register(env, server, server_name)
     request = MCPCallRequest(server_name=server_name, tool=tool, arguments=arguments, enabled_tools=enabled)
-    return await ActivityEnvironment().run(mcp_call_tool, request)
+    return await ActivityEnvironment().run(activities(env).mcp_call_tool, request)
 
 
-async def activity_error(server: MCPServerConfig, tool: str | None = None) -> ApplicationError:
+async def activity_error(env: dict[str, str], server: MCPServerConfig, tool: str | None = None) -> ApplicationError:
     with pytest.raises(ApplicationError) as caught:
         if tool is None:
-            await list_tools(server)
+            await list_tools(env, server)
         else:
-            await call_tool(server, tool)
+            await call_tool(env, server, tool)
     return caught.value
 
 
@@ -155,8 +154,8 @@ def recorder(monkeypatch: pytest.MonkeyPatch) -> TransportRecorder:
 # ---------------------------------------------------------------- stdio
 
 
-async def test_stdio_lists_prefixed_tools_with_schemas() -> None:
-    listing = await list_tools(stdio_server())
+async def test_stdio_lists_prefixed_tools_with_schemas(mcp_env: dict[str, str]) -> None:
+    listing = await list_tools(mcp_env, stdio_server())
 
     assert listing.server_name == "local"
     by_name = {tool.name: tool for tool in listing.tools}
@@ -169,13 +168,13 @@ async def test_stdio_lists_prefixed_tools_with_schemas() -> None:
     assert by_name["mcp_local_fail"].parameters["type"] == "object"
 
 
-async def test_stdio_call_round_trip() -> None:
-    result = await call_tool(stdio_server(), "add", a=2, b=40)
+async def test_stdio_call_round_trip(mcp_env: dict[str, str]) -> None:
+    result = await call_tool(mcp_env, stdio_server(), "add", a=2, b=40)
 
     assert result == MCPCallResult(content="42", is_error=False)
 
 
-async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(
+async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(mcp_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-worker-secret")
@@ -183,7 +182,7 @@ async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(
     env_file = tmp_path / "env-names"
     server = stdio_server(GREETING="hello ${MCP_TEST_SECRET}", MCP_TEST_ENV_FILE=str(env_file))
 
-    greeting = await call_tool(server, "echo_env", name="GREETING")
+    greeting = await call_tool(mcp_env, server, "echo_env", name="GREETING")
 
     assert greeting.content == "hello s3cret"
     inherited = set(env_file.read_text().split()) - {"GREETING", "MCP_TEST_ENV_FILE"}
@@ -193,7 +192,7 @@ async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(
     assert inherited <= {"PATH", "HOME", "LANG", "LOGNAME", "SHELL", "TERM", "USER", "LC_CTYPE"}
 
 
-async def test_crashing_server_is_retryable_and_its_stderr_stays_on_the_worker(
+async def test_crashing_server_is_retryable_and_its_stderr_stays_on_the_worker(mcp_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     # The server prints a worker secret it was given (through its operator env) before dying.
@@ -202,7 +201,7 @@ async def test_crashing_server_is_retryable_and_its_stderr_stays_on_the_worker(
     server = MCPServerConfig(command=sys.executable, args=["-c", code], env={"TOKEN": "${MCP_TEST_SECRET}"})
 
     with caplog.at_level(logging.WARNING):
-        error = await activity_error(server)
+        error = await activity_error(mcp_env, server)
 
     assert error.type == UNAVAILABLE
     assert not error.non_retryable
@@ -219,7 +218,7 @@ def quick_escalation(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("quick_escalation")
-async def test_cancel_during_call_stops_the_server(tmp_path: Path) -> None:
+async def test_cancel_during_call_stops_the_server(mcp_env: dict[str, str], tmp_path: Path) -> None:
     # Cancelled the way Temporal may do it: once by request, then again (a failed heartbeat, a
     # worker shutdown...). Later cancellations must not cut the transport's shutdown short: the
     # server ignores stdin EOF while ``slow`` blocks, so only the SIGTERM escalation that ends that
@@ -227,9 +226,9 @@ async def test_cancel_during_call_stops_the_server(tmp_path: Path) -> None:
     marker, pid_file = tmp_path / "slow-started", tmp_path / "server.pid"
     server = stdio_server(MCP_TEST_SLOW_MARKER=str(marker), MCP_TEST_PID_FILE=str(pid_file))
     env = ActivityEnvironment()
-    register(server)
+    register(mcp_env, server)
     request = MCPCallRequest(server_name="local", tool="slow", arguments={"seconds": 30})
-    task = asyncio.ensure_future(env.run(mcp_call_tool, request))
+    task = asyncio.ensure_future(env.run(activities(mcp_env).mcp_call_tool, request))
     deadline = time.monotonic() + 20
     while not marker.exists():  # wait until the tool is really running
         assert not task.done(), task.result()
@@ -239,7 +238,8 @@ async def test_cancel_during_call_stops_the_server(tmp_path: Path) -> None:
     activity_tasks = [
         candidate
         for candidate in asyncio.all_tasks()
-        if candidate is not asyncio.current_task() and candidate.get_coro().__qualname__ == "mcp_call_tool"
+        if candidate is not asyncio.current_task()
+        and candidate.get_coro().__qualname__ == "McpActivities.mcp_call_tool"
     ]
     assert activity_tasks
 
@@ -276,33 +276,32 @@ async def test_cancel_during_call_stops_the_server(tmp_path: Path) -> None:
         "./python",  # relative: depends on the worker's working directory
     ],
 )
-async def test_disallowed_command_is_refused_without_spawning(recorder: TransportRecorder, command: str) -> None:
-    error = await activity_error(MCPServerConfig(command=command))
+async def test_disallowed_command_is_refused_without_spawning(
+    mcp_env: dict[str, str], recorder: TransportRecorder, command: str
+) -> None:
+    error = await activity_error(mcp_env, MCPServerConfig(command=command))
 
     assert error.type == CONFIG_ERROR
     assert error.non_retryable
     assert recorder.opened == []
 
 
-async def test_allowlist_comes_from_settings(monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder) -> None:
-    monkeypatch.setenv("DEERFLOW_MCP_ALLOWED_COMMANDS", "node, npx")
-    get_settings.cache_clear()
+async def test_allowlist_comes_from_settings(mcp_env: dict[str, str], recorder: TransportRecorder) -> None:
+    mcp_env["DEERFLOW_MCP_ALLOWED_COMMANDS"] = "node, npx"
 
-    error = await activity_error(stdio_server())
+    error = await activity_error(mcp_env, stdio_server())
 
     assert error.type == CONFIG_ERROR
     assert "node, npx" in error.message
     assert recorder.opened == []
 
 
-async def test_allowlisted_entry_with_arguments_is_still_refused(
-    monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder
+async def test_allowlisted_entry_with_arguments_is_still_refused(mcp_env: dict[str, str], recorder: TransportRecorder
 ) -> None:
     # An operator may put "uv run" on the list; the command is still one executable, never a command line.
-    monkeypatch.setenv("DEERFLOW_MCP_ALLOWED_COMMANDS", "uv run,python3")
-    get_settings.cache_clear()
+    mcp_env["DEERFLOW_MCP_ALLOWED_COMMANDS"] = "uv run,python3"
 
-    error = await activity_error(MCPServerConfig(command="uv run", args=["server.py"]))
+    error = await activity_error(mcp_env, MCPServerConfig(command="uv run", args=["server.py"]))
 
     assert error.type == CONFIG_ERROR
     assert "args" in error.message
@@ -313,17 +312,17 @@ async def test_allowlisted_entry_with_arguments_is_still_refused(
     "url", ["file://localhost/etc/passwd", "ftp://127.0.0.1/mcp", "gopher://127.0.0.1:70/", "http:///mcp"]
 )
 @pytest.mark.parametrize("transport", ["sse", "streamable_http"])
-async def test_non_http_url_is_refused_without_connecting(
+async def test_non_http_url_is_refused_without_connecting(mcp_env: dict[str, str],
     recorder: TransportRecorder, transport: str, url: str
 ) -> None:
-    error = await activity_error(MCPServerConfig(transport=transport, url=url))  # type: ignore[arg-type]
+    error = await activity_error(mcp_env, MCPServerConfig(transport=transport, url=url))  # type: ignore[arg-type]
 
     assert error.type == CONFIG_ERROR
     assert error.non_retryable
     assert recorder.opened == []
 
 
-async def test_missing_placeholder_variable_is_named(
+async def test_missing_placeholder_variable_is_named(mcp_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder
 ) -> None:
     monkeypatch.delenv("MCP_TEST_ABSENT_TOKEN", raising=False)
@@ -333,7 +332,7 @@ async def test_missing_placeholder_variable_is_named(
         headers={"Authorization": "Bearer ${MCP_TEST_ABSENT_TOKEN}"},
     )
 
-    error = await activity_error(server)
+    error = await activity_error(mcp_env, server)
 
     assert error.type == CONFIG_ERROR
     assert "MCP_TEST_ABSENT_TOKEN" in error.message
@@ -381,59 +380,63 @@ def http_server(request: pytest.FixtureRequest) -> Iterator[HttpServer]:
         yield server
 
 
-async def test_http_round_trip_with_expanded_header(http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_http_round_trip_with_expanded_header(
+    mcp_env: dict[str, str], http_server: HttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
     server = http_server.config(headers={"Authorization": "Bearer ${MCP_TEST_TOKEN}"})
 
-    listing = await list_tools(server, server_name="web")
-    added = await call_tool(server, "add", server_name="web", a=1, b=2)
-    header = await call_tool(server, "echo_header", server_name="web", name="Authorization")
+    listing = await list_tools(mcp_env, server, server_name="web")
+    added = await call_tool(mcp_env, server, "add", server_name="web", a=1, b=2)
+    header = await call_tool(mcp_env, server, "echo_header", server_name="web", name="Authorization")
 
     assert {tool.name for tool in listing.tools} == {f"mcp_web_{tool}" for tool in TOOLS}
     assert added == MCPCallResult(content="3")
     assert header.content == "Bearer t0ken"
 
 
-async def test_tool_error_is_a_result_the_agent_reads(http_server: HttpServer) -> None:
-    result = await call_tool(http_server.config(), "fail", server_name="web")
+async def test_tool_error_is_a_result_the_agent_reads(mcp_env: dict[str, str], http_server: HttpServer) -> None:
+    result = await call_tool(mcp_env, http_server.config(), "fail", server_name="web")
 
     assert result.is_error
     assert "the fail tool always fails" in result.content
 
 
-async def test_enabled_tools_filters_listing_and_calls(http_server: HttpServer) -> None:
+async def test_enabled_tools_filters_listing_and_calls(mcp_env: dict[str, str], http_server: HttpServer) -> None:
     server = http_server.config(enabled_tools=["add", "fail"])
 
-    listing = await list_tools(server, server_name="web")
-    error = await activity_error(server, tool="slow")
+    listing = await list_tools(mcp_env, server, server_name="web")
+    error = await activity_error(mcp_env, server, tool="slow")
 
     assert [tool.name for tool in listing.tools] == ["mcp_web_add", "mcp_web_fail"]
     assert error.type == UNKNOWN_TOOL
     assert error.non_retryable
 
 
-async def test_unknown_tool_is_not_retryable(http_server: HttpServer) -> None:
-    error = await activity_error(http_server.config(), tool="no_such_tool")
+async def test_unknown_tool_is_not_retryable(mcp_env: dict[str, str], http_server: HttpServer) -> None:
+    error = await activity_error(mcp_env, http_server.config(), tool="no_such_tool")
 
     assert error.type == UNKNOWN_TOOL
     assert error.non_retryable
     assert "no_such_tool" in error.message
 
 
-async def test_exposed_name_is_accepted_too(http_server: HttpServer) -> None:
-    result = await call_tool(http_server.config(), mcp_tool_name("web", "add"), server_name="web", a=20, b=22)
+async def test_exposed_name_is_accepted_too(mcp_env: dict[str, str], http_server: HttpServer) -> None:
+    result = await call_tool(mcp_env, http_server.config(), mcp_tool_name("web", "add"), server_name="web", a=20, b=22)
 
     assert result.content == "42"
 
 
-async def test_call_timeout_is_retryable(http_server: HttpServer, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_call_timeout_is_retryable(
+    mcp_env: dict[str, str], http_server: HttpServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(mcp_tools, "CALL_TIMEOUT_SECONDS", 0.3)
-    register(http_server.config(), "web")
+    register(mcp_env, http_server.config(), "web")
     request = MCPCallRequest(server_name="web", tool="slow", arguments={"seconds": 2})
 
     started = time.monotonic()
     with pytest.raises(ApplicationError) as caught:
-        await ActivityEnvironment().run(mcp_call_tool, request)
+        await ActivityEnvironment().run(activities(mcp_env).mcp_call_tool, request)
 
     assert caught.value.type == UNAVAILABLE
     assert not caught.value.non_retryable
@@ -441,23 +444,23 @@ async def test_call_timeout_is_retryable(http_server: HttpServer, monkeypatch: p
     assert time.monotonic() - started < 2
 
 
-async def test_wrong_http_path_is_a_config_error(http_server: HttpServer) -> None:
+async def test_wrong_http_path_is_a_config_error(mcp_env: dict[str, str], http_server: HttpServer) -> None:
     server = http_server.config()
     server.url = server.url.rsplit("/", 1)[0] + "/not-mcp"
 
-    error = await activity_error(server)
+    error = await activity_error(mcp_env, server)
 
     assert error.type == CONFIG_ERROR
     assert "404" in error.message
 
 
 @pytest.mark.parametrize("transport", ["sse", "streamable_http"])
-async def test_connection_refused_is_retryable(transport: str) -> None:
+async def test_connection_refused_is_retryable(mcp_env: dict[str, str], transport: str) -> None:
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]  # closed again below: nothing listens there
     server = MCPServerConfig(transport=transport, url=f"http://127.0.0.1:{port}/mcp")  # type: ignore[arg-type]
 
-    error = await activity_error(server)
+    error = await activity_error(mcp_env, server)
 
     assert error.type == UNAVAILABLE
     assert not error.non_retryable
@@ -529,28 +532,25 @@ def test_request_picks_servers_by_name_only() -> None:
             ResearchRequest(question="q", mcp_servers=bad)
 
 
-def test_servers_come_from_conf_yaml(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_servers_come_from_conf_yaml(tmp_path: Path) -> None:
     conf = tmp_path / "conf.yaml"
     conf.write_text(
         "MCP_SERVERS:\n  calc:\n    command: python3\n    args: [server.py]\n"
         "    headers: {Authorization: 'Bearer ${CALC_TOKEN}'}\n    add_to_agents: [researcher, coder]\n"
     )
-    monkeypatch.setenv("DEERFLOW_CONF", str(conf))
-    monkeypatch.delenv("MCP_SERVERS")
-    get_settings.cache_clear()
-
-    server = get_settings().mcp_servers["calc"]
+    server = load_settings(environ={}, conf_path=conf).mcp_servers["calc"]
 
     assert server.args == ["server.py"]
     assert server.headers == {"Authorization": "Bearer ${CALC_TOKEN}"}  # expanded only when used
     assert server.add_to_agents == ["researcher", "coder"]
 
 
-async def test_unknown_server_name_is_refused(recorder: TransportRecorder) -> None:
-    register(stdio_server(), "calc")
+async def test_unknown_server_name_is_refused(mcp_env: dict[str, str], recorder: TransportRecorder) -> None:
+    register(mcp_env, stdio_server(), "calc")
 
     with pytest.raises(ApplicationError) as caught:
-        await ActivityEnvironment().run(mcp_call_tool, MCPCallRequest(server_name="other", tool="add"))
+        await ActivityEnvironment().run(activities(mcp_env).mcp_call_tool,
+                                        MCPCallRequest(server_name="other", tool="add"))
 
     assert caught.value.type == CONFIG_ERROR
     assert caught.value.non_retryable
@@ -558,28 +558,32 @@ async def test_unknown_server_name_is_refused(recorder: TransportRecorder) -> No
     assert recorder.opened == []
 
 
-async def test_server_not_added_to_the_agent_lists_nothing(recorder: TransportRecorder) -> None:
-    listing = await list_tools(stdio_server(), agent="coder")
+async def test_server_not_added_to_the_agent_lists_nothing(
+    mcp_env: dict[str, str], recorder: TransportRecorder
+) -> None:
+    listing = await list_tools(mcp_env, stdio_server(), agent="coder")
 
     assert listing.tools == []
     assert recorder.opened == []
 
 
-async def test_request_can_only_narrow_the_operators_tools(http_server: HttpServer) -> None:
+async def test_request_can_only_narrow_the_operators_tools(mcp_env: dict[str, str], http_server: HttpServer) -> None:
     server = http_server.config(enabled_tools=["add", "fail"])
 
-    listing = await list_tools(server, server_name="web", enabled=["add", "slow"])
-    widened = await activity_error_for_call(server, "slow", enabled=["add", "slow"])
-    narrowed = await activity_error_for_call(server, "fail", enabled=["add"])
+    listing = await list_tools(mcp_env, server, server_name="web", enabled=["add", "slow"])
+    widened = await activity_error_for_call(mcp_env, server, "slow", enabled=["add", "slow"])
+    narrowed = await activity_error_for_call(mcp_env, server, "fail", enabled=["add"])
 
     assert [tool.name for tool in listing.tools] == ["mcp_web_add"]
     assert widened.type == UNKNOWN_TOOL
     assert narrowed.type == UNKNOWN_TOOL
 
 
-async def activity_error_for_call(server: MCPServerConfig, tool: str, enabled: list[str]) -> ApplicationError:
+async def activity_error_for_call(
+    env: dict[str, str], server: MCPServerConfig, tool: str, enabled: list[str]
+) -> ApplicationError:
     with pytest.raises(ApplicationError) as caught:
-        await call_tool(server, tool, server_name="web", enabled=enabled)
+        await call_tool(env, server, tool, server_name="web", enabled=enabled)
     return caught.value
 
 
@@ -596,7 +600,7 @@ async def activity_error_for_call(server: MCPServerConfig, tool: str, enabled: l
     ],
 )
 @pytest.mark.parametrize("transport", ["sse", "streamable_http"])
-async def test_non_public_mcp_url_is_refused_without_connecting(
+async def test_non_public_mcp_url_is_refused_without_connecting(mcp_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch, recorder: TransportRecorder, transport: str, host: str, addresses: list[str]
 ) -> None:
     async def resolve(name: str, port: int) -> list[str]:
@@ -606,7 +610,7 @@ async def test_non_public_mcp_url_is_refused_without_connecting(
     monkeypatch.setattr(url_guard, "resolve_host", resolve)
     server = MCPServerConfig(transport=transport, url=f"http://{host}/mcp")  # type: ignore[arg-type]
 
-    error = await activity_error(server)
+    error = await activity_error(mcp_env, server)
 
     assert error.type == CONFIG_ERROR
     assert error.non_retryable
@@ -614,11 +618,11 @@ async def test_non_public_mcp_url_is_refused_without_connecting(
     assert recorder.opened == []
 
 
-async def test_loopback_mcp_server_is_refused_live_unless_allow_listed(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_loopback_mcp_server_is_refused_live_unless_allow_listed(mcp_env: dict[str, str]) -> None:
     with HttpServer("streamable_http", host="127.0.0.2") as server:
-        refused = await activity_error(server.config())
-        monkeypatch.setenv("DEERFLOW_MCP_ALLOW_HOSTS", "127.0.0.0/8")
-        allowed = await call_tool(server.config(), "add", a=1, b=1)
+        refused = await activity_error(mcp_env, server.config())
+        mcp_env["DEERFLOW_MCP_ALLOW_HOSTS"] = "127.0.0.0/8"
+        allowed = await call_tool(mcp_env, server.config(), "add", a=1, b=1)
 
     assert refused.type == CONFIG_ERROR
     assert "loopback" in refused.message
