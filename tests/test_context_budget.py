@@ -12,7 +12,6 @@ import functools
 import json
 import logging
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +30,10 @@ from activities.context_budget import (
     output_reserve,
     token_limit_for,
 )
-from activities.llm import chat
-from config.settings import Settings, _conf_yaml_values, get_settings
+from activities.llm import ModelActivities
+from config.settings import Settings, _conf_yaml_values
 from offline.model_server import FakeModelServer
+from tests.conftest import settings_with
 from workflows.models import ChatMessage, ChatRequest, ToolCall
 from workflows.tools import TOOLS
 
@@ -302,23 +302,19 @@ def test_fit_to_budget_is_deterministic_and_pure() -> None:
 
 
 @pytest.fixture
-def token_limit(provider_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """TOKEN_LIMIT=8000 for the worker settings of this test only."""
-    monkeypatch.setenv("TOKEN_LIMIT", "8000")
-    get_settings.cache_clear()
-    yield
-    monkeypatch.delenv("TOKEN_LIMIT")
-    get_settings.cache_clear()
+def token_limit(provider_env: dict[str, str]) -> Settings:
+    """The fakes' worker settings with TOKEN_LIMIT=8000."""
+    return settings_with(provider_env, TOKEN_LIMIT="8000")
 
 
 async def test_a_researcher_that_crawled_ten_large_pages_never_exceeds_the_limit(
-    model_server: FakeModelServer, token_limit: None, caplog: pytest.LogCaptureFixture
+    model_server: FakeModelServer, token_limit: Settings, caplog: pytest.LogCaptureFixture
 ) -> None:
     messages = crawl_conversation(10, chars=60_000)
     request = ChatRequest(prompt="researcher", prompt_vars=RESEARCHER_VARS, messages=messages,
                           tools=[TOOLS["web_search"].spec, TOOLS["crawl_tool"].spec])
     with caplog.at_level(logging.INFO):
-        response = await ActivityEnvironment().run(chat, request)
+        response = await ActivityEnvironment().run(ModelActivities(token_limit).chat, request)
     assert response.message.content
     body = model_server.requests[-1]
     sent = from_body(body["messages"])
@@ -333,15 +329,15 @@ async def test_a_researcher_that_crawled_ten_large_pages_never_exceeds_the_limit
 
 
 async def test_a_request_that_fits_reaches_the_provider_unchanged(
-    model_server: FakeModelServer, token_limit: None
+    model_server: FakeModelServer, token_limit: Settings
 ) -> None:
     messages = crawl_conversation(2, chars=1_000)
     request = ChatRequest(prompt="researcher", prompt_vars=RESEARCHER_VARS, messages=messages,
                           tools=[TOOLS["crawl_tool"].spec])
-    await ActivityEnvironment().run(chat, request)
+    await ActivityEnvironment().run(ModelActivities(token_limit).chat, request)
     assert wire(from_body(model_server.requests[-1]["messages"])[1:]) == wire(messages)
     # The same conversation with longer pages no longer fits in 8000 tokens, and is trimmed.
     longer = request.model_copy(update={"messages": crawl_conversation(2, chars=30_000)})
-    await ActivityEnvironment().run(chat, longer)
+    await ActivityEnvironment().run(ModelActivities(token_limit).chat, longer)
     sent = from_body(model_server.requests[-1]["messages"])[1:]
     assert sent != longer.messages and MARKER in sent[2].content

@@ -6,12 +6,11 @@ must come back as an invalid tool call the agent loop answers, not fail the mode
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm import chat
+from activities.llm import ModelActivities
+from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from workflows.models import ChatMessage, ChatRequest, ToolCall
 from workflows.tools import HANDOFF_TO_PLANNER, ToolContext, run_tool_call
@@ -22,17 +21,12 @@ COORDINATOR = ChatRequest(
 )
 
 
-@pytest.fixture(autouse=True)
-def _providers(provider_env: dict[str, str]) -> Iterator[None]:
-    yield
-
-
 @pytest.mark.parametrize("arguments", ['["tides", "moon"]', '"tides"', "42", "true"])
 async def test_non_object_arguments_become_an_invalid_call_the_model_is_told_about(
-    model_server: FakeModelServer, arguments: str
+    worker_settings: Settings, model_server: FakeModelServer, arguments: str
 ) -> None:
     model_server.inject(Fault.invalid_tool_args(arguments=arguments))
-    response = await ActivityEnvironment().run(chat, COORDINATOR)
+    response = await ActivityEnvironment().run(ModelActivities(worker_settings).chat, COORDINATOR)
 
     [call] = response.message.tool_calls
     assert call.name == HANDOFF_TO_PLANNER.name and call.arguments == {}
@@ -42,10 +36,10 @@ async def test_non_object_arguments_become_an_invalid_call_the_model_is_told_abo
     assert "JSON object" in told and arguments in told
 
 
-async def test_object_and_null_arguments_still_parse(model_server: FakeModelServer) -> None:
+async def test_object_and_null_arguments_still_parse(worker_settings: Settings, model_server: FakeModelServer) -> None:
     model_server.inject(Fault.invalid_tool_args(arguments='{"research_topic": "tides", "locale": "en-US"}'),
                         Fault.invalid_tool_args(arguments="null"))
-    first = await ActivityEnvironment().run(chat, COORDINATOR)
-    second = await ActivityEnvironment().run(chat, COORDINATOR)
+    first = await ActivityEnvironment().run(ModelActivities(worker_settings).chat, COORDINATOR)
+    second = await ActivityEnvironment().run(ModelActivities(worker_settings).chat, COORDINATOR)
     assert first.message.tool_calls[0].arguments == {"research_topic": "tides", "locale": "en-US"}
     assert second.message.tool_calls[0] == ToolCall(id="call_1", name="handoff_to_planner", arguments={})
