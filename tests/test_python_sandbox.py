@@ -4,7 +4,7 @@ Every hostile snippet is written so that a broken guard cannot hurt the machine:
 and the 10 GiB allocation first check that their limit is in force and refuse otherwise, every
 run has a wall-clock timeout, and a fixture SIGKILLs (by pid) any sandbox process left behind.
 Assertions that depend on containment this machine cannot provide are skipped with the reason
-``sandbox_mode()`` found.
+``SandboxActivities.mode()`` found.
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import sandbox.activity as sandbox_activity
-from config.settings import Settings, get_settings
-from sandbox.activity import REFUSED, SandboxMode, python_repl_tool, sandbox_mode, sandbox_self_check
+from config.settings import Settings
+from sandbox.activity import REFUSED, SandboxActivities, SandboxMode
 from sandbox.bootstrap import BOOT_MARKER
 from sandbox.errors import sandbox_error
 from sandbox.runner import PLAIN, SandboxLimits
@@ -103,27 +103,24 @@ def _kill_leftovers() -> Iterator[None]:
             continue
 
 
+# The module's sandbox, with the default settings: probed once, like a worker's.
+SANDBOX = SandboxActivities(Settings())
+
+
 @pytest.fixture
 async def mode() -> SandboxMode:
-    found = await sandbox_mode()
+    found = await SANDBOX.mode()
     if found.name == REFUSED:
         pytest.skip(f"this machine cannot contain the code, so the sandbox refuses: {found.reason}")
     return found
 
 
-@pytest.fixture
-def configured_mode(monkeypatch: pytest.MonkeyPatch) -> Iterator[pytest.MonkeyPatch]:
-    """Lets a test set DEERFLOW_SANDBOX_MODE: the mode is probed afresh, and again afterwards."""
-    monkeypatch.setattr(sandbox_activity, "_mode", None)
-    get_settings.cache_clear()
-    yield monkeypatch
-    get_settings.cache_clear()
-
-
-async def run(code: str, timeout: float = 10.0, env: ActivityEnvironment | None = None) -> PythonResult:
+async def run(
+    code: str, timeout: float = 10.0, env: ActivityEnvironment | None = None, sandbox: SandboxActivities = SANDBOX
+) -> PythonResult:
     request = PythonRequest(code=code, timeout_seconds=timeout)
     # A hard outer limit, should the activity's own timeout be broken.
-    return await asyncio.wait_for((env or ActivityEnvironment()).run(python_repl_tool, request), timeout + 20)
+    return await asyncio.wait_for((env or ActivityEnvironment()).run(sandbox.python_repl_tool, request), timeout + 20)
 
 
 # ---------------------------------------------------------------- ordinary code
@@ -318,36 +315,34 @@ async def test_work_dir_has_a_disk_cap(mode: SandboxMode) -> None:
 
 
 @pytest.mark.parametrize("configured", ["unprivileged", "bogus"])
-async def test_an_unknown_mode_refuses_every_call(configured_mode: pytest.MonkeyPatch, configured: str,
-                                                  caplog: pytest.LogCaptureFixture) -> None:
-    configured_mode.setenv("DEERFLOW_SANDBOX_MODE", configured)
-    assert (await sandbox_self_check()).name == REFUSED
+async def test_an_unknown_mode_refuses_every_call(configured: str, caplog: pytest.LogCaptureFixture) -> None:
+    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_MODE=configured))
+    assert (await sandbox.self_check()).name == REFUSED
     assert "python_repl_tool will refuse every call" in caplog.text
     with pytest.raises(ApplicationError) as refused:
-        await run("print('ran')")
+        await run("print('ran')", sandbox=sandbox)
     assert refused.value.type == "SandboxError" and refused.value.non_retryable
     assert f"DEERFLOW_SANDBOX_MODE={configured!r} is not a mode" in str(refused.value)
     assert "DEERFLOW_SANDBOX_MODE=plain" in str(refused.value)  # says how to opt in
 
 
-async def test_plain_mode_is_an_explicit_and_loud_opt_in(configured_mode: pytest.MonkeyPatch,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
-    configured_mode.setenv("DEERFLOW_SANDBOX_MODE", "plain")
-    assert (await sandbox_self_check()).name == PLAIN
+async def test_plain_mode_is_an_explicit_and_loud_opt_in(caplog: pytest.LogCaptureFixture) -> None:
+    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_MODE="plain"))
+    assert (await sandbox.self_check()).name == PLAIN
     assert "python_repl_tool sandbox is OFF" in caplog.text
-    result = await run("import os\nprint(os.getuid())")
+    result = await run("import os\nprint(os.getuid())", sandbox=sandbox)
     assert result.stdout == f"{os.getuid()}\n"  # the worker's own user: no containment, as consented
 
 
-async def test_a_failing_isolation_probe_refuses(configured_mode: pytest.MonkeyPatch) -> None:
+async def test_a_failing_isolation_probe_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """As on a non-root worker: the probe fails, and nothing falls back to running uncontained."""
 
     async def not_root(code: str, *args: object) -> PythonResult:
         raise sandbox_error("the sandbox could not start the code (isolated mode): PermissionError: EPERM")
 
-    configured_mode.setattr(sandbox_activity, "execute", not_root)
+    monkeypatch.setattr(sandbox_activity, "execute", not_root)
     with pytest.raises(ApplicationError) as refused:
-        await run("print('ran')")
+        await run("print('ran')", sandbox=SandboxActivities(Settings()))
     assert refused.value.non_retryable
     assert "the isolated sandbox does not work here" in str(refused.value) and "EPERM" in str(refused.value)
 
