@@ -18,7 +18,8 @@ from typing import Any
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from sandbox.activity import python_repl_tool, sandbox_self_check
+from config.settings import load_settings
+from sandbox.activity import SandboxActivities
 from workflows.models import PythonRequest
 
 TIMEOUT_SECONDS = 3.0  # every attack ends well within it; one of them is stopped by it
@@ -30,10 +31,10 @@ def credentials() -> dict[str, Any]:
     return {"uid": os.getuid(), "euid": os.geteuid(), "no_new_privs": status["NoNewPrivs"].strip(), **caps}
 
 
-async def call(code: str) -> dict[str, Any]:
+async def call(sandbox: SandboxActivities, code: str) -> dict[str, Any]:
     try:
         request = PythonRequest(code=code, timeout_seconds=TIMEOUT_SECONDS)
-        result = await ActivityEnvironment().run(python_repl_tool, request)
+        result = await ActivityEnvironment().run(sandbox.python_repl_tool, request)
     except ApplicationError as error:
         return {"error": str(error), "type": error.type, "non_retryable": error.non_retryable}
     return result.model_dump()
@@ -41,8 +42,9 @@ async def call(code: str) -> dict[str, Any]:
 
 async def main() -> None:
     snippets = json.loads(sys.stdin.read())
-    mode = await sandbox_self_check()
-    results = [await call(code) for code in snippets]
+    sandbox = SandboxActivities(load_settings())  # from this process's environment, as the worker's
+    mode = await sandbox.self_check()
+    results = [await call(sandbox, code) for code in snippets]
     print(json.dumps({"credentials": credentials(), "mode": mode.name, "reason": mode.reason, "results": results}))
 
 

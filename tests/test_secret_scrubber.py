@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -21,19 +19,14 @@ from temporalio.worker import ActivityInboundInterceptor, ActivityOutboundInterc
 from activities.mcp_config import MCPServerConfig
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import REDACTED, ScrubbingLogFilter, SecretScrubber, secret_values
-from config.settings import Settings, get_settings
+from config.settings import Settings
 from workflows.models import MCPCallResult
 
 KEY = "sk-test-openai-0123456789"
 
 
-@pytest.fixture(autouse=True)
-def worker_secrets(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
-    monkeypatch.setenv("DEERFLOW_CONF", str(tmp_path / "absent.yaml"))
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+# The scrubber of a worker configured with one key, in an environment with no other secrets.
+SCRUBBER = SecretScrubber.for_settings(Settings(OPENAI_API_KEY=KEY), environ={})
 
 
 def test_secret_values_cover_settings_env_and_mcp_servers() -> None:
@@ -85,7 +78,7 @@ class _Next(ActivityInboundInterceptor):
 
 
 async def run_through(outcome: Any) -> Any:
-    interceptor = SecretScrubbingInterceptor().intercept_activity(_Next(outcome))
+    interceptor = SecretScrubbingInterceptor(SCRUBBER).intercept_activity(_Next(outcome))
     return await interceptor.execute_activity(cast(ExecuteActivityInput, None))
 
 
@@ -136,7 +129,7 @@ async def test_heartbeat_details_are_scrubbed() -> None:
         def heartbeat(self, *details: Any) -> None:
             sent.append(details)
 
-    inbound = SecretScrubbingInterceptor().intercept_activity(_Next(None))
+    inbound = SecretScrubbingInterceptor(SCRUBBER).intercept_activity(_Next(None))
     captured: list[ActivityOutboundInterceptor] = []
     inbound.next = cast(ActivityInboundInterceptor, type("N", (), {"init": lambda self, o: captured.append(o)})())
     inbound.init(Outbound())
@@ -152,7 +145,7 @@ def test_log_filter_scrubs_messages_and_tracebacks() -> None:
         record = logging.LogRecord("httpx", logging.INFO, __file__, 1, "GET %s", (f"/search?key={KEY}",),
                                    (type(exc), exc, exc.__traceback__))
 
-    assert ScrubbingLogFilter().filter(record)
+    assert ScrubbingLogFilter(SCRUBBER).filter(record)
 
     assert record.getMessage() == f"GET /search?key={REDACTED}"
     assert record.exc_text is not None and KEY not in record.exc_text and f"refused {REDACTED}" in record.exc_text
