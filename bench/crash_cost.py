@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plai
 
 from temporalio.client import Client, WorkflowHandle
 
+from config.settings import load_settings
 from offline.model_server import FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
 from offline.search_server import FakeSearchServer
@@ -85,7 +86,7 @@ class Bench:
         self.client: Client
 
     async def connect(self) -> None:
-        self.client = await connect_when_ready(self.server.address, data_converter=data_converter())
+        self.client = await connect_when_ready(self.server.address, data_converter=data_converter(load_settings()))
 
     def launch_worker(self) -> str:
         """Start a worker process; returns its identity (the clock for "resume" starts here)."""

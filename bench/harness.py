@@ -36,7 +36,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
-from config.settings import get_settings
+from config.settings import load_settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import data_converter
@@ -192,23 +192,6 @@ class Stack:
         return ""
 
 
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    """Set env vars in this process for the duration (the client's converter reads them)."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    get_settings.cache_clear()
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-        get_settings.cache_clear()
-
-
 @contextlib.asynccontextmanager
 async def bench_stack(
     model_latency: float = 0.0,
@@ -220,14 +203,15 @@ async def bench_stack(
 ) -> AsyncIterator[Stack]:
     """Start fakes, a dev server on a fresh database and one worker; stop them all on the way out.
 
-    ``worker_env`` entries named in :data:`SHARED_SETTINGS` are applied to this process too, so
-    the bench's client reads the same payload store as the worker writes.
+    ``worker_env`` entries named in :data:`SHARED_SETTINGS` go into the bench client's settings
+    too, so the client reads the same payload store as the worker writes.
     """
     with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
         workdir = Path(tmp)
         home = workdir / "home"
         env = {"DEERFLOW_HOME": str(home), **(worker_env or {})}
-        with contextlib.ExitStack() as stop, _environ({k: v for k, v in env.items() if k in SHARED_SETTINGS}):
+        client_settings = load_settings({**os.environ, **{k: v for k, v in env.items() if k in SHARED_SETTINGS}})
+        with contextlib.ExitStack() as stop:
             model = FakeModelServer(latency_seconds=model_latency).start()
             stop.callback(model.stop)
             search = FakeSearchServer(corpus_path=corpus, latency_seconds=search_latency).start()
@@ -239,7 +223,7 @@ async def bench_stack(
                         "TAVILY_BASE_URL": search.base_url})
             worker = BenchWorker(server.address, workdir / "worker.log", env, worker_script).start()
             stop.callback(worker.stop)
-            client = await Client.connect(server.address, data_converter=data_converter())
+            client = await Client.connect(server.address, data_converter=data_converter(client_settings))
             stack = Stack(workdir, model, search, server, worker, client)
             deadline = time.monotonic() + 90
             while not await has_worker(client):

@@ -19,6 +19,7 @@ from harness import REPO, header, median, ms, run_main, verdict
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from config.settings import load_settings
 from runtime.converter import data_converter
 from workflows.research import DeepResearchWorkflow
 
@@ -32,7 +33,7 @@ async def main() -> None:
     args = parser.parse_args()
     header("Replay time")
     history = WorkflowHistory.from_json("bench-replay", args.history.read_text(encoding="utf-8"))
-    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter())
+    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings()))
     times = []
     for _ in range(WARM_REPLAYS + 1):
         began = time.perf_counter()

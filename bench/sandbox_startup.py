@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plai
 
 from temporalio.testing import ActivityEnvironment
 
-from sandbox.activity import python_repl_tool, sandbox_mode
+from config.settings import load_settings
+from sandbox.activity import SandboxActivities
 from workflows.models import PythonRequest
 
 RUNS = 20
@@ -36,14 +37,14 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def sandbox_times() -> tuple[list[float], list[float]]:
+async def sandbox_times(sandbox: SandboxActivities) -> tuple[list[float], list[float]]:
     """Wall time and child CPU time of each call."""
     env = ActivityEnvironment()
     request = PythonRequest(code="print(1)")
     times, cpu = [], []
     for _ in range(RUNS):
         started, cpu_before = time.perf_counter(), children_cpu()
-        result = await env.run(python_repl_tool, request)
+        result = await env.run(sandbox.python_repl_tool, request)
         times.append(time.perf_counter() - started)
         cpu.append(children_cpu() - cpu_before)
         if result.stdout != "1\n":
@@ -61,9 +62,10 @@ def bare_times() -> list[float]:
 
 
 async def main() -> None:
-    mode = await sandbox_mode()
+    sandbox = SandboxActivities(load_settings())
+    mode = await sandbox.mode()
     print(f"sandbox mode: {mode.name}" + (f" ({mode.reason})" if mode.reason else ""))
-    times, cpu = await sandbox_times()
+    times, cpu = await sandbox_times(sandbox)
     print(f"python_repl_tool, {RUNS} runs of print(1): {summary(times)}, "
           f"CPU median {statistics.median(cpu) * 1000:.1f} ms")
     print(f"bare interpreter, {RUNS} runs of print(1): {summary(bare_times())}")

@@ -31,7 +31,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 import worker
 from activities.heartbeat import heartbeating
 from runtime.shutdown import exit_now
-from sandbox.activity import python_repl_tool
+from sandbox.activity import SandboxActivities
 from workflows.models import PythonRequest, PythonResult
 
 
@@ -52,17 +52,17 @@ def knobs() -> dict[str, Any]:
 
 
 def limit_python_sandboxes(limit: int) -> None:
-    """Swap the registered python_repl_tool for one that lets ``limit`` sandboxes run at once."""
+    """Make the worker's sandbox one whose python_repl_tool lets ``limit`` sandboxes run at once."""
     gate = asyncio.Semaphore(limit)
 
-    @activity.defn(name="python_repl_tool")
-    @heartbeating
-    async def limited(request: PythonRequest) -> PythonResult:
-        async with gate:
-            return await python_repl_tool(request)
+    class LimitedSandbox(SandboxActivities):
+        @activity.defn(name="python_repl_tool")
+        @heartbeating
+        async def python_repl_tool(self, request: PythonRequest) -> PythonResult:
+            async with gate:
+                return await SandboxActivities.python_repl_tool(self, request)
 
-    for registered in (worker.ACTIVITIES, worker.SANDBOX_ACTIVITIES):
-        registered[registered.index(python_repl_tool)] = limited
+    worker.SandboxActivities = LimitedSandbox  # type: ignore[misc]
 
 
 if __name__ == "__main__":

@@ -21,10 +21,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
-from config.settings import get_settings
+from activities.registry import activities_for, sandbox_activities_for
+from config.settings import load_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
+from sandbox.activity import SandboxActivities
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
@@ -58,17 +59,19 @@ async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
 async def record(names: list[str]) -> None:
     from tests.conftest import TEST_SERVER as test_server
 
-    os.environ.update(DEERFLOW_MAX_TOOL_CALLS_PER_TURN="4", DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT="2")
     providers = start_offline_providers()
     assert providers.model is not None, "record with the offline model (unset OPENAI_API_KEY)"
-    get_settings.cache_clear()
+    settings = load_settings({**os.environ, **providers.overrides, "DEERFLOW_MAX_TOOL_CALLS_PER_TURN": "4",
+                              "DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT": "2"})
+    sandbox = SandboxActivities(settings)
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
     )
     try:
-        async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES), \
-                Worker(env.client, task_queue=SANDBOX_TASK_QUEUE, activities=SANDBOX_ACTIVITIES):
+        async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
+                          activities=activities_for(settings, sandbox=sandbox)), \
+                Worker(env.client, task_queue=SANDBOX_TASK_QUEUE, activities=sandbox_activities_for(sandbox)):
             for name in names:
                 request, feedback, faults = SCENARIOS[name]
                 providers.model.inject(*faults)

@@ -19,6 +19,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
+from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker
@@ -197,7 +198,7 @@ async def test_a_paused_run_survives_restarting_both_worker_and_server(tmp_path:
     server = DevServer(tmp_path / "paused.db").start()
     worker: WorkerProcess | None = None
     try:
-        client = await connect_when_ready(server.address, data_converter=data_converter())
+        client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
         worker = await start_worker(server, client, tmp_path / "worker-1.log")
         handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION), id=run_id("paused"),
                                              task_queue=TASK_QUEUE, result_type=ResearchResult)
@@ -210,7 +211,7 @@ async def test_a_paused_run_survives_restarting_both_worker_and_server(tmp_path:
         worker.kill()  # kill -9 the worker, then stop and restart the server on the same db file and port
         server.stop()
         server.start()
-        client = await connect_when_ready(server.address, data_converter=data_converter())
+        client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
         worker = await start_worker(server, client, tmp_path / "worker-2.log")
         handle = client.get_workflow_handle(handle.id, result_type=ResearchResult)
         resumed = await handle.query("status", result_type=RunStatus)

@@ -17,7 +17,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities.registry import ACTIVITIES
+from activities.registry import activities_for
+from config.settings import Settings
 from tests.conftest import run_id
 from tests.processes import REPO_DIR, DevServer
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
@@ -64,8 +65,11 @@ def starter(dev_server: DevServer, *args: str) -> subprocess.CompletedProcess[st
                           env=env, cwd=REPO_DIR, timeout=60, check=False, stdin=subprocess.DEVNULL)
 
 
-async def test_each_bad_start_input_fails_at_once_with_the_field_named(dev_server: DevServer, client: Client) -> None:
-    async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES):
+async def test_each_bad_start_input_fails_at_once_with_the_field_named(
+    dev_server: DevServer, client: Client, worker_settings: Settings
+) -> None:
+    activities = activities_for(worker_settings)
+    async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=activities):
         for inputs, expected in BAD_STARTS:
             workflow_id = run_id("bad-input")
             started = await asyncio.to_thread(

@@ -34,9 +34,10 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 import storage.s3 as s3_module
-from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
+from activities.registry import activities_for, sandbox_activities_for
 from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
+from sandbox.activity import SandboxActivities
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver
 from tests.conftest import TEST_SERVER, run_id
@@ -317,9 +318,11 @@ async def test_without_storage_the_same_run_bloats_history(storage_env: Workflow
     assert history_bytes(history) > 2 * BIG
 
 
-async def run_deep_research(client: Client) -> WorkflowHistory:
-    async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=ACTIVITIES), \
-            Worker(client, task_queue=SANDBOX_TASK_QUEUE, activities=SANDBOX_ACTIVITIES):
+async def run_deep_research(client: Client, settings: Settings) -> WorkflowHistory:
+    sandbox = SandboxActivities(settings)
+    async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
+                      activities=activities_for(settings, sandbox=sandbox)), \
+            Worker(client, task_queue=SANDBOX_TASK_QUEUE, activities=sandbox_activities_for(sandbox)):
         handle = await client.start_workflow(
             WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
             id=run_id("stored"), task_queue=TASK_QUEUE, result_type=ResearchResult)
@@ -329,19 +332,18 @@ async def run_deep_research(client: Client) -> WorkflowHistory:
     return await handle.fetch_history()
 
 
-async def test_deep_research_history_stays_small(storage_env: WorkflowEnvironment,
-                                                 provider_env: dict[str, str]) -> None:
+async def test_deep_research_history_stays_small(storage_env: WorkflowEnvironment, worker_settings: Settings) -> None:
     """The real workflow with the default converter: every inline payload under 32 KiB."""
-    history = await run_deep_research(storage_env.client)
+    history = await run_deep_research(storage_env.client, worker_settings)
     assert_small(history)
 
 
 async def test_deep_research_through_the_blob_store(storage_env: WorkflowEnvironment, blob_home: Path,
-                                                    provider_env: dict[str, str]) -> None:
+                                                    worker_settings: Settings) -> None:
     """The offline default run's payloads all fit in 32 KiB, so a 4 KiB threshold forces the real
     workflow's conversations and report through the store, and the replayer must read them back."""
     converter = data_converter(settings_for(DEERFLOW_HOME=str(blob_home), DEERFLOW_PAYLOAD_THRESHOLD_BYTES=4096))
-    history = await run_deep_research(client_with(storage_env.client, converter))
+    history = await run_deep_research(client_with(storage_env.client, converter), worker_settings)
     assert_small(history, 4096)
     refs = references(history)
     assert refs

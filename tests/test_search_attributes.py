@@ -19,6 +19,7 @@ import yaml
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.service import RPCError, RPCStatusCode
 
+from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
@@ -125,7 +126,7 @@ async def test_worker_registers_them_and_runs_set_them(tmp_path: Path) -> None:
     server = DevServer(tmp_path / "temporal.db").start()
     worker: WorkerProcess | None = None
     try:
-        client = await connect_when_ready(server.address, data_converter=data_converter())
+        client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
         assert len(await missing_search_attributes(client)) == len(ALL_KEYS)
         worker = WorkerProcess(server.address, tmp_path / "worker.log").start()
         deadline = time.monotonic() + 60

@@ -21,6 +21,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cli.connection import CliError
 from cli.watch import Watcher, WatchStats, clock_time, format_duration, render_status, watch
+from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
@@ -289,7 +290,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture(scope="module")
 async def client(server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
-    client = await connect_when_ready(server.address, data_converter=data_converter())
+    client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
     tmp_path = tmp_path_factory.mktemp("watch-worker")
     worker = WorkerProcess(server.address, tmp_path / "worker.log",
                            env={"DEERFLOW_OFFLINE_MODEL_LATENCY": "0.2"}).start()

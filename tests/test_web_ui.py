@@ -19,6 +19,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 
+from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
@@ -85,7 +86,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 
 @pytest.fixture(scope="module")
 async def client(server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
-    client = await connect_when_ready(server.address, data_converter=data_converter())
+    client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
     log = tmp_path_factory.mktemp("ui-worker") / "worker.log"
     worker = WorkerProcess(server.address, log).start()
     deadline = time.monotonic() + 60
