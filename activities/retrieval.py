@@ -32,7 +32,7 @@ import functools
 import logging
 import os
 import ssl
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -46,6 +46,7 @@ from temporalio.exceptions import ApplicationError
 from activities import doc_extract
 from activities.doc_index import DB_FILENAME, DocumentStore, Hit, StoreUnavailable
 from activities.heartbeat import heartbeating
+from activities.provider_registry import ProviderRegistry
 from activities.resource_roots import ResourcePolicy, resolve
 from activities.search import parse_retry_after, trim_response
 from config.settings import Settings
@@ -123,35 +124,14 @@ class Retriever(Protocol):
         ...
 
 
-RetrieverFactory = Callable[[Settings], Retriever]
-_RETRIEVERS: dict[str, RetrieverFactory] = {}
-
-
-def register_retriever(name: str) -> Callable[[RetrieverFactory], RetrieverFactory]:
-    """Make a retriever selectable as ``RAG_PROVIDER=<name>`` (case-insensitive)."""
-
-    def decorator(factory: RetrieverFactory) -> RetrieverFactory:
-        _RETRIEVERS[name.lower()] = factory
-        return factory
-
-    return decorator
-
-
-def supported_retrievers() -> list[str]:
-    """Names ``RAG_PROVIDER`` may take."""
-    return sorted(_RETRIEVERS)
+RETRIEVERS: ProviderRegistry[Retriever] = ProviderRegistry("RAG_PROVIDER", "retriever", DEFAULT_PROVIDER, config_error)
+register_retriever = RETRIEVERS.register
+supported_retrievers = RETRIEVERS.names
 
 
 def get_retriever(settings: Settings) -> Retriever:
     """The retriever ``settings.rag_provider`` names; an unknown name is a configuration error."""
-    # Compose passes unset variables as "", which must mean "the default".
-    factory = _RETRIEVERS.get(settings.rag_provider.strip().lower() or DEFAULT_PROVIDER)
-    if factory is None:
-        raise config_error(
-            f"RAG_PROVIDER={settings.rag_provider!r} is not a supported retriever "
-            f"(supported: {', '.join(supported_retrievers())})."
-        )
-    return factory(settings)
+    return RETRIEVERS.create(settings.rag_provider, settings)
 
 
 # ---------------------------------------------------------------- local files

@@ -23,7 +23,7 @@ Why it is built this way:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Protocol
@@ -33,6 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
+from activities.provider_registry import ProviderRegistry
 from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse
 
@@ -146,20 +147,6 @@ class SearchProvider(Protocol):
         ...
 
 
-ProviderFactory = Callable[[Settings], SearchProvider]
-_PROVIDERS: dict[str, ProviderFactory] = {}
-
-
-def register_provider(name: str) -> Callable[[ProviderFactory], ProviderFactory]:
-    """Make a provider selectable as ``SEARCH_API=<name>`` (case-insensitive)."""
-
-    def decorator(factory: ProviderFactory) -> ProviderFactory:
-        _PROVIDERS[name.lower()] = factory
-        return factory
-
-    return decorator
-
-
 def _load_builtin_providers() -> None:
     """Import the bundled providers so they register; cheap after the first call.
 
@@ -168,23 +155,16 @@ def _load_builtin_providers() -> None:
     importlib.import_module(BUILTIN_PROVIDERS_PACKAGE)
 
 
-def supported_providers() -> list[str]:
-    """Names ``SEARCH_API`` may take."""
-    _load_builtin_providers()
-    return sorted(_PROVIDERS)
+PROVIDERS: ProviderRegistry[SearchProvider] = ProviderRegistry(
+    "SEARCH_API", "search provider", DEFAULT_PROVIDER, config_error, load=_load_builtin_providers
+)
+register_provider = PROVIDERS.register
+supported_providers = PROVIDERS.names
 
 
 def get_provider(settings: Settings) -> SearchProvider:
     """The provider ``settings.search_api`` names; an unknown name is a configuration error."""
-    _load_builtin_providers()
-    # Compose passes unset variables as "", which must mean "the default", not "no provider".
-    factory = _PROVIDERS.get(settings.search_api.strip().lower() or DEFAULT_PROVIDER)
-    if factory is None:
-        raise config_error(
-            f"SEARCH_API={settings.search_api!r} is not a supported search provider "
-            f"(supported: {', '.join(supported_providers())})."
-        )
-    return factory(settings)
+    return PROVIDERS.create(settings.search_api, settings)
 
 
 # ---------------------------------------------------------------- trimming
