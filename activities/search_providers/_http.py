@@ -2,7 +2,9 @@
 
 Why a helper: Brave, Serper, SearxNG and Wikipedia differ only in URL, parameters and result
 shape. Sending, timing out, and sorting transport failures and HTTP statuses into the activity's
-three error types are the same for all of them, and should stay so.
+three error types are the same for all of them, and should stay so. :class:`JsonSearch` is the
+whole request of the simple ones (check the setting they need, send, sort a failure, parse), so
+each of them only says what differs.
 """
 
 from __future__ import annotations
@@ -11,14 +13,17 @@ import functools
 import html
 import re
 import ssl
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import urlsplit
 
 import httpx
 from temporalio.exceptions import ApplicationError
 
 from activities.search import config_error, status_error, unavailable_error
+from config.settings import Settings
+from workflows.models import SearchRequest, SearchResponse
 
 # Wikimedia's API etiquette asks for a descriptive User-Agent; the others do not mind one.
 USER_AGENT = "deerflow-temporal/0.1 (deep-research worker; +https://github.com/bytedance/deer-flow)"
@@ -141,3 +146,54 @@ def float_or_none(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     return float(value)
+
+
+@dataclass(frozen=True)
+class Call:
+    """One request of a :class:`JsonSearch` provider: ``send``'s method, a path under the base
+    URL, and its other keyword arguments (params, json, headers, follow_redirects)."""
+
+    method: str
+    path: str
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class JsonSearch(ABC):
+    """A provider that answers one HTTP request with a JSON object: the steps every such
+    provider takes, in the order that reports a missing key before anything is sent."""
+
+    provider: ClassVar[HttpProvider]
+
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+
+    def api_key(self) -> str:
+        """The key the provider needs (raise ``missing_setting_error`` when it is unset); none by default."""
+        return ""
+
+    @abstractmethod
+    def base_url(self) -> str:
+        """The endpoint from settings (checked by :func:`check_base_url` afterwards)."""
+
+    @abstractmethod
+    def call(self, request: SearchRequest, api_key: str) -> Call:
+        """The request for one query."""
+
+    @abstractmethod
+    def parse(self, query: str, payload: dict[str, Any]) -> SearchResponse:
+        """The 200 answer's JSON object in our contract."""
+
+    def error(self, response: httpx.Response) -> Exception:
+        """A non-200 answer, sorted by the shared status rules (override for provider quirks)."""
+        return http_error(self.provider, response)
+
+    async def search(self, request: SearchRequest) -> SearchResponse:
+        """Check the settings, send the call, sort a failure, parse the answer."""
+        api_key = self.api_key()
+        base_url = check_base_url(self.provider, self.base_url())
+        call = self.call(request, api_key)
+        response = await send(self.provider, call.method, f"{base_url}{call.path}",
+                              timeout=self._settings.search_timeout_seconds, **call.options)
+        if response.status_code != 200:
+            raise self.error(response)
+        return self.parse(request.query, json_object(self.provider, response))

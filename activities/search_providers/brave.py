@@ -16,15 +16,13 @@ import httpx
 
 from activities.search import missing_setting_error, register_provider, status_error
 from activities.search_providers._http import (
+    Call,
     HttpProvider,
-    check_base_url,
-    json_object,
+    JsonSearch,
     plain_text,
     response_detail,
-    send,
     str_or_none,
 )
-from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://api.search.brave.com/res/v1"
@@ -33,29 +31,30 @@ PROVIDER = HttpProvider("Brave Search", base_url_env="BRAVE_BASE_URL", key_env="
 
 
 @register_provider("brave")
-class BraveSearch:
-    """One Brave Web Search request per query."""
+class BraveSearch(JsonSearch):
+    """One Brave Web Search request per query: ``GET /web/search``; results come from ``web.results``."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    provider = PROVIDER
 
-    async def search(self, request: SearchRequest) -> SearchResponse:
-        """``GET /web/search``; results come from ``web.results``."""
-        api_key = self._settings.brave_search_api_key
-        if not api_key:
+    def api_key(self) -> str:
+        if not self._settings.brave_search_api_key:
             raise missing_setting_error(PROVIDER.label, "BRAVE_SEARCH_API_KEY")
-        base_url = check_base_url(PROVIDER, self._settings.brave_base_url or DEFAULT_BASE_URL)
-        response = await send(
-            PROVIDER,
-            "GET",
-            f"{base_url}/web/search",
-            timeout=self._settings.search_timeout_seconds,
-            params={"q": request.query, "count": min(max(request.max_results, 1), BRAVE_MAX_COUNT)},
-            headers={"X-Subscription-Token": api_key},
-        )
-        if response.status_code != 200:
-            raise brave_error(response)
-        return brave_response(request.query, json_object(PROVIDER, response))
+        return self._settings.brave_search_api_key
+
+    def base_url(self) -> str:
+        return self._settings.brave_base_url or DEFAULT_BASE_URL
+
+    def call(self, request: SearchRequest, api_key: str) -> Call:
+        return Call("GET", "/web/search", {
+            "params": {"q": request.query, "count": min(max(request.max_results, 1), BRAVE_MAX_COUNT)},
+            "headers": {"X-Subscription-Token": api_key},
+        })
+
+    def parse(self, query: str, payload: dict[str, Any]) -> SearchResponse:
+        return brave_response(query, payload)
+
+    def error(self, response: httpx.Response) -> Exception:
+        return brave_error(response)
 
 
 def brave_response(query: str, payload: dict[str, Any]) -> SearchResponse:

@@ -10,17 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from activities.search import missing_setting_error, register_provider, unavailable_error
-from activities.search_providers._http import (
-    HttpProvider,
-    check_base_url,
-    float_or_none,
-    http_error,
-    json_object,
-    plain_text,
-    send,
-    str_or_none,
-)
-from config.settings import Settings
+from activities.search_providers._http import Call, HttpProvider, JsonSearch, float_or_none, plain_text, str_or_none
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 PROVIDER = HttpProvider(
@@ -31,28 +21,24 @@ PROVIDER = HttpProvider(
 
 
 @register_provider("searx")
-class SearxSearch:
-    """One SearXNG ``/search`` request per query (first page)."""
+class SearxSearch(JsonSearch):
+    """One SearXNG request per query (first page): ``GET /search?format=json``; results come from ``results``."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    provider = PROVIDER
 
-    async def search(self, request: SearchRequest) -> SearchResponse:
-        """``GET /search?format=json``; results come from ``results``."""
+    def base_url(self) -> str:
         if not self._settings.searx_host:
             raise missing_setting_error(PROVIDER.label, "SEARX_HOST", "an instance URL (e.g. http://localhost:8080)")
-        host = check_base_url(PROVIDER, self._settings.searx_host)
-        response = await send(
-            PROVIDER,
-            "GET",
-            f"{host}/search",
-            timeout=self._settings.search_timeout_seconds,
-            follow_redirects=True,  # no key to leak; instances often redirect http -> https
-            params={"q": request.query, "format": "json", "pageno": 1},
-        )
-        if response.status_code != 200:
-            raise http_error(PROVIDER, response)
-        return searx_response(request.query, json_object(PROVIDER, response))
+        return self._settings.searx_host
+
+    def call(self, request: SearchRequest, api_key: str) -> Call:
+        return Call("GET", "/search", {
+            "follow_redirects": True,  # no key to leak; instances often redirect http -> https
+            "params": {"q": request.query, "format": "json", "pageno": 1},
+        })
+
+    def parse(self, query: str, payload: dict[str, Any]) -> SearchResponse:
+        return searx_response(query, payload)
 
 
 def searx_response(query: str, payload: dict[str, Any]) -> SearchResponse:

@@ -9,17 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import httpx
+
 from activities.search import missing_setting_error, register_provider
-from activities.search_providers._http import (
-    HttpProvider,
-    check_base_url,
-    http_error,
-    json_object,
-    plain_text,
-    send,
-    str_or_none,
-)
-from config.settings import Settings
+from activities.search_providers._http import Call, HttpProvider, JsonSearch, http_error, plain_text, str_or_none
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://google.serper.dev"
@@ -28,31 +21,32 @@ PROVIDER = HttpProvider("Serper", base_url_env="SERPER_BASE_URL", key_env="SERPE
 
 
 @register_provider("serper")
-class SerperSearch:
-    """One Serper ``/search`` request per query."""
+class SerperSearch(JsonSearch):
+    """One Serper request per query: ``POST /search``; results come from ``organic``."""
 
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
+    provider = PROVIDER
 
-    async def search(self, request: SearchRequest) -> SearchResponse:
-        """``POST /search``; results come from ``organic``."""
-        api_key = self._settings.serper_api_key
-        if not api_key:
+    def api_key(self) -> str:
+        if not self._settings.serper_api_key:
             raise missing_setting_error(PROVIDER.label, "SERPER_API_KEY")
-        base_url = check_base_url(PROVIDER, self._settings.serper_base_url or DEFAULT_BASE_URL)
-        response = await send(
-            PROVIDER,
-            "POST",
-            f"{base_url}/search",
-            timeout=self._settings.search_timeout_seconds,
-            json={"q": request.query, "num": min(max(request.max_results, 1), SERPER_MAX_NUM)},
-            headers={"X-API-KEY": api_key},
-        )
-        if response.status_code != 200:
-            # Serper answers a bad key with 403 "Unauthorized." rather than 401.
-            unauthorized = response.status_code == 403 and "unauthorized" in response.text.lower()
-            raise http_error(PROVIDER, response, key_rejected=unauthorized)
-        return serper_response(request.query, json_object(PROVIDER, response))
+        return self._settings.serper_api_key
+
+    def base_url(self) -> str:
+        return self._settings.serper_base_url or DEFAULT_BASE_URL
+
+    def call(self, request: SearchRequest, api_key: str) -> Call:
+        return Call("POST", "/search", {
+            "json": {"q": request.query, "num": min(max(request.max_results, 1), SERPER_MAX_NUM)},
+            "headers": {"X-API-KEY": api_key},
+        })
+
+    def parse(self, query: str, payload: dict[str, Any]) -> SearchResponse:
+        return serper_response(query, payload)
+
+    def error(self, response: httpx.Response) -> Exception:
+        # Serper answers a bad key with 403 "Unauthorized." rather than 401.
+        unauthorized = response.status_code == 403 and "unauthorized" in response.text.lower()
+        return http_error(PROVIDER, response, key_rejected=unauthorized)
 
 
 def serper_response(query: str, payload: dict[str, Any]) -> SearchResponse:
