@@ -180,12 +180,14 @@ class CrawlActivities:
         async with provider_slot("crawl", settings.crawl_max_concurrency):
             page = await fetch(request.url, settings.crawl_allow_hosts)
         title, text = await extract_within_budget(page, settings.crawl_max_chars, settings)
-        markdown, truncated = cap_text(text, settings.crawl_max_chars)
+        markdown, truncated = cut_at_break(text, settings.crawl_max_chars)
         return CrawlResult(url=page.url, title=title, markdown=markdown, truncated=truncated)
 
 
-def cap_text(text: str, max_chars: int) -> tuple[str, bool]:
-    """Cut ``text`` to ``max_chars`` (at a line or word break when one is near); say if cut."""
+def cut_at_break(text: str, max_chars: int) -> tuple[str, bool]:
+    """Cut ``text`` to ``max_chars`` (at a line or word break when one is near); say if cut.
+
+    Unlike search's ``cap_text`` it adds no marker: the result's ``truncated`` flag says so."""
     text = text.strip()
     if len(text) <= max_chars:
         return text, False

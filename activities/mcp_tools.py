@@ -444,7 +444,7 @@ def tool_spec(server_name: str, tool: mcp_types.Tool) -> ToolSpec:
         description = f"The {tool.name!r} tool of MCP server {server_name!r}."
     return ToolSpec(
         name=mcp_tool_name(server_name, tool.name),
-        description=cap_text(description, MAX_DESCRIPTION_CHARS),
+        description=cap_with_count(description, MAX_DESCRIPTION_CHARS),
         parameters=object_schema(tool.input_schema),
     )
 
@@ -513,7 +513,7 @@ def format_content(result: mcp_types.CallToolResult) -> str:
     text = "\n".join(part for part in parts if part)
     if not text:
         return "(the tool returned no content)"
-    return cap_text(text, MAX_RESULT_CHARS)
+    return cap_with_count(text, MAX_RESULT_CHARS)
 
 
 def _content_text(block: Any) -> str:
@@ -533,8 +533,9 @@ def _content_text(block: Any) -> str:
     return f"[{getattr(block, 'type', 'unknown')} content, not shown]"
 
 
-def cap_text(text: str, limit: int) -> str:
-    """At most ``limit`` characters, a cut marked so the reader knows something is missing."""
+def cap_with_count(text: str, limit: int) -> str:
+    """At most ``limit`` characters, a cut marked with how much is missing, so the model knows the
+    tool said more (unlike search's ``cap_text``, whose snippets need no count)."""
     if len(text) <= limit:
         return text
     marker = f"\u2026 [truncated {len(text) - limit} characters]"
@@ -598,11 +599,11 @@ class McpActivities:
                     # The server rejected this call (bad arguments, internal error): the agent can read
                     # that and try differently; retrying the identical call would not help.
                     return MCPCallResult(
-                        content=cap_text(f"MCP error {exc.code}: {exc.message}", MAX_RESULT_CHARS), is_error=True
+                        content=cap_with_count(f"MCP error {exc.code}: {exc.message}", MAX_RESULT_CHARS), is_error=True
                     )
                 except RuntimeError as exc:
                     # The SDK's check of structured output against the tool's declared schema failed.
-                    return MCPCallResult(content=cap_text(str(exc), MAX_RESULT_CHARS), is_error=True)
+                    return MCPCallResult(content=cap_with_count(str(exc), MAX_RESULT_CHARS), is_error=True)
             return MCPCallResult(content=format_content(result), is_error=bool(result.is_error))
 
         session = _with_session(request.server_name, server, self.settings, self.scrubber, work)

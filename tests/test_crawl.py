@@ -1016,7 +1016,7 @@ def test_charset_precedence(body: bytes, header: str | None, expected: str) -> N
     assert expected in crawl.decode_body(body, header)
 
 
-def test_cap_text_cuts_at_a_boundary() -> None:
-    assert crawl.cap_text("short", 10) == ("short", False)
-    text, truncated = crawl.cap_text("alpha beta gamma delta", 18)
+def test_cut_at_break_cuts_at_a_boundary() -> None:
+    assert crawl.cut_at_break("short", 10) == ("short", False)
+    text, truncated = crawl.cut_at_break("alpha beta gamma delta", 18)
     assert (text, truncated) == ("alpha beta gamma", True)
