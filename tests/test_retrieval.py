@@ -487,3 +487,4 @@ async def test_an_unknown_rag_provider_is_a_config_error(home: Path) -> None:
     with pytest.raises(ApplicationError) as caught:
         await rag_search(Settings(DEERFLOW_HOME=home, RAG_PROVIDER="milvus"), ["rag://dataset/ds1"])
     assert caught.value.type == CONFIG_ERROR and "ragflow" in caught.value.message
+    assert "RAG_PROVIDER='milvus' is not a supported retriever" in caught.value.message

@@ -1,0 +1,44 @@
+"""Settings are built once, by each process's entry point, from the environment it is handed.
+
+``load_settings`` is the only reader of the environment and ``conf.yaml``; the offline providers
+say which settings point at them instead of rewriting the environment.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from config.settings import load_settings
+from offline.providers import start_offline_providers
+
+
+def test_env_wins_over_conf_yaml_and_an_empty_variable_is_unset(tmp_path: Path) -> None:
+    conf = tmp_path / "conf.yaml"
+    conf.write_text("BASIC_MODEL:\n  model: from-conf\n  base_url: http://127.0.0.1:9/v1\nREASONING_MODEL:\n"
+                    "  model: thinker\n")
+    settings = load_settings(environ={"DEERFLOW_CONF": str(conf), "BASIC_MODEL": "from-env", "REASONING_MODEL": ""})
+    assert (settings.basic_model, settings.reasoning_model) == ("from-env", "thinker")
+    assert settings.openai_base_url == "http://127.0.0.1:9/v1"
+    assert load_settings(environ={}, conf_path=conf).basic_model == "from-conf"  # conf_path beats DEERFLOW_CONF
+
+
+def test_only_the_environ_given_is_read(tmp_path: Path) -> None:
+    assert load_settings(environ={"DEERFLOW_CONF": str(tmp_path / "absent.yaml")}).openai_api_key is None
+
+
+def test_offline_providers_hand_back_settings_and_leave_the_environment_alone() -> None:
+    environ = {"SEARCH_API": "tavily"}
+    providers = start_offline_providers(environ)
+    try:
+        assert environ == {"SEARCH_API": "tavily"}
+        assert providers.model is not None and providers.search is not None
+        settings = load_settings(environ={**environ, **providers.overrides})
+        assert settings.openai_base_url == providers.model.base_url and settings.offline_demo
+        assert settings.tavily_base_url == providers.search.base_url
+    finally:
+        providers.stop()
+
+
+def test_offline_providers_serve_only_what_has_no_key() -> None:
+    providers = start_offline_providers({"OPENAI_API_KEY": "sk-real", "SEARCH_API": "brave"})
+    assert (providers.model, providers.search, providers.overrides) == (None, None, {})
