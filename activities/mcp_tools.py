@@ -6,7 +6,7 @@ Why it is built this way:
   connect to the URL), initializes, does one thing and closes. No session outlives an activity, so
   nothing is shared between workers or leaks across retries, and the workflow records each listing
   in history: replay never needs the live server.
-* Servers are the operator's (``MCP_SERVERS``, activities/mcp_config.py): the workflow passes only a
+* Servers are the operator's (``MCP_SERVERS``, config/mcp_servers.py): the workflow passes only a
   server name, the agent and a narrower tool list, and the definition is looked up here, so no
   command, URL, env or header value enters history. An unknown name is ``MCPConfigError``.
 * The definition is still checked before anything is spawned or connected, since a typo in it should
@@ -55,9 +55,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeating
-from activities.mcp_config import MCPServerConfig, MissingVariable, expand_placeholders
 from activities.secret_scrubber import SecretScrubber
 from activities.url_guard import HostNotFound, UrlRefused, validate_url
+from config.mcp_servers import MCPServerConfig, MissingVariable, expand_placeholders
 from config.settings import Settings
 from workflows.mcp_naming import mcp_tool_name
 from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList, ToolSpec

@@ -23,7 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from activities.mcp_config import placeholder_values
+from config.mcp_servers import placeholder_values
 from config.settings import Settings
 
 REDACTED = "[redacted]"

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from activities.mcp_config import MCPServerConfig, ServerName
+from config.mcp_servers import MCPServerConfig, ServerName
 
 DEFAULT_RECURSION_LIMIT = 25
 
@@ -88,7 +88,7 @@ class Settings(BaseModel):
     extract_max_concurrency: int = Field(default=8, ge=1, alias="DEERFLOW_EXTRACT_MAX_CONCURRENCY")
     extract_max_memory_mb: int = Field(default=1024, ge=256, alias="DEERFLOW_EXTRACT_MAX_MEMORY_MB")
 
-    # MCP (activities/mcp_config.py). The servers are the operator's alone: conf.yaml's MCP_SERVERS
+    # MCP (config/mcp_servers.py). The servers are the operator's alone: conf.yaml's MCP_SERVERS
     # table, or the same table as JSON in MCP_SERVERS; requests pick them by name.
     mcp_servers: dict[ServerName, MCPServerConfig] = Field(default_factory=dict, alias="MCP_SERVERS")
     # Executables a stdio MCP server may be started with (names, or absolute paths by basename).

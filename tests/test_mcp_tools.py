@@ -35,7 +35,6 @@ from temporalio.testing import ActivityEnvironment
 
 import activities.mcp_tools as mcp_tools
 import activities.url_guard as url_guard
-from activities.mcp_config import MCPServerConfig
 from activities.mcp_tools import (
     CONFIG_ERROR,
     MAX_RESULT_CHARS,
@@ -44,6 +43,7 @@ from activities.mcp_tools import (
     McpActivities,
     format_content,
 )
+from config.mcp_servers import MCPServerConfig
 from config.settings import load_settings
 from tests.mcp_test_server import server as test_mcp_server
 from workflows.mcp_naming import VALID_TOOL_NAME, mcp_tool_name

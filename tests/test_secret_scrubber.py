@@ -16,9 +16,9 @@ import pytest
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput
 
-from activities.mcp_config import MCPServerConfig
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import REDACTED, ScrubbingLogFilter, SecretScrubber, secret_values
+from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 from workflows.models import MCPCallResult
 

@@ -79,7 +79,7 @@ class MCPServerChoice(BaseModel):
     """A request's pick of one operator-defined MCP server (``MCP_SERVERS`` on the worker).
 
     Only the name and a narrower tool list: what the server runs, where it is and what credentials
-    it gets are the operator's (activities/mcp_config.py), so none of it can come from a request.
+    it gets are the operator's (config/mcp_servers.py), so none of it can come from a request.
     """
 
     model_config = ConfigDict(extra="forbid")
