@@ -11,6 +11,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
+from tests.record_histories import IGNORED_SIGNALS
+from tests.test_replay import HISTORIES, load
 from tests.test_workflow import awaiting_review, start, wait_for
 from workflows.models import MAX_IGNORED_EVENTS, Outcome, RunStatus
 
@@ -74,3 +76,13 @@ async def test_a_flood_of_bad_signals_keeps_only_the_latest_few(time_worker: Cli
     assert [event for event in status.events if event.kind != "ignored"] == before.events
     await handle.signal("plan_feedback", "[ACCEPTED]")
     assert (await handle.result()).outcome is Outcome.REPORT
+
+
+def test_the_recorded_history_ignored_the_bad_signals_then_ran_the_plan() -> None:
+    # tests/test_replay.py replays it; this says what it holds.
+    history = load(HISTORIES / "ignored_feedback.json")
+    signals = [event for event in history.events if event.HasField("workflow_execution_signaled_event_attributes")]
+    assert len(signals) == len(IGNORED_SIGNALS) + 1
+    kinds = [event.event_type for event in history.events]
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
+    assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
