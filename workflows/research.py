@@ -11,7 +11,7 @@ days without holding worker memory, and survive worker and server restarts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from datetime import timedelta
 from typing import NoReturn
 
@@ -465,7 +465,7 @@ class DeepResearchWorkflow:
         self._state.config = config
         self._slots = ActivitySlots(config.max_activities_in_flight)
 
-    def _ensure_awaiting(self, what: Awaiting, inbox: list) -> None:  # type: ignore[type-arg]
+    def _ensure_awaiting(self, what: Awaiting, inbox: Sized) -> None:
         if self._status.awaiting is not what or inbox:
             raise InvalidFeedback(f"the run is not waiting for {what.value} (it is {self._status.phase.value})")
 
