@@ -23,12 +23,13 @@ from temporalio.converter import (
     StorageDriverStoreContext,
 )
 
+from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
+
 DRIVER_NAME = "deerflow.filesystem"
-HASH_ALGORITHM = "sha256"
 
 
 class PayloadStoreError(RuntimeError):
-    """A stored payload cannot be read back: missing, corrupted, or referenced wrongly.
+    """The blob store cannot be read right now: not there (unmounted, another DEERFLOW_HOME) or corrupted.
 
     It propagates out of payload decoding, so Temporal retries the workflow or activity task
     instead of failing the run: an operator can restore the blob store and the run carries on.
@@ -94,10 +95,10 @@ class FileSystemStorageDriver(StorageDriver):
         algorithm = claim.claim_data.get("hash_algorithm")
         digest = claim.claim_data.get("hash_value", "")
         if algorithm != HASH_ALGORITHM:
-            raise PayloadStoreError(f"Unsupported payload claim hash algorithm {algorithm!r} (expected sha256)")
+            raise invalid_reference(f"Unsupported payload claim hash algorithm {algorithm!r} (expected sha256)")
         # The digest becomes a path: accept nothing but a lower-case SHA-256 hex string.
-        if len(digest) != 64 or any(char not in "0123456789abcdef" for char in digest):
-            raise PayloadStoreError(f"Malformed payload claim digest {digest!r}")
+        if not is_sha256_hex(digest):
+            raise invalid_reference(f"Malformed payload claim digest {digest[:80]!r}")
         return digest
 
     def _write_all(self, blobs: list[bytes]) -> list[str]:
@@ -135,6 +136,13 @@ class FileSystemStorageDriver(StorageDriver):
         try:
             blob = path.read_bytes()
         except FileNotFoundError:
+            # Blobs are written and fsynced before any history names them: with the store in place,
+            # an unknown digest did not come from a component sharing it.
+            if self._root.is_dir() and any(self._root.iterdir()):
+                raise invalid_reference(
+                    f"Payload blob sha256:{digest} is not in the blob store at {self._root}, which this "
+                    "store never wrote: the reference did not come from a component sharing this store."
+                ) from None
             raise PayloadStoreError(
                 f"Payload blob sha256:{digest} is missing from the blob store at {self._root} "
                 f"(expected {path}). Every worker, client and replayer of a run must share the same blob "

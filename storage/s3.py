@@ -13,14 +13,17 @@ import datetime
 import hashlib
 import hmac
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from urllib.parse import quote, urlsplit
 from xml.sax.saxutils import escape
 
 import httpx
+from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
+from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext
 
 from activities.settings import Settings
+from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
 
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 _ALGORITHM = "AWS4-HMAC-SHA256"
@@ -211,11 +214,40 @@ def s3_client(settings: Settings) -> SigV4S3Client:
     )
 
 
+class GuardedS3StorageDriver(S3StorageDriver):
+    """The SDK's S3 driver, refusing for good the references it could not have written.
+
+    The SDK's driver reads whatever bucket and key a claim names, and wraps every failure in a
+    retryable error. A claim must name our bucket and a key ending in its own content digest (as
+    the SDK writes them), and an object missing from our bucket is refused rather than retried:
+    see ``storage.references``.
+    """
+
+    def __init__(self, client: S3StorageDriverClient, bucket: str) -> None:
+        super().__init__(client=client, bucket=bucket)
+        self._own_bucket = bucket
+
+    async def retrieve(self, context: StorageDriverRetrieveContext,
+                       claims: Sequence[StorageDriverClaim]) -> list[Payload]:
+        for claim in claims:
+            data = claim.claim_data
+            digest = data.get("hash_value")
+            if (data.get("bucket") != self._own_bucket or data.get("hash_algorithm") != HASH_ALGORITHM
+                    or not is_sha256_hex(digest) or not str(data.get("key", "")).endswith(f"/d/sha256/{digest}")):
+                raise invalid_reference(f"Payload claim does not name a blob of bucket {self._own_bucket!r}")
+        try:
+            return await super().retrieve(context, claims)
+        except RuntimeError as error:
+            if isinstance(error.__cause__, S3Error) and error.__cause__.status_code == 404:
+                raise invalid_reference(f"Payload blob is not in bucket {self._own_bucket!r}: {error}") from None
+            raise
+
+
 def s3_driver(settings: Settings, client: S3StorageDriverClient | None = None) -> S3StorageDriver:
     """The SDK's S3 driver over our client; keys are namespaced by workflow/activity by the SDK."""
     if not settings.s3_bucket:
         raise ValueError("DEERFLOW_PAYLOAD_STORE=s3 needs DEERFLOW_S3_BUCKET")
-    return S3StorageDriver(client=client or s3_client(settings), bucket=settings.s3_bucket)
+    return GuardedS3StorageDriver(client=client or s3_client(settings), bucket=settings.s3_bucket)
 
 
 async def ensure_bucket(settings: Settings, client: SigV4S3Client | None = None) -> None:

@@ -6,6 +6,8 @@ it Running in a workflow-task failure loop; a checkpoint may only come from the 
 
 from __future__ import annotations
 
+import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -132,3 +134,23 @@ def test_older_clients_null_retired_fields_are_accepted() -> None:
     # Clients built on the earlier request model serialise every field, so they send these as null.
     request = ResearchRequest.model_validate({"question": "q", "checkpoint": None, "mcp_settings": None})
     assert request.question == "q"
+
+
+@pytest.mark.parametrize("forgery", ["unknown_blob", "path_in_claim"])
+async def test_a_forged_storage_reference_fails_the_run_at_once(time_worker: Client, forgery: str) -> None:
+    # A genuine claim-checked start input, then the same reference pointing at a blob this store never
+    # wrote, or at a path: the SDK resolves references before workflow code runs, so only the store's
+    # non-retryable refusal keeps the run out of a workflow-task retry loop.
+    genuine = await start_raw(time_worker, {"question": "hello" + " !" * 20_000})
+    await genuine.result()
+    [stored] = (await genuine.fetch_history()).events[0].workflow_execution_started_event_attributes.input.payloads
+    digest = json.loads(stored.data)["claimData"]["hash_value"]
+    forged_digest = "0" * 64 if forgery == "unknown_blob" else "../" * 10 + "etc/passwd"
+    forged = Payload()
+    forged.CopyFrom(stored)
+    forged.data = stored.data.replace(digest.encode(), forged_digest.encode())
+    handle = await start_raw(time_worker, RawValue(forged))
+    failure = await asyncio.wait_for(failure_of(handle), 30)
+    assert failure.type == "InvalidPayloadReference", failure
+    assert not [event for event in (await handle.fetch_history()).events
+                if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]

@@ -29,6 +29,7 @@ from temporalio.converter import (
     StorageDriverRetrieveContext,
     StorageDriverStoreContext,
 )
+from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
@@ -152,8 +153,19 @@ async def test_filesystem_missing_blob_names_digest_and_root(tmp_path: Path) -> 
 async def test_filesystem_rejects_a_path_in_the_claim(tmp_path: Path) -> None:
     driver = FileSystemStorageDriver(tmp_path)
     claim = StorageDriverClaim(claim_data={"hash_algorithm": "sha256", "hash_value": "../" * 20 + "etc/passwd"})
-    with pytest.raises(PayloadStoreError, match="Malformed"):
+    with pytest.raises(ApplicationError, match="Malformed") as raised:
         await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+    assert raised.value.non_retryable
+
+
+async def test_filesystem_refuses_for_good_a_blob_its_present_store_never_wrote(tmp_path: Path) -> None:
+    # With the store in place, an unknown digest can only be a forged reference: retrying cannot help.
+    driver = FileSystemStorageDriver(tmp_path)
+    await driver.store(StorageDriverStoreContext(), [payload_of(b"something")])
+    claim = StorageDriverClaim(claim_data={"hash_algorithm": "sha256", "hash_value": "0" * 64})
+    with pytest.raises(ApplicationError, match="never wrote") as raised:
+        await driver.retrieve(StorageDriverRetrieveContext(), [claim])
+    assert raised.value.non_retryable and raised.value.type == "InvalidPayloadReference"
 
 
 def test_converter_selection(tmp_path: Path) -> None:
@@ -382,3 +394,25 @@ def test_s3_settings_never_point_at_aws(s3_settings: Settings) -> None:
     assert s3_settings.s3_endpoint_url is not None and s3_settings.s3_endpoint_url.startswith("http://127.0.0.1:")
     assert s3_settings.s3_access_key_id == "testing-fake-key"
 
+
+
+async def test_s3_driver_refuses_for_good_what_it_could_not_have_written(s3_settings: Settings) -> None:
+    client = s3_client(s3_settings)
+    await ensure_bucket(s3_settings, client)
+    driver = s3_driver(s3_settings, client)
+    [claim] = await driver.store(StorageDriverStoreContext(), [payload_of(b"genuine")])
+    data = claim.claim_data
+    absent = "0" * 64
+    forgeries = {
+        "another bucket": {**data, "bucket": "someone-elses-bucket"},
+        "a key not ending in its digest": {**data, "key": "v0/etc/passwd"},
+        "a malformed digest": {**data, "hash_value": "../x"},
+        "an object the bucket lacks": {**data, "key": data["key"].replace(data["hash_value"], absent),
+                                       "hash_value": absent},
+    }
+    for what, forged in forgeries.items():
+        with pytest.raises(ApplicationError) as raised:
+            await driver.retrieve(StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=forged)])
+        assert raised.value.non_retryable and raised.value.type == "InvalidPayloadReference", what
+    assert await driver.retrieve(StorageDriverRetrieveContext(), [claim]) == [payload_of(b"genuine")]
+    await client.aclose()

@@ -45,12 +45,14 @@ async def run_agent(
     ``extra_tools`` are tools found at run time (MCP), routed through ``tool_context``. Each model
     turn and tool call holds one of the run's ``slots``; of one turn's tool calls only the first
     ``max_tool_calls`` run (None: all), and the model is told that the others were dropped.
+    Each turn's timeline line names the agent, the step (``tool_context.step_number``) and the turn.
     """
     slots = slots or ActivitySlots(None)
+    step = f" · step {tool_context.step_number}" if tool_context.step_number is not None else ""
 
-    async def turn(request: ChatRequest) -> ChatMessage:
+    async def turn(request: ChatRequest, number: int) -> ChatMessage:
         async with slots.held():
-            return await call_model(request, usage)
+            return await call_model(request, usage, summary=f"{agent.name}{step} · turn {number}")
 
     async def tool(call: ToolCall) -> str:
         async with slots.held():
@@ -58,9 +60,9 @@ async def run_agent(
 
     messages = [ChatMessage(role="user", content=task)]
     specs = tool_specs(agent.tools) + (extra_tools or [])
-    for _ in range(recursion_limit):
+    for number in range(1, recursion_limit + 1):
         reply = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
-                                       tools=specs, model_tier=agent.model_tier))
+                                       tools=specs, model_tier=agent.model_tier), number)
         messages.append(reply)
         if not reply.tool_calls:
             return reply.content
@@ -76,5 +78,5 @@ async def run_agent(
         )
     messages.append(ChatMessage(role="user", content=FINAL_ANSWER_REQUEST))
     final = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
-                                   model_tier=agent.model_tier))
+                                   model_tier=agent.model_tier), recursion_limit + 1)
     return final.content

@@ -1,41 +1,20 @@
-"""The one way workflow code calls the model: the ``chat`` activity with its timeouts and retries."""
+"""The one way workflow code calls the model: the ``chat`` activity, with its options from the table."""
 
 from __future__ import annotations
 
-from datetime import timedelta
-
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import CHAT, execute
     from workflows.models import ChatMessage, ChatRequest, ChatResponse, Usage
 
-# Every I/O activity heartbeats every 2 s (the SDK sends at most one per 80% of this timeout), so
-# a call in flight on a dead worker is retried within about 10 s instead of its start-to-close.
-HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 
-# Retries are bounded in count and in total time, so a provider that stays down ends the run
-# with its error instead of retrying for ever. 429s wait as long as the provider asks (the
-# activity sets next_retry_delay from Retry-After).
-CHAT_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=2),
-    backoff_coefficient=2.0,
-    maximum_interval=timedelta(seconds=60),
-    maximum_attempts=6,
-    non_retryable_error_types=["ModelProviderError", "PromptError"],
-)
+async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None) -> ChatMessage:
+    """Run one model turn and add its token usage to ``usage``.
 
-
-async def call_model(request: ChatRequest, usage: Usage) -> ChatMessage:
-    """Run one model turn and add its token usage to ``usage``."""
-    response = await workflow.execute_activity(
-        "chat",
-        request,
-        result_type=ChatResponse,
-        start_to_close_timeout=timedelta(minutes=5),
-        schedule_to_close_timeout=timedelta(minutes=20),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=CHAT_RETRY,
-    )
+    ``summary`` is the turn's line in the timeline (e.g. "researcher · step 2 · turn 3"); without
+    it the line is the prompt's name.
+    """
+    response = await execute(CHAT, request, ChatResponse, summary=summary)
     usage.add(response.usage)
     return response.message

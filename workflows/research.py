@@ -20,6 +20,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import LOAD_RUN_CONFIG, execute
     from workflows.activity_slots import ActivitySlots
     from workflows.agent_loop import run_agent
     from workflows.agents import agent_for
@@ -177,10 +178,7 @@ class DeepResearchWorkflow:
 
     async def _configure(self, request: ResearchRequest) -> None:
         # It also refuses resources outside the worker's resource roots (input only: no new command).
-        self._use_config(await workflow.execute_activity(
-            "load_run_config", list(request.resources), result_type=RunConfig,
-            start_to_close_timeout=timedelta(seconds=30),
-        ))
+        self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
         self._status.offline_demo = self._state.config.offline_demo
         if self._state.config.search_attributes_enabled:
             workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
@@ -207,6 +205,7 @@ class DeepResearchWorkflow:
                     tools=[HANDOFF_TO_PLANNER, ASK_CLARIFICATION] if may_ask else [HANDOFF_TO_PLANNER],
                 ),
                 self._status.usage,
+                summary="coordinator",
             )
             calls = {call.name: call for call in reply.tool_calls}
             handoff = calls.get(HANDOFF_TO_PLANNER.name)
@@ -261,6 +260,7 @@ class DeepResearchWorkflow:
             ChatRequest(prompt="planner", prompt_vars=vars_, messages=self._state.planner_messages + observations,
                         model_tier=tier, json_mode=True),
             self._status.usage,
+            summary=f"planner · v{len(self._status.plan_history) + 1}",
         )
 
     def _adopt_plan(self, text: str, request: ResearchRequest, feedback: str | None) -> Plan | None:
@@ -378,7 +378,7 @@ class DeepResearchWorkflow:
             step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
             self._state.config.agent_recursion_limit,
             ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
-                        crawls=self._crawls, mcp_routes=mcp_routes),
+                        crawls=self._crawls, mcp_routes=mcp_routes, step_number=index + 1),
             self._status.usage,
             extra_tools=mcp_specs,
             slots=self._slots,
@@ -398,6 +398,7 @@ class DeepResearchWorkflow:
                 messages=reporter_messages(self._current_plan(), self._state.observations),
             ),
             self._status.usage,
+            summary="reporter",
         )
         return reply.content
 

@@ -11,17 +11,23 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import (
+        CRAWL,
+        LOCAL_SEARCH,
+        MCP_CALL_TOOL,
+        MCP_LIST_TOOLS,
+        PYTHON,
+        WEB_SEARCH,
+        execute,
+    )
     from workflows.errors import failure_message
-    from workflows.model_calls import HEARTBEAT_TIMEOUT
     from workflows.models import (
         CrawlRequest,
         CrawlResult,
@@ -77,30 +83,19 @@ class ToolContext:
     crawls: dict[str, asyncio.Task[str]] = field(default_factory=dict)
     # MCP tools offered in this step: model-facing name -> the request's choice of its server.
     mcp_routes: dict[str, MCPServerChoice] = field(default_factory=dict)
+    # The plan step (1-based) the agent works on, for the timeline's activity summaries.
+    step_number: int | None = None
 
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
-SEARCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
-                           maximum_attempts=4)
-CRAWL_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
-                          maximum_attempts=3)
-PYTHON_RETRY = RetryPolicy(maximum_attempts=2)
 # Runs recorded before it scheduled python_repl_tool on the main queue.
 PYTHON_SANDBOX_QUEUE_PATCH = "python-sandbox-queue"
 
 
 async def search(query: str, max_results: int) -> SearchResponse:
     """The ``web_search`` activity; also used by the background investigation."""
-    return await workflow.execute_activity(
-        "web_search",
-        SearchRequest(query=query, max_results=max_results),
-        result_type=SearchResponse,
-        start_to_close_timeout=timedelta(seconds=60),
-        schedule_to_close_timeout=timedelta(minutes=4),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=SEARCH_RETRY,
-    )
+    return await execute(WEB_SEARCH, SearchRequest(query=query, max_results=max_results), SearchResponse)
 
 
 async def _web_search(arguments: dict[str, Any], context: ToolContext) -> str:
@@ -108,8 +103,15 @@ async def _web_search(arguments: dict[str, Any], context: ToolContext) -> str:
 
 
 def crawl_key(url: str) -> str:
-    """Same page, same key: scheme and host are case-insensitive and the fragment is not sent."""
-    parts = urlsplit(url.strip())
+    """Same page, same key: scheme and host are case-insensitive and the fragment is not sent.
+
+    A URL that does not parse (the model wrote it) is its own key; the crawl activity refuses it
+    with a message, where a ValueError here would fail the workflow task.
+    """
+    try:
+        parts = urlsplit(url.strip())
+    except ValueError:
+        return url.strip()
     return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", parts.query, ""))
 
 
@@ -121,46 +123,21 @@ async def _crawl(arguments: dict[str, Any], context: ToolContext) -> str:
 
 
 async def _fetch_page(url: str) -> str:
-    result = await workflow.execute_activity(
-        "crawl_tool",
-        CrawlRequest(url=url),
-        result_type=CrawlResult,
-        start_to_close_timeout=timedelta(seconds=60),
-        schedule_to_close_timeout=timedelta(minutes=4),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=CRAWL_RETRY,
-    )
-    return format_crawl_result(result)
+    return format_crawl_result(await execute(CRAWL, CrawlRequest(url=url), CrawlResult))
 
 
 async def _local_search(arguments: dict[str, Any], context: ToolContext) -> str:
-    response = await workflow.execute_activity(
-        "local_search_tool",
-        LocalSearchRequest(query=str(arguments["query"]), resources=list(context.resources),
-                           max_results=context.max_search_results),
-        result_type=SearchResponse,
-        start_to_close_timeout=timedelta(minutes=10),
-        schedule_to_close_timeout=timedelta(minutes=15),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=SEARCH_RETRY,
-    )
-    return format_search_response(response)
+    request = LocalSearchRequest(query=str(arguments["query"]), resources=list(context.resources),
+                                 max_results=context.max_search_results)
+    return format_search_response(await execute(LOCAL_SEARCH, request, SearchResponse))
 
 
 async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
     request = PythonRequest(code=str(arguments["code"]))
     # Model-written code runs only on the sandbox worker (workflows/queues.py).
     task_queue = sandbox_queue(workflow.info().task_queue) if workflow.patched(PYTHON_SANDBOX_QUEUE_PATCH) else None
-    result = await workflow.execute_activity(
-        "python_repl_tool",
-        request,
-        task_queue=task_queue,
-        result_type=PythonResult,
-        start_to_close_timeout=timedelta(seconds=120),
-        schedule_to_close_timeout=timedelta(minutes=5),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        retry_policy=PYTHON_RETRY,
-    )
+    summary = f"{PYTHON.name} · step {context.step_number}" if context.step_number is not None else None
+    result = await execute(PYTHON, request, PythonResult, summary=summary, task_queue=task_queue)
     return format_python_result(result, timeout_seconds=request.timeout_seconds)
 
 
@@ -225,12 +202,10 @@ async def mcp_tools_for(agent_name: str, servers: list[MCPServerChoice]
     routes: dict[str, MCPServerChoice] = {}
     for choice in servers:
         try:
-            listed = await workflow.execute_activity(
-                "mcp_list_tools",
+            listed = await execute(
+                MCP_LIST_TOOLS,
                 MCPListRequest(server_name=choice.name, agent=agent_name, enabled_tools=choice.enabled_tools),
-                result_type=MCPToolList, start_to_close_timeout=timedelta(seconds=90),
-                heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["MCPConfigError"]),
+                MCPToolList,
             )
         except ActivityError as error:
             workflow.logger.warning("MCP server %s unavailable: %s", choice.name, failure_message(error))
@@ -244,14 +219,9 @@ async def mcp_tools_for(agent_name: str, servers: list[MCPServerChoice]
 
 async def _mcp_call(call: ToolCall, context: ToolContext) -> str:
     choice = context.mcp_routes[call.name]
-    result = await workflow.execute_activity(
-        "mcp_call_tool", MCPCallRequest(server_name=choice.name, tool=call.name, arguments=call.arguments,
-                                        enabled_tools=choice.enabled_tools),
-        result_type=MCPCallResult, start_to_close_timeout=timedelta(seconds=150),
-        heartbeat_timeout=HEARTBEAT_TIMEOUT,
-        # A tool may have side effects: retry only what never reached it, and only twice.
-        retry_policy=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["MCPConfigError", "MCPUnknownTool"]),
-    )
+    request = MCPCallRequest(server_name=choice.name, tool=call.name, arguments=call.arguments,
+                             enabled_tools=choice.enabled_tools)
+    result = await execute(MCP_CALL_TOOL, request, MCPCallResult)
     return f"Error: {result.content}" if result.is_error else result.content
 
 

@@ -1,0 +1,237 @@
+"""The table of activity options, the heartbeat interval derived from it, and the timeline summaries.
+
+Summaries are read back from real histories: a whole research run on the time-skipping server
+with the real activities, and an agent step whose activities are fakes registered under the real
+names (so the step number, the sandbox queue, an MCP tool and hostile tool arguments can be set).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import uuid
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowHistory
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
+from temporalio.worker import Worker
+
+from activities.heartbeat import heartbeat_interval, heartbeating
+from tests.test_workflow import start
+from workflows.activity_options import ACTIVITY_OPTIONS, HEARTBEAT_TIMEOUT, SUMMARY_MAX_CHARS, summary_text
+from workflows.agent_loop import run_agent
+from workflows.agents import AgentSpec
+from workflows.models import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    CrawlRequest,
+    CrawlResult,
+    LocalSearchRequest,
+    MCPCallRequest,
+    MCPCallResult,
+    MCPListRequest,
+    MCPServerChoice,
+    Outcome,
+    PythonRequest,
+    PythonResult,
+    SearchRequest,
+    SearchResponse,
+    ToolCall,
+    Usage,
+)
+from workflows.queues import sandbox_queue
+from workflows.tools import ToolContext, crawl_key
+
+SAMPLE_INPUTS: dict[str, Any] = {
+    "chat": ChatRequest(prompt="planner", messages=[]),
+    "web_search": SearchRequest(query="solid-state batteries"),
+    "local_search_tool": LocalSearchRequest(query="fleet trial"),
+    "crawl_tool": CrawlRequest(url="https://example.org/a"),
+    "python_repl_tool": PythonRequest(code="print(1)"),
+    "mcp_list_tools": MCPListRequest(server_name="github", agent="researcher"),
+    "mcp_call_tool": MCPCallRequest(server_name="github", tool="search_code"),
+    "load_run_config": [],
+}
+
+
+def summaries(history: WorkflowHistory, client: Client) -> list[tuple[str, str]]:
+    """(activity type, summary) of every activity the run scheduled, in order."""
+    converter = client.data_converter.payload_converter
+    return [
+        (event.activity_task_scheduled_event_attributes.activity_type.name,
+         converter.from_payload(event.user_metadata.summary, str))
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
+
+
+# ------------------------------------------------------------------------------ the table
+
+
+def test_every_kind_has_every_option() -> None:
+    assert set(ACTIVITY_OPTIONS) == set(SAMPLE_INPUTS)
+    for name, options in ACTIVITY_OPTIONS.items():
+        assert options.name == name
+        assert options.start_to_close > timedelta(0)
+        assert options.schedule_to_close is None or options.schedule_to_close > options.start_to_close
+        assert options.retry is None or isinstance(options.retry, RetryPolicy)
+        summary = options.summary(SAMPLE_INPUTS[name])
+        assert summary and "\n" not in summary and len(summary) <= 2 * SUMMARY_MAX_CHARS
+        if options.heartbeat_timeout is not None:
+            # Several beats fit in one timeout, so one late beat does not lose the activity.
+            assert heartbeat_interval(options.heartbeat_timeout) * 3 <= options.heartbeat_timeout.total_seconds()
+
+
+def test_the_heartbeat_interval_is_derived_from_the_timeout() -> None:
+    assert heartbeat_interval(HEARTBEAT_TIMEOUT) == 2.0
+    assert heartbeat_interval(timedelta(seconds=30)) == 6.0
+    assert heartbeat_interval(timedelta(seconds=1)) == 0.5  # the floor
+    assert heartbeat_interval(None) == 2.0  # still beats, to receive cancellation
+
+
+@pytest.mark.parametrize(("timeout", "at_least", "at_most"), [(timedelta(seconds=1), 3, 4),
+                                                               (timedelta(seconds=30), 1, 1)])
+async def test_an_activity_beats_at_the_interval_of_its_scheduled_timeout(
+        timeout: timedelta, at_least: int, at_most: int) -> None:
+    @heartbeating
+    async def slow() -> None:
+        await asyncio.sleep(1.2)
+
+    environment = ActivityEnvironment()
+    environment.info = replace(ActivityEnvironment.default_info(), heartbeat_timeout=timeout)
+    beats: list[Any] = []
+    environment.on_heartbeat = lambda *details: beats.append(details)
+    started = time.monotonic()
+    await environment.run(slow)
+    assert time.monotonic() - started < 3
+    assert at_least <= len(beats) <= at_most
+
+
+# ------------------------------------------------------------------------------ summaries
+
+
+def test_untrusted_text_becomes_one_short_line_without_markup() -> None:
+    text = summary_text("  solid\nstate  " + "x" * 200)
+    assert text.startswith("solid state xx") and text.endswith("…") and len(text) == SUMMARY_MAX_CHARS
+    assert summary_text("see [this](https://evil.example) <img src=x>") == (
+        "see \\[this\\](https://evil.example) \\<img src=x\\>")
+
+
+@pytest.mark.parametrize(("url", "summary"), [
+    ("https://user:secret@Docs.Example.org:8443/private/path?token=abc#x", "crawl_tool: docs.example.org"),
+    ("http://[not-an-address", "crawl_tool: (no host)"),
+    ("no url at all", "crawl_tool: (no host)"),
+])
+def test_a_crawl_summary_names_the_host_only_and_never_raises(url: str, summary: str) -> None:
+    assert ACTIVITY_OPTIONS["crawl_tool"].summary(CrawlRequest(url=url)) == summary
+
+
+def test_a_url_that_does_not_parse_is_its_own_crawl_key() -> None:
+    assert crawl_key(" http://[not-an-address ") == "http://[not-an-address"
+    assert crawl_key("HTTPS://Example.org#part") == "https://example.org/"
+
+
+async def test_a_research_run_shows_each_activity_in_the_timeline(time_worker: Client) -> None:
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+    lines = summaries(await handle.fetch_history(), time_worker)
+    assert lines[0] == ("load_run_config", "load_run_config · 0 resource(s)")
+    assert lines[1] == ("chat", "coordinator")
+    kind, background = lines[2]
+    assert kind == "web_search" and background.startswith("web_search: ") and len(background) > 12
+    assert lines[3] == ("chat", "planner · v1")
+    assert lines[-1] == ("chat", "reporter")
+    researcher = [summary for kind, summary in lines[4:-1] if kind == "chat"]
+    assert researcher and researcher[0].startswith("researcher ")
+    assert all(re.fullmatch(r"researcher · step 1 · turn \d+", summary) for summary in researcher)
+    assert [int(summary.rsplit(" ", 1)[1]) for summary in researcher] == list(range(1, len(researcher) + 1))
+    for kind, summary in lines[4:-1]:
+        if kind != "chat":
+            assert summary.startswith(f"{kind}: ")
+
+
+# -------------------------------------------- one agent step on fakes registered under the real names
+
+HOSTILE_QUERY = "batteries [click](https://evil.example) " + "y" * 200
+STEP_CALLS = [
+    ToolCall(id="c1", name="python_repl_tool", arguments={"code": "print(6 * 7)"}),
+    ToolCall(id="c2", name="crawl_tool", arguments={"url": "http://[not-an-address"}),
+    ToolCall(id="c3", name="crawl_tool", arguments={"url": "https://user:pw@Example.org/report?key=k"}),
+    ToolCall(id="c4", name="web_search", arguments={"query": HOSTILE_QUERY}),
+    ToolCall(id="c5", name="search_code", arguments={"q": "heat pump"}),
+]
+
+
+@activity.defn(name="chat")
+async def fake_chat(request: ChatRequest) -> ChatResponse:
+    if any(message.role == "tool" for message in request.messages):
+        return ChatResponse(message=ChatMessage(role="assistant", content="done"))
+    return ChatResponse(message=ChatMessage(role="assistant", tool_calls=STEP_CALLS))
+
+
+@activity.defn(name="python_repl_tool")
+async def fake_python(request: PythonRequest) -> PythonResult:
+    return PythonResult(stdout="42\n", exit_code=0)
+
+
+@activity.defn(name="crawl_tool")
+async def fake_crawl(request: CrawlRequest) -> CrawlResult:
+    if "[" in request.url:
+        raise ApplicationError(f"Refused to crawl {request.url}: not a URL", type="CrawlRefused", non_retryable=True)
+    return CrawlResult(url=request.url, markdown="page")
+
+
+@activity.defn(name="web_search")
+async def fake_search(request: SearchRequest) -> SearchResponse:
+    return SearchResponse(query=request.query, results=[])
+
+
+@activity.defn(name="mcp_call_tool")
+async def fake_mcp_call(request: MCPCallRequest) -> MCPCallResult:
+    return MCPCallResult(content="no matches")
+
+
+@workflow.defn(sandboxed=False)
+class AgentStepProbe:
+    """One agent step of step 3, with a coder that also has the web tools and one MCP tool."""
+
+    @workflow.run
+    async def run(self) -> str:
+        agent = AgentSpec(name="coder", prompt="coder", tools=("python_repl_tool", "crawl_tool", "web_search"))
+        context = ToolContext(max_search_results=3, mcp_routes={"search_code": MCPServerChoice(name="github")},
+                              step_number=3)
+        return await run_agent(agent, {}, "Compute it.", 3, context, Usage())
+
+
+async def test_an_agent_step_shows_step_turn_and_tool_lines(time_env: WorkflowEnvironment) -> None:
+    queue = f"probe-{uuid.uuid4().hex[:8]}"
+    client = time_env.client
+    async with Worker(client, task_queue=queue, workflows=[AgentStepProbe],
+                      activities=[fake_chat, fake_crawl, fake_search, fake_mcp_call]), \
+            Worker(client, task_queue=sandbox_queue(queue), activities=[fake_python]):
+        handle = await client.start_workflow(AgentStepProbe.run, id=queue, task_queue=queue)
+        # The unparsable URL costs a tool message, not the run (nor a workflow task retried for ever).
+        assert await asyncio.wait_for(handle.result(), 30) == "done"
+        lines = summaries(await handle.fetch_history(), client)
+    assert lines[0] == ("chat", "coder · step 3 · turn 1")
+    assert lines[-1] == ("chat", "coder · step 3 · turn 2")
+    # A turn's tool calls run concurrently: their order is not the point.
+    assert sorted(lines[1:-1]) == sorted([
+        ("python_repl_tool", "python_repl_tool · step 3"),
+        ("crawl_tool", "crawl_tool: (no host)"),
+        ("crawl_tool", "crawl_tool: example.org"),
+        ("web_search", "web_search: " + summary_text(HOSTILE_QUERY)),
+        ("mcp_call_tool", "mcp: github.search_code"),
+    ])
+    search_line = summary_text(HOSTILE_QUERY)
+    assert "\\[click\\]" in search_line and search_line.endswith("…")

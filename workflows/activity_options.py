@@ -1,0 +1,146 @@
+"""One table of activity options: timeouts, retries, heartbeat and timeline summary per kind.
+
+Every activity the workflow schedules goes through ``execute`` with one entry of this table, so
+a kind's limits are read in one place instead of at each call site. The heartbeat *interval* is
+not here: each activity derives it from the heartbeat timeout it was scheduled with
+(``activities/heartbeat.py``), so the two cannot drift apart.
+
+The summary is the line the Web UI shows for the activity in the run's event history. Summaries
+are built from model-chosen text (queries, URLs), so they are cut to one short line, carry a
+URL's host only (never its path, query or credentials) and have link and HTML syntax escaped.
+Building one never raises: a malformed URL must not fail a workflow task.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.models import (
+        ChatRequest,
+        CrawlRequest,
+        LocalSearchRequest,
+        MCPCallRequest,
+        MCPListRequest,
+        PythonRequest,
+        SearchRequest,
+    )
+
+InputT = TypeVar("InputT")
+ResultT = TypeVar("ResultT")
+
+# A call in flight on a dead worker is retried after this long instead of its start-to-close.
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+SUMMARY_MAX_CHARS = 80
+_MARKUP = str.maketrans({char: "\\" + char for char in "\\[]<>`"})
+
+
+def summary_text(text: str) -> str:
+    """Untrusted text as a summary fragment: one line, at most ``SUMMARY_MAX_CHARS``, no markup."""
+    flat = " ".join(text.split())
+    if len(flat) > SUMMARY_MAX_CHARS:
+        flat = flat[: SUMMARY_MAX_CHARS - 1] + "…"
+    return flat.translate(_MARKUP)
+
+
+def url_host(url: str) -> str:
+    """The host a URL names, or a placeholder: summaries never carry paths, queries or userinfo."""
+    try:
+        host = urlsplit(url.strip()).hostname
+    except ValueError:
+        host = None
+    return summary_text(host) if host else "(no host)"
+
+
+@dataclass(frozen=True)
+class ActivityOptions(Generic[InputT]):
+    """How one kind of activity is scheduled, and the default line it shows in the timeline."""
+
+    name: str
+    start_to_close: timedelta
+    schedule_to_close: timedelta | None
+    heartbeat_timeout: timedelta | None
+    retry: RetryPolicy | None  # None: the server's default policy
+    summary: Callable[[InputT], str]
+
+
+CHAT: ActivityOptions[ChatRequest] = ActivityOptions(
+    "chat", start_to_close=timedelta(minutes=5), schedule_to_close=timedelta(minutes=20),
+    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    # Bounded in count and in total time, so a provider that stays down ends the run with its error
+    # instead of retrying for ever. 429s wait as long as the provider asks (Retry-After).
+    retry=RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
+                      maximum_interval=timedelta(seconds=60), maximum_attempts=6,
+                      non_retryable_error_types=["ModelProviderError", "PromptError"]),
+    summary=lambda request: summary_text(request.prompt),
+)
+_SEARCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
+                            maximum_attempts=4)
+WEB_SEARCH: ActivityOptions[SearchRequest] = ActivityOptions(
+    "web_search", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=4),
+    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=_SEARCH_RETRY,
+    summary=lambda request: f"web_search: {summary_text(request.query)}",
+)
+LOCAL_SEARCH: ActivityOptions[LocalSearchRequest] = ActivityOptions(
+    "local_search_tool", start_to_close=timedelta(minutes=10), schedule_to_close=timedelta(minutes=15),
+    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=_SEARCH_RETRY,
+    summary=lambda request: f"local_search_tool: {summary_text(request.query)}",
+)
+CRAWL: ActivityOptions[CrawlRequest] = ActivityOptions(
+    "crawl_tool", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=4),
+    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
+                      maximum_attempts=3),
+    summary=lambda request: f"crawl_tool: {url_host(request.url)}",
+)
+PYTHON: ActivityOptions[PythonRequest] = ActivityOptions(
+    "python_repl_tool", start_to_close=timedelta(seconds=120), schedule_to_close=timedelta(minutes=5),
+    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=RetryPolicy(maximum_attempts=2),
+    summary=lambda _request: "python_repl_tool",  # the code itself is too long for a line
+)
+MCP_LIST_TOOLS: ActivityOptions[MCPListRequest] = ActivityOptions(
+    "mcp_list_tools", start_to_close=timedelta(seconds=90), schedule_to_close=None,
+    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["MCPConfigError"]),
+    summary=lambda request: f"mcp tools: {summary_text(request.server_name)} for {summary_text(request.agent)}",
+)
+MCP_CALL_TOOL: ActivityOptions[MCPCallRequest] = ActivityOptions(
+    "mcp_call_tool", start_to_close=timedelta(seconds=150), schedule_to_close=None,
+    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    # A tool may have side effects: retry only what never reached it, and only twice.
+    retry=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["MCPConfigError", "MCPUnknownTool"]),
+    summary=lambda request: f"mcp: {summary_text(request.server_name)}.{summary_text(request.tool)}",
+)
+LOAD_RUN_CONFIG: ActivityOptions[list[str]] = ActivityOptions(
+    "load_run_config", start_to_close=timedelta(seconds=30), schedule_to_close=None,
+    heartbeat_timeout=None, retry=None,  # reads settings and checks paths: nothing to heartbeat
+    summary=lambda resources: f"load_run_config · {len(resources)} resource(s)",
+)
+
+ACTIVITY_OPTIONS: dict[str, ActivityOptions[Any]] = {
+    options.name: options
+    for options in (CHAT, WEB_SEARCH, LOCAL_SEARCH, CRAWL, PYTHON, MCP_LIST_TOOLS, MCP_CALL_TOOL, LOAD_RUN_CONFIG)
+}
+
+
+async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: type[ResultT], *,
+                  summary: str | None = None, task_queue: str | None = None) -> ResultT:
+    """Run one activity with its kind's options; ``summary`` replaces the kind's default line."""
+    return await workflow.execute_activity(
+        options.name,
+        arg,
+        result_type=result_type,
+        task_queue=task_queue,
+        start_to_close_timeout=options.start_to_close,
+        schedule_to_close_timeout=options.schedule_to_close,
+        heartbeat_timeout=options.heartbeat_timeout,
+        retry_policy=options.retry,
+        summary=summary if summary is not None else options.summary(arg),
+    )
