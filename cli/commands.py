@@ -36,6 +36,8 @@ from workflows.errors import failure_message
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
+    Awaiting,
+    Outcome,
     Phase,
     ResearchRequest,
     ResearchResult,
@@ -43,6 +45,7 @@ from workflows.models import (
     RunStatus,
 )
 from workflows.research import DeepResearchWorkflow
+from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.visibility import AWAITING, PHASE
 
 
@@ -81,13 +84,13 @@ async def _interactive_review(handle: WorkflowHandle) -> bool:
     while True:
         answer = (await asyncio.to_thread(input, "Accept this plan? [a]ccept / [e]dit / [l]ater: ")).strip().lower()
         if answer in ("a", "accept", "y", "yes"):
-            feedback = "[ACCEPTED]"
+            feedback = ACCEPTED
         elif answer in ("e", "edit"):
             change = (await asyncio.to_thread(input, "What should change? ")).strip()
             if not change:
                 print("An edit needs a description of what to change.")
                 continue
-            feedback = f"[EDIT_PLAN] {change}"
+            feedback = f"{EDIT_PLAN} {change}"
         elif answer in ("l", "later", "q", "quit"):
             return False
         else:
@@ -112,7 +115,7 @@ async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult |
         if watcher.closed is not None:
             break
         answered = _prompt_key(status)
-        if status.awaiting == "clarification_answer":
+        if status.awaiting is Awaiting.CLARIFICATION:
             print(printable(f"\nThe coordinator asks: {status.question}"))
             if not interactive:
                 print(f"Answer with: python starter.py answer {handle.id} \"…\"", file=sys.stderr)
@@ -134,7 +137,7 @@ async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult |
 
 
 def _needs_person(status: RunStatus) -> bool:
-    return status.awaiting in ("plan_feedback", "clarification_answer")
+    return status.awaiting is not None
 
 
 def _prompt_key(status: RunStatus) -> tuple[str | None, int, int]:
@@ -151,7 +154,7 @@ async def _interactive_answer(handle: WorkflowHandle) -> bool:
 
 
 async def _send_answer(handle: WorkflowHandle, answer: str) -> ReviewOutcome:
-    return await _send_update(handle, "clarification_answer", answer, "answer")
+    return await _send_update(handle, Awaiting.CLARIFICATION.value, answer, "answer")
 
 
 async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
@@ -225,12 +228,12 @@ async def run(args: argparse.Namespace) -> int:
     if result is None:
         return 0
     _write_report(result, args.output)
-    return 1 if result.outcome.value == "failed" else 0
+    return 1 if result.outcome is Outcome.FAILED else 0
 
 
 async def review(args: argparse.Namespace) -> int:
     client = await connect()
-    feedback = "[ACCEPTED]" if args.accept else f"[EDIT_PLAN] {args.edit}"
+    feedback = ACCEPTED if args.accept else f"{EDIT_PLAN} {args.edit}"
     outcome = await _send_review(client.get_workflow_handle(args.id), feedback)
     print(outcome.message)
     return 0
@@ -293,14 +296,14 @@ async def list_runs(args: argparse.Namespace) -> int:
         query += " AND ExecutionStatus = 'Running'"
     indexed = await _has_search_attributes(client)
     if args.awaiting_review and indexed:
-        query += f" AND {AWAITING.name} = 'plan_feedback'"
+        query += f" AND {AWAITING.name} = '{Awaiting.PLAN_FEEDBACK.value}'"
     print(f"{'ID':50} {'STATUS':10} {'PHASE':24} {'AGE':>12}")
     async for execution in client.list_workflows(query, limit=args.limit):
         phase = execution.typed_search_attributes.get(PHASE)
         if phase is None and execution.status == WorkflowExecutionStatus.RUNNING:
             current = await _status(client.get_workflow_handle(execution.id))
-            phase = current.phase.value + (f" ({current.awaiting})" if current.awaiting else "")
-            if args.awaiting_review and current.awaiting != "plan_feedback":
+            phase = current.phase.value + (f" ({current.awaiting.value})" if current.awaiting else "")
+            if args.awaiting_review and current.awaiting is not Awaiting.PLAN_FEEDBACK:
                 continue
         age = str(now - execution.start_time).split(".")[0]
         status_name = execution.status.name.lower() if execution.status else "unknown"

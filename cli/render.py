@@ -6,9 +6,8 @@ Plans, titles and errors are model-written: every rendering goes through ``print
 from __future__ import annotations
 
 from cli.terminal import printable
-from workflows.models import Plan, RunStatus, StepState
-
-STATE_MARK = {StepState.PENDING: "[ ]", StepState.RUNNING: "[~]", StepState.DONE: "[x]"}
+from workflows.models import Awaiting, Plan, RunStatus
+from workflows.status_view import awaiting_commands, awaiting_headline, ignored_lines, step_line, usage_line
 
 
 def plan_text(plan: Plan) -> str:
@@ -27,27 +26,22 @@ def plan_text(plan: Plan) -> str:
 
 def status_text(run_id: str, status: RunStatus) -> str:
     lines = [f"Run {run_id}: {status.phase.value}"]
-    if status.awaiting:
-        lines.append(f"  Awaiting: {status.awaiting}")
+    headline = awaiting_headline(status)
+    if headline is not None and status.awaiting is not None:
+        lines.append(f"  Awaiting: {status.awaiting.value}: {headline}")
+        lines.extend(f"    {command}" for command in awaiting_commands(status.awaiting, run_id))
     if status.error:
         lines.append(f"  Error: {status.error}")
     if status.plan:
         lines.append(f"  Plan: {status.plan.title} (iteration {status.plan_iterations})")
-    for step in status.steps:
-        lines.append(f"  {STATE_MARK[step.state]} {step.index + 1}. {step.title} ({step.step_type.value})")
-    usage = status.usage
-    lines.append(f"  Model calls: {usage.llm_calls}, tokens: {usage.total_tokens} "
-                 f"(in {usage.input_tokens}, out {usage.output_tokens})")
+    lines.extend(f"  {step_line(step)}" for step in status.steps)
+    lines.extend(f"  Ignored: {line}" for line in ignored_lines(status))
+    lines.append(f"  Usage: {usage_line(status.usage)}")
     if status.offline_demo:
         lines.append("  Served by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker).")
     return printable("\n".join(lines))
 
 
 def review_help(run_id: str) -> str:
-    return printable(
-        f"To review the plan of run {run_id}:\n"
-        f"  python starter.py review {run_id} --accept\n"
-        f"  python starter.py review {run_id} --edit \"what to change\"\n"
-        f"  temporal workflow signal --workflow-id {run_id} --name plan_feedback --input '\"[ACCEPTED]\"'\n"
-        "  or open the run in the Web UI and send the signal plan_feedback with \"[ACCEPTED]\"."
-    )
+    commands = "".join(f"\n  {command}" for command in awaiting_commands(Awaiting.PLAN_FEEDBACK, run_id))
+    return printable(f"To review the plan of run {run_id}:{commands}")

@@ -40,6 +40,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from cli.connection import CliError
 from cli.terminal import printable, printable_model
 from workflows.models import Phase, ProgressEvent, RunStatus, StepState, StepStatus
+from workflows.status_view import (
+    STEP_MARK,
+    awaiting_commands,
+    awaiting_headline,
+    event_text,
+    phase_label,
+    usage_line,
+)
 
 POLL_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 5.0
@@ -50,7 +58,6 @@ RECENT_EVENTS = 6
 RECENT_FINDINGS = 3
 MARKDOWN_MARKS = re.compile(r"[#*`>]+")  # a one-line preview reads better without markdown syntax
 
-STEP_ICON = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
 STEP_STYLE = {StepState.PENDING: "dim", StepState.RUNNING: "bold cyan", StepState.DONE: "green"}
 PHASE_STYLE = {
     Phase.AWAITING_REVIEW: "bold black on yellow",
@@ -58,7 +65,6 @@ PHASE_STYLE = {
     Phase.COMPLETED: "bold green",
     Phase.FAILED: "bold red",
 }
-
 
 
 class NoWorkerAnswer(Exception):
@@ -126,20 +132,6 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def event_text(event: ProgressEvent) -> str:
-    """One event as a human reads it, without the time: ``phase → researching``, ``step 2 done: …``."""
-    step = f"step {event.step_index + 1}" if event.step_index is not None else "step"
-    match event.kind:
-        case "phase":
-            return f"phase → {event.message}"
-        case "step_started":
-            return f"{step} started: {event.message}"
-        case "step_done":
-            return f"{step} done: {event.message}"
-        case _:
-            return f"{event.kind}: {event.message}"
-
-
 def event_line(event: ProgressEvent) -> str:
     return f"[{clock_time(event.at)}] {event_text(event)}"
 
@@ -165,26 +157,18 @@ def _run_elapsed(status: RunStatus, now: datetime) -> str:
     return format_duration((end - parse_time(status.started_at)).total_seconds())
 
 
+def local_time(timestamp: str) -> str:
+    return f"{parse_time(timestamp).astimezone():%Y-%m-%d %H:%M %Z}"
+
+
 def _awaiting_block(status: RunStatus, run_id: str) -> RenderableType | None:
-    if not status.awaiting:
+    headline = awaiting_headline(status, when=local_time)
+    if headline is None:
         return None
     lines = Text()
-    if status.awaiting == "plan_feedback":
-        lines.append(" ⏸ Awaiting plan review ", style="bold black on yellow")
-        if status.review_deadline:
-            deadline = parse_time(status.review_deadline).astimezone()
-            lines.append(f"  (until {deadline:%Y-%m-%d %H:%M %Z})", style="yellow")
-        lines.append("\n")
-        lines.append(f"   python starter.py review {run_id} --accept\n", style="bold yellow")
-        lines.append(f'   python starter.py review {run_id} --edit "what to change"\n', style="bold yellow")
-        lines.append('   Web UI: Send a Signal, name plan_feedback, input "[ACCEPTED]"', style="yellow")
-    elif status.awaiting == "clarification_answer":
-        lines.append(" ? Awaiting an answer ", style="bold black on yellow")
-        lines.append(f"  {status.question or ''}\n", style="bold")
-        lines.append(f"   temporal workflow signal --workflow-id {run_id} --name clarification_answer "
-                     "--input '\"your answer\"'", style="bold yellow")
-    else:
-        lines.append(f" ⏸ Awaiting {status.awaiting} ", style="bold black on yellow")
+    lines.append(f" ⏸ {headline} ", style="bold black on yellow")
+    for command in awaiting_commands(status.awaiting, run_id):
+        lines.append(f"\n   {command}", style="bold yellow")
     return lines
 
 
@@ -201,7 +185,7 @@ def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
     table.add_column("Time", justify="right", no_wrap=True)
     for step in status.steps:
         style = STEP_STYLE[step.state]
-        table.add_row(Text(STEP_ICON[step.state], style=style), str(step.index + 1), Text(step.title, style=style),
+        table.add_row(Text(STEP_MARK[step.state], style=style), str(step.index + 1), Text(step.title, style=style),
                       step.step_type.value, _step_elapsed(step, now))
     return table
 
@@ -218,12 +202,10 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
     header.add_column()
     header.add_row("Run", Text(run_id, style="bold"))
     # assemble, not Text(style=...): a base style would paint the whole cell, not just the words
-    phase = status.phase.value.replace("_", " ")
+    phase = phase_label(status.phase)
     header.add_row("Phase", Text.assemble((phase, PHASE_STYLE.get(status.phase, "bold"))))
     header.add_row("Elapsed", _run_elapsed(status, now))
-    usage = status.usage
-    header.add_row("Usage", f"{usage.llm_calls} model calls · {usage.total_tokens:,} tokens "
-                            f"(in {usage.input_tokens:,}, out {usage.output_tokens:,})")
+    header.add_row("Usage", usage_line(status.usage))
     parts: list[RenderableType] = [header]
     if status.error:
         parts.append(Text(f"Error: {status.error}", style="bold red"))
@@ -358,15 +340,9 @@ class Watcher:
             self._write(event_line(event))
         awaiting = (status.awaiting, len(status.plan_history)) if status.awaiting else None
         if awaiting is not None and awaiting != self._shown_awaiting:
-            if status.awaiting == "plan_feedback":
-                self._write(f"  awaiting plan review: python starter.py review {run_id} --accept "
-                            f'| --edit "what to change"')
-            elif status.awaiting == "clarification_answer":
-                self._write(f"  awaiting an answer: {status.question or ''}\n"
-                            f"  temporal workflow signal --workflow-id {run_id} --name clarification_answer "
-                            "--input '\"your answer\"'")
-            else:
-                self._write(f"  awaiting {status.awaiting}")
+            self._write(f"  {awaiting_headline(status, when=local_time)}")
+            for command in awaiting_commands(status.awaiting, run_id):
+                self._write(f"    {command}")
         self._shown_awaiting = awaiting
 
     def _reconnecting(self, run_id: str, error: BaseException) -> None:

@@ -27,16 +27,16 @@ from workflows.models import (
     Plan,
     ResearchRequest,
     ResearchResult,
-    RunCheckpoint,
     RunConfig,
     RunContinuation,
+    RunState,
     RunStatus,
     Step,
 )
 from workflows.run_input import parse_inputs
 
 DEEP_JSON = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"[" * 3000 + b"]" * 3000))
-FORGED = RunCheckpoint(
+FORGED = RunState(
     plan=Plan(title="forged", steps=[Step(title="s")]), plan_iterations=1, locale="en-US", planner_messages=[],
     observations=[], status=RunStatus(phase=Phase.RESEARCHING), config=RunConfig(agent_recursion_limit=1000),
 )

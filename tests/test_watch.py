@@ -29,6 +29,7 @@ from tests.processes import DevServer, WorkerProcess
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
+    Awaiting,
     Phase,
     Plan,
     PlanVersion,
@@ -93,7 +94,7 @@ def test_panel_shows_run_phase_clocks_plan_findings_and_usage() -> None:
 
 
 def test_panel_highlights_a_pending_review_with_the_commands() -> None:
-    status = sample_status(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback", review_deadline=at(7 * 86400))
+    status = sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK, review_deadline=at(7 * 86400))
     text = text_of(render_status(status, "research-abc", T0), width=120)
     assert "Awaiting plan review" in text
     assert "python starter.py review research-abc --accept" in text
@@ -102,7 +103,7 @@ def test_panel_highlights_a_pending_review_with_the_commands() -> None:
 
 
 def test_panel_shows_a_clarifying_question_and_how_to_answer() -> None:
-    status = sample_status(phase=Phase.AWAITING_CLARIFICATION, awaiting="clarification_answer",
+    status = sample_status(phase=Phase.AWAITING_CLARIFICATION, awaiting=Awaiting.CLARIFICATION,
                            question="Which market do you mean?", plan=None, steps=[])
     text = text_of(render_status(status, "r1", T0), width=140)
     assert "Which market do you mean?" in text
@@ -182,8 +183,8 @@ async def test_plain_watch_prints_each_change_once_and_survives_an_outage() -> N
     run = ScriptedRun([
         (running, growing()),
         (running, growing(("phase", "awaiting_review (awaiting plan_feedback)", None),
-                          phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),
-        (running, growing(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),  # nothing new
+                          phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),
+        (running, growing(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),  # nothing new
         (unavailable(), unavailable()),
         (unavailable(), unavailable()),
         (running, growing(("phase", "researching", None), ("step_started", "Cost data", 1))),
@@ -202,7 +203,11 @@ async def test_plain_watch_prints_each_change_once_and_survives_an_outage() -> N
     assert body == [
         "phase → coordinating",
         "phase → awaiting_review (awaiting plan_feedback)",
-        '  awaiting plan review: python starter.py review research-scripted --accept | --edit "what to change"',
+        "  Awaiting plan review",  # shown once, with every way to answer (workflows/status_view.py)
+        "    python starter.py review research-scripted --accept",
+        '    python starter.py review research-scripted --edit "what to change"',
+        "    temporal workflow signal --workflow-id research-scripted --name plan_feedback --input '\"[ACCEPTED]\"'",
+        '    Web UI: Send a Signal, name plan_feedback, input "[ACCEPTED]" or "[EDIT_PLAN] <what to change>"',
         "reconnecting… (tcp connect error)",
         "reconnected",
         "phase → researching",
@@ -238,7 +243,8 @@ async def test_unknown_run_is_a_clear_error() -> None:
 
 async def test_terminated_run_without_a_worker_ends_the_watch_as_failed() -> None:
     run = ScriptedRun([
-        (WorkflowExecutionStatus.RUNNING, lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),
+        (WorkflowExecutionStatus.RUNNING,
+         lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),
         (WorkflowExecutionStatus.TERMINATED, unavailable()),  # no worker left to answer the query
     ])
     out = io.StringIO()
@@ -252,7 +258,8 @@ async def test_terminated_run_without_a_worker_ends_the_watch_as_failed() -> Non
 async def test_follow_until_returns_while_the_run_goes_on() -> None:
     run = ScriptedRun([
         (WorkflowExecutionStatus.RUNNING, lambda: sample_status(phase=Phase.PLANNING)),
-        (WorkflowExecutionStatus.RUNNING, lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),
+        (WorkflowExecutionStatus.RUNNING,
+         lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),
         (WorkflowExecutionStatus.RUNNING, lambda: sample_status()),
     ])
     watcher = Watcher(live=False, out=io.StringIO(), poll_seconds=0.01, describe=run.describe, query=run.query)
