@@ -25,12 +25,12 @@ from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.settings import get_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
+from tests.support import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 # name -> (start input, plan feedback to send, model faults to inject first)
 SCENARIOS: dict[str, tuple[Any, list[str], list[Fault]]] = {
     "accepted_plan": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], []),
