@@ -9,12 +9,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sysconfig
-import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -22,11 +21,13 @@ from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.settings import get_settings
 from offline.model_server import FakeModelServer
+from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
 from tests.processes import DevServer
+from tests.support import STARTED
 from workflows.models import TASK_QUEUE
 from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
@@ -52,15 +53,7 @@ def search_server() -> Iterator[FakeSearchServer]:
 @pytest.fixture(scope="session")
 def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer) -> Iterator[dict[str, str]]:
     """Point the worker settings of this process at the fakes (and keep real keys out)."""
-    values = {
-        "OPENAI_BASE_URL": model_server.base_url,
-        "OPENAI_API_KEY": "offline",
-        "BASIC_MODEL": "deerflow-offline-demo",
-        "TAVILY_BASE_URL": search_server.base_url,
-        "TAVILY_API_KEY": "offline",
-        "DEERFLOW_OFFLINE_DEMO": "1",
-        "LLM_REQUEST_TIMEOUT": "5",
-    }
+    values = {**offline_env(model_server, search_server), "LLM_REQUEST_TIMEOUT": "5"}
     saved = {name: os.environ.get(name) for name in values}
     os.environ.update(values)
     get_settings.cache_clear()
@@ -83,9 +76,6 @@ def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
             server.clear_faults()
             server.requests.clear()
             server.latency_seconds = 0.0
-
-
-STARTED: list[WorkflowHandle] = []
 
 
 @pytest.fixture(autouse=True)
@@ -143,6 +133,3 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 async def client(dev_server: DevServer) -> AsyncIterator[Client]:
     yield await connect_when_ready(dev_server.address, data_converter=data_converter())
 
-
-def run_id(prefix: str = "test") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"

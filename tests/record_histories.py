@@ -25,12 +25,12 @@ from activities.registry import ACTIVITIES, SANDBOX_ACTIVITIES
 from activities.settings import get_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
+from tests.support import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 # Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
 # signal's arguments, sent to the plan under review, which stays under review.
 IGNORED_SIGNALS: list[Any] = [[42], ["nonsense"], [], ["[ACCEPTED]", "[ACCEPTED]"]]

@@ -28,7 +28,7 @@ from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import blob_root
 from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.test_workflow import start
+from tests.support import start
 from workflows.models import Outcome
 
 CANARY = "sk-CANARY-"

@@ -18,7 +18,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
-from tests.conftest import STARTED, run_id
+from tests.support import STARTED, run_id
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,

@@ -18,8 +18,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from activities.registry import ACTIVITIES
-from tests.conftest import run_id
 from tests.processes import REPO_DIR, DevServer
+from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
 from workflows.research import DeepResearchWorkflow
 

@@ -25,7 +25,7 @@ from activities.settings import Settings, get_settings
 from cli.commands import _request
 from cli.connection import CliError
 from offline.model_server import FakeModelServer
-from tests.test_workflow import start
+from tests.support import start
 from workflows.errors import failure_message
 from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
 
