@@ -25,7 +25,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.heartbeat import heartbeat_interval, heartbeating
-from tests.test_workflow import start
+from tests.support import start
 from workflows.activity_options import ACTIVITY_OPTIONS, HEARTBEAT_TIMEOUT, SUMMARY_MAX_CHARS, summary_text
 from workflows.agent_loop import run_agent
 from workflows.agents import AgentSpec

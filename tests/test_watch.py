@@ -12,11 +12,11 @@ import io
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from rich.console import Console
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.connection import CliError
@@ -25,52 +25,18 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
 from tests.processes import DevServer, WorkerProcess
+from tests.status_samples import T0, ScriptedRun, at, handle, sample_status
 from tests.support import run_id
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
     Awaiting,
     Phase,
-    Plan,
-    PlanVersion,
     ProgressEvent,
     ResearchRequest,
     ResearchResult,
     RunStatus,
-    Step,
-    StepState,
-    StepStatus,
-    StepType,
-    Usage,
 )
-
-T0 = datetime(2025, 3, 1, 9, 0, 0, tzinfo=UTC)
-
-
-def at(seconds: float, base: datetime = T0) -> str:
-    return (base + timedelta(seconds=seconds)).isoformat()
-
-
-def sample_status(**changes: Any) -> RunStatus:
-    plan = Plan(title="Solid-state batteries", steps=[
-        Step(title="Background and key facts"), Step(title="Cost data", step_type=StepType.PROCESSING),
-        Step(title="Outlook", step_type=StepType.ANALYSIS),
-    ])
-    status = RunStatus(
-        phase=Phase.RESEARCHING, started_at=at(0), plan=plan, plan_history=[PlanVersion(version=1, plan=plan)],
-        steps=[
-            StepStatus(index=0, title="Background and key facts", step_type=StepType.RESEARCH, state=StepState.DONE,
-                       started_at=at(10), finished_at=at(75),
-                       finding_preview="## Findings\n**Solid electrolytes** replace the liquid one."),
-            StepStatus(index=1, title="Cost data", step_type=StepType.PROCESSING, state=StepState.RUNNING,
-                       started_at=at(75)),
-            StepStatus(index=2, title="Outlook", step_type=StepType.ANALYSIS, state=StepState.PENDING),
-        ],
-        usage=Usage(llm_calls=7, input_tokens=12_000, output_tokens=3_456, total_tokens=15_456),
-        events=[ProgressEvent(at=at(0), kind="phase", message="coordinating"),
-                ProgressEvent(at=at(75), kind="step_done", message="Background and key facts", step_index=0)],
-    )
-    return status.model_copy(update=changes)
 
 
 def text_of(renderable: Any, width: int = 110) -> str:
@@ -125,41 +91,8 @@ def test_durations_read_naturally() -> None:
 # ---------------------------------------------------------------- the poll loop, scripted
 
 
-Poll = tuple[WorkflowExecutionStatus | BaseException, Callable[[], RunStatus] | BaseException]
-
-
-class ScriptedRun:
-    """Plays a list of polls: what describe says, and what the status query returns or raises."""
-
-    def __init__(self, polls: list[Poll]) -> None:
-        self.polls = polls
-        self.position = -1
-
-    async def describe(self, _handle: Any) -> WorkflowExecutionStatus:
-        self.position = min(self.position + 1, len(self.polls) - 1)
-        state = self.polls[self.position][0]
-        if isinstance(state, BaseException):
-            raise state
-        return state
-
-    async def query(self, _handle: Any) -> RunStatus:
-        answer = self.polls[self.position][1]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer()
-
-
 def unavailable() -> RPCError:
     return RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
-
-
-class FakeHandle:
-    id = "research-scripted"
-    run_id = None
-
-
-def handle() -> WorkflowHandle[Any, Any]:
-    return cast(WorkflowHandle[Any, Any], FakeHandle())
 
 
 def now_iso(offset: float = 0.0) -> str:
