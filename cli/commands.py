@@ -25,6 +25,7 @@ from temporalio.client import (
 )
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
@@ -472,7 +473,9 @@ async def replay(args: argparse.Namespace) -> int:
         recorded = await handle.fetch_history()
     else:
         raise CliError("replay needs a run ID or --file FILE.json")
-    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter())
+    # The core would also log the failure as a coloured Rust warning; our one line says it already.
+    quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter("ERROR", "ERROR"))))
+    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(), runtime=quiet)
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
         print(printable(f"Replay FAILED for {recorded.workflow_id}: {_failure_text(outcome.replay_failure)}"))
