@@ -360,6 +360,7 @@ async def status(args: argparse.Namespace) -> int:
 
 
 async def report(args: argparse.Namespace) -> int:
+    _check_output(args.output)
     client = await connect(ensure_worker=False)
     handle = client.get_workflow_handle(args.id, result_type=ResearchResult)
     description = await _describe(handle)

@@ -14,6 +14,7 @@ an unrelated process is never mistaken for (or signalled as) ours.
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import json
 import os
 import signal
@@ -178,15 +179,18 @@ async def ensure_worker(client: Client, address: str, announce: Callable[[], Non
     Our own worker is checked by its process. Without our record for this address, any poller is
     taken as the user's own worker (``python worker.py`` in a terminal), which is left alone.
     """
-    record = _record("worker")
-    if record is not None and record["address"] == address:
-        if recorded_process("worker", address) is not None:
+    # One check-and-start at a time: commands run side by side after a crash must start one worker.
+    with (state_dir() / "worker.lock").open("w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        record = _record("worker")
+        if record is not None and record["address"] == address:
+            if recorded_process("worker", address) is not None:
+                return False
+        elif await has_worker(client):
             return False
-    elif await has_worker(client):
-        return False
-    announce()
-    await start_worker(client, address)
-    return True
+        announce()
+        await start_worker(client, address)
+        return True
 
 
 async def start_worker(client: Client, address: str) -> None:
