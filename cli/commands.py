@@ -208,9 +208,8 @@ async def _send_update(handle: WorkflowHandle, update: str, value: str, what: st
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             # Updates to a closed run also answer NOT_FOUND: tell the two cases apart.
-            description = await _describe(handle)
-            raise CliError(f"Run {handle.id} has already ended ({description.status.name.lower()}); "
-                           f"it is not waiting for {what}.") from error
+            ended = ended_label((await _describe(handle)).status) or "completed"
+            raise CliError(f"Run {handle.id} has already ended ({ended}); it is not waiting for {what}.") from error
         raise CliError(f"Could not send the {what} to {handle.id}: {error.message}") from error
 
 
@@ -367,6 +366,10 @@ async def report(args: argparse.Namespace) -> int:
     if description.status == WorkflowExecutionStatus.RUNNING:
         current = await _status(handle)
         raise CliError(f"Run {args.id} has no report yet: it is {current.phase.value.replace('_', ' ')}.")
+    ended = ended_label(description.status)
+    if ended not in (None, "failed"):  # a failed run's result says why; the others ended from outside
+        raise CliError(f"Run {args.id} was {ended} and has no report; `python starter.py status {args.id}` "
+                       "shows where it stood.")
     _write_report(await _result(handle), args.output)
     return 0
 

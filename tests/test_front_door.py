@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
 import os
 import signal
@@ -23,13 +24,15 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus
+from rich.console import Console
+from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 import starter
 from activities.settings import get_settings
 from cli import commands
 from cli.connection import CliError
 from cli.render import status_text
+from cli.watch import render_status
 from runtime import embedded
 from tests.processes import REPO_DIR, free_port
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
@@ -124,12 +127,62 @@ def test_an_ended_run_says_how_it_ended_above_its_last_phase() -> None:
     assert status_text("r1", status).splitlines()[:2] == ["Run r1: awaiting_review", "  Awaiting: plan_feedback"]
 
 
+def test_the_live_panel_of_an_ended_run_says_how_it_ended_and_where_it_stood() -> None:
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(render_status(RunStatus(phase=Phase.AWAITING_REVIEW), "r1", datetime.now(UTC),
+                                ended=("cancelled", "awaiting_review")))
+    text = console.export_text()
+    assert "Ended    cancelled" in text and "Phase    awaiting review" in text, text
+
+
 def test_replay_failures_are_one_readable_sentence() -> None:
     core = ('Workflow activation completion failed: Failure { failure: Some(Failure { message: "[TMPRL1100] '
             'Nondeterminism error: Activity type of scheduled event \'web_search\' does not match", source: "" }) }')
     assert commands._failure_text(RuntimeError(core)) == (
         "[TMPRL1100] Nondeterminism error: Activity type of scheduled event 'web_search' does not match")
     assert commands._failure_text(RuntimeError("\x1b[33mplain\x1b[0m text")) == "plain text"
+
+
+def test_a_history_file_replays_under_its_run_name_not_the_file_name() -> None:
+    path = REPO_DIR / "tests" / "histories" / "accepted_plan.json"
+    recorded = WorkflowHistory.from_json("", path.read_text())
+    # This server version leaves workflow_id out of the started event: the file is named as such.
+    assert commands._history_run_name(recorded, str(path)) == f"the run in {path}"
+    started = recorded.events[0].workflow_execution_started_event_attributes
+    started.workflow_id = "research-rain-1a2b3c"
+    assert commands._history_run_name(recorded, str(path)) == "research-rain-1a2b3c"
+
+
+def test_ctrl_c_names_the_run_not_a_placeholder(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    async def interrupted(_args: argparse.Namespace) -> int:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(commands, "watch_run", interrupted)
+    assert starter.main(["watch", "research-rain-1a2b3c"]) == 130
+    assert "`python starter.py status research-rain-1a2b3c` shows it" in capsys.readouterr().err
+
+
+async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    class Watcher:
+        closed = None
+
+        def __init__(self, **_kwargs: Any) -> None:
+            pass
+
+        async def follow(self, _handle: Any, until: Any) -> RunStatus:
+            return RunStatus(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback",
+                             plan=Plan(title="Rain", steps=[Step(title="Clouds")]))
+
+    async def later(_handle: Any) -> bool:
+        return False
+
+    monkeypatch.setattr(commands, "Watcher", Watcher)
+    monkeypatch.setattr(commands, "_interactive_review", later)
+    handle = SimpleNamespace(id="research-rain", _client=None)
+    assert await commands._follow(handle, interactive=True, output="out/r.md") is None  # type: ignore[arg-type]
+    assert "Then, once the run is done: python starter.py report research-rain -o out/r.md" in capsys.readouterr().out
 
 
 async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.MonkeyPatch,
@@ -303,6 +356,8 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
         "ended"] == "cancelled"
     again = await asyncio.to_thread(starter_cli, home, "cancel", "research-paused")
     assert again.returncode == 2 and "has already ended (cancelled)" in again.stderr, again.stderr
+    no_report = await asyncio.to_thread(starter_cli, home, "report", "research-paused")
+    assert no_report.returncode == 2 and "was cancelled and has no report" in no_report.stderr, no_report.stderr
     listed = await asyncio.to_thread(starter_cli, home, "list")
     assert any(line.split()[:2] == ["research-paused", "cancelled"] for line in listed.stdout.splitlines())
 
