@@ -24,6 +24,7 @@ import sys
 import sysconfig
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -112,10 +113,19 @@ def _spawn(name: str, command: list[str], address: str, env: dict[str, str] | No
     return process.pid
 
 
-def _record(name: str) -> dict[str, str | int] | None:
+@dataclass(frozen=True)
+class ProcessRecord:
+    """What ``<name>.pid`` says about a background process the front door started."""
+
+    pid: int
+    started: str  # kernel start time: a reused pid has another
+    address: str  # the Temporal address it was started for
+
+
+def _record(name: str) -> ProcessRecord | None:
     try:
         record = json.loads((state_dir() / f"{name}.pid").read_text())
-        return {"pid": int(record["pid"]), "started": str(record["started"]), "address": str(record["address"])}
+        return ProcessRecord(int(record["pid"]), str(record["started"]), str(record["address"]))
     except (OSError, ValueError, TypeError, KeyError):
         return None  # none, or an unreadable or older-format file: nothing we can vouch for
 
@@ -123,10 +133,9 @@ def _record(name: str) -> dict[str, str | int] | None:
 def recorded_process(name: str, address: str | None = None) -> int | None:
     """The pid of the background ``name`` this front door started (for ``address``), if it still runs."""
     record = _record(name)
-    if record is None or (address is not None and record["address"] != address):
+    if record is None or (address is not None and record.address != address):
         return None
-    pid = int(record["pid"])
-    return pid if _start_time(pid) == record["started"] else None
+    return record.pid if _start_time(record.pid) == record.started else None
 
 
 def start_dev_server(address: str) -> str:
@@ -183,7 +192,7 @@ async def ensure_worker(client: Client, address: str, announce: Callable[[], Non
     with (state_dir() / "worker.lock").open("w") as lock:
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
         record = _record("worker")
-        if record is not None and record["address"] == address:
+        if record is not None and record.address == address:
             if recorded_process("worker", address) is not None:
                 return False
         elif await has_worker(client):

@@ -32,7 +32,7 @@ from activities.settings import get_settings
 from cli import commands
 from cli.connection import CliError
 from cli.render import status_text
-from cli.watch import render_status
+from cli.watch import Watcher, render_status
 from runtime import embedded
 from tests.processes import REPO_DIR, free_port
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
@@ -439,3 +439,27 @@ def test_a_closed_pipe_is_a_quiet_exit_0(home: dict[str, str], completed_run: st
     for args, process in processes:
         _, err = process.communicate(timeout=120)
         assert process.returncode == 0 and "Traceback" not in err and "Error" not in err, (args, err)
+
+
+async def test_a_watch_revives_the_worker_when_none_answers_mid_run() -> None:
+    """The worker dies during a long watch: the watch asks the front door for a new one, then goes on."""
+    revived: list[bool] = []
+    answers = iter([TimeoutError("no poller"), RunStatus(phase=Phase.COMPLETED)])
+
+    async def describe(_handle: Any) -> WorkflowExecutionStatus:
+        return WorkflowExecutionStatus.COMPLETED if revived else WorkflowExecutionStatus.RUNNING
+
+    async def query(_handle: Any) -> RunStatus:
+        answer = next(answers)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    async def revive() -> None:
+        revived.append(True)
+
+    out = io.StringIO()
+    final = await Watcher(live=False, out=out, poll_seconds=0.01, describe=describe, query=query,
+                          on_no_worker=revive).follow(SimpleNamespace(id="r1"))  # type: ignore[arg-type]
+    assert revived == [True] and final.phase is Phase.COMPLETED
+    assert "Start one with `python worker.py`" in out.getvalue()
