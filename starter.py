@@ -147,9 +147,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
+    args = argparse.Namespace()  # filled by parsing; the Ctrl-C hint reads the run ID from it
     try:
+        build_parser().parse_args(argv, namespace=args)  # inside the try: `--help | head` closes the pipe too
+        handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
         code = asyncio.run(handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
@@ -169,7 +170,6 @@ def main(argv: list[str] | None = None) -> int:
         hint = f"`python starter.py status {run_id}` shows it" if run_id else "`python starter.py list` shows it"
         print(f"\nInterrupted. The run goes on in Temporal; {hint}.", file=sys.stderr)
         return 130
-
 
 if __name__ == "__main__":
     exit_now(main())

@@ -428,7 +428,8 @@ def test_every_command_with_bad_input_prints_one_clear_line_and_exits_2(
 def test_a_closed_pipe_is_a_quiet_exit_0(home: dict[str, str], completed_run: str) -> None:
     """``starter.py … | head -c1``: the reader leaves at once; no traceback, exit code 0."""
     commands_to_cut = [["report", completed_run], ["status", completed_run, "--json"],
-                       ["watch", completed_run, "--plain"], ["list"], ["history", completed_run]]
+                       ["watch", completed_run, "--plain"], ["list"], ["history", completed_run],
+                       ["replay", completed_run], ["--help"], ["run", "--help"]]
     processes = []
     for args in commands_to_cut:
         read, write = os.pipe()
