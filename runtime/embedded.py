@@ -230,11 +230,24 @@ def _last_line(log: Path) -> str:
     return lines[-1] if lines else "(empty log)"
 
 
+# What a process started by an earlier version runs: its pid file holds a bare pid, no start time.
+LEGACY_COMMANDS = {"worker": b"worker.py", "server": b"start-dev"}
+
+
+def _legacy_process(name: str) -> int | None:
+    """A pid from an older bare-pid file, if that pid still runs our command (not a reused pid)."""
+    try:
+        pid = int((state_dir() / f"{name}.pid").read_text().strip())
+        return pid if LEGACY_COMMANDS[name] in Path(f"/proc/{pid}/cmdline").read_bytes() else None
+    except (OSError, ValueError):
+        return None
+
+
 def stop_embedded() -> list[str]:
     """Stop the background worker and dev server this front door started (never a reused pid)."""
     stopped = []
     for name in ("worker", "server"):
-        pid = recorded_process(name)
+        pid = recorded_process(name) or _legacy_process(name)
         if pid is not None:
             try:
                 os.killpg(pid, signal.SIGTERM)

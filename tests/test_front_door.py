@@ -250,6 +250,20 @@ def test_only_the_recorded_process_counts_never_a_reused_pid(tmp_path: Path, mon
         sleeper.wait()
         (tmp_path / "worker.pid").write_text(json.dumps({"pid": sleeper.pid, "started": started, "address": "a:1"}))
         assert embedded.recorded_process("worker") is None  # dead
+        # A bare pid (older versions) is stopped only if that pid runs our command.
+        other = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        (tmp_path / "worker.pid").write_text(str(other.pid))
+        assert embedded.stop_embedded() == []  # sleep is not worker.py
+        assert other.poll() is None
+        other.kill()
+        other.wait()
+        worker = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)", "worker.py"],
+                                  start_new_session=True)
+        (tmp_path / "worker.pid").write_text(str(worker.pid))
+        while b"worker.py" not in Path(f"/proc/{worker.pid}/cmdline").read_bytes():
+            time.sleep(0.01)  # until the fork has become the new program
+        assert embedded.stop_embedded() == ["worker"]
+        assert worker.wait(timeout=10) == -signal.SIGTERM
     finally:
         get_settings.cache_clear()
 
