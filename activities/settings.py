@@ -155,6 +155,10 @@ class Settings(BaseModel):
     # Absolute by default, so the CLI (run from anywhere) and the worker (run from the repo) agree.
     home: Path = Field(default=Path(__file__).resolve().parent.parent / ".deerflow", alias="DEERFLOW_HOME")
 
+    # The front door (cli/, runtime/embedded.py). The embedded dev server's Web UI port; tests and a
+    # second checkout choose another so that two embedded servers can run side by side.
+    ui_port: int = Field(default=8233, ge=1, le=65535, alias="DEERFLOW_UI_PORT")
+
     # Large-payload storage (runtime/converter.py): payloads at or above the threshold are written
     # to a blob store and history keeps only a small reference. "filesystem" (<home>/blobs), "s3"
     # or "none". Every worker, client and replayer must share the same store.

@@ -37,7 +37,8 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import CliError
+from cli.connection import NO_WORKER_ADVICE, CliError
+from cli.render import ended_label
 from cli.terminal import printable, printable_model
 from workflows.models import Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.status_view import (
@@ -190,10 +191,12 @@ def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
     return table
 
 
-def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | None = None) -> RenderableType:
+def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | None = None,
+                  ended: tuple[str, str] | None = None) -> RenderableType:
     """The live panel for one status. Pure: same input, same output (``now`` drives the clocks).
 
-    ``note`` is a transient remark for the subtitle, such as "reconnecting…". Model-written text
+    ``note`` is a transient remark for the subtitle, such as "reconnecting…". ``ended`` is how a run
+    that did not complete ended, with its last phase: ("cancelled", "awaiting_review"). Model-written text
     is made printable and reaches rich only as ``Text``, so its markup is shown, not obeyed.
     """
     status, run_id, note = printable_model(status), printable(run_id), note and printable(note)
@@ -203,6 +206,9 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
     header.add_row("Run", Text(run_id, style="bold"))
     # assemble, not Text(style=...): a base style would paint the whole cell, not just the words
     phase = phase_label(status.phase)
+    if ended is not None:
+        header.add_row("Ended", Text.assemble((ended[0], "bold red")))
+        phase = ended[1].replace("_", " ")
     header.add_row("Phase", Text.assemble((phase, PHASE_STYLE.get(status.phase, "bold"))))
     header.add_row("Elapsed", _run_elapsed(status, now))
     header.add_row("Usage", usage_line(status.usage))
@@ -284,7 +290,8 @@ class Watcher:
     def __init__(self, *, live: bool, out: TextIO, stats: WatchStats | None = None,
                  poll_seconds: float = POLL_SECONDS, now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  describe: Callable[[WorkflowHandle[Any, Any]], Awaitable[WorkflowExecutionStatus]] = describe_state,
-                 query: Callable[[WorkflowHandle[Any, Any]], Awaitable[RunStatus]] = query_status) -> None:
+                 query: Callable[[WorkflowHandle[Any, Any]], Awaitable[RunStatus]] = query_status,
+                 on_no_worker: Callable[[], Awaitable[None]] | None = None) -> None:
         self.live = live
         self.out = out
         self.stats = stats if stats is not None else WatchStats()
@@ -292,6 +299,8 @@ class Watcher:
         self.now = now
         self._describe = describe  # injectable, so tests can script a run without a server
         self._query = query
+        # Called when no worker answers: the front door restarts its embedded worker if it died.
+        self._on_no_worker = on_no_worker
         self.closed: WorkflowExecutionStatus | None = None  # set once the run has ended
         self.last: RunStatus | None = None
         self._seen: set[tuple[str, str, str, int | None]] = set()
@@ -348,10 +357,12 @@ class Watcher:
     def _reconnecting(self, run_id: str, error: BaseException) -> None:
         reason = _one_line(getattr(error, "message", None) or str(error) or type(error).__name__, 100)
         label = "waiting for a worker…" if isinstance(error, NoWorkerAnswer) else "reconnecting…"
+        advice = f": {NO_WORKER_ADVICE}" if isinstance(error, NoWorkerAnswer) else ""
         if self._live is not None and self.last is not None:
-            self._live.update(render_status(self.last, run_id, self.now(), note=f"{label} ({reason})"), refresh=True)
+            self._live.update(render_status(self.last, run_id, self.now(), note=f"{label} ({reason}){advice}"),
+                              refresh=True)
         elif label != self._outage:  # plain output: one line per kind of outage, not one per retry
-            self._write(f"[{self.now().astimezone():%H:%M:%S}] {label} ({reason})")
+            self._write(f"[{self.now().astimezone():%H:%M:%S}] {label} ({reason}){advice}")
         self._outage = label
 
     # ---- polling
@@ -398,6 +409,8 @@ class Watcher:
                 except _TRANSIENT as error:
                     failures += 1
                     self._reconnecting(handle.id, error)
+                    if isinstance(error, NoWorkerAnswer) and self._on_no_worker is not None:
+                        await self._on_no_worker()
                     await asyncio.sleep(min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures))
                     continue
                 if self._outage is not None and self._live is None:
@@ -417,26 +430,33 @@ class Watcher:
 
     def _finish(self, run_id: str) -> RunStatus:
         status = self.last or RunStatus(phase=Phase.FAILED)
-        closed = self.closed.name.lower().replace("_", " ") if self.closed else "closed"
+        closed = (ended_label(self.closed) or "completed") if self.closed else "closed"
+        last_phase = status.phase.value
         if status.phase not in TERMINAL_PHASES:
             if self.closed is WorkflowExecutionStatus.COMPLETED:  # its final status could not be read
                 status = status.model_copy(update={"phase": Phase.COMPLETED})
             else:  # terminated, cancelled or timed out: the workflow never got to say so itself
                 status = status.model_copy(update={"phase": Phase.FAILED,
                                                    "error": status.error or f"the run was {closed}"})
+        ended = ended_label(self.closed)
         if self._live is not None:
-            self._live.update(render_status(status, run_id, self.now()), refresh=True)
+            shown = status.model_copy(update={"awaiting": None}) if ended else status
+            self._live.update(render_status(shown, run_id, self.now(), ended=ended and (ended, last_phase)),
+                              refresh=True)
         else:
-            self._write(f"[{self.now().astimezone():%H:%M:%S}] run {closed}: {status.phase.value}, "
+            phase = f"last phase {last_phase}" if ended else status.phase.value
+            self._write(f"[{self.now().astimezone():%H:%M:%S}] run {closed}: {phase}, "
                         f"{status.usage.llm_calls} model calls, {status.usage.total_tokens:,} tokens")
         self.last = status
         return status
 
 
 async def watch(handle: WorkflowHandle[Any, Any], *, live: bool, out: TextIO = sys.stdout,
-                stats: WatchStats | None = None, poll_seconds: float = POLL_SECONDS) -> RunStatus:
+                stats: WatchStats | None = None, poll_seconds: float = POLL_SECONDS,
+                on_no_worker: Callable[[], Awaitable[None]] | None = None) -> RunStatus:
     """Follow a run until it closes: a ``rich`` live panel when ``live``, else plain change lines.
 
     Pass ``stats`` to read the measured display delay afterwards (``stats.summary()``).
     """
-    return await Watcher(live=live, out=out, stats=stats, poll_seconds=poll_seconds).follow(handle)
+    return await Watcher(live=live, out=out, stats=stats, poll_seconds=poll_seconds,
+                         on_no_worker=on_no_worker).follow(handle)

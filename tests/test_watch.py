@@ -165,7 +165,8 @@ async def test_a_run_no_worker_answers_for_says_so_instead_of_reconnecting() -> 
     out = io.StringIO()
     await Watcher(live=False, out=out, poll_seconds=0.01, describe=run.describe, query=run.query).follow(handle())
     lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
-    assert lines[:2] == ["waiting for a worker… (status query: Timeout expired)", "reconnected"], lines
+    assert lines[:2] == ["waiting for a worker… (status query: Timeout expired): no worker answers this run's "
+                         "queries. Start one with `python worker.py` (same TEMPORAL_* settings)", "reconnected"], lines
 
 
 async def test_unknown_run_is_a_clear_error() -> None:
@@ -185,7 +186,7 @@ async def test_terminated_run_without_a_worker_ends_the_watch_as_failed() -> Non
                           query=run.query).follow(handle())
     assert final.phase is Phase.FAILED
     assert final.error == "the run was terminated"
-    assert "run terminated: failed" in out.getvalue()
+    assert "run terminated: last phase awaiting_review" in out.getvalue()  # how it ended, then where it stood
 
 
 async def test_follow_until_returns_while_the_run_goes_on() -> None:

@@ -127,6 +127,14 @@ class ResearchRequest(BaseModel):
             data = {key: value for key, value in data.items() if key not in RETIRED_REQUEST_FIELDS}
         return data
 
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # Whitespace asks nothing; the coordinator would take it for small talk and answer it.
+        if not value.strip():
+            raise ValueError("the question is blank")
+        return value
+
     @field_validator("mcp_servers", mode="before")
     @classmethod
     def _names_as_choices(cls, value: Any) -> Any:
