@@ -12,8 +12,8 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.conftest import run_id
 from tests.processes import DevServer
+from tests.support import run_id
 from tests.test_e2e import QUESTION, start_worker, starter, wait_for_cli_status
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
 
