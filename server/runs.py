@@ -55,7 +55,7 @@ class Runs:
         """The research run with this workflow id; anything else is "not found"."""
         if not 0 < len(run) <= 255:
             raise RequestError("no such research run", 404)
-        handle = self.client.get_workflow_handle(run)
+        handle = self.client.get_workflow_handle(run, result_type=ResearchResult)
         try:
             description = await handle.describe()
         except RPCError as error:
@@ -99,7 +99,7 @@ class Runs:
                                  "run": status.model_dump(mode="json") if status else None, "result": None}
         if description.status != WorkflowExecutionStatus.RUNNING:
             try:
-                result = await handle.result(result_type=ResearchResult)
+                result = await handle.result()
                 shown["result"] = result.model_dump(mode="json")
             except WorkflowFailureError as error:
                 shown["error"] = failure_message(error.cause)

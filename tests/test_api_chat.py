@@ -250,6 +250,10 @@ async def test_page_feed_resumes_from_any_offset_with_no_duplicate_or_gap(base: 
         assert [i for i, _ in (await feed(base, ids[cut]))[:-1]] == ids[cut + 1:]
     async with api_server(client, settings()) as restarted:  # a new server process reads the same feed
         assert await feed(restarted, ids[3]) == whole[4:]
+    async with httpx.AsyncClient(timeout=30) as http:
+        shown = (await http.get(f"{base}/api/runs/{run}")).json()
+    assert shown["status"] == "completed" and shown["result"]["report"].startswith("#")
+    assert shown["run"]["phase"] == "completed" and shown["run"]["usage"]["llm_calls"] > 0
 
 
 async def test_page_api_refuses_other_workflow_types_and_bad_reviews(base: str, client: Client,
