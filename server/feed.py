@@ -109,6 +109,9 @@ class Translator:
 
     converter: DataConverter
     thread_id: str
+    # Message ids start with the workflow id: a thread's runs share one DeerFlow tab, which keys
+    # messages by id, so ids must differ between runs and not only within one.
+    workflow_id: str
     ordinal: int = 0
     scheduled: dict[int, _Scheduled] = field(default_factory=dict)
     pending: list[_PendingCall] = field(default_factory=list)
@@ -160,7 +163,7 @@ class Translator:
             return []
         value = await self._decode(result, _RESULTS[entry.activity])
         if entry.activity == "chat":
-            return self._message(f"run-{self.ordinal}-{event_id}", entry.request.prompt, value)
+            return self._message(self._message_id(event_id), entry.request.prompt, value)
         if isinstance(value, SearchResponse):
             for hit in value.results:
                 self.citations.setdefault(hit.url, {"url": hit.url, "title": hit.title,
@@ -198,8 +201,9 @@ class Translator:
             return []
         [summary] = self.converter.payload_converter.from_payloads([event.user_metadata.summary], [str])
         if summary == PLAN_REVIEW_TIMER:
-            return [("interrupt", {"thread_id": self.thread_id, "id": f"human_feedback:run-{self.ordinal}-"
-                                   f"{event.event_id}", "role": "assistant", "content": INTERRUPT_CONTENT,
+            interrupt_id = f"human_feedback:{self._message_id(event.event_id)}"
+            return [("interrupt", {"thread_id": self.thread_id, "id": interrupt_id,
+                                   "role": "assistant", "content": INTERRUPT_CONTENT,
                                    "finish_reason": "interrupt", "options": INTERRUPT_OPTIONS}, True)]
         if summary == CLARIFICATION_TIMER:
             return [("clarification", {"thread_id": self.thread_id}, True)]
@@ -220,6 +224,9 @@ class Translator:
     def _error(self, message: str, reason: str | None = None) -> tuple[str, dict, bool]:
         data = {"thread_id": self.thread_id, "error": message} | ({"reason": reason} if reason else {})
         return "error", data, True
+
+    def _message_id(self, event_id: int) -> str:
+        return f"{self.workflow_id}/{self.ordinal}.{event_id}"
 
     def _common(self, message_id: str, agent: str | None) -> dict[str, Any]:
         common = {"thread_id": self.thread_id, "id": message_id, "role": "assistant"}
@@ -270,7 +277,7 @@ def _tool_text(request: Any, value: Any) -> str:
 async def follow(client: Client, workflow_id: str, run_id: str | None, thread_id: str,
                  after: tuple[int, int, int] | None = None) -> AsyncIterator[FeedItem]:
     """Every item of a run chain after ``after``, live: long-polls history until the chain ends."""
-    translator = Translator(client.data_converter, thread_id)
+    translator = Translator(client.data_converter, thread_id, workflow_id)
     while True:
         handle = client.get_workflow_handle(workflow_id, run_id=run_id)
         next_run: str | None = None

@@ -137,6 +137,9 @@ async def test_question_edit_accept_report_in_deerflow_order(base: str, client: 
     # A new question on the same thread starts the thread's next run.
     again = await chat(base, turn(thread, "How do sodium-ion batteries compare?"))
     assert again[-1][0] == "interrupt"
+    # Its messages are new messages in the same tab: no id of the first run is reused.
+    earlier = {data.get("id") for _, data in first + edited + done}
+    assert not earlier & {data.get("id") for _, data in again}
     assert (await status_of(client, f"{PREFIX}{thread}.2")).awaiting == "plan_feedback"
 
 
