@@ -143,6 +143,17 @@ async def test_question_edit_accept_report_in_deerflow_order(base: str, client: 
     assert (await status_of(client, f"{PREFIX}{thread}.2")).awaiting == "plan_feedback"
 
 
+async def test_a_clarifying_question_ends_the_turn_and_the_next_message_answers_it(base: str) -> None:
+    asked = await chat(base, turn("clarify", "heat pumps", enable_clarification=True))
+    assert [kind for kind, _ in asked] == ["message_chunk"]
+    assert asked[0][1]["agent"] == "coordinator" and asked[0][1]["content"].endswith("?")
+    assert asked[0][1]["finish_reason"] == "stop"
+    answered = await chat(base, turn("clarify", "technology and costs of home heat pumps in the EU over the next "
+                                                "five years, for homeowners", enable_clarification=True))
+    assert answered[0][0] == "tool_calls" and answered[0][1]["tool_calls"][0]["name"] == "handoff_to_planner"
+    assert answered[-1][0] == "interrupt"
+
+
 @pytest.mark.parametrize(("body", "message"), [
     (b"{not json", "not JSON"),
     ({"messages": [{"role": "user", "content": "hi"}]}, "thread_id"),
