@@ -107,7 +107,7 @@ async function refresh() {
   state.lastStatus = status;
   const phase = status ? status.phase + (status.awaiting ? ` (awaiting ${status.awaiting})` : "") : shown.status;
   $("run-phase").textContent = `Phase: ${phase}`;
-  if (status && status.offline_demo) $("offline").hidden = false;
+  if (status) $("offline").hidden = !status.offline_demo;  // the run knows which model served it
   const error = shown.error || (status && status.error) || (shown.result && shown.result.error);
   $("run-error").hidden = !error;
   $("run-error").textContent = error || "";
