@@ -293,3 +293,28 @@ def test_static_vendor_files_keep_their_licence_headers() -> None:
     vendor = Path(__file__).resolve().parent.parent / "server" / "static" / "vendor"
     assert "MIT Licensed" in (vendor / "marked.min.js").read_text()[:300]
     assert "@license DOMPurify" in (vendor / "purify.min.js").read_text()[:300]
+
+
+async def test_run_list_puts_runs_awaiting_review_first_and_the_page_api_reviews(base: str, client: Client) -> None:
+    async with httpx.AsyncClient(timeout=60) as http:
+        done = await chat(base, turn("listed-done", QUESTION, auto_accepted_plan=True))
+        assert done[-1][0] == "citations"
+        run = (await http.post(f"{base}/api/runs", json={"question": QUESTION})).json()["id"]
+        deadline = time.monotonic() + 60
+        while (await status_of(client, run)).awaiting != "plan_feedback":
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.3)
+        runs = (await http.get(f"{base}/api/runs")).json()["runs"]
+        waiting = [r["awaiting"] == "plan_feedback" for r in runs]
+        assert waiting == sorted(waiting, reverse=True) and run in [r["id"] for r in runs if r["awaiting"]]
+        assert any(r["id"] == f"{PREFIX}listed-done.1" and r["status"] == "completed" for r in runs)
+        too_many = await http.post(f"{base}/api/runs", json={"question": QUESTION, "max_step_num": 999})
+        assert too_many.status_code == 400 and "max_step_num" in too_many.json()["detail"]
+        edited = await http.post(f"{base}/api/runs/{run}/review", json={"edit": "add a step on costs"})
+        assert edited.status_code == 200 and edited.json()["accepted"] is False and edited.json()["message"]
+        while len((await status_of(client, run)).plan_history) < 2:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.3)
+        not_waiting = await http.post(f"{base}/api/runs/{run}/answer", json={"answer": "EU"})
+        assert not_waiting.status_code == 400 and "not waiting" in not_waiting.json()["detail"]
+    await client.get_workflow_handle(run).terminate("test")
