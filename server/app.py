@@ -29,7 +29,7 @@ from server import sse
 from server.chat import ChatTurns, problem
 from server.runs import Runs
 from server.security import Guard, RequestError, read_json
-from server.threads import checked_thread_id, latest_run
+from server.threads import ThreadError, checked_thread_id, latest_run
 
 STATIC = Path(__file__).resolve().parent / "static"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -48,6 +48,8 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
                 result = await handler(request)
             except RequestError as error:
                 return JSONResponse({"detail": str(error)}, status_code=error.status)
+            except ThreadError as error:
+                return JSONResponse({"detail": str(error)}, status_code=400)
             except (ValidationError, WorkflowUpdateFailedError) as error:
                 return JSONResponse({"detail": problem(error)}, status_code=400)
             except RPCError as error:
@@ -102,7 +104,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
         return {"cancelled": request.path_params["run"]}
 
     async def list_runs(request: Request) -> Any:
-        return {"runs": await runs.list()}
+        return {"runs": await runs.overview()}
 
     async def show(request: Request) -> Any:
         return await runs.show(request.path_params["run"])

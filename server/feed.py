@@ -23,6 +23,7 @@ from typing import Any
 
 from pydantic import BaseModel
 from temporalio.api.enums.v1 import EventType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
@@ -134,6 +135,9 @@ class Translator:
             items = await self._timer(event)
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED:
             items = await self._result(event)
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
+            failure = event.workflow_execution_failed_event_attributes.failure
+            items = [self._error(f"the run failed: {_root_cause(failure)}")]
         elif kind in _CLOSED_BADLY:
             items = [self._error(_CLOSED_BADLY[kind], reason="cancelled" if "cancel" in _CLOSED_BADLY[kind] else None)]
         return [FeedItem((self.ordinal, event.event_id, k), name, data, ends)
@@ -234,11 +238,17 @@ class Translator:
 
 
 _CLOSED_BADLY = {
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "the run failed",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: "the run was terminated",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: "the run was cancelled",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "the run timed out",
 }
+
+
+def _root_cause(failure: Failure) -> str:
+    """The innermost message: "Activity task failed" says less than the error that failed it."""
+    while failure.HasField("cause") and failure.cause.message:
+        failure = failure.cause
+    return failure.message
 
 
 def _content(text: str) -> dict[str, str]:

@@ -66,7 +66,7 @@ class Runs:
             raise RequestError("no such research run", 404)
         return handle
 
-    async def list(self) -> list[dict[str, Any]]:
+    async def overview(self) -> list[dict[str, Any]]:
         now = datetime.now(UTC)
         runs = []
         async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'", limit=MAX_LISTED):

@@ -184,7 +184,16 @@ async def test_feedback_for_one_thread_never_reaches_another_threads_run(base: s
     assert after.awaiting == "plan_feedback" and after.plan_history == before.plan_history
 
 
+async def test_a_resource_outside_the_roots_is_refused_as_an_error_event(base: str) -> None:
+    events = await chat(base, turn("resources", QUESTION, resources=[{"uri": "/etc/passwd", "title": "x"}]))
+    assert events[-1][0] == "error" and "resource roots" in events[-1][1]["error"]
+
+
 async def test_closing_the_stream_does_not_cancel_the_run_and_cancel_does(base: str, client: Client) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        for bad in ([], {"thread_id": "../x"}, {"thread_id": "never-used"}):
+            refused = await http.post(f"{base}/api/chat/cancel", json=bad)
+            assert refused.status_code == 400, refused.text
     async with httpx.AsyncClient(timeout=30) as http, http.stream(
             "POST", f"{base}/api/chat/stream", json=turn("leaver", QUESTION)) as response:
         async for _ in response.aiter_lines():
