@@ -173,6 +173,8 @@ class Settings(BaseModel):
                                     alias="DEERFLOW_WEB_MAX_BODY_BYTES")
     web_thread_prefix: str = Field(default="deerflow-web-", pattern=r"^[A-Za-z0-9_.-]{1,40}$",
                                    alias="DEERFLOW_WEB_THREAD_PREFIX")
+    # Event streams open at once; each holds a long poll on Temporal while its page is open.
+    web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
 
     @field_validator("web_allowed_origins", mode="before")
     @classmethod

@@ -40,6 +40,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
     chat = ChatTurns(client, settings)
     runs = Runs(client, settings)
     limit = settings.web_max_body_bytes
+    streams = sse.StreamLimit(settings.web_max_streams)
 
     def endpoint(handler: Callable[[Request], Awaitable[Any]]) -> Callable[[Request], Awaitable[Response]]:
         """JSON in and out; a refused request gets its reason and status, never a traceback."""
@@ -62,7 +63,9 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
             body: Any = await read_json(request, limit)
         except RequestError as error:
             body = error  # reported as the stream's error event, as DeerFlow's UI expects
-        return StreamingResponse(chat.stream(body, keep_alive), media_type="text/event-stream", headers=SSE_HEADERS)
+        thread = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
+        return StreamingResponse(streams.bounded(chat.stream(body, keep_alive), thread),
+                                 media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def chat_cancel(request: Request) -> Any:
         body = await read_json(request, limit)
@@ -85,7 +88,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
         run = request.path_params["run"]
         await runs.handle(run)  # a refusal is a plain error before the stream starts
         after = request.query_params.get("after") or request.headers.get("last-event-id")
-        return StreamingResponse(sse.with_keep_alive(runs.events(run, after), keep_alive),
+        return StreamingResponse(streams.bounded(sse.with_keep_alive(runs.events(run, after), keep_alive), run),
                                  media_type="text/event-stream", headers=SSE_HEADERS)
 
     async def start_run(request: Request) -> Any:

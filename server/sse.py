@@ -52,3 +52,27 @@ async def with_keep_alive(source: AsyncIterator[str], interval: float) -> AsyncI
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+
+
+class StreamLimit:
+    """At most ``limit`` streams open at once (``DEERFLOW_WEB_MAX_STREAMS``): each holds a task
+    and a long poll on Temporal for as long as its client stays, so their number is the operator's.
+
+    A stream counts from its first read to its end; one over the limit gets an ``error`` event.
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.open = 0
+
+    async def bounded(self, source: AsyncIterator[str], thread_id: str) -> AsyncIterator[str]:
+        if self.open >= self.limit:
+            yield event("error", {"thread_id": thread_id,
+                                  "error": f"the server has {self.limit} streams open, its limit; try again later"})
+            return
+        self.open += 1
+        try:
+            async for chunk in source:
+                yield chunk
+        finally:
+            self.open -= 1

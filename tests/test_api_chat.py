@@ -238,6 +238,18 @@ async def test_cors_answers_only_configured_origins(base: str) -> None:
     assert posted.status_code == 403  # a page elsewhere cannot start runs, even with a simple request
 
 
+async def test_open_streams_are_bounded(client: Client, worker: WorkerProcess) -> None:
+    async with api_server(client, settings(web_max_streams=1)) as url, httpx.AsyncClient(timeout=60) as http:
+        async with http.stream("POST", f"{url}/api/chat/stream", json=turn("bounded", QUESTION)) as first:
+            await anext(first.aiter_lines())  # the first stream is open and following its run
+            refused = parse_sse((await http.post(f"{url}/api/chat/stream", json=turn("bounded2", QUESTION))).text)
+            assert refused == [("error", {"thread_id": "bounded2",
+                                          "error": "the server has 1 streams open, its limit; try again later"})]
+        await asyncio.sleep(0.5)  # the closed stream gave its place back
+        again = await chat(url, turn("bounded", "x", interrupt_feedback="accepted"))
+        assert again[-1][0] == "citations"
+
+
 async def test_token_and_host_header(client: Client) -> None:
     with pytest.raises(RequestError, match="DEERFLOW_WEB_TOKEN"):
         check_bind("0.0.0.0", None)
