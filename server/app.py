@@ -19,7 +19,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
 from activities.doc_extract import SUPPORTED_SUFFIXES
@@ -55,6 +55,8 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
                 return JSONResponse({"detail": problem(error)}, status_code=400)
             except RPCError as error:
                 return JSONResponse({"detail": problem(error)}, status_code=502)
+            except WorkflowUpdateRPCTimeoutOrCancelledError as error:
+                return JSONResponse({"detail": problem(error)}, status_code=504)
             return result if isinstance(result, Response) else JSONResponse(result)
         return wrapped
 

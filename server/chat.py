@@ -17,7 +17,13 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
@@ -91,6 +97,8 @@ def problem(error: Exception) -> str:
         return f"rejected: {failure_message(error.cause)}"
     if isinstance(error, RPCError):
         return f"Temporal refused the request: {error.message}"
+    if isinstance(error, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return "the run did not take the message in time (is a worker running?); send it again"
     return str(error)
 
 
@@ -109,7 +117,8 @@ class ChatTurns:
             turn = ChatStreamRequest.model_validate(body)
             checked_thread_id(turn.thread_id)
             workflow, run_id, after = await self._begin(turn)
-        except (RequestError, ThreadError, ValidationError, WorkflowUpdateFailedError, RPCError) as error:
+        except (RequestError, ThreadError, ValidationError, WorkflowUpdateFailedError,
+                WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as error:
             yield sse.event("error", {"thread_id": thread_id, "error": problem(error)})
             return
         async for chunk in sse.with_keep_alive(self._turn(workflow, run_id, turn.thread_id, after), keep_alive):

@@ -6,9 +6,10 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import pytest
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from server import sse
-from server.chat import feedback_text
+from server.chat import feedback_text, problem
 from server.feed import parse_position
 from server.security import Guard, RequestError, check_bind, is_loopback
 from tests.web_server import parse_sse
@@ -76,3 +77,7 @@ def test_binds_beyond_loopback_need_a_token(host: str, loopback: bool) -> None:
 def test_host_header_must_name_loopback_without_a_token(host: str, allowed: bool) -> None:
     guard = Guard(app=None, token=None, allowed_origins=[])  # type: ignore[arg-type]
     assert (guard._problem("GET", {"host": host}) is None) is allowed
+
+
+def test_an_update_nobody_takes_is_explained() -> None:
+    assert "is a worker running?" in problem(WorkflowUpdateRPCTimeoutOrCancelledError())
