@@ -7,6 +7,7 @@
     python starter.py watch ID      # follow a run live
     python starter.py status ID | report ID [-o FILE] | list | cancel ID
     python starter.py history ID [-o FILE.json] | replay ID | replay --file FILE.json
+    python starter.py serve         # the web front end on http://127.0.0.1:8000/
     python starter.py down          # stop the embedded dev server and worker
 """
 
@@ -29,6 +30,7 @@ from cli.connection import CliError
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.shutdown import exit_now
+from server.serve import serve as serve_command
 from workflows.models import ReportStyle
 
 
@@ -140,6 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("id", nargs="?")
     replay.add_argument("--file", help="a history exported with `history` or the Web UI")
     replay.set_defaults(handler=commands.replay)
+
+    serve = sub.add_parser("serve", help="the web front end: our research page and DeerFlow's API")
+    serve.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_WEB_TOKEN")
+    serve.add_argument("--port", type=_positive, default=8000)
+    serve.set_defaults(handler=serve_command)
 
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)
