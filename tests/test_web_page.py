@@ -20,8 +20,8 @@ from temporalio.worker import Worker
 from activities.settings import get_settings
 from runtime.embedded import has_worker
 from tests.cdp import Chromium, Page, chromium_path
-from tests.conftest import run_id
 from tests.processes import DevServer, WorkerProcess
+from tests.support import run_id
 from tests.web_server import api_server
 from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
 
