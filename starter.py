@@ -1,11 +1,13 @@
 """The front door: start research runs, review plans and operate runs from the command line.
 
     python starter.py run "How do solid-state batteries compare with lithium-ion?"
+    python starter.py run - < question.txt      # or --question-file question.txt
     python starter.py review ID --accept | --edit "add a step on costs"
     python starter.py answer ID "the EU, next five years"   # a clarifying question
     python starter.py watch ID      # follow a run live
     python starter.py status ID | report ID [-o FILE] | list | cancel ID
-    python starter.py history ID -o FILE.json | replay ID | replay --file FILE.json
+    python starter.py history ID [-o FILE.json] | replay ID | replay --file FILE.json
+    python starter.py serve         # the web front end on http://127.0.0.1:8000/
     python starter.py down          # stop the embedded dev server and worker
 """
 
@@ -13,14 +15,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import NoReturn
+
+from pydantic import TypeAdapter, ValidationError
+from temporalio.service import RPCError
 
 from cli import commands
 from cli.connection import CliError
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.shutdown import exit_now
+from server.serve import serve as serve_command
 from workflows.models import ReportStyle
 
 
@@ -34,12 +44,34 @@ def _positive(text: str) -> int:
     return value
 
 
+def _duration(text: str) -> timedelta:
+    """Seconds (``300``, ``1.5``) or ISO 8601 (``PT12H``, ``P3D``), as the README and ``--help`` promise."""
+    try:
+        value = (timedelta(seconds=float(text)) if re.fullmatch(r"\s*\d+(\.\d+)?\s*", text)
+                 else TypeAdapter(timedelta).validate_python(text.strip()))
+    except (ValidationError, OverflowError) as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give seconds (300) or ISO 8601 (PT12H, P3D)") from error
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, exit code 2: the full usage is one ``--help`` away."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"Error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="starter.py", description="deerflow-temporal: durable deep research")
+    parser = _Parser(prog="starter.py", description="deerflow-temporal: durable deep research")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="start a research run and follow it")
-    run.add_argument("question")
+    run.add_argument("question", nargs="?", help="the question; - reads it from stdin")
+    run.add_argument("--question-file", metavar="FILE", help="read the question from this file (UTF-8)")
     run.add_argument("--auto-accept", action="store_true", help="accept the plan without review")
     run.add_argument("--report-style", choices=[style.value for style in ReportStyle])
     run.add_argument("--locale", help="report locale, e.g. en-US or zh-CN (default: detected)")
@@ -52,13 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="a document or folder (md, txt, pdf, html) to research; repeatable")
     run.add_argument("--parallel", action="store_true", help="run independent research steps concurrently")
     run.add_argument("--clarify", action="store_true", help="let the coordinator ask clarifying questions")
-    run.add_argument("--review-timeout", metavar="DURATION",
+    run.add_argument("--review-timeout", metavar="DURATION", type=_duration,
                      help="how long a review may wait, ISO 8601 (P7D, PT12H) or seconds (default P7D)")
     run.add_argument("--review-timeout-action", choices=["accept", "cancel", "report"],
                      help="what happens when the review deadline passes (default cancel)")
     run.add_argument("--no-wait", action="store_true", help="print the run ID and return at once")
     run.add_argument("-o", "--output", help="write the report to this file")
     run.add_argument("--id", help="workflow ID for the run (default: derived from the question)")
+    run.add_argument("--force", action="store_true", help="reuse the --id of a run that has ended")
+    run.add_argument("-v", "--verbose", action="store_true", help="print the event-to-display delay at the end")
     run.set_defaults(handler=commands.run)
 
     review = sub.add_parser("review", help="accept or edit the plan of a paused run")
@@ -101,7 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     history = sub.add_parser("history", help="export a run's event history as JSON (replayable)")
     history.add_argument("id")
-    history.add_argument("-o", "--output", required=True)
+    history.add_argument("-o", "--output", help="write it to this file (default: standard output)")
     history.set_defaults(handler=commands.history)
 
     replay = sub.add_parser("replay", help="replay a run's history against this code")
@@ -109,23 +143,40 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--file", help="a history exported with `history` or the Web UI")
     replay.set_defaults(handler=commands.replay)
 
+    serve = sub.add_parser("serve", help="the web front end: our research page and DeerFlow's API")
+    serve.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_WEB_TOKEN")
+    serve.add_argument("--port", type=_positive, default=8000)
+    serve.set_defaults(handler=serve_command)
+
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
+    args = argparse.Namespace()  # filled by parsing; the Ctrl-C hint reads the run ID from it
     try:
-        return asyncio.run(handler(args))
+        build_parser().parse_args(argv, namespace=args)  # inside the try: `--help | head` closes the pipe too
+        handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
+        code = asyncio.run(handler(args))
+        sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
+        return code
     except (CliError, EmbeddedError, TemporalConnectionError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return 2
+    except RPCError as error:
+        print(f"Error: Temporal answered: {error.message}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader left (``| head``): that is how it says it has read enough. Later writes and the
+        # final flush go nowhere instead of raising again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
-        print("\nInterrupted. The run goes on in Temporal; `starter.py status ID` shows it.", file=sys.stderr)
+        run_id = getattr(args, "id", None)
+        hint = f"`python starter.py status {run_id}` shows it" if run_id else "`python starter.py list` shows it"
+        print(f"\nInterrupted. The run goes on in Temporal; {hint}.", file=sys.stderr)
         return 130
-
 
 if __name__ == "__main__":
     exit_now(main())

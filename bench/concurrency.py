@@ -33,7 +33,6 @@ import uuid
 from dataclasses import dataclass
 
 from harness import (
-    QUESTION,
     REPO,
     RssSampler,
     Stack,
@@ -51,6 +50,7 @@ from temporalio.api.batch.v1 import BatchOperationTermination
 from temporalio.api.workflowservice.v1 import StartBatchOperationRequest
 
 from tests.processes import free_port
+from tests.support import QUESTION
 from workflows.models import ResearchRequest
 
 LATENCY = 0.05

@@ -29,30 +29,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a plain script
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import WorkflowHandle
 
 from config.settings import load_settings
 from offline.model_server import FakeModelServer, Fault
-from offline.scripted_agents import detect_agent
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
+from tests.crash_drill import WorkerSlot, kill_and_recover, wait_until
 from tests.history_checks import (
     activity_types,
     assert_not_rerun,
-    completed_activity_ids,
-    event_time,
-    first_progress,
     retried_activities,
-    wait_for_poller,
-    worker_identity,
 )
-from tests.processes import DevServer, WorkerProcess
+from tests.processes import DevServer
+from tests.support import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 HELD_OPEN_SECONDS = 30.0
 
 
@@ -68,59 +63,34 @@ class Row:
 
 
 class Bench:
-    """The fakes, one dev server and the current worker process."""
+    """The fakes, one dev server and the worker slot (its current process, replaced after a kill)."""
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.model = FakeModelServer().start()
         self.search = FakeSearchServer().start()
         self.server = DevServer(workdir / "temporal.db").start()
-        self.env = {
-            "OPENAI_API_KEY": "offline", "OPENAI_BASE_URL": self.model.base_url,
-            "BASIC_MODEL": "deerflow-offline-demo", "TAVILY_API_KEY": "offline",
-            "TAVILY_BASE_URL": self.search.base_url, "DEERFLOW_OFFLINE_DEMO": "1",
-        }
-        self.worker: WorkerProcess | None = None
-        self.launched_at = datetime.now(UTC)
-        self._workers = 0
-        self.client: Client
+        self.workers: WorkerSlot | None = None
 
-    async def connect(self) -> None:
-        self.client = await connect_when_ready(self.server.address, data_converter=data_converter(load_settings()))
-
-    def launch_worker(self) -> str:
-        """Start a worker process; returns its identity (the clock for "resume" starts here)."""
-        self._workers += 1
-        self.launched_at = datetime.now(UTC)
-        self.worker = WorkerProcess(self.server.address, self.workdir / f"worker-{self._workers}.log",
-                                    env=self.env).start()
-        assert self.worker.process is not None
-        return worker_identity(self.worker.process.pid)
+    async def connect(self) -> WorkerSlot:
+        client = await connect_when_ready(self.server.address, data_converter=data_converter(load_settings()))
+        self.workers = WorkerSlot(self.server.address, client, self.model, self.search, self.workdir)
+        return self.workers
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
+        if self.workers is not None:
+            self.workers.stop()
         self.server.stop()
         self.model.stop()
         self.search.stop()
 
-    def agent_calls(self, agent: str) -> int:
-        return sum(1 for body in list(self.model.requests) if detect_agent(body.get("messages") or []) == agent)
-
     async def start_run(self, prefix: str) -> WorkflowHandle:
+        assert self.workers is not None, "connect() first"
         self.model.requests.clear()
         self.search.requests.clear()
-        return await self.client.start_workflow(
+        return await self.workers.client.start_workflow(
             WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
             id=f"{prefix}-{int(time.time() * 1000)}", task_queue=TASK_QUEUE, result_type=ResearchResult)
-
-
-async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 async def unkilled(bench: Bench) -> Row:
@@ -131,7 +101,8 @@ async def unkilled(bench: Bench) -> Row:
     return Row("no kill", len(bench.model.requests), len(bench.search.requests), time.monotonic() - started)
 
 
-async def killed(bench: Bench, name: str, hold: Callable[[], None], in_flight: Callable[[], bool]) -> Row:
+async def killed(bench: Bench, workers: WorkerSlot, name: str, hold: Callable[[], None],
+                 in_flight: Callable[[], bool]) -> Row:
     """Start a run, SIGKILL the worker once ``in_flight()`` holds, let a new worker finish the run.
 
     ``hold()`` arms the delay once the planner has been asked: by then the background search is
@@ -139,27 +110,20 @@ async def killed(bench: Bench, name: str, hold: Callable[[], None], in_flight: C
     """
     started = time.monotonic()
     handle = await bench.start_run("bench-kill")
-    await wait_until(lambda: bench.agent_calls("planner") == 1, "the planner's call")
+    await wait_until(lambda: len(bench.model.requests_for("planner")) == 1, "the planner's call")
     hold()
     await wait_until(in_flight, "the held call")
-    assert bench.worker is not None
-    bench.worker.kill()
-    killed_at = datetime.now(UTC)
-    completed_before = completed_activity_ids(await handle.fetch_history())
-    identity = bench.launch_worker()
-    result = await asyncio.wait_for(handle.result(), timeout=180)
+    recovery = await kill_and_recover(handle, workers)
     wall = time.monotonic() - started
-    check_complete(result)
-    history = await handle.fetch_history()
-    assert_not_rerun(completed_before, history)
-    progress = first_progress(history, since=bench.launched_at, identity=identity)
-    assert progress is not None, "the new worker completed nothing"
-    retried = ", ".join(f"{kind} (attempt {attempt})" for kind, attempt in retried_activities(history).values())
-    searches = sum(1 for kind in activity_types(history).values() if kind == "web_search")
-    assert len(bench.search.requests) >= searches
-    return Row(name, len(bench.model.requests), len(bench.search.requests), wall,
-               (event_time(progress) - bench.launched_at).total_seconds(),
-               (event_time(progress) - killed_at).total_seconds(), retried)
+    check_complete(recovery.result)
+    assert_not_rerun(recovery.completed_before, recovery.history)
+    retried = ", ".join(f"{kind} (attempt {attempt})"
+                        for kind, attempt in retried_activities(recovery.history).values())
+    # The drill clears the search fake's log with its faults once the worker is dead.
+    searches = recovery.searches_before + len(bench.search.requests)
+    assert searches >= sum(1 for kind in activity_types(recovery.history).values() if kind == "web_search")
+    return Row(name, len(bench.model.requests), searches, wall, recovery.resume_seconds, recovery.killed_seconds,
+               retried)
 
 
 def check_complete(result: ResearchResult) -> None:
@@ -186,17 +150,16 @@ async def main() -> None:
     with tempfile.TemporaryDirectory(prefix="crash-cost-") as tmp:
         bench = Bench(Path(tmp))
         try:
-            await bench.connect()
-            identity = bench.launch_worker()
-            await wait_for_poller(bench.client, identity)
-            print(f"worker ready {(datetime.now(UTC) - bench.launched_at).total_seconds():.1f} s after launch")
+            workers = await bench.connect()
+            await workers.live()
+            print(f"worker ready {(datetime.now(UTC) - workers.started_at).total_seconds():.1f} s after launch")
             rows = [await unkilled(bench)]
             rows.append(await killed(
-                bench, "kill -9 in a model call",
+                bench, workers, "kill -9 in a model call",
                 hold=lambda: bench.model.inject(Fault.timeout(HELD_OPEN_SECONDS, agent="researcher")),
-                in_flight=lambda: bench.agent_calls("researcher") == 1))
+                in_flight=lambda: len(bench.model.requests_for("researcher")) == 1))
             rows.append(await killed(
-                bench, "kill -9 in a tool call",
+                bench, workers, "kill -9 in a tool call",
                 hold=lambda: bench.search.inject(SearchFault.timeout(HELD_OPEN_SECONDS)),
                 in_flight=lambda: len(bench.search.requests) == 2))
         finally:

@@ -14,21 +14,21 @@ page is asked for by concurrent steps at the same moment.
 from __future__ import annotations
 
 from harness import (
-    QUESTION,
+    CRAWL_LOOPBACK,
     Stack,
     bench_stack,
     count_activities,
     header,
     html_page,
+    page_index,
     run_main,
     serve_pages,
     timed_run,
     verdict,
-    write_corpus,
 )
 
 from offline.scripted_agents import respond
-from offline.search_server import SearchIndex
+from tests.support import QUESTION
 from workflows.models import ResearchRequest
 
 PAGES = 3
@@ -51,8 +51,8 @@ async def main() -> None:
     header("Crawl dedupe")
     paths = [f"/article-{number}.html" for number in range(1, PAGES + 1)]
     with serve_pages({path: html_page(f"Article {path}", 20_000) for path in paths}) as base_url:
-        async with bench_stack(worker_env={"DEERFLOW_CRAWL_ALLOW_HOSTS": "127.0.0.1"}) as stack:
-            stack.search.index = SearchIndex.from_file(write_corpus(stack.workdir / "pages.json", base_url, paths))
+        async with bench_stack(worker_env=CRAWL_LOOPBACK) as stack:
+            stack.search.index = page_index(base_url, paths)
             rows = [(mode, *await one_run(stack, parallel)) for mode, parallel in
                     (("steps in order", False), ("parallel_steps", True))]
     for mode, calls, activities, completed in rows:

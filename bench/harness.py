@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import statistics
 import subprocess
@@ -37,8 +36,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
 from config.settings import load_settings
+from offline.loopback_http import send_body, serve_in_thread, shut_down
 from offline.model_server import FakeModelServer
-from offline.search_server import FakeSearchServer
+from offline.providers import offline_env, without_provider_settings
+from offline.search_server import Document, FakeSearchServer, SearchIndex
 from runtime.converter import data_converter
 from runtime.embedded import has_worker
 from runtime.shutdown import exit_now
@@ -46,11 +47,11 @@ from tests.processes import DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 REPO = Path(__file__).resolve().parent.parent
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 MACHINE_NOTE = "2 cores, shared with other work (load average often 3-6)"
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+CRAWL_LOOPBACK = {"DEERFLOW_CRAWL_ALLOW_HOSTS": "127.0.0.1"}  # worker setting: crawl the pages served here
 # Env vars the bench shares with the worker: the client's converter must match the worker's store.
 SHARED_SETTINGS = ("DEERFLOW_HOME", "DEERFLOW_PAYLOAD_STORE", "DEERFLOW_PAYLOAD_THRESHOLD_BYTES")
 
@@ -66,10 +67,7 @@ class BenchWorker(WorkerProcess):
         self.script = script
 
     def start(self) -> BenchWorker:
-        env = {key: value for key, value in os.environ.items()
-               if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
-                              "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")}
-        env.update({"TEMPORAL_ADDRESS": self.address, **self.env})
+        env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": self.address, **self.env}
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen([sys.executable, str(self.script)], cwd=REPO, env=env,
                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -218,9 +216,7 @@ async def bench_stack(
             stop.callback(search.stop)
             server = DevServer(workdir / "temporal.db", extra_args=server_args).start()
             stop.callback(server.stop)
-            env.update({"OPENAI_API_KEY": "offline", "OPENAI_BASE_URL": model.base_url,
-                        "BASIC_MODEL": "deerflow-offline-demo", "TAVILY_API_KEY": "offline",
-                        "TAVILY_BASE_URL": search.base_url})
+            env.update(offline_env(model, search))
             worker = BenchWorker(server.address, workdir / "worker.log", env, worker_script).start()
             stop.callback(worker.stop)
             client = await Client.connect(server.address, data_converter=data_converter(client_settings))
@@ -267,18 +263,13 @@ class _PageHandler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         body = self.server.pages.get(self.path)
-        self.send_response(200 if body is not None else 404)
-        self.send_header("Content-Type", "text/html; charset=utf-8")
-        self.send_header("Content-Length", str(len(body or b"")))
-        self.end_headers()
-        self.wfile.write(body or b"")
+        send_body(self, 200 if body is not None else 404, body or b"", {"Content-Type": "text/html; charset=utf-8"})
 
     def log_message(self, format: str, *args: object) -> None:
         """Quiet: a bench prints figures, not access logs."""
 
 
 class _PageServer(ThreadingHTTPServer):
-    daemon_threads = True
     pages: dict[str, bytes]
 
 
@@ -287,13 +278,11 @@ def serve_pages(pages: dict[str, bytes]) -> Iterator[str]:
     """Serve ``pages`` (path -> HTML) on 127.0.0.1 for the real crawler; yields the base URL."""
     server = _PageServer(("127.0.0.1", 0), _PageHandler)
     server.pages = pages
-    thread = threading.Thread(target=server.serve_forever, name="bench-pages", daemon=True)
-    thread.start()
+    thread = serve_in_thread(server, "bench-pages")
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
-        server.shutdown()
-        server.server_close()
+        shut_down(server, thread)
 
 
 def html_page(title: str, size: int) -> bytes:
@@ -310,15 +299,16 @@ def html_page(title: str, size: int) -> bytes:
             + "".join(paragraphs) + "</article></body></html>").encode()
 
 
-def write_corpus(path: Path, base_url: str, paths: Iterable[str]) -> Path:
-    """A search corpus whose every document is a loopback page, all relevant to :data:`QUESTION`."""
-    documents = [{"title": f"Solid-state batteries for electric vehicles, part {number}",
-                  "url": f"{base_url}{page}",
-                  "content": "Prospects of solid-state batteries for electric vehicles: energy density, "
-                             f"safety, costs and manufacturing (source {number}).",
-                  "published_date": "2025-01-01"} for number, page in enumerate(paths, 1)]
-    path.write_text(json.dumps(documents), encoding="utf-8")
-    return path
+def page_index(base_url: str, paths: Iterable[str]) -> SearchIndex:
+    """A search index whose every document is a loopback page, all relevant to :data:`tests.support.QUESTION`.
+
+    Put it in ``stack.search.index``; the worker needs :data:`CRAWL_LOOPBACK` to read the pages.
+    """
+    return SearchIndex([Document(title=f"Solid-state batteries for electric vehicles, part {number}",
+                                 url=f"{base_url}{page}",
+                                 content="Prospects of solid-state batteries for electric vehicles: energy density, "
+                                         f"safety, costs and manufacturing (source {number}).",
+                                 published_date="2025-01-01") for number, page in enumerate(paths, 1)])
 
 
 # ---------------------------------------------------------------- reading histories

@@ -15,10 +15,9 @@ The default store (filesystem, threshold 32 KiB) is compared with ``DEERFLOW_PAY
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from harness import (
-    QUESTION,
+    CRAWL_LOOPBACK,
     Stack,
     bench_stack,
     count_activities,
@@ -26,16 +25,17 @@ from harness import (
     html_page,
     is_reference,
     kib,
+    page_index,
     payloads_in,
     run_main,
     serve_pages,
     timed_run,
     verdict,
-    write_corpus,
 )
 from temporalio.client import WorkflowHistory
 
-from offline.search_server import DEFAULT_CORPUS, SearchIndex
+from offline.search_server import SearchIndex
+from tests.support import QUESTION
 from workflows.models import ResearchRequest
 
 PAGES = 20
@@ -71,17 +71,17 @@ def measure(label: str, history: WorkflowHistory) -> Size:
                 count_activities(history, "crawl_tool"))
 
 
-async def two_runs(stack: Stack, store: str, crawl_corpus: Path) -> tuple[Size, Size]:
+async def two_runs(stack: Stack, store: str, crawl_index: SearchIndex) -> tuple[Size, Size]:
     default = ResearchRequest(question=QUESTION, auto_accept_plan=True)
     handle, _, _ = await timed_run(stack, default, f"size-default-{store}")
     plain = measure(f"default run, store={store}", await handle.fetch_history())
-    stack.search.index = SearchIndex.from_file(crawl_corpus)
+    default_index, stack.search.index = stack.search.index, crawl_index
     try:
         crawl = ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=2, max_search_results=PAGES)
         handle, _, _ = await timed_run(stack, crawl, f"size-crawl-{store}")
         heavy = measure(f"crawl run ({PAGES} x 1 MB pages), store={store}", await handle.fetch_history())
     finally:
-        stack.search.index = SearchIndex.from_file(DEFAULT_CORPUS)
+        stack.search.index = default_index
     return plain, heavy
 
 
@@ -92,10 +92,8 @@ async def main() -> None:
     results: list[tuple[Size, Size]] = []
     with serve_pages(pages) as base_url:
         for store in ("filesystem", "none"):
-            env = {"DEERFLOW_PAYLOAD_STORE": store, "DEERFLOW_CRAWL_ALLOW_HOSTS": "127.0.0.1"}
-            async with bench_stack(worker_env=env) as stack:
-                corpus = write_corpus(stack.workdir / "pages.json", base_url, paths)
-                results.append(await two_runs(stack, store, corpus))
+            async with bench_stack(worker_env={"DEERFLOW_PAYLOAD_STORE": store, **CRAWL_LOOPBACK}) as stack:
+                results.append(await two_runs(stack, store, page_index(base_url, paths)))
     for plain, heavy in results:
         print(plain.line(DEFAULT_TARGET))
         print(heavy.line(CRAWL_TARGET))

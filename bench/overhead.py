@@ -27,7 +27,6 @@ from dataclasses import dataclass
 
 from floor_workflow import FLOOR_TASK_QUEUE, FloorWorkflow, nap
 from harness import (
-    QUESTION,
     REPO,
     Span,
     Stack,
@@ -47,6 +46,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Worker
 
+from tests.support import QUESTION
 from workflows.models import ResearchRequest
 
 MODEL_LATENCY = 1.0

@@ -16,8 +16,9 @@ import argparse
 from dataclasses import dataclass
 from datetime import datetime
 
-from harness import QUESTION, Stack, bench_stack, header, median, run_main, timed_run, verdict
+from harness import Stack, bench_stack, header, median, run_main, timed_run, verdict
 
+from tests.support import QUESTION
 from workflows.models import ResearchRequest, RunStatus, StepType
 
 MODEL_LATENCY = 1.0

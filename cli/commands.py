@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
+import os
 import re
 import sys
+import unicodedata
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -19,13 +23,15 @@ from temporalio.client import (
     WorkflowHistory,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from activities.resource_roots import ResourcePolicy
-from cli.connection import CliError, connect
-from cli.render import plan_text, review_help, status_text
+from cli.connection import NO_WORKER_ADVICE, CliError, connect, revive_worker
+from cli.render import ended_label, plan_text, review_help, status_text
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
 from config.settings import load_settings
@@ -36,6 +42,8 @@ from workflows.errors import failure_message
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
+    Awaiting,
+    Outcome,
     Phase,
     ResearchRequest,
     ResearchResult,
@@ -43,12 +51,19 @@ from workflows.models import (
     RunStatus,
 )
 from workflows.research import DeepResearchWorkflow
+from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.visibility import AWAITING, PHASE
 
 
 def _run_id(question: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "-", question.lower()).strip("-")[:40] or "research"
-    return f"research-{slug}-{uuid.uuid4().hex[:6]}"
+    """``research-<slug>-<hex>``: the question's first words in any script, accents dropped.
+
+    Letters of every script stay (a Chinese question gives a Chinese slug); punctuation, symbols
+    and control characters become dashes, so the ID is safe to paste into a shell.
+    """
+    plain = "".join(c for c in unicodedata.normalize("NFKD", question) if not unicodedata.combining(c))
+    slug = re.sub(r"[\W_]+", "-", plain.lower()).strip("-")[:40].strip("-")
+    return f"research-{slug}-{uuid.uuid4().hex[:6]}" if slug else f"research-{uuid.uuid4().hex[:8]}"
 
 
 async def _status(handle: WorkflowHandle) -> RunStatus:
@@ -57,13 +72,36 @@ async def _status(handle: WorkflowHandle) -> RunStatus:
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             raise CliError(f"No research run with ID {handle.id!r}.") from error
+        if "poller" in error.message:  # the server's words for "no worker polls the task queue"
+            raise CliError(f"Could not read the status of {handle.id}: {NO_WORKER_ADVICE}.") from error
         raise CliError(f"Could not read the status of {handle.id}: {error.message}") from error
+
+
+def _check_output(output: str | None) -> None:
+    """Refuse an output file that cannot be written, before any work (a run can take minutes)."""
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise CliError(f"Cannot write to {output}: it is a directory.")
+    parent = path.parent
+    if not parent.is_dir():
+        raise CliError(f"Cannot write to {output}: the folder {parent} does not exist.")
+    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise CliError(f"Cannot write to {output}: permission denied.")
+
+
+def _write_file(output: str, text: str) -> None:
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as error:
+        raise CliError(f"Cannot write to {output}: {error.strerror or error}.") from error
 
 
 def _write_report(result: ResearchResult, output: str | None) -> None:
     """The report as written to a file; on the screen, without the control sequences it may hold."""
     if output:
-        Path(output).write_text(result.report, encoding="utf-8")
+        _write_file(output, result.report)
         print(f"Report written to {output}", file=sys.stderr)
     else:
         print(printable(result.report))
@@ -81,13 +119,13 @@ async def _interactive_review(handle: WorkflowHandle) -> bool:
     while True:
         answer = (await asyncio.to_thread(input, "Accept this plan? [a]ccept / [e]dit / [l]ater: ")).strip().lower()
         if answer in ("a", "accept", "y", "yes"):
-            feedback = "[ACCEPTED]"
+            feedback = ACCEPTED
         elif answer in ("e", "edit"):
             change = (await asyncio.to_thread(input, "What should change? ")).strip()
             if not change:
                 print("An edit needs a description of what to change.")
                 continue
-            feedback = f"[EDIT_PLAN] {change}"
+            feedback = f"{EDIT_PLAN} {change}"
         elif answer in ("l", "later", "q", "quit"):
             return False
         else:
@@ -98,12 +136,16 @@ async def _interactive_review(handle: WorkflowHandle) -> bool:
         return True
 
 
-async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult | None:
+async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = False,
+                  output: str | None = None) -> ResearchResult | None:
     """Show the run live until it ends; review plans and answer questions on a terminal.
 
-    Returns None when the user leaves a plan or question waiting for later.
+    Returns None when the user leaves a plan or question waiting for later; ``output`` is then
+    named in the command that writes the report once the run is done.
     """
-    watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr)
+    client = handle._client  # the handle's client; the SDK exposes no public accessor
+    watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr, on_no_worker=lambda: revive_worker(client))
+    later = f"python starter.py report {handle.id}" + (f" -o {output}" if output else "")
     answered: tuple[str | None, int, int] | None = None
     while True:
         status = await watcher.follow(
@@ -112,13 +154,14 @@ async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult |
         if watcher.closed is not None:
             break
         answered = _prompt_key(status)
-        if status.awaiting == "clarification_answer":
+        if status.awaiting is Awaiting.CLARIFICATION:
             print(printable(f"\nThe coordinator asks: {status.question}"))
             if not interactive:
                 print(f"Answer with: python starter.py answer {handle.id} \"…\"", file=sys.stderr)
                 continue
             if not await _interactive_answer(handle):
                 print(f"Answer later with: python starter.py answer {handle.id} \"…\"")
+                print(f"Then, once the run is done: {later}")
                 return None
             continue
         assert status.plan is not None
@@ -127,14 +170,15 @@ async def _follow(handle: WorkflowHandle, interactive: bool) -> ResearchResult |
             print(review_help(handle.id), file=sys.stderr)
         elif not await _interactive_review(handle):
             print(review_help(handle.id))
+            print(f"Then, once the run is done: {later}")
             return None
-    if watcher.stats.count:
+    if verbose and watcher.stats.count:
         print(watcher.stats.summary(), file=sys.stderr)
     return await _result(handle)
 
 
 def _needs_person(status: RunStatus) -> bool:
-    return status.awaiting in ("plan_feedback", "clarification_answer")
+    return status.awaiting is not None
 
 
 def _prompt_key(status: RunStatus) -> tuple[str | None, int, int]:
@@ -151,7 +195,7 @@ async def _interactive_answer(handle: WorkflowHandle) -> bool:
 
 
 async def _send_answer(handle: WorkflowHandle, answer: str) -> ReviewOutcome:
-    return await _send_update(handle, "clarification_answer", answer, "answer")
+    return await _send_update(handle, Awaiting.CLARIFICATION.value, answer, "answer")
 
 
 async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
@@ -167,14 +211,39 @@ async def _send_update(handle: WorkflowHandle, update: str, value: str, what: st
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             # Updates to a closed run also answer NOT_FOUND: tell the two cases apart.
-            description = await _describe(handle)
-            raise CliError(f"Run {handle.id} has already ended ({description.status.name.lower()}); "
-                           f"it is not waiting for {what}.") from error
+            ended = ended_label((await _describe(handle)).status) or "completed"
+            raise CliError(f"Run {handle.id} has already ended ({ended}); it is not waiting for {what}.") from error
         raise CliError(f"Could not send the {what} to {handle.id}: {error.message}") from error
+
+
+# A BCP 47 language tag as people write them: language, then optional script, region and variants.
+BCP47 = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z]{4})?(-([A-Za-z]{2}|[0-9]{3}))?(-([A-Za-z0-9]{5,8}|[0-9][A-Za-z0-9]{3}))*")
+
+
+def _question(args: argparse.Namespace) -> str:
+    """The question from the argument, stdin (``-``) or ``--question-file``: exactly one of them.
+
+    stdin and a file lift the OS limit on one argument (about 128 KiB).
+    """
+    if (args.question is None) == (args.question_file is None):
+        raise CliError("Give the question as an argument, as - to read it from stdin, or with --question-file FILE.")
+    if args.question_file is not None:
+        try:
+            return Path(args.question_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CliError(f"Cannot read the question file {args.question_file}: {error}") from error
+    if args.question == "-":
+        if sys.stdin.isatty():
+            print("Type the question, then Ctrl-D:", file=sys.stderr)
+        return sys.stdin.read()
+    return str(args.question)
 
 
 def _request(args: argparse.Namespace) -> ResearchRequest:
     fields: dict[str, object] = {"question": args.question, "auto_accept_plan": args.auto_accept}
+    if args.locale is not None and not BCP47.fullmatch(args.locale):
+        print(f"Warning: --locale {printable(args.locale)!r} is not a BCP 47 language tag (like en-US or zh-CN); "
+              "the report may not be written in the language you meant.", file=sys.stderr)
     optional = {"report_style": args.report_style, "locale": args.locale, "max_step_num": args.max_steps,
                 "max_plan_iterations": args.max_plan_iterations, "max_search_results": args.max_search_results}
     fields.update({key: value for key, value in optional.items() if value is not None})
@@ -207,30 +276,46 @@ def _request(args: argparse.Namespace) -> ResearchRequest:
 
 
 async def run(args: argparse.Namespace) -> int:
+    from_stdin = args.question == "-"
+    args.question = _question(args)
     request = _request(args)
+    _check_output(args.output)
     client = await connect()
-    run_id = args.id or _run_id(request.question)
+    run_id = args.id = args.id or _run_id(request.question)  # args.id: named by the Ctrl-C hint
+    # A closed run's ID is taken too, unless --force: a second run would hide the first one's report.
+    reuse = WorkflowIDReusePolicy.ALLOW_DUPLICATE if args.force else WorkflowIDReusePolicy.REJECT_DUPLICATE
     try:
         handle = await client.start_workflow(
             WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE, result_type=ResearchResult,
-            static_summary=f"Research: {request.question[:180]}",
+            static_summary=f"Research: {request.question[:180]}", id_reuse_policy=reuse,
         )
     except WorkflowAlreadyStartedError as error:
-        raise CliError(f"A run with ID {run_id!r} already exists; choose another --id.") from error
+        raise CliError(await _id_taken(client.get_workflow_handle(run_id))) from error
     print(f"Started research run {run_id}", file=sys.stderr)
     if args.no_wait:
         print(run_id)
         return 0
-    result = await _follow(handle, interactive=sys.stdin.isatty() and not request.auto_accept_plan)
+    interactive = sys.stdin.isatty() and not from_stdin and not request.auto_accept_plan
+    result = await _follow(handle, interactive=interactive, verbose=args.verbose, output=args.output)
     if result is None:
         return 0
     _write_report(result, args.output)
-    return 1 if result.outcome.value == "failed" else 0
+    return 1 if result.outcome is Outcome.FAILED else 0
+
+
+async def _id_taken(handle: WorkflowHandle) -> str:
+    state = (await _describe(handle)).status
+    if state == WorkflowExecutionStatus.RUNNING:
+        return (f"A run with ID {handle.id!r} is still running: follow it with `python starter.py watch {handle.id}`, "
+                "or choose another --id.")
+    return (f"A run with ID {handle.id!r} already exists ({ended_label(state) or 'completed'}): read it with "
+            f"`python starter.py report {handle.id}` or `status {handle.id}`. Choose another --id, or pass --force "
+            "to start a new run under this ID (the old one stays in history).")
 
 
 async def review(args: argparse.Namespace) -> int:
     client = await connect()
-    feedback = "[ACCEPTED]" if args.accept else f"[EDIT_PLAN] {args.edit}"
+    feedback = ACCEPTED if args.accept else f"{EDIT_PLAN} {args.edit}"
     outcome = await _send_review(client.get_workflow_handle(args.id), feedback)
     print(outcome.message)
     return 0
@@ -247,26 +332,47 @@ async def watch_run(args: argparse.Namespace) -> int:
     client = await connect()  # the status query needs a worker
     stats = WatchStats()
     final = await watch(client.get_workflow_handle(args.id), live=sys.stdout.isatty() and not args.plain,
-                        out=sys.stdout, stats=stats)
+                        out=sys.stdout, stats=stats, on_no_worker=lambda: revive_worker(client))
     if args.stats:
         print(stats.summary(), file=sys.stderr)
     return 1 if final.phase is Phase.FAILED else 0
 
 
 async def status(args: argparse.Namespace) -> int:
-    client = await connect(ensure_worker=False)
-    current = await _status(client.get_workflow_handle(args.id))
-    print(printable_json(current.model_dump_json(indent=2)) if args.json else status_text(args.id, current))
+    """The run's last status, headed by how it ended when it did not complete (cancelled, …).
+
+    The query needs a worker even for a closed run (it replays the run to answer), so the
+    embedded worker is revived first; where none answers, an ended run is still reported.
+    """
+    client = await connect()
+    handle = client.get_workflow_handle(args.id)
+    ended = ended_label((await _describe(handle)).status)
+    try:
+        current = await _status(handle)
+    except CliError as error:
+        if ended is None:
+            raise
+        raise CliError(f"Run {args.id} was {ended}; its last phase is unknown ({error})") from error
+    if args.json:
+        shown = json.loads(current.model_dump_json())
+        print(printable_json(json.dumps({"ended": ended, **shown}, indent=2, ensure_ascii=False)))
+    else:
+        print(status_text(args.id, current, ended=ended))
     return 0
 
 
 async def report(args: argparse.Namespace) -> int:
+    _check_output(args.output)
     client = await connect(ensure_worker=False)
     handle = client.get_workflow_handle(args.id, result_type=ResearchResult)
     description = await _describe(handle)
     if description.status == WorkflowExecutionStatus.RUNNING:
         current = await _status(handle)
         raise CliError(f"Run {args.id} has no report yet: it is {current.phase.value.replace('_', ' ')}.")
+    ended = ended_label(description.status)
+    if ended not in (None, "failed"):  # a failed run's result says why; the others ended from outside
+        raise CliError(f"Run {args.id} was {ended} and has no report; `python starter.py status {args.id}` "
+                       "shows where it stood.")
     _write_report(await _result(handle), args.output)
     return 0
 
@@ -281,10 +387,11 @@ async def _describe(handle: WorkflowHandle):  # type: ignore[no-untyped-def]
 
 
 async def list_runs(args: argparse.Namespace) -> int:
-    """Runs with their phase and age; ``--awaiting-review`` filters by the DeerFlowAwaiting attribute.
+    """Runs with how they stand (running, or how they ended), their phase and age.
 
-    Where the namespace lacks our search attributes, the phase of each running run is read with
-    the status query instead (slower, same answer).
+    ``--awaiting-review`` filters by the DeerFlowAwaiting attribute. Where the namespace lacks our
+    search attributes, the phase of each running run is read with the status query instead
+    (slower, same answer). A row whose query fails says why; it never fails the list.
     """
     client = await connect(ensure_worker=False)
     now = datetime.now(UTC)
@@ -293,19 +400,38 @@ async def list_runs(args: argparse.Namespace) -> int:
         query += " AND ExecutionStatus = 'Running'"
     indexed = await _has_search_attributes(client)
     if args.awaiting_review and indexed:
-        query += f" AND {AWAITING.name} = 'plan_feedback'"
-    print(f"{'ID':50} {'STATUS':10} {'PHASE':24} {'AGE':>12}")
-    async for execution in client.list_workflows(query, limit=args.limit):
-        phase = execution.typed_search_attributes.get(PHASE)
-        if phase is None and execution.status == WorkflowExecutionStatus.RUNNING:
-            current = await _status(client.get_workflow_handle(execution.id))
-            phase = current.phase.value + (f" ({current.awaiting})" if current.awaiting else "")
-            if args.awaiting_review and current.awaiting != "plan_feedback":
-                continue
-        age = str(now - execution.start_time).split(".")[0]
-        status_name = execution.status.name.lower() if execution.status else "unknown"
-        print(printable(f"{execution.id:50} {status_name:10} {phase or '-':24} {age:>12}"))
+        query += f" AND {AWAITING.name} = '{Awaiting.PLAN_FEEDBACK.value}'"
+    rows: list[tuple[str, str, str, str]] = []
+    try:
+        async for execution in client.list_workflows(query, limit=args.limit):
+            phase = execution.typed_search_attributes.get(PHASE)
+            if phase is None and execution.status == WorkflowExecutionStatus.RUNNING:
+                try:
+                    current = await _status(client.get_workflow_handle(execution.id))
+                except CliError as error:
+                    phase = f"? {error}"
+                else:
+                    phase = current.phase.value + (f" ({current.awaiting.value})" if current.awaiting else "")
+                    if args.awaiting_review and current.awaiting is not Awaiting.PLAN_FEEDBACK:
+                        continue
+            age = str(now - execution.start_time).split(".")[0]
+            state = ended_label(execution.status) or (execution.status.name.lower() if execution.status else "unknown")
+            rows.append((execution.id, state, phase or "-", age))
+    except RPCError as error:
+        raise CliError(f"Could not list runs: {error.message}") from error
+    print(_table(("ID", "STATUS", "PHASE", "AGE"), rows))
     return 0
+
+
+def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """Columns as wide as their content (the last one right-aligned: ages line up)."""
+    cells = [header, *[tuple(printable(cell) for cell in row) for row in rows]]
+    widths = [max(len(row[column]) for row in cells) for column in range(len(header))]
+    return "\n".join(
+        "  ".join(cell.rjust(width) if column == len(header) - 1 else cell.ljust(width)
+                  for column, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip()
+        for row in cells
+    )
 
 
 async def _has_search_attributes(client: Client) -> bool:
@@ -318,28 +444,35 @@ async def _has_search_attributes(client: Client) -> bool:
 async def cancel(args: argparse.Namespace) -> int:
     client = await connect(ensure_worker=False)
     handle = client.get_workflow_handle(args.id)
-    await _describe(handle)
+    ended = ended_label((await _describe(handle)).status)
+    if ended is not None:
+        raise CliError(f"Run {args.id} has already ended ({ended}); there is nothing to cancel.")
     await handle.cancel()
     print(f"Cancellation requested for {args.id}")
     return 0
 
 
 async def history(args: argparse.Namespace) -> int:
+    _check_output(args.output)
     client = await connect(ensure_worker=False)
     handle = client.get_workflow_handle(args.id)
     await _describe(handle)
     recorded = await handle.fetch_history()
-    Path(args.output).write_text(recorded.to_json(), encoding="utf-8")
-    print(f"History of {args.id} ({len(recorded.events)} events) written to {args.output}")
+    if args.output is None:
+        print(recorded.to_json())
+        return 0
+    _write_file(args.output, recorded.to_json())
+    print(f"History of {args.id} ({len(recorded.events)} events) written to {args.output}", file=sys.stderr)
     return 0
 
 
 async def replay(args: argparse.Namespace) -> int:
     if args.file:
         try:
-            recorded = WorkflowHistory.from_json(args.id or Path(args.file).stem, Path(args.file).read_text())
+            recorded = WorkflowHistory.from_json(args.id or "", Path(args.file).read_text())
         except (OSError, ValueError) as error:
             raise CliError(f"Cannot read history file {args.file}: {error}") from error
+        recorded = WorkflowHistory(args.id or _history_run_name(recorded, args.file), recorded.events)
     elif args.id:
         client = await connect(ensure_worker=False)
         handle = client.get_workflow_handle(args.id)
@@ -347,13 +480,32 @@ async def replay(args: argparse.Namespace) -> int:
         recorded = await handle.fetch_history()
     else:
         raise CliError("replay needs a run ID or --file FILE.json")
-    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings()))
+    # The core would also log the failure as a coloured Rust warning; our one line says it already.
+    quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter("ERROR", "ERROR"))))
+    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings()), runtime=quiet)
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
-        print(f"Replay FAILED for {recorded.workflow_id}: {outcome.replay_failure}")
+        print(printable(f"Replay FAILED for {recorded.workflow_id}: {_failure_text(outcome.replay_failure)}"))
         return 1
     print(f"Replay OK: {recorded.workflow_id} ({len(recorded.events)} events) is deterministic with this code.")
     return 0
+
+
+def _history_run_name(recorded: WorkflowHistory, file: str) -> str:
+    """The run a history file records, by its workflow ID where the server wrote it, else by the file."""
+    started = recorded.events[0] if recorded.events else None
+    if started is not None and started.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        workflow_id = started.workflow_execution_started_event_attributes.workflow_id
+        if workflow_id:
+            return workflow_id
+    return f"the run in {file}"
+
+
+def _failure_text(failure: BaseException) -> str:
+    """The replayer's failure as a sentence: the core reports it as Rust debug text with colour codes."""
+    text = " ".join(printable(str(failure)).split())
+    message = re.search(r'message: "((?:[^"\\]|\\.)*)"', text)
+    return message.group(1).replace('\\"', '"') if message else text
 
 
 async def down(args: argparse.Namespace) -> int:

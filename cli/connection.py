@@ -15,7 +15,10 @@ from temporalio.client import Client
 from offline.providers import OFFLINE_BANNER
 from runtime.connection import connect as connect_client
 from runtime.connection import load_connection
-from runtime.embedded import has_worker, is_listening, start_dev_server, start_worker
+from runtime.embedded import ensure_worker, is_listening, start_dev_server, state_dir
+
+NO_WORKER_ADVICE = ("no worker answers this run's queries. Start one with `python worker.py` "
+                    "(same TEMPORAL_* settings)")
 
 
 class CliError(Exception):
@@ -32,9 +35,22 @@ async def connect(*, ensure_worker: bool = True) -> Client:
         print(f"Temporal Web UI: {ui_url}", file=sys.stderr)
     # Only a server we may have just started is worth waiting for; anything else answers or fails now.
     client = await connect_client(connection, timeout=30.0 if embedded else 0.0)
-    if ensure_worker and embedded and not await has_worker(client):
-        if not os.environ.get("OPENAI_API_KEY"):
-            print(OFFLINE_BANNER, file=sys.stderr)
-        print("Starting a background worker (logs in .deerflow/worker.log)…", file=sys.stderr)
-        await start_worker(client)
+    if ensure_worker:
+        await revive_worker(client)
     return client
+
+
+async def revive_worker(client: Client) -> None:
+    """For the embedded server, start a background worker if ours is not running (e.g. it was killed).
+
+    A no-op for any other deployment: its operator runs its workers.
+    """
+    connection = load_connection()
+    if connection.plain_loopback:
+        await ensure_worker(client, connection.address, announce=_announce_worker)
+
+
+def _announce_worker() -> None:
+    if not os.environ.get("OPENAI_API_KEY"):
+        print(OFFLINE_BANNER, file=sys.stderr)
+    print(f"Starting a background worker (logs in {state_dir() / 'worker.log'})…", file=sys.stderr)

@@ -5,10 +5,26 @@ Plans, titles and errors are model-written: every rendering goes through ``print
 
 from __future__ import annotations
 
-from cli.terminal import printable
-from workflows.models import Plan, RunStatus, StepState
+from temporalio.client import WorkflowExecutionStatus
 
-STATE_MARK = {StepState.PENDING: "[ ]", StepState.RUNNING: "[~]", StepState.DONE: "[x]"}
+from cli.terminal import printable
+from workflows.models import Awaiting, Plan, RunStatus
+from workflows.status_view import awaiting_commands, awaiting_headline, ignored_lines, step_line, usage_line
+
+# How a run ended other than by completing. The workflow's own status cannot say it (a cancelled or
+# terminated run never ran another line), so it comes from the server and is shown above the phase.
+ENDED = {
+    WorkflowExecutionStatus.CANCELED: "cancelled",
+    WorkflowExecutionStatus.TERMINATED: "terminated",
+    WorkflowExecutionStatus.FAILED: "failed",
+    WorkflowExecutionStatus.TIMED_OUT: "timed out",
+    WorkflowExecutionStatus.CONTINUED_AS_NEW: "continued as new",
+}
+
+
+def ended_label(state: WorkflowExecutionStatus | None) -> str | None:
+    """How a closed run ended ("cancelled", …); None while it runs or once it completed."""
+    return ENDED.get(state) if state is not None else None
 
 
 def plan_text(plan: Plan) -> str:
@@ -25,29 +41,29 @@ def plan_text(plan: Plan) -> str:
     return printable("\n".join(lines))
 
 
-def status_text(run_id: str, status: RunStatus) -> str:
-    lines = [f"Run {run_id}: {status.phase.value}"]
-    if status.awaiting:
-        lines.append(f"  Awaiting: {status.awaiting}")
+def status_text(run_id: str, status: RunStatus, ended: str | None = None) -> str:
+    """``ended`` (from ``ended_label``) heads the text: a cancelled run's last phase may be awaiting_review."""
+    if ended is not None and ended != status.phase.value:
+        lines = [f"Run {run_id}: {ended}", f"  Last phase: {status.phase.value}"]
+    else:
+        lines = [f"Run {run_id}: {status.phase.value}"]
+    headline = awaiting_headline(status)
+    if headline is not None and status.awaiting is not None and ended is None:
+        lines.append(f"  Awaiting: {status.awaiting.value}: {headline}")
+        lines.extend(f"    {command}" for command in awaiting_commands(status.awaiting, run_id))
     if status.error:
         lines.append(f"  Error: {status.error}")
     if status.plan:
-        lines.append(f"  Plan: {status.plan.title} (iteration {status.plan_iterations})")
-    for step in status.steps:
-        lines.append(f"  {STATE_MARK[step.state]} {step.index + 1}. {step.title} ({step.step_type.value})")
-    usage = status.usage
-    lines.append(f"  Model calls: {usage.llm_calls}, tokens: {usage.total_tokens} "
-                 f"(in {usage.input_tokens}, out {usage.output_tokens})")
+        version = f" (version {len(status.plan_history)})" if status.plan_history else ""
+        lines.append(f"  Plan: {status.plan.title}{version}")
+    lines.extend(f"  {step_line(step)}" for step in status.steps)
+    lines.extend(f"  Ignored: {line}" for line in ignored_lines(status))
+    lines.append(f"  Usage: {usage_line(status.usage)}")
     if status.offline_demo:
         lines.append("  Served by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker).")
     return printable("\n".join(lines))
 
 
 def review_help(run_id: str) -> str:
-    return printable(
-        f"To review the plan of run {run_id}:\n"
-        f"  python starter.py review {run_id} --accept\n"
-        f"  python starter.py review {run_id} --edit \"what to change\"\n"
-        f"  temporal workflow signal --workflow-id {run_id} --name plan_feedback --input '\"[ACCEPTED]\"'\n"
-        "  or open the run in the Web UI and send the signal plan_feedback with \"[ACCEPTED]\"."
-    )
+    commands = "".join(f"\n  {command}" for command in awaiting_commands(Awaiting.PLAN_FEEDBACK, run_id))
+    return printable(f"To review the plan of run {run_id}:{commands}")

@@ -37,9 +37,18 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import CliError
+from cli.connection import NO_WORKER_ADVICE, CliError
+from cli.render import ended_label
 from cli.terminal import printable, printable_model
 from workflows.models import Phase, ProgressEvent, RunStatus, StepState, StepStatus
+from workflows.status_view import (
+    STEP_MARK,
+    awaiting_commands,
+    awaiting_headline,
+    event_text,
+    phase_label,
+    usage_line,
+)
 
 POLL_SECONDS = 0.5
 MAX_BACKOFF_SECONDS = 5.0
@@ -50,7 +59,6 @@ RECENT_EVENTS = 6
 RECENT_FINDINGS = 3
 MARKDOWN_MARKS = re.compile(r"[#*`>]+")  # a one-line preview reads better without markdown syntax
 
-STEP_ICON = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
 STEP_STYLE = {StepState.PENDING: "dim", StepState.RUNNING: "bold cyan", StepState.DONE: "green"}
 PHASE_STYLE = {
     Phase.AWAITING_REVIEW: "bold black on yellow",
@@ -58,7 +66,6 @@ PHASE_STYLE = {
     Phase.COMPLETED: "bold green",
     Phase.FAILED: "bold red",
 }
-
 
 
 class NoWorkerAnswer(Exception):
@@ -126,20 +133,6 @@ def format_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def event_text(event: ProgressEvent) -> str:
-    """One event as a human reads it, without the time: ``phase → researching``, ``step 2 done: …``."""
-    step = f"step {event.step_index + 1}" if event.step_index is not None else "step"
-    match event.kind:
-        case "phase":
-            return f"phase → {event.message}"
-        case "step_started":
-            return f"{step} started: {event.message}"
-        case "step_done":
-            return f"{step} done: {event.message}"
-        case _:
-            return f"{event.kind}: {event.message}"
-
-
 def event_line(event: ProgressEvent) -> str:
     return f"[{clock_time(event.at)}] {event_text(event)}"
 
@@ -165,26 +158,18 @@ def _run_elapsed(status: RunStatus, now: datetime) -> str:
     return format_duration((end - parse_time(status.started_at)).total_seconds())
 
 
+def local_time(timestamp: str) -> str:
+    return f"{parse_time(timestamp).astimezone():%Y-%m-%d %H:%M %Z}"
+
+
 def _awaiting_block(status: RunStatus, run_id: str) -> RenderableType | None:
-    if not status.awaiting:
+    headline = awaiting_headline(status, when=local_time)
+    if headline is None:
         return None
     lines = Text()
-    if status.awaiting == "plan_feedback":
-        lines.append(" ⏸ Awaiting plan review ", style="bold black on yellow")
-        if status.review_deadline:
-            deadline = parse_time(status.review_deadline).astimezone()
-            lines.append(f"  (until {deadline:%Y-%m-%d %H:%M %Z})", style="yellow")
-        lines.append("\n")
-        lines.append(f"   python starter.py review {run_id} --accept\n", style="bold yellow")
-        lines.append(f'   python starter.py review {run_id} --edit "what to change"\n', style="bold yellow")
-        lines.append('   Web UI: Send a Signal, name plan_feedback, input "[ACCEPTED]"', style="yellow")
-    elif status.awaiting == "clarification_answer":
-        lines.append(" ? Awaiting an answer ", style="bold black on yellow")
-        lines.append(f"  {status.question or ''}\n", style="bold")
-        lines.append(f"   temporal workflow signal --workflow-id {run_id} --name clarification_answer "
-                     "--input '\"your answer\"'", style="bold yellow")
-    else:
-        lines.append(f" ⏸ Awaiting {status.awaiting} ", style="bold black on yellow")
+    lines.append(f" ⏸ {headline} ", style="bold black on yellow")
+    for command in awaiting_commands(status.awaiting, run_id):
+        lines.append(f"\n   {command}", style="bold yellow")
     return lines
 
 
@@ -201,15 +186,17 @@ def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
     table.add_column("Time", justify="right", no_wrap=True)
     for step in status.steps:
         style = STEP_STYLE[step.state]
-        table.add_row(Text(STEP_ICON[step.state], style=style), str(step.index + 1), Text(step.title, style=style),
+        table.add_row(Text(STEP_MARK[step.state], style=style), str(step.index + 1), Text(step.title, style=style),
                       step.step_type.value, _step_elapsed(step, now))
     return table
 
 
-def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | None = None) -> RenderableType:
+def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | None = None,
+                  ended: tuple[str, str] | None = None) -> RenderableType:
     """The live panel for one status. Pure: same input, same output (``now`` drives the clocks).
 
-    ``note`` is a transient remark for the subtitle, such as "reconnecting…". Model-written text
+    ``note`` is a transient remark for the subtitle, such as "reconnecting…". ``ended`` is how a run
+    that did not complete ended, with its last phase: ("cancelled", "awaiting_review"). Model-written text
     is made printable and reaches rich only as ``Text``, so its markup is shown, not obeyed.
     """
     status, run_id, note = printable_model(status), printable(run_id), note and printable(note)
@@ -218,12 +205,13 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
     header.add_column()
     header.add_row("Run", Text(run_id, style="bold"))
     # assemble, not Text(style=...): a base style would paint the whole cell, not just the words
-    phase = status.phase.value.replace("_", " ")
+    phase = phase_label(status.phase)
+    if ended is not None:
+        header.add_row("Ended", Text.assemble((ended[0], "bold red")))
+        phase = ended[1].replace("_", " ")
     header.add_row("Phase", Text.assemble((phase, PHASE_STYLE.get(status.phase, "bold"))))
     header.add_row("Elapsed", _run_elapsed(status, now))
-    usage = status.usage
-    header.add_row("Usage", f"{usage.llm_calls} model calls · {usage.total_tokens:,} tokens "
-                            f"(in {usage.input_tokens:,}, out {usage.output_tokens:,})")
+    header.add_row("Usage", usage_line(status.usage))
     parts: list[RenderableType] = [header]
     if status.error:
         parts.append(Text(f"Error: {status.error}", style="bold red"))
@@ -302,7 +290,8 @@ class Watcher:
     def __init__(self, *, live: bool, out: TextIO, stats: WatchStats | None = None,
                  poll_seconds: float = POLL_SECONDS, now: Callable[[], datetime] = lambda: datetime.now(UTC),
                  describe: Callable[[WorkflowHandle[Any, Any]], Awaitable[WorkflowExecutionStatus]] = describe_state,
-                 query: Callable[[WorkflowHandle[Any, Any]], Awaitable[RunStatus]] = query_status) -> None:
+                 query: Callable[[WorkflowHandle[Any, Any]], Awaitable[RunStatus]] = query_status,
+                 on_no_worker: Callable[[], Awaitable[None]] | None = None) -> None:
         self.live = live
         self.out = out
         self.stats = stats if stats is not None else WatchStats()
@@ -310,6 +299,8 @@ class Watcher:
         self.now = now
         self._describe = describe  # injectable, so tests can script a run without a server
         self._query = query
+        # Called when no worker answers: the front door restarts its embedded worker if it died.
+        self._on_no_worker = on_no_worker
         self.closed: WorkflowExecutionStatus | None = None  # set once the run has ended
         self.last: RunStatus | None = None
         self._seen: set[tuple[str, str, str, int | None]] = set()
@@ -358,24 +349,20 @@ class Watcher:
             self._write(event_line(event))
         awaiting = (status.awaiting, len(status.plan_history)) if status.awaiting else None
         if awaiting is not None and awaiting != self._shown_awaiting:
-            if status.awaiting == "plan_feedback":
-                self._write(f"  awaiting plan review: python starter.py review {run_id} --accept "
-                            f'| --edit "what to change"')
-            elif status.awaiting == "clarification_answer":
-                self._write(f"  awaiting an answer: {status.question or ''}\n"
-                            f"  temporal workflow signal --workflow-id {run_id} --name clarification_answer "
-                            "--input '\"your answer\"'")
-            else:
-                self._write(f"  awaiting {status.awaiting}")
+            self._write(f"  {awaiting_headline(status, when=local_time)}")
+            for command in awaiting_commands(status.awaiting, run_id):
+                self._write(f"    {command}")
         self._shown_awaiting = awaiting
 
     def _reconnecting(self, run_id: str, error: BaseException) -> None:
         reason = _one_line(getattr(error, "message", None) or str(error) or type(error).__name__, 100)
         label = "waiting for a worker…" if isinstance(error, NoWorkerAnswer) else "reconnecting…"
+        advice = f": {NO_WORKER_ADVICE}" if isinstance(error, NoWorkerAnswer) else ""
         if self._live is not None and self.last is not None:
-            self._live.update(render_status(self.last, run_id, self.now(), note=f"{label} ({reason})"), refresh=True)
+            self._live.update(render_status(self.last, run_id, self.now(), note=f"{label} ({reason}){advice}"),
+                              refresh=True)
         elif label != self._outage:  # plain output: one line per kind of outage, not one per retry
-            self._write(f"[{self.now().astimezone():%H:%M:%S}] {label} ({reason})")
+            self._write(f"[{self.now().astimezone():%H:%M:%S}] {label} ({reason}){advice}")
         self._outage = label
 
     # ---- polling
@@ -422,6 +409,8 @@ class Watcher:
                 except _TRANSIENT as error:
                     failures += 1
                     self._reconnecting(handle.id, error)
+                    if isinstance(error, NoWorkerAnswer) and self._on_no_worker is not None:
+                        await self._on_no_worker()
                     await asyncio.sleep(min(MAX_BACKOFF_SECONDS, self.poll_seconds * 2 ** failures))
                     continue
                 if self._outage is not None and self._live is None:
@@ -441,26 +430,33 @@ class Watcher:
 
     def _finish(self, run_id: str) -> RunStatus:
         status = self.last or RunStatus(phase=Phase.FAILED)
-        closed = self.closed.name.lower().replace("_", " ") if self.closed else "closed"
+        closed = (ended_label(self.closed) or "completed") if self.closed else "closed"
+        last_phase = status.phase.value
         if status.phase not in TERMINAL_PHASES:
             if self.closed is WorkflowExecutionStatus.COMPLETED:  # its final status could not be read
                 status = status.model_copy(update={"phase": Phase.COMPLETED})
             else:  # terminated, cancelled or timed out: the workflow never got to say so itself
                 status = status.model_copy(update={"phase": Phase.FAILED,
                                                    "error": status.error or f"the run was {closed}"})
+        ended = ended_label(self.closed)
         if self._live is not None:
-            self._live.update(render_status(status, run_id, self.now()), refresh=True)
+            shown = status.model_copy(update={"awaiting": None}) if ended else status
+            self._live.update(render_status(shown, run_id, self.now(), ended=ended and (ended, last_phase)),
+                              refresh=True)
         else:
-            self._write(f"[{self.now().astimezone():%H:%M:%S}] run {closed}: {status.phase.value}, "
+            phase = f"last phase {last_phase}" if ended else status.phase.value
+            self._write(f"[{self.now().astimezone():%H:%M:%S}] run {closed}: {phase}, "
                         f"{status.usage.llm_calls} model calls, {status.usage.total_tokens:,} tokens")
         self.last = status
         return status
 
 
 async def watch(handle: WorkflowHandle[Any, Any], *, live: bool, out: TextIO = sys.stdout,
-                stats: WatchStats | None = None, poll_seconds: float = POLL_SECONDS) -> RunStatus:
+                stats: WatchStats | None = None, poll_seconds: float = POLL_SECONDS,
+                on_no_worker: Callable[[], Awaitable[None]] | None = None) -> RunStatus:
     """Follow a run until it closes: a ``rich`` live panel when ``live``, else plain change lines.
 
     Pass ``stats`` to read the measured display delay afterwards (``stats.summary()``).
     """
-    return await Watcher(live=live, out=out, stats=stats, poll_seconds=poll_seconds).follow(handle)
+    return await Watcher(live=live, out=out, stats=stats, poll_seconds=poll_seconds,
+                         on_no_worker=on_no_worker).follow(handle)

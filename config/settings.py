@@ -154,6 +154,10 @@ class Settings(BaseModel):
     # Absolute by default, so the CLI (run from anywhere) and the worker (run from the repo) agree.
     home: Path = Field(default=Path(__file__).resolve().parent.parent / ".deerflow", alias="DEERFLOW_HOME")
 
+    # The front door (cli/, runtime/embedded.py). The embedded dev server's Web UI port; tests and a
+    # second checkout choose another so that two embedded servers can run side by side.
+    ui_port: int = Field(default=8233, ge=1, le=65535, alias="DEERFLOW_UI_PORT")
+
     # Large-payload storage (runtime/converter.py): payloads at or above the threshold are written
     # to a blob store and history keeps only a small reference. "filesystem" (<home>/blobs), "s3"
     # or "none". Every worker, client and replayer must share the same store.
@@ -164,6 +168,27 @@ class Settings(BaseModel):
     s3_region: str = Field(default="us-east-1", alias="DEERFLOW_S3_REGION")
     s3_access_key_id: str | None = Field(default=None, alias="AWS_ACCESS_KEY_ID")
     s3_secret_access_key: str | None = Field(default=None, alias="AWS_SECRET_ACCESS_KEY")
+
+    # The web front end (server/): `starter.py serve`. A bind beyond loopback needs the token
+    # (sent as `Authorization: Bearer ...`); browsers on other origins (DeerFlow's UI) need their
+    # origin listed. Runs it starts for DeerFlow threads get workflow ids under the prefix, so a
+    # thread id can only ever address runs the server itself started for that thread.
+    web_token: str | None = Field(default=None, alias="DEERFLOW_WEB_TOKEN")
+    web_allowed_origins: list[str] = Field(default_factory=lambda: ["http://localhost:3000"],
+                                           alias="DEERFLOW_WEB_ALLOWED_ORIGINS")
+    web_max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                    alias="DEERFLOW_WEB_MAX_BODY_BYTES")
+    web_thread_prefix: str = Field(default="deerflow-web-", pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+                                   alias="DEERFLOW_WEB_THREAD_PREFIX")
+    # Event streams open at once; each holds a long poll on Temporal while its page is open.
+    web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
+
+    @field_validator("web_allowed_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [origin.strip().rstrip("/") for origin in value.split(",") if origin.strip()]
+        return value
 
     @field_validator("crawl_allow_hosts", mode="before")
     @classmethod

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from offline.loopback_http import send_json, serve_in_thread, shut_down
 from offline.scripted_agents import ScriptedReply, detect_agent, respond, text_of
 
 MODEL_NAME = "deerflow-offline"
@@ -150,10 +151,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """``/v1/models`` and ``/health`` so readiness probes and SDK model listing work."""
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            self.send_json(200, {"object": "list", "data": [
+            send_json(self, 200, {"object": "list", "data": [
                 {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}]})
         elif self.path.rstrip("/") in ("/health", "/healthz", ""):
-            self.send_json(200, {"status": "ok"})
+            send_json(self, 200, {"status": "ok"})
         else:
             self.send_error_json(404, f"Unknown path {self.path}")
 
@@ -170,20 +171,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         self.server.owner._serve(self, body)
 
-    def send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
-
     def send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        """An OpenAI-shaped error body, whose ``type``/``code`` the SDK maps to its exception classes."""
         kind, code = ERROR_TYPES.get(status, ("server_error", None if status >= 500 else "error"))
-        self.send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": code}},
-                       headers)
+        send_json(self, status, {"error": {"message": message, "type": kind, "param": None, "code": code}},
+                  headers)
 
 
 class FakeModelServer:
@@ -212,19 +204,14 @@ class FakeModelServer:
     def start(self) -> FakeModelServer:
         """Serve on a daemon thread (the socket is already bound, so ``base_url`` is final)."""
         if self._thread is None:
-            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="fake-model-server", daemon=True)
-            self._thread.start()
+            self._thread = serve_in_thread(self._httpd, "fake-model-server")
         return self
 
     def stop(self) -> None:
         """Stop serving; requests sleeping in a ``timeout`` fault or in latency wake up at once."""
         self._stopping.set()
-        if self._thread is not None:
-            self._httpd.shutdown()
-            self._thread.join(timeout=5)
-            self._thread = None
-        self._httpd.server_close()
+        shut_down(self._httpd, self._thread)
+        self._thread = None
 
     def __enter__(self) -> FakeModelServer:
         return self.start()
@@ -250,6 +237,12 @@ class FakeModelServer:
         with self._lock:
             return list(self._faults)
 
+    def requests_for(self, agent: str) -> list[dict[str, Any]]:
+        """The request bodies received for one DeerFlow agent, recognised as the fake itself does."""
+        with self._lock:
+            received = list(self.requests)
+        return [body for body in received if detect_agent(body) == agent]
+
     def _take_fault(self, agent: str | None) -> Fault | None:
         with self._lock:
             for i, fault in enumerate(self._faults):
@@ -264,8 +257,7 @@ class FakeModelServer:
             self.requests.append(body)
             self._counter += 1
             number = self._counter
-        messages = body.get("messages") or []
-        fault = self._take_fault(detect_agent(messages))
+        fault = self._take_fault(detect_agent(body))
         if self.latency_seconds > 0:
             self._stopping.wait(self.latency_seconds)
         if fault is not None and fault.kind == "status":
@@ -292,7 +284,7 @@ class FakeModelServer:
         elif body.get("stream"):
             self._send_stream(handler, completion, body)
         else:
-            handler.send_json(200, completion)
+            send_json(handler, 200, completion)
 
     @staticmethod
     def _apply_fault(fault: Fault, reply: ScriptedReply, content: str,

@@ -22,6 +22,34 @@ OFFLINE_BANNER = (
 )
 
 
+# Every setting that chooses the model or search provider: what points a worker at the fakes, and
+# what is kept from a worker the tests or benches start, so a developer's real keys never reach it.
+PROVIDER_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "BASIC_MODEL", "DEERFLOW_OFFLINE_DEMO",
+                      "TAVILY_API_KEY", "TAVILY_BASE_URL")
+
+
+def model_env(model: FakeModelServer) -> dict[str, str]:
+    """The settings that send a worker's model calls to ``model``."""
+    return {"OPENAI_BASE_URL": model.base_url, "OPENAI_API_KEY": "offline", "BASIC_MODEL": "deerflow-offline-demo",
+            "DEERFLOW_OFFLINE_DEMO": "1"}
+
+
+def search_env(search: FakeSearchServer) -> dict[str, str]:
+    """The settings that send a worker's Tavily searches to ``search``."""
+    return {"TAVILY_BASE_URL": search.base_url, "TAVILY_API_KEY": "offline"}
+
+
+def offline_env(model: FakeModelServer, search: FakeSearchServer) -> dict[str, str]:
+    """The settings for a worker served entirely by these fakes."""
+    return {**model_env(model), **search_env(search)}
+
+
+def without_provider_settings(environ: Mapping[str, str]) -> dict[str, str]:
+    """``environ`` minus :data:`PROVIDER_VARIABLES`: a worker started with it serves the offline
+    providers itself, or uses the ones the caller adds."""
+    return {key: value for key, value in environ.items() if key not in PROVIDER_VARIABLES}
+
+
 @dataclass
 class OfflineProviders:
     model: FakeModelServer | None
@@ -45,10 +73,9 @@ def start_offline_providers(environ: Mapping[str, str] = os.environ) -> OfflineP
     overrides: dict[str, str] = {}
     if not environ.get("OPENAI_API_KEY"):
         model = FakeModelServer(latency_seconds=float(environ.get("DEERFLOW_OFFLINE_MODEL_LATENCY", "0"))).start()
-        overrides.update(OPENAI_BASE_URL=model.base_url, OPENAI_API_KEY="offline", BASIC_MODEL="deerflow-offline-demo",
-                         DEERFLOW_OFFLINE_DEMO="1")
+        overrides.update(model_env(model))
     if not environ.get("TAVILY_API_KEY") and environ.get("SEARCH_API", "tavily") == "tavily":
         latency = float(environ.get("DEERFLOW_OFFLINE_SEARCH_LATENCY", "0"))
         search = FakeSearchServer(latency_seconds=latency).start()
-        overrides.update(TAVILY_BASE_URL=search.base_url, TAVILY_API_KEY="offline")
+        overrides.update(search_env(search))
     return OfflineProviders(model=model, search=search, overrides=overrides)

@@ -1,11 +1,12 @@
 """Deterministic stand-ins for DeerFlow's agents, as pure functions over a chat request.
 
 The offline model server (``offline.model_server``) hands every ``/v1/chat/completions`` body
-to :func:`respond`. Which agent is being played is read from the system prompt's first-line
-marker ``<!-- deerflow-agent: NAME -->``; everything else comes from the message list, so the
-same request always yields the same reply. Nothing here does I/O: the answers are built only
-from what the workflow sent (topic, search results, tool output, observations), which is what
-makes an offline run a real, inspectable end-to-end run rather than canned text.
+to :func:`respond`. Which agent is being played is read from what the request offers (see
+:func:`detect_agent`), never from a marker that would ship to real providers too; everything else
+comes from the message list, so the same request always yields the same reply. Nothing here
+does I/O: the answers are built only from what the workflow sent (topic, search results, tool
+output, observations), which is what makes an offline run a real, inspectable end-to-end run
+rather than canned text.
 """
 
 # Chinese text needs full-width punctuation, which RUF001 would flag on every zh-CN string.
@@ -18,7 +19,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-AGENT_RE = re.compile(r"<!--\s*deerflow-agent:\s*([A-Za-z_-]+)\s*-->")
+# Tools that only one agent is offered. MCP tools may be offered beside them, so one match decides.
+AGENT_TOOLS = (
+    ("coordinator", frozenset({"handoff_to_planner", "ask_clarification"})),
+    ("coder", frozenset({"python_repl_tool"})),
+    ("researcher", frozenset({"web_search", "crawl_tool", "local_search_tool"})),
+)
+# Turns without tools (the analyst, the reporter, any agent's final summarising turn) are told
+# apart by the role their prompt opens with.
+ROLE_RE = re.compile(r"^You are an? (researcher|coder|analyst|reporter)\b", re.MULTILINE)
 LOCALE_RE = re.compile(r"Locale:\s*([A-Za-z]{2,3}-[A-Za-z]{2,4})")
 MAX_STEPS_RE = re.compile(r"at most\s+(\d+)\s+steps", re.IGNORECASE)
 STYLE_RE = re.compile(r"Report style:\s*([A-Za-z_]+)")
@@ -108,14 +117,24 @@ def text_of(content: Any) -> str:
 
 
 def system_text(messages: list[dict[str, Any]]) -> str:
-    """All system text: the agent marker and the ``Locale:``/step-limit/style lines live there."""
+    """All system text: the agent's role and the ``Locale:``/step-limit/style lines live there."""
     return "\n".join(text_of(m.get("content")) for m in messages if m.get("role") in ("system", "developer"))
 
 
-def detect_agent(messages: list[dict[str, Any]]) -> str | None:
-    """The DeerFlow agent named by the system prompt's marker, or None for a plain chat."""
-    match = AGENT_RE.search(system_text(messages))
-    return match.group(1).lower() if match else None
+def detect_agent(body: dict[str, Any]) -> str | None:
+    """The DeerFlow agent a chat request is for, from what it offers; None for a plain chat.
+
+    An agent's own tools name it, JSON mode is the planner's, and a tool-less turn falls back to
+    the role its prompt states ("You are a reporter."), which every real prompt has anyway.
+    """
+    offered = set(_tool_names(body))
+    for agent, tools in AGENT_TOOLS:
+        if offered & tools:
+            return agent
+    if (body.get("response_format") or {}).get("type") == "json_object":
+        return "planner"
+    match = ROLE_RE.search(system_text(body.get("messages") or []))
+    return match.group(1) if match else None
 
 
 def is_chinese(text: str) -> bool:
@@ -705,7 +724,7 @@ def reporter(body: dict[str, Any]) -> ScriptedReply:
 
 
 def plain_chat(body: dict[str, Any]) -> ScriptedReply:
-    """No agent marker: a short, honest answer (summarising tool output if there is any)."""
+    """No DeerFlow agent recognised: a short, honest answer (summarising tool output if there is any)."""
     messages = body.get("messages") or []
     outputs = _tool_messages(messages)
     users = [text_of(m.get("content")) for m in _users(messages)]
@@ -716,8 +735,6 @@ def plain_chat(body: dict[str, Any]) -> ScriptedReply:
         asked = _shorten(users[-1], 200) if users else ""
         text = ("This is DeerFlow's offline demo model; it can only play DeerFlow's agents. "
                 f'You said: "{asked}"')
-    if (body.get("response_format") or {}).get("type") == "json_object":
-        text = json.dumps({"answer": text}, ensure_ascii=False)
     return ScriptedReply(content=text)
 
 
@@ -729,6 +746,6 @@ AGENTS: dict[str, Callable[[dict[str, Any]], ScriptedReply]] = {
 
 def respond(body: dict[str, Any]) -> ScriptedReply:
     """The scripted reply to one chat-completions request body."""
-    agent = detect_agent(body.get("messages") or [])
+    agent = detect_agent(body)
     reply = AGENTS.get(agent or "", plain_chat)(body)
     return ScriptedReply(content=reply.content, tool_calls=reply.tool_calls, agent=agent)

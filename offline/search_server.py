@@ -33,6 +33,8 @@ from types import TracebackType
 from typing import Any, cast
 from urllib.parse import urlsplit
 
+from offline.loopback_http import send_json, serve_in_thread, shut_down
+
 logger = logging.getLogger(__name__)
 
 DEFAULT_CORPUS = Path(__file__).with_name("corpus.json")
@@ -252,7 +254,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._read_body()
         self.owner._record(self, None)
         if self.path.rstrip("/") in ("", "/health"):
-            self._send_json(200, {"status": "ok", "documents": len(self.owner.index.documents)})
+            send_json(self, 200, {"status": "ok", "documents": len(self.owner.index.documents)})
         else:
             self._send_error(_RequestError(404, f"Not found: {self.path}"))
 
@@ -261,7 +263,7 @@ class _Handler(BaseHTTPRequestHandler):
         body = _parse_json(raw)
         self.owner._record(self, body)
         try:
-            self._send_json(200, self.owner._answer(self.path, dict(self.headers), body))
+            send_json(self, 200, self.owner._answer(self.path, dict(self.headers), body))
         except _RequestError as error:
             self._send_error(error)
 
@@ -270,21 +272,8 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _send_error(self, error: _RequestError) -> None:
-        self._send_json(error.status, {"detail": {"error": error.message}}, error.headers)
+        send_json(self, error.status, {"detail": {"error": error.message}}, error.headers)
 
-    def _send_json(self, status: int, payload: Any, headers: dict[str, str] | None = None) -> None:
-        data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            # The client gave up (an injected timeout); nothing left to tell it.
-            logger.debug("client went away before the answer to %s", self.path)
 
 
 def _parse_json(raw: bytes) -> Any:
@@ -351,13 +340,7 @@ class FakeSearchServer:
         self._stopping.clear()
         self._httpd = _HTTPServer((self.host, self.port), self)
         self.port = self._httpd.server_address[1]
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            daemon=True,
-            name=f"fake-tavily-{self.port}",
-        )
-        self._thread.start()
+        self._thread = serve_in_thread(self._httpd, f"fake-tavily-{self.port}")
         return self
 
     def stop(self) -> None:
@@ -365,10 +348,7 @@ class FakeSearchServer:
         self._stopping.set()
         if self._httpd is None:
             return
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        shut_down(self._httpd, self._thread)
         self._httpd = None
         self._thread = None
 

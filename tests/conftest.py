@@ -8,12 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import sysconfig
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
@@ -22,12 +21,14 @@ from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import SecretScrubber
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
+from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
 from tests.processes import DevServer
+from tests.support import STARTED
 from workflows.models import TASK_QUEUE
 from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
@@ -53,15 +54,7 @@ def search_server() -> Iterator[FakeSearchServer]:
 @pytest.fixture(scope="session")
 def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer) -> dict[str, str]:
     """The worker settings, by env name, that point at the fakes (and keep real keys out)."""
-    return {
-        "OPENAI_BASE_URL": model_server.base_url,
-        "OPENAI_API_KEY": "offline",
-        "BASIC_MODEL": "deerflow-offline-demo",
-        "TAVILY_BASE_URL": search_server.base_url,
-        "TAVILY_API_KEY": "offline",
-        "DEERFLOW_OFFLINE_DEMO": "1",
-        "LLM_REQUEST_TIMEOUT": "5",
-    }
+    return {**offline_env(model_server, search_server), "LLM_REQUEST_TIMEOUT": "5"}
 
 
 @pytest.fixture(scope="session")
@@ -85,9 +78,6 @@ def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
             server.clear_faults()
             server.requests.clear()
             server.latency_seconds = 0.0
-
-
-STARTED: list[WorkflowHandle] = []
 
 
 @pytest.fixture(autouse=True)
@@ -173,6 +163,3 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 async def client(dev_server: DevServer) -> AsyncIterator[Client]:
     yield await connect_when_ready(dev_server.address, data_converter=data_converter(load_settings()))
 
-
-def run_id(prefix: str = "test") -> str:
-    return f"{prefix}-{uuid.uuid4().hex[:8]}"

@@ -23,6 +23,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
+from offline.loopback_http import send_body, serve_in_thread, shut_down
+
 
 @dataclass
 class Reply:
@@ -98,9 +100,7 @@ class FakeHTTPServer:
                 pass
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._httpd, "fake-http")
         return self
 
     def __exit__(
@@ -108,10 +108,7 @@ class FakeHTTPServer:
     ) -> None:
         self._stopping.set()  # releases handlers parked in a delay
         if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+            shut_down(self._httpd, self._thread)
 
     @property
     def base_url(self) -> str:
@@ -140,16 +137,7 @@ class FakeHTTPServer:
             reply = self.handler(seen)
         if reply.delay:
             self._stopping.wait(reply.delay)
-        data, headers = reply.encoded()
-        try:
-            http.send_response(reply.status)
-            for name, value in headers.items():
-                http.send_header(name, value)
-            http.send_header("Content-Length", str(len(data)))
-            http.end_headers()
-            http.wfile.write(data)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client timed out and left
+        send_body(http, reply.status, *reply.encoded())
 
 
 # ---------------------------------------------------------------- the loopback guard

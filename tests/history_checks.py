@@ -127,3 +127,28 @@ async def wait_for_poller(client: Client, identity: str, timeout: float = 90.0) 
         if time.monotonic() > deadline:
             raise TimeoutError(f"no poller with identity {identity!r} after {timeout} s")
         await asyncio.sleep(0.2)
+
+
+def tool_batches(history: WorkflowHistory) -> list[int]:
+    """How many tool activities were scheduled after each model turn, before the next one."""
+    batches = [0]
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            if event.activity_task_scheduled_event_attributes.activity_type.name == "chat":
+                batches.append(0)
+            else:
+                batches[-1] += 1
+    return batches
+
+
+def most_pending(history: WorkflowHistory) -> int:
+    """The most activities scheduled and not yet finished at any point of the run."""
+    pending = peak = 0
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            pending += 1
+            peak = max(peak, pending)
+        elif any(event.HasField(f"activity_task_{end}_event_attributes")
+                 for end in ("completed", "failed", "timed_out", "canceled")):
+            pending -= 1
+    return peak

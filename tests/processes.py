@@ -15,6 +15,8 @@ import sysconfig
 import time
 from pathlib import Path
 
+from offline.providers import without_provider_settings
+
 REPO_DIR = Path(__file__).resolve().parent.parent
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
 
@@ -82,10 +84,7 @@ class WorkerProcess:
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        env = {key: value for key, value in os.environ.items()
-               if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
-                              "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")}
-        env.update({"TEMPORAL_ADDRESS": self.address, **self.env})
+        env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": self.address, **self.env}
         log = self.log_path.open("ab")
         self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py")], cwd=REPO_DIR, env=env,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

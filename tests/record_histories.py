@@ -26,14 +26,17 @@ from config.settings import load_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities
+from tests.support import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+# Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
+# signal's arguments, sent to the plan under review, which stays under review.
+IGNORED_SIGNALS: list[Any] = [[42], ["nonsense"], [], ["[ACCEPTED]", "[ACCEPTED]"]]
 # name -> (start input, plan feedback to send, model faults to inject first)
-SCENARIOS: dict[str, tuple[Any, list[str], list[Fault]]] = {
+SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "accepted_plan": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], []),
     "edited_plan": (ResearchRequest(question=QUESTION),
                     ["[EDIT_PLAN] add a step on manufacturing costs", "[ACCEPTED]"], []),
@@ -43,6 +46,7 @@ SCENARIOS: dict[str, tuple[Any, list[str], list[Fault]]] = {
     # A researcher reply with more tool calls than DEERFLOW_MAX_TOOL_CALLS_PER_TURN (set below).
     "capped_tool_calls": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                           [Fault.tool_call_flood(12, agent="researcher")]),
+    "ignored_feedback": (ResearchRequest(question=QUESTION), [*IGNORED_SIGNALS, "[ACCEPTED]"], []),
 }
 
 
@@ -80,6 +84,10 @@ async def record(names: list[str]) -> None:
                 )
                 reviewed: str | None = None
                 for message in feedback:
+                    if isinstance(message, list):
+                        await _wait_for_review(handle, None)
+                        await handle.signal("plan_feedback", args=message)
+                        continue
                     reviewed = await _wait_for_review(handle, reviewed)
                     await handle.signal("plan_feedback", message)
                 with contextlib.suppress(WorkflowFailureError):  # bad_request fails, as it must

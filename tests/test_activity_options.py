@@ -25,7 +25,7 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.heartbeat import heartbeat_interval, heartbeating
-from tests.test_workflow import start
+from tests.support import start
 from workflows.activity_options import ACTIVITY_OPTIONS, HEARTBEAT_TIMEOUT, SUMMARY_MAX_CHARS, summary_text
 from workflows.agent_loop import run_agent
 from workflows.agents import AgentSpec
@@ -149,12 +149,11 @@ async def test_a_research_run_shows_each_activity_in_the_timeline(time_worker: C
     assert lines[1] == ("chat", "coordinator")
     kind, background = lines[2]
     assert kind == "web_search" and background.startswith("web_search: ") and len(background) > 12
-    assert lines[3] == ("chat", "planner")
+    assert lines[3] == ("chat", "planner · v1")
     assert lines[-1] == ("chat", "reporter")
     researcher = [summary for kind, summary in lines[4:-1] if kind == "chat"]
     assert researcher and researcher[0].startswith("researcher ")
-    # " · step N" appears once the workflow passes the step number in the tool context.
-    assert all(re.fullmatch(r"researcher( · step 1)? · turn \d+", summary) for summary in researcher)
+    assert all(re.fullmatch(r"researcher · step 1 · turn \d+", summary) for summary in researcher)
     assert [int(summary.rsplit(" ", 1)[1]) for summary in researcher] == list(range(1, len(researcher) + 1))
     for kind, summary in lines[4:-1]:
         if kind != "chat":

@@ -29,7 +29,7 @@ from offline.search_server import FakeSearchServer
 from runtime.converter import blob_root
 from tests.conftest import settings_with
 from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.test_workflow import start
+from tests.support import start
 from workflows.models import Outcome
 
 CANARY = "sk-CANARY-"

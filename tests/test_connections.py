@@ -21,6 +21,7 @@ import pytest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
 import cli.connection as front_door
+from offline.providers import without_provider_settings
 from runtime.connection import (
     DEFAULT_ADDRESS,
     TemporalConnectionError,
@@ -29,8 +30,8 @@ from runtime.connection import (
     load_connection,
 )
 from runtime.embedded import has_worker
-from tests.conftest import run_id
 from tests.processes import REPO_DIR, DevServer, free_port
+from tests.support import run_id
 from tests.tls_proxy import NGINX, NginxGrpcProxy, Pki, make_pki
 
 API_KEY = "test-key-0123456789"
@@ -326,10 +327,7 @@ def starter(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess
 async def test_worker_and_cli_run_research_over_mutual_tls(mtls_proxy: NginxGrpcProxy, pki: Pki,
                                                            tmp_path: Path) -> None:
     # The worker reads the environment variables; the CLI reads a TOML profile for the same proxy.
-    worker_env = clean_env(**mtls_env(mtls_proxy, pki))
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL", "DEERFLOW_OFFLINE_DEMO",
-                 "BASIC_MODEL"):
-        worker_env.pop(name, None)  # the worker serves the offline providers itself
+    worker_env = without_provider_settings(clean_env(**mtls_env(mtls_proxy, pki)))  # it serves the fakes itself
     config = tmp_path / "temporal.toml"
     config.write_text(f'[profile.mtls]\naddress = "{mtls_proxy.address}"\n[profile.mtls.tls]\n'
                       f'server_ca_cert_path = "{pki.ca.cert}"\nclient_cert_path = "{pki.client.cert}"\n'

@@ -31,6 +31,7 @@ from activities.context_budget import (
     token_limit_for,
 )
 from activities.llm import ModelActivities
+from activities.prompts import render_prompt
 from config.settings import Settings, _conf_yaml_values
 from offline.model_server import FakeModelServer
 from tests.conftest import settings_with
@@ -320,7 +321,7 @@ async def test_a_researcher_that_crawled_ten_large_pages_never_exceeds_the_limit
     sent = from_body(body["messages"])
     assert body_tokens(body) <= 8000
     assert body_tokens(body) <= 8000 - output_reserve(8000)  # and room is left for the answer
-    assert sent[0].role == "system" and sent[0].content.startswith("<!-- deerflow-agent: researcher -->")
+    assert sent[0].role == "system" and sent[0].content == render_prompt("researcher", RESEARCHER_VARS)
     assert sent[1].role == "user" and sent[1].content == TASK
     assert_tool_pairing(sent[1:])
     assert sent[-1].role == "tool" and sent[-1].tool_call_id == "call_9_0"

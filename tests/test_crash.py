@@ -29,92 +29,33 @@ import contextlib
 import signal
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
 from offline.model_server import FakeModelServer, Fault
-from offline.scripted_agents import detect_agent
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.conftest import run_id
+from tests.crash_drill import RUN_TIMEOUT, Recovery, WorkerSlot, kill_and_recover, wait_until
 from tests.history_checks import (
-    COMPLETED,
-    activity_events,
     activity_types,
     assert_not_rerun,
     completed_activity_ids,
     event_time,
     first_progress,
     retried_activities,
-    wait_for_poller,
-    worker_identity,
 )
-from tests.processes import DevServer, WorkerProcess
+from tests.processes import DevServer
+from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 RESUME_LIMIT = timedelta(seconds=30)
 # How long the request the worker dies in is held open; far longer than a kill takes to land.
 HELD_OPEN_SECONDS = 30.0
-RUN_TIMEOUT = 120.0
 
 # ---------------------------------------------------------------- servers and workers
-
-
-class WorkerSlot:
-    """The one live worker process of this module, replaced by each crash and handed on.
-
-    Starting ``worker.py`` costs 10-20 s here (imports), so each test takes over the worker the
-    previous test started as its replacement rather than starting one of its own.
-    """
-
-    def __init__(self, address: str, client: Client, model: FakeModelServer, search: FakeSearchServer,
-                 log_dir: Path) -> None:
-        self.address = address
-        self.client = client
-        self.model = model
-        self.search = search
-        self.env = {
-            "OPENAI_API_KEY": "offline", "OPENAI_BASE_URL": model.base_url, "BASIC_MODEL": "deerflow-offline-demo",
-            "TAVILY_API_KEY": "offline", "TAVILY_BASE_URL": search.base_url, "DEERFLOW_OFFLINE_DEMO": "1",
-        }
-        self.log_dir = log_dir
-        self.current: WorkerProcess | None = None
-        self.started_at = datetime.now(UTC)
-        self._count = 0
-
-    def launch(self) -> WorkerProcess:
-        """Start a worker process now, without waiting for it to connect (the clock starts here)."""
-        self._count += 1
-        self.started_at = datetime.now(UTC)
-        self.current = WorkerProcess(self.address, self.log_dir / f"worker-{self._count}.log", env=self.env).start()
-        return self.current
-
-    @property
-    def identity(self) -> str:
-        assert self.current is not None and self.current.process is not None
-        return worker_identity(self.current.process.pid)
-
-    async def live(self) -> WorkerProcess:
-        """The current worker, polling; a new one if there is none (or it has died)."""
-        if self.current is None or self.current.process is None or self.current.process.poll() is not None:
-            self.launch()
-        await wait_for_poller(self.client, self.identity)
-        assert self.current is not None
-        return self.current
-
-    def kill(self) -> None:
-        assert self.current is not None
-        self.current.kill()
-
-    def stop(self) -> None:
-        if self.current is not None:
-            self.current.stop()
 
 
 @pytest.fixture(scope="module")
@@ -137,13 +78,6 @@ async def start_run(client: Client, prefix: str, auto_accept: bool = True) -> Wo
     )
 
 
-async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
-
-
 async def wait_for_status(handle: WorkflowHandle, predicate: Callable[[RunStatus], bool], what: str,
                           timeout: float = 60.0) -> RunStatus:
     deadline = time.monotonic() + timeout
@@ -153,60 +87,6 @@ async def wait_for_status(handle: WorkflowHandle, predicate: Callable[[RunStatus
             return status
         assert time.monotonic() < deadline, f"timed out waiting for {what}: {status.phase} {status.events[-3:]}"
         await asyncio.sleep(0.05)
-
-
-def agent_calls(model_server: FakeModelServer, agent: str) -> int:
-    """Model requests the fake has received for one DeerFlow agent (lost ones included)."""
-    return sum(1 for body in list(model_server.requests) if detect_agent(body.get("messages") or []) == agent)
-
-
-def in_flight(history: WorkflowHistory) -> dict[str, str]:
-    """Activity ID -> type of every activity scheduled but not completed."""
-    names = activity_types(history)
-    return {activity_id: names[activity_id] for activity_id, events in activity_events(history).items()
-            if not any(event.event_type == COMPLETED for event in events)}
-
-
-@dataclass
-class Recovery:
-    """What a crash test checks after the run has finished."""
-
-    result: ResearchResult
-    history: WorkflowHistory
-    completed_before: set[str]
-    in_flight_before: dict[str, str]
-    resume_seconds: float  # new worker launched -> its first completed task
-    startup_seconds: float  # new worker launched -> it polls
-    killed_seconds: float  # old worker killed -> the new worker's first completed task
-    searches_before: int  # search requests the fake had received when the worker was killed
-
-
-async def kill_and_recover(handle: WorkflowHandle, workers: WorkerSlot, before_signal: bool = False) -> Recovery:
-    """SIGKILL the worker, start a new one at once, and wait for the run to finish on it.
-
-    Delays injected to hold a call open are dropped once the worker is dead, so the retry (or a
-    call the dead worker never got to send) is not held too. ``before_signal``: the run is paused
-    for review; once the new worker polls, accept the plan.
-    """
-    workers.kill()
-    killed_at = datetime.now(UTC)
-    searches_before = len(workers.search.requests)
-    workers.model.clear_faults()
-    workers.search.clear_faults()
-    before = await handle.fetch_history()
-    workers.launch()
-    started_at, identity = workers.started_at, workers.identity
-    await wait_for_poller(workers.client, identity)
-    startup = (datetime.now(UTC) - started_at).total_seconds()
-    if before_signal:
-        await handle.signal("plan_feedback", "[ACCEPTED]")
-    result = await asyncio.wait_for(handle.result(), timeout=RUN_TIMEOUT)
-    history = await handle.fetch_history()
-    progress = first_progress(history, since=started_at, identity=identity)
-    assert progress is not None, "the new worker completed nothing"
-    return Recovery(result, history, completed_activity_ids(before), in_flight(before),
-                    resume_seconds=(event_time(progress) - started_at).total_seconds(), startup_seconds=startup,
-                    killed_seconds=(event_time(progress) - killed_at).total_seconds(), searches_before=searches_before)
 
 
 def assert_complete(result: ResearchResult) -> None:
@@ -250,7 +130,7 @@ async def test_kill_during_a_model_call(client: Client, workers: WorkerSlot, mod
     model_server.inject(Fault.timeout(HELD_OPEN_SECONDS, agent="planner"))
     handle = await start_run(client, "crash-model")
     cleanup.append(handle)
-    await wait_until(lambda: agent_calls(model_server, "planner") == 1, "the planner's call")
+    await wait_until(lambda: len(model_server.requests_for("planner")) == 1, "the planner's call")
 
     recovery = await kill_and_recover(handle, workers)
 
@@ -260,7 +140,7 @@ async def test_kill_during_a_model_call(client: Client, workers: WorkerSlot, mod
     assert list(recovery.in_flight_before.values()) == ["chat"]
     assert_not_rerun(recovery.completed_before, recovery.history)
     assert retried_activities(recovery.history) == {aid: ("chat", 2) for aid in recovery.in_flight_before}
-    assert agent_calls(model_server, "planner") == 2
+    assert len(model_server.requests_for("planner")) == 2
     # Crash cost: exactly one model call more than the run's own (the one lost with the worker).
     assert len(model_server.requests) == recovery.result.usage.llm_calls + 1
     assert_resumed_in_time(recovery, "a kill in a model call", record_property)
@@ -274,7 +154,7 @@ async def test_kill_during_a_tool_call(client: Client, workers: WorkerSlot, mode
     handle = await start_run(client, "crash-tool")
     cleanup.append(handle)
     # Once the planner is asked, the background search is over: hold the next search (the researcher's).
-    await wait_until(lambda: agent_calls(model_server, "planner") == 1, "the planner's call")
+    await wait_until(lambda: len(model_server.requests_for("planner")) == 1, "the planner's call")
     search_server.inject(SearchFault.timeout(HELD_OPEN_SECONDS))
     await wait_until(lambda: len(search_server.requests) == 2, "the researcher's search")
 
@@ -312,7 +192,7 @@ async def test_kill_between_steps(client: Client, workers: WorkerSlot, model_ser
     # its request reached the model only if the kill came later still: at most one call is lost.
     assert set(retried_activities(recovery.history).values()) <= {("chat", 2)}
     assert set(retried_activities(recovery.history)) <= set(recovery.in_flight_before)
-    assert agent_calls(model_server, "researcher") in (4, 5)
+    assert len(model_server.requests_for("researcher")) in (4, 5)
     assert len(model_server.requests) - recovery.result.usage.llm_calls in (0, 1)
     assert_resumed_in_time(recovery, "a kill between steps", record_property)
 
@@ -359,7 +239,7 @@ async def test_server_restart_mid_run(client: Client, dev_server: DevServer, wor
     model_server.inject(Fault.timeout(1.0, agent="researcher"))
     handle = await start_run(client, f"crash-server-{sig.name.lower()}")
     cleanup.append(handle)
-    await wait_until(lambda: agent_calls(model_server, "researcher") == 1, "the researcher's first turn")
+    await wait_until(lambda: len(model_server.requests_for("researcher")) == 1, "the researcher's first turn")
     port = dev_server.port
     dev_server.stop(sig)
     await asyncio.sleep(3)  # the held call ends (after 1 s) while no server listens

@@ -23,12 +23,10 @@ from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker
-from tests.conftest import run_id
 from tests.history_checks import activity_events
 from tests.processes import REPO_DIR, DevServer, WorkerProcess
+from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
-
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 
 
 async def start_worker(dev_server: DevServer, client: Client, log: Path, **env: str) -> WorkerProcess:

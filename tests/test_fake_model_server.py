@@ -20,13 +20,18 @@ import json_repair
 import openai
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
-from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
+from activities.prompts import PROMPTS_DIR, render_prompt
 from offline.model_server import FakeModelServer, Fault
-from workflows.models import Plan, StepType
+from offline.scripted_agents import detect_agent
+from workflows.agents import ANALYST, CODER, RESEARCHER, agent_for
+from workflows.models import Plan, StepType, ToolSpec
+from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, tool_specs
 
 ROOT = Path(__file__).resolve().parent.parent
+PROMPT_VARS = {"CURRENT_TIME": "now", "locale": "en-US", "max_step_num": "3", "report_style": "academic",
+               "tool_guidance": "-"}
 QUESTION = "What are the health effects of intermittent fasting?"
 RESULTS = [
     {"title": "Intermittent fasting and metabolic health", "url": "https://example.org/if-metabolic",
@@ -37,33 +42,14 @@ RESULTS = [
 ]
 
 
-@tool
-def handoff_to_planner(research_topic: str, locale: str) -> None:
-    """Hand the research topic to the planner."""
+def offered(*specs: ToolSpec) -> list[dict[str, Any]]:
+    """Tools as the ``chat`` activity offers them: the production schemas, in OpenAI's shape."""
+    return [{"type": "function", "function": spec.model_dump()} for spec in specs]
 
 
-@tool
-def web_search(query: str) -> str:
-    """Search the web."""
-    return ""
-
-
-@tool
-def crawl_tool(url: str) -> str:
-    """Read a web page."""
-    return ""
-
-
-@tool
-def local_search_tool(query: str) -> str:
-    """Search the user's documents."""
-    return ""
-
-
-@tool
-def python_repl_tool(code: str) -> str:
-    """Run Python code."""
-    return ""
+def tools(*names: str) -> list[dict[str, Any]]:
+    """The step agents' production tools, by name."""
+    return offered(*tool_specs(names))
 
 
 @pytest.fixture(scope="module")
@@ -83,8 +69,9 @@ def llm(server: FakeModelServer, **kwargs: Any) -> ChatOpenAI:
     return ChatOpenAI(base_url=server.base_url, api_key="offline", model="offline", max_retries=0, **kwargs)
 
 
-def system(agent: str, *lines: str) -> SystemMessage:
-    return SystemMessage("\n".join([f"<!-- deerflow-agent: {agent} -->", *lines, "You are DeerFlow."]))
+def system(agent: str, **variables: str) -> SystemMessage:
+    """The agent's production prompt, rendered as the ``chat`` activity renders it."""
+    return SystemMessage(render_prompt(agent, {**PROMPT_VARS, **variables}))
 
 
 def step_input(title: str, completed: list[str] | None = None, locale: str = "en-US") -> HumanMessage:
@@ -102,15 +89,58 @@ def plan_llm(server: FakeModelServer) -> Any:
 
 
 def planner_messages(max_steps: int = 3, locale: str = "en-US") -> list[BaseMessage]:
-    return [system("planner", f"- Limited to at most {max_steps} steps.", f"Locale: {locale}"),
+    return [system("planner", max_step_num=str(max_steps), locale=locale),
             HumanMessage(QUESTION)]
+
+
+# ---------------------------------------------------------------- recognising the agent
+
+
+def wire_body(prompt: str, specs: list[ToolSpec], json_mode: bool = False) -> dict[str, Any]:
+    """A chat request as the ``chat`` activity sends it: the rendered prompt, the tools, JSON mode."""
+    body: dict[str, Any] = {"messages": [{"role": "system", "content": render_prompt(prompt, PROMPT_VARS)},
+                                         {"role": "user", "content": QUESTION}]}
+    if specs:
+        body["tools"] = offered(*specs)
+    if json_mode:
+        body["response_format"] = {"type": "json_object"}
+    return body
+
+
+RESEARCHER_WITH_DOCUMENTS = agent_for(StepType.RESEARCH, has_resources=True)[0]
+
+
+@pytest.mark.parametrize(("body", "agent"), [
+    (wire_body("coordinator", [HANDOFF_TO_PLANNER]), "coordinator"),
+    (wire_body("coordinator", [HANDOFF_TO_PLANNER, ASK_CLARIFICATION]), "coordinator"),
+    (wire_body("planner", [], json_mode=True), "planner"),
+    (wire_body("researcher", tool_specs(RESEARCHER.tools)), "researcher"),
+    (wire_body("researcher", tool_specs(RESEARCHER_WITH_DOCUMENTS.tools)), "researcher"),
+    (wire_body("coder", tool_specs(CODER.tools)), "coder"),
+    (wire_body("analyst", tool_specs(ANALYST.tools)), "analyst"),
+    (wire_body("reporter", []), "reporter"),
+    # An agent's final turn at the recursion limit offers no tools.
+    (wire_body("researcher", []), "researcher"),
+    (wire_body("coder", []), "coder"),
+], ids=lambda value: value if isinstance(value, str) else "")
+def test_each_production_request_is_recognised_by_what_it_offers(body: dict[str, Any], agent: str) -> None:
+    assert detect_agent(body) == agent
+
+
+def test_prompts_carry_no_marker_for_the_fake() -> None:
+    """What a real provider receives is the prompt alone: nothing written for the offline fake."""
+    prompts = sorted(PROMPTS_DIR.glob("*.md"))
+    assert len(prompts) >= 6
+    for path in prompts:
+        assert "deerflow-agent" not in path.read_text(encoding="utf-8"), path.name
+    assert detect_agent({"messages": [{"role": "system", "content": "You are a helpful assistant."}]}) is None
 
 
 # ---------------------------------------------------------------- coordinator
 
 
 def test_coordinator_hands_off_research_questions_with_locale(server: FakeModelServer) -> None:
-    model = llm(server).bind_tools([handoff_to_planner])
+    model = llm(server).bind_tools(offered(HANDOFF_TO_PLANNER))
     english = model.invoke([system("coordinator"), HumanMessage(QUESTION)])
     assert english.tool_calls[0]["name"] == "handoff_to_planner"
     assert english.tool_calls[0]["args"] == {"research_topic": QUESTION, "locale": "en-US"}
@@ -122,7 +152,7 @@ def test_coordinator_hands_off_research_questions_with_locale(server: FakeModelS
 
 
 def test_coordinator_answers_small_talk_directly(server: FakeModelServer) -> None:
-    model = llm(server).bind_tools([handoff_to_planner])
+    model = llm(server).bind_tools(offered(HANDOFF_TO_PLANNER))
     hello = model.invoke([system("coordinator"), HumanMessage("hello")])
     assert not hello.tool_calls
     assert "DeerFlow" in hello.content
@@ -187,8 +217,8 @@ def test_planner_uses_background_feedback_and_observations(server: FakeModelServ
 
 
 def test_researcher_searches_then_cites_the_results(server: FakeModelServer) -> None:
-    model = llm(server).bind_tools([web_search, crawl_tool])
-    messages: list[BaseMessage] = [system("researcher", "Locale: en-US"), step_input("Health effects")]
+    model = llm(server).bind_tools(tools("web_search", "crawl_tool"))
+    messages: list[BaseMessage] = [system("researcher"), step_input("Health effects")]
     call = model.invoke(messages)
     assert call.tool_calls[0]["name"] == "web_search"
     assert call.tool_calls[0]["args"] == {"query": "Health effects"}
@@ -202,12 +232,12 @@ def test_researcher_searches_then_cites_the_results(server: FakeModelServer) -> 
         assert f"- [{result['title']}]({result['url']})" in answer.content
     assert "muscle loss in older adults" in answer.content
 
-    local = llm(server).bind_tools([web_search, local_search_tool]).invoke(messages[:2])
+    local = llm(server).bind_tools(tools("web_search", "local_search_tool")).invoke(messages[:2])
     assert local.tool_calls[0]["name"] == "local_search_tool"
 
 
 def test_researcher_reports_a_failed_search_plainly(server: FakeModelServer) -> None:
-    model = llm(server).bind_tools([web_search])
+    model = llm(server).bind_tools(tools("web_search"))
     messages: list[BaseMessage] = [system("researcher"), step_input("Health effects")]
     call = model.invoke(messages)
     error = "Error: search backend unavailable (HTTP 503)"
@@ -219,7 +249,7 @@ def test_researcher_reports_a_failed_search_plainly(server: FakeModelServer) -> 
 
 def test_coder_runs_statistics_code_and_reports_its_output(server: FakeModelServer) -> None:
     finding = "## Findings\n\n- Fasting lowers insulin.\n\n## References\n\n- [A](https://example.org/a)"
-    model = llm(server).bind_tools([python_repl_tool])
+    model = llm(server).bind_tools(tools("python_repl_tool"))
     messages: list[BaseMessage] = [system("coder"), step_input("Statistics", [finding, finding])]
     call = model.invoke(messages)
     code = call.tool_calls[0]["args"]["code"]
@@ -240,7 +270,7 @@ def test_analyst_and_summarizing_turn_answer_without_tools(server: FakeModelServ
     assert "## Analysis" in analysis.content and "Alpha beta." in analysis.content
 
     # Recursion limit reached: no tools offered, asked for the final answer from what was found.
-    search = llm(server).bind_tools([web_search]).invoke([system("researcher"), step_input("Health")])
+    search = llm(server).bind_tools(tools("web_search")).invoke([system("researcher"), step_input("Health")])
     final = llm(server).invoke([
         system("researcher"), step_input("Health"), search,
         ToolMessage(json.dumps(RESULTS), tool_call_id=search.tool_calls[0]["id"]),
@@ -262,7 +292,7 @@ def test_reporter_includes_every_observation_and_citation(server: FakeModelServe
     ]
 
     def report(locale: str, style: str) -> str:
-        messages = [system("reporter", f"Locale: {locale}", f"Report style: {style}"),
+        messages = [system("reporter", locale=locale, report_style=style),
                     HumanMessage("# Research Requirements\n\n## Task\n\nFasting Report\n\n## Description\n\n"
                                  "Why fasting matters."),
                     HumanMessage("IMPORTANT: Structure your report in the required format."),
@@ -289,7 +319,7 @@ def test_reporter_includes_every_observation_and_citation(server: FakeModelServe
 
 
 def test_streaming_delivers_tool_call_deltas_and_usage(server: FakeModelServer) -> None:
-    model = llm(server, stream_usage=True).bind_tools([web_search])
+    model = llm(server, stream_usage=True).bind_tools(tools("web_search"))
     chunks = list(model.stream([system("researcher"), step_input("Streaming topic")]))
     assert len(chunks) > 2
     merged = chunks[0]
@@ -299,7 +329,8 @@ def test_streaming_delivers_tool_call_deltas_and_usage(server: FakeModelServer) 
     assert merged.usage_metadata and merged.usage_metadata["output_tokens"] > 0
     assert server.requests[-1]["stream"] is True
 
-    text = "".join(str(c.content) for c in llm(server).stream([system("coordinator"), HumanMessage("thanks")]))
+    coordinator = llm(server).bind_tools(offered(HANDOFF_TO_PLANNER))
+    text = "".join(str(c.content) for c in coordinator.stream([system("coordinator"), HumanMessage("thanks")]))
     assert text.startswith("You're welcome")
 
 
@@ -342,11 +373,11 @@ def test_timeout_and_truncated_body_faults(server: FakeModelServer) -> None:
 
 def test_bad_output_faults(server: FakeModelServer) -> None:
     server.inject(Fault.empty())
-    empty = llm(server).bind_tools([web_search]).invoke([system("researcher"), step_input("Empty")])
+    empty = llm(server).bind_tools(tools("web_search")).invoke([system("researcher"), step_input("Empty")])
     assert empty.content == "" and not empty.tool_calls
 
     server.inject(Fault.invalid_tool_args())
-    broken = llm(server).bind_tools([web_search]).invoke([system("researcher"), step_input("Broken")])
+    broken = llm(server).bind_tools(tools("web_search")).invoke([system("researcher"), step_input("Broken")])
     assert not broken.tool_calls
     assert broken.invalid_tool_calls[0]["name"] == "web_search"
     assert broken.invalid_tool_calls[0]["args"] == '{"query": "unterminated'
@@ -355,7 +386,7 @@ def test_bad_output_faults(server: FakeModelServer) -> None:
 def test_plan_faults_are_targeted_at_the_planner(server: FakeModelServer) -> None:
     server.inject(Fault.non_json_plan(), Fault.malformed_plan())
     # Coordinator requests pass planner-targeted faults by.
-    coordinator = llm(server).bind_tools([handoff_to_planner])
+    coordinator = llm(server).bind_tools(offered(HANDOFF_TO_PLANNER))
     assert coordinator.invoke([system("coordinator"), HumanMessage(QUESTION)]).tool_calls
     assert len(server.pending_faults) == 2
 

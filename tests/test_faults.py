@@ -16,7 +16,7 @@ from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
 from tests.conftest import settings_with
-from tests.test_workflow import start
+from tests.support import start
 from workflows.errors import failure_message
 from workflows.models import Outcome
 
@@ -59,8 +59,7 @@ async def test_invalid_tool_call_arguments_are_answered_and_the_step_goes_on(
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
-    researcher_turns = [body for body in model_server.requests
-                        if "deerflow-agent: researcher" in str(body["messages"][0]["content"])]
+    researcher_turns = model_server.requests_for("researcher")
     tool_replies = [m["content"] for m in researcher_turns[1]["messages"] if m["role"] == "tool"]
     assert tool_replies and "not valid JSON" in tool_replies[0]
 

@@ -18,7 +18,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
-from tests.conftest import STARTED, run_id
+from tests.support import STARTED, run_id
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
@@ -27,16 +27,16 @@ from workflows.models import (
     Plan,
     ResearchRequest,
     ResearchResult,
-    RunCheckpoint,
     RunConfig,
     RunContinuation,
+    RunState,
     RunStatus,
     Step,
 )
 from workflows.run_input import parse_inputs
 
 DEEP_JSON = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"[" * 3000 + b"]" * 3000))
-FORGED = RunCheckpoint(
+FORGED = RunState(
     plan=Plan(title="forged", steps=[Step(title="s")]), plan_iterations=1, locale="en-US", planner_messages=[],
     observations=[], status=RunStatus(phase=Phase.RESEARCHING), config=RunConfig(agent_recursion_limit=1000),
 )

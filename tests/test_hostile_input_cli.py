@@ -19,8 +19,8 @@ from temporalio.worker import Worker
 
 from activities.registry import activities_for
 from config.settings import Settings
-from tests.conftest import run_id
 from tests.processes import REPO_DIR, DevServer
+from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
 from workflows.research import DeepResearchWorkflow
 

@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from offline.model_server import FakeModelServer
-from tests.test_workflow import awaiting_review, planner_requests, start, wait_for
+from tests.support import awaiting_review, start, wait_for
 from workflows.errors import failure_message
 from workflows.models import Outcome, Phase, ReviewOutcome, RunStatus, StepState
 
@@ -56,7 +56,7 @@ async def test_review_timeout_report_writes_the_report_from_what_is_known(
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
     assert result.plan is not None and not any(step.execution_res for step in result.plan.steps)
-    assert any("deerflow-agent: reporter" in str(body["messages"][0]["content"]) for body in model_server.requests)
+    assert model_server.requests_for("reporter")
     final = await handle.query("status", result_type=RunStatus)
     assert all(step.state is StepState.PENDING for step in final.steps)
 
@@ -81,7 +81,7 @@ async def test_edit_loop_with_two_revisions_keeps_the_plan_history(
 
     final_review = await wait_for(handle, lambda s: awaiting_review(s) and len(s.plan_history) == 3)
     # the planner saw every feedback so far, in order, when it wrote the last revision
-    last_planner_messages = planner_requests(model_server)[-1]["messages"]
+    last_planner_messages = model_server.requests_for("planner")[-1]["messages"]
     feedback_seen = [m["content"] for m in last_planner_messages if m.get("name") == "feedback"]
     feedback_seen = [m["content"] for m in last_planner_messages if m.get("name") == "feedback"]
     assert feedback_seen == edits
@@ -115,12 +115,11 @@ async def test_two_clarification_rounds_then_the_coordinator_hands_off(
 
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
-    coordinator_calls = [body for body in model_server.requests
-                         if "deerflow-agent: coordinator" in str(body["messages"][0]["content"])]
+    coordinator_calls = model_server.requests_for("coordinator")
     assert len(coordinator_calls) == 3
     last_tools = {tool["function"]["name"] for tool in coordinator_calls[-1]["tools"]}
     assert last_tools == {"handoff_to_planner"}, "at the round limit the coordinator may only hand off"
-    planner_task = planner_requests(model_server)[0]["messages"][1]["content"]
+    planner_task = model_server.requests_for("planner")[0]["messages"][1]["content"]
     for said in ("Tell me about batteries", "solid-state cells for cars", "Europe, the next five years"):
         assert said in planner_task
     assert (await handle.query("status", result_type=RunStatus)).clarification_rounds == 2

@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm import ModelActivities
+from activities.prompts import render_prompt
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
@@ -35,7 +36,7 @@ async def test_tool_call_and_usage_come_back(worker_settings: Settings, model_se
     assert response.message.tool_calls[0].arguments["locale"] == "en-US"
     assert response.usage.llm_calls == 1 and response.usage.total_tokens > 0
     system = model_server.requests[-1]["messages"][0]["content"]
-    assert system.startswith("<!-- deerflow-agent: coordinator -->") and "Locale: en-US" in system
+    assert system == render_prompt("coordinator", COORDINATOR.prompt_vars) and "Locale: en-US" in system
 
 
 async def test_json_mode_reaches_the_provider(worker_settings: Settings, model_server: FakeModelServer) -> None:

@@ -40,7 +40,8 @@ from runtime.converter import data_converter, prepare_payload_store, storage_dri
 from sandbox.activity import SandboxActivities
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver
-from tests.conftest import TEST_SERVER, run_id
+from tests.conftest import TEST_SERVER
+from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
@@ -48,7 +49,6 @@ from workflows.research import DeepResearchWorkflow
 THRESHOLD = 32_768
 BIG = 1_000_000
 REFERENCE_TYPE = ExternalStorageReference.DESCRIPTOR.full_name.encode()
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 
 
 # ---------------------------------------------------------------------------- history inspection

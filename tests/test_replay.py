@@ -17,6 +17,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from tests.history_checks import most_pending, tool_batches
 from workflows.models import ChatMessage, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 
@@ -40,8 +41,6 @@ def test_a_bad_request_history_fails_the_run_in_its_first_task() -> None:
 
 
 def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood() -> None:
-    from tests.test_tool_call_caps import most_pending, tool_batches
-
     history = load(HISTORIES / "capped_tool_calls.json")
     assert max(tool_batches(history)) == 4  # of 12 calls; recorded with DEERFLOW_MAX_TOOL_CALLS_PER_TURN=4
     assert most_pending(history) <= 2  # and DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=2

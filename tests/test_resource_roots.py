@@ -26,7 +26,7 @@ from cli.connection import CliError
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
 from tests.conftest import settings_with
-from tests.test_workflow import start
+from tests.support import start
 from workflows.errors import failure_message
 from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
 

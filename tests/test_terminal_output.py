@@ -21,8 +21,8 @@ from cli.commands import _write_report
 from cli.render import plan_text, status_text
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, render_status
-from tests.test_watch import T0, ScriptedRun, handle, sample_status
-from workflows.models import Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
+from tests.status_samples import T0, ScriptedRun, handle, sample_status
+from workflows.models import Awaiting, Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
 
 CLEAR, TITLE, CLIPBOARD = "\x1b[2J", "\x1b]0;pwned\x07", "\x1b]52;c;cm0gLXJmIH4=\x1b\\"
 LINK, BELL, CSI8, BIDI, RED = "\x1b]8;;http://evil.example/\x07", "\x07", "\x9b2J", "\u202e", "\x1b[5;7;41m"
@@ -95,7 +95,7 @@ def test_the_live_panel_shows_markup_literally_and_no_model_escapes() -> None:
 
 
 async def test_the_plain_watch_lines_are_stripped() -> None:
-    finished = hostile_status(phase=Phase.COMPLETED, awaiting="clarification_answer")
+    finished = hostile_status(phase=Phase.COMPLETED, awaiting=Awaiting.CLARIFICATION)
     run = ScriptedRun([(WorkflowExecutionStatus.COMPLETED, lambda: finished)])
     out = io.StringIO()
     await Watcher(live=False, out=out, poll_seconds=0.01, describe=run.describe, query=run.query).follow(handle())

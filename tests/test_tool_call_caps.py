@@ -11,14 +11,16 @@ from collections.abc import Callable
 
 import pytest
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHistory
+from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from activities.run_config import RunConfigActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import STARTED, run_id, settings_with
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunConfig
+from tests.conftest import settings_with
+from tests.history_checks import most_pending, tool_batches
+from tests.support import start
+from workflows.models import Outcome, RunConfig
 
 PER_TURN = 16
 IN_FLIGHT = 4
@@ -32,38 +34,11 @@ def caps(provider_env: dict[str, str], configure_worker: Callable[[Settings], No
     return settings
 
 
-def tool_batches(history: WorkflowHistory) -> list[int]:
-    """How many tool activities were scheduled after each model turn, before the next one."""
-    batches = [0]
-    for event in history.events:
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            if event.activity_task_scheduled_event_attributes.activity_type.name == "chat":
-                batches.append(0)
-            else:
-                batches[-1] += 1
-    return batches
-
-
-def most_pending(history: WorkflowHistory) -> int:
-    pending = peak = 0
-    for event in history.events:
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            pending += 1
-            peak = max(peak, pending)
-        elif any(event.HasField(f"activity_task_{end}_event_attributes")
-                 for end in ("completed", "failed", "timed_out", "canceled")):
-            pending -= 1
-    return peak
-
-
 async def test_a_flood_of_tool_calls_is_capped_and_the_run_completes(
     time_worker: Client, model_server: FakeModelServer, caps: None
 ) -> None:
     model_server.inject(Fault.tool_call_flood(2_500, agent="researcher"))
-    handle = await time_worker.start_workflow(
-        WORKFLOW_TYPE, ResearchRequest(question="How do tides work?", auto_accept_plan=True, max_step_num=1),
-        id=run_id("flood"), task_queue=TASK_QUEUE, result_type=ResearchResult)
-    STARTED.append(handle)
+    handle = await start(time_worker, question="How do tides work?", auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
 
     assert result.outcome is Outcome.REPORT
@@ -71,8 +46,7 @@ async def test_a_flood_of_tool_calls_is_capped_and_the_run_completes(
     history = await handle.fetch_history()
     assert max(tool_batches(history)) == PER_TURN
     assert most_pending(history) <= IN_FLIGHT
-    researcher_turns = [body for body in model_server.requests
-                        if "deerflow-agent: researcher" in str(body["messages"][0]["content"])]
+    researcher_turns = model_server.requests_for("researcher")
     replies = [m["content"] for m in researcher_turns[1]["messages"] if m["role"] == "tool"]
     assert len(replies) == 2_500
     dropped = [reply for reply in replies if reply.startswith("Error: not run. Your reply made 2500 tool calls")]

@@ -17,7 +17,7 @@ from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from tests.conftest import settings_with
 from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.test_workflow import start
+from tests.support import start
 from workflows.models import Outcome
 
 ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"
@@ -43,9 +43,8 @@ async def test_resources_are_searched_first_and_cited_in_the_report(
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, resources=[str(documents)])
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
-    researcher_first_turns = [body for body in model_server.requests
-                              if "deerflow-agent: researcher" in str(body["messages"][0]["content"])
-                              and not any(m["role"] == "tool" for m in body["messages"])]
+    researcher_first_turns = [body for body in model_server.requests_for("researcher")
+                              if not any(m["role"] == "tool" for m in body["messages"])]
     assert researcher_first_turns
     for body in researcher_first_turns:
         assert body["tools"][0]["function"]["name"] == "local_search_tool"
@@ -120,8 +119,7 @@ async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
                  if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
     assert scheduled.count("mcp_list_tools") == 2  # once per research step, recorded for replay
     assert scheduled.count("mcp_call_tool") == 2
-    researcher_turns = [body for body in model_server.requests
-                        if "deerflow-agent: researcher" in str(body["messages"][0]["content"])]
+    researcher_turns = model_server.requests_for("researcher")
     assert "mcp_calc_add" in {tool["function"]["name"] for tool in researcher_turns[0]["tools"]}
     mcp_answers = [m["content"] for body in researcher_turns for m in body["messages"]
                    if m["role"] == "tool" and m["tool_call_id"] == "call_2"]

@@ -12,11 +12,11 @@ import io
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from rich.console import Console
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.connection import CliError
@@ -25,52 +25,19 @@ from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
-from tests.conftest import run_id
 from tests.processes import DevServer, WorkerProcess
+from tests.status_samples import T0, ScriptedRun, at, handle, sample_status
+from tests.support import run_id
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
+    Awaiting,
     Phase,
-    Plan,
-    PlanVersion,
     ProgressEvent,
     ResearchRequest,
     ResearchResult,
     RunStatus,
-    Step,
-    StepState,
-    StepStatus,
-    StepType,
-    Usage,
 )
-
-T0 = datetime(2025, 3, 1, 9, 0, 0, tzinfo=UTC)
-
-
-def at(seconds: float, base: datetime = T0) -> str:
-    return (base + timedelta(seconds=seconds)).isoformat()
-
-
-def sample_status(**changes: Any) -> RunStatus:
-    plan = Plan(title="Solid-state batteries", steps=[
-        Step(title="Background and key facts"), Step(title="Cost data", step_type=StepType.PROCESSING),
-        Step(title="Outlook", step_type=StepType.ANALYSIS),
-    ])
-    status = RunStatus(
-        phase=Phase.RESEARCHING, started_at=at(0), plan=plan, plan_history=[PlanVersion(version=1, plan=plan)],
-        steps=[
-            StepStatus(index=0, title="Background and key facts", step_type=StepType.RESEARCH, state=StepState.DONE,
-                       started_at=at(10), finished_at=at(75),
-                       finding_preview="## Findings\n**Solid electrolytes** replace the liquid one."),
-            StepStatus(index=1, title="Cost data", step_type=StepType.PROCESSING, state=StepState.RUNNING,
-                       started_at=at(75)),
-            StepStatus(index=2, title="Outlook", step_type=StepType.ANALYSIS, state=StepState.PENDING),
-        ],
-        usage=Usage(llm_calls=7, input_tokens=12_000, output_tokens=3_456, total_tokens=15_456),
-        events=[ProgressEvent(at=at(0), kind="phase", message="coordinating"),
-                ProgressEvent(at=at(75), kind="step_done", message="Background and key facts", step_index=0)],
-    )
-    return status.model_copy(update=changes)
 
 
 def text_of(renderable: Any, width: int = 110) -> str:
@@ -94,7 +61,7 @@ def test_panel_shows_run_phase_clocks_plan_findings_and_usage() -> None:
 
 
 def test_panel_highlights_a_pending_review_with_the_commands() -> None:
-    status = sample_status(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback", review_deadline=at(7 * 86400))
+    status = sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK, review_deadline=at(7 * 86400))
     text = text_of(render_status(status, "research-abc", T0), width=120)
     assert "Awaiting plan review" in text
     assert "python starter.py review research-abc --accept" in text
@@ -103,7 +70,7 @@ def test_panel_highlights_a_pending_review_with_the_commands() -> None:
 
 
 def test_panel_shows_a_clarifying_question_and_how_to_answer() -> None:
-    status = sample_status(phase=Phase.AWAITING_CLARIFICATION, awaiting="clarification_answer",
+    status = sample_status(phase=Phase.AWAITING_CLARIFICATION, awaiting=Awaiting.CLARIFICATION,
                            question="Which market do you mean?", plan=None, steps=[])
     text = text_of(render_status(status, "r1", T0), width=140)
     assert "Which market do you mean?" in text
@@ -125,41 +92,8 @@ def test_durations_read_naturally() -> None:
 # ---------------------------------------------------------------- the poll loop, scripted
 
 
-Poll = tuple[WorkflowExecutionStatus | BaseException, Callable[[], RunStatus] | BaseException]
-
-
-class ScriptedRun:
-    """Plays a list of polls: what describe says, and what the status query returns or raises."""
-
-    def __init__(self, polls: list[Poll]) -> None:
-        self.polls = polls
-        self.position = -1
-
-    async def describe(self, _handle: Any) -> WorkflowExecutionStatus:
-        self.position = min(self.position + 1, len(self.polls) - 1)
-        state = self.polls[self.position][0]
-        if isinstance(state, BaseException):
-            raise state
-        return state
-
-    async def query(self, _handle: Any) -> RunStatus:
-        answer = self.polls[self.position][1]
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer()
-
-
 def unavailable() -> RPCError:
     return RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
-
-
-class FakeHandle:
-    id = "research-scripted"
-    run_id = None
-
-
-def handle() -> WorkflowHandle[Any, Any]:
-    return cast(WorkflowHandle[Any, Any], FakeHandle())
 
 
 def now_iso(offset: float = 0.0) -> str:
@@ -183,8 +117,8 @@ async def test_plain_watch_prints_each_change_once_and_survives_an_outage() -> N
     run = ScriptedRun([
         (running, growing()),
         (running, growing(("phase", "awaiting_review (awaiting plan_feedback)", None),
-                          phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),
-        (running, growing(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),  # nothing new
+                          phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),
+        (running, growing(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),  # nothing new
         (unavailable(), unavailable()),
         (unavailable(), unavailable()),
         (running, growing(("phase", "researching", None), ("step_started", "Cost data", 1))),
@@ -203,7 +137,11 @@ async def test_plain_watch_prints_each_change_once_and_survives_an_outage() -> N
     assert body == [
         "phase → coordinating",
         "phase → awaiting_review (awaiting plan_feedback)",
-        '  awaiting plan review: python starter.py review research-scripted --accept | --edit "what to change"',
+        "  Awaiting plan review",  # shown once, with every way to answer (workflows/status_view.py)
+        "    python starter.py review research-scripted --accept",
+        '    python starter.py review research-scripted --edit "what to change"',
+        "    temporal workflow signal --workflow-id research-scripted --name plan_feedback --input '\"[ACCEPTED]\"'",
+        '    Web UI: Send a Signal, name plan_feedback, input "[ACCEPTED]" or "[EDIT_PLAN] <what to change>"',
         "reconnecting… (tcp connect error)",
         "reconnected",
         "phase → researching",
@@ -228,7 +166,8 @@ async def test_a_run_no_worker_answers_for_says_so_instead_of_reconnecting() -> 
     out = io.StringIO()
     await Watcher(live=False, out=out, poll_seconds=0.01, describe=run.describe, query=run.query).follow(handle())
     lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
-    assert lines[:2] == ["waiting for a worker… (status query: Timeout expired)", "reconnected"], lines
+    assert lines[:2] == ["waiting for a worker… (status query: Timeout expired): no worker answers this run's "
+                         "queries. Start one with `python worker.py` (same TEMPORAL_* settings)", "reconnected"], lines
 
 
 async def test_unknown_run_is_a_clear_error() -> None:
@@ -239,7 +178,8 @@ async def test_unknown_run_is_a_clear_error() -> None:
 
 async def test_terminated_run_without_a_worker_ends_the_watch_as_failed() -> None:
     run = ScriptedRun([
-        (WorkflowExecutionStatus.RUNNING, lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),
+        (WorkflowExecutionStatus.RUNNING,
+         lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),
         (WorkflowExecutionStatus.TERMINATED, unavailable()),  # no worker left to answer the query
     ])
     out = io.StringIO()
@@ -247,13 +187,14 @@ async def test_terminated_run_without_a_worker_ends_the_watch_as_failed() -> Non
                           query=run.query).follow(handle())
     assert final.phase is Phase.FAILED
     assert final.error == "the run was terminated"
-    assert "run terminated: failed" in out.getvalue()
+    assert "run terminated: last phase awaiting_review" in out.getvalue()  # how it ended, then where it stood
 
 
 async def test_follow_until_returns_while_the_run_goes_on() -> None:
     run = ScriptedRun([
         (WorkflowExecutionStatus.RUNNING, lambda: sample_status(phase=Phase.PLANNING)),
-        (WorkflowExecutionStatus.RUNNING, lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback")),
+        (WorkflowExecutionStatus.RUNNING,
+         lambda: sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK)),
         (WorkflowExecutionStatus.RUNNING, lambda: sample_status()),
     ])
     watcher = Watcher(live=False, out=io.StringIO(), poll_seconds=0.01, describe=run.describe, query=run.query)

@@ -24,8 +24,8 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
 from tests.cdp import Chromium, Page, chromium_path
-from tests.conftest import run_id
 from tests.processes import DevServer, WorkerProcess
+from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunStatus
 
 CHROMIUM = chromium_path()

@@ -17,22 +17,18 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from tests.conftest import run_id
+from offline.providers import without_provider_settings
 from tests.history_checks import activity_events
 from tests.processes import REPO_DIR, DevServer
+from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.queues import SANDBOX_TASK_QUEUE
-
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 
 
 @pytest.fixture
 def split_workers(dev_server: DevServer, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     started = {}
-    env = {key: value for key, value in os.environ.items()
-           if key not in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
-                          "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")}
-    env["TEMPORAL_ADDRESS"] = dev_server.address
+    env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": dev_server.address}
     for queues in ("main", "sandbox"):
         log = (tmp_path / f"{queues}.log").open("ab")
         started[queues] = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py"), "--queues", queues],

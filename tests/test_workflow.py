@@ -7,62 +7,28 @@ failing providers and failing tools.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.conftest import STARTED, run_id, settings_with
+from tests.conftest import settings_with
+from tests.support import awaiting_review, start, wait_for
 from workflows.errors import failure_message
 from workflows.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
     Outcome,
     Phase,
-    ResearchRequest,
-    ResearchResult,
     ReviewOutcome,
     RunStatus,
     StepState,
     StepType,
 )
-
-QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
-
-
-async def start(client: Client, **fields: object) -> WorkflowHandle:
-    request = ResearchRequest.model_validate({"question": QUESTION, **fields})
-    handle = await client.start_workflow(WORKFLOW_TYPE, request, id=run_id(), task_queue=TASK_QUEUE,
-                                         result_type=ResearchResult)
-    STARTED.append(handle)
-    return handle
-
-
-async def wait_for(handle: WorkflowHandle, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        status = await handle.query("status", result_type=RunStatus)
-        if predicate(status):
-            return status
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"status never matched; last: {status.model_dump_json(indent=1)}")
-        await asyncio.sleep(0.05)
-
-
-def awaiting_review(status: RunStatus) -> bool:
-    return status.phase is Phase.AWAITING_REVIEW and status.awaiting == "plan_feedback"
-
-
-def planner_requests(model_server: FakeModelServer) -> list[dict]:
-    return [body for body in model_server.requests
-            if "deerflow-agent: planner" in str(body["messages"][0].get("content"))]
 
 
 async def test_accepted_plan_runs_every_step_and_the_report_uses_every_finding(time_worker: Client) -> None:
@@ -105,7 +71,7 @@ async def test_edit_plan_goes_back_to_the_planner_with_the_feedback(
                              and s.plan.title != first.plan.title)
     assert revised.plan is not None
     assert "manufacturing costs" in revised.plan.model_dump_json()
-    last_planner_call = planner_requests(model_server)[-1]
+    last_planner_call = model_server.requests_for("planner")[-1]
     assert any(message.get("name") == "feedback" and "[EDIT_PLAN] add a step on manufacturing costs"
                in message.get("content", "") for message in last_planner_call["messages"])
 
@@ -235,8 +201,7 @@ async def test_recursion_limit_ends_the_step_with_a_summarising_turn(
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
-    researcher_calls = [body for body in model_server.requests
-                        if "deerflow-agent: researcher" in str(body["messages"][0].get("content"))]
+    researcher_calls = model_server.requests_for("researcher")
     assert len(researcher_calls) == 2
     assert "tools" not in researcher_calls[-1] or not researcher_calls[-1]["tools"]
     assert "limit of tool calls" in researcher_calls[-1]["messages"][-1]["content"]

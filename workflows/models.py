@@ -127,6 +127,14 @@ class ResearchRequest(BaseModel):
             data = {key: value for key, value in data.items() if key not in RETIRED_REQUEST_FIELDS}
         return data
 
+    @field_validator("question")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # Whitespace asks nothing; the coordinator would take it for small talk and answer it.
+        if not value.strip():
+            raise ValueError("the question is blank")
+        return value
+
     @field_validator("mcp_servers", mode="before")
     @classmethod
     def _names_as_choices(cls, value: Any) -> Any:
@@ -366,6 +374,13 @@ class Phase(StrEnum):
     FAILED = "failed"
 
 
+class Awaiting(StrEnum):
+    """What a paused run needs from a person; each value is also the signal (and update) to send."""
+
+    PLAN_FEEDBACK = "plan_feedback"
+    CLARIFICATION = "clarification_answer"
+
+
 class StepState(StrEnum):
     PENDING = "pending"
     RUNNING = "running"
@@ -386,7 +401,8 @@ class ProgressEvent(BaseModel):
     """One line of a run's story, for live views; ``at`` is workflow time (ISO 8601)."""
 
     at: str
-    kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error"]
+    # "ignored": a signal the run dropped (bad or ill-timed), so its sender can see why.
+    kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error", "ignored"]
     message: str
     step_index: int | None = None
 
@@ -400,11 +416,13 @@ class PlanVersion(BaseModel):
 
 
 MAX_EVENTS = 200
+# Of those, at most this many "ignored" events: a flood of bad signals cannot push out the run's story.
+MAX_IGNORED_EVENTS = 10
 
 
 class RunStatus(BaseModel):
     phase: Phase
-    awaiting: str | None = None  # e.g. "plan_feedback": what a human must send next
+    awaiting: Awaiting | None = None  # what a person must send next
     awaiting_since: str | None = None
     review_deadline: str | None = None
     question: str | None = None  # the clarifying question, while one is pending
@@ -421,16 +439,21 @@ class RunStatus(BaseModel):
     offline_demo: bool = False  # the run is served by the bundled offline demonstration model
 
 
-class RunCheckpoint(BaseModel):
-    """Everything a run needs to go on after continue-as-new, mid step loop."""
+class RunState(BaseModel):
+    """Everything a run knows, in one serialisable object: the workflow keeps it on ``self``, the
+    ``status`` query shows its ``status``, and continue-as-new hands the whole of it to the next run.
 
-    plan: Plan
-    plan_iterations: int
-    locale: str
-    planner_messages: list[ChatMessage]
-    observations: list[str]
-    status: RunStatus
-    config: RunConfig
+    The field names are those of the checkpoint that earlier versions wrote, so a continuation
+    written by either version is read by the other.
+    """
+
+    status: RunStatus = Field(default_factory=lambda: RunStatus(phase=Phase.STARTING))
+    config: RunConfig = Field(default_factory=RunConfig)
+    plan: Plan | None = None  # the plan being reviewed or run; None until the planner wrote one
+    plan_iterations: int = 0  # plans accepted and run (DeerFlow's count; edits do not add to it)
+    locale: str = "en-US"
+    planner_messages: list[ChatMessage] = Field(default_factory=list)
+    observations: list[str] = Field(default_factory=list)  # findings of finished steps, in plan order
 
 
 class RunContinuation(BaseModel):
@@ -439,7 +462,7 @@ class RunContinuation(BaseModel):
     Accepted only when ``written_by_run_id`` is the run this one continues (workflows/run_input.py).
     """
 
-    checkpoint: RunCheckpoint
+    checkpoint: RunState
     written_by_run_id: str
 
 

@@ -11,8 +11,9 @@ days without holding worker memory, and survive worker and server restarts.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio import workflow
 from temporalio.common import RawValue
@@ -28,7 +29,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.model_calls import call_model
     from workflows.models import (
         MAX_EVENTS,
+        MAX_IGNORED_EVENTS,
         WORKFLOW_TYPE,
+        Awaiting,
         ChatMessage,
         ChatRequest,
         ModelTier,
@@ -41,23 +44,21 @@ with workflow.unsafe.imports_passed_through():
         ResearchResult,
         ReviewOutcome,
         ReviewTimeoutAction,
-        RunCheckpoint,
         RunConfig,
         RunContinuation,
+        RunState,
         RunStatus,
         StepState,
         StepStatus,
     )
     from workflows.plan_parsing import PlanParseError, parse_plan
     from workflows.progress import current_details
-    from workflows.review import Feedback, InvalidFeedback, parse_feedback
+    from workflows.review import Feedback, InvalidFeedback, nonempty_answer, one_input, parse_feedback
     from workflows.run_input import parse_inputs
     from workflows.scheduling import step_dependencies
     from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, ToolContext, mcp_tools_for, search
     from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
 
-AWAITING_PLAN_FEEDBACK = "plan_feedback"
-AWAITING_CLARIFICATION = "clarification_answer"
 DEFAULT_LOCALE = "en-US"
 # Runs recorded before review deadlines existed waited without a timer; replaying them must too.
 REVIEW_DEADLINE_PATCH = "review-deadline"
@@ -71,26 +72,67 @@ class ReviewTimedOut(Exception):
     """Nobody answered before ``review_timeout``."""
 
 
+class RunEnded(Exception):
+    """The run ends early with ``result``: a direct reply, no usable plan, or a review not given in time.
+
+    Raised from deep in a stage so that ``run`` keeps one exit for every ending.
+    """
+
+    def __init__(self, result: ResearchResult) -> None:
+        super().__init__(result.outcome.value)
+        self.result = result
+
+
 @workflow.defn(dynamic=True)
 class DeepResearchWorkflow:
     """Registered as the dynamic workflow so that its start inputs arrive undecoded, whatever
     their number (the SDK drops typed decoding when the count differs from the signature, and
     then a bad input fails the workflow task for ever). Only ``WORKFLOW_TYPE`` is served; the
-    public contract is unchanged: one JSON object, a ``ResearchRequest``."""
+    public contract is unchanged: one JSON object, a ``ResearchRequest``.
+
+    Everything the run knows is one ``RunState`` (samples-python's ``safe_message_handlers``
+    shape): methods read and change it, the ``status`` query shows it, and continue-as-new copies
+    it whole. What is on ``self`` besides is not state: messages waiting for the main method (only
+    while the run awaits a person, so never at a continue-as-new) and run-time resources rebuilt
+    from the state.
+    """
 
     def __init__(self) -> None:
-        self._status = RunStatus(phase=Phase.STARTING)
+        self._state = RunState()
         self._feedback_inbox: list[Feedback] = []
         self._clarification_inbox: list[str] = []
-        self._observations: list[str] = []
-        self._config = RunConfig()
         self._slots = ActivitySlots(None)
         self._crawls: dict[str, asyncio.Task[str]] = {}
+
+    @property
+    def _status(self) -> RunStatus:
+        return self._state.status
 
     # ------------------------------------------------------------------ the story of a run
 
     @workflow.run
     async def run(self, inputs: Sequence[RawValue]) -> ResearchResult:
+        request, continued = self._accept(inputs)
+        try:
+            if continued:  # finish the steps the previous run had started, then go on as it would have
+                await self._run_steps(request)
+            else:
+                await self._configure(request)
+                topic = await self._coordinate(request)  # may end the run with a direct reply
+                await self._investigate(topic, request)
+            await self._plan_review_and_research(request)  # may end it: no usable plan, no review in time
+            report = await self._report(request)
+            return self._finish(ResearchResult(report=report, plan=self._state.plan, locale=self._state.locale))
+        except RunEnded as ended:
+            return self._finish(ended.result)
+        except ActivityError as error:  # a call that failed for good (bad key, provider down past all retries)
+            raise self._failed(error) from error
+
+    def _accept(self, inputs: Sequence[RawValue]) -> tuple[ResearchRequest, bool]:
+        """The request, and whether this run continues another (whose state it then takes over).
+
+        A bad input fails the run at once, with the reason in its status and its failure.
+        """
         self._status.started_at = workflow.now().isoformat()
         info = workflow.info()
         try:
@@ -103,95 +145,47 @@ class DeepResearchWorkflow:
             self._status.error = error.message
             self._set_phase(Phase.FAILED)
             raise
-        try:
-            return await self._research(request, continuation)
-        except ActivityError as error:
-            # A model call that failed for good (bad key, provider down past all retries).
-            failed_in = self._status.phase
-            self._status.error = failure_message(error)
-            self._set_phase(Phase.FAILED)
-            raise ApplicationError(
-                f"Research run failed while {failed_in.value}: {self._status.error}",
-                type="ResearchFailed", non_retryable=True,
-            ) from error
+        if continuation is None:
+            return request, False
+        self._state = continuation.checkpoint
+        self._use_config(self._state.config)
+        self._event("phase", f"continued as a new run after {len(self._state.observations)} finding(s)")
+        return request, True
 
-    async def _research(self, request: ResearchRequest, continuation: RunContinuation | None) -> ResearchResult:
-        plan: Plan | None = None
-        plan_iterations = 0
-        feedback_text: str | None = None
-        if continuation is not None:  # resume the step loop where the previous run was
-            checkpoint = continuation.checkpoint
-            self._status = checkpoint.status
-            self._use_config(checkpoint.config)
-            self._observations = list(checkpoint.observations)
-            plan, plan_iterations, locale = checkpoint.plan, checkpoint.plan_iterations, checkpoint.locale
-            planner_messages = list(checkpoint.planner_messages)
-            self._event("phase", f"continued as a new run after {len(self._observations)} finding(s)")
-            await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
-        else:
-            # It also refuses resources outside the worker's resource roots (input only: no new command).
-            self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
-            self._status.offline_demo = self._config.offline_demo
-            if self._config.search_attributes_enabled:
-                workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
-            handoff = await self._coordinate(request)
-            if isinstance(handoff, str):
-                return self._finish(ResearchResult(report=handoff, locale=request.locale or DEFAULT_LOCALE,
-                                                   outcome=Outcome.DIRECT_REPLY))
-            topic, locale, clarified_question = handoff
-            self._status.locale = locale
-            planner_messages = [ChatMessage(role="user", content=clarified_question)]
-            if request.enable_background_investigation:
-                planner_messages.extend(await self._investigate(topic, request))
+    async def _plan_review_and_research(self, request: ResearchRequest) -> None:
+        """Plan, have the plan reviewed, run its steps; again until ``max_plan_iterations`` plans
+        have run or the planner has enough context. An edit sends the plan back to the planner
+        without counting as an iteration (DeerFlow's rule)."""
+        feedback: str | None = None
+        while self._state.plan_iterations < request.max_plan_iterations:
+            reply = await self._plan(request)
+            plan = self._adopt_plan(reply.content, request, feedback)
+            if plan is None or plan.has_enough_context:
+                return
+            review = Feedback(accepted=True) if request.auto_accept_plan else await self._review(request)
+            if review is None:
+                return
+            if not review.accepted:
+                feedback = review.as_message
+                self._state.planner_messages += [ChatMessage(role="assistant", content=reply.content),
+                                                 ChatMessage(role="user", name="feedback", content=feedback)]
+                continue
+            self._state.plan_iterations += 1
+            self._status.plan_iterations = self._state.plan_iterations
+            await self._run_steps(request)
 
-        while plan_iterations < request.max_plan_iterations:
-            reply = await self._plan(request, locale, planner_messages)
-            try:
-                plan = parse_plan(reply.content, request.max_step_num, locale)
-            except PlanParseError as error:
-                workflow.logger.warning("Planner output unusable: %s", error)
-                self._event("error", f"Planner output unusable: {error}")
-                if plan_iterations == 0:
-                    return self._finish(ResearchResult(
-                        report=f"The planner did not produce a usable plan: {error}", locale=locale,
-                        outcome=Outcome.FAILED, error=str(error),
-                    ))
-                break  # later iterations write the report from what is known
-            self._show_plan(plan, feedback_text)
-            if plan.has_enough_context:
-                break
-            if not request.auto_accept_plan:
-                try:
-                    feedback = await self._await_review(request)
-                except ReviewTimedOut:
-                    action = request.review_timeout_action
-                    self._event("review", f"No review within {request.review_timeout}: {action.value}")
-                    if action is ReviewTimeoutAction.CANCEL:
-                        return self._finish(ResearchResult(
-                            report=(f"The plan was not reviewed within {request.review_timeout}, so the run "
-                                    "was cancelled without researching (review_timeout_action=cancel)."),
-                            plan=plan, locale=locale, outcome=Outcome.CANCELLED,
-                        ))
-                    if action is ReviewTimeoutAction.REPORT:
-                        break
-                    feedback = Feedback(accepted=True)
-                if not feedback.accepted:
-                    feedback_text = feedback.as_message
-                    planner_messages.append(ChatMessage(role="assistant", content=reply.content))
-                    planner_messages.append(ChatMessage(role="user", name="feedback", content=feedback_text))
-                    continue
-            plan_iterations += 1
-            self._status.plan_iterations = plan_iterations
-            await self._run_steps(plan, locale, request, planner_messages, plan_iterations)
+    # ------------------------------------------------------------------ stages
 
-        assert plan is not None  # the loop runs at least once and every exit above sets it
-        report = await self._report(plan, locale, request)
-        return self._finish(ResearchResult(report=report, plan=plan, locale=locale))
+    async def _configure(self, request: ResearchRequest) -> None:
+        # It also refuses resources outside the worker's resource roots (input only: no new command).
+        self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
+        self._status.offline_demo = self._state.config.offline_demo
+        if self._state.config.search_attributes_enabled:
+            workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
 
-    # ------------------------------------------------------------------ nodes
-
-    async def _coordinate(self, request: ResearchRequest) -> str | tuple[str, str, str]:
-        """Coordinator turns: a direct reply (str), or a handoff (topic, locale, clarified question).
+    async def _coordinate(self, request: ResearchRequest) -> str:
+        """Coordinator turns, ending in a handoff to the planner (the research topic is returned)
+        or in a direct reply, which ends the run.
 
         With clarification enabled the coordinator may ask the user questions first; at the
         round limit it must hand off, and the whole exchange is what the planner sees.
@@ -211,6 +205,7 @@ class DeepResearchWorkflow:
                     tools=[HANDOFF_TO_PLANNER, ASK_CLARIFICATION] if may_ask else [HANDOFF_TO_PLANNER],
                 ),
                 self._status.usage,
+                summary="coordinator",
             )
             calls = {call.name: call for call in reply.tool_calls}
             handoff = calls.get(HANDOFF_TO_PLANNER.name)
@@ -227,44 +222,83 @@ class DeepResearchWorkflow:
                 self._status.clarification_rounds = rounds
                 continue
             if handoff is None and rounds == 0:
-                return reply.content
+                raise RunEnded(ResearchResult(report=reply.content, locale=request.locale or DEFAULT_LOCALE,
+                                              outcome=Outcome.DIRECT_REPLY))
             return self._handoff(handoff.arguments if handoff else None, request, conversation)
 
-    def _handoff(self, arguments: dict | None, request: ResearchRequest,
-                 conversation: list[ChatMessage]) -> tuple[str, str, str]:
+    def _handoff(self, arguments: dict | None, request: ResearchRequest, conversation: list[ChatMessage]) -> str:
+        """Start the planner's conversation from the (clarified) request; returns the research topic."""
         arguments = arguments or {}
         clarified = "\n\n".join(
             message.content if message.role == "user" else f"(Assistant asked: {message.content})"
             for message in conversation
         )
-        topic = str(arguments.get("research_topic") or clarified)
-        locale = request.locale or str(arguments.get("locale") or DEFAULT_LOCALE)
-        return topic, locale, clarified
+        self._state.locale = request.locale or str(arguments.get("locale") or DEFAULT_LOCALE)
+        self._status.locale = self._state.locale
+        self._state.planner_messages = [ChatMessage(role="user", content=clarified)]
+        return str(arguments.get("research_topic") or clarified)
 
-    async def _investigate(self, topic: str, request: ResearchRequest) -> list[ChatMessage]:
+    async def _investigate(self, topic: str, request: ResearchRequest) -> None:
         """A quick search before planning; a failure only costs the planner some context."""
+        if not request.enable_background_investigation:
+            return
         self._set_phase(Phase.BACKGROUND_INVESTIGATION)
         try:
             response = await search(topic, request.max_search_results)
         except ActivityError as error:
             workflow.logger.warning("Background investigation failed: %s", failure_message(error))
             self._event("error", f"Background investigation failed: {failure_message(error)}")
-            return []
-        return [background_message(response)]
+            return
+        self._state.planner_messages.append(background_message(response))
 
-    async def _plan(self, request: ResearchRequest, locale: str, planner_messages: list[ChatMessage]) -> ChatMessage:
+    async def _plan(self, request: ResearchRequest) -> ChatMessage:
         self._set_phase(Phase.PLANNING)
-        vars_ = {**self._prompt_vars(locale), "max_step_num": str(request.max_step_num)}
+        vars_ = {**self._prompt_vars(self._state.locale), "max_step_num": str(request.max_step_num)}
         tier = ModelTier.REASONING if request.enable_deep_thinking else ModelTier.BASIC
-        observations = [observation_message(observation) for observation in self._observations]
+        observations = [observation_message(observation) for observation in self._state.observations]
         return await call_model(
-            ChatRequest(prompt="planner", prompt_vars=vars_, messages=planner_messages + observations,
+            ChatRequest(prompt="planner", prompt_vars=vars_, messages=self._state.planner_messages + observations,
                         model_tier=tier, json_mode=True),
             self._status.usage,
+            summary=f"planner · v{len(self._status.plan_history) + 1}",
         )
 
+    def _adopt_plan(self, text: str, request: ResearchRequest, feedback: str | None) -> Plan | None:
+        """The planner's plan, now the run's. An unusable first plan ends the run; a later one
+        leaves the run to report from what it knows (None)."""
+        try:
+            plan = parse_plan(text, request.max_step_num, self._state.locale)
+        except PlanParseError as error:
+            workflow.logger.warning("Planner output unusable: %s", error)
+            self._event("error", f"Planner output unusable: {error}")
+            if self._state.plan_iterations == 0:
+                raise RunEnded(ResearchResult(
+                    report=f"The planner did not produce a usable plan: {error}", locale=self._state.locale,
+                    outcome=Outcome.FAILED, error=str(error),
+                )) from None
+            return None
+        self._show_plan(plan, feedback)
+        return plan
+
+    async def _review(self, request: ResearchRequest) -> Feedback | None:
+        """A person's verdict on the plan. Past ``review_timeout``, ``review_timeout_action``
+        decides: ``accept`` (the plan runs), ``report`` (None: the report is written from what is
+        known) or ``cancel`` (the run ends, saying so)."""
+        try:
+            return await self._await_review(request)
+        except ReviewTimedOut:
+            action = request.review_timeout_action
+            self._event("review", f"No review within {request.review_timeout}: {action.value}")
+            if action is ReviewTimeoutAction.CANCEL:
+                raise RunEnded(ResearchResult(
+                    report=(f"The plan was not reviewed within {request.review_timeout}, so the run "
+                            "was cancelled without researching (review_timeout_action=cancel)."),
+                    plan=self._state.plan, locale=self._state.locale, outcome=Outcome.CANCELLED,
+                )) from None
+            return None if action is ReviewTimeoutAction.REPORT else Feedback(accepted=True)
+
     async def _await_review(self, request: ResearchRequest) -> Feedback:
-        self._await_person(Phase.AWAITING_REVIEW, AWAITING_PLAN_FEEDBACK, request)
+        self._await_person(Phase.AWAITING_REVIEW, Awaiting.PLAN_FEEDBACK, request)
         if workflow.patched(REVIEW_DEADLINE_PATCH):
             await self._wait(lambda: bool(self._feedback_inbox), request.review_timeout, "plan review deadline")
         else:
@@ -275,7 +309,7 @@ class DeepResearchWorkflow:
 
     async def _await_clarification(self, question: str, request: ResearchRequest) -> str:
         self._status.question = question
-        self._await_person(Phase.AWAITING_CLARIFICATION, AWAITING_CLARIFICATION, request)
+        self._await_person(Phase.AWAITING_CLARIFICATION, Awaiting.CLARIFICATION, request)
         self._event("clarification", f"Asked: {question}")
         await self._wait(lambda: bool(self._clarification_inbox), request.review_timeout, "clarification deadline")
         self._status.question = None
@@ -292,9 +326,9 @@ class DeepResearchWorkflow:
             self._status.awaiting = None
             raise ReviewTimedOut(summary) from error
 
-    async def _run_steps(self, plan: Plan, locale: str, request: ResearchRequest,
-                         planner_messages: list[ChatMessage], plan_iterations: int) -> None:
-        """Run every unfinished step: in order (DeerFlow), or as their dependencies allow."""
+    async def _run_steps(self, request: ResearchRequest) -> None:
+        """Run every unfinished step of the plan: in order (DeerFlow), or as their dependencies allow."""
+        plan = self._current_plan()
         self._set_phase(Phase.RESEARCHING)
         pending = [index for index, step in enumerate(plan.steps) if step.execution_res is None]
         if request.parallel_steps:
@@ -303,33 +337,34 @@ class DeepResearchWorkflow:
             async def run_when_ready(index: int) -> None:
                 needs = step_dependencies(plan, index)
                 await workflow.wait_condition(lambda: needs <= finished)
-                await self._run_step(plan, index, locale, request, context=needs)
+                await self._run_step(request, index, context=needs)
                 finished.add(index)
 
             await asyncio.gather(*(run_when_ready(index) for index in pending))
         else:
             for index in pending:
                 if self._history_is_long():
-                    done = [plan.steps[i].execution_res or "" for i in pending if plan.steps[i].execution_res]
-                    checkpoint = RunCheckpoint(
-                        plan=plan, plan_iterations=plan_iterations, locale=locale,
-                        planner_messages=planner_messages, observations=self._observations + done,
-                        status=self._status, config=self._config,
-                    )
-                    workflow.continue_as_new(args=[request, RunContinuation(
-                        checkpoint=checkpoint, written_by_run_id=workflow.info().run_id)])
-                await self._run_step(plan, index, locale, request)
+                    self._continue_as_new(request, [plan.steps[i].execution_res or "" for i in pending
+                                                    if plan.steps[i].execution_res])
+                await self._run_step(request, index)
         # Observations keep plan order, however the steps interleaved.
-        self._observations.extend(plan.steps[index].execution_res or "" for index in pending)
+        self._state.observations.extend(plan.steps[index].execution_res or "" for index in pending)
 
     def _history_is_long(self) -> bool:
         """Hand over to a fresh run when the server suggests it, or past the configured length."""
         info = workflow.info()
-        limit = self._config.continue_as_new_after_events
+        limit = self._state.config.continue_as_new_after_events
         return info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() > limit)
 
-    async def _run_step(self, plan: Plan, index: int, locale: str, request: ResearchRequest,
-                        context: set[int] | None = None) -> None:
+    def _continue_as_new(self, request: ResearchRequest, finished: list[str]) -> NoReturn:
+        """Hand the whole state to a fresh run, with the findings of this batch's finished steps
+        among its observations (the next run skips those steps)."""
+        state = self._state.model_copy(update={"observations": self._state.observations + finished})
+        workflow.continue_as_new(args=[request, RunContinuation(checkpoint=state,
+                                                                written_by_run_id=workflow.info().run_id)])
+
+    async def _run_step(self, request: ResearchRequest, index: int, context: set[int] | None = None) -> None:
+        plan, locale = self._current_plan(), self._state.locale
         step = plan.steps[index]
         status = self._status.steps[index]
         status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
@@ -341,42 +376,45 @@ class DeepResearchWorkflow:
             agent,
             {**self._prompt_vars(locale), "tool_guidance": tool_guidance},
             step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
-            self._config.agent_recursion_limit,
+            self._state.config.agent_recursion_limit,
             ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
-                        crawls=self._crawls, mcp_routes=mcp_routes),
+                        crawls=self._crawls, mcp_routes=mcp_routes, step_number=index + 1),
             self._status.usage,
             extra_tools=mcp_specs,
             slots=self._slots,
-            max_tool_calls=self._config.max_tool_calls_per_turn,
+            max_tool_calls=self._state.config.max_tool_calls_per_turn,
         )
         step.execution_res = finding
         status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
         status.finding_preview = finding[:300]
         self._event("step_done", step.title, index)
 
-    async def _report(self, plan: Plan, locale: str, request: ResearchRequest) -> str:
+    async def _report(self, request: ResearchRequest) -> str:
         self._set_phase(Phase.REPORTING)
         reply = await call_model(
             ChatRequest(
                 prompt="reporter",
-                prompt_vars={**self._prompt_vars(locale), "report_style": request.report_style.value},
-                messages=reporter_messages(plan, self._observations),
+                prompt_vars={**self._prompt_vars(self._state.locale), "report_style": request.report_style.value},
+                messages=reporter_messages(self._current_plan(), self._state.observations),
             ),
             self._status.usage,
+            summary="reporter",
         )
         return reply.content
 
     # ------------------------------------------------------------------ messages from people
+    # Signals take their inputs untyped (``*inputs``), so no value (a number, nothing, two values)
+    # can fail decoding: anything but one good, timely message is dropped and recorded as an
+    # "ignored" event with the reason, which ``status``, ``watch`` and the Web UI show to its sender.
 
-    @workflow.signal(name="plan_feedback")
-    def plan_feedback(self, feedback: str) -> None:
-        """DeerFlow's protocol as a signal. Bad or ill-timed feedback is logged and dropped, so
-        one wrong message can never fail or wedge a paused run."""
+    @workflow.signal(name=Awaiting.PLAN_FEEDBACK.value)
+    def plan_feedback(self, *inputs: object) -> None:
+        """DeerFlow's protocol as a signal; a bad or ill-timed one never fails or wedges the run."""
         try:
-            parsed = parse_feedback(feedback)
-            self._ensure_awaiting(AWAITING_PLAN_FEEDBACK, self._feedback_inbox)
+            parsed = parse_feedback(one_input(inputs))
+            self._ensure_awaiting(Awaiting.PLAN_FEEDBACK, self._feedback_inbox)
         except InvalidFeedback as error:
-            workflow.logger.warning("Ignored plan_feedback: %s", error)
+            self._ignore(Awaiting.PLAN_FEEDBACK, error)
             return
         self._feedback_inbox.append(parsed)
 
@@ -392,25 +430,25 @@ class DeepResearchWorkflow:
     def _validate_review(self, feedback: str) -> None:
         # Runs before the update is written to history: rejects it without a trace.
         parse_feedback(feedback)
-        self._ensure_awaiting(AWAITING_PLAN_FEEDBACK, self._feedback_inbox)
+        self._ensure_awaiting(Awaiting.PLAN_FEEDBACK, self._feedback_inbox)
 
-    @workflow.signal(name="clarification_answer")
-    def clarification_answer(self, answer: str) -> None:
+    @workflow.signal(name=Awaiting.CLARIFICATION.value)
+    def clarification_answer(self, *inputs: object) -> None:
         try:
-            self._ensure_awaiting(AWAITING_CLARIFICATION, self._clarification_inbox)
-            self._clarification_inbox.append(_nonempty_answer(answer))
+            self._ensure_awaiting(Awaiting.CLARIFICATION, self._clarification_inbox)
+            self._clarification_inbox.append(nonempty_answer(one_input(inputs)))
         except InvalidFeedback as error:
-            workflow.logger.warning("Ignored clarification_answer: %s", error)
+            self._ignore(Awaiting.CLARIFICATION, error)
 
-    @workflow.update(name="clarification_answer")
+    @workflow.update(name=Awaiting.CLARIFICATION.value)
     def answer_clarification(self, answer: str) -> ReviewOutcome:
-        self._clarification_inbox.append(_nonempty_answer(answer))
+        self._clarification_inbox.append(nonempty_answer(answer))
         return ReviewOutcome(accepted=True, message="Answer received; the coordinator continues.")
 
     @answer_clarification.validator
     def _validate_answer(self, answer: str) -> None:
-        _nonempty_answer(answer)
-        self._ensure_awaiting(AWAITING_CLARIFICATION, self._clarification_inbox)
+        nonempty_answer(answer)
+        self._ensure_awaiting(Awaiting.CLARIFICATION, self._clarification_inbox)
 
     @workflow.query(name="status")
     def status(self) -> RunStatus:
@@ -418,15 +456,25 @@ class DeepResearchWorkflow:
 
     # ------------------------------------------------------------------ helpers
 
+    def _current_plan(self) -> Plan:
+        plan = self._state.plan
+        if plan is None:  # steps and the report come after a plan was adopted
+            raise ApplicationError("No plan to run", type="InternalError", non_retryable=True)
+        return plan
+
     def _use_config(self, config: RunConfig) -> None:
-        self._config = config
+        self._state.config = config
         self._slots = ActivitySlots(config.max_activities_in_flight)
 
-    def _ensure_awaiting(self, what: str, inbox: list) -> None:  # type: ignore[type-arg]
-        if self._status.awaiting != what or inbox:
-            raise InvalidFeedback(f"the run is not waiting for {what} (it is {self._status.phase.value})")
+    def _ensure_awaiting(self, what: Awaiting, inbox: Sized) -> None:
+        if self._status.awaiting is not what or inbox:
+            raise InvalidFeedback(f"the run is not waiting for {what.value} (it is {self._status.phase.value})")
 
-    def _await_person(self, phase: Phase, what: str, request: ResearchRequest) -> None:
+    def _ignore(self, signal: Awaiting, error: InvalidFeedback) -> None:
+        workflow.logger.warning("Ignored %s: %s", signal.value, error)
+        self._event("ignored", f"{signal.value}: {error}")
+
+    def _await_person(self, phase: Phase, what: Awaiting, request: ResearchRequest) -> None:
         now = workflow.now()
         self._status.awaiting_since = now.isoformat()
         self._status.review_deadline = (now + request.review_timeout).isoformat()
@@ -436,20 +484,26 @@ class DeepResearchWorkflow:
         return {"CURRENT_TIME": workflow.now().strftime("%a %b %d %Y %H:%M:%S %z"), "locale": locale}
 
     def _event(self, kind: str, message: str, step_index: int | None = None) -> None:
-        self._status.events.append(ProgressEvent(at=workflow.now().isoformat(), kind=kind,  # type: ignore[arg-type]
-                                                 message=message, step_index=step_index))
-        del self._status.events[:-MAX_EVENTS]
+        events = self._status.events
+        events.append(ProgressEvent(at=workflow.now().isoformat(), kind=kind,  # type: ignore[arg-type]
+                                    message=message, step_index=step_index))
+        if kind == "ignored":  # a flood of bad signals keeps only its latest few
+            ignored = [index for index, event in enumerate(events) if event.kind == "ignored"]
+            for index in reversed(ignored[:-MAX_IGNORED_EVENTS]):
+                del events[index]
+        del events[:-MAX_EVENTS]
         workflow.set_current_details(current_details(self._status))
 
-    def _set_phase(self, phase: Phase, awaiting: str | None = None) -> None:
+    def _set_phase(self, phase: Phase, awaiting: Awaiting | None = None) -> None:
         self._status.phase = phase
         self._status.awaiting = awaiting
-        if self._config.search_attributes_enabled:
-            workflow.upsert_search_attributes([PHASE.value_set(phase.value), AWAITING.value_set(awaiting or "")])
-        self._event("phase", phase.value + (f" (awaiting {awaiting})" if awaiting else ""))
+        if self._state.config.search_attributes_enabled:
+            workflow.upsert_search_attributes([PHASE.value_set(phase.value),
+                                               AWAITING.value_set(awaiting.value if awaiting else "")])
+        self._event("phase", phase.value + (f" (awaiting {awaiting.value})" if awaiting else ""))
 
     def _show_plan(self, plan: Plan, feedback: str | None) -> None:
-        self._status.plan = plan
+        self._state.plan = self._status.plan = plan
         self._status.plan_history.append(
             PlanVersion(version=len(self._status.plan_history) + 1, plan=plan.model_copy(deep=True), feedback=feedback)
         )
@@ -466,8 +520,10 @@ class DeepResearchWorkflow:
         self._set_phase(Phase.FAILED if result.outcome is Outcome.FAILED else Phase.COMPLETED)
         return result
 
-
-def _nonempty_answer(answer: object) -> str:
-    if not isinstance(answer, str) or not answer.strip():
-        raise InvalidFeedback("a clarification answer must be a non-empty string")
-    return answer.strip()
+    def _failed(self, error: ActivityError) -> ApplicationError:
+        """The run's failure, said in its status and in the error it ends with."""
+        failed_in = self._status.phase
+        self._status.error = failure_message(error)
+        self._set_phase(Phase.FAILED)
+        return ApplicationError(f"Research run failed while {failed_in.value}: {self._status.error}",
+                                type="ResearchFailed", non_retryable=True)

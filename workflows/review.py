@@ -1,7 +1,9 @@
-"""DeerFlow's plan-review protocol: ``[ACCEPTED]`` or ``[EDIT_PLAN] <what to change>``."""
+"""What people send a paused run: DeerFlow's plan-review protocol (``[ACCEPTED]`` or
+``[EDIT_PLAN] <what to change>``) and clarification answers, checked before the run acts on them."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 ACCEPTED = "[ACCEPTED]"
@@ -38,3 +40,17 @@ def parse_feedback(raw: object) -> Feedback:
     raise InvalidFeedback(
         f"feedback must start with {ACCEPTED} or {EDIT_PLAN} <what to change>; got {text[:80]!r}"
     )
+
+
+def one_input(inputs: Sequence[object]) -> object:
+    """The single value a signal must carry; the ``temporal`` CLI can send none or several."""
+    if len(inputs) != 1:
+        raise InvalidFeedback(f"expected one JSON string, got {len(inputs)} inputs")
+    return inputs[0]
+
+
+def nonempty_answer(answer: object) -> str:
+    """A clarification answer: a string with some text in it."""
+    if not isinstance(answer, str) or not answer.strip():
+        raise InvalidFeedback("a clarification answer must be a non-empty string")
+    return answer.strip()

@@ -1,0 +1,55 @@
+"""What every loopback fake shares: writing one whole reply, and serving on a daemon thread.
+
+The offline model, the fake Tavily, the tests' scriptable server and the benchmarks' page server
+all answer with the same few header lines and start and stop the same way; one copy keeps their
+behaviour alike (a client that hung up is never an error, a stop never waits on a parked handler).
+Standard library only, like the fakes themselves.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+def send_body(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers: Mapping[str, str]) -> None:
+    """Status, ``headers``, Content-Length and ``data``; a client already gone (its timeout fired) is ignored."""
+    try:
+        handler.send_response(status)
+        for name, value in headers.items():
+            handler.send_header(name, value)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    except (BrokenPipeError, ConnectionResetError):
+        handler.close_connection = True
+
+
+def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any,
+              headers: Mapping[str, str] | None = None) -> None:
+    """``payload`` as a JSON reply (UTF-8, non-ASCII kept as is)."""
+    data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    send_body(handler, status, data, {"Content-Type": "application/json", **(headers or {})})
+
+
+def serve_in_thread(httpd: ThreadingHTTPServer, name: str) -> threading.Thread:
+    """Serve ``httpd`` on a daemon thread, polling often so that :func:`shut_down` is quick.
+
+    Handler threads are made daemons too: one parked in an injected delay must not keep the
+    process alive.
+    """
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name=name, daemon=True)
+    thread.start()
+    return thread
+
+
+def shut_down(httpd: ThreadingHTTPServer, thread: threading.Thread | None) -> None:
+    """Stop serving, close the socket and wait (briefly) for the serving thread."""
+    if thread is not None:
+        httpd.shutdown()
+        thread.join(timeout=5)
+    httpd.server_close()

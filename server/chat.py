@@ -1,0 +1,174 @@
+"""``POST /api/chat/stream``: DeerFlow's chat protocol on durable runs.
+
+One request is one DeerFlow turn. A question starts a run (the thread's next one) and streams its
+feed until the plan awaits review, the coordinator asks a question, or the run ends. With
+``interrupt_feedback`` the feedback goes to the thread's newest run through the validated
+``review_plan`` update and the stream resumes after it. A plain message to a run that waits for a
+clarification answer is that answer (DeerFlow's clarification turns). Every problem is an
+``error`` event in a 200 stream, because DeerFlow's UI drops non-200 answers silently.
+
+Closing the page ends the stream, not the run: the run goes on in Temporal and any later request
+(or our page) shows where it stands. ``POST /api/chat/cancel`` cancels it explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from config.settings import Settings
+from server import sse
+from server.feed import PAGE_ONLY, follow
+from server.security import RequestError
+from server.threads import ThreadError, checked_thread_id, latest_run, run_count, workflow_id
+from workflows.errors import failure_message
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ReviewOutcome, RunStatus
+
+
+class ChatResource(BaseModel):
+    uri: str = Field(max_length=4096)
+    title: str = ""
+
+
+class ChatTurnMessage(BaseModel):
+    role: str
+    content: str = Field(max_length=20_000)
+
+
+class ChatStreamRequest(BaseModel):
+    """DeerFlow's request body; fields we do not use (``mcp_settings`` among them) are ignored, never used."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    messages: list[ChatTurnMessage] = Field(min_length=1, max_length=50)
+    thread_id: str
+    interrupt_feedback: str | None = None
+    locale: str | None = Field(default=None, max_length=20)
+    resources: list[ChatResource] = Field(default_factory=list, max_length=50)
+    auto_accepted_plan: bool = False
+    enable_clarification: bool = False
+    max_clarification_rounds: int = 3
+    enable_deep_thinking: bool = False
+    enable_background_investigation: bool = True
+    max_plan_iterations: int = 1
+    max_step_num: int = 3
+    max_search_results: int = 3
+    report_style: str = "academic"
+
+    def research_request(self) -> ResearchRequest:
+        return ResearchRequest.model_validate({
+            "question": self.messages[-1].content, "locale": self.locale,
+            "auto_accept_plan": self.auto_accepted_plan, "enable_clarification": self.enable_clarification,
+            "max_clarification_rounds": self.max_clarification_rounds,
+            "enable_deep_thinking": self.enable_deep_thinking,
+            "enable_background_investigation": self.enable_background_investigation,
+            "max_plan_iterations": self.max_plan_iterations, "max_step_num": self.max_step_num,
+            "max_search_results": self.max_search_results, "report_style": self.report_style.lower(),
+            "resources": [resource.uri for resource in self.resources],
+        })
+
+
+FEEDBACK = {"accepted": "[ACCEPTED]", "edit_plan": "[EDIT_PLAN]"}
+
+
+def feedback_text(choice: str, content: str) -> str:
+    """DeerFlow's ``[<interrupt_feedback>] <content>``; the accept turn's greeting is dropped."""
+    tag = FEEDBACK.get(choice.strip().lower())
+    if tag is None:
+        raise RequestError(f"interrupt_feedback must be one of {', '.join(FEEDBACK)}")
+    return tag if tag == "[ACCEPTED]" else f"{tag} {content.strip()}"
+
+
+def problem(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+    if isinstance(error, WorkflowUpdateFailedError):
+        return f"rejected: {failure_message(error.cause)}"
+    if isinstance(error, RPCError):
+        return f"Temporal refused the request: {error.message}"
+    if isinstance(error, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return "the run did not take the message in time (is a worker running?); send it again"
+    return str(error)
+
+
+class ChatTurns:
+    """Starts or resumes the thread's run for one turn, then streams its feed to the turn's end."""
+
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.prefix = settings.web_thread_prefix
+
+    async def stream(self, body: Any, keep_alive: float) -> AsyncIterator[str]:
+        thread_id = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
+        try:
+            if isinstance(body, RequestError):
+                raise body
+            turn = ChatStreamRequest.model_validate(body)
+            checked_thread_id(turn.thread_id)
+            workflow, run_id, after = await self._begin(turn)
+        except (RequestError, ThreadError, ValidationError, WorkflowUpdateFailedError,
+                WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as error:
+            yield sse.event("error", {"thread_id": thread_id, "error": problem(error)})
+            return
+        async for chunk in sse.with_keep_alive(self._turn(workflow, run_id, turn.thread_id, after), keep_alive):
+            yield chunk
+
+    async def _turn(self, workflow: str, run_id: str | None, thread_id: str,
+                    after: tuple[int, int, int] | None) -> AsyncIterator[str]:
+        try:
+            async for item in follow(self.client, workflow, run_id, thread_id, after):
+                if item.event not in PAGE_ONLY:
+                    yield sse.event(item.event, item.data)
+                if item.ends_turn:
+                    return
+        except RPCError as error:  # the run goes on; the page can ask again
+            yield sse.event("error", {"thread_id": thread_id, "error": f"the feed was interrupted: {error.message}"})
+
+    async def _begin(self, turn: ChatStreamRequest) -> tuple[str, str | None, tuple[int, int, int] | None]:
+        """The run to follow and from where: a new run from its start, or the newest after the feedback."""
+        if turn.interrupt_feedback:
+            handle = await latest_run(self.client, self.prefix, turn.thread_id)
+            feedback = feedback_text(turn.interrupt_feedback, turn.messages[-1].content)
+            return await self._send(handle, "review_plan", feedback)
+        count = await run_count(self.client, self.prefix, turn.thread_id)
+        if count:
+            handle = self.client.get_workflow_handle(workflow_id(self.prefix, turn.thread_id, count))
+            if await _awaits(handle, "clarification_answer"):
+                return await self._send(handle, "clarification_answer", turn.messages[-1].content)
+        request = turn.research_request()
+        new_id = workflow_id(self.prefix, turn.thread_id, count + 1)
+        try:
+            handle = await self.client.start_workflow(
+                WORKFLOW_TYPE, request, id=new_id, task_queue=TASK_QUEUE,
+                static_summary=f"Research (web): {request.question[:160]}")
+        except WorkflowAlreadyStartedError as error:
+            raise RequestError("another question on this thread is starting; send it again") from error
+        return new_id, handle.first_execution_run_id, None
+
+    async def _send(self, handle: WorkflowHandle, update: str,
+                    value: str) -> tuple[str, str | None, tuple[int, int, int]]:
+        description = await handle.describe()
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            raise RequestError("this thread's research run has already ended; ask a new question")
+        seen = description.raw_description.workflow_execution_info.history_length
+        await handle.execute_update(update, value, result_type=ReviewOutcome)
+        return handle.id, description.run_id, (0, seen, 1 << 30)
+
+
+async def _awaits(handle: WorkflowHandle, what: str) -> bool:
+    try:
+        status = await handle.query("status", result_type=RunStatus)
+    except RPCError:
+        return False
+    return status.awaiting == what

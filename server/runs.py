@@ -1,0 +1,150 @@
+"""Our page's API: list, start, inspect, review, answer, cancel and follow research runs.
+
+Any ``DeepResearchWorkflow`` run in the namespace can be opened (the CLI's too); an id naming a
+workflow of another type is answered as not found, so the server cannot be used to signal or
+cancel workflows that are not research runs.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+from config.settings import Settings
+from server import sse
+from server.feed import follow, parse_position
+from server.security import RequestError
+from server.threads import workflow_id
+from workflows.errors import failure_message
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.visibility import AWAITING, PHASE
+
+MAX_LISTED = 100
+
+
+class ReviewBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    accept: bool = False
+    edit: str | None = Field(default=None, max_length=10_000)
+
+    def feedback(self) -> str:
+        if self.accept == bool(self.edit and self.edit.strip()):
+            raise RequestError("send either accept: true or a non-empty edit")
+        return "[ACCEPTED]" if self.accept else f"[EDIT_PLAN] {self.edit}"
+
+
+class AnswerBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    answer: str = Field(min_length=1, max_length=10_000)
+
+
+class Runs:
+    def __init__(self, client: Client, settings: Settings) -> None:
+        self.client = client
+        self.prefix = settings.web_thread_prefix
+
+    async def handle(self, run: str) -> WorkflowHandle:
+        """The research run with this workflow id; anything else is "not found"."""
+        if not 0 < len(run) <= 255:
+            raise RequestError("no such research run", 404)
+        handle = self.client.get_workflow_handle(run, result_type=ResearchResult)
+        try:
+            description = await handle.describe()
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                raise RequestError("no such research run", 404) from error
+            raise
+        if description.workflow_type != WORKFLOW_TYPE:
+            raise RequestError("no such research run", 404)
+        return handle
+
+    async def overview(self) -> list[dict[str, Any]]:
+        now = datetime.now(UTC)
+        runs = []
+        async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'", limit=MAX_LISTED):
+            running = execution.status == WorkflowExecutionStatus.RUNNING
+            phase = execution.typed_search_attributes.get(PHASE)
+            awaiting = execution.typed_search_attributes.get(AWAITING) or None
+            if phase is None and running:
+                status = await _status(self.client.get_workflow_handle(execution.id))
+                phase, awaiting = (status.phase.value, status.awaiting) if status else (None, None)
+            runs.append({"id": execution.id, "status": execution.status.name.lower() if execution.status else "unknown",
+                         "phase": phase, "awaiting": awaiting if running else None,
+                         "age_seconds": int((now - execution.start_time).total_seconds())})
+        runs.sort(key=lambda r: (r["awaiting"] != "plan_feedback", r["status"] != "running", r["age_seconds"]))
+        return runs
+
+    async def start(self, body: Any) -> str:
+        if isinstance(body, dict) and "mcp_servers" in body:
+            raise RequestError("the page does not pick MCP servers; use the CLI")
+        request = ResearchRequest.model_validate(body)
+        run = workflow_id(self.prefix, f"page-{uuid.uuid4().hex[:16]}", 1)
+        await self.client.start_workflow(WORKFLOW_TYPE, request, id=run, task_queue=TASK_QUEUE,
+                                         static_summary=f"Research (web): {request.question[:160]}")
+        return run
+
+    async def show(self, run: str) -> dict[str, Any]:
+        handle = await self.handle(run)
+        description = await handle.describe()
+        status = await _status(handle)
+        shown: dict[str, Any] = {"id": run, "status": description.status.name.lower() if description.status else None,
+                                 "run": status.model_dump(mode="json") if status else None, "result": None}
+        if description.status != WorkflowExecutionStatus.RUNNING:
+            try:
+                result = await handle.result()
+                shown["result"] = result.model_dump(mode="json")
+            except WorkflowFailureError as error:
+                shown["error"] = failure_message(error.cause)
+        return shown
+
+    async def review(self, run: str, body: Any) -> ReviewOutcome:
+        feedback = ReviewBody.model_validate(body).feedback()
+        return await (await self.handle(run)).execute_update("review_plan", feedback, result_type=ReviewOutcome)
+
+    async def answer(self, run: str, body: Any) -> ReviewOutcome:
+        answer = AnswerBody.model_validate(body).answer
+        return await (await self.handle(run)).execute_update("clarification_answer", answer, result_type=ReviewOutcome)
+
+    async def cancel(self, run: str) -> None:
+        await (await self.handle(run)).cancel()
+
+    async def events(self, run: str, after: str | None) -> AsyncIterator[str]:
+        """The run's whole feed after ``after`` (an item id), with ids, live until the run ends."""
+        try:
+            first = await _first_run_id(self.client, run)
+            async for item in follow(self.client, run, first, run, parse_position(after)):
+                yield sse.event(item.event, item.data, item.id)
+        except RPCError as error:
+            yield sse.event("error", {"thread_id": run, "error": f"the feed was interrupted: {error.message}"})
+            return
+        yield sse.event("end", {"thread_id": run})
+
+
+async def _status(handle: WorkflowHandle) -> RunStatus | None:
+    try:
+        return await handle.query("status", result_type=RunStatus)
+    except RPCError:
+        return None  # no worker to answer, or the run's history is gone
+
+
+async def _first_run_id(client: Client, workflow_id: str) -> str | None:
+    """The first run of a continue-as-new chain (None: the workflow's only run), so the feed
+    counts runs from the same place on every read."""
+    run_id: str | None = None
+    while True:
+        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events(page_size=1):
+            previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
+            break
+        else:
+            return run_id
+        if not previous:
+            return run_id
+        run_id = previous

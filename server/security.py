@@ -1,0 +1,104 @@
+"""The API server's doors: where it may listen, who may call it, from which page, with how much.
+
+* A bind beyond loopback needs ``DEERFLOW_WEB_TOKEN``: the server then refuses every API call
+  without ``Authorization: Bearer <token>``. Without a token it listens on loopback only.
+* With no token, the Host header must name loopback, so a web page that rebinds its own DNS name
+  to 127.0.0.1 cannot use the server (DNS rebinding).
+* A request that changes something and comes from a browser page (it has an Origin) must come
+  from the server's own page or an origin the operator listed; CORS answers only those origins.
+* Request bodies are read up to ``DEERFLOW_WEB_MAX_BODY_BYTES``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+
+
+class RequestError(ValueError):
+    """A request the server refuses; ``status`` is the HTTP status a plain endpoint answers."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse to listen beyond loopback without a token: the API starts runs and sends reviews."""
+    if not is_loopback(host) and not token:
+        raise RequestError(f"Listening on {host} needs DEERFLOW_WEB_TOKEN: beyond loopback every API call "
+                           "must carry that token (Authorization: Bearer …).")
+
+
+def _host_name(host_header: str) -> str:
+    if host_header.startswith("["):
+        return host_header[1:].split("]", 1)[0]
+    return host_header.rsplit(":", 1)[0] if host_header.count(":") == 1 else host_header
+
+
+class Guard:
+    """ASGI middleware applying the token, Host and Origin rules to every ``/api/`` request."""
+
+    def __init__(self, app: ASGIApp, token: str | None, allowed_origins: list[str]) -> None:
+        self.app = app
+        self.token = token
+        self.allowed_origins = frozenset(allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/api/") or scope["method"] == "OPTIONS":
+            await self.app(scope, receive, send)
+            return
+        headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
+        problem = self._problem(scope["method"], headers)
+        if problem is None:
+            await self.app(scope, receive, send)
+            return
+        status, message = problem
+        await JSONResponse({"detail": message}, status_code=status)(scope, receive, send)
+
+    def _problem(self, method: str, headers: dict[str, str]) -> tuple[int, str] | None:
+        host = headers.get("host", "")
+        if self.token is not None:
+            supplied = headers.get("authorization", "")
+            if not hmac.compare_digest(supplied.encode(), f"Bearer {self.token}".encode()):
+                return 401, "this server needs its token: Authorization: Bearer <DEERFLOW_WEB_TOKEN>"
+        elif _host_name(host).lower() not in LOOPBACK_NAMES:
+            return 403, "this server answers only requests addressed to loopback (Host header)"
+        origin = headers.get("origin")
+        if method != "GET" and origin is not None and origin.rstrip("/") not in self.allowed_origins \
+                and origin not in (f"http://{host}", f"https://{host}"):
+            return 403, f"origin {origin!r} is not allowed (DEERFLOW_WEB_ALLOWED_ORIGINS)"
+        return None
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """The body as JSON, refused beyond ``max_bytes`` before more than that is read."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
+        raise RequestError(f"request body over {max_bytes} bytes", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise RequestError(f"request body over {max_bytes} bytes", 413)
+    try:
+        return json.loads(body)
+    except ValueError as error:
+        raise RequestError(f"request body is not JSON: {error}") from error

@@ -1,0 +1,33 @@
+"""``starter.py serve``: the web front end on uvicorn, a Temporal client like the CLI.
+
+It connects the way the CLI does (cli/connection.py), so on the plain loopback default it starts
+the embedded dev server and a worker (with the offline demonstration model when no key is set).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import uvicorn
+
+from cli.connection import CliError, connect
+from config.settings import load_settings
+from server.app import create_app
+from server.security import RequestError, check_bind
+
+
+async def serve(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    try:
+        check_bind(args.host, settings.web_token)
+    except RequestError as error:
+        raise CliError(str(error)) from error
+    client = await connect()
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"Research page: http://{host}:{args.port}/   (DeerFlow's UI: API base http://{host}:{args.port}/api/)",
+          file=sys.stderr)
+    config = uvicorn.Config(create_app(client, settings), host=args.host, port=args.port, log_level="warning",
+                            timeout_graceful_shutdown=2)
+    await uvicorn.Server(config).serve()
+    return 0

@@ -1,0 +1,53 @@
+"""DeerFlow thread ids to the runs the server started for them.
+
+A thread's runs have workflow ids ``<prefix><thread_id>.<n>`` (n = 1, 2, …): derived, not stored,
+so the server holds no state and a restart loses nothing. The prefix is the operator's
+(``DEERFLOW_WEB_THREAD_PREFIX``) and a thread id may hold only ``[A-Za-z0-9_-]``, so no thread id
+can spell another thread's runs, or a run started by the CLI: feedback sent with a thread id
+reaches that thread's newest run and nothing else.
+"""
+
+from __future__ import annotations
+
+import re
+
+from temporalio.client import Client, WorkflowHandle
+from temporalio.service import RPCError, RPCStatusCode
+
+THREAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# A page makes one run per question; a thread with more than this is not a browser tab's.
+MAX_RUNS_PER_THREAD = 100
+
+
+class ThreadError(ValueError):
+    """A thread id or thread state the request cannot be served with; the message says why."""
+
+
+def checked_thread_id(thread_id: str) -> str:
+    if not THREAD_ID.fullmatch(thread_id):
+        raise ThreadError("thread_id must be 1-64 characters of letters, digits, '_' or '-'")
+    return thread_id
+
+
+def workflow_id(prefix: str, thread_id: str, number: int) -> str:
+    return f"{prefix}{checked_thread_id(thread_id)}.{number}"
+
+
+async def run_count(client: Client, prefix: str, thread_id: str) -> int:
+    """How many runs the thread has (0: none): the first number with no run, less one."""
+    for number in range(1, MAX_RUNS_PER_THREAD + 1):
+        try:
+            await client.get_workflow_handle(workflow_id(prefix, thread_id, number)).describe()
+        except RPCError as error:
+            if error.status == RPCStatusCode.NOT_FOUND:
+                return number - 1
+            raise
+    return MAX_RUNS_PER_THREAD
+
+
+async def latest_run(client: Client, prefix: str, thread_id: str) -> WorkflowHandle:
+    """The thread's newest run; a thread with none is an error (feedback needs a run)."""
+    count = await run_count(client, prefix, thread_id)
+    if count == 0:
+        raise ThreadError("this thread has no research run to send feedback to; ask a question first")
+    return client.get_workflow_handle(workflow_id(prefix, thread_id, count))

@@ -1,0 +1,53 @@
+"""What the workflow tests share: the research question, starting a run, and waiting on its status.
+
+Why a module of its own: a helper imported from another test file drags that file's tests into
+every importer, and a copied question drifts. Runs started through :func:`start` are terminated
+after each test by ``conftest``, so a run a test leaves behind cannot consume the next test's
+injected faults. Model requests per agent come from ``FakeModelServer.requests_for``, which
+recognises an agent exactly as the fake does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+
+from temporalio.client import Client, WorkflowHandle
+
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+
+STARTED: list[WorkflowHandle] = []  # runs for conftest to terminate after the test
+
+
+def run_id(prefix: str = "test") -> str:
+    """A workflow ID no other test (or earlier session on the same server) uses."""
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+async def start(client: Client, **fields: object) -> WorkflowHandle:
+    """Start a run on :data:`QUESTION` (``fields`` override the request), terminated after the test."""
+    request = ResearchRequest.model_validate({"question": QUESTION, **fields})
+    handle = await client.start_workflow(WORKFLOW_TYPE, request, id=run_id(), task_queue=TASK_QUEUE,
+                                         result_type=ResearchResult)
+    STARTED.append(handle)
+    return handle
+
+
+async def wait_for(handle: WorkflowHandle, predicate: Callable[[RunStatus], bool], timeout: float = 30) -> RunStatus:
+    """Poll the ``status`` query until ``predicate`` holds; fail with the last status after ``timeout``."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        status = await handle.query("status", result_type=RunStatus)
+        if predicate(status):
+            return status
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"status never matched; last: {status.model_dump_json(indent=1)}")
+        await asyncio.sleep(0.05)
+
+
+def awaiting_review(status: RunStatus) -> bool:
+    """The run is paused for a person's plan feedback."""
+    return status.phase is Phase.AWAITING_REVIEW and status.awaiting == "plan_feedback"

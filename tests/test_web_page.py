@@ -1,0 +1,195 @@
+"""Our research page in headless Chromium: ask, review (edit, then accept), follow, read and export.
+
+And a hostile report: a run whose report and plan hold ``<script>``, ``onerror=``, ``javascript:``
+links and raw HTML is opened, and nothing of it may run or survive as markup.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from config.settings import load_settings
+from runtime.embedded import has_worker
+from tests.cdp import Chromium, Page, chromium_path
+from tests.processes import DevServer, WorkerProcess
+from tests.support import run_id
+from tests.web_server import api_server
+from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
+
+CHROMIUM = chromium_path()
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
+    pytest.mark.timeout(120),
+]
+
+HOSTILE = """# Findings <img src=x onerror="window.__pwned='img'">
+
+<script>window.__pwned = 'script'</script>
+<svg onload="window.__pwned='svg'"><circle r="1"/></svg>
+<iframe src="javascript:window.__pwned='iframe'"></iframe>
+<a href="javascript:window.__pwned='raw-link'">raw link</a>
+[markdown link](javascript:window.__pwned='md-link')
+<form action="javascript:window.__pwned='form'"><button>go</button></form>
+<div style="background:url(javascript:window.__pwned='css')">styled</div>
+
+A fine source: [Example](http://127.0.0.2:9/a) (loopback: nothing leaves the machine).
+"""
+
+
+@workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)  # the module imports test helpers
+class HostileRun:
+    """Stands in for a research run whose model wrote hostile text (on its own task queue)."""
+
+    @workflow.run
+    async def run(self, question: str) -> ResearchResult:
+        return ResearchResult(report=HOSTILE, plan=_hostile_plan())
+
+    @workflow.query(name="status")
+    def status(self) -> RunStatus:
+        return RunStatus(phase=Phase.COMPLETED, plan=_hostile_plan())
+
+
+def _hostile_plan() -> Plan:
+    return Plan(title="<img src=x onerror=\"window.__pwned='plan'\">",
+                steps=[Step(title="<script>window.__pwned='step'</script>", description="x")])
+
+
+@pytest.fixture(scope="module")
+async def base(dev_server: DevServer, client: Client, tmp_path_factory: pytest.TempPathFactory,
+               ) -> AsyncIterator[str]:
+    log = tmp_path_factory.mktemp("page-worker") / "worker.log"
+    process = WorkerProcess(dev_server.address, log).start()
+    deadline = time.monotonic() + 60
+    while not await has_worker(client):
+        assert time.monotonic() < deadline, log.read_text()
+        await asyncio.sleep(0.2)
+    settings = load_settings().model_copy(update={"web_token": None})
+    async with api_server(client, settings) as url:
+        yield url
+    process.stop()
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Page]:
+    assert CHROMIUM is not None
+    browser = Chromium(CHROMIUM).start()
+    try:
+        opened = await browser.page()
+        yield opened
+        await opened.close()
+    finally:
+        browser.stop()
+
+
+async def press(page: Page, selector: str) -> None:
+    """A real mouse click at the element's centre, once it is visible."""
+    box = await page.wait_for(
+        f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
+        if (!e || e.offsetParent === null) return null; e.scrollIntoView({{block: 'center'}});
+        const b = e.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; }})()""",
+        what=selector)
+    await page.click_at(*box)
+
+
+async def type_into(page: Page, selector: str, text: str) -> None:
+    await press(page, selector)
+    await page.insert_text(text)
+
+
+# Markup in a subtree that could run code or load something: script-capable elements, event
+# handler attributes, javascript: URLs and inline styles.
+DANGEROUS = """(root) => [...root.querySelectorAll('*')].flatMap((e) => {
+  const found = [];
+  if (['SCRIPT', 'IFRAME', 'FORM', 'OBJECT', 'EMBED', 'STYLE'].includes(e.tagName)) found.push(e.tagName);
+  for (const a of e.attributes) {
+    if (a.name.startsWith('on') || a.name === 'style' || /^\\s*javascript:/i.test(a.value)) found.push(a.name);
+  }
+  return found;
+})"""
+
+CAPTURE_EXPORTS = """window.__exports = [];
+const original = URL.createObjectURL;
+URL.createObjectURL = (blob) => {
+  blob.text().then((t) => window.__exports.push([blob.type, t]));
+  return original(blob);
+};
+true"""
+
+
+async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, tmp_path: Path) -> None:
+    try:
+        await page.navigate(f"{base}/")
+        await page.wait_for("typeof DOMPurify !== 'undefined' && typeof marked !== 'undefined'", what="vendored libs")
+        await type_into(page, "#question", "What are the prospects of solid-state batteries for electric vehicles?")
+        await press(page, "#new-run button[type=submit]")
+
+        await page.wait_for("!document.getElementById('review').hidden", 60, what="the plan to await review")
+        first_title = await page.evaluate("document.getElementById('plan-title').textContent")
+        assert first_title and await page.evaluate("document.getElementById('plan-steps').children.length") == 3
+        assert not await page.evaluate("document.getElementById('offline').hidden")  # the offline model says so
+
+        await type_into(page, "#edit-text", "add a step on charging infrastructure")
+        await press(page, "#edit-form button")
+        await page.wait_for("document.getElementById('plan-version').textContent === 'v2' && "
+                            "!document.getElementById('review').hidden", 60, what="the revised plan")
+        assert await page.evaluate("document.getElementById('plan-title').textContent") != first_title
+
+        await press(page, "#accept")
+        await page.wait_for("document.getElementById('citations').children.length > 0", 90, what="the report")
+        report_links = await page.evaluate("[...document.querySelectorAll('#report a')].map((a) => a.href)")
+        sources = await page.evaluate("[...document.querySelectorAll('#sources a')].map((a) => a.href)")
+        activity = await page.evaluate("document.getElementById('activity').innerText")
+        assert report_links and sources and "web_search" in activity
+        assert await page.evaluate("document.querySelector('#report h1') !== null")
+        steps = await page.evaluate("[...document.querySelectorAll('#plan-steps li')].map((li) => li.innerText)")
+        assert all("done" in step for step in steps), steps
+
+        await page.evaluate(CAPTURE_EXPORTS)
+        await press(page, "#export-md")
+        await press(page, "#export-html")
+        exports = await page.wait_for("window.__exports.length === 2 && window.__exports", what="both exports")
+        kinds = {kind: text for kind, text in exports}
+        report = await page.evaluate("window.deerflowPage.state.report")
+        assert kinds["text/markdown"] == report
+        assert kinds["text/html"].startswith("<!doctype html>") and "<h1" in kinds["text/html"]
+        await page.screenshot(tmp_path / "report.png")
+    except Exception:
+        await page.screenshot(tmp_path / "failure.png")
+        raise
+
+
+async def test_a_hostile_report_executes_nothing(base: str, client: Client, page: Page) -> None:
+    workflow_id = run_id("hostile")
+    async with Worker(client, task_queue="hostile-runs", workflows=[HostileRun]):
+        handle = await client.start_workflow(HostileRun.run, "q", id=workflow_id, task_queue="hostile-runs")
+        await handle.result()
+        await page.navigate(f"{base}/?run={workflow_id}")
+        await page.wait_for("document.querySelector('#report a') !== null", 30, what="the hostile report")
+        await page.evaluate(CAPTURE_EXPORTS)
+        await press(page, "#export-html")
+        exported = await page.wait_for("window.__exports.length === 1 && window.__exports[0][1]", what="the export")
+        # Every link a person could click, clicked.
+        await page.evaluate("[...document.querySelectorAll('#report a, #report button')]"
+                            ".forEach((e) => e.click()); true")
+        await asyncio.sleep(0.5)
+        report = await page.evaluate("document.getElementById('report').innerHTML")
+        live = await page.evaluate(f"({DANGEROUS})(document.getElementById('report'))")
+        in_export = await page.evaluate(
+            f"({DANGEROUS})(new DOMParser().parseFromString({json.dumps(exported)}, 'text/html').documentElement)")
+        in_plan = await page.evaluate(
+            f"[...document.querySelectorAll('#plan-title, #plan-steps')].flatMap({DANGEROUS})")
+        plan = await page.evaluate("document.getElementById('plan').innerText")
+
+    assert await page.evaluate("window.__pwned === undefined"), await page.evaluate("window.__pwned")
+    assert live == in_export == in_plan == [], (live, in_export, in_plan)
+    assert "http://127.0.0.2:9/a" in report
+    assert "<img src=x onerror=" in plan and "<script>" in plan  # shown as text, not markup

@@ -1,0 +1,120 @@
+"""The page survives everything behind it: mid-run, the worker is SIGKILLed and the API server
+restarted, and the page, left alone, reconnects from its last item and shows the run to its report.
+
+Its own module, so its dev server has no other worker that could quietly take over the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from runtime.embedded import has_worker
+from tests.cdp import Chromium, Page, chromium_path
+from tests.processes import REPO_DIR, DevServer, WorkerProcess, free_port, wait_for_port
+from workflows.models import Phase, RunStatus
+
+CHROMIUM = chromium_path()
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
+    pytest.mark.timeout(150),
+]
+SLOW = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.0"}  # so the kill lands inside a model call
+
+
+async def start_worker(dev_server: DevServer, client: Client, log: Path) -> WorkerProcess:
+    process = WorkerProcess(dev_server.address, log, env=SLOW).start()
+    deadline = time.monotonic() + 60
+    while not await has_worker(client):
+        assert time.monotonic() < deadline, log.read_text()
+        await asyncio.sleep(0.2)
+    return process
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Page]:
+    assert CHROMIUM is not None
+    browser = Chromium(CHROMIUM).start()
+    try:
+        opened = await browser.page()
+        yield opened
+        await opened.close()
+    finally:
+        browser.stop()
+
+
+def feed_items(text: str) -> list[tuple[str, dict]]:
+    blocks = [dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
+              for block in text.split("\n\n") if block.strip()]
+    return [(b["event"], json.loads(b["data"])) for b in blocks if b.get("event") not in (None, "end")]
+
+
+class ServeProcess:
+    """``starter.py serve`` as its own process, so killing it drops every connection, as a crash does."""
+
+    def __init__(self, address: str, port: int, log: Path) -> None:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
+        env["TEMPORAL_ADDRESS"] = address
+        self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "serve", "--port", str(port)],
+                                        cwd=REPO_DIR, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        wait_for_port(port)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+
+async def test_page_recovers_after_worker_kill_and_server_restart(dev_server: DevServer, client: Client,
+                                                                  page: Page, tmp_path: Path) -> None:
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    first = await start_worker(dev_server, client, tmp_path / "first.log")
+    second: WorkerProcess | None = None
+    server = ServeProcess(dev_server.address, port, tmp_path / "serve.log")
+    try:
+        await page.navigate(f"{url}/")
+        await page.wait_for("typeof DOMPurify !== 'undefined'", what="the page")
+        await page.evaluate("document.getElementById('question').value = "
+                            "'What are the prospects of solid-state batteries for electric vehicles?';"
+                            "document.getElementById('auto-accept').checked = true;"
+                            "document.querySelector('#new-run button[type=submit]').click(); true")
+        run = await page.wait_for("window.deerflowPage.state.run", 30, what="the run to start")
+        handle = client.get_workflow_handle(run)
+        deadline = time.monotonic() + 60
+        while (await handle.query("status", result_type=RunStatus)).phase is not Phase.RESEARCHING:
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        await page.wait_for("document.getElementById('activity').children.length > 0", 30, what="progress")
+        server.kill()  # the server and the worker die while the run is researching
+        first.kill()
+        await asyncio.sleep(1.0)
+        second = await start_worker(dev_server, client, tmp_path / "second.log")
+        server = ServeProcess(dev_server.address, port, tmp_path / "serve.log")
+        await page.wait_for("document.getElementById('citations').children.length > 0", 120,
+                            what="the report after recovery")
+        async with httpx.AsyncClient(timeout=30) as http:
+            feed = feed_items((await http.get(f"{url}/api/runs/{run}/events")).text)
+        shown = await page.evaluate("document.getElementById('activity').children.length")
+    finally:
+        server.kill()
+        first.kill()
+        if second is not None:
+            second.stop()
+    # Every call and message shown once: the page resumed from its offset, no duplicate and no gap.
+    expected = sum(len(d["tool_calls"]) for k, d in feed if k == "tool_calls") + sum(
+        1 for k, d in feed if k == "message_chunk" and d.get("content") and d["agent"] not in ("planner", "reporter"))
+    assert shown == expected
+    assert await page.evaluate("document.querySelector('#report h1') !== null")

@@ -1,0 +1,44 @@
+"""The API server in the test's own event loop, on a free loopback port, for protocol and page tests."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+
+import uvicorn
+from temporalio.client import Client
+
+from config.settings import Settings
+from server.app import create_app
+from tests.processes import free_port
+
+
+@contextlib.asynccontextmanager
+async def api_server(client: Client, settings: Settings, keep_alive: float = 15.0) -> AsyncIterator[str]:
+    """Serve the app until the block ends; yields its base URL."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(create_app(client, settings, keep_alive=keep_alive), host="127.0.0.1",
+                                           port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():
+            task.result()
+        await asyncio.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(task, 10)
+
+
+def parse_sse(text: str) -> list[tuple[str, dict]]:
+    """Events as DeerFlow's client reads them: blocks split on a blank line, comments skipped."""
+    events = []
+    for block in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
+        if "event" in fields:
+            events.append((fields["event"], json.loads(fields["data"])))
+    return events

@@ -1,0 +1,90 @@
+"""What a run's status says to a person, written once for its three readers.
+
+The Web UI's current details (``workflows/progress.py``, markdown, set by the workflow), ``starter.py
+status`` (``cli/render.py``, plain text) and ``starter.py watch`` (``cli/watch.py``, a live panel or
+change lines) each lay the run out their own way, but the words come from here: the phase, what the
+run awaits and how to send it, step lines, usage, events and the signals it ignored. So a new
+awaited message or event kind is explained in one place.
+
+Pure and deterministic (it runs inside the workflow sandbox): times are formatted by the caller's
+``when`` function, UTC by default. Terminal safety (``cli/terminal.py``) stays at the CLI's edge.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
+
+STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
+RECENT_IGNORED = 3  # ignored signals shown in a status summary; ``watch`` shows every event
+
+
+def utc_time(timestamp: str) -> str:
+    return datetime.fromisoformat(timestamp).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def phase_label(phase: Phase) -> str:
+    return phase.value.replace("_", " ")
+
+
+def awaiting_headline(status: RunStatus, when: Callable[[str], str] = utc_time) -> str | None:
+    """What the run waits for, in words, with the deadline or question; None when it waits for nobody."""
+    match status.awaiting:
+        case Awaiting.PLAN_FEEDBACK:
+            deadline = f" (until {when(status.review_deadline)})" if status.review_deadline else ""
+            return f"Awaiting plan review{deadline}"
+        case Awaiting.CLARIFICATION:
+            return f"Awaiting an answer: {status.question or ''}"
+        case None:
+            return None
+
+
+def awaiting_commands(awaiting: Awaiting | None, run_id: str = "ID") -> list[str]:
+    """The ways to send what the run awaits, one per line."""
+    match awaiting:
+        case Awaiting.PLAN_FEEDBACK:
+            return [f"python starter.py review {run_id} --accept",
+                    f'python starter.py review {run_id} --edit "what to change"',
+                    f"temporal workflow signal --workflow-id {run_id} --name {awaiting.value} "
+                    "--input '\"[ACCEPTED]\"'",
+                    f"Web UI: Send a Signal, name {awaiting.value}, input \"[ACCEPTED]\" "
+                    "or \"[EDIT_PLAN] <what to change>\""]
+        case Awaiting.CLARIFICATION:
+            return [f'python starter.py answer {run_id} "your answer"',
+                    f"temporal workflow signal --workflow-id {run_id} --name {awaiting.value} "
+                    "--input '\"your answer\"'"]
+        case None:
+            return []
+
+
+def step_line(step: StepStatus) -> str:
+    return f"{STEP_MARK[step.state]} {step.index + 1}. {step.title} ({step.step_type.value})"
+
+
+def usage_line(usage: Usage) -> str:
+    return (f"{usage.llm_calls} model calls · {usage.total_tokens:,} tokens "
+            f"(in {usage.input_tokens:,}, out {usage.output_tokens:,})")
+
+
+def event_text(event: ProgressEvent) -> str:
+    """One event as a person reads it, without the time: ``phase → researching``, ``step 2 done: …``."""
+    step = f"step {event.step_index + 1}" if event.step_index is not None else "step"
+    match event.kind:
+        case "phase":
+            return f"phase → {event.message}"
+        case "step_started":
+            return f"{step} started: {event.message}"
+        case "step_done":
+            return f"{step} done: {event.message}"
+        case "ignored":
+            return f"ignored signal {event.message}"
+        case _:
+            return f"{event.kind}: {event.message}"
+
+
+def ignored_lines(status: RunStatus) -> list[str]:
+    """The latest signals the run dropped, and why: their sender sees nothing else."""
+    ignored = [event for event in status.events if event.kind == "ignored"]
+    return [f"{utc_time(event.at)} {event_text(event)}" for event in ignored[-RECENT_IGNORED:]]
