@@ -19,6 +19,7 @@ import subprocess
 import tempfile
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -167,3 +168,16 @@ class Chromium:
                 self.process.wait(timeout=10)
         self.process = None
         self._profile.cleanup()
+
+
+@contextlib.asynccontextmanager
+async def open_page(executable: str | None) -> AsyncIterator[Page]:
+    """One page of a fresh headless Chromium, closed with its browser: the browser tests' fixture."""
+    assert executable is not None, "chromium is not installed (apt-get install chromium)"
+    browser = Chromium(executable).start()
+    try:
+        opened = await browser.page()
+        yield opened
+        await opened.close()
+    finally:
+        browser.stop()

@@ -6,6 +6,7 @@ public contract through the real ``temporal`` CLI.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
@@ -15,7 +16,10 @@ import sysconfig
 import time
 from pathlib import Path
 
+from temporalio.client import Client
+
 from offline.providers import without_provider_settings
+from runtime.embedded import has_worker
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
@@ -105,3 +109,11 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.process = None
+
+
+async def wait_for_worker(client: Client, log: Path, timeout: float = 60) -> None:
+    """Until a worker polls the task queue; on time-out the worker's log says why it did not."""
+    deadline = time.monotonic() + timeout
+    while not await has_worker(client):
+        assert time.monotonic() < deadline, log.read_text() if log.exists() else f"no worker log at {log}"
+        await asyncio.sleep(0.2)

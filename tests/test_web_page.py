@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,9 +17,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from config.settings import load_settings
-from runtime.embedded import has_worker
-from tests.cdp import Chromium, Page, chromium_path
-from tests.processes import DevServer, WorkerProcess
+from tests.cdp import Page, chromium_path, open_page
+from tests.processes import DevServer, WorkerProcess, wait_for_worker
 from tests.support import run_id
 from tests.web_server import api_server
 from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
@@ -68,10 +66,7 @@ async def base(dev_server: DevServer, client: Client, tmp_path_factory: pytest.T
                ) -> AsyncIterator[str]:
     log = tmp_path_factory.mktemp("page-worker") / "worker.log"
     process = WorkerProcess(dev_server.address, log).start()
-    deadline = time.monotonic() + 60
-    while not await has_worker(client):
-        assert time.monotonic() < deadline, log.read_text()
-        await asyncio.sleep(0.2)
+    await wait_for_worker(client, log)
     settings = load_settings().model_copy(update={"web_token": None})
     async with api_server(client, settings) as url:
         yield url
@@ -80,14 +75,8 @@ async def base(dev_server: DevServer, client: Client, tmp_path_factory: pytest.T
 
 @pytest.fixture
 async def page() -> AsyncIterator[Page]:
-    assert CHROMIUM is not None
-    browser = Chromium(CHROMIUM).start()
-    try:
-        opened = await browser.page()
+    async with open_page(CHROMIUM) as opened:
         yield opened
-        await opened.close()
-    finally:
-        browser.stop()
 
 
 async def press(page: Page, selector: str) -> None:

@@ -20,9 +20,8 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from runtime.embedded import has_worker
-from tests.cdp import Chromium, Page, chromium_path
-from tests.processes import REPO_DIR, DevServer, WorkerProcess, free_port, wait_for_port
+from tests.cdp import Page, chromium_path, open_page
+from tests.processes import REPO_DIR, DevServer, WorkerProcess, free_port, wait_for_port, wait_for_worker
 from workflows.models import Phase, RunStatus
 
 CHROMIUM = chromium_path()
@@ -35,23 +34,14 @@ SLOW = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.0"}  # so the kill lands inside a m
 
 async def start_worker(dev_server: DevServer, client: Client, log: Path) -> WorkerProcess:
     process = WorkerProcess(dev_server.address, log, env=SLOW).start()
-    deadline = time.monotonic() + 60
-    while not await has_worker(client):
-        assert time.monotonic() < deadline, log.read_text()
-        await asyncio.sleep(0.2)
+    await wait_for_worker(client, log)
     return process
 
 
 @pytest.fixture
 async def page() -> AsyncIterator[Page]:
-    assert CHROMIUM is not None
-    browser = Chromium(CHROMIUM).start()
-    try:
-        opened = await browser.page()
+    async with open_page(CHROMIUM) as opened:
         yield opened
-        await opened.close()
-    finally:
-        browser.stop()
 
 
 def feed_items(text: str) -> list[tuple[str, dict]]:

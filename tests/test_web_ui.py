@@ -22,9 +22,9 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
-from runtime.embedded import has_worker, search_attribute_flags
-from tests.cdp import Chromium, Page, chromium_path
-from tests.processes import DevServer, WorkerProcess
+from runtime.embedded import search_attribute_flags
+from tests.cdp import Page, chromium_path, open_page
+from tests.processes import DevServer, WorkerProcess, wait_for_worker
 from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunStatus
 
@@ -89,24 +89,15 @@ async def client(server: DevServer, tmp_path_factory: pytest.TempPathFactory) ->
     client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
     log = tmp_path_factory.mktemp("ui-worker") / "worker.log"
     worker = WorkerProcess(server.address, log).start()
-    deadline = time.monotonic() + 60
-    while not await has_worker(client):
-        assert time.monotonic() < deadline, log.read_text()
-        await asyncio.sleep(0.2)
+    await wait_for_worker(client, log)
     yield client
     worker.stop()
 
 
 @pytest.fixture
 async def page() -> AsyncIterator[Page]:
-    assert CHROMIUM is not None
-    browser = Chromium(CHROMIUM).start()
-    try:
-        opened = await browser.page()
+    async with open_page(CHROMIUM) as opened:
         yield opened
-        await opened.close()
-    finally:
-        browser.stop()
 
 
 async def wait_awaiting_review(handle: WorkflowHandle[ResearchRequest, ResearchResult]) -> RunStatus:
