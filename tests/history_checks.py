@@ -13,6 +13,7 @@ import socket
 import time
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType, TaskQueueType
 from temporalio.api.history.v1 import HistoryEvent
@@ -152,3 +153,11 @@ def most_pending(history: WorkflowHistory) -> int:
                  for end in ("completed", "failed", "timed_out", "canceled")):
             pending -= 1
     return peak
+
+
+HISTORIES = Path(__file__).resolve().parent / "histories"
+
+
+def load(path: Path) -> WorkflowHistory:
+    """A recorded reference history (``tests/histories/*.json``), named after its file."""
+    return WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))

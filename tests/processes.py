@@ -7,6 +7,7 @@ public contract through the real ``temporal`` CLI.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -117,3 +118,34 @@ async def wait_for_worker(client: Client, log: Path, timeout: float = 60) -> Non
     while not await has_worker(client):
         assert time.monotonic() < deadline, log.read_text() if log.exists() else f"no worker log at {log}"
         await asyncio.sleep(0.2)
+
+
+async def start_worker(dev_server: DevServer, client: Client, log: Path, **env: str) -> WorkerProcess:
+    """A real ``worker.py`` process on ``dev_server``, returned once it polls."""
+    worker = WorkerProcess(dev_server.address, log, env=env).start()
+    await wait_for_worker(client, log)
+    return worker
+
+
+def query_status(dev_server: DevServer, workflow_id: str) -> dict:
+    """The ``status`` query through the real ``temporal`` CLI, as an operator would read it."""
+    result = dev_server.cli("workflow", "query", "--workflow-id", workflow_id, "--name", "status", "-o", "json")
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)["queryResult"][0]
+
+
+def wait_for_cli_status(dev_server: DevServer, workflow_id: str, predicate, timeout: float = 30) -> dict:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while True:
+        status = query_status(dev_server, workflow_id)
+        if predicate(status):
+            return status
+        assert time.monotonic() < deadline, f"status never matched: {status}"
+        time.sleep(0.2)
+
+
+def starter(dev_server: DevServer, *args: str) -> subprocess.CompletedProcess[str]:
+    """``starter.py`` as a user runs it, against ``dev_server``."""
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
+    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
+                          env=env, cwd=REPO_DIR, timeout=120, check=False, stdin=subprocess.DEVNULL)

@@ -9,7 +9,7 @@ import pytest
 
 from activities import doc_extract, isolated
 from config.settings import Settings
-from tests.test_crawl import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
+from tests.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 
 SETTINGS = Settings()  # the default extraction limits
 

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,20 +19,10 @@ from temporalio.client import Client
 from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
-from runtime.embedded import has_worker
 from tests.history_checks import activity_events
-from tests.processes import REPO_DIR, DevServer, WorkerProcess
+from tests.processes import DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
-
-
-async def start_worker(dev_server: DevServer, client: Client, log: Path, **env: str) -> WorkerProcess:
-    worker = WorkerProcess(dev_server.address, log, env=env).start()
-    deadline = time.monotonic() + 60
-    while not await has_worker(client):
-        assert time.monotonic() < deadline, log.read_text()
-        await asyncio.sleep(0.2)
-    return worker
 
 
 @pytest.fixture
@@ -43,22 +30,6 @@ async def worker(dev_server: DevServer, client: Client, tmp_path: Path) -> Async
     process = await start_worker(dev_server, client, tmp_path / "worker.log")
     yield process
     process.stop()
-
-
-def query_status(dev_server: DevServer, workflow_id: str) -> dict:
-    result = dev_server.cli("workflow", "query", "--workflow-id", workflow_id, "--name", "status", "-o", "json")
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout)["queryResult"][0]
-
-
-def wait_for_cli_status(dev_server: DevServer, workflow_id: str, predicate, timeout: float = 30) -> dict:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        status = query_status(dev_server, workflow_id)
-        if predicate(status):
-            return status
-        assert time.monotonic() < deadline, f"status never matched: {status}"
-        time.sleep(0.2)
 
 
 def test_public_contract_with_the_temporal_cli(dev_server: DevServer, worker: WorkerProcess) -> None:
@@ -134,12 +105,6 @@ async def test_kill_9_during_a_researcher_step_then_a_new_worker_completes_the_r
                and e.activity_task_started_event_attributes.attempt > 1]
     assert len(retried) == 1, retried
     assert time.monotonic() - restarted_at < 90
-
-
-def starter(dev_server: DevServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
-    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=REPO_DIR, timeout=120, check=False, stdin=subprocess.DEVNULL)
 
 
 def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker: WorkerProcess,

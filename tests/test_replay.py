@@ -12,21 +12,15 @@ from pathlib import Path
 import pytest
 from temporalio import workflow
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowHistory
 from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.history_checks import most_pending, tool_batches
+from tests.history_checks import HISTORIES, load, most_pending, tool_batches
 from workflows.models import ChatMessage, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 
-HISTORIES = Path(__file__).resolve().parent / "histories"
 RECORDED = sorted(HISTORIES.glob("*.json"))
-
-
-def load(path: Path) -> WorkflowHistory:
-    return WorkflowHistory.from_json(path.stem, path.read_text(encoding="utf-8"))
 
 
 def test_the_reference_scenarios_are_recorded() -> None:
