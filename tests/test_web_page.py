@@ -139,8 +139,9 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         activity = await page.evaluate("document.getElementById('activity').innerText")
         assert report_links and sources and "web_search" in activity
         assert await page.evaluate("document.querySelector('#report h1') !== null")
-        steps = await page.evaluate("[...document.querySelectorAll('#plan-steps li')].map((li) => li.innerText)")
-        assert all("done" in step for step in steps), steps
+        # The step states come from the status the page fetches after each feed item.
+        every_step_done = "[...document.querySelectorAll('#plan-steps li')].every((li) => li.innerText.includes('done'))"
+        await page.wait_for(every_step_done, 30, what="every step shown done")
 
         await page.evaluate(CAPTURE_EXPORTS)
         await press(page, "#export-md")

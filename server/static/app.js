@@ -99,10 +99,15 @@ async function openRun(id) {
   follow();
 }
 
+// Each feed item asks for a fresh status; the answers can arrive out of order, and an older one
+// must never overwrite a newer one (the steps would go back to "running").
+let refreshes = 0;
+
 async function refresh() {
   const id = state.run;
+  const asked = ++refreshes;
   const shown = await api(`/api/runs/${encodeURIComponent(id)}`);
-  if (id !== state.run) return;
+  if (id !== state.run || asked !== refreshes) return;
   const status = shown.run;
   state.lastStatus = status;
   const phase = status ? status.phase + (status.awaiting ? ` (awaiting ${status.awaiting})` : "") : shown.status;
