@@ -140,7 +140,9 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         assert report_links and sources and "web_search" in activity
         assert await page.evaluate("document.querySelector('#report h1') !== null")
         # The step states come from the status the page fetches after each feed item.
-        every_step_done = "[...document.querySelectorAll('#plan-steps li')].every((li) => li.innerText.includes('done'))"
+        every_step_done = (
+            "[...document.querySelectorAll('#plan-steps li')].every((li) => li.innerText.includes('done'))"
+        )
         await page.wait_for(every_step_done, 30, what="every step shown done")
 
         await page.evaluate(CAPTURE_EXPORTS)
