@@ -500,6 +500,9 @@ def _results_of(content: str) -> list[dict[str, str]]:
     try:
         data = json.loads(content)
     except ValueError:
+        page = CRAWLED_RE.match(content)  # a crawled page, as workflows/search_format.py lays it out
+        if page:
+            return [{"title": page["title"], "url": page["url"], "content": content[page.end():]}]
         return [{"title": _shorten(first_sentence(content), 80) or "Tool output", "url": "", "content": content}]
     if isinstance(data, dict):
         data = data.get("results", [data])
@@ -517,6 +520,7 @@ def _results_of(content: str) -> list[dict[str, str]]:
     return results
 
 
+CRAWLED_RE = re.compile(r"# (?P<title>[^\n]+)\n\nSource: (?P<url>\S+)\n\n")
 NO_RESULTS_RE = re.compile(r"\s*No results found for ")  # workflows/search_format.py's words
 
 
@@ -641,8 +645,9 @@ def researcher(body: dict[str, Any]) -> ScriptedReply:
                       "Because the search failed, this step has no sourced findings; treat it as a gap.")
         return ScriptedReply(content=_answer(step, zh, ("findings", note), ("conclusion", conclusion),
                                              ("references", "无" if zh else "No sources could be gathered.")))
+    by_url = {r["url"]: r for r in results if r["url"]}  # a crawled page replaces its search snippet
     bullets = []
-    for r in [r for r in results if r["url"]] or results:
+    for r in list(by_url.values()) or results:
         picked = _pick(r["content"], cues, step.completed) or _pick(r["content"], cues, "")
         if picked:
             bullets.append(f"- **{_plain(r['title'])}**: {' '.join(picked)}")

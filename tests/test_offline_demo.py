@@ -15,8 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import pytest
+
 from activities.prompts import render_prompt
-from offline.scripted_agents import respond
+from offline.scripted_agents import respond, sentences
 from offline.search_server import DEFAULT_CORPUS, SearchIndex
 from workflows.messages import background_message, reporter_messages, step_task
 from workflows.models import ChatMessage, Plan, SearchResponse, SearchResult, StepType, ToolSpec
@@ -116,3 +118,99 @@ def demo_run(question: str, style: str = "academic", feedback: str | None = None
     report = _ask("reporter", reporter_messages(plan, observations),
                   {"locale": locale, "report_style": style}).content
     return DemoRun(plan=plan, report=report)
+
+
+# Ten questions outside the demo set, with the corpus topics a cited source must carry (None: the
+# corpus does not cover the subject, and the report must say so instead of citing anything).
+QUESTIONS = [
+    ("How far back in time can the James Webb telescope see?", {"astronomy"}),
+    ("How do heat pumps compare with gas boilers for heating a home?", {"home-heating"}),
+    ("Is nuclear power safe?", {"nuclear-power"}),
+    ("How do mRNA vaccines train the immune system?", {"vaccines"}),
+    ("What causes inflation?", {"economics"}),
+    ("How long do electric car batteries last?", {"batteries", "electric-vehicles"}),
+    ("What is the history of the Roman Empire?", None),
+    ("How do I bake sourdough bread at home?", None),
+    ("詹姆斯·韦伯太空望远镜有什么发现？", {"astronomy"}),
+    ("罗马帝国为什么灭亡？", None),
+]
+
+
+@pytest.mark.parametrize(("question", "topics"), QUESTIONS, ids=[q for q, _ in QUESTIONS])
+def test_sources_are_relevant_or_the_report_says_nothing_was_found(question: str, topics: set[str] | None) -> None:
+    run = demo_run(question)
+    if topics is None:
+        assert not run.cited, f"unrelated sources cited: {run.cited}"
+        assert any(phrase in run.report for phrase in NOTHING)
+        return
+    assert run.cited, "a covered question cites the corpus"
+    for url in run.cited:
+        assert TOPICS[url] & topics, f"{url} ({TOPICS[url]}) is not about {topics}"
+    assert not any(phrase in run.report for phrase in NOTHING)
+
+
+def _findings(observation: str) -> list[str]:
+    body = re.search(r"## (?:Findings|发现)\n\n(.*?)\n\n## ", observation, re.DOTALL)
+    return [line for line in (body.group(1) if body else "").splitlines() if line.startswith("- ")]
+
+
+@pytest.mark.parametrize("question", [QUESTIONS[1][0], QUESTIONS[8][0]])
+def test_steps_and_findings_are_whole_sentences_on_the_subject(question: str) -> None:
+    run = demo_run(question)
+    subject = run.plan.steps[0].title.split(":")[-1].split("：")[-1].strip()
+    assert all(subject in step.title for step in run.plan.steps)
+    seen: set[str] = set()
+    for step in run.plan.steps[:-1]:
+        findings = _findings(step.execution_res or "")
+        assert findings
+        for finding in findings:
+            text = finding.split("**: ", 1)[-1]
+            assert "#" not in text and "…" not in text
+            assert text.endswith((".", "。", "!", "?", "！", "？")), text
+            assert text not in seen, "a finding repeats an earlier step's"
+            seen.add(text)
+    points = run.report.split("## Key Points\n\n", 1)[-1].split("\n\n", 1)[0].splitlines()
+    assert len(points) == len(set(points))
+
+
+def test_sentences_keep_abbreviations_and_drop_markdown_headings() -> None:
+    page = "# A page heading\n\nSource: https://x.example\n\nDr. Smith met Mr. Jones in the U.S. lab. It worked."
+    assert sentences(page) == ["Dr. Smith met Mr. Jones in the U.S. lab.", "It worked."]
+
+
+def test_an_edit_request_becomes_a_focused_step_not_a_pasted_title() -> None:
+    run = demo_run(QUESTIONS[1][0], feedback="add a step on running costs")
+    titles = [step.title for step in run.plan.steps]
+    assert "Running costs: Heat pumps compare with gas boilers for heating a home" in titles or any(
+        title.startswith("Running costs: ") for title in titles), titles
+    assert not any("add a step" in title.lower() for title in titles)
+    assert run.cited and all(TOPICS[url] & {"home-heating"} for url in run.cited)
+
+
+ENGLISH_HEADINGS = re.compile(r"^#+ .*\b(Key Points|Overview|Detailed Analysis|Key Citations|Problem Statement|"
+                              r"Findings|Conclusion|References|Statistical Summary|Interpretation|Summary Table)\b",
+                              re.MULTILINE)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_a_chinese_report_has_chinese_headings_in_every_style(style: str) -> None:
+    run = demo_run(QUESTIONS[8][0], style=style)
+    assert run.cited
+    assert not ENGLISH_HEADINGS.search(run.report), ENGLISH_HEADINGS.findall(run.report)
+
+
+def test_each_report_style_has_its_own_structure_and_voice() -> None:
+    reports = {style: demo_run(QUESTIONS[2][0], style=style).report for style in STYLES}
+    outlines = {style: tuple(re.findall(r"(?m)^## .*$", report)) for style, report in reports.items()}
+    openings = {style: report.split("\n\n")[1] for style, report in reports.items()}
+    assert len(set(outlines.values())) == len(STYLES), outlines
+    assert len(set(openings.values())) == len(STYLES), openings
+    for report in reports.values():  # every style keeps the citations
+        assert "## Key Citations" in report and "nuclear-fission-power" in report
+
+
+def test_the_statistics_count_the_cited_sources() -> None:
+    run = demo_run(QUESTIONS[5][0])
+    stats = run.plan.steps[-1].execution_res or ""
+    urls = int(re.search(r"\| Distinct URLs \| (\d+) \|", stats).group(1))  # type: ignore[union-attr]
+    assert urls == len(run.cited) > 0
