@@ -13,16 +13,30 @@ import io
 import json
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from activities.prompts import render_prompt
+from cli.commands import _write_report
 from offline.scripted_agents import respond, sentences
 from offline.search_server import DEFAULT_CORPUS, SearchIndex
 from workflows.messages import background_message, reporter_messages, step_task
-from workflows.models import ChatMessage, Plan, SearchResponse, SearchResult, StepType, ToolSpec
+from workflows.models import (
+    ChatMessage,
+    Phase,
+    Plan,
+    ResearchResult,
+    RunStatus,
+    SearchResponse,
+    SearchResult,
+    StepType,
+    ToolSpec,
+)
+from workflows.progress import current_details
 from workflows.search_format import format_search_response
+from workflows.status_view import OFFLINE_NOTICE
 from workflows.tools import HANDOFF_TO_PLANNER, tool_specs
 
 INDEX = SearchIndex.from_file(DEFAULT_CORPUS)
@@ -214,3 +228,14 @@ def test_the_statistics_count_the_cited_sources() -> None:
     stats = run.plan.steps[-1].execution_res or ""
     urls = int(re.search(r"\| Distinct URLs \| (\d+) \|", stats).group(1))  # type: ignore[union-attr]
     assert urls == len(run.cited) > 0
+
+
+def test_saved_reports_and_web_ui_details_carry_the_offline_label(tmp_path: Path) -> None:
+    offline, real = RunStatus(phase=Phase.COMPLETED, offline_demo=True), RunStatus(phase=Phase.COMPLETED)
+    assert OFFLINE_NOTICE in current_details(offline) and OFFLINE_NOTICE not in current_details(real)
+
+    saved = tmp_path / "report.md"
+    _write_report(ResearchResult(report="# Heat pumps\n"), str(saved), offline_demo=True)
+    assert saved.read_text().splitlines()[0] == f"> {OFFLINE_NOTICE}"
+    _write_report(ResearchResult(report="# Heat pumps\n"), str(saved), offline_demo=False)
+    assert saved.read_text() == "# Heat pumps\n"
