@@ -156,6 +156,8 @@ def test_sources_are_relevant_or_the_report_says_nothing_was_found(question: str
     if topics is None:
         assert not run.cited, f"unrelated sources cited: {run.cited}"
         assert any(phrase in run.report for phrase in NOTHING)
+        research = [s.execution_res or "" for s in run.plan.steps if s.step_type is StepType.RESEARCH]
+        assert all(any(phrase in finding for phrase in NOTHING) for finding in research)
         return
     assert run.cited, "a covered question cites the corpus"
     for url in run.cited:
@@ -185,6 +187,22 @@ def test_steps_and_findings_are_whole_sentences_on_the_subject(question: str) ->
             seen.add(text)
     points = run.report.split("## Key Points\n\n", 1)[-1].split("\n\n", 1)[0].splitlines()
     assert len(points) == len(set(points))
+
+
+def test_pages_that_only_share_words_do_not_ride_along() -> None:
+    """A solar page mentions "electric" and "batteries" but is far behind the pages about EV batteries."""
+    hits = INDEX.search("How long do electric car batteries last?", 10)
+    assert hits and all(set(hit.document.topics) & {"batteries", "electric-vehicles"} for hit in hits)
+
+
+def test_key_points_do_not_repeat() -> None:
+    observation = ("## Problem Statement\n\n**Step**\n\n## Findings\n\n- **Page**: Heat pumps move heat.\n\n"
+                   "## References\n\n- [Page](https://offline.deerflow.example/heat-pumps)")
+    messages = [ChatMessage(role="user", content="# Research Requirements\n\n## Task\n\nHeat pumps\n\n"
+                                                 "## Description\n\nWhy."),
+                *(ChatMessage(role="user", name="observation", content=observation) for _ in range(2))]
+    report = _ask("reporter", messages, {"locale": "en-US", "report_style": "academic"}).content
+    assert report.count("- Heat pumps move heat.") == 1
 
 
 def test_sentences_keep_abbreviations_and_drop_markdown_headings() -> None:
