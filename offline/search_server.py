@@ -100,7 +100,7 @@ def tokenize(text: str) -> list[str]:
         run = match.group()
         if _CJK_RE.match(run):
             tokens.extend(_cjk_bigrams(run))
-        elif run not in _STOPWORDS:
+        elif run not in _STOPWORDS and _stem(run) not in _STOPWORDS:  # "prospects" is "prospect"
             tokens.append(_stem(run))
     return tokens
 
