@@ -90,7 +90,7 @@ def academic(parts: ReportParts) -> list[str]:
                       f"{len(parts.links)} distinct source(s).",
                       f"本报告考察了 {len(parts.sections)} 个研究步骤，引用 {len(parts.links)} 个不同来源。")
     lines = [f"## {parts.h('points')}", "", *_bullets(_points(parts)), "", f"## {parts.h('overview')}", "",
-             " ".join(x for x in (scope, parts.nothing_found or "", parts.thought) if x), "",
+             parts.say(" ", "").join(x for x in (scope, parts.nothing_found or "", parts.thought) if x), "",
              f"## {parts.h('analysis')}", "", *_sections(parts)]
     if parts.rows:
         lines += [f"### {parts.h('table')}", "", f"| # | {parts.h('finding')} | {parts.h('sources')} |",
@@ -102,7 +102,7 @@ def academic(parts: ReportParts) -> list[str]:
 
 def popular_science(parts: ReportParts) -> list[str]:
     """A science writer's order: the short answer first, told to the reader, then how and why."""
-    short = parts.nothing_found or " ".join(parts.points[:2])
+    short = parts.nothing_found or parts.say(" ", "").join(parts.points[:2])
     hook = parts.say("Here is what the evidence says, in plain words.", "下面用通俗的话说说证据告诉我们什么。")
     matters = parts.say("Each point above comes from the sources listed below, so you can read further "
                         "and check it yourself.", "上面的每一点都来自下列来源，你可以继续阅读并自行核实。")
@@ -134,7 +134,7 @@ def social_media(parts: ReportParts) -> list[str]:
 
 def strategic_investment(parts: ReportParts) -> list[str]:
     """An investor's briefing: executive summary, the findings, a risk table and the bottom line."""
-    summary = parts.nothing_found or " ".join(parts.points[:2])
+    summary = parts.nothing_found or parts.say(" ", "").join(parts.points[:2])
     risks = [p for p in parts.points if RISK_RE.search(p)]
     upside = [p for p in parts.points if p not in risks]
     table = [f"| {parts.h('kind')} | {parts.h('finding')} |", "|---|---|"]

@@ -520,6 +520,10 @@ def _results_of(content: str) -> list[dict[str, str]]:
     return results
 
 
+BULLET_TITLE_RE = re.compile(r"(?m)^[-*]\s+\*\*[^*\n]+\*\*[:：]\s*")  # "- **Source title**: "
+# The statistics table's labels in Chinese (the code prints English labels, which the coder parses).
+ZH_TABLE_LABELS = {"Metric": "指标", "Value": "数值", "Findings": "发现数", "Words": "词数",
+                   "Distinct URLs": "不同来源数", "Top words": "高频词"}
 CRAWLED_RE = re.compile(r"# (?P<title>[^\n]+)\n\nSource: (?P<url>\S+)\n\n")
 NO_RESULTS_RE = re.compile(r"\s*No results found for ")  # workflows/search_format.py's words
 
@@ -650,11 +654,11 @@ def researcher(body: dict[str, Any]) -> ScriptedReply:
     for r in list(by_url.values()) or results:
         picked = _pick(r["content"], cues, step.completed) or _pick(r["content"], cues, "")
         if picked:
-            bullets.append(f"- **{_plain(r['title'])}**: {' '.join(picked)}")
+            bullets.append(f"- **{_plain(r['title'])}**{'：' if zh else ': '}{('' if zh else ' ').join(picked)}")
     if errors:
         note = "- 注意：部分工具调用失败：" if zh else "- Note: some tool calls failed: "
         bullets.append(note + errors[0])
-    best = first_sentence(bullets[0].split("**: ", 1)[-1]) if bullets else ""
+    best = first_sentence(BULLET_TITLE_RE.sub("", bullets[0])) if bullets else ""
     conclusion = (f"共有 {len(refs)} 条资料涉及“{step.title}”。{best}" if zh else
                   f"{len(refs)} source(s) address {_mid(step.title)}. {best}").strip()
     references = "\n\n".join(f"- [{_plain(r['title'])}]({r['url']})" for r in refs) or (
@@ -730,6 +734,8 @@ def coder(body: dict[str, Any]) -> ScriptedReply:
         interpretation = (f"The earlier steps produced {numbers.get('Findings', '?')} finding(s) with about "
                           f"{numbers.get('Words', '?')} words, citing {numbers.get('Distinct URLs', '?')} "
                           "distinct source(s); the most frequent terms show what the evidence focuses on.")
+    if zh and table:
+        table = re.sub(r"\| ([A-Za-z ]+?) (?=\|)", lambda m: f"| {ZH_TABLE_LABELS.get(m[1], m[1])} ", table)
     return ScriptedReply(content=_answer(step, zh, ("statistics", table or output), ("interpretation", interpretation)))
 
 
@@ -754,7 +760,7 @@ def analyst(body: dict[str, Any]) -> ScriptedReply:
 def _key_point(observation: str) -> str:
     """An observation's most telling sentence: its conclusion if it has one, else its first."""
     for key in ("findings", "analysis", "interpretation", "conclusion", "result"):
-        body = re.sub(r"(?m)^[-*]\s+\*\*[^*\n]+\*\*:\s*", "", _any_section(observation, key))
+        body = BULLET_TITLE_RE.sub("", _any_section(observation, key))
         found = first_sentence(body)
         if found:
             return found

@@ -229,6 +229,7 @@ def test_a_chinese_report_has_chinese_headings_in_every_style(style: str) -> Non
     run = demo_run(QUESTIONS[8][0], style=style)
     assert run.cited
     assert not ENGLISH_HEADINGS.search(run.report), ENGLISH_HEADINGS.findall(run.report)
+    assert "| Metric |" not in run.report and "**: " not in run.report  # table labels, source titles
 
 
 def test_each_report_style_has_its_own_structure_and_voice() -> None:
