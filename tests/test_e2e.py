@@ -24,7 +24,7 @@ from runtime.converter import data_converter
 from runtime.embedded import has_worker
 from tests.history_checks import activity_events
 from tests.processes import REPO_DIR, DevServer, WorkerProcess
-from tests.support import QUESTION, run_id
+from tests.support import OFFLINE_REPORT, QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
 
 
@@ -161,8 +161,8 @@ def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker:
     report_file = tmp_path / "report.md"
     report = starter(dev_server, "report", workflow_id, "-o", str(report_file))
     assert report.returncode == 0, report.stderr
-    assert report_file.read_text().startswith("# ")
-    assert "*Style: news*" in report_file.read_text()
+    assert report_file.read_text().startswith(OFFLINE_REPORT)
+    assert "## What We Know" in report_file.read_text()  # the news style's structure
 
     replayed = starter(dev_server, "replay", workflow_id)
     assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr
