@@ -135,8 +135,9 @@ def social_media(parts: ReportParts) -> list[str]:
 def strategic_investment(parts: ReportParts) -> list[str]:
     """An investor's briefing: executive summary, the findings, a risk table and the bottom line."""
     summary = parts.nothing_found or parts.say(" ", "").join(parts.points[:2])
-    risks = [p for p in parts.points if RISK_RE.search(p)]
-    upside = [p for p in parts.points if p not in risks]
+    sourced = list(dict.fromkeys(point for point, sources in parts.rows if sources))  # not the statistics
+    risks = [p for p in sourced if RISK_RE.search(p)]
+    upside = [p for p in sourced if p not in risks]
     table = [f"| {parts.h('kind')} | {parts.h('finding')} |", "|---|---|"]
     table += [f"| {parts.h('opportunity')} | {p.replace('|', '/')} |" for p in upside]
     table += [f"| {parts.h('risk')} | {p.replace('|', '/')} |" for p in risks]
