@@ -52,6 +52,7 @@ from workflows.models import (
 )
 from workflows.research import DeepResearchWorkflow
 from workflows.review import ACCEPTED, EDIT_PLAN
+from workflows.status_view import OFFLINE_NOTICE
 from workflows.visibility import AWAITING, PHASE
 
 
@@ -98,13 +99,28 @@ def _write_file(output: str, text: str) -> None:
         raise CliError(f"Cannot write to {output}: {error.strerror or error}.") from error
 
 
-def _write_report(result: ResearchResult, output: str | None) -> None:
-    """The report as written to a file; on the screen, without the control sequences it may hold."""
+def _write_report(result: ResearchResult, output: str | None, offline_demo: bool) -> None:
+    """The report as written to a file; on the screen, without the control sequences it may hold.
+
+    A report the offline demonstration model wrote says so in its first line, so a saved copy
+    cannot pass for research.
+    """
+    report = f"> {OFFLINE_NOTICE}\n\n{result.report}" if offline_demo else result.report
     if output:
-        _write_file(output, result.report)
+        _write_file(output, report)
         print(f"Report written to {output}", file=sys.stderr)
     else:
-        print(printable(result.report))
+        print(printable(report))
+
+
+async def _offline_demo(handle: WorkflowHandle) -> bool:
+    """Whether the offline demonstration model served the run, from its status; a report is still
+    given when no worker can answer, with a warning that it could not be checked."""
+    try:
+        return (await _status(handle)).offline_demo
+    except CliError as error:
+        print(f"Could not check whether the offline demonstration model wrote this report: {error}", file=sys.stderr)
+        return False
 
 
 async def _result(handle: WorkflowHandle) -> ResearchResult:
@@ -299,7 +315,7 @@ async def run(args: argparse.Namespace) -> int:
     result = await _follow(handle, interactive=interactive, verbose=args.verbose, output=args.output)
     if result is None:
         return 0
-    _write_report(result, args.output)
+    _write_report(result, args.output, await _offline_demo(handle))
     return 1 if result.outcome is Outcome.FAILED else 0
 
 
@@ -373,7 +389,9 @@ async def report(args: argparse.Namespace) -> int:
     if ended not in (None, "failed"):  # a failed run's result says why; the others ended from outside
         raise CliError(f"Run {args.id} was {ended} and has no report; `python starter.py status {args.id}` "
                        "shows where it stood.")
-    _write_report(await _result(handle), args.output)
+    result = await _result(handle)
+    await revive_worker(client)  # the status query of a closed run replays it on a worker
+    _write_report(result, args.output, await _offline_demo(handle))
     return 0
 
 

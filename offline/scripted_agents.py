@@ -19,6 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from offline.report_styles import ReportParts, render_report
+from offline.search_server import tokenize
+
 # Tools that only one agent is offered. MCP tools may be offered beside them, so one match decides.
 AGENT_TOOLS = (
     ("coordinator", frozenset({"handoff_to_planner", "ask_clarification"})),
@@ -39,14 +42,31 @@ FINDING_RE = re.compile(r"<finding>(.*?)</finding>", re.DOTALL)
 BACKGROUND_PREFIX = "background investigation results of user query:"
 OBSERVATION_PREFIX = "Below are some observations for the research task:"
 DEFAULT_MAX_STEPS = 3
-# Further research angles when the plan may have more than three steps.
-EXTRA_ANGLES = (
-    ("Costs, economics and market size", "成本、经济性与市场规模"),
-    ("Risks, limitations and open problems", "风险、局限与未解决的问题"),
-    ("Policy, regulation and standards", "政策、监管与标准"),
-    ("Outlook for the next decade", "未来十年展望"),
-    ("Key players and case studies", "主要参与者与案例"),
+# The plan's research angles, in order: step titles are "<angle>: <subject>", so the researcher
+# searches for the subject and picks the sentences that speak to the angle (its cue words).
+ANGLES = (
+    ("Background and key facts", "背景与关键事实", ()),
+    ("Evidence, data and expert perspectives", "证据、数据与不同观点",
+     ("percent", "million", "billion", "study", "studies", "measured", "found", "about", "%", "万", "亿")),
+    ("Costs, economics and market size", "成本、经济性与市场规模",
+     ("cost", "price", "cheap", "expensive", "market", "economic", "成本", "价格", "市场")),
+    ("Risks, limitations and open problems", "风险、局限与未解决的问题",
+     ("risk", "but", "however", "challenge", "limit", "problem", "cannot", "falls", "风险", "但", "问题", "挑战")),
+    ("Policy, regulation and standards", "政策、监管与标准",
+     ("policy", "law", "regulat", "government", "standard", "target", "agreement", "政策", "监管", "标准")),
+    ("Outlook for the next decade", "未来十年展望",
+     ("future", "will", "expected", "developed", "plan", "next", "growing", "未来", "将", "发展")),
+    ("Key players and case studies", "主要参与者与案例",
+     ("company", "companies", "agency", "NASA", "researchers", "countries", "公司", "机构", "国家")),
 )
+# An edit request's wording around what it asks for: "add a step on running costs" -> "running costs".
+FOCUS_RE = re.compile(
+    r"^(?:please\s+)?(?:(?:also\s+)?(?:add|include|cover|insert)\s+(?:(?:a|an|another|one|new)\s+)?"
+    r"(?:(?:research\s+)?(?:step|section|part)s?\s+)?(?:on|about|covering|for|regarding|into|that covers)?\s*|"
+    r"(?:research|look\s+(?:at|into)|investigate|focus\s+on)\s+)(?:the\s+)?",
+    re.IGNORECASE,
+)
+ZH_FOCUS_RE = re.compile(r"^(?:请)?(?:再)?(?:增加|添加|加上?|补充)(?:一个|一步)?(?:关于)?|(?:的)?(?:步骤|部分|研究)$")
 
 SMALL_TALK = {
     "greeting": {"hi", "hello", "hey", "hi there", "hello there", "hey there", "good morning",
@@ -71,19 +91,6 @@ SMALL_TALK_REPLIES = {
     ("identity", "zh"): "我是 DeerFlow，一个深度研究助手。给我一个问题，我会制定研究计划、"
                         "搜索资料、做简单分析，并撰写带引用的报告。",
 }
-STYLE_INTROS = {
-    "academic": ("A structured, evidence-based synthesis with full citations.",
-                 "本报告采用学术风格：结构严谨、以证据为本并附完整引用。"),
-    "popular_science": ("Curious how it all fits together? Here is the story the evidence tells, "
-                        "in plain language.", "想知道其中的奥秘吗？下面用通俗的语言讲讲证据告诉我们的故事。"),
-    "news": ("Here is what we know so far, based on the sources gathered.",
-             "以下是根据已收集资料整理的最新情况。"),
-    "social_media": ("The key takeaways in a nutshell.", "一分钟看懂要点。"),
-    "strategic_investment": ("A briefing on the facts that matter for strategic and investment "
-                             "decisions.", "本简报聚焦对战略与投资决策最重要的事实。"),
-}
-
-
 @dataclass(frozen=True)
 class ScriptedToolCall:
     """A tool call the scripted agent wants to make; ``id`` is ``call_<n>``, unique per chat."""
@@ -167,6 +174,25 @@ def _call(messages: list[dict[str, Any]], name: str, arguments: dict[str, Any]) 
     return ScriptedToolCall(id=f"call_{earlier + 1}", name=name, arguments=arguments)
 
 
+# Section headings of the agents' answers, in English and Chinese: every heading follows the locale.
+SECTIONS = {
+    "problem": ("Problem Statement", "问题陈述"), "findings": ("Findings", "发现"),
+    "conclusion": ("Conclusion", "结论"), "references": ("References", "参考资料"),
+    "analysis": ("Analysis", "分析"), "statistics": ("Statistical Summary", "统计汇总"),
+    "interpretation": ("Interpretation", "解读"), "result": ("Result", "结果"),
+}
+
+
+def heading(key: str, zh: bool) -> str:
+    """A section heading (``## Findings`` / ``## 发现``) in the answer's language."""
+    return "## " + SECTIONS[key][1 if zh else 0]
+
+
+def _any_section(text: str, key: str) -> str:
+    """A section's body, whichever language its heading is in."""
+    return next((found for name in SECTIONS[key] if (found := _section(text, name, "##"))), "")
+
+
 def _section(text: str, heading: str, level: str = "#") -> str:
     """The body under a markdown heading, up to the next heading of the same level."""
     pattern = rf"(?m)^{re.escape(level)} {re.escape(heading)}[ \t]*\n(.*?)(?=^{re.escape(level)} |\Z)"
@@ -181,19 +207,38 @@ def _plain(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def first_sentence(text: str, limit: int = 220) -> str:
-    """The first sentence of the first prose line (headings, tables and rules skipped)."""
+# A full stop after these does not end a sentence ("Dr. Smith", "e.g. solar").
+ABBREVIATION_RE = re.compile(r"(?:\b(?:Dr|Mr|Mrs|Ms|Prof|St|Sr|Jr|vs|etc|No|Fig|Inc|Ltd|approx|e\.g|i\.e)|"
+                             r"\b[A-Z])\.$")
+SENTENCE_END_RE = re.compile(r"(?<=[.!?])\s+|(?<=[。！？])")
+
+
+def sentences(text: str) -> list[str]:
+    """The prose of ``text`` as whole sentences: headings, tables, rules, tags and ``Source:`` lines
+    dropped, so no markdown heading leaks into a finding and no abbreviation splits a sentence."""
+    prose = []
     for line in text.splitlines():
         line = line.strip()
-        if not line or line.startswith(("#", "|", "---", "<", "```")):
+        if not line or line.startswith(("#", "|", "---", "<", "```", "Source: ")):
             continue
-        line = _plain(re.sub(r"^([-*+]|\d+\.)\s+", "", line))
-        if not line:
-            continue
-        match = re.match(r"(.+?(?:[.!?](?=\s|$)|[。！？]))", line)
-        sentence = match.group(1) if match else line
-        return sentence if len(sentence) <= limit else sentence[: limit - 1].rstrip() + "…"
-    return ""
+        prose.append(_plain(re.sub(r"^([-*+]|\d+\.)\s+", "", line)))
+    found: list[str] = []
+    for line in prose:
+        pieces = [piece.strip() for piece in SENTENCE_END_RE.split(line) if piece.strip()]
+        merged: list[str] = []
+        for piece in pieces:
+            if merged and ABBREVIATION_RE.search(merged[-1]):
+                merged[-1] += " " + piece
+            else:
+                merged.append(piece)
+        found.extend(merged)
+    return found
+
+
+def first_sentence(text: str) -> str:
+    """The first whole sentence of the prose in ``text`` (headings, tables and rules skipped)."""
+    found = sentences(text)
+    return found[0] if found else ""
 
 
 def _shorten(text: str, limit: int) -> str:
@@ -331,56 +376,51 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
     locale = _locale(messages, topic)
     zh = _zh(locale)
     limit = MAX_STEPS_RE.search(system_text(messages))
-    n = max(1, min(DEFAULT_MAX_STEPS + len(EXTRA_ANGLES), int(limit.group(1)) if limit else DEFAULT_MAX_STEPS))
+    n = max(1, min(1 + len(ANGLES), int(limit.group(1)) if limit else DEFAULT_MAX_STEPS))
     subject = subject_of(topic or "the topic")
     question = bool(QUESTION_RE.match(subject))
     bg_titles = [_shorten(str(r.get("title", "")), 60) for r in background if r.get("title")]
+    colon = "：" if zh else ": "
 
-    def research(title: str, description: str) -> dict[str, Any]:
-        return {"need_search": True, "title": title, "description": description,
+    def research(angle: str, description: str) -> dict[str, Any]:
+        return {"need_search": True, "title": f"{angle}{colon}{subject}", "description": description,
                 "step_type": "research", "execution_res": None}
 
     if zh:
         title = f"{subject}：研究报告"
-        first = research(f"{subject}的背景与关键事实",
-                         f"收集关于{subject}的权威资料：定义、发展历程、现状和主要参与者。")
-        second = research(f"{subject}的证据、数据与不同观点", "寻找量化数据、案例研究、专家观点和反方论据。")
-        stats = {"need_search": False, "title": f"{subject}研究发现的统计汇总",
+        angles = [research(chinese, f"研究{subject}的{chinese}，并注明来源。") for _, chinese, _ in ANGLES]
+        angles[0]["description"] = f"收集关于{subject}的权威资料：定义、发展历程、现状和主要参与者。"
+        angles[1]["description"] = "寻找量化数据、案例研究、专家观点和反方论据。"
+        stats = {"need_search": False, "title": f"研究发现的统计汇总：{subject}",
                  "description": "使用 Python 对前面步骤收集到的发现计算简单统计"
                                 "（发现数量、词数、不同来源数、高频词），并以表格形式呈现。",
                  "step_type": "processing", "execution_res": None}
         if bg_titles:
-            first["description"] += f"可从背景调查的资料入手，例如“{bg_titles[0]}”。"
-            second["title"] = f"深入跟进“{bg_titles[-1]}”：证据与观点"
+            angles[0]["description"] += f"可从背景调查的资料入手，例如“{bg_titles[0]}”。"
     else:
         title = f"{subject}?" if question else f"{subject}: A Research Report"
-        first = research(f"Background and key facts: {subject}",
-                         f"Gather authoritative sources on {_mid(subject)}: definitions, history, current "
-                         "state and the main actors.")
-        second = research(f"Evidence, data and expert perspectives: {subject}",
-                          "Find quantitative data, case studies, expert opinions and counter-arguments, "
-                          "noting where sources disagree.")
+        about = f'the question "{subject}?"' if question else _mid(subject)
+        angles = [research(english, f"Research the {english.lower()} for {about}, with sources.")
+                  for english, _, _ in ANGLES]
+        angles[0]["description"] = (f"Gather authoritative sources on {about}: definitions, history, "
+                                    "current state and the main actors.")
+        angles[1]["description"] = ("Find quantitative data, case studies, expert opinions and counter-arguments, "
+                                    "noting where sources disagree.")
         stats = {"need_search": False, "title": f"Statistical summary of the findings: {subject}",
                  "description": "Use Python to compute simple statistics over the findings gathered in the "
                                 "previous steps (number of findings, word count, distinct sources, most "
                                 "frequent terms) and present them as a table.",
                  "step_type": "processing", "execution_res": None}
         if bg_titles:
-            first["description"] += f' Start from the background sources, e.g. "{bg_titles[0]}".'
-            second["title"] = f'Follow-up on "{bg_titles[-1]}": evidence and perspectives'
+            angles[0]["description"] += f' Start from the background sources, e.g. "{bg_titles[0]}".'
     slots = n - 1 if n >= 3 else n
     if feedback:
-        extra = [research(_shorten(text[:1].upper() + text[1:], 90),
-                          (f"按审阅者的要求：{text}" if zh else f"Address the reviewer's request: {text}"))
-                 for text in feedback]
-        researched = extra[-1:] if slots == 1 else [first, *extra[-(slots - 1):]]
+        extra = [research(_focus(text, zh), f"按审阅者的要求：{text}" if zh else
+                          f"Address the reviewer's request: {text}") for text in feedback]
+        researched = extra[-1:] if slots == 1 else [angles[0], *extra[-(slots - 1):]]
         title += "（修订版）" if zh else " (revised)"
     else:
-        angles = [research(f"{chinese if zh else english}: {subject}",
-                           f"研究{subject}的这一方面，并注明来源。" if zh else
-                           f"Research this angle of {_mid(subject)}, with sources.")
-                  for english, chinese in EXTRA_ANGLES]
-        researched = [first, second, *angles][:slots]
+        researched = angles[:slots]
     if n >= 3:
         stats["depends_on"] = list(range(len(researched)))  # it summarises every research step
         steps = [*researched, stats]
@@ -404,6 +444,15 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
                     f' Revised the plan following the feedback: "{feedback[-1]}".')
     return {"locale": locale, "has_enough_context": observed, "thought": thought, "title": title,
             "steps": steps}
+
+
+def _focus(feedback: str, zh: bool) -> str:
+    """What an edit request asks to research, as a step's angle: "add a step on running costs"
+    becomes "Running costs", so the request's wording never becomes a step title."""
+    text = re.sub(r"\s+", " ", feedback).strip().rstrip(".!?。！？")
+    focus = (ZH_FOCUS_RE.sub("", text) if zh else FOCUS_RE.sub("", text, count=1)).strip() or text
+    focus = _shorten(focus, 60)
+    return focus[:1].upper() + focus[1:]
 
 
 def planner(body: dict[str, Any]) -> ScriptedReply:
@@ -446,10 +495,15 @@ def parse_step_input(messages: list[dict[str, Any]]) -> StepInput:
 
 def _results_of(content: str) -> list[dict[str, str]]:
     """Search/crawl results in whatever shape the tool message has (list, dict, or text)."""
+    if NO_RESULTS_RE.match(content):
+        return []
     try:
         data = json.loads(content)
     except ValueError:
-        return [{"title": first_sentence(content, 80) or "Tool output", "url": "", "content": content}]
+        page = CRAWLED_RE.match(content)  # a crawled page, as workflows/search_format.py lays it out
+        if page:
+            return [{"title": page["title"], "url": page["url"], "content": content[page.end():]}]
+        return [{"title": _shorten(first_sentence(content), 80) or "Tool output", "url": "", "content": content}]
     if isinstance(data, dict):
         data = data.get("results", [data])
     if not isinstance(data, list):
@@ -462,13 +516,29 @@ def _results_of(content: str) -> list[dict[str, str]]:
             title = str(item.get("title") or url or "Untitled")
             results.append({"title": title, "url": url, "content": body})
         elif isinstance(item, str):
-            results.append({"title": first_sentence(item, 80) or "Result", "url": "", "content": item})
+            results.append({"title": _shorten(first_sentence(item), 80) or "Result", "url": "", "content": item})
     return results
+
+
+BULLET_TITLE_RE = re.compile(r"(?m)^[-*]\s+\*\*[^*\n]+\*\*[:：]\s*")  # "- **Source title**: "
+# The statistics table's labels in Chinese (the code prints English labels, which the coder parses).
+ZH_TABLE_LABELS = {"Metric": "指标", "Value": "数值", "Findings": "发现数", "Words": "词数",
+                   "Distinct URLs": "不同来源数", "Top words": "高频词"}
+CRAWLED_RE = re.compile(r"# (?P<title>[^\n]+)\n\nSource: (?P<url>\S+)\n\n")
+NO_RESULTS_RE = re.compile(r"\s*No results found for ")  # workflows/search_format.py's words
 
 
 def _is_error(content: str) -> bool:
     """Tool activities report failures as text starting with "Error", as DeerFlow's tools do."""
     return content.lstrip().lower().startswith("error")
+
+
+def _answer(step: StepInput, zh: bool, *sections: tuple[str, str]) -> str:
+    """A step agent's answer: the problem statement, then each ``(section key, body)`` under its
+    heading in the step's language (the reporter reads the sections back by these headings)."""
+    parts = [f"{heading('problem', zh)}\n\n{_problem(step)}"]
+    parts += [f"{heading(key, zh)}\n\n{body}" for key, body in sections]
+    return "\n\n".join(parts)
 
 
 def _problem(step: StepInput) -> str:
@@ -512,18 +582,50 @@ def _mcp_calls(tools: dict[str, dict[str, Any]], topic: str, start: int) -> tupl
     return tuple(calls)
 
 
+def _angle_and_query(title: str) -> tuple[tuple[str, ...], str]:
+    """The cue words of a step's angle, and what to search for: the subject after a known angle,
+    the whole title otherwise (an edit's focus, such as "Running costs: heat pumps", is searched)."""
+    for english, chinese, cues in ANGLES:
+        for prefix in (f"{english}: ", f"{chinese}："):
+            if title.startswith(prefix):
+                return cues, title[len(prefix):]
+    return tuple(tokenize(title.split(":")[0])), title.replace("：", " ").replace(":", " ")
+
+
+def _pick(text: str, cues: tuple[str, ...], already: str, count: int = 2) -> list[str]:
+    """Up to ``count`` whole sentences of ``text`` that speak to the angle's cue words, in their
+    order, skipping sentences an earlier step already reported (so findings do not repeat)."""
+    candidates = [(i, sentence) for i, sentence in enumerate(sentences(text)) if sentence not in already]
+    lowered = [(i, sentence, sentence.lower()) for i, sentence in candidates]
+    ranked = sorted(lowered, key=lambda c: (-sum(cue.lower() in c[2] for cue in cues), c[0]))
+    return [sentence for _, sentence, _ in sorted(ranked[:count])]
+
+
+def _nothing_found(step: StepInput, query: str, zh: bool) -> str:
+    """The honest answer when the offline corpus has nothing on the step: no unrelated sources."""
+    if zh:
+        note = f"离线语料库中没有关于“{query}”的资料，因此本步骤没有可引用的来源。"
+        conclusion = "离线演示语料库没有涉及这一主题；使用真实搜索服务（设置 TAVILY_API_KEY）才能研究它。"
+    else:
+        note = f'The offline corpus has nothing on "{query}", so this step cites no sources.'
+        conclusion = ("The bundled offline corpus does not cover this subject; real search (TAVILY_API_KEY) "
+                      "is needed to research it.")
+    return _answer(step, zh, ("findings", note), ("conclusion", conclusion), ("references", "无" if zh else "None."))
+
+
 def researcher(body: dict[str, Any]) -> ScriptedReply:
-    """Search once for the step title, read loopback pages in full, then write a cited answer."""
+    """Search once for the step's subject, read loopback pages in full, then write a cited answer."""
     messages = body.get("messages") or []
     step = parse_step_input(messages)
     tools, outputs = _tool_names(body), _tool_messages(messages)
+    cues, query = _angle_and_query(step.title)
     if not outputs:
         for name in ("local_search_tool", "web_search", "web_search_tool", "tavily_search"):
             if name in tools:
                 properties = (tools[name].get("parameters") or {}).get("properties") or {}
                 argument = "query" if "query" in properties or not properties else next(iter(properties))
-                first = _call(messages, name, {argument: step.title})
-                return ScriptedReply(tool_calls=(first, *_mcp_calls(tools, step.title, start=2)))
+                first = _call(messages, name, {argument: query})
+                return ScriptedReply(tool_calls=(first, *_mcp_calls(tools, query, start=2)))
     zh = _zh(step.locale)
     errors = [o.strip() for o in outputs if _is_error(o)]
     results = [r for o in outputs if not _is_error(o) for r in _results_of(o)]
@@ -533,6 +635,8 @@ def researcher(body: dict[str, Any]) -> ScriptedReply:
             return crawls
     seen: set[str] = set()
     refs = [r for r in results if r["url"] and not (r["url"] in seen or seen.add(r["url"]))]
+    if outputs and not results and not errors:
+        return ScriptedReply(content=_nothing_found(step, query, zh))
     if not results:
         if errors:
             note = (f"搜索工具调用失败：\n\n> {errors[0]}\n\n因此未能收集到任何资料。" if zh else
@@ -543,24 +647,24 @@ def researcher(body: dict[str, Any]) -> ScriptedReply:
                     "No tool results arrived before the step had to finish, so no sources could be gathered.")
         conclusion = ("由于搜索失败，本步骤没有可靠的发现。" if zh else
                       "Because the search failed, this step has no sourced findings; treat it as a gap.")
-        return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Findings\n\n{note}\n\n"
-                                     f"## Conclusion\n\n{conclusion}\n\n## References\n\n"
-                                     + ("无" if zh else "No sources could be gathered."))
+        return ScriptedReply(content=_answer(step, zh, ("findings", note), ("conclusion", conclusion),
+                                             ("references", "无" if zh else "No sources could be gathered.")))
+    by_url = {r["url"]: r for r in results if r["url"]}  # a crawled page replaces its search snippet
     bullets = []
-    for r in results:
-        summary = " ".join(re.split(r"(?<=[.!?。！？])\s+", _plain(r["content"]))[:2]).strip()
-        bullets.append(f"- **{_plain(r['title'])}**: {_shorten(summary, 400) or '(no content)'}")
+    for r in list(by_url.values()) or results:
+        picked = _pick(r["content"], cues, step.completed) or _pick(r["content"], cues, "")
+        if picked:
+            bullets.append(f"- **{_plain(r['title'])}**{'：' if zh else ': '}{('' if zh else ' ').join(picked)}")
     if errors:
         note = "- 注意：部分工具调用失败：" if zh else "- Note: some tool calls failed: "
         bullets.append(note + errors[0])
-    conclusion = (f"关于“{step.title}”，共收集到 {len(results)} 条资料，主要发现如上。" if zh else
-                  f"{len(results)} source(s) were reviewed for \"{step.title}\"; the main points are "
-                  f"summarised above. {first_sentence(results[0]['content'])}".strip())
+    best = first_sentence(BULLET_TITLE_RE.sub("", bullets[0])) if bullets else ""
+    conclusion = (f"共有 {len(refs)} 条资料涉及“{step.title}”。{best}" if zh else
+                  f"{len(refs)} source(s) address {_mid(step.title)}. {best}").strip()
     references = "\n\n".join(f"- [{_plain(r['title'])}]({r['url']})" for r in refs) or (
         "无" if zh else "No linkable sources.")
-    return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Findings\n\n"
-                                 + "\n".join(bullets) + f"\n\n## Conclusion\n\n{conclusion}\n\n"
-                                 f"## References\n\n{references}")
+    return ScriptedReply(content=_answer(step, zh, ("findings", "\n".join(bullets)), ("conclusion", conclusion),
+                                         ("references", references)))
 
 
 STATS_CODE = '''import re
@@ -614,13 +718,12 @@ def coder(body: dict[str, Any]) -> ScriptedReply:
     if not outputs:
         note = ("在步骤结束前没有运行任何代码，因此没有统计结果。" if zh else
                 "No code was run before the step had to finish, so no statistics are available.")
-        return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Result\n\n{note}")
+        return ScriptedReply(content=_answer(step, zh, ("result", note)))
     output, failed = _python_output(outputs[-1])
     if failed:
         note = ("Python 代码执行失败，以下是错误输出，因此无法给出统计结果。" if zh else
                 "The Python code failed, so no statistics could be computed. The error output was:")
-        return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Result\n\n{note}\n\n"
-                                     f"```\n{output or 'no output'}\n```")
+        return ScriptedReply(content=_answer(step, zh, ("result", f"{note}\n\n```\n{output or 'no output'}\n```")))
     table = "\n".join(line for line in output.splitlines() if line.strip().startswith("|"))
     numbers = dict(re.findall(r"^\|\s*([A-Za-z ]+?)\s*\|\s*(\d+)\s*\|", table, re.MULTILINE))
     if zh:
@@ -631,8 +734,9 @@ def coder(body: dict[str, Any]) -> ScriptedReply:
         interpretation = (f"The earlier steps produced {numbers.get('Findings', '?')} finding(s) with about "
                           f"{numbers.get('Words', '?')} words, citing {numbers.get('Distinct URLs', '?')} "
                           "distinct source(s); the most frequent terms show what the evidence focuses on.")
-    return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Statistical Summary\n\n"
-                                 f"{table or output}\n\n## Interpretation\n\n{interpretation}")
+    if zh and table:
+        table = re.sub(r"\| ([A-Za-z ]+?) (?=\|)", lambda m: f"| {ZH_TABLE_LABELS.get(m[1], m[1])} ", table)
+    return ScriptedReply(content=_answer(step, zh, ("statistics", table or output), ("interpretation", interpretation)))
 
 
 def analyst(body: dict[str, Any]) -> ScriptedReply:
@@ -647,8 +751,7 @@ def analyst(body: dict[str, Any]) -> ScriptedReply:
     bullets = [f"- {_key_point(b) or _shorten(_plain(b), 200)}" for b in blocks] or [f"- {none}"]
     conclusion = (f"综合 {len(blocks)} 条发现，以上要点回答了“{step.title}”。" if zh else
                   f"Taken together, the {len(blocks)} finding(s) above address \"{step.title}\".")
-    return ScriptedReply(content=f"## Problem Statement\n\n{_problem(step)}\n\n## Analysis\n\n"
-                                 + "\n".join(bullets) + f"\n\n## Conclusion\n\n{conclusion}")
+    return ScriptedReply(content=_answer(step, zh, ("analysis", "\n".join(bullets)), ("conclusion", conclusion)))
 
 
 # ---------------------------------------------------------------- reporter
@@ -656,8 +759,9 @@ def analyst(body: dict[str, Any]) -> ScriptedReply:
 
 def _key_point(observation: str) -> str:
     """An observation's most telling sentence: its conclusion if it has one, else its first."""
-    for heading in ("Findings", "Analysis", "Interpretation", "Conclusion", "Result"):
-        found = first_sentence(_section(observation, heading, "##"))
+    for key in ("findings", "analysis", "interpretation", "conclusion", "result"):
+        body = BULLET_TITLE_RE.sub("", _any_section(observation, key))
+        found = first_sentence(body)
         if found:
             return found
     return first_sentence(observation)
@@ -665,7 +769,7 @@ def _key_point(observation: str) -> str:
 
 def _observation_title(observation: str, index: int, zh: bool) -> str:
     """A subsection heading for an observation: its step title if it has one."""
-    problem = _section(observation, "Problem Statement", "##")
+    problem = _any_section(observation, "problem")
     match = re.match(r"\*\*(.+?)\*\*", problem)
     if match:
         return match.group(1).strip()
@@ -674,50 +778,30 @@ def _observation_title(observation: str, index: int, zh: bool) -> str:
 
 
 def reporter(body: dict[str, Any]) -> ScriptedReply:
-    """DeerFlow's report layout; every observation is reproduced so no finding is lost."""
+    """DeerFlow's report in the requested style; every observation is reproduced so no finding is lost."""
     messages = body.get("messages") or []
     users = [text_of(m.get("content")) for m in _users(messages)]
     request = users[0] if users else ""
     title = _section(request, "Task", "##") or first_sentence(request) or "Research Report"
-    thought = _section(request, "Description", "##")
     observations = [u[len(OBSERVATION_PREFIX):].strip() for u in users if u.startswith(OBSERVATION_PREFIX)]
     observations += [text_of(m.get("content")).strip() for m in _users(messages)
                      if m.get("name") == "observation" and not text_of(m.get("content")).startswith(
                          OBSERVATION_PREFIX)]
-    locale = _locale(messages, title)
-    zh = _zh(locale)
+    zh = _zh(_locale(messages, title))
     style_match = STYLE_RE.search(system_text(messages))
-    style = style_match.group(1).lower() if style_match else "academic"
-    intro = STYLE_INTROS.get(style, STYLE_INTROS["academic"])[1 if zh else 0]
     links: dict[str, str] = {}
     for observation in observations:
         for text, url in LINK_RE.findall(observation):
             links.setdefault(url, text)
-    h = (("要点", "概述", "详细分析", "主要引用", "汇总表", "发现", "来源数") if zh else
-         ("Key Points", "Overview", "Detailed Analysis", "Key Citations", "Summary Table", "Finding",
-          "Sources"))
     points = [_key_point(o) or _shorten(_plain(o), 200) for o in observations]
-    lines = [f"# {title}", "", f"*Style: {style}* — {intro}", "", f"## {h[0]}", ""]
-    none = "没有可用的观察结果。" if zh else "No observations were available."
-    lines += [f"- {p}" for p in points] or [f"- {none}"]
-    overview = (f"本报告基于 {len(observations)} 个研究步骤的结果和 {len(links)} 个不同来源。{thought}"
-                if zh else
-                f"This report draws on {len(observations)} research step(s) and {len(links)} distinct "
-                f"source(s). {thought}")
-    lines += ["", f"## {h[1]}", "", overview.strip(), "", f"## {h[2]}", ""]
-    for i, observation in enumerate(observations, 1):
-        demoted = re.sub(r"(?m)^(#{1,4}) ", r"\1## ", observation)
-        lines += [f"### {i}. {_observation_title(observation, i, zh)}", "", demoted, ""]
-    if observations:
-        lines += [f"### {h[4]}", "", f"| # | {h[5]} | {h[6]} |", "|---|---|---|"]
-        for i, (observation, point) in enumerate(zip(observations, points, strict=True), 1):
-            count = len(set(URL_RE.findall(observation)))
-            lines.append(f"| {i} | {point.replace('|', '/')} | {count} |")
-        lines.append("")
-    lines += [f"## {h[3]}", ""]
-    lines.append("\n\n".join(f"- [{text}]({url})" for url, text in links.items())
-                 or ("无" if zh else "No citations were found in the observations."))
-    return ScriptedReply(content="\n".join(lines).rstrip() + "\n")
+    parts = ReportParts(
+        title=title, thought=_section(request, "Description", "##"), points=list(dict.fromkeys(p for p in points if p)),
+        sections=[(_observation_title(o, i, zh), re.sub(r"(?m)^(#{1,4}) ", r"\1## ", o))
+                  for i, o in enumerate(observations, 1)],
+        rows=[(p, len(set(URL_RE.findall(o)))) for o, p in zip(observations, points, strict=True)],
+        links=links, zh=zh,
+    )
+    return ScriptedReply(content=render_report(style_match.group(1).lower() if style_match else "academic", parts))
 
 
 # ---------------------------------------------------------------- dispatch

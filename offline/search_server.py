@@ -4,7 +4,9 @@ Why it exists: the offline demo and the tests must exercise the *real* ``tavily-
 request and error handling included, without touching the internet. So this server speaks the
 wire protocol that client speaks (``POST /search``, JSON body, ``Authorization: Bearer <key>``,
 errors as ``{"detail": {"error": ...}}`` with Tavily's status codes) and ranks
-``offline/corpus.json`` with BM25. Faults (5xx, 429 with ``Retry-After``, 401, slow answers) can
+``offline/corpus.json`` with BM25, answering only with documents that are about the query (see
+:data:`MIN_COVERAGE`), so a question the corpus does not cover gets no results rather than
+unrelated ones. Faults (5xx, 429 with ``Retry-After``, 401, slow answers) can
 be queued so tests can drive every error path of the ``web_search`` activity.
 
 Only the standard library is used, so the server starts anywhere the package is installed.
@@ -42,6 +44,14 @@ DEFAULT_API_KEY = "offline"
 DEFAULT_MAX_RESULTS = 5  # Tavily's default when the request names none
 MAX_RESULTS_LIMIT = 20  # Tavily rejects larger values
 TITLE_WEIGHT = 2  # title tokens are counted this many times: a title match means more
+# A document is an answer only if it contains this share of the query's subject: the query's terms
+# that some title uses or that no document uses, weighted by rarity. Words the corpus only uses in
+# passing ("causes", "history") frame a question, so "What causes inflation?" is about inflation,
+# and "the Roman Empire" finds nothing instead of whatever mentions history.
+MIN_COVERAGE = 0.5
+# ...and must score at least this share of the best answer's BM25: a page that merely uses the same
+# words ("electric", "battery" in a solar page) does not ride along with the pages about the subject.
+MIN_SHARE_OF_BEST = 1 / 3
 
 # ---------------------------------------------------------------- tokenising and ranking
 
@@ -56,6 +66,11 @@ _STOPWORDS = frozenset(
         "have", "how", "i", "in", "is", "it", "its", "of", "on", "or", "that", "the", "their", "them",
         "there", "these", "this", "to", "was", "what", "when", "where", "which", "who", "why", "will",
         "with", "you", "your",
+        # Words that frame a question rather than name its subject.
+        "about", "all", "any", "back", "been", "being", "between", "but", "compare", "compared",
+        "could", "did", "far", "get", "into", "kind", "make", "many", "more", "most", "much", "my",
+        "not", "our", "should", "so", "some", "than", "they", "up", "us", "very", "vs", "we", "were",
+        "would", "work", "tell", "explain", "current", "today", "new", "prospect", "future", "see",
     }
 )  # fmt: skip
 
@@ -85,7 +100,7 @@ def tokenize(text: str) -> list[str]:
         run = match.group()
         if _CJK_RE.match(run):
             tokens.extend(_cjk_bigrams(run))
-        elif run not in _STOPWORDS:
+        elif run not in _STOPWORDS and _stem(run) not in _STOPWORDS:  # "prospects" is "prospect"
             tokens.append(_stem(run))
     return tokens
 
@@ -98,6 +113,8 @@ class Document:
     url: str
     content: str
     published_date: str | None = None
+    # What the document is about, for the corpus's own relevance checks; never sent to clients.
+    topics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -118,6 +135,7 @@ class SearchIndex:
     _term_counts: list[Counter[str]] = field(init=False, repr=False)
     _lengths: list[int] = field(init=False, repr=False)
     _idf: dict[str, float] = field(init=False, repr=False)
+    _title_terms: frozenset[str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self._term_counts = [Counter(self._document_tokens(doc)) for doc in self.documents]
@@ -127,12 +145,13 @@ class SearchIndex:
             document_frequency.update(counts.keys())
         total = len(self.documents)
         self._idf = {term: math.log(1 + (total - df + 0.5) / (df + 0.5)) for term, df in document_frequency.items()}
+        self._title_terms = frozenset(term for doc in self.documents for term in tokenize(doc.title))
 
     @classmethod
     def from_file(cls, path: Path) -> SearchIndex:
         """Load a JSON list of ``{title, url, content, published_date?}`` objects."""
         raw = json.loads(path.read_text(encoding="utf-8"))
-        return cls([Document(**entry) for entry in raw])
+        return cls([Document(**{**entry, "topics": tuple(entry.get("topics", ()))}) for entry in raw])
 
     @staticmethod
     def _document_tokens(doc: Document) -> list[str]:
@@ -149,6 +168,25 @@ class SearchIndex:
                 score += self._idf[term] * frequency * (self.k1 + 1) / (frequency + norm)
         return score
 
+    def _subject_weight(self, term: str) -> float:
+        """How much ``term`` names the query's subject (see :data:`MIN_COVERAGE`).
+
+        CJK bigrams are all counted (a question's bigrams cannot be told from its words), but an
+        unknown one only half, since many straddle two words ("能看") and name nothing.
+        """
+        unknown = math.log(1 + (len(self.documents) + 0.5) / 0.5)  # the idf of a term no document has
+        cjk = bool(_CJK_RE.match(term))
+        if term not in self._idf:
+            return unknown / 2 if cjk else unknown
+        return self._idf[term] if cjk or term in self._title_terms else 0.0
+
+    def _coverage(self, index: int, query_terms: set[str]) -> float:
+        """The share of the query's subject this document contains (see :data:`MIN_COVERAGE`)."""
+        weights = {term: self._subject_weight(term) for term in query_terms}
+        total = sum(weights.values())
+        found = sum(weight for term, weight in weights.items() if term in self._term_counts[index])
+        return found / total if total else 0.0
+
     def search(
         self,
         query: str,
@@ -156,18 +194,19 @@ class SearchIndex:
         include_domains: Iterable[str] = (),
         exclude_domains: Iterable[str] = (),
     ) -> list[Hit]:
-        """Best ``max_results`` documents that share at least one term with the query."""
+        """Best ``max_results`` documents about the query: none when the corpus does not cover it."""
         terms = set(tokenize(query))
         include, exclude = list(include_domains), list(exclude_domains)
-        hits = []
+        hits: list[tuple[float, Document]] = []
         for index, doc in enumerate(self.documents):
-            if not _domain_allowed(doc.url, include, exclude):
+            if not _domain_allowed(doc.url, include, exclude) or self._coverage(index, terms) < MIN_COVERAGE:
                 continue
             score = self._bm25(index, terms)
             if score > 0:
-                hits.append(Hit(doc, round(score / (score + 5.0), 5)))
-        hits.sort(key=lambda hit: hit.score, reverse=True)
-        return hits[:max_results]
+                hits.append((score, doc))
+        best = max((score for score, _ in hits), default=0.0)
+        ranked = sorted((h for h in hits if h[0] >= best * MIN_SHARE_OF_BEST), key=lambda h: h[0], reverse=True)
+        return [Hit(doc, round(score / (score + 5.0), 5)) for score, doc in ranked[:max_results]]
 
 
 def _domain_allowed(url: str, include: list[str], exclude: list[str]) -> bool:

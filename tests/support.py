@@ -16,8 +16,10 @@ from collections.abc import Callable
 from temporalio.client import Client, WorkflowHandle
 
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.status_view import OFFLINE_NOTICE
 
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+OFFLINE_REPORT = f"> {OFFLINE_NOTICE}\n\n# "  # how a saved report the offline model wrote begins
 
 STARTED: list[WorkflowHandle] = []  # runs for conftest to terminate after the test
 

@@ -88,8 +88,9 @@ def leaky_world(
     with FakeHTTPServer(page) as site:
         corpus = tmp_path / "corpus.json"
         corpus.write_text(json.dumps([
-            {"title": f"Heat pump page {n}", "url": f"{site.base_url}/heat-pump-{n}",
-             "content": f"Heat pumps compared with boilers. Leaked: {SECRETS['TAVILY_API_KEY']}",
+            # On the run's question: the offline search answers only with pages about it.
+            {"title": f"Solid-state battery page {n}", "url": f"{site.base_url}/heat-pump-{n}",
+             "content": f"Solid-state batteries for electric vehicles. Leaked: {SECRETS['TAVILY_API_KEY']}",
              "published_date": "2026-01-01"}
             for n in range(2)
         ]))

@@ -31,7 +31,7 @@ from runtime.connection import (
 )
 from runtime.embedded import has_worker
 from tests.processes import REPO_DIR, DevServer, free_port
-from tests.support import run_id
+from tests.support import OFFLINE_REPORT, run_id
 from tests.tls_proxy import NGINX, NginxGrpcProxy, Pki, make_pki
 
 API_KEY = "test-key-0123456789"
@@ -347,7 +347,7 @@ async def test_worker_and_cli_run_research_over_mutual_tls(mtls_proxy: NginxGrpc
         report = tmp_path / "report.md"
         ran = starter(cli_env, "run", "What are heat pumps?", "--auto-accept", "--id", workflow_id, "-o", str(report))
         assert ran.returncode == 0, ran.stderr + log.read_text()
-        assert report.read_text().startswith("# ")
+        assert report.read_text().startswith(OFFLINE_REPORT)
         assert "embedded" not in ran.stderr  # a secured address is never started by the front door
         replayed = starter(cli_env, "replay", workflow_id)  # the replayer fetches history over mTLS too
         assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr

@@ -21,7 +21,7 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from tests.history_checks import activity_events
 from tests.processes import DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
-from tests.support import QUESTION, run_id
+from tests.support import OFFLINE_REPORT, QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
 
 
@@ -127,8 +127,8 @@ def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker:
     report_file = tmp_path / "report.md"
     report = starter(dev_server, "report", workflow_id, "-o", str(report_file))
     assert report.returncode == 0, report.stderr
-    assert report_file.read_text().startswith("# ")
-    assert "*Style: news*" in report_file.read_text()
+    assert report_file.read_text().startswith(OFFLINE_REPORT)
+    assert "## What We Know" in report_file.read_text()  # the news style's structure
 
     replayed = starter(dev_server, "replay", workflow_id)
     assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr

@@ -34,6 +34,7 @@ from cli.render import status_text
 from cli.watch import Watcher, render_status
 from runtime import embedded
 from tests.processes import REPO_DIR, free_port
+from tests.support import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
 
 # The issue asks for 10 s. On an idle machine a replacement takes about 6 s (the CLI's imports,
@@ -291,7 +292,7 @@ def completed_run(home: dict[str, str], tmp_path_factory: pytest.TempPathFactory
     report = tmp_path_factory.mktemp("out") / "report.md"
     ran = starter_cli(home, "run", QUESTION, "--auto-accept", "--id", "research-done", "-o", str(report))
     assert ran.returncode == 0, ran.stderr
-    assert report.read_text().startswith("# ")
+    assert report.read_text().startswith(OFFLINE_REPORT)
     assert "Display delay" not in ran.stderr  # only with --verbose
     return "research-done"
 
@@ -345,7 +346,7 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
         await asyncio.to_thread(wait_for_line, watcher, "Awaiting plan review", RECOVERY_SECONDS)
         recovered = time.monotonic() - began
         assert status.returncode == 0 and "Awaiting: plan_feedback" in status.stdout, status.stderr
-        assert ran.returncode == 0 and report.read_text().startswith("# "), ran.stderr
+        assert ran.returncode == 0 and report.read_text().startswith(OFFLINE_REPORT), ran.stderr
         assert recovered < RECOVERY_SECONDS, recovered
         assert worker_pid(home) != dead and embedded._start_time(worker_pid(home))
         starts = (status.stderr + ran.stderr).count("Starting a background worker")

@@ -7,6 +7,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.models import RunStatus
     from workflows.status_view import (
+        OFFLINE_NOTICE,
         awaiting_commands,
         awaiting_headline,
         ignored_lines,
@@ -18,6 +19,8 @@ with workflow.unsafe.imports_passed_through():
 
 def current_details(status: RunStatus) -> str:
     lines = [f"**Phase:** {phase_label(status.phase)}"]
+    if status.offline_demo:
+        lines.append(f"*{OFFLINE_NOTICE}*")
     headline = awaiting_headline(status)
     if headline is not None:
         lines.append(f"**{headline}**")

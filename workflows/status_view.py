@@ -19,6 +19,10 @@ from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus, StepStat
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
 RECENT_IGNORED = 3  # ignored signals shown in a status summary; ``watch`` shows every event
+# Said wherever a run's words leave the terminal (Web UI details, saved reports): the offline
+# demonstration model and corpus wrote it, so nobody takes it for research.
+OFFLINE_NOTICE = ("Written by the OFFLINE DEMONSTRATION MODEL with its small bundled corpus (no OPENAI_API_KEY "
+                  "on the worker): a demonstration, not research.")
 
 
 def utc_time(timestamp: str) -> str:
