@@ -10,6 +10,7 @@ with workflow.unsafe.imports_passed_through():
         awaiting_commands,
         awaiting_headline,
         ignored_lines,
+        outcome_lines,
         phase_label,
         step_line,
         usage_line,
@@ -27,6 +28,7 @@ def current_details(status: RunStatus) -> str:
         lines.extend(step_line(step) for step in status.steps)
     if status.error:
         lines.append(f"\n**Error:** {status.error}")
+    lines.extend(f"\n**{line}**" for line in outcome_lines(status))
     ignored = ignored_lines(status)
     if ignored:
         lines.append("\n**Ignored signals:**")
