@@ -243,7 +243,9 @@ class ModelActivities:
             client = client.bind_tools(tools)
         formats = _response_formats(settings, request)
         for index, response_format in enumerate(formats):
-            runnable = client.bind(response_format=response_format) if response_format else client
+            # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
+            # which raises on finish_reason "length" and would lose a reply cut at its cap.
+            runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
             try:
                 async with provider_slot("llm", settings.llm_max_concurrency):
                     reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))

@@ -38,7 +38,8 @@ ERROR_TYPES = {
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
-                         "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan"})
+                         "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
+                         "no_research_plan"})
 # What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
 LOOP_SENTENCE = "Solar power is a clean source of energy. "
 # How long a loop without max_tokens "generates": past any test's LLM_REQUEST_TIMEOUT.
@@ -119,6 +120,11 @@ class Fault:
     def empty_plan(cls, *, agent: str | None = "planner") -> Fault:
         """The planner's plan with no steps, still claiming it needs research."""
         return cls("empty_plan", agent=agent)
+
+    @classmethod
+    def no_research_plan(cls, *, agent: str | None = "planner") -> Fault:
+        """The planner claims it has enough context already (``has_enough_context: true``), no steps."""
+        return cls("no_research_plan", agent=agent)
 
     @classmethod
     def malformed_plan(cls, *, agent: str | None = "planner") -> Fault:
@@ -348,6 +354,8 @@ class FakeModelServer:
             return _edit_plan(reply.content, drop=("title",)), []
         if fault.kind == "empty_plan":
             return _edit_plan(reply.content, steps=[], has_enough_context=False), []
+        if fault.kind == "no_research_plan":
+            return _edit_plan(reply.content, steps=[], has_enough_context=True), []
         if fault.kind == "loop":
             cap = output_cap(body) or 0
             return (LOOP_SENTENCE * (cap * 4 // len(LOOP_SENTENCE) + 1))[:cap * 4], []

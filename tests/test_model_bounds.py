@@ -113,3 +113,13 @@ def test_agent_caps_are_read_from_the_environment(provider_env: dict[str, str]) 
         settings_with(provider_env, LLM_AGENT_MAX_OUTPUT_TOKENS="planner")
     with pytest.raises(ValueError, match="at least 16"):
         settings_with(provider_env, LLM_AGENT_MAX_OUTPUT_TOKENS="planner=0")
+
+
+async def test_a_json_reply_cut_at_the_cap_comes_back_for_repair_not_as_an_error(
+    provider_env: dict[str, str], model_server: FakeModelServer
+) -> None:
+    """OpenAI's SDK raises on a structured reply that hit its cap; the activity keeps it instead."""
+    model_server.inject(Fault.loop(agent="planner"))
+    response = await run_chat(settings_with(provider_env, LLM_AGENT_MAX_OUTPUT_TOKENS="planner=32"), PLANNER)
+    assert response.truncated and response.output_cap == 32
+    assert model_server.requests[-1]["response_format"]["type"] == "json_schema"

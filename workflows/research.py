@@ -171,7 +171,8 @@ class DeepResearchWorkflow:
             if plan is None:
                 return
             if plan.has_enough_context:
-                self._note(NO_RESEARCH_NOTE)
+                if self._state.plan_iterations == 0:
+                    self._note(NO_RESEARCH_NOTE)
                 return
             review = Feedback(accepted=True) if request.auto_accept_plan else await self._review(request)
             if review is None:
