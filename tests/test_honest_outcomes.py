@@ -10,11 +10,13 @@ from collections.abc import Callable
 import pytest
 from temporalio.client import Client
 
+from cli.commands import EXIT_CODES
+from cli.render import status_text
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
 from tests.support import start
-from workflows.models import Outcome, RunStatus
+from workflows.models import Outcome, Phase, Plan, RunStatus
 from workflows.progress import current_details
 from workflows.research import DIRECT_REPLY_NOTE, NO_RESEARCH_NOTE, ZERO_FINDINGS_NOTE
 
@@ -115,3 +117,16 @@ async def test_a_researched_report_carries_no_note(time_worker: Client) -> None:
     result = await (await start(time_worker, auto_accept_plan=True, max_step_num=1)).result()
     assert result.outcome is Outcome.REPORT and result.notes == []
     assert not result.report.startswith("> **Note:**")
+
+
+def test_the_cli_shows_the_outcome_and_its_exit_code_tells_research_from_a_reply() -> None:
+    status = RunStatus(phase=Phase.COMPLETED, outcome=Outcome.DIRECT_REPLY, notes=[DIRECT_REPLY_NOTE])
+    text = status_text("run-1", status)
+    assert "Outcome: direct reply (no research was done)" in text and f"Note: {DIRECT_REPLY_NOTE}" in text
+    assert (EXIT_CODES[Outcome.REPORT], EXIT_CODES[Outcome.FAILED], EXIT_CODES[Outcome.DIRECT_REPLY]) == (0, 1, 3)
+
+
+def test_the_web_ui_details_say_no_research_needed_on_the_plan() -> None:
+    plan = Plan(title="Tides", has_enough_context=True)
+    assert "**Plan:** Tides (version 0) · no research needed" in current_details(
+        RunStatus(phase=Phase.REPORTING, plan=plan))
