@@ -11,11 +11,11 @@ import pytest
 from temporalio.client import Client
 
 from cli.commands import EXIT_CODES
-from cli.render import status_text
+from cli.render import plan_text, status_text
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
-from tests.support import start
+from tests.support import awaiting_review, start, wait_for
 from workflows.models import Outcome, Phase, Plan, RunStatus
 from workflows.progress import current_details
 from workflows.research import DIRECT_REPLY_NOTE, NO_RESEARCH_NOTE, ZERO_FINDINGS_NOTE
@@ -130,3 +130,31 @@ def test_the_web_ui_details_say_no_research_needed_on_the_plan() -> None:
     plan = Plan(title="Tides", has_enough_context=True)
     assert "**Plan:** Tides (version 0) · no research needed" in current_details(
         RunStatus(phase=Phase.REPORTING, plan=plan))
+
+
+async def test_a_first_plan_needing_no_research_goes_to_review_saying_so(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.no_research_plan())
+    handle = await start(time_worker)
+    status = await wait_for(handle, awaiting_review)
+    assert status.plan is not None and status.plan.has_enough_context
+    assert "no research needed" in current_details(status)
+    assert "no research steps needed" in plan_text(status.plan)
+    await handle.signal("plan_feedback", "[ACCEPTED]")
+    result = await handle.result()
+    assert result.notes == [NO_RESEARCH_NOTE, ZERO_FINDINGS_NOTE]
+    assert not model_server.requests_for("researcher")
+
+
+async def test_a_person_can_send_a_no_research_plan_back_for_research(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.no_research_plan())
+    handle = await start(time_worker, max_step_num=1)
+    await wait_for(handle, awaiting_review)
+    await handle.signal("plan_feedback", "[EDIT_PLAN] please research it")
+    await wait_for(handle, lambda status: awaiting_review(status) and len(status.plan_history) == 2)
+    await handle.signal("plan_feedback", "[ACCEPTED]")
+    result = await handle.result()
+    assert result.notes == [] and result.plan is not None and result.plan.steps[0].execution_res

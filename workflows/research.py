@@ -65,6 +65,8 @@ DEFAULT_LOCALE = "en-US"
 REVIEW_DEADLINE_PATCH = "review-deadline"
 # An unusable plan (bad JSON, no title, no steps) gets one re-ask quoting the error (issue #11).
 PLAN_REASK_PATCH = "plan-reask"
+# A first plan that claims to need no research goes to the person's review like any other.
+REVIEW_NO_RESEARCH_PATCH = "review-no-research"
 DIRECT_REPLY_NOTE = ("Direct reply: the coordinator answered without handing off to research "
                      "(no plan, no search). A model that cannot call tools always ends here.")
 NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough context, so no "
@@ -170,9 +172,7 @@ class DeepResearchWorkflow:
             reply, plan = await self._usable_plan(request, feedback)
             if plan is None:
                 return
-            if plan.has_enough_context:
-                if self._state.plan_iterations == 0:
-                    self._note(NO_RESEARCH_NOTE)
+            if plan.has_enough_context and not self._review_without_research(request):
                 return
             review = Feedback(accepted=True) if request.auto_accept_plan else await self._review(request)
             if review is None:
@@ -182,9 +182,23 @@ class DeepResearchWorkflow:
                 self._state.planner_messages += [ChatMessage(role="assistant", content=reply.content),
                                                  ChatMessage(role="user", name="feedback", content=feedback)]
                 continue
+            if plan.has_enough_context:  # the person agreed that no research is needed
+                self._note(NO_RESEARCH_NOTE)
+                return
             self._state.plan_iterations += 1
             self._status.plan_iterations = self._state.plan_iterations
             await self._run_steps(request)
+
+    def _review_without_research(self, request: ResearchRequest) -> bool:
+        """Whether a plan that claims enough context goes to the person's review. A first plan
+        does (a weak model says so too easily), unless plans are auto-accepted: then the run says
+        that research was skipped. A later plan ends the research, as in DeerFlow."""
+        first = self._state.plan_iterations == 0
+        if first and not request.auto_accept_plan and workflow.patched(REVIEW_NO_RESEARCH_PATCH):
+            return True
+        if first:
+            self._note(NO_RESEARCH_NOTE)
+        return False
 
     # ------------------------------------------------------------------ stages
 
