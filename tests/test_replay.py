@@ -30,7 +30,8 @@ def load(path: Path) -> WorkflowHistory:
 
 
 def test_the_reference_scenarios_are_recorded() -> None:
-    assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan"} <= {
+    assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
+            "no_research_review"} <= {
         path.stem for path in RECORDED}
 
 
@@ -87,3 +88,13 @@ def test_the_reasked_history_asked_the_planner_twice_behind_its_patch() -> None:
     markers = [event.marker_recorded_event_attributes for event in history.events
                if event.HasField("marker_recorded_event_attributes")]
     assert [b"plan-reask" in marker.details["patch-data"].payloads[0].data for marker in markers] == [True]
+
+
+def test_the_no_research_history_waited_for_review_and_ran_no_step() -> None:
+    history = load(HISTORIES / "no_research_review.json")
+    summaries = [event.user_metadata.summary.data.decode() for event in history.events
+                 if event.HasField("activity_task_scheduled_event_attributes")]
+    assert not [summary for summary in summaries if "step" in summary]
+    signals = [event.workflow_execution_signaled_event_attributes.signal_name for event in history.events
+               if event.HasField("workflow_execution_signaled_event_attributes")]
+    assert signals == ["plan_feedback"]
