@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
 
 from cli.commands import EXIT_CODES
 from cli.render import plan_text, status_text
@@ -158,3 +158,14 @@ async def test_a_person_can_send_a_no_research_plan_back_for_research(
     await handle.signal("plan_feedback", "[ACCEPTED]")
     result = await handle.result()
     assert result.notes == [] and result.plan is not None and result.plan.steps[0].execution_res
+
+
+async def test_a_run_failed_by_its_provider_shows_the_failed_outcome(
+    time_worker: Client, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.status(401, "bad key", agent="planner"))
+    handle = await start(time_worker, auto_accept_plan=True)
+    with pytest.raises(WorkflowFailureError):
+        await handle.result()
+    status = await handle.query("status", result_type=RunStatus)
+    assert status.outcome is Outcome.FAILED and "bad key" in (status.error or "")

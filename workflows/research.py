@@ -599,6 +599,7 @@ class DeepResearchWorkflow:
         """The run's failure, said in its status and in the error it ends with."""
         failed_in = self._status.phase
         self._status.error = failure_message(error)
+        self._status.outcome = Outcome.FAILED
         self._set_phase(Phase.FAILED)
         return ApplicationError(f"Research run failed while {failed_in.value}: {self._status.error}",
                                 type="ResearchFailed", non_retryable=True)
