@@ -147,7 +147,7 @@ def _prompt_text(messages: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def output_cap(body: dict[str, Any]) -> int | None:
+def requested_output_cap(body: dict[str, Any]) -> int | None:
     """The request's output cap, by either of the names OpenAI's API has used for it."""
     cap = body.get("max_completion_tokens") or body.get("max_tokens")
     return int(cap) if cap else None
@@ -306,7 +306,7 @@ class FakeModelServer:
         if fault is not None and fault.kind == "timeout":
             self._stopping.wait(fault.seconds)
             handler.close_connection = True  # the client has most likely hung up by now
-        if fault is not None and fault.kind == "loop" and output_cap(body) is None:
+        if fault is not None and fault.kind == "loop" and requested_output_cap(body) is None:
             self._stopping.wait(ENDLESS_SECONDS)  # generating for ever; the client hangs up
             handler.close_connection = True
             return
@@ -357,7 +357,7 @@ class FakeModelServer:
         if fault.kind == "no_research_plan":
             return _edit_plan(reply.content, steps=[], has_enough_context=True), []
         if fault.kind == "loop":
-            cap = output_cap(body) or 0
+            cap = requested_output_cap(body) or 0
             return (LOOP_SENTENCE * (cap * 4 // len(LOOP_SENTENCE) + 1))[:cap * 4], []
         return content, calls
 

@@ -13,7 +13,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.llm import ModelActivities
 from config.settings import Settings
-from offline.model_server import FakeModelServer, Fault, output_cap
+from offline.model_server import FakeModelServer, Fault, requested_output_cap
 from tests.conftest import settings_with
 from workflows.models import ChatMessage, ChatRequest, ChatResponse
 from workflows.plan_parsing import parse_plan
@@ -35,14 +35,14 @@ async def test_every_call_sends_its_agents_output_cap(provider_env: dict[str, st
                              LLM_AGENT_MAX_OUTPUT_TOKENS="reporter=3000")
     await run_chat(settings, PLANNER)
     await run_chat(settings, REPORTER)
-    assert [output_cap(body) for body in model_server.requests[-2:]] == [1000, 3000]
+    assert [requested_output_cap(body) for body in model_server.requests[-2:]] == [1000, 3000]
 
 
 async def test_the_cap_stays_within_the_context_windows_reply_reserve(provider_env: dict[str, str],
                                                                       model_server: FakeModelServer) -> None:
     settings = settings_with(provider_env, TOKEN_LIMIT="4000", LLM_MAX_OUTPUT_TOKENS="100000")
     response = await run_chat(settings, PLANNER)
-    assert output_cap(model_server.requests[-1]) == 1000 == response.output_cap  # a quarter of the window
+    assert requested_output_cap(model_server.requests[-1]) == 1000 == response.output_cap  # a quarter of the window
 
 
 async def test_a_looping_model_stops_at_the_cap_and_comes_back_marked_not_failed(
