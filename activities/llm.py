@@ -4,6 +4,10 @@ ChatOpenAI speaks to any OpenAI-compatible endpoint. The client's own retries ar
 Temporal retries the activity instead, durably, and this module decides which provider errors
 are worth retrying (408/409/429/5xx and network failures) and which are final (other 4xx),
 honouring the provider's Retry-After.
+
+Every call sends an output cap (``max_tokens``, per agent from settings): a model that loops
+stops there, and its reply comes back marked ``truncated`` for the workflow to handle, instead of
+running into the request timeout and being retried with the identical request.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from activities.limits import provider_slot
 from activities.prompts import render_prompt
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+from workflows.plan_parsing import plan_json_schema
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -77,7 +82,12 @@ class _GuardedChatOpenAI(ChatOpenAI):
         return result
 
 
-def _client(settings: Settings, tier: str) -> ChatOpenAI:
+SCHEMAS = {"plan": plan_json_schema}
+# Statuses with which providers refuse a ``response_format`` they do not support.
+FORMAT_REFUSED = {400, 422}
+
+
+def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
     return _GuardedChatOpenAI(
         model=settings.model_name(tier),
         base_url=settings.openai_base_url,
@@ -85,7 +95,25 @@ def _client(settings: Settings, tier: str) -> ChatOpenAI:
         max_retries=0,
         timeout=settings.llm_request_timeout,
         stream_usage=True,
+        max_tokens=max_tokens,
     )
+
+
+def output_cap(settings: Settings, request: ChatRequest) -> int:
+    """The agent's cap from settings, held under the reply's reserve in the context window."""
+    window = token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
+    return min(settings.max_output_tokens(request.prompt), output_reserve(window))
+
+
+def _response_formats(settings: Settings, request: ChatRequest) -> list[dict[str, Any] | None]:
+    """The ``response_format`` values to try, best first: the schema, then plain JSON mode."""
+    if not request.json_mode:
+        return [None]
+    plain = {"type": "json_object"}
+    if request.response_schema is None or settings.llm_structured_output != "json_schema":
+        return [plain]
+    schema = {"name": request.response_schema, "schema": SCHEMAS[request.response_schema](), "strict": False}
+    return [{"type": "json_schema", "json_schema": schema}, plain]
 
 
 def _to_langchain(system_prompt: str, messages: list[ChatMessage]) -> list[BaseMessage]:
@@ -209,21 +237,38 @@ class ModelActivities:
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
         tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
         messages = _within_budget(settings, request, system_prompt, tools)
-        runnable: Any = _client(settings, request.model_tier.value)
+        cap = output_cap(settings, request)
+        client: Any = _client(settings, request.model_tier.value, cap)
         if tools:
-            runnable = runnable.bind_tools(tools)
-        if request.json_mode:
-            runnable = runnable.bind(response_format={"type": "json_object"})
-        try:
-            async with provider_slot("llm", settings.llm_max_concurrency):
-                reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
-        except Exception as error:  # every provider failure is sorted, none escapes unclassified
-            raise classify_provider_error(error) from error
+            client = client.bind_tools(tools)
+        formats = _response_formats(settings, request)
+        for index, response_format in enumerate(formats):
+            # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
+            # which raises on finish_reason "length" and would lose a reply cut at its cap.
+            runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
+            try:
+                async with provider_slot("llm", settings.llm_max_concurrency):
+                    reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
+                break
+            except openai.APIStatusError as error:
+                if error.status_code in FORMAT_REFUSED and index + 1 < len(formats):
+                    activity.logger.warning("The provider refused response_format %s (%s); trying %s",
+                                            response_format and response_format["type"], _provider_message(error),
+                                            formats[index + 1])
+                    continue
+                raise classify_provider_error(error) from error
+            except Exception as error:  # every provider failure is sorted, none escapes unclassified
+                raise classify_provider_error(error) from error
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
         calls = _tool_calls(reply)
-        if not content.strip() and not calls:
+        finish_reason = (reply.response_metadata or {}).get("finish_reason")
+        truncated = finish_reason == "length"
+        if not content.strip() and not calls and not truncated:
             # An empty completion is a provider glitch more often than a model decision: retry it.
             raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
+        if truncated:
+            activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
         return ChatResponse(
-            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply)
+            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
+            finish_reason=finish_reason, truncated=truncated, output_cap=cap,
         )

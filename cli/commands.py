@@ -52,7 +52,7 @@ from workflows.models import (
 )
 from workflows.research import DeepResearchWorkflow
 from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import OFFLINE_NOTICE
+from workflows.status_view import OFFLINE_NOTICE, outcome_lines
 from workflows.visibility import AWAITING, PHASE
 
 
@@ -97,6 +97,10 @@ def _write_file(output: str, text: str) -> None:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as error:
         raise CliError(f"Cannot write to {output}: {error.strerror or error}.") from error
+
+
+# ``run``'s exit code by outcome: a script can tell research from a reply that did none.
+EXIT_CODES = {Outcome.REPORT: 0, Outcome.FAILED: 1, Outcome.DIRECT_REPLY: 3, Outcome.CANCELLED: 4}
 
 
 def _write_report(result: ResearchResult, output: str | None, offline_demo: bool) -> None:
@@ -316,7 +320,9 @@ async def run(args: argparse.Namespace) -> int:
     if result is None:
         return 0
     _write_report(result, args.output, await _offline_demo(handle))
-    return 1 if result.outcome is Outcome.FAILED else 0
+    for line in outcome_lines(RunStatus(phase=Phase.COMPLETED, outcome=result.outcome, notes=result.notes)):
+        print(printable(line), file=sys.stderr)
+    return EXIT_CODES.get(result.outcome, 0)
 
 
 async def _id_taken(handle: WorkflowHandle) -> str:

@@ -9,7 +9,14 @@ from temporalio.client import WorkflowExecutionStatus
 
 from cli.terminal import printable
 from workflows.models import Awaiting, Plan, RunStatus
-from workflows.status_view import awaiting_commands, awaiting_headline, ignored_lines, step_line, usage_line
+from workflows.status_view import (
+    awaiting_commands,
+    awaiting_headline,
+    ignored_lines,
+    outcome_lines,
+    step_line,
+    usage_line,
+)
 
 # How a run ended other than by completing. The workflow's own status cannot say it (a cancelled or
 # terminated run never ran another line), so it comes from the server and is shown above the phase.
@@ -53,6 +60,7 @@ def status_text(run_id: str, status: RunStatus, ended: str | None = None) -> str
         lines.extend(f"    {command}" for command in awaiting_commands(status.awaiting, run_id))
     if status.error:
         lines.append(f"  Error: {status.error}")
+    lines.extend(f"  {line}" for line in outcome_lines(status))
     if status.plan:
         version = f" (version {len(status.plan_history)})" if status.plan_history else ""
         lines.append(f"  Plan: {status.plan.title}{version}")

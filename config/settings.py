@@ -13,7 +13,7 @@ import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -143,6 +143,39 @@ class Settings(BaseModel):
     sandbox_memory_mb: int = Field(default=1024, ge=16, alias="DEERFLOW_SANDBOX_MEMORY_MB")
     sandbox_disk_mb: int = Field(default=64, ge=1, le=4096, alias="DEERFLOW_SANDBOX_DISK_MB")
     sandbox_uid_base: int = Field(default=64000, ge=1000, le=2**31 - 64, alias="DEERFLOW_SANDBOX_UID_BASE")
+
+    # Output caps (issue #11): ``max_tokens`` sent with every model call, so a model that loops
+    # stops at the cap instead of at LLM_REQUEST_TIMEOUT (and is not retried identically).
+    # LLM_MAX_OUTPUT_TOKENS is every agent's cap; LLM_AGENT_MAX_OUTPUT_TOKENS overrides it per agent
+    # ("reporter=8192,planner=4096"). Each is also held under the context window's output reserve.
+    llm_max_output_tokens: int = Field(default=4096, ge=16, alias="LLM_MAX_OUTPUT_TOKENS")
+    llm_agent_max_output_tokens: dict[str, int] = Field(
+        default_factory=lambda: {"reporter": 8192}, alias="LLM_AGENT_MAX_OUTPUT_TOKENS")
+    # How the planner asks for JSON: "json_schema" sends the plan's schema (OpenAI, vLLM and
+    # llama.cpp enforce it) and falls back to "json_object" when the provider refuses it.
+    llm_structured_output: Literal["json_schema", "json_object"] = Field(
+        default="json_schema", alias="LLM_STRUCTURED_OUTPUT")
+
+    @field_validator("llm_agent_max_output_tokens", mode="before")
+    @classmethod
+    def _split_agent_caps(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        pairs = [item.split("=", 1) for item in value.split(",") if item.strip()]
+        if any(len(pair) != 2 for pair in pairs):
+            raise ValueError("LLM_AGENT_MAX_OUTPUT_TOKENS is agent=tokens pairs, e.g. reporter=8192,planner=4096")
+        return {name.strip(): int(tokens) for name, tokens in pairs}
+
+    @field_validator("llm_agent_max_output_tokens")
+    @classmethod
+    def _positive_caps(cls, value: dict[str, int]) -> dict[str, int]:
+        if any(tokens < 16 for tokens in value.values()):
+            raise ValueError("each agent's output cap must be at least 16 tokens")
+        return value
+
+    def max_output_tokens(self, agent: str) -> int:
+        """The output cap of ``agent`` (the prompt's name: planner, reporter, researcher, …)."""
+        return self.llm_agent_max_output_tokens.get(agent, self.llm_max_output_tokens)
 
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")

@@ -38,7 +38,12 @@ ERROR_TYPES = {
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
-                         "malformed_plan", "tool_call_flood"})
+                         "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
+                         "no_research_plan"})
+# What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
+LOOP_SENTENCE = "Solar power is a clean source of energy. "
+# How long a loop without max_tokens "generates": past any test's LLM_REQUEST_TIMEOUT.
+ENDLESS_SECONDS = 3600.0
 STREAM_PIECE = 64  # characters per streamed content delta
 
 
@@ -101,6 +106,27 @@ class Fault:
         return cls("non_json_plan", agent=agent)
 
     @classmethod
+    def loop(cls, *, agent: str | None = None) -> Fault:
+        """The model repeats one sentence until ``max_tokens`` (finish_reason "length"), or, when the
+        request sends no cap, for ever: the client's read timeout ends it, as on a real server."""
+        return cls("loop", agent=agent)
+
+    @classmethod
+    def plan_without_title(cls, *, agent: str | None = "planner") -> Fault:
+        """The planner's plan as JSON, but without its ``title`` (what a small model wrote)."""
+        return cls("plan_without_title", agent=agent)
+
+    @classmethod
+    def empty_plan(cls, *, agent: str | None = "planner") -> Fault:
+        """The planner's plan with no steps, still claiming it needs research."""
+        return cls("empty_plan", agent=agent)
+
+    @classmethod
+    def no_research_plan(cls, *, agent: str | None = "planner") -> Fault:
+        """The planner claims it has enough context already (``has_enough_context: true``), no steps."""
+        return cls("no_research_plan", agent=agent)
+
+    @classmethod
     def malformed_plan(cls, *, agent: str | None = "planner") -> Fault:
         """The planner's plan in ```json fences with trailing commas and single-quoted keys."""
         return cls("malformed_plan", agent=agent)
@@ -119,6 +145,18 @@ def _prompt_text(messages: list[dict[str, Any]]) -> str:
             function = call.get("function") or {}
             parts.append(str(function.get("name", "")) + str(function.get("arguments", "")))
     return "".join(parts)
+
+
+def requested_output_cap(body: dict[str, Any]) -> int | None:
+    """The request's output cap, by either of the names OpenAI's API has used for it."""
+    cap = body.get("max_completion_tokens") or body.get("max_tokens")
+    return int(cap) if cap else None
+
+
+def _edit_plan(content: str, drop: tuple[str, ...] = (), **changes: Any) -> str:
+    """The scripted plan (JSON) with the ``drop`` keys removed and ``changes`` applied."""
+    plan = {key: value for key, value in json.loads(content).items() if key not in drop}
+    return json.dumps({**plan, **changes}, ensure_ascii=False)
 
 
 def _mangle_plan(content: str) -> str:
@@ -268,6 +306,10 @@ class FakeModelServer:
         if fault is not None and fault.kind == "timeout":
             self._stopping.wait(fault.seconds)
             handler.close_connection = True  # the client has most likely hung up by now
+        if fault is not None and fault.kind == "loop" and requested_output_cap(body) is None:
+            self._stopping.wait(ENDLESS_SECONDS)  # generating for ever; the client hangs up
+            handler.close_connection = True
+            return
         try:
             reply = respond(body)
         except Exception as exc:  # a bug in a scripted agent should read as a server error, not a hang
@@ -279,6 +321,8 @@ class FakeModelServer:
         if fault is not None:
             content, calls = self._apply_fault(fault, reply, content, calls, body)
         completion = self._completion(number, body, content, calls)
+        if fault is not None and fault.kind == "loop":
+            completion["choices"][0]["finish_reason"] = "length"
         if fault is not None and fault.kind == "truncated":
             self._send_truncated(handler, completion)
         elif body.get("stream"):
@@ -306,6 +350,15 @@ class FakeModelServer:
             return NON_JSON_PLAN, []
         if fault.kind == "malformed_plan":
             return _mangle_plan(reply.content), []
+        if fault.kind == "plan_without_title":
+            return _edit_plan(reply.content, drop=("title",)), []
+        if fault.kind == "empty_plan":
+            return _edit_plan(reply.content, steps=[], has_enough_context=False), []
+        if fault.kind == "no_research_plan":
+            return _edit_plan(reply.content, steps=[], has_enough_context=True), []
+        if fault.kind == "loop":
+            cap = requested_output_cap(body) or 0
+            return (LOOP_SENTENCE * (cap * 4 // len(LOOP_SENTENCE) + 1))[:cap * 4], []
         return content, calls
 
     @staticmethod

@@ -138,7 +138,7 @@ def detect_agent(body: dict[str, Any]) -> str | None:
     for agent, tools in AGENT_TOOLS:
         if offered & tools:
             return agent
-    if (body.get("response_format") or {}).get("type") == "json_object":
+    if (body.get("response_format") or {}).get("type") in ("json_object", "json_schema"):
         return "planner"
     match = ROLE_RE.search(system_text(body.get("messages") or []))
     return match.group(1) if match else None

@@ -47,6 +47,11 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "capped_tool_calls": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                           [Fault.tool_call_flood(12, agent="researcher")]),
     "ignored_feedback": (ResearchRequest(question=QUESTION), [*IGNORED_SIGNALS, "[ACCEPTED]"], []),
+    # A plan without a title: the planner is asked once more, quoting the error (issue #11).
+    "reasked_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
+                     [Fault.plan_without_title()]),
+    # A first plan claiming enough context: reviewed like any other, then reported from nothing.
+    "no_research_review": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], [Fault.no_research_plan()]),
 }
 
 

@@ -24,7 +24,8 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 
 def test_the_reference_scenarios_are_recorded() -> None:
-    assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls"} <= {
+    assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
+            "no_research_review"} <= {
         path.stem for path in RECORDED}
 
 
@@ -71,3 +72,23 @@ async def test_a_non_deterministic_change_is_caught_by_replay() -> None:
     result = await replayer.replay_workflow(load(HISTORIES / "accepted_plan.json"), raise_on_replay_failure=False)
     assert result.replay_failure is not None
     assert "nondetermin" in str(result.replay_failure).lower()
+
+
+def test_the_reasked_history_asked_the_planner_twice_behind_its_patch() -> None:
+    history = load(HISTORIES / "reasked_plan.json")
+    summaries = [event.user_metadata.summary.data.decode() for event in history.events
+                 if event.HasField("activity_task_scheduled_event_attributes")]
+    assert [summary for summary in summaries if "planner" in summary] == ['"planner · v1"', '"planner · v1 · re-ask"']
+    markers = [event.marker_recorded_event_attributes for event in history.events
+               if event.HasField("marker_recorded_event_attributes")]
+    assert [b"plan-reask" in marker.details["patch-data"].payloads[0].data for marker in markers] == [True]
+
+
+def test_the_no_research_history_waited_for_review_and_ran_no_step() -> None:
+    history = load(HISTORIES / "no_research_review.json")
+    summaries = [event.user_metadata.summary.data.decode() for event in history.events
+                 if event.HasField("activity_task_scheduled_event_attributes")]
+    assert not [summary for summary in summaries if "step" in summary]
+    signals = [event.workflow_execution_signaled_event_attributes.signal_name for event in history.events
+               if event.HasField("workflow_execution_signaled_event_attributes")]
+    assert signals == ["plan_feedback"]

@@ -144,7 +144,7 @@ async def test_fenced_malformed_plan_json_is_repaired(time_worker: Client, model
 async def test_unrepairable_plan_on_the_first_iteration_ends_with_a_clear_error(
     time_worker: Client, model_server: FakeModelServer
 ) -> None:
-    model_server.inject(Fault.non_json_plan())
+    model_server.inject(Fault.non_json_plan(), Fault.non_json_plan())  # the plan and its one re-ask
     handle = await start(time_worker, auto_accept_plan=True)
     result = await handle.result()
     assert result.outcome is Outcome.FAILED

@@ -9,12 +9,18 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import ChatMessage, ChatRequest, ChatResponse, Usage
 
 
-async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None) -> ChatMessage:
-    """Run one model turn and add its token usage to ``usage``.
+async def chat(request: ChatRequest, usage: Usage, summary: str | None = None) -> ChatResponse:
+    """Run one model turn and add its token usage to ``usage``; the whole response, for callers
+    that handle a reply cut at its output cap (``truncated``).
 
     ``summary`` is the turn's line in the timeline (e.g. "researcher · step 2 · turn 3"); without
     it the line is the prompt's name.
     """
     response = await execute(CHAT, request, ChatResponse, summary=summary)
     usage.add(response.usage)
-    return response.message
+    return response
+
+
+async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None) -> ChatMessage:
+    """Run one model turn (see :func:`chat`) and return its message."""
+    return (await chat(request, usage, summary)).message

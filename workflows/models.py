@@ -203,6 +203,9 @@ class ResearchResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     outcome: Outcome = Outcome.REPORT
     error: str | None = None
+    # What a reader must know about how the outcome came about, one line each: a direct reply, no
+    # research needed, a report from zero findings, a report cut at the output cap.
+    notes: list[str] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- chat messages and tools
@@ -252,11 +255,18 @@ class ChatRequest(BaseModel):
     tools: list[ToolSpec] = Field(default_factory=list)
     model_tier: ModelTier = ModelTier.BASIC
     json_mode: bool = False
+    # A named JSON schema the reply must follow (with json_mode): the activity sends it as
+    # ``response_format: json_schema`` where the provider takes it. Named, so history stays small.
+    response_schema: Literal["plan"] | None = None
 
 
 class ChatResponse(BaseModel):
     message: ChatMessage
     usage: Usage = Field(default_factory=Usage)
+    finish_reason: str | None = None  # the provider's: "stop", "tool_calls", "length", …
+    # The reply stopped at ``output_cap`` (finish_reason "length"): kept, and handled by the caller.
+    truncated: bool = False
+    output_cap: int | None = None  # the max_tokens sent
 
 
 # ---------------------------------------------------------------- tool activities
@@ -402,7 +412,9 @@ class ProgressEvent(BaseModel):
 
     at: str
     # "ignored": a signal the run dropped (bad or ill-timed), so its sender can see why.
-    kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error", "ignored"]
+    # "note": something a reader must know about the outcome (RunStatus.notes).
+    kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error", "ignored",
+                  "note"]
     message: str
     step_index: int | None = None
 
@@ -437,6 +449,8 @@ class RunStatus(BaseModel):
     locale: str | None = None
     error: str | None = None
     offline_demo: bool = False  # the run is served by the bundled offline demonstration model
+    outcome: Outcome | None = None  # set when the run ends
+    notes: list[str] = Field(default_factory=list)  # as ``ResearchResult.notes``, while the run goes on
 
 
 class RunState(BaseModel):

@@ -2,12 +2,14 @@
 
 Models wrap JSON in fences, leave trailing commas or cut it short; json-repair mends what can be
 mended (it is pure and deterministic, so it is safe in workflow code), and pydantic decides
-whether the result is a plan at all.
+whether the result is a plan at all. Errors are one line a person (and the re-asked model) can
+read: pydantic's own text carries a documentation URL and spans many lines.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from temporalio import workflow
 
@@ -38,6 +40,34 @@ def parse_plan(text: str, max_steps: int, default_locale: str) -> Plan:
     try:
         plan = Plan.model_validate(data)
     except ValidationError as error:
-        raise PlanParseError(f"the planner's plan does not match the schema: {error}") from error
+        raise PlanParseError(f"the planner's plan does not match the schema: {_one_line(error)}") from error
     plan.steps = plan.steps[:max_steps]
     return plan
+
+
+def require_steps(plan: Plan) -> None:
+    """A plan that needs research but lists no step would produce a report from nothing."""
+    if not plan.steps and not plan.has_enough_context:
+        raise PlanParseError("the plan has no steps (give 1 or more steps, or set has_enough_context to true)")
+
+
+def _one_line(error: ValidationError) -> str:
+    problems = []
+    for item in error.errors()[:5]:
+        where = ".".join(str(part) for part in item["loc"]) or "plan"
+        problems.append(f"{where}: {'missing' if item['type'] == 'missing' else item['msg']}")
+    return "; ".join(problems)
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The schema the planner's reply must follow (``response_format: json_schema``).
+
+    The ``Plan`` model's, less what the workflow fills in (``execution_res``), with at least one
+    step, so a provider that enforces schemas cannot return a plan without a title or steps.
+    """
+    schema = Plan.model_json_schema()
+    step = schema["$defs"]["Step"]
+    step["properties"].pop("execution_res", None)
+    schema["properties"]["steps"]["minItems"] = 1
+    schema["required"] = ["locale", "has_enough_context", "thought", "title", "steps"]
+    return schema

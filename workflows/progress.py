@@ -11,6 +11,7 @@ with workflow.unsafe.imports_passed_through():
         awaiting_commands,
         awaiting_headline,
         ignored_lines,
+        outcome_lines,
         phase_label,
         step_line,
         usage_line,
@@ -26,10 +27,12 @@ def current_details(status: RunStatus) -> str:
         lines.append(f"**{headline}**")
         lines.extend(f"- `{command}`" for command in awaiting_commands(status.awaiting))
     if status.plan:
-        lines.append(f"\n**Plan:** {status.plan.title} (version {len(status.plan_history)})")
+        no_research = " · no research needed" if status.plan.has_enough_context else ""
+        lines.append(f"\n**Plan:** {status.plan.title} (version {len(status.plan_history)}){no_research}")
         lines.extend(step_line(step) for step in status.steps)
     if status.error:
         lines.append(f"\n**Error:** {status.error}")
+    lines.extend(f"\n**{line}**" for line in outcome_lines(status))
     ignored = ignored_lines(status)
     if ignored:
         lines.append("\n**Ignored signals:**")

@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agents import agent_for
     from workflows.errors import failure_message
     from workflows.messages import background_message, observation_message, reporter_messages, step_task
-    from workflows.model_calls import call_model
+    from workflows.model_calls import call_model, chat
     from workflows.models import (
         MAX_EVENTS,
         MAX_IGNORED_EVENTS,
@@ -34,6 +34,7 @@ with workflow.unsafe.imports_passed_through():
         Awaiting,
         ChatMessage,
         ChatRequest,
+        ChatResponse,
         ModelTier,
         Outcome,
         Phase,
@@ -51,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         StepState,
         StepStatus,
     )
-    from workflows.plan_parsing import PlanParseError, parse_plan
+    from workflows.plan_parsing import PlanParseError, parse_plan, require_steps
     from workflows.progress import current_details
     from workflows.review import Feedback, InvalidFeedback, nonempty_answer, one_input, parse_feedback
     from workflows.run_input import parse_inputs
@@ -62,6 +63,16 @@ with workflow.unsafe.imports_passed_through():
 DEFAULT_LOCALE = "en-US"
 # Runs recorded before review deadlines existed waited without a timer; replaying them must too.
 REVIEW_DEADLINE_PATCH = "review-deadline"
+# An unusable plan (bad JSON, no title, no steps) gets one re-ask quoting the error (issue #11).
+PLAN_REASK_PATCH = "plan-reask"
+# A first plan that claims to need no research goes to the person's review like any other.
+REVIEW_NO_RESEARCH_PATCH = "review-no-research"
+DIRECT_REPLY_NOTE = ("Direct reply: the coordinator answered without handing off to research "
+                     "(no plan, no search). A model that cannot call tools always ends here.")
+NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough context, so no "
+                    "research step ran.")
+ZERO_FINDINGS_NOTE = ("This report was written with zero research findings: it rests on the model's "
+                      "own knowledge only.")
 CLARIFICATION_LIMIT_REACHED = (
     "You have asked enough clarifying questions. Do not ask another: hand the request off to the "
     "planner now with `handoff_to_planner`, using everything the user has said."
@@ -158,9 +169,10 @@ class DeepResearchWorkflow:
         without counting as an iteration (DeerFlow's rule)."""
         feedback: str | None = None
         while self._state.plan_iterations < request.max_plan_iterations:
-            reply = await self._plan(request)
-            plan = self._adopt_plan(reply.content, request, feedback)
-            if plan is None or plan.has_enough_context:
+            reply, plan = await self._usable_plan(request, feedback)
+            if plan is None:
+                return
+            if plan.has_enough_context and not self._review_without_research(request):
                 return
             review = Feedback(accepted=True) if request.auto_accept_plan else await self._review(request)
             if review is None:
@@ -170,9 +182,23 @@ class DeepResearchWorkflow:
                 self._state.planner_messages += [ChatMessage(role="assistant", content=reply.content),
                                                  ChatMessage(role="user", name="feedback", content=feedback)]
                 continue
+            if plan.has_enough_context:  # the person agreed that no research is needed
+                self._note(NO_RESEARCH_NOTE)
+                return
             self._state.plan_iterations += 1
             self._status.plan_iterations = self._state.plan_iterations
             await self._run_steps(request)
+
+    def _review_without_research(self, request: ResearchRequest) -> bool:
+        """Whether a plan that claims enough context goes to the person's review. A first plan
+        does (a weak model says so too easily), unless plans are auto-accepted: then the run says
+        that research was skipped. A later plan ends the research, as in DeerFlow."""
+        first = self._state.plan_iterations == 0
+        if first and not request.auto_accept_plan and workflow.patched(REVIEW_NO_RESEARCH_PATCH):
+            return True
+        if first:
+            self._note(NO_RESEARCH_NOTE)
+        return False
 
     # ------------------------------------------------------------------ stages
 
@@ -222,6 +248,7 @@ class DeepResearchWorkflow:
                 self._status.clarification_rounds = rounds
                 continue
             if handoff is None and rounds == 0:
+                self._note(DIRECT_REPLY_NOTE)
                 raise RunEnded(ResearchResult(report=reply.content, locale=request.locale or DEFAULT_LOCALE,
                                               outcome=Outcome.DIRECT_REPLY))
             return self._handoff(handoff.arguments if handoff else None, request, conversation)
@@ -251,34 +278,64 @@ class DeepResearchWorkflow:
             return
         self._state.planner_messages.append(background_message(response))
 
-    async def _plan(self, request: ResearchRequest) -> ChatMessage:
+    async def _plan(self, request: ResearchRequest, reask: list[ChatMessage] | None = None) -> ChatResponse:
         self._set_phase(Phase.PLANNING)
         vars_ = {**self._prompt_vars(self._state.locale), "max_step_num": str(request.max_step_num)}
         tier = ModelTier.REASONING if request.enable_deep_thinking else ModelTier.BASIC
         observations = [observation_message(observation) for observation in self._state.observations]
-        return await call_model(
-            ChatRequest(prompt="planner", prompt_vars=vars_, messages=self._state.planner_messages + observations,
-                        model_tier=tier, json_mode=True),
+        return await chat(
+            ChatRequest(prompt="planner", prompt_vars=vars_,
+                        messages=self._state.planner_messages + observations + (reask or []),
+                        model_tier=tier, json_mode=True, response_schema="plan"),
             self._status.usage,
-            summary=f"planner · v{len(self._status.plan_history) + 1}",
+            summary=f"planner · v{len(self._status.plan_history) + 1}" + (" · re-ask" if reask else ""),
         )
 
-    def _adopt_plan(self, text: str, request: ResearchRequest, feedback: str | None) -> Plan | None:
-        """The planner's plan, now the run's. An unusable first plan ends the run; a later one
-        leaves the run to report from what it knows (None)."""
+    async def _usable_plan(self, request: ResearchRequest, feedback: str | None) -> tuple[ChatMessage, Plan | None]:
+        """The planner's reply and its plan, now the run's. An unusable plan (not JSON even after
+        repair, no title, no steps, cut at the output cap) is re-asked once, quoting the error;
+        if that fails too, a first plan ends the run and a later one leaves the run to report
+        from what it knows (None)."""
+        response = await self._plan(request)
         try:
-            plan = parse_plan(text, request.max_step_num, self._state.locale)
+            return response.message, self._adopt_plan(response, request, feedback)
         except PlanParseError as error:
-            workflow.logger.warning("Planner output unusable: %s", error)
-            self._event("error", f"Planner output unusable: {error}")
-            if self._state.plan_iterations == 0:
-                raise RunEnded(ResearchResult(
-                    report=f"The planner did not produce a usable plan: {error}", locale=self._state.locale,
-                    outcome=Outcome.FAILED, error=str(error),
-                )) from None
-            return None
+            if not workflow.patched(PLAN_REASK_PATCH):
+                return response.message, self._plan_unusable(error)
+            self._event("error", f"Planner output unusable, asking again: {error}")
+            reask = [ChatMessage(role="assistant", content=response.message.content),
+                     ChatMessage(role="user", name="system", content=(
+                         f"Your plan could not be used: {error}. Answer again with one JSON object that "
+                         "follows the plan schema: a title and at least one step, each with a title."))]
+            response = await self._plan(request, reask)
+            try:
+                return response.message, self._adopt_plan(response, request, feedback)
+            except PlanParseError as again:
+                return response.message, self._plan_unusable(again)
+
+    def _adopt_plan(self, response: ChatResponse, request: ResearchRequest, feedback: str | None) -> Plan:
+        """The planner's plan, now the run's; raises ``PlanParseError`` for an unusable one."""
+        try:
+            plan = parse_plan(response.message.content, request.max_step_num, self._state.locale)
+        except PlanParseError as error:
+            if response.truncated:
+                raise PlanParseError(f"{error} (the reply was cut at the output cap of "
+                                     f"{response.output_cap} tokens: write a shorter plan)") from error
+            raise
+        if not plan.steps and workflow.patched(PLAN_REASK_PATCH):
+            require_steps(plan)
         self._show_plan(plan, feedback)
         return plan
+
+    def _plan_unusable(self, error: PlanParseError) -> None:
+        """An unusable first plan ends the run; a later one leaves the run to report (None)."""
+        workflow.logger.warning("Planner output unusable: %s", error)
+        self._event("error", f"Planner output unusable: {error}")
+        if self._state.plan_iterations == 0:
+            raise RunEnded(ResearchResult(
+                report=f"The planner did not produce a usable plan: {error}", locale=self._state.locale,
+                outcome=Outcome.FAILED, error=f"The planner did not produce a usable plan: {error}",
+            )) from None
 
     async def _review(self, request: ResearchRequest) -> Feedback | None:
         """A person's verdict on the plan. Past ``review_timeout``, ``review_timeout_action``
@@ -390,8 +447,12 @@ class DeepResearchWorkflow:
         self._event("step_done", step.title, index)
 
     async def _report(self, request: ResearchRequest) -> str:
+        """The reporter's text, with what a reader must know about it at its top (no research
+        needed, zero findings) and a mark where it was cut at the output cap."""
         self._set_phase(Phase.REPORTING)
-        reply = await call_model(
+        if not any(observation.strip() for observation in self._state.observations):
+            self._note(ZERO_FINDINGS_NOTE)
+        response = await chat(
             ChatRequest(
                 prompt="reporter",
                 prompt_vars={**self._prompt_vars(self._state.locale), "report_style": request.report_style.value},
@@ -400,7 +461,13 @@ class DeepResearchWorkflow:
             self._status.usage,
             summary="reporter",
         )
-        return reply.content
+        report = "".join(f"> **Note:** {note}\n\n" for note in self._status.notes) + response.message.content
+        if response.truncated:
+            cut = (f"The report was cut at the reporter's output cap of {response.output_cap} tokens "
+                   "(LLM_AGENT_MAX_OUTPUT_TOKENS, reporter=…).")
+            self._note(cut)
+            report += f"\n\n> **Note:** {cut}"
+        return report
 
     # ------------------------------------------------------------------ messages from people
     # Signals take their inputs untyped (``*inputs``), so no value (a number, nothing, two values)
@@ -514,8 +581,16 @@ class DeepResearchWorkflow:
         ]
         self._event("plan", f"Plan v{len(self._status.plan_history)}: {plan.title} ({len(plan.steps)} steps)")
 
+    def _note(self, note: str) -> None:
+        """Something a reader must know about the outcome: in status, events and the result."""
+        if note not in self._status.notes:
+            self._status.notes.append(note)
+            self._event("note", note)
+
     def _finish(self, result: ResearchResult) -> ResearchResult:
         result.usage = self._status.usage
+        result.notes = list(self._status.notes)
+        self._status.outcome = result.outcome
         self._status.error = result.error
         self._set_phase(Phase.FAILED if result.outcome is Outcome.FAILED else Phase.COMPLETED)
         return result
@@ -524,6 +599,7 @@ class DeepResearchWorkflow:
         """The run's failure, said in its status and in the error it ends with."""
         failed_in = self._status.phase
         self._status.error = failure_message(error)
+        self._status.outcome = Outcome.FAILED
         self._set_phase(Phase.FAILED)
         return ApplicationError(f"Research run failed while {failed_in.value}: {self._status.error}",
                                 type="ResearchFailed", non_retryable=True)

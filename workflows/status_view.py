@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
+from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
 RECENT_IGNORED = 3  # ignored signals shown in a status summary; ``watch`` shows every event
@@ -23,6 +23,21 @@ RECENT_IGNORED = 3  # ignored signals shown in a status summary; ``watch`` shows
 # demonstration model and corpus wrote it, so nobody takes it for research.
 OFFLINE_NOTICE = ("Written by the OFFLINE DEMONSTRATION MODEL with its small bundled corpus (no OPENAI_API_KEY "
                   "on the worker): a demonstration, not research.")
+
+
+OUTCOME_LABEL = {
+    Outcome.REPORT: "research report",
+    Outcome.DIRECT_REPLY: "direct reply (no research was done)",
+    Outcome.FAILED: "failed",
+    Outcome.CANCELLED: "cancelled",
+}
+
+
+def outcome_lines(status: RunStatus) -> list[str]:
+    """How the run ended and what a reader must know about it (notes), so a direct reply or a
+    report from nothing is never taken for research."""
+    lines = [f"Outcome: {OUTCOME_LABEL[status.outcome]}"] if status.outcome is not None else []
+    return lines + [f"Note: {note}" for note in status.notes]
 
 
 def utc_time(timestamp: str) -> str:
