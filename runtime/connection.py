@@ -160,6 +160,11 @@ def describe_failure(connection: Connection, error: Exception) -> str:
             text = f"{address} requires authentication: set {_API_KEY} or a client certificate ({_CLIENT_CERT})."
     elif "h2 protocol error" in message or "FRAME_SIZE_ERROR" in message:
         text = f"{address} expects TLS: set TEMPORAL_TLS=true (tls), and {_CA} for a private CA."
+    elif not tls and "connection closed" in message:
+        # A TLS endpoint given plaintext either answers garbage (above) or just hangs up: which one
+        # depends on timing, so both mean the same.
+        text = (f"{address} closed the connection at once, as a TLS endpoint does with plaintext: "
+                f"set TEMPORAL_TLS=true (tls), and {_CA} for a private CA.")
     elif _is_unreachable(message):
         text = f"No Temporal server answers at {address} (TEMPORAL_ADDRESS, address)."
     else:

@@ -376,3 +376,4 @@ def test_cli_and_worker_refuse_with_one_line(tls_proxy: NginxGrpcProxy, key_prox
     assert API_KEY not in worker.stderr + worker.stdout
     assert "Traceback" not in worker.stderr
 
+
