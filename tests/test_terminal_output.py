@@ -54,11 +54,11 @@ def test_report_on_screen_is_stripped_and_the_file_keeps_the_text(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     result = ResearchResult(report=f"# Report\n\n{HOSTILE}\n")
-    _write_report(result, None)
+    _write_report(result, None, offline_demo=False)
     shown = capsys.readouterr().out
     assert_harmless(shown)
     assert VISIBLE in shown and MARKUP in shown
-    _write_report(result, str(tmp_path / "report.md"))
+    _write_report(result, str(tmp_path / "report.md"), offline_demo=False)
     assert (tmp_path / "report.md").read_bytes().decode() == result.report
     assert_harmless(capsys.readouterr().err)
 
@@ -123,7 +123,12 @@ def commands(monkeypatch: pytest.MonkeyPatch) -> object:
     async def result(_handle: object) -> ResearchResult:
         return ResearchResult(report=HOSTILE)
 
-    for name, fake in (("connect", connect), ("_status", status), ("_describe", describe), ("_result", result)):
+    async def revive_worker(_client: object) -> None:
+        """No embedded worker to start: the run's status is the fake's."""
+
+    fakes = (("connect", connect), ("_status", status), ("_describe", describe), ("_result", result),
+             ("revive_worker", revive_worker))
+    for name, fake in fakes:
         monkeypatch.setattr(commands_module, name, fake)
     return commands_module
 
