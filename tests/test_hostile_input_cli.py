@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 
 from temporalio.api.enums.v1 import EventType
@@ -19,7 +16,7 @@ from temporalio.worker import Worker
 
 from activities.registry import activities_for
 from config.settings import Settings
-from tests.processes import REPO_DIR, DevServer
+from tests.processes import DevServer, starter
 from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
 from workflows.research import DeepResearchWorkflow
@@ -57,12 +54,6 @@ def wait_until_closed(dev_server: DevServer, workflow_id: str, timeout: float = 
             return info
         assert time.monotonic() < deadline, f"{workflow_id} still open: {info}"
         time.sleep(0.2)
-
-
-def starter(dev_server: DevServer, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
-    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=REPO_DIR, timeout=60, check=False, stdin=subprocess.DEVNULL)
 
 
 async def test_each_bad_start_input_fails_at_once_with_the_field_named(

@@ -18,7 +18,7 @@ from temporalio.worker import Worker
 
 from config.settings import load_settings
 from tests.cdp import Page, chromium_path, open_page
-from tests.processes import DevServer, WorkerProcess, wait_for_worker
+from tests.processes import DevServer, start_worker
 from tests.support import run_id
 from tests.web_server import api_server
 from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
@@ -65,8 +65,7 @@ def _hostile_plan() -> Plan:
 async def base(dev_server: DevServer, client: Client, tmp_path_factory: pytest.TempPathFactory,
                ) -> AsyncIterator[str]:
     log = tmp_path_factory.mktemp("page-worker") / "worker.log"
-    process = WorkerProcess(dev_server.address, log).start()
-    await wait_for_worker(client, log)
+    process = await start_worker(dev_server, client, log)
     settings = load_settings().model_copy(update={"web_token": None})
     async with api_server(client, settings) as url:
         yield url

@@ -24,7 +24,7 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
 from tests.cdp import Page, chromium_path, open_page
-from tests.processes import DevServer, WorkerProcess, wait_for_worker
+from tests.processes import DevServer, start_worker
 from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunStatus
 
@@ -88,8 +88,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 async def client(server: DevServer, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Client]:
     client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
     log = tmp_path_factory.mktemp("ui-worker") / "worker.log"
-    worker = WorkerProcess(server.address, log).start()
-    await wait_for_worker(client, log)
+    worker = await start_worker(server, client, log)
     yield client
     worker.stop()
 
