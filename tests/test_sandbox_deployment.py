@@ -15,6 +15,7 @@ the image's non-root user with no capability, must refuse to run code at all.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -62,9 +64,9 @@ def cap_names(mask: str) -> set[str]:
     return {name.removeprefix("cap_").upper() for name in names.split(",") if name}
 
 
-def run_driver(command: list[str], snippets: list[str], env: dict[str, str]) -> dict[str, Any]:
+def run_driver(command: list[str], snippets: list[str], env: dict[str, str], cwd: Path = REPO_DIR) -> dict[str, Any]:
     """Start the stand-in worker; ``WORKER_PID`` in a snippet becomes its pid (setpriv execs it)."""
-    process = subprocess.Popen([*command, "-m", "tests.sandbox_driver"], cwd=REPO_DIR, env=env,
+    process = subprocess.Popen([*command, "-m", "tests.sandbox_driver"], cwd=cwd, env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(json.dumps(snippets).replace("WORKER_PID", str(process.pid)), timeout=120)
     assert process.returncode == 0, f"the worker died (rc {process.returncode}): {stderr[-3000:]}"
@@ -209,15 +211,53 @@ def test_the_sandbox_service_contains_the_attacks(deployment: dict[str, Path],
     assert results["still_alive"]["stdout"] == "OK after the attacks\n"  # the worker survived them all
 
 
+def traversable_by_others(path: Path) -> bool:
+    return all(part.stat().st_mode & 0o001 for part in (path, *path.parents))
+
+
+@pytest.fixture
+def image_app() -> Iterator[tuple[Path, Path]]:
+    """The code and libraries as the image's user can read them, like the image's /app.
+
+    A checkout under a private directory (``mktemp -d`` is 0700, so is /root) is out of the
+    image user's reach; then the sources and site-packages are hard-linked (copied across file
+    systems) into a world-readable directory, so the test runs wherever the repository lives.
+    """
+    purelib = Path(sysconfig.get_path("purelib"))
+    if traversable_by_others(REPO_DIR) and traversable_by_others(purelib):
+        yield REPO_DIR, purelib
+        return
+    shared = Path(tempfile.mkdtemp(prefix="image-app-"))
+    try:
+        shared.chmod(0o755)
+        link = functools.partial(shutil.copytree, copy_function=hard_link_or_copy, symlinks=True)
+        link(REPO_DIR, shared / "app", ignore=shutil.ignore_patterns(".venv", ".git", ".deerflow", "__pycache__"))
+        link(purelib, shared / "site-packages")
+        for directory, _, _ in os.walk(shared):  # copytree gave them the private source's modes
+            os.chmod(directory, 0o755)
+        yield shared / "app", shared / "site-packages"
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def hard_link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
 @pytest.mark.skipif(not SYSTEM_PYTHON.exists(), reason=f"no {SYSTEM_PYTHON} for the non-root worker")
-def test_the_non_root_main_worker_refuses_to_run_code() -> None:
+def test_the_non_root_main_worker_refuses_to_run_code(image_app: tuple[Path, Path]) -> None:
     service = compose_service("worker")
     assert service["cap_drop"] == ["ALL"] and "cap_add" not in service
+    app, site_packages = image_app
     env = {"PATH": "/usr/bin:/bin", "OPENAI_API_KEY": SECRET, "DEERFLOW_CONF": "/nonexistent/conf.yaml",
-           "PYTHONPATH": f"{REPO_DIR}:{sysconfig.get_path('purelib')}"}
+           "PYTHONPATH": f"{app}:{site_packages}"}
     marker = Path(f"/tmp/ran-uncontained-{uuid.uuid4().hex}")
     try:
-        report = run_driver([*setpriv(IMAGE_UID, []), str(SYSTEM_PYTHON)], [f"open('{marker}', 'w').write('x')"], env)
+        report = run_driver([*setpriv(IMAGE_UID, []), str(SYSTEM_PYTHON)], [f"open('{marker}', 'w').write('x')"], env,
+                            cwd=app)
         ran = marker.exists()
     finally:
         marker.unlink(missing_ok=True)
