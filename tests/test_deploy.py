@@ -12,6 +12,7 @@ through and the run completes, while new runs get the new behaviour.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import subprocess
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
 from offline.providers import without_provider_settings
 from tests.processes import REPO_DIR, DevServer, start_worker
@@ -45,6 +46,13 @@ def build(tmp_path: Path, name: str, change: str) -> Path:
     assert text.count(ANCHOR) == 1, "the anchor line moved: update this test's ANCHOR"
     source.write_text(text.replace(ANCHOR, change))
     return checkout
+
+
+def patches(history: WorkflowHistory) -> set[str]:
+    """The patch ids a run recorded: the changes whose new branch it took."""
+    return {json.loads(event.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+            for event in history.events if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED
+            and event.marker_recorded_event_attributes.marker_name == "core_patch"}
 
 
 def replay_check(checkout: Path, history_file: Path) -> subprocess.CompletedProcess[str]:
@@ -78,14 +86,13 @@ async def test_a_paused_run_survives_a_deploy_of_changed_workflow_code(
         await handle.signal("plan_feedback", "[ACCEPTED]")
         result = await asyncio.wait_for(handle.result(), 120)
         assert result.report
-        events = [event.event_type for event in (await handle.fetch_history()).events]
-        assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
-        assert EventType.EVENT_TYPE_TIMER_STARTED not in events, "the paused run keeps build N's commands"
+        history = await handle.fetch_history()
+        assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in [event.event_type for event in history.events]
+        assert "deploy-drill" not in patches(history), "the paused run keeps build N's commands"
 
         fresh = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
                                             id=run_id("deploy-new"), task_queue=TASK_QUEUE, result_type=ResearchResult)
         assert (await asyncio.wait_for(fresh.result(), 120)).report
-        fresh_events = [event.event_type for event in (await fresh.fetch_history()).events]
-        assert EventType.EVENT_TYPE_TIMER_STARTED in fresh_events, "new runs get build N+1's behaviour"
+        assert "deploy-drill" in patches(await fresh.fetch_history()), "new runs get build N+1's behaviour"
     finally:
         build_n1.stop()
