@@ -1,8 +1,10 @@
-"""The worker: runs DeepResearchWorkflow and every activity on task queue ``deep-research``,
-and the coder's Python on ``deep-research-sandbox`` (workflows/queues.py).
+"""The worker: serves the task queues of ``workflows/queues.py`` for runs on ``deep-research``.
 
-``--queues main`` or ``--queues sandbox`` serves one of them (docker-compose runs them as two
-services: the keys in one, the sandbox's privileges in the other); the default serves both.
+``main`` (the workflow), ``model`` (chat), ``tools`` (search, crawl, retrieval, MCP) and
+``sandbox`` (the coder's Python). The default serves all four, so one process runs everything;
+``--queues`` serves a subset, so operators scale and isolate each kind (docker-compose runs
+``keyed``, i.e. main,model,tools, in one service with the keys, and ``sandbox`` in another with the
+sandbox's privileges and no key).
 With no OPENAI_API_KEY it serves the bundled offline demonstration providers itself. It connects
 as ``runtime.connection`` resolves Temporal's environment configuration (address, namespace, TLS,
 API key, profile), like every other client.
@@ -12,15 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import logging
 import os
 import signal
 
-from temporalio.worker import Worker
-
 from activities.isolated import start_fork_server
-from activities.registry import activities_for, sandbox_activities_for
+from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
 from config.settings import load_settings
@@ -30,18 +29,29 @@ from runtime.converter import prepare_payload_store
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
-from workflows.models import TASK_QUEUE
-from workflows.queues import sandbox_queue
-from workflows.research import DeepResearchWorkflow
+from workflows.queues import QUEUE_KINDS, QueueKind
 
-QUEUE_CHOICES = {"all": ("main", "sandbox"), "main": ("main",), "sandbox": ("sandbox",)}
+QUEUE_PRESETS: dict[str, tuple[QueueKind, ...]] = {"all": QUEUE_KINDS, "keyed": ("main", "model", "tools")}
+
+
+def parse_queues(value: str) -> tuple[QueueKind, ...]:
+    """``--queues``: comma-separated kinds or presets, e.g. ``sandbox``, ``model,tools``, ``keyed``."""
+    kinds: list[QueueKind] = []
+    for name in (part.strip() for part in value.split(",")):
+        chosen = QUEUE_PRESETS.get(name) or next(((kind,) for kind in QUEUE_KINDS if kind == name), None)
+        if chosen is None:
+            known = ", ".join([*QUEUE_PRESETS, *QUEUE_KINDS])
+            raise argparse.ArgumentTypeError(f"unknown queue {name!r}; choose from {known}")
+        kinds.extend(kind for kind in chosen if kind not in kinds)
+    return tuple(kinds)
 
 
 async def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="The deerflow-temporal worker.")
-    parser.add_argument("--queues", choices=QUEUE_CHOICES, default="all",
-                        help="main: the workflow and the keyed activities; sandbox: the coder's Python")
-    queues = QUEUE_CHOICES[parser.parse_args(argv).queues]
+    parser.add_argument("--queues", type=parse_queues, default=QUEUE_KINDS, metavar="KINDS",
+                        help="comma-separated: main (the workflow), model, tools, sandbox (the coder's Python), "
+                             "or the presets all (default) and keyed (main,model,tools)")
+    queues: tuple[QueueKind, ...] = parser.parse_args(argv).queues
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Settings are built once, here, and handed to everything that needs them; the offline
     # providers add the settings that point at them instead of rewriting the environment.
@@ -61,25 +71,19 @@ async def main(argv: list[str] | None = None) -> None:
     # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.
     interceptors = [SecretScrubbingInterceptor(scrubber)]
     sandbox = SandboxActivities(settings)
-    workers = []
-    if "main" in queues:
+    if {"main", "tools"} & set(queues):
         await asyncio.to_thread(start_fork_server, settings)  # so the first crawl does not pay 1-3 s for it
-        activities = activities_for(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox)
-        workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=activities,
-                              interceptors=interceptors, max_cached_workflows=settings.max_cached_workflows))
     if "sandbox" in queues:
         await sandbox.self_check()  # says at start whether the code is contained, or refused
-        workers.append(Worker(client, task_queue=sandbox_queue(TASK_QUEUE), activities=sandbox_activities_for(sandbox),
-                              interceptors=interceptors))
+    workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
+                            sandbox=sandbox, interceptors=interceptors)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     polled = [worker.task_queue for worker in workers]
     logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
     try:
-        async with contextlib.AsyncExitStack() as running:  # leaving it shuts the workers down gracefully
-            for worker in workers:
-                await running.enter_async_context(worker)
+        async with running(workers):
             await stop.wait()
     finally:
         providers.stop()

@@ -1,15 +1,19 @@
-"""Every activity the worker registers, by queue, bound to the objects that hold their settings.
+"""What each task queue's worker registers, bound to the objects that hold their settings.
 
-The worker, the tests, the history recorder and the benchmarks all build their workers from
-these two functions, so a new activity is registered in one place. The main queue keeps
-python_repl_tool for runs recorded before the sandbox queue existed (workflows/queues.py): on a
-worker that cannot contain the code, it refuses them.
+The worker, the tests, the history recorder and the benchmarks all build their workers with
+:func:`build_workers`, so a new activity or queue is registered in one place. The main queue
+keeps every activity for runs recorded before their kind had a queue of its own
+(workflows/queues.py): on a worker that cannot contain the code, python_repl_tool refuses them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Interceptor, Worker
 
 from activities.crawl import CrawlActivities
 from activities.llm import ModelActivities
@@ -19,25 +23,66 @@ from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
 from config.settings import Settings
 from sandbox.activity import SandboxActivities
+from workflows.models import TASK_QUEUE
+from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
+from workflows.research import DeepResearchWorkflow
 
 
-def activities_for(
+def queue_activities(
     settings: Settings, *, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None
-) -> list[Callable[..., Any]]:
-    """The main queue's activities. ``sandbox``: the worker's one sandbox (probed once), if it has one."""
+) -> dict[QueueKind, list[Callable[..., Any]]]:
+    """Each queue's activities. ``sandbox``: the worker's one sandbox (probed once), if it has one."""
+    sandbox = sandbox or SandboxActivities(settings)
     mcp = McpActivities(settings)
-    return [
-        ModelActivities(settings).chat,
-        SearchActivities(settings).web_search,
-        CrawlActivities(settings).crawl_tool,
-        (sandbox or SandboxActivities(settings)).python_repl_tool,
-        RetrievalActivities(settings).local_search_tool,
-        mcp.mcp_list_tools,
-        mcp.mcp_call_tool,
-        RunConfigActivities(settings, search_attributes_enabled).load_run_config,
-    ]
+    model = [ModelActivities(settings).chat]
+    tools = [SearchActivities(settings).web_search, CrawlActivities(settings).crawl_tool,
+             RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool]
+    python = [sandbox.python_repl_tool]
+    run_config = [RunConfigActivities(settings, search_attributes_enabled).load_run_config]
+    return {"main": [*model, *tools, *python, *run_config], "model": model, "tools": tools, "sandbox": python}
 
 
-def sandbox_activities_for(sandbox: SandboxActivities) -> list[Callable[..., Any]]:
-    """The sandbox queue's worker: model-written code only, nothing that needs a key."""
-    return [sandbox.python_repl_tool]
+def queue_concurrency(settings: Settings, kind: QueueKind) -> int:
+    """How many activities of ``kind``'s queue one worker runs at once."""
+    return {
+        "main": settings.main_queue_concurrency,
+        "model": settings.model_queue_concurrency or settings.llm_max_concurrency,
+        "tools": settings.tools_queue_concurrency,
+        "sandbox": settings.sandbox_queue_concurrency,
+    }[kind]
+
+
+def build_workers(
+    client: Client, settings: Settings, kinds: Collection[QueueKind] = QUEUE_KINDS, *,
+    main_queue: str = TASK_QUEUE, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None,
+    interceptors: Sequence[Interceptor] = (), activities: dict[QueueKind, list[Callable[..., Any]]] | None = None,
+    **worker_options: Any,
+) -> list[Worker]:
+    """One worker per queue kind in ``kinds``, each with its own concurrency limit.
+
+    The main queue's worker also runs the workflow. ``activities``: built by the caller with
+    :func:`queue_activities` when it needs to reach them (the tests swap their settings).
+    ``worker_options`` go to every worker; the sandbox's worker gets no workflow and no keyed activity.
+    """
+    if activities is None:
+        activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox)
+    workers = []
+    for kind in QUEUE_KINDS:
+        if kind not in kinds:
+            continue
+        options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows, **worker_options}
+        if kind == "main":
+            options["workflows"] = [DeepResearchWorkflow]
+        workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
+                              interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
+                              **options))
+    return workers
+
+
+@contextlib.asynccontextmanager
+async def running(workers: Sequence[Worker]) -> AsyncIterator[None]:
+    """Run ``workers`` together; leaving the block shuts each down gracefully."""
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        yield

@@ -123,6 +123,14 @@ class Settings(BaseModel):
     llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
     search_max_concurrency: int = Field(default=4, ge=1, alias="SEARCH_MAX_CONCURRENCY")
     crawl_max_concurrency: int = Field(default=4, ge=1, alias="CRAWL_MAX_CONCURRENCY")
+    # Activities one worker runs at once per task queue (workflows/queues.py). A worker takes no
+    # more tasks than it can run, so the rest wait on the server for another worker. The model
+    # queue defaults to LLM_MAX_CONCURRENCY: a slot held while waiting on the provider semaphore
+    # would be a task another worker could have run.
+    main_queue_concurrency: int = Field(default=32, ge=1, le=10_000, alias="DEERFLOW_MAIN_QUEUE_CONCURRENCY")
+    model_queue_concurrency: int | None = Field(default=None, ge=1, le=10_000, alias="DEERFLOW_MODEL_QUEUE_CONCURRENCY")
+    tools_queue_concurrency: int = Field(default=16, ge=1, le=10_000, alias="DEERFLOW_TOOLS_QUEUE_CONCURRENCY")
+    sandbox_queue_concurrency: int = Field(default=2, ge=1, le=1_000, alias="DEERFLOW_SANDBOX_QUEUE_CONCURRENCY")
 
     # Continue a run as new once its history has this many events (unset: when the server suggests).
     continue_as_new_after_events: int | None = Field(default=None, ge=10, alias="DEERFLOW_CONTINUE_AS_NEW_EVENTS")

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from activities.registry import activities_for, sandbox_activities_for
+from activities.registry import build_workers, queue_activities, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import SecretScrubber
 from config.settings import Settings, load_settings
@@ -29,9 +28,6 @@ from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
 from tests.processes import DevServer
 from tests.support import STARTED
-from workflows.models import TASK_QUEUE
-from workflows.queues import SANDBOX_TASK_QUEUE
-from workflows.research import DeepResearchWorkflow
 
 SCRIPTS = Path(sysconfig.get_path("scripts"))
 TEMPORAL_CLI = SCRIPTS / "temporal"
@@ -106,14 +102,12 @@ _session_interceptor: list[SecretScrubbingInterceptor] = []
 @pytest.fixture(scope="session")
 async def time_worker(time_env: WorkflowEnvironment, worker_settings: Settings) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
-    sandbox = SandboxActivities(worker_settings)
-    main, sandboxed = activities_for(worker_settings, sandbox=sandbox), sandbox_activities_for(sandbox)
-    _session_activities[:] = main
+    activities = queue_activities(worker_settings, sandbox=SandboxActivities(worker_settings))
+    _session_activities[:] = activities["main"]  # every activity object, whichever queue it serves
     interceptors = [SecretScrubbingInterceptor(SecretScrubber.for_settings(worker_settings))]
     _session_interceptor[:] = interceptors
-    async with Worker(time_env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
-                      activities=main, interceptors=interceptors), \
-            Worker(time_env.client, task_queue=SANDBOX_TASK_QUEUE, activities=sandboxed, interceptors=interceptors):
+    async with running(build_workers(time_env.client, worker_settings, activities=activities,
+                                     interceptors=interceptors)):
         yield time_env.client
 
 

@@ -82,8 +82,10 @@ class DevServer:
 class WorkerProcess:
     """``python worker.py`` in its own process group (with its own offline providers)."""
 
-    def __init__(self, address: str, log_path: Path, env: dict[str, str] | None = None) -> None:
+    def __init__(self, address: str, log_path: Path, env: dict[str, str] | None = None,
+                 repo: Path = REPO_DIR) -> None:
         self.address = address
+        self.repo = repo  # the checkout whose code the worker runs (another build in deploy tests)
         self.log_path = log_path
         self.env = env or {}
         self.process: subprocess.Popen[bytes] | None = None
@@ -91,7 +93,7 @@ class WorkerProcess:
     def start(self) -> WorkerProcess:
         env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": self.address, **self.env}
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py")], cwd=REPO_DIR, env=env,
+        self.process = subprocess.Popen([sys.executable, str(self.repo / "worker.py")], cwd=self.repo, env=env,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -120,9 +122,10 @@ async def wait_for_worker(client: Client, log: Path, timeout: float = 60) -> Non
         await asyncio.sleep(0.2)
 
 
-async def start_worker(dev_server: DevServer, client: Client, log: Path, **env: str) -> WorkerProcess:
-    """A real ``worker.py`` process on ``dev_server``, returned once it polls."""
-    worker = WorkerProcess(dev_server.address, log, env=env).start()
+async def start_worker(dev_server: DevServer, client: Client, log: Path, repo: Path = REPO_DIR,
+                       **env: str) -> WorkerProcess:
+    """A real ``worker.py`` process of the checkout ``repo`` on ``dev_server``, returned once it polls."""
+    worker = WorkerProcess(dev_server.address, log, env=env, repo=repo).start()
     await wait_for_worker(client, log)
     return worker
 

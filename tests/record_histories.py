@@ -19,17 +19,14 @@ from typing import Any
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
-from temporalio.worker import Worker
 
-from activities.registry import activities_for, sandbox_activities_for
+from activities.registry import build_workers, running
 from config.settings import load_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities
 from tests.support import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
-from workflows.queues import SANDBOX_TASK_QUEUE
-from workflows.research import DeepResearchWorkflow
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
@@ -78,9 +75,7 @@ async def record(names: list[str]) -> None:
         data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
     )
     try:
-        async with Worker(env.client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
-                          activities=activities_for(settings, sandbox=sandbox)), \
-                Worker(env.client, task_queue=SANDBOX_TASK_QUEUE, activities=sandbox_activities_for(sandbox)):
+        async with running(build_workers(env.client, settings, sandbox=sandbox)):
             for name in names:
                 request, feedback, faults = SCENARIOS[name]
                 providers.model.inject(*faults)

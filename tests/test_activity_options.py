@@ -48,7 +48,7 @@ from workflows.models import (
     ToolCall,
     Usage,
 )
-from workflows.queues import sandbox_queue
+from workflows.queues import queue_name
 from workflows.tools import ToolContext, crawl_key
 
 SAMPLE_INPUTS: dict[str, Any] = {
@@ -216,9 +216,11 @@ class AgentStepProbe:
 async def test_an_agent_step_shows_step_turn_and_tool_lines(time_env: WorkflowEnvironment) -> None:
     queue = f"probe-{uuid.uuid4().hex[:8]}"
     client = time_env.client
-    async with Worker(client, task_queue=queue, workflows=[AgentStepProbe],
-                      activities=[fake_chat, fake_crawl, fake_search, fake_mcp_call]), \
-            Worker(client, task_queue=sandbox_queue(queue), activities=[fake_python]):
+    tools = [fake_crawl, fake_search, fake_mcp_call]
+    async with Worker(client, task_queue=queue, workflows=[AgentStepProbe]), \
+            Worker(client, task_queue=queue_name("model", queue), activities=[fake_chat]), \
+            Worker(client, task_queue=queue_name("tools", queue), activities=tools), \
+            Worker(client, task_queue=queue_name("sandbox", queue), activities=[fake_python]):
         handle = await client.start_workflow(AgentStepProbe.run, id=queue, task_queue=queue)
         # The unparsable URL costs a tool message, not the run (nor a workflow task retried for ever).
         assert await asyncio.wait_for(handle.result(), 30) == "done"

@@ -104,7 +104,7 @@ def test_dockerfile_installs_the_project_and_runs_the_worker() -> None:
 
 def test_main_worker_has_no_privilege_and_no_sandbox_queue(compose: dict[str, Any]) -> None:
     worker = compose["services"]["worker"]
-    assert worker["command"] == ["python", "worker.py", "--queues", "main"]
+    assert worker["command"] == ["python", "worker.py", "--queues", "keyed"]
     assert worker["cap_drop"] == ["ALL"] and "cap_add" not in worker
     assert "no-new-privileges:true" in worker["security_opt"]
     assert worker.get("user", "10001") not in ("0", "root") and not str(worker.get("user", "")).startswith("0:")

@@ -12,14 +12,12 @@ import time
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
-from temporalio.worker import Worker
 
-from activities.registry import activities_for
+from activities.registry import build_workers, running
 from config.settings import Settings
 from tests.processes import DevServer, starter
 from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
-from workflows.research import DeepResearchWorkflow
 
 DEEP = "[" * 3000 + "]" * 3000
 # (the --input values, text the failure message must contain)
@@ -59,8 +57,7 @@ def wait_until_closed(dev_server: DevServer, workflow_id: str, timeout: float = 
 async def test_each_bad_start_input_fails_at_once_with_the_field_named(
     dev_server: DevServer, client: Client, worker_settings: Settings
 ) -> None:
-    activities = activities_for(worker_settings)
-    async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=activities):
+    async with running(build_workers(client, worker_settings)):
         for inputs, expected in BAD_STARTS:
             workflow_id = run_id("bad-input")
             started = await asyncio.to_thread(

@@ -34,16 +34,14 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 import storage.s3 as s3_module
-from activities.registry import activities_for, sandbox_activities_for
+from activities.registry import build_workers, running
 from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
-from sandbox.activity import SandboxActivities
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver
 from tests.conftest import TEST_SERVER
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
-from workflows.queues import SANDBOX_TASK_QUEUE
 from workflows.research import DeepResearchWorkflow
 
 THRESHOLD = 32_768
@@ -319,10 +317,7 @@ async def test_without_storage_the_same_run_bloats_history(storage_env: Workflow
 
 
 async def run_deep_research(client: Client, settings: Settings) -> WorkflowHistory:
-    sandbox = SandboxActivities(settings)
-    async with Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow],
-                      activities=activities_for(settings, sandbox=sandbox)), \
-            Worker(client, task_queue=SANDBOX_TASK_QUEUE, activities=sandbox_activities_for(sandbox)):
+    async with running(build_workers(client, settings)):
         handle = await client.start_workflow(
             WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
             id=run_id("stored"), task_queue=TASK_QUEUE, result_type=ResearchResult)

@@ -1,8 +1,9 @@
-"""The deployment's split, end to end: ``worker.py --queues main`` and ``--queues sandbox``.
+"""The split queues, end to end: ``worker.py --queues main``, ``--queues model,tools`` and ``--queues sandbox``.
 
-Why: docker-compose runs the keys and the sandbox's privileges in two services. A run must
-complete with both, and its Python must run on the sandbox worker only; the main worker must
-not even poll the sandbox queue.
+Why: operators scale and isolate each kind of work in its own processes, and docker-compose runs
+the keys and the sandbox's privileges in two services. A run must complete across three
+processes, each activity must run on its kind's queue and process only, and the workflow's
+process must not even poll the other queues.
 """
 
 from __future__ import annotations
@@ -22,14 +23,14 @@ from tests.history_checks import activity_events
 from tests.processes import REPO_DIR, DevServer
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
-from workflows.queues import SANDBOX_TASK_QUEUE
+from workflows.queues import queue_name
 
 
 @pytest.fixture
 def split_workers(dev_server: DevServer, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     started = {}
     env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": dev_server.address}
-    for queues in ("main", "sandbox"):
+    for queues in ("main", "model,tools", "sandbox"):
         log = (tmp_path / f"{queues}.log").open("ab")
         started[queues] = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py"), "--queues", queues],
                                            cwd=REPO_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -40,19 +41,29 @@ def split_workers(dev_server: DevServer, tmp_path: Path) -> Iterator[dict[str, s
         process.wait(timeout=30)
 
 
+KIND_OF = {"chat": "model", "web_search": "tools", "crawl_tool": "tools", "local_search_tool": "tools",
+           "mcp_list_tools": "tools", "mcp_call_tool": "tools", "python_repl_tool": "sandbox",
+           "load_run_config": "main"}
+PROCESS_OF = {"main": "main", "model": "model,tools", "tools": "model,tools", "sandbox": "sandbox"}
+
+
 @pytest.mark.timeout(180)
-async def test_python_runs_on_the_sandbox_worker_only(client: Client, split_workers: dict[str, subprocess.Popen[bytes]],
-                                                      tmp_path: Path) -> None:
+async def test_each_kind_of_work_runs_on_its_own_queue_and_process(
+    client: Client, split_workers: dict[str, subprocess.Popen[bytes]], tmp_path: Path
+) -> None:
     handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
                                          id=run_id("split"), task_queue=TASK_QUEUE, result_type=ResearchResult)
     result = await handle.result()
     assert result.report
-    python_calls = [events for events in activity_events(await handle.fetch_history()).values()
-                    if events[0].activity_task_scheduled_event_attributes.activity_type.name == "python_repl_tool"]
-    assert python_calls, "the default plan has a processing step that runs Python"
-    sandbox_identity = f"{split_workers['sandbox'].pid}@"
-    for scheduled, started, *_ in python_calls:
-        assert scheduled.activity_task_scheduled_event_attributes.task_queue.name == SANDBOX_TASK_QUEUE
-        assert started.activity_task_started_event_attributes.identity.startswith(sandbox_identity)
+    seen: dict[str, set[str]] = {}
+    for scheduled, started, *_ in activity_events(await handle.fetch_history()).values():
+        attributes = scheduled.activity_task_scheduled_event_attributes
+        kind = KIND_OF[attributes.activity_type.name]
+        assert attributes.task_queue.name == queue_name(kind), attributes.activity_type.name
+        process = split_workers[PROCESS_OF[kind]]
+        assert started.activity_task_started_event_attributes.identity.startswith(f"{process.pid}@")
+        seen.setdefault(kind, set()).add(attributes.activity_type.name)
+    assert {"model", "tools", "sandbox", "main"} <= set(seen), "the default plan searches, crawls and runs Python"
     assert "python_repl_tool sandbox: isolated" in (tmp_path / "sandbox.log").read_text()
-    assert "deep-research-sandbox" not in (tmp_path / "main.log").read_text()
+    main_log = (tmp_path / "main.log").read_text()
+    assert all(queue_name(kind) not in main_log for kind in ("model", "tools", "sandbox"))

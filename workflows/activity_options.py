@@ -5,6 +5,11 @@ a kind's limits are read in one place instead of at each call site. The heartbea
 not here: each activity derives it from the heartbeat timeout it was scheduled with
 (``activities/heartbeat.py``), so the two cannot drift apart.
 
+Each kind names the queue it runs on (``workflows/queues.py``). Runs recorded before a kind had
+its own queue keep scheduling it on the run's main queue: the queue is part of each scheduling
+command, so the choice is behind a patch per move, and every worker keeps registering every
+activity on the main queue for those runs.
+
 The summary is the line the Web UI shows for the activity in the run's event history. Summaries
 are built from model-chosen text (queries, URLs), so they are cut to one short line, carry a
 URL's host only (never its path, query or credentials) and have link and HTML syntax escaped.
@@ -32,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         PythonRequest,
         SearchRequest,
     )
+    from workflows.queues import QueueKind, queue_name
 
 InputT = TypeVar("InputT")
 ResultT = TypeVar("ResultT")
@@ -69,6 +75,15 @@ class ActivityOptions(Generic[InputT]):
     heartbeat_timeout: timedelta | None
     retry: RetryPolicy | None  # None: the server's default policy
     summary: Callable[[InputT], str]
+    queue: QueueKind = "main"
+
+
+# The patch that moved each kind off the main queue; runs recorded before it stay there.
+QUEUE_PATCHES: dict[QueueKind, str] = {
+    "sandbox": "python-sandbox-queue",
+    "model": "split-queues",
+    "tools": "split-queues",
+}
 
 
 CHAT: ActivityOptions[ChatRequest] = ActivityOptions(
@@ -79,37 +94,39 @@ CHAT: ActivityOptions[ChatRequest] = ActivityOptions(
     retry=RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
                       maximum_interval=timedelta(seconds=60), maximum_attempts=6,
                       non_retryable_error_types=["ModelProviderError", "PromptError"]),
-    summary=lambda request: summary_text(request.prompt),
+    summary=lambda request: summary_text(request.prompt), queue="model",
 )
 _SEARCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
                             maximum_attempts=4)
 WEB_SEARCH: ActivityOptions[SearchRequest] = ActivityOptions(
     "web_search", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=4),
     heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=_SEARCH_RETRY,
-    summary=lambda request: f"web_search: {summary_text(request.query)}",
+    summary=lambda request: f"web_search: {summary_text(request.query)}", queue="tools",
 )
 LOCAL_SEARCH: ActivityOptions[LocalSearchRequest] = ActivityOptions(
     "local_search_tool", start_to_close=timedelta(minutes=10), schedule_to_close=timedelta(minutes=15),
     heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=_SEARCH_RETRY,
-    summary=lambda request: f"local_search_tool: {summary_text(request.query)}",
+    summary=lambda request: f"local_search_tool: {summary_text(request.query)}", queue="tools",
 )
 CRAWL: ActivityOptions[CrawlRequest] = ActivityOptions(
     "crawl_tool", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=4),
     heartbeat_timeout=HEARTBEAT_TIMEOUT,
     retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
                       maximum_attempts=3),
-    summary=lambda request: f"crawl_tool: {url_host(request.url)}",
+    summary=lambda request: f"crawl_tool: {url_host(request.url)}", queue="tools",
 )
 PYTHON: ActivityOptions[PythonRequest] = ActivityOptions(
     "python_repl_tool", start_to_close=timedelta(seconds=120), schedule_to_close=timedelta(minutes=5),
     heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=RetryPolicy(maximum_attempts=2),
     summary=lambda _request: "python_repl_tool",  # the code itself is too long for a line
+    queue="sandbox",
 )
 MCP_LIST_TOOLS: ActivityOptions[MCPListRequest] = ActivityOptions(
     "mcp_list_tools", start_to_close=timedelta(seconds=90), schedule_to_close=None,
     heartbeat_timeout=HEARTBEAT_TIMEOUT,
     retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["MCPConfigError"]),
     summary=lambda request: f"mcp tools: {summary_text(request.server_name)} for {summary_text(request.agent)}",
+    queue="tools",
 )
 MCP_CALL_TOOL: ActivityOptions[MCPCallRequest] = ActivityOptions(
     "mcp_call_tool", start_to_close=timedelta(seconds=150), schedule_to_close=None,
@@ -117,6 +134,7 @@ MCP_CALL_TOOL: ActivityOptions[MCPCallRequest] = ActivityOptions(
     # A tool may have side effects: retry only what never reached it, and only twice.
     retry=RetryPolicy(maximum_attempts=2, non_retryable_error_types=["MCPConfigError", "MCPUnknownTool"]),
     summary=lambda request: f"mcp: {summary_text(request.server_name)}.{summary_text(request.tool)}",
+    queue="tools",
 )
 LOAD_RUN_CONFIG: ActivityOptions[list[str]] = ActivityOptions(
     "load_run_config", start_to_close=timedelta(seconds=30), schedule_to_close=None,
@@ -130,14 +148,21 @@ ACTIVITY_OPTIONS: dict[str, ActivityOptions[Any]] = {
 }
 
 
+def task_queue_for(options: ActivityOptions[Any]) -> str | None:
+    """The queue this run schedules ``options``' kind on; None: the run's own (main) queue."""
+    if options.queue == "main" or not workflow.patched(QUEUE_PATCHES[options.queue]):
+        return None
+    return queue_name(options.queue, workflow.info().task_queue)
+
+
 async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: type[ResultT], *,
-                  summary: str | None = None, task_queue: str | None = None) -> ResultT:
+                  summary: str | None = None) -> ResultT:
     """Run one activity with its kind's options; ``summary`` replaces the kind's default line."""
     return await workflow.execute_activity(
         options.name,
         arg,
         result_type=result_type,
-        task_queue=task_queue,
+        task_queue=task_queue_for(options),
         start_to_close_timeout=options.start_to_close,
         schedule_to_close_timeout=options.schedule_to_close,
         heartbeat_timeout=options.heartbeat_timeout,

@@ -1,21 +1,38 @@
-"""Task queue names. Pure, so the workflow can import it.
+"""Task queue names, one per kind of work. Pure, so the workflow can import it.
 
-The coder's Python runs on its own queue, served by a sandbox worker that holds no model,
-search or storage keys and has the privileges the sandbox's namespaces need; the main worker
-(the keys, no privileges) never runs model-written code. The name is derived from the queue the
-run itself is on, so a deployment on another queue gets its own sandbox queue too.
+Every queue name is derived from the queue the run itself is on, so a deployment on another main
+queue gets its own set. Why four kinds:
+
+- ``main``: the workflow itself, plus every activity for runs recorded before the split (they keep
+  scheduling there, see ``workflows/activity_options.py``);
+- ``model``: ``chat``, the model provider's key and the provider's rate limits;
+- ``tools``: web search, crawl, local retrieval and MCP, the search keys and outbound traffic;
+- ``sandbox``: the coder's Python, served by a worker that holds no key and has the privileges the
+  sandbox's namespaces need (the keyed workers never run model-written code).
+
+Operators scale and isolate each kind separately (``worker.py --queues model``), and each worker
+bounds its own concurrency per queue.
 """
 
 from __future__ import annotations
 
+from typing import Literal
+
 from workflows.models import TASK_QUEUE
 
-SANDBOX_QUEUE_SUFFIX = "-sandbox"
+QueueKind = Literal["main", "model", "tools", "sandbox"]
+QUEUE_KINDS: tuple[QueueKind, ...] = ("main", "model", "tools", "sandbox")
+_SUFFIXES: dict[QueueKind, str] = {"main": "", "model": "-model", "tools": "-tools", "sandbox": "-sandbox"}
+
+
+def queue_name(kind: QueueKind, main_queue: str = TASK_QUEUE) -> str:
+    """The queue ``kind`` of work runs on, for runs on ``main_queue``."""
+    return main_queue + _SUFFIXES[kind]
 
 
 def sandbox_queue(main_queue: str) -> str:
     """The queue python_repl_tool runs on for runs on ``main_queue``."""
-    return main_queue + SANDBOX_QUEUE_SUFFIX
+    return queue_name("sandbox", main_queue)
 
 
 SANDBOX_TASK_QUEUE = sandbox_queue(TASK_QUEUE)

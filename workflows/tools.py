@@ -44,7 +44,6 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolSpec,
     )
-    from workflows.queues import sandbox_queue
     from workflows.search_format import format_crawl_result, format_search_response
     from workflows.tool_format import format_python_result
 
@@ -89,10 +88,6 @@ class ToolContext:
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
-# Runs recorded before it scheduled python_repl_tool on the main queue.
-PYTHON_SANDBOX_QUEUE_PATCH = "python-sandbox-queue"
-
-
 async def search(query: str, max_results: int) -> SearchResponse:
     """The ``web_search`` activity; also used by the background investigation."""
     return await execute(WEB_SEARCH, SearchRequest(query=query, max_results=max_results), SearchResponse)
@@ -135,9 +130,8 @@ async def _local_search(arguments: dict[str, Any], context: ToolContext) -> str:
 async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
     request = PythonRequest(code=str(arguments["code"]))
     # Model-written code runs only on the sandbox worker (workflows/queues.py).
-    task_queue = sandbox_queue(workflow.info().task_queue) if workflow.patched(PYTHON_SANDBOX_QUEUE_PATCH) else None
     summary = f"{PYTHON.name} · step {context.step_number}" if context.step_number is not None else None
-    result = await execute(PYTHON, request, PythonResult, summary=summary, task_queue=task_queue)
+    result = await execute(PYTHON, request, PythonResult, summary=summary)
     return format_python_result(result, timeout_seconds=request.timeout_seconds)
 
 

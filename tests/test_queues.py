@@ -1,0 +1,79 @@
+"""Queue kinds: names, the worker's ``--queues`` choices and each queue's concurrency limit.
+
+Why: an operator who scales model calls apart from the web tools must get exactly the queues they
+name, and a worker must take no more tasks of a kind than its limit (the rest wait on the server
+for another worker). A typo must fail at start, not leave a queue unserved.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+from temporalio.client import Client
+
+from activities.registry import build_workers
+from config.settings import Settings
+from tests.conftest import settings_with
+from tests.history_checks import activity_events
+from tests.support import start
+from worker import parse_queues
+from workflows.models import TASK_QUEUE
+from workflows.queues import QUEUE_KINDS, queue_name
+
+
+def activity_name(bound: object) -> str:
+    return getattr(bound, "__temporal_activity_definition").name
+
+
+def test_queue_names_derive_from_the_runs_queue() -> None:
+    assert [queue_name(kind) for kind in QUEUE_KINDS] == [
+        TASK_QUEUE, f"{TASK_QUEUE}-model", f"{TASK_QUEUE}-tools", f"{TASK_QUEUE}-sandbox"]
+    assert queue_name("model", "team-a") == "team-a-model"
+
+
+@pytest.mark.parametrize(("value", "kinds"), [
+    ("all", ("main", "model", "tools", "sandbox")),
+    ("keyed", ("main", "model", "tools")),
+    ("sandbox", ("sandbox",)),
+    ("model, tools", ("model", "tools")),
+    ("keyed,sandbox,main", ("main", "model", "tools", "sandbox")),
+])
+def test_queue_choices(value: str, kinds: tuple[str, ...]) -> None:
+    assert parse_queues(value) == kinds
+
+
+@pytest.mark.parametrize("value", ["models", "", "main,,tools", "sandbox;rm"])
+def test_an_unknown_queue_is_refused_with_the_choices(value: str) -> None:
+    with pytest.raises(argparse.ArgumentTypeError, match="choose from all, keyed, main, model, tools, sandbox"):
+        parse_queues(value)
+
+
+async def test_each_queue_gets_its_own_worker_and_limit(time_worker: Client, provider_env: dict[str, str]) -> None:
+    settings: Settings = settings_with(provider_env, LLM_MAX_CONCURRENCY="3", DEERFLOW_TOOLS_QUEUE_CONCURRENCY="5",
+                                       DEERFLOW_SANDBOX_QUEUE_CONCURRENCY="1", DEERFLOW_MAIN_QUEUE_CONCURRENCY="7")
+    workers = build_workers(time_worker, settings, ("model", "tools", "sandbox", "main"), main_queue="team-a")
+    limits = {worker.task_queue: worker.config()["max_concurrent_activities"] for worker in workers}
+    assert limits == {"team-a": 7, "team-a-model": 3, "team-a-tools": 5, "team-a-sandbox": 1}
+    assert [bool(worker.config()["workflows"]) for worker in workers] == [True, False, False, False]
+    names = {worker.task_queue: {activity_name(fn) for fn in worker.config()["activities"]} for worker in workers}
+    assert names["team-a-sandbox"] == {"python_repl_tool"}, "the sandbox's worker holds nothing keyed"
+    assert names["team-a-model"] == {"chat"}
+    assert "chat" not in names["team-a-tools"] and "python_repl_tool" not in names["team-a-tools"]
+    assert names["team-a"] >= names["team-a-model"] | names["team-a-tools"] | names["team-a-sandbox"], \
+        "runs recorded before the split schedule everything on the main queue"
+    explicit = settings_with(provider_env, LLM_MAX_CONCURRENCY="3", DEERFLOW_MODEL_QUEUE_CONCURRENCY="9")
+    (model,) = build_workers(time_worker, explicit, ("model",), main_queue="team-b")
+    assert model.config()["max_concurrent_activities"] == 9
+
+
+async def test_a_new_run_schedules_each_kind_on_its_queue(time_worker: Client) -> None:
+    handle = await start(time_worker, auto_accept_plan=True)
+    await handle.result()
+    queues = {events[0].activity_task_scheduled_event_attributes.activity_type.name:
+              events[0].activity_task_scheduled_event_attributes.task_queue.name
+              for events in activity_events(await handle.fetch_history()).values()}
+    assert queues["chat"] == queue_name("model")
+    assert queues["web_search"] == queue_name("tools")
+    assert queues["python_repl_tool"] == queue_name("sandbox")
+    assert queues["load_run_config"] == TASK_QUEUE
