@@ -20,18 +20,19 @@ from typing import TYPE_CHECKING
 from config.settings import Settings
 
 if TYPE_CHECKING:
-    from opentelemetry.sdk.trace import SpanProcessor
+    from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
 SERVICE_NAME = "deerflow-temporal"
 
 
-def install_tracer_provider(processor: SpanProcessor) -> None:
+def install_tracer_provider(processor: SpanProcessor) -> TracerProvider:
     """Make an SDK tracer provider sending spans to ``processor`` the process's global one.
 
     OpenTelemetry allows one global provider per process (a second ``set_tracer_provider`` is
     ignored with a warning), which is also what the contrib interceptor and the model-call spans
-    (activities/model_telemetry.py) use; tests install theirs with an in-memory exporter.
+    (activities/model_telemetry.py) use; tests install theirs with an in-memory exporter, and shut
+    the returned provider down when done.
     """
     from opentelemetry import trace
     from opentelemetry.sdk.resources import Resource
@@ -41,6 +42,7 @@ def install_tracer_provider(processor: SpanProcessor) -> None:
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
+    return provider
 
 
 def tracing_interceptor() -> TracingInterceptor:

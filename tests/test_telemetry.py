@@ -10,8 +10,6 @@ as Prometheus would.
 from __future__ import annotations
 
 import json
-import re
-import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -37,6 +35,7 @@ from runtime.tracing import install_tracer_provider, tracing_interceptor
 from sandbox.activity import SandboxActivities
 from tests.conftest import TEST_SERVER, settings_with
 from tests.processes import free_port
+from tests.prometheus_text import scrape, total
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.queues import SANDBOX_TASK_QUEUE
@@ -45,8 +44,6 @@ from workflows.research import DeepResearchWorkflow
 # Whole numbers of USD per million tokens: each call's cost in micro-USD is then exact.
 PRICES = {"input": 1, "output": 2}
 API_KEY = "sk-telemetry-test-key-0123456789"
-SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})? (?P<value>\S+)$")
-LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
 @dataclass
@@ -61,7 +58,7 @@ class TracedRun:
 @pytest.fixture(scope="module")
 async def traced_run(provider_env: dict[str, str]) -> AsyncIterator[TracedRun]:
     exporter = InMemorySpanExporter()
-    install_tracer_provider(SimpleSpanProcessor(exporter))
+    provider = install_tracer_provider(SimpleSpanProcessor(exporter))
     settings = settings_with(provider_env, DEERFLOW_MODEL_PRICES=json.dumps({"deerflow-offline-demo": PRICES}),
                              DEERFLOW_METRICS_ADDRESS=f"127.0.0.1:{free_port()}", OPENAI_API_KEY=API_KEY)
     runtime = metrics_runtime(settings)
@@ -80,11 +77,10 @@ async def traced_run(provider_env: dict[str, str]) -> AsyncIterator[TracedRun]:
                                                      task_queue=TASK_QUEUE, result_type=ResearchResult)
             result = await handle.result()
             history = await handle.fetch_history()
-            with urllib.request.urlopen(f"http://{settings.metrics_address}/metrics", timeout=10) as response:
-                metrics = response.read().decode()
+            metrics = scrape(settings.metrics_address)
         yield TracedRun(result, history, list(exporter.get_finished_spans()), metrics, settings.model_name("basic"))
     finally:
-        exporter.clear()
+        provider.shutdown()  # the later tests' model calls then make no-op spans
         await env.shutdown()
 
 
@@ -92,20 +88,6 @@ def scheduled(history: WorkflowHistory) -> Counter[str]:
     """How many times each activity type was scheduled in the run."""
     return Counter(event.activity_task_scheduled_event_attributes.activity_type.name for event in history.events
                    if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED)
-
-
-def samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
-    """The samples of series ``name`` in a Prometheus text exposition, with their labels."""
-    found = []
-    for line in text.splitlines():
-        match = SAMPLE.match(line)
-        if match and match["name"] == name:
-            found.append((dict(LABEL.findall(match["labels"] or "")), float(match["value"])))
-    return found
-
-
-def total(text: str, name: str, **labels: str) -> float:
-    return sum(value for found, value in samples(text, name) if labels.items() <= found.items())
 
 
 def test_one_trace_runs_from_the_client_start_to_each_model_call(traced_run: TracedRun) -> None:
