@@ -19,17 +19,21 @@ from temporalio.client import Client
 
 from offline.providers import without_provider_settings
 from tests.history_checks import activity_events
-from tests.processes import REPO_DIR, DevServer
+from tests.processes import REPO_DIR, DevServer, free_port
+from tests.prometheus_text import scrape, total
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.queues import SANDBOX_TASK_QUEUE
+
+METRICS = {queues: f"127.0.0.1:{free_port()}" for queues in ("main", "sandbox")}  # each worker's /metrics
 
 
 @pytest.fixture
 def split_workers(dev_server: DevServer, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     started = {}
-    env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": dev_server.address}
     for queues in ("main", "sandbox"):
+        env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": dev_server.address,
+               "DEERFLOW_METRICS_ADDRESS": METRICS[queues]}
         log = (tmp_path / f"{queues}.log").open("ab")
         started[queues] = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py"), "--queues", queues],
                                            cwd=REPO_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -56,3 +60,8 @@ async def test_python_runs_on_the_sandbox_worker_only(client: Client, split_work
         assert started.activity_task_started_event_attributes.identity.startswith(sandbox_identity)
     assert "python_repl_tool sandbox: isolated" in (tmp_path / "sandbox.log").read_text()
     assert "deep-research-sandbox" not in (tmp_path / "main.log").read_text()
+    # Each worker serves its own counters: the model calls on the main one, the Python on the sandbox one.
+    main, sandbox = scrape(METRICS["main"]), scrape(METRICS["sandbox"])
+    assert total(main, "deerflow_llm_calls") == result.usage.llm_calls
+    assert total(sandbox, "deerflow_sandbox_runs", outcome="ok") == len(python_calls)
+    assert total(main, "deerflow_sandbox_runs") == 0
