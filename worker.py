@@ -18,14 +18,18 @@ import logging
 import os
 import signal
 
+from temporalio.worker import Interceptor
+
 from activities.isolated import start_fork_server
 from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
+from activities.tool_metrics import ToolMetricsInterceptor
 from config.settings import load_settings
 from offline.providers import OFFLINE_BANNER, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
+from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
@@ -64,12 +68,18 @@ async def main(argv: list[str] | None = None) -> None:
         logging.warning(OFFLINE_BANNER)
     connection = load_connection()
     await prepare_payload_store(settings)
-    client = await connect(connection, settings)
+    # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the
+    # client carries the tracing interceptor, and so do the workers built on it.
+    runtime = metrics_runtime(settings)
+    client = await connect(connection, settings, runtime=runtime)
     # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
     search_attributes_enabled = await ensure_search_attributes(client)
     # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.
-    interceptors = [SecretScrubbingInterceptor(scrubber)]
+    interceptors: list[Interceptor] = [SecretScrubbingInterceptor(scrubber)]
+    if runtime is not None:
+        interceptors.append(ToolMetricsInterceptor(settings))
+        logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
     sandbox = SandboxActivities(settings)
     if {"main", "tools"} & set(queues):
         await asyncio.to_thread(start_fork_server, settings)  # so the first crawl does not pay 1-3 s for it

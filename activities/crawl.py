@@ -64,6 +64,7 @@ from activities.body_decoder import ACCEPT_ENCODING, BodyDecoder, EncodingRefuse
 from activities.heartbeat import heartbeating
 from activities.isolated import Limits, run_isolated
 from activities.limits import provider_slot
+from activities.tool_metrics import count_crawl_bytes
 from config.settings import Settings
 from workflows.models import CrawlRequest, CrawlResult
 
@@ -179,6 +180,7 @@ class CrawlActivities:
         settings = self.settings
         async with provider_slot("crawl", settings.crawl_max_concurrency):
             page = await fetch(request.url, settings.crawl_allow_hosts)
+        count_crawl_bytes(len(page.body))
         title, text = await extract_within_budget(page, settings.crawl_max_chars, settings)
         markdown, truncated = cut_at_break(text, settings.crawl_max_chars)
         return CrawlResult(url=page.url, title=title, markdown=markdown, truncated=truncated)

@@ -35,6 +35,7 @@ from activities.context_budget import (
 )
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
+from activities.model_telemetry import model_call_telemetry
 from activities.prompts import render_prompt
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
@@ -232,6 +233,7 @@ class ModelActivities:
 
     @activity.defn(name="chat")
     @heartbeating
+    @model_call_telemetry
     async def chat(self, request: ChatRequest) -> ChatResponse:
         settings = self.settings
         system_prompt = render_prompt(request.prompt, request.prompt_vars)

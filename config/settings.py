@@ -19,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from config.mcp_servers import MCPServerConfig, ServerName
+from config.model_prices import ModelPrice, default_price
 
 DEFAULT_RECURSION_LIMIT = 25
 
@@ -223,6 +224,26 @@ class Settings(BaseModel):
                                    alias="DEERFLOW_WEB_THREAD_PREFIX")
     # Event streams open at once; each holds a long poll on Temporal while its page is open.
     web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
+
+    # Traces and metrics (runtime/tracing.py, runtime/metrics.py). Traces are exported over OTLP
+    # only when the standard OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the other
+    # OTEL_* variables itself); unset, no tracing code is even imported. The worker serves
+    # Prometheus metrics (the SDK's and ours) on DEERFLOW_METRICS_ADDRESS (host:port) when set.
+    # DEERFLOW_MODEL_PRICES: USD per million tokens, JSON {"model": {"input": 0.5, "output": 1.5}},
+    # merged over the defaults in config/model_prices.py; a model in neither costs 0, labelled unpriced.
+    otel_exporter_otlp_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    metrics_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
+                                        alias="DEERFLOW_METRICS_ADDRESS")
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="DEERFLOW_MODEL_PRICES")
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _parse_model_prices(cls, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    def model_price(self, model: str) -> ModelPrice | None:
+        """The operator's price for ``model``, else the default table's; None: unpriced."""
+        return self.model_prices.get(model) or default_price(model)
 
     @field_validator("web_allowed_origins", mode="before")
     @classmethod

@@ -23,10 +23,12 @@ from typing import Any
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig, DataSource
+from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
 from config.settings import Settings, load_settings
 from runtime.converter import data_converter
+from runtime.tracing import tracing_interceptors
 
 DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
@@ -191,10 +193,15 @@ async def connect_when_ready(address: str, timeout: float = 30.0, **kwargs: Any)
 
 
 async def connect(
-    connection: Connection | None = None, settings: Settings | None = None, *, timeout: float = 30.0
+    connection: Connection | None = None, settings: Settings | None = None, *, timeout: float = 30.0,
+    runtime: Runtime | None = None,
 ) -> Client:
     """A client for ``connection`` (default: from the environment) with the shared data converter,
     built from ``settings`` (default: loaded from the environment, as the worker does).
+
+    The client carries the tracing interceptor when ``settings`` enable traces (runtime/tracing.py),
+    so the workers built on it do too; ``runtime`` (the worker's, with its metrics endpoint:
+    runtime/metrics.py) defaults to the SDK's.
 
     Waits up to ``timeout`` seconds for a server that does not answer yet; raises
     TemporalConnectionError with a one-line explanation otherwise.
@@ -202,7 +209,11 @@ async def connect(
     connection = connection or load_connection()
     options: dict[str, Any] = {key: value for key, value in connection.connect_config.items() if key != "target_host"}
     options["namespace"] = connection.namespace
-    converter = data_converter(settings or load_settings())
+    settings = settings or load_settings()
+    converter = data_converter(settings)
+    options["interceptors"] = tracing_interceptors(settings)
+    if runtime is not None:
+        options["runtime"] = runtime
     try:
         return await connect_when_ready(connection.address, timeout, data_converter=converter, **options)
     except RuntimeError as error:

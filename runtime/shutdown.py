@@ -13,8 +13,11 @@ import os
 import sys
 from typing import NoReturn
 
+from runtime.tracing import flush_traces
+
 
 def exit_now(code: int) -> NoReturn:
+    flush_traces()  # skipping finalization skips the exporter's own flush too
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from config.settings import load_settings
 from workflows.models import TASK_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,3 +132,45 @@ def test_sandbox_worker_holds_no_key_and_only_the_namespace_privileges(compose: 
     others = [name for name, service in compose["services"].items()
               if name not in ("sandbox", "temporal") and "sandbox" in (service.get("networks") or [])]
     assert others == []
+
+
+def test_observability_profile_scrapes_the_worker_and_receives_its_traces(
+    compose: dict[str, Any], worker_env: dict[str, str]
+) -> None:
+    services = compose["services"]
+    collector, prometheus = services["otel-collector"], services["prometheus"]
+    assert collector["profiles"] == prometheus["profiles"] == ["observability"]
+    # A plain `docker compose up` needs neither: no always-on service depends on them.
+    for name, service in services.items():
+        if not service.get("profiles"):
+            assert not {"otel-collector", "prometheus"} & set(service.get("depends_on") or {}), name
+    # Prometheus scrapes the port the worker serves its metrics on, and the worker accepts that address.
+    settings = load_settings({"DEERFLOW_METRICS_ADDRESS": worker_env["DEERFLOW_METRICS_ADDRESS"]})
+    assert settings.metrics_address
+    port = settings.metrics_address.rpartition(":")[2]
+    scrape = yaml.safe_load(mounted(prometheus, "/etc/prometheus/prometheus.yml").read_text(encoding="utf-8"))
+    targets = [target for job in scrape["scrape_configs"] for config in job["static_configs"]
+               for target in config["targets"]]
+    assert targets == [f"worker:{port}"]
+    assert prometheus["ports"] == ["127.0.0.1:9090:9090"]  # the UI on the host's loopback only
+    # Traces: opt-in pass-through, and the collector listens where the documented endpoint points.
+    assert worker_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${OTEL_EXPORTER_OTLP_ENDPOINT:-}"
+    assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318" in COMPOSE.read_text(encoding="utf-8")
+    config_path = collector["command"][0].removeprefix("--config=")
+    config = yaml.safe_load(mounted(collector, config_path).read_text(encoding="utf-8"))
+    assert config["receivers"]["otlp"]["protocols"]["http"]["endpoint"] == "0.0.0.0:4318"
+    assert "otlp" in config["service"]["pipelines"]["traces"]["receivers"]
+    # The sandbox keeps its network to itself: neither joins it, and it holds no telemetry setting.
+    assert "networks" not in collector and "networks" not in prometheus
+    assert not [name for name in service_env(services["sandbox"]) if name.startswith(("OTEL_", "DEERFLOW_METRICS"))]
+
+
+def mounted(service: dict[str, Any], target: str) -> Path:
+    """The repository file ``service`` mounts (read-only) at ``target``."""
+    for volume in service["volumes"]:
+        source, _, rest = volume.partition(":")
+        if rest == f"{target}:ro":
+            path = ROOT / source
+            assert path.is_file(), f"{source} is missing"
+            return path
+    raise AssertionError(f"nothing is mounted read-only at {target}")

@@ -20,17 +20,28 @@ from temporalio.client import Client
 
 from offline.providers import without_provider_settings
 from tests.history_checks import activity_events
-from tests.processes import REPO_DIR, DevServer
+from tests.processes import REPO_DIR, DevServer, free_port
+from tests.prometheus_text import scrape, total
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.queues import queue_name
 
+PROCESSES = ("main", "model,tools", "sandbox")
+
 
 @pytest.fixture
-def split_workers(dev_server: DevServer, tmp_path: Path) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
+def metrics() -> dict[str, str]:
+    """Each worker process's /metrics address."""
+    return {queues: f"127.0.0.1:{free_port()}" for queues in PROCESSES}
+
+
+@pytest.fixture
+def split_workers(dev_server: DevServer, tmp_path: Path,
+                  metrics: dict[str, str]) -> Iterator[dict[str, subprocess.Popen[bytes]]]:
     started = {}
-    env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": dev_server.address}
-    for queues in ("main", "model,tools", "sandbox"):
+    for queues in PROCESSES:
+        env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": dev_server.address,
+               "DEERFLOW_METRICS_ADDRESS": metrics[queues]}
         log = (tmp_path / f"{queues}.log").open("ab")
         started[queues] = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py"), "--queues", queues],
                                            cwd=REPO_DIR, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -49,13 +60,14 @@ PROCESS_OF = {"main": "main", "model": "model,tools", "tools": "model,tools", "s
 
 @pytest.mark.timeout(180)
 async def test_each_kind_of_work_runs_on_its_own_queue_and_process(
-    client: Client, split_workers: dict[str, subprocess.Popen[bytes]], tmp_path: Path
+    client: Client, split_workers: dict[str, subprocess.Popen[bytes]], tmp_path: Path, metrics: dict[str, str]
 ) -> None:
     handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
                                          id=run_id("split"), task_queue=TASK_QUEUE, result_type=ResearchResult)
     result = await handle.result()
     assert result.report
     seen: dict[str, set[str]] = {}
+    python_calls = 0
     for scheduled, started, *_ in activity_events(await handle.fetch_history()).values():
         attributes = scheduled.activity_task_scheduled_event_attributes
         kind = KIND_OF[attributes.activity_type.name]
@@ -63,7 +75,13 @@ async def test_each_kind_of_work_runs_on_its_own_queue_and_process(
         process = split_workers[PROCESS_OF[kind]]
         assert started.activity_task_started_event_attributes.identity.startswith(f"{process.pid}@")
         seen.setdefault(kind, set()).add(attributes.activity_type.name)
+        python_calls += attributes.activity_type.name == "python_repl_tool"
     assert {"model", "tools", "sandbox", "main"} <= set(seen), "the default plan searches, crawls and runs Python"
     assert "python_repl_tool sandbox: isolated" in (tmp_path / "sandbox.log").read_text()
     main_log = (tmp_path / "main.log").read_text()
     assert all(queue_name(kind) not in main_log for kind in ("model", "tools", "sandbox"))
+    # Each worker serves its own counters: the model calls on the model one, the Python on the sandbox one.
+    model, sandbox = scrape(metrics["model,tools"]), scrape(metrics["sandbox"])
+    assert total(model, "deerflow_llm_calls") == result.usage.llm_calls
+    assert total(sandbox, "deerflow_sandbox_runs", outcome="ok") == python_calls
+    assert total(scrape(metrics["main"]), "deerflow_llm_calls") == total(model, "deerflow_sandbox_runs") == 0

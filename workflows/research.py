@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.progress import current_details
     from workflows.review import Feedback, InvalidFeedback, nonempty_answer, one_input, parse_feedback
     from workflows.run_input import parse_inputs
+    from workflows.run_metrics import count_phase
     from workflows.scheduling import step_dependencies
     from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, ToolContext, mcp_tools_for, search
     from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
@@ -568,6 +569,7 @@ class DeepResearchWorkflow:
             workflow.upsert_search_attributes([PHASE.value_set(phase.value),
                                                AWAITING.value_set(awaiting.value if awaiting else "")])
         self._event("phase", phase.value + (f" (awaiting {awaiting.value})" if awaiting else ""))
+        count_phase(phase, self._status.outcome)
 
     def _show_plan(self, plan: Plan, feedback: str | None) -> None:
         self._state.plan = self._status.plan = plan

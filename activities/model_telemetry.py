@@ -1,0 +1,85 @@
+"""A span and metrics for each model call: the ``chat`` activity wears ``@model_call_telemetry``.
+
+Why a decorator: the model turn stays one function about the model, and what an operator sees
+(a ``chat <model>`` span under the activity's ``RunActivity:chat`` span, and the call, token and
+cost counters) is decided here. It reads only what is safe to show: the operator's model name,
+the agent (a prompt template's name), the attempt, token counts, the finish reason and, on
+failure, the error's type. Prompt text, replies, provider messages and keys never become span
+attributes or metric labels.
+
+With tracing off the span is OpenTelemetry's no-op one, and with no metrics endpoint the SDK's
+meter is a no-op: the decorator then costs a few attribute lookups per call.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
+
+from opentelemetry import trace
+from opentelemetry.trace import Status, StatusCode
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from config.settings import Settings
+from workflows.models import ChatRequest, ChatResponse
+
+MICRO = 1_000_000
+
+
+class _HasSettings(Protocol):
+    settings: Settings
+
+
+S = TypeVar("S", bound=_HasSettings)
+Chat = Callable[[S, ChatRequest], Awaitable[ChatResponse]]
+
+
+def model_call_telemetry(fn: Chat[S]) -> Chat[S]:
+    """Trace and count each call of ``fn``, a model-turn method of an object holding ``settings``."""
+
+    @functools.wraps(fn)
+    async def wrapper(self: S, request: ChatRequest) -> ChatResponse:
+        model = self.settings.model_name(request.model_tier.value)
+        labels = {"model": model, "agent": request.prompt}
+        tracer = trace.get_tracer(__name__)
+        with tracer.start_as_current_span(f"chat {model}", record_exception=False,
+                                          set_status_on_exception=False) as span:
+            span.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.request.model": model,
+                                 "deerflow.agent": request.prompt,
+                                 "temporal.activity.attempt": activity.info().attempt})
+            try:
+                response = await fn(self, request)
+            except Exception as error:
+                kind = error.type if isinstance(error, ApplicationError) and error.type else type(error).__name__
+                span.set_status(Status(StatusCode.ERROR, kind))
+                span.set_attribute("error.type", kind)
+                _count_call(labels, "error")
+                raise
+            usage = response.usage
+            span.set_attributes({"gen_ai.usage.input_tokens": usage.input_tokens,
+                                 "gen_ai.usage.output_tokens": usage.output_tokens,
+                                 "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"]})
+            _count_call(labels, "truncated" if response.truncated else "ok")
+            _count_usage(self.settings, labels, usage.input_tokens, usage.output_tokens)
+            return response
+
+    return wrapper
+
+
+def _count_call(labels: dict[str, Any], outcome: str) -> None:
+    meter = activity.metric_meter()
+    meter.create_counter("deerflow_llm_calls", "Model calls (activity attempts), by model, agent and outcome").add(
+        1, {**labels, "outcome": outcome})
+
+
+def _count_usage(settings: Settings, labels: dict[str, Any], input_tokens: int, output_tokens: int) -> None:
+    meter = activity.metric_meter()
+    tokens = meter.create_counter("deerflow_llm_tokens", "Tokens the provider reported, by model, agent and kind")
+    tokens.add(input_tokens, {**labels, "kind": "prompt"})
+    tokens.add(output_tokens, {**labels, "kind": "completion"})
+    price = settings.model_price(labels["model"])
+    cost = price.cost_usd(input_tokens, output_tokens) if price else 0.0
+    meter.create_counter("deerflow_llm_cost_microusd", "Estimated cost in millionths of a USD, by model", "uUSD").add(
+        round(cost * MICRO), {"model": labels["model"], "priced": str(bool(price)).lower()})
