@@ -2,9 +2,13 @@
 
 The context budget trims every request to the model's window with an offline estimate; if it ran
 low, the provider would reject the request (HTTP 400) and the step would fail. The fixture holds
-counts a real tokenizer gave for English, Chinese, Japanese, Korean and Russian prose, symbols and
-emoji, code, our own prompts and the tool preamble the researcher, coder and coordinator send, so
-the estimate is checked to err high on each, and not so high that it wastes most of the window.
+the counts real tokenizers give for English, Chinese, Japanese, Korean and Russian prose, symbols
+and emoji, code, our own prompts and the tool preamble the researcher, coder and coordinator send.
+The estimate must not be below any tokenizer's count, and not far above the most expensive one.
+
+One estimate serves every provider, so it follows the most expensive tokenizer: SmolLM2's, trained
+mostly on English, spends three times as many tokens on Chinese as Qwen2's, for which the estimate
+leaves much of the window unused.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from activities.context_budget import TOOL_PREAMBLE_OVERHEAD, count_tokens, coun
 FIXTURE = Path(__file__).parent / "fixtures" / "token_counts.json"
 ENTRIES: list[dict[str, Any]] = json.loads(FIXTURE.read_text(encoding="utf-8"))["texts"]
 KINDS = {"prose", "code", "prompt", "tools"}
-# Above this, the estimate would trim much text that fits.
+# Above this times the most expensive tokenizer's count, the estimate would trim much text that fits.
 MAX_RATIO = 1.6
 
 
@@ -32,15 +36,15 @@ def estimate(entry: dict[str, Any]) -> int:
 def test_fixture_covers_the_texts_the_estimate_ran_low_on() -> None:
     names = {entry["name"] for entry in ENTRIES}
     assert {"chinese_prose", "japanese_prose", "korean_prose", "tools_researcher", "tools_coder"} <= names
-    assert all(entry["tokenizer"] and entry["count"] > 0 and entry["kind"] in KINDS for entry in ENTRIES)
+    assert all(entry["counts"] and min(entry["counts"].values()) > 0 and entry["kind"] in KINDS for entry in ENTRIES)
 
 
 @pytest.mark.parametrize("entry", ENTRIES, ids=[entry["name"] for entry in ENTRIES])
 def test_estimate_errs_high_but_not_absurdly(entry: dict[str, Any]) -> None:
     estimated = estimate(entry)
-    ratio = estimated / entry["count"]
-    assert 1.0 <= ratio <= MAX_RATIO, (
-        f"{entry['name']}: estimate {estimated} vs {entry['count']} real ({entry['tokenizer']}): {ratio:.2f}")
+    counts = entry["counts"]
+    assert all(estimated >= count for count in counts.values()), f"{entry['name']}: {estimated} < {counts}"
+    assert estimated <= MAX_RATIO * max(counts.values()), f"{entry['name']}: {estimated} vs {counts}"
 
 
 def test_tool_preamble_is_paid_once_and_only_with_tools() -> None:
