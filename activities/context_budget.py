@@ -34,6 +34,10 @@ MESSAGE_OVERHEAD = 4
 REQUEST_OVERHEAD = 3
 TOOL_CALL_OVERHEAD = 8
 TOOL_SCHEMA_OVERHEAD = 8
+# Open-weight chat templates wrap the schemas in instructions on how to call them: Qwen2.5's
+# Hermes-style "# Tools ... <tools></tools> ... <tool_call>" text is 106 tokens in SmolLM2's
+# tokenizer (tests/fixtures/token_counts.json), paid once per request that offers any tool.
+TOOL_PREAMBLE_OVERHEAD = 128
 
 DEFAULT_TOKEN_LIMIT = 32_000
 MAX_OUTPUT_RESERVE = 8_192
@@ -54,9 +58,15 @@ _CJK = (
     "\u1100-\u11ff\u2e80-\u2fdf\u3000-\u303f\u3040-\u30ff\u3100-\u31ff\u3200-\u4dbf\u4e00-\u9fff"
     "\ua960-\ua97f\uac00-\ud7ff\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef\U00020000-\U0003ffff"
 )
+_HANGUL = "\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7ff"  # a subset of _CJK
 _CJK_CHARS = re.compile(f"[{_CJK}]+")
+_HANGUL_CHARS = re.compile(f"[{_HANGUL}]+")
 _ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
-_ASTRAL = re.compile(r"[\U00010000-\U0010ffff]")
+# Tokens per character, set from a real tokenizer's counts (tests/fixtures/token_counts.json):
+# SmolLM2's byte-level BPE spends 1.84-1.88 tokens on a Han or kana character of prose and 2.7
+# on a Hangul syllable, whose three UTF-8 bytes rarely merge; three is a byte-level BPE's maximum.
+CJK_WEIGHT = 2.25
+HANGUL_WEIGHT = 3.0
 _VISIBLE = (string.ascii_letters + string.digits + string.punctuation).encode()
 
 
@@ -66,7 +76,7 @@ def _view(keep: str) -> bytes:
 
 
 _LETTERS = _view(string.ascii_letters)
-_DIGITS = _view(string.digits)
+_DIGIT_BYTES = string.digits.encode()
 _PUNCTUATION = _view(string.punctuation)
 _LINE_BREAKS = _view("\r\n")
 
@@ -87,13 +97,16 @@ def count_tokens(text: str) -> int:
 
     * ASCII letters: 4 a token, but at least one token a run (a word). With the space before it,
       an English word averages 1.4 tokens here against 1.2-1.3 in cl100k/o200k.
-    * digits: 3 a token, at least one a run (tokenizers cut numbers into groups of up to three).
+    * digits: one token each. Qwen, DeepSeek, SmolLM2 and Llama 2 split numbers into single
+      digits; cl100k/o200k group up to three, so tables of numbers are over-counted for them.
     * ASCII punctuation: 2 a token, at least one a run.
     * whitespace and control characters: 4 a token; a run of line breaks at least one.
-    * CJK characters: 1.5 tokens each. cl100k spends about one token on a common Han character
-      and two or three on rare ones; o200k, Qwen and DeepSeek tokenizers spend less.
-    * any other character (Cyrillic, accented Latin, symbols): one token, two outside the BMP
-      (emoji), whose UTF-8 bytes rarely merge.
+    * CJK characters: ``CJK_WEIGHT`` tokens each, Hangul ``HANGUL_WEIGHT``. cl100k spends about
+      one token on a common Han character, o200k, Qwen and DeepSeek less, but tokenizers trained
+      mostly on English (SmolLM2, Llama 2, Mistral) two or three: the estimate follows them.
+    * any other character: its UTF-8 length less one, so one token for Cyrillic, Greek or
+      accented Latin, two for other scripts and symbols (dashes, arrows), three for emoji, whose
+      bytes rarely merge in a byte-level tokenizer.
 
     Every ASCII character weighs at least 1/4 and every other at least 1, so the estimate is never
     below ``len(text) / 4``. Random letter strings (hashes, base64) are what it under-counts; in
@@ -103,18 +116,19 @@ def count_tokens(text: str) -> int:
         return 0
     data = text.encode("ascii", "ignore")
     letters, short_words = _class_runs(data, _LETTERS, 3)
-    digits, short_numbers = _class_runs(data, _DIGITS, 2)
     punctuation, single_marks = _class_runs(data, _PUNCTUATION, 1)
     _, short_breaks = _class_runs(data, _LINE_BREAKS, 3)
     total = letters / 4 + sum(runs * (1 - size / 4) for size, runs in enumerate(short_words, start=1))
-    total += digits / 3 + sum(runs * (1 - size / 3) for size, runs in enumerate(short_numbers, start=1))
+    total += len(data) - len(data.translate(None, _DIGIT_BYTES))
     total += punctuation / 2 + single_marks[0] / 2
     total += len(data.translate(None, _VISIBLE)) / 4
     total += sum(runs * (1 - size / 4) for size, runs in enumerate(short_breaks, start=1))
     if len(data) < len(text):
         rest = _ASCII_RUNS.sub("", text)
         other = _CJK_CHARS.sub("", rest)
-        total += 1.5 * (len(rest) - len(other)) + len(other) + len(_ASTRAL.findall(other))
+        hangul = len(rest) - len(_HANGUL_CHARS.sub("", rest))
+        total += CJK_WEIGHT * (len(rest) - len(other) - hangul) + HANGUL_WEIGHT * hangul
+        total += len(other.encode("utf-8", "surrogatepass")) - len(other)
     return math.ceil(total)
 
 
@@ -140,9 +154,13 @@ def _metadata_tokens(message: ChatMessage) -> int:
 def count_tool_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
     """Estimated tokens of the tool schemas (OpenAI ``tools`` entries) sent with a request.
 
-    Providers render the schemas more compactly than JSON, so counting the JSON over-estimates.
+    OpenAI renders the schemas more compactly than JSON; open-weight chat templates paste the JSON
+    into the system prompt under instructions on how to call a tool (``TOOL_PREAMBLE_OVERHEAD``).
     """
-    return sum(TOOL_SCHEMA_OVERHEAD + count_tokens(json.dumps(tool, ensure_ascii=False)) for tool in tools)
+    if not tools:
+        return 0
+    return TOOL_PREAMBLE_OVERHEAD + sum(
+        TOOL_SCHEMA_OVERHEAD + count_tokens(json.dumps(tool, ensure_ascii=False)) for tool in tools)
 
 
 def count_request_tokens(system_prompt: str, messages: Sequence[ChatMessage], tools_tokens: int) -> int:
