@@ -24,7 +24,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import CancelledError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
@@ -99,8 +99,11 @@ def _write_file(output: str, text: str) -> None:
         raise CliError(f"Cannot write to {output}: {error.strerror or error}.") from error
 
 
-# ``run``'s exit code by outcome: a script can tell research from a reply that did none.
+# ``run``'s and ``report``'s exit code by outcome: a script can tell research from a reply that did none.
 EXIT_CODES = {Outcome.REPORT: 0, Outcome.FAILED: 1, Outcome.DIRECT_REPLY: 3, Outcome.CANCELLED: 4}
+# The same codes for a run that ended without a result (the server's words, from ``ended_label``):
+# cancelled and terminated from outside as cancelled, the others as failed.
+ENDED_EXIT_CODES = {"cancelled": EXIT_CODES[Outcome.CANCELLED], "terminated": EXIT_CODES[Outcome.CANCELLED]}
 
 
 def _write_report(result: ResearchResult, output: str | None, offline_demo: bool) -> None:
@@ -131,7 +134,10 @@ async def _result(handle: WorkflowHandle) -> ResearchResult:
     try:
         return await handle.result()
     except WorkflowFailureError as error:
-        raise CliError(printable(f"Run {handle.id} failed: {failure_message(error.cause)}")) from error
+        ended = ("cancelled" if isinstance(error.cause, CancelledError)
+                 else "terminated" if isinstance(error.cause, TerminatedError) else "failed")
+        raise CliError(printable(f"Run {handle.id} {ended}: {failure_message(error.cause)}"),
+                       exit_code=ENDED_EXIT_CODES.get(ended, EXIT_CODES[Outcome.FAILED])) from error
 
 
 async def _interactive_review(handle: WorkflowHandle) -> bool:
@@ -394,11 +400,11 @@ async def report(args: argparse.Namespace) -> int:
     ended = ended_label(description.status)
     if ended not in (None, "failed"):  # a failed run's result says why; the others ended from outside
         raise CliError(f"Run {args.id} was {ended} and has no report; `python starter.py status {args.id}` "
-                       "shows where it stood.")
+                       "shows where it stood.", exit_code=ENDED_EXIT_CODES.get(ended, EXIT_CODES[Outcome.FAILED]))
     result = await _result(handle)
     await revive_worker(client)  # the status query of a closed run replays it on a worker
     _write_report(result, args.output, await _offline_demo(handle))
-    return 0
+    return EXIT_CODES.get(result.outcome, 0)
 
 
 async def _describe(handle: WorkflowHandle):  # type: ignore[no-untyped-def]

@@ -22,7 +22,16 @@ NO_WORKER_ADVICE = ("no worker answers this run's queries. Start one with `pytho
 
 
 class CliError(Exception):
-    """An error the user can act on; printed without a traceback."""
+    """An error the user can act on; printed without a traceback.
+
+    ``exit_code`` is 2 (a usage or connection problem) unless the error reports how a run ended:
+    then it is ``run``'s code for that ending, so a script reads the same code from ``run`` and
+    ``report``.
+    """
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 async def connect(*, ensure_worker: bool = True) -> Client:
