@@ -196,13 +196,27 @@ def _retry_after(error: openai.APIStatusError) -> timedelta | None:
     return timedelta(seconds=min(seconds, 300)) if seconds and seconds > 0 else None
 
 
+# A failure message's length: the server keeps an activity's last failure only while the whole
+# failure (message and stack trace) is within its limit (4 KiB by default), and a provider may
+# echo a whole prompt. Every real provider message seen so far is far shorter.
+MAX_FAILURE_MESSAGE_CHARS = 2_000
+
+
+def _bounded(text: str) -> str:
+    """``text`` as it is, or its head and tail around a mark when it is over the failure's budget."""
+    if len(text) <= MAX_FAILURE_MESSAGE_CHARS:
+        return text
+    head = MAX_FAILURE_MESSAGE_CHARS * 3 // 4
+    return f"{text[:head]} […] {text[head - MAX_FAILURE_MESSAGE_CHARS:]}"
+
+
 def _provider_message(error: openai.APIStatusError) -> str:
     body = error.body
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-    return error.message
+            return _bounded(str(inner["message"]))
+    return _bounded(error.message)
 
 
 def classify_provider_error(error: Exception) -> ApplicationError:
@@ -216,12 +230,26 @@ def classify_provider_error(error: Exception) -> ApplicationError:
             )
         return ApplicationError(message, type="ModelProviderError", non_retryable=True)
     if isinstance(error, openai.APITimeoutError | httpx.TimeoutException):
-        return ApplicationError(f"Model provider timed out: {error}", type="ModelProviderUnavailable")
+        return ApplicationError(f"Model provider timed out: {_bounded(str(error))}", type="ModelProviderUnavailable")
     if isinstance(error, openai.APIConnectionError | httpx.TransportError):
-        return ApplicationError(f"Model provider unreachable: {error}", type="ModelProviderUnavailable")
+        return ApplicationError(f"Model provider unreachable: {_bounded(str(error))}", type="ModelProviderUnavailable")
     if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
-        return ApplicationError(f"Model provider sent a malformed response: {error}", type="ModelBadResponse")
-    return ApplicationError(f"Model call failed: {type(error).__name__}: {error}", type="ModelCallFailed")
+        return ApplicationError(f"Model provider sent a malformed response: {_bounded(str(error))}",
+                                type="ModelBadResponse")
+    return ApplicationError(f"Model call failed: {type(error).__name__}: {_bounded(str(error))}",
+                            type="ModelCallFailed")
+
+
+def _cut_chain(error: Exception) -> ApplicationError:
+    """The provider failure as one ``ApplicationError`` without its cause chain (raise it ``from None``).
+
+    langchain's, openai's and httpx's chained exceptions carry tracebacks that, serialised as the
+    failure's causes, exceed the server's failure size limit: the server then keeps only "Failure
+    exceeds size limit." and the provider's message is lost from ``describe`` and the Web UI. The
+    message says what happened; the chain goes to the worker's log.
+    """
+    activity.logger.warning("Model call failed", exc_info=error)
+    return classify_provider_error(error)
 
 
 class ModelActivities:
@@ -256,9 +284,9 @@ class ModelActivities:
                                             response_format and response_format["type"], _provider_message(error),
                                             formats[index + 1])
                     continue
-                raise classify_provider_error(error) from error
+                raise _cut_chain(error) from None
             except Exception as error:  # every provider failure is sorted, none escapes unclassified
-                raise classify_provider_error(error) from error
+                raise _cut_chain(error) from None
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
         calls = _tool_calls(reply)
         finish_reason = (reply.response_metadata or {}).get("finish_reason")
