@@ -10,6 +10,7 @@ import re
 import sys
 import unicodedata
 import uuid
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -32,6 +33,7 @@ from temporalio.worker import Replayer
 from activities.resource_roots import ResourcePolicy
 from cli.connection import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from cli.render import ended_label, plan_text, review_help, status_text
+from cli.retries import retries_of
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
 from config.settings import load_settings
@@ -374,7 +376,9 @@ async def status(args: argparse.Namespace) -> int:
     """
     client = await connect()
     handle = client.get_workflow_handle(args.id)
-    ended = ended_label((await _describe(handle)).status)
+    description = await _describe(handle)
+    ended = ended_label(description.status)
+    retries = retries_of(description.raw_description) if ended is None else []
     try:
         current = await _status(handle)
     except CliError as error:
@@ -383,9 +387,10 @@ async def status(args: argparse.Namespace) -> int:
         raise CliError(f"Run {args.id} was {ended}; its last phase is unknown ({error})") from error
     if args.json:
         shown = json.loads(current.model_dump_json())
-        print(printable_json(json.dumps({"ended": ended, **shown}, indent=2, ensure_ascii=False)))
+        shown = {"ended": ended, **shown, "retries": [asdict(retry) for retry in retries]}
+        print(printable_json(json.dumps(shown, indent=2, ensure_ascii=False)))
     else:
-        print(status_text(args.id, current, ended=ended))
+        print(status_text(args.id, current, ended=ended, retries=retries))
     return 0
 
 

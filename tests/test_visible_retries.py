@@ -9,6 +9,7 @@ chained tracebacks exceeded the server's size limit and read "Failure exceeds si
 from __future__ import annotations
 
 import asyncio
+import io
 import uuid
 from collections.abc import AsyncIterator
 
@@ -22,10 +23,13 @@ from activities.llm import MAX_FAILURE_MESSAGE_CHARS, classify_provider_error
 from activities.registry import activities_for
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import SecretScrubber
+from cli.render import status_text
+from cli.retries import retries_of
+from cli.watch import Watcher
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
 from tests.support import QUESTION
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, RunStatus
 from workflows.research import DeepResearchWorkflow
 
 # What vLLM or a gateway may say: long, but the user needs all of it.
@@ -73,6 +77,17 @@ async def test_a_retried_calls_failure_reaches_the_server_with_the_providers_mes
         assert failure.application_failure_info.type == "ModelProviderUnavailable"
         assert not failure.HasField("cause")  # the chain stays in the worker's log
         assert pending.activity_type.name == "chat"  # type: ignore[attr-defined]
+
+        retries = retries_of((await handle.describe()).raw_description)
+        assert [(retry.call, retry.attempt, retry.maximum_attempts) for retry in retries] == [("chat", 2, 6)]
+        status = await handle.query("status", result_type=RunStatus)
+        line = ("Retrying chat while coordinating: attempt 2 of 6, last error: Model provider returned HTTP 503: "
+                "The upstream model is overloaded; please retry later.")
+        assert line in status_text(handle.id, status, retries=retries)
+        for live in (False, True):
+            out = io.StringIO()
+            await Watcher(live=live, out=out).follow(handle, until=lambda _: True)
+            assert "Retrying chat while coordinating: attempt 2 of 6" in out.getvalue(), out.getvalue()
     finally:
         await handle.terminate("test finished")
 
