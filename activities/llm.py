@@ -36,9 +36,11 @@ from activities.context_budget import (
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.prompts import render_prompt
+from activities.tool_support import IGNORED, PROBE_MAX_TOKENS, ToolSupport, refuses_tools, tools_refused
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from workflows.plan_parsing import plan_json_schema
+from workflows.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -224,6 +226,8 @@ def classify_provider_error(error: Exception) -> ApplicationError:
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         message = f"Model provider returned HTTP {status}: {_provider_message(error)}"
+        if refuses_tools(message):  # retrying cannot help; say what would
+            return tools_refused(message)
         if status in RETRYABLE_STATUS or status >= 500:
             return ApplicationError(
                 message, type="ModelProviderUnavailable", next_retry_delay=_retry_after(error)
@@ -257,6 +261,16 @@ class ModelActivities:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.tool_support = ToolSupport()
+
+    async def _require_tools(self, request: ChatRequest) -> None:
+        """Fail the call when a reply without a handoff comes from a provider that ignores tools
+        (``activities/tool_support.py``); a provider that honours them keeps its direct reply."""
+        probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        async with provider_slot("llm", self.settings.llm_max_concurrency):
+            supported = await self.tool_support.check(probe)
+        if supported is False:
+            raise ApplicationError(IGNORED, type="ModelToolsUnsupported", non_retryable=True)
 
     @activity.defn(name="chat")
     @heartbeating
@@ -294,6 +308,8 @@ class ModelActivities:
         if not content.strip() and not calls and not truncated:
             # An empty completion is a provider glitch more often than a model decision: retry it.
             raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
+        if not calls and any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools):
+            await self._require_tools(request)
         if truncated:
             activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
         return ChatResponse(

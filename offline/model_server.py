@@ -153,6 +153,17 @@ def requested_output_cap(body: dict[str, Any]) -> int | None:
     return int(cap) if cap else None
 
 
+def forced_tool(body: dict[str, Any]) -> str | None:
+    """The tool a request's ``tool_choice`` forces ("required": the first offered), or None."""
+    choice = body.get("tool_choice")
+    tools = body.get("tools") or []
+    if isinstance(choice, dict):
+        return str((choice.get("function") or {}).get("name") or "") or None
+    if choice == "required" and tools:
+        return str(tools[0]["function"]["name"])
+    return None
+
+
 def _edit_plan(content: str, drop: tuple[str, ...] = (), **changes: Any) -> str:
     """The scripted plan (JSON) with the ``drop`` keys removed and ``changes`` applied."""
     plan = {key: value for key, value in json.loads(content).items() if key not in drop}
@@ -219,8 +230,12 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeModelServer:
     """The offline model on a background thread; also a context manager (start/stop)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0,
+                 *, ignore_tools: bool = False) -> None:
         self.latency_seconds = latency_seconds
+        # As llama-server does for a chat template without tool support: ``tools`` and ``tool_choice``
+        # are dropped unread, so every agent answers in text, as if it had been offered none.
+        self.ignore_tools = ignore_tools
         self.requests: list[dict[str, Any]] = []
         self.verbose = False
         self._faults: list[Fault] = []
@@ -295,7 +310,10 @@ class FakeModelServer:
             self.requests.append(body)
             self._counter += 1
             number = self._counter
-        fault = self._take_fault(detect_agent(body))
+        agent = detect_agent(body)
+        fault = self._take_fault(agent)
+        if self.ignore_tools:
+            body = {key: value for key, value in body.items() if key not in ("tools", "tool_choice")}
         if self.latency_seconds > 0:
             self._stopping.wait(self.latency_seconds)
         if fault is not None and fault.kind == "status":
@@ -311,13 +329,16 @@ class FakeModelServer:
             handler.close_connection = True
             return
         try:
-            reply = respond(body)
+            reply = respond(body, agent)
         except Exception as exc:  # a bug in a scripted agent should read as a server error, not a hang
             traceback.print_exc(file=sys.stderr)
             handler.send_error_json(500, f"Offline model failed: {exc!r}")
             return
         content, calls = reply.content, [(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
                                          for c in reply.tool_calls]
+        forced = forced_tool(body)
+        if forced is not None and not calls:  # the server's grammar makes the model call it
+            content, calls = "", [("call_forced", forced, "{}")]
         if fault is not None:
             content, calls = self._apply_fault(fault, reply, content, calls, body)
         completion = self._completion(number, body, content, calls)
