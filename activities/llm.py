@@ -33,6 +33,7 @@ from activities.context_budget import (
     output_reserve,
     token_limit_for,
 )
+from activities.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.prompts import render_prompt
@@ -101,9 +102,10 @@ def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
     )
 
 
-def output_cap(settings: Settings, request: ChatRequest) -> int:
-    """The agent's cap from settings, held under the reply's reserve in the context window."""
-    window = token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
+def output_cap(settings: Settings, request: ChatRequest, window: int | None = None) -> int:
+    """The agent's cap from settings, held under the reply's reserve in the context window
+    (``window``, else the one settings and the model's name give)."""
+    window = window or token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
     return min(settings.max_output_tokens(request.prompt), output_reserve(window))
 
 
@@ -141,14 +143,13 @@ def _to_langchain(system_prompt: str, messages: list[ChatMessage]) -> list[BaseM
 
 
 def _within_budget(settings: Settings, request: ChatRequest, system_prompt: str,
-                   tools: list[dict[str, Any]]) -> list[ChatMessage]:
+                   tools: list[dict[str, Any]], limit: int) -> list[ChatMessage]:
     """The request's messages trimmed to the model's context window (see ``context_budget``).
 
     Trimming happens here, not in the workflow, so history keeps every tool output in full and
     a change of model or ``TOKEN_LIMIT`` applies to the next turn of a running workflow.
     """
     model = settings.model_name(request.model_tier.value)
-    limit = token_limit_for(model, settings.token_limit)
     reserve = output_reserve(limit)
     tools_tokens = count_tool_tokens(tools)
     messages = fit_to_budget(system_prompt, request.messages, tools_tokens, limit, reserve)
@@ -256,12 +257,21 @@ def _cut_chain(error: Exception) -> ApplicationError:
     return classify_provider_error(error)
 
 
+class _Overflowed(Exception):
+    """The provider refused the request as longer than its context window."""
+
+    def __init__(self, overflow: Overflow) -> None:
+        super().__init__(overflow.message)
+        self.overflow = overflow
+
+
 class ModelActivities:
     """The model turn, built with the worker's settings (endpoint, key, model names, limits)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.tool_support = ToolSupport()
+        self.windows = ContextWindows()
 
     async def _require_tools(self, request: ChatRequest) -> None:
         """Fail the call when a reply without a handoff comes from a provider that ignores tools
@@ -276,31 +286,29 @@ class ModelActivities:
     @heartbeating
     async def chat(self, request: ChatRequest) -> ChatResponse:
         settings = self.settings
+        model = settings.model_name(request.model_tier.value)
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
         tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
-        messages = _within_budget(settings, request, system_prompt, tools)
-        cap = output_cap(settings, request)
-        client: Any = _client(settings, request.model_tier.value, cap)
-        if tools:
-            client = client.bind_tools(tools)
-        formats = _response_formats(settings, request)
-        for index, response_format in enumerate(formats):
-            # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
-            # which raises on finish_reason "length" and would lose a reply cut at its cap.
-            runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
+        limit = await self.windows.window(settings, model)
+        for retrimmed in (False, True):
+            messages = _within_budget(settings, request, system_prompt, tools, limit)
+            cap = output_cap(settings, request, limit)
             try:
-                async with provider_slot("llm", settings.llm_max_concurrency):
-                    reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
+                reply = await self._complete(request, system_prompt, messages, tools, cap)
                 break
-            except openai.APIStatusError as error:
-                if error.status_code in FORMAT_REFUSED and index + 1 < len(formats):
-                    activity.logger.warning("The provider refused response_format %s (%s); trying %s",
-                                            response_format and response_format["type"], _provider_message(error),
-                                            formats[index + 1])
-                    continue
-                raise _cut_chain(error) from None
-            except Exception as error:  # every provider failure is sorted, none escapes unclassified
-                raise _cut_chain(error) from None
+            except _Overflowed as overflowed:
+                overflow = overflowed.overflow
+                estimated = count_request_tokens(system_prompt, messages, count_tool_tokens(tools))
+                smaller = retrim_limit(overflow, estimated)
+                if retrimmed or smaller is None:
+                    raise context_exceeded(overflow, limit, retrimmed) from None
+                if overflow.window is not None:
+                    self.windows.learn(settings, model, overflow.window)
+                # Trimming to a window no smaller than the refused one could not help: shrink anyway.
+                limit = smaller if smaller < limit else limit * 3 // 4
+                activity.logger.warning("The provider refused the %s request as over its context window (%s); "
+                                        "trimming to %d tokens for one more try", request.prompt, overflow.message,
+                                        limit)
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
         calls = _tool_calls(reply)
         finish_reason = (reply.response_metadata or {}).get("finish_reason")
@@ -316,3 +324,33 @@ class ModelActivities:
             message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
             finish_reason=finish_reason, truncated=truncated, output_cap=cap,
         )
+
+    async def _complete(self, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
+                        tools: list[dict[str, Any]], cap: int) -> AIMessage:
+        """One completion, with the planner's response formats tried best first; every provider
+        failure is sorted (``classify_provider_error``), a context overflow raised for the caller."""
+        settings = self.settings
+        client: Any = _client(settings, request.model_tier.value, cap)
+        if tools:
+            client = client.bind_tools(tools)
+        formats = _response_formats(settings, request)
+        for index, response_format in enumerate(formats):
+            # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
+            # which raises on finish_reason "length" and would lose a reply cut at its cap.
+            runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
+            try:
+                async with provider_slot("llm", settings.llm_max_concurrency):
+                    return await runnable.ainvoke(_to_langchain(system_prompt, messages))
+            except openai.APIStatusError as error:
+                overflow = overflow_of(error)
+                if overflow is not None:  # a 400 too, but not about the format
+                    raise _Overflowed(overflow) from None
+                if error.status_code in FORMAT_REFUSED and index + 1 < len(formats):
+                    activity.logger.warning("The provider refused response_format %s (%s); trying %s",
+                                            response_format and response_format["type"], _provider_message(error),
+                                            formats[index + 1])
+                    continue
+                raise _cut_chain(error) from None
+            except Exception as error:  # every provider failure is sorted, none escapes unclassified
+                raise _cut_chain(error) from None
+        raise AssertionError("unreachable: the last format's failure is raised")

@@ -39,7 +39,7 @@ ERROR_TYPES = {
 }
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
                          "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
-                         "no_research_plan"})
+                         "no_research_plan", "context_overflow"})
 # What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
 LOOP_SENTENCE = "Solar power is a clean source of energy. "
 # How long a loop without max_tokens "generates": past any test's LLM_REQUEST_TIMEOUT.
@@ -63,6 +63,7 @@ class Fault:
     agent: str | None = None
     arguments: str = INVALID_TOOL_ARGS  # the raw argument text of ``invalid_tool_args``
     count: int = 1  # how many calls ``tool_call_flood`` makes
+    n_ctx: int = 0  # the window ``context_overflow`` names
 
     def __post_init__(self) -> None:
         # A typo in a test's fault kind would otherwise silently behave like "no fault".
@@ -125,6 +126,11 @@ class Fault:
     def no_research_plan(cls, *, agent: str | None = "planner") -> Fault:
         """The planner claims it has enough context already (``has_enough_context: true``), no steps."""
         return cls("no_research_plan", agent=agent)
+
+    @classmethod
+    def context_overflow(cls, n_ctx: int, *, agent: str | None = None) -> Fault:
+        """llama-server's 400 ``exceed_context_size_error`` naming the window ``n_ctx``."""
+        return cls("context_overflow", n_ctx=n_ctx, agent=agent)
 
     @classmethod
     def malformed_plan(cls, *, agent: str | None = "planner") -> Fault:
@@ -200,8 +206,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """``/v1/models`` and ``/health`` so readiness probes and SDK model listing work."""
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            send_json(self, 200, {"object": "list", "data": [
-                {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}]})
+            model: dict[str, Any] = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}
+            if self.server.owner.n_ctx:  # as llama-server reports its window
+                model["meta"] = {"n_ctx": self.server.owner.n_ctx, "n_ctx_train": 8 * self.server.owner.n_ctx}
+            send_json(self, 200, {"object": "list", "data": [model]})
         elif self.path.rstrip("/") in ("/health", "/healthz", ""):
             send_json(self, 200, {"status": "ok"})
         else:
@@ -231,8 +239,10 @@ class FakeModelServer:
     """The offline model on a background thread; also a context manager (start/stop)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0,
-                 *, ignore_tools: bool = False) -> None:
+                 *, ignore_tools: bool = False, n_ctx: int | None = None) -> None:
         self.latency_seconds = latency_seconds
+        # A window, as llama-server's ``-c``: reported by /v1/models, and a longer prompt is refused.
+        self.n_ctx = n_ctx
         # As llama-server does for a chat template without tool support: ``tools`` and ``tool_choice``
         # are dropped unread, so every agent answers in text, as if it had been offered none.
         self.ignore_tools = ignore_tools
@@ -320,6 +330,13 @@ class FakeModelServer:
             headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
             message = fault.message or f"Injected fault: HTTP {fault.status_code}"
             handler.send_error_json(fault.status_code, message, headers)
+            return
+        prompt_tokens = approx_tokens(_prompt_text(body.get("messages") or []) + json.dumps(body.get("tools") or []))
+        window = fault.n_ctx if fault is not None and fault.kind == "context_overflow" else self.n_ctx
+        if window and (prompt_tokens > window or (fault is not None and fault.kind == "context_overflow")):
+            send_json(handler, 400, {"error": {
+                "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": prompt_tokens, "n_ctx": window,
+                "message": "the request exceeds the available context size, try increasing it"}})
             return
         if fault is not None and fault.kind == "timeout":
             self._stopping.wait(fault.seconds)
