@@ -54,7 +54,7 @@ from workflows.models import (
 )
 from workflows.research import DeepResearchWorkflow
 from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import OFFLINE_NOTICE, outcome_lines
+from workflows.status_view import offline_notice, outcome_lines
 from workflows.visibility import AWAITING, PHASE
 
 
@@ -108,13 +108,13 @@ EXIT_CODES = {Outcome.REPORT: 0, Outcome.FAILED: 1, Outcome.DIRECT_REPLY: 3, Out
 ENDED_EXIT_CODES = {"cancelled": EXIT_CODES[Outcome.CANCELLED], "terminated": EXIT_CODES[Outcome.CANCELLED]}
 
 
-def _write_report(result: ResearchResult, output: str | None, offline_demo: bool) -> None:
+def _write_report(result: ResearchResult, output: str | None, notice: str | None) -> None:
     """The report as written to a file; on the screen, without the control sequences it may hold.
 
-    A report the offline demonstration model wrote says so in its first line, so a saved copy
-    cannot pass for research.
+    A report that a bundled offline provider (the demonstration model, the search corpus or both)
+    served says so in its first line (``notice``), so a saved copy cannot pass for research.
     """
-    report = f"> {OFFLINE_NOTICE}\n\n{result.report}" if offline_demo else result.report
+    report = f"> {notice}\n\n{result.report}" if notice else result.report
     if output:
         _write_file(output, report)
         print(f"Report written to {output}", file=sys.stderr)
@@ -122,14 +122,14 @@ def _write_report(result: ResearchResult, output: str | None, offline_demo: bool
         print(printable(report))
 
 
-async def _offline_demo(handle: WorkflowHandle) -> bool:
-    """Whether the offline demonstration model served the run, from its status; a report is still
-    given when no worker can answer, with a warning that it could not be checked."""
+async def _offline_notice(handle: WorkflowHandle) -> str | None:
+    """What the report must say about the bundled offline providers that served the run, from its
+    status; a report is still given when no worker can answer, with a warning that it could not be checked."""
     try:
-        return (await _status(handle)).offline_demo
+        return offline_notice(await _status(handle))
     except CliError as error:
         print(f"Could not check whether the offline demonstration model wrote this report: {error}", file=sys.stderr)
-        return False
+        return None
 
 
 async def _result(handle: WorkflowHandle) -> ResearchResult:
@@ -327,7 +327,7 @@ async def run(args: argparse.Namespace) -> int:
     result = await _follow(handle, interactive=interactive, verbose=args.verbose, output=args.output)
     if result is None:
         return 0
-    _write_report(result, args.output, await _offline_demo(handle))
+    _write_report(result, args.output, await _offline_notice(handle))
     for line in outcome_lines(RunStatus(phase=Phase.COMPLETED, outcome=result.outcome, notes=result.notes)):
         print(printable(line), file=sys.stderr)
     return EXIT_CODES.get(result.outcome, 0)
@@ -378,7 +378,8 @@ async def status(args: argparse.Namespace) -> int:
     handle = client.get_workflow_handle(args.id)
     description = await _describe(handle)
     ended = ended_label(description.status)
-    retries = retries_of(description.raw_description) if ended is None else []
+    running = description.status == WorkflowExecutionStatus.RUNNING
+    retries = retries_of(description.raw_description) if running else []
     try:
         current = await _status(handle)
     except CliError as error:
@@ -408,7 +409,7 @@ async def report(args: argparse.Namespace) -> int:
                        "shows where it stood.", exit_code=ENDED_EXIT_CODES.get(ended, EXIT_CODES[Outcome.FAILED]))
     result = await _result(handle)
     await revive_worker(client)  # the status query of a closed run replays it on a worker
-    _write_report(result, args.output, await _offline_demo(handle))
+    _write_report(result, args.output, await _offline_notice(handle))
     return EXIT_CODES.get(result.outcome, 0)
 
 

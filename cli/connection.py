@@ -12,7 +12,7 @@ import sys
 
 from temporalio.client import Client
 
-from offline.providers import OFFLINE_BANNER
+from offline.providers import offline_banner
 from runtime.connection import connect as connect_client
 from runtime.connection import load_connection
 from runtime.embedded import ensure_worker, is_listening, start_dev_server, state_dir
@@ -60,6 +60,7 @@ async def revive_worker(client: Client) -> None:
 
 
 def _announce_worker() -> None:
-    if not os.environ.get("OPENAI_API_KEY"):
-        print(OFFLINE_BANNER, file=sys.stderr)
+    banner = offline_banner(os.environ)
+    if banner is not None:
+        print(banner, file=sys.stderr)
     print(f"Starting a background worker (logs in {state_dir() / 'worker.log'})…", file=sys.stderr)

@@ -16,6 +16,7 @@ from workflows.status_view import (
     awaiting_commands,
     awaiting_headline,
     ignored_lines,
+    offline_notice,
     outcome_lines,
     retry_line,
     step_line,
@@ -73,8 +74,9 @@ def status_text(run_id: str, status: RunStatus, ended: str | None = None, retrie
     lines.extend(f"  {step_line(step)}" for step in status.steps)
     lines.extend(f"  Ignored: {line}" for line in ignored_lines(status))
     lines.append(f"  Usage: {usage_line(status.usage)}")
-    if status.offline_demo:
-        lines.append("  Served by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker).")
+    notice = offline_notice(status)
+    if notice is not None:
+        lines.append(f"  {notice}")
     return printable("\n".join(lines))
 
 

@@ -48,6 +48,7 @@ from workflows.status_view import (
     awaiting_commands,
     awaiting_headline,
     event_text,
+    offline_label,
     phase_label,
     retry_line,
     usage_line,
@@ -241,7 +242,7 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
             block.append(f"\n {clock_time(event.at)} ", style="dim")
             block.append(_one_line(event_text(event), 110))
         parts += [Text(""), block]
-    subtitle = note or ("offline demonstration model" if status.offline_demo else None)
+    subtitle = note or offline_label(status)
     return Panel(Group(*parts), title=Text(f"DeerFlow research · {run_id}"), title_align="left",
                  subtitle=Text(subtitle, style="yellow") if subtitle else None, subtitle_align="right",
                  border_style="yellow" if note else "blue")

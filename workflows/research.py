@@ -205,7 +205,10 @@ class DeepResearchWorkflow:
     async def _configure(self, request: ResearchRequest) -> None:
         # It also refuses resources outside the worker's resource roots (input only: no new command).
         self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
-        self._status.offline_demo = self._state.config.offline_demo
+        config = self._state.config
+        self._status.offline_providers = [name for name, offline in (("model", config.offline_demo),
+                                                                     ("search", config.offline_search)) if offline]
+        self._status.offline_demo = bool(self._status.offline_providers)
         if self._state.config.search_attributes_enabled:
             workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
 

@@ -25,6 +25,13 @@ RETRY_ERROR_CHARS = 200  # the last error's share of a retry line
 # demonstration model and corpus wrote it, so nobody takes it for research.
 OFFLINE_NOTICE = ("Written by the OFFLINE DEMONSTRATION MODEL with its small bundled corpus (no OPENAI_API_KEY "
                   "on the worker): a demonstration, not research.")
+# The same for a run with only one bundled provider (a real model with no search key, or the reverse).
+OFFLINE_MODEL_NOTICE = ("Written by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker), from real "
+                        "searches: a demonstration, not research.")
+OFFLINE_SEARCH_NOTICE = ("Researched in the small BUNDLED OFFLINE SEARCH CORPUS, not the web (no TAVILY_API_KEY on "
+                         "the worker), though by a real model: not web research.")
+OFFLINE_LABEL = {("model", "search"): "offline demonstration model", ("model",): "offline demonstration model",
+                 ("search",): "offline search corpus"}
 
 
 OUTCOME_LABEL = {
@@ -40,6 +47,25 @@ def outcome_lines(status: RunStatus) -> list[str]:
     report from nothing is never taken for research."""
     lines = [f"Outcome: {OUTCOME_LABEL[status.outcome]}"] if status.outcome is not None else []
     return lines + [f"Note: {note}" for note in status.notes]
+
+
+def _offline(status: RunStatus) -> tuple[str, ...]:
+    """The bundled providers that served the run; a run from before the list existed: both."""
+    if not status.offline_demo:
+        return ()
+    return tuple(sorted(status.offline_providers)) or ("model", "search")
+
+
+def offline_notice(status: RunStatus) -> str | None:
+    """What a saved report and the run's details must say when a bundled offline provider served
+    the run, so that nobody takes it for research; None when every provider was real."""
+    return {("model", "search"): OFFLINE_NOTICE, ("model",): OFFLINE_MODEL_NOTICE,
+            ("search",): OFFLINE_SEARCH_NOTICE}.get(_offline(status))
+
+
+def offline_label(status: RunStatus) -> str | None:
+    """The same, in a few words (``watch``'s subtitle)."""
+    return OFFLINE_LABEL.get(_offline(status))
 
 
 def utc_time(timestamp: str) -> str:
