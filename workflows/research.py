@@ -68,7 +68,7 @@ PLAN_REASK_PATCH = "plan-reask"
 # A first plan that claims to need no research goes to the person's review like any other.
 REVIEW_NO_RESEARCH_PATCH = "review-no-research"
 DIRECT_REPLY_NOTE = ("Direct reply: the coordinator answered without handing off to research "
-                     "(no plan, no search). A model that cannot call tools always ends here.")
+                     "(no plan, no search). A model that never calls tools ends here.")
 NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough context, so no "
                     "research step ran.")
 ZERO_FINDINGS_NOTE = ("This report was written with zero research findings: it rests on the model's "
