@@ -33,12 +33,12 @@ from temporalio.worker import Replayer
 from activities.resource_roots import ResourcePolicy
 from cli.connection import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from cli.render import ended_label, plan_text, review_help, status_text
-from cli.retries import retries_of
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
 from config.settings import load_settings
 from runtime.converter import data_converter
 from runtime.embedded import stop_embedded
+from runtime.retries import retries_of
 from runtime.search_attributes import missing_search_attributes
 from workflows.errors import failure_message
 from workflows.models import (

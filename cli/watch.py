@@ -39,8 +39,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cli.connection import NO_WORKER_ADVICE, CliError
 from cli.render import ended_label
-from cli.retries import retries_of
 from cli.terminal import printable, printable_model
+from runtime.retries import retries_of
 from workflows.models import Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.status_view import (
     STEP_MARK,

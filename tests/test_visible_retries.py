@@ -24,13 +24,15 @@ from activities.registry import activities_for
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import SecretScrubber
 from cli.render import status_text
-from cli.retries import retries_of
 from cli.watch import Watcher
 from offline.model_server import FakeModelServer, Fault
+from runtime.retries import retries_of
+from server.runs import Runs
 from tests.conftest import settings_with
 from tests.support import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, RunStatus
 from workflows.research import DeepResearchWorkflow
+from workflows.status_view import retry_line
 
 # What vLLM or a gateway may say: long, but the user needs all of it.
 PROVIDER_MESSAGE = "The upstream model is overloaded; " + "please retry later. " * 60 + "(request id abc123)"
@@ -66,7 +68,7 @@ async def retrying(handle: WorkflowHandle, timeout: float = 20) -> object:
 
 
 async def test_a_retried_calls_failure_reaches_the_server_with_the_providers_message(
-    worker: Client, model_server: FakeModelServer
+    worker: Client, model_server: FakeModelServer, provider_env: dict[str, str]
 ) -> None:
     model_server.inject(*[Fault.status(503, PROVIDER_MESSAGE, agent="coordinator")] * 3)
     handle = await start(worker)
@@ -84,6 +86,8 @@ async def test_a_retried_calls_failure_reaches_the_server_with_the_providers_mes
         line = ("Retrying chat while coordinating: attempt 2 of 6, last error: Model provider returned HTTP 503: "
                 "The upstream model is overloaded; please retry later.")
         assert line in status_text(handle.id, status, retries=retries)
+        shown = await Runs(worker, settings_with(provider_env)).show(handle.id)  # the web page's view
+        assert shown["retries"] == [retry_line(retries[0], status)] and line in shown["retries"][0]
         for live in (False, True):
             out = io.StringIO()
             await Watcher(live=live, out=out).follow(handle, until=lambda _: True)
