@@ -200,8 +200,8 @@ def _retry_after(error: openai.APIStatusError) -> timedelta | None:
 
 
 # A failure message's length: the server keeps an activity's last failure only while the whole
-# failure (message and stack trace) is within its limit (4 KiB by default), and a provider may
-# echo a whole prompt. Every real provider message seen so far is far shorter.
+# failure (message and stack trace) is within its size limit, and a provider may echo a whole
+# prompt. Every real provider message seen so far is far shorter.
 MAX_FAILURE_MESSAGE_CHARS = 2_000
 
 
