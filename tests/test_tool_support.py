@@ -18,7 +18,7 @@ from activities.llm import ModelActivities, classify_provider_error
 from activities.tool_support import refuses_tools
 from cli.render import status_text
 from config.settings import Settings
-from offline.model_server import FakeModelServer
+from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
 from tests.support import QUESTION, start
 from workflows.errors import failure_message
@@ -111,3 +111,13 @@ async def test_small_talk_on_a_provider_with_tools_is_still_a_direct_reply(time_
     handle = await start(time_worker, question="Hello!")
     result = await handle.result()
     assert result.outcome is Outcome.DIRECT_REPLY and result.report
+
+
+async def test_llama_servers_refusal_of_tools_through_the_fake_fails_the_call_at_once(
+    worker_settings: Settings, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.status(500, "tools param requires --jinja flag", agent="coordinator"))
+    with pytest.raises(ApplicationError) as raised:
+        await ActivityEnvironment().run(ModelActivities(worker_settings).chat, coordinator(QUESTION))
+    assert raised.value.type == "ModelToolsUnsupported" and raised.value.non_retryable
+    assert "tools param requires --jinja flag" in raised.value.message
