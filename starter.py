@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         return code
     except (CliError, EmbeddedError, TemporalConnectionError) as error:
         print(f"Error: {error}", file=sys.stderr)
-        return 2
+        return error.exit_code if isinstance(error, CliError) else 2
     except RPCError as error:
         print(f"Error: Temporal answered: {error.message}", file=sys.stderr)
         return 2

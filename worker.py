@@ -26,7 +26,7 @@ from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
 from activities.tool_metrics import ToolMetricsInterceptor
 from config.settings import load_settings
-from offline.providers import OFFLINE_BANNER, start_offline_providers
+from offline.providers import offline_banner, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.metrics import metrics_runtime
@@ -64,8 +64,9 @@ async def main(argv: list[str] | None = None) -> None:
     scrubber = SecretScrubber.for_settings(settings)
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubbingLogFilter(scrubber))
-    if settings.offline_demo:
-        logging.warning(OFFLINE_BANNER)
+    banner = offline_banner(os.environ)
+    if banner is not None:
+        logging.warning(banner)
     connection = load_connection()
     await prepare_payload_store(settings)
     # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the

@@ -33,13 +33,16 @@ from activities.context_budget import (
     output_reserve,
     token_limit_for,
 )
+from activities.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.model_telemetry import model_call_telemetry
 from activities.prompts import render_prompt
+from activities.tool_support import IGNORED, PROBE_MAX_TOKENS, ToolSupport, refuses_tools, tools_refused
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from workflows.plan_parsing import plan_json_schema
+from workflows.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -100,9 +103,10 @@ def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
     )
 
 
-def output_cap(settings: Settings, request: ChatRequest) -> int:
-    """The agent's cap from settings, held under the reply's reserve in the context window."""
-    window = token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
+def output_cap(settings: Settings, request: ChatRequest, window: int | None = None) -> int:
+    """The agent's cap from settings, held under the reply's reserve in the context window
+    (``window``, else the one settings and the model's name give)."""
+    window = window or token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
     return min(settings.max_output_tokens(request.prompt), output_reserve(window))
 
 
@@ -140,14 +144,13 @@ def _to_langchain(system_prompt: str, messages: list[ChatMessage]) -> list[BaseM
 
 
 def _within_budget(settings: Settings, request: ChatRequest, system_prompt: str,
-                   tools: list[dict[str, Any]]) -> list[ChatMessage]:
+                   tools: list[dict[str, Any]], limit: int) -> list[ChatMessage]:
     """The request's messages trimmed to the model's context window (see ``context_budget``).
 
     Trimming happens here, not in the workflow, so history keeps every tool output in full and
     a change of model or ``TOKEN_LIMIT`` applies to the next turn of a running workflow.
     """
     model = settings.model_name(request.model_tier.value)
-    limit = token_limit_for(model, settings.token_limit)
     reserve = output_reserve(limit)
     tools_tokens = count_tool_tokens(tools)
     messages = fit_to_budget(system_prompt, request.messages, tools_tokens, limit, reserve)
@@ -197,13 +200,27 @@ def _retry_after(error: openai.APIStatusError) -> timedelta | None:
     return timedelta(seconds=min(seconds, 300)) if seconds and seconds > 0 else None
 
 
+# A failure message's length: the server keeps an activity's last failure only while the whole
+# failure (message and stack trace) is within its size limit, and a provider may echo a whole
+# prompt. Every real provider message seen so far is far shorter.
+MAX_FAILURE_MESSAGE_CHARS = 2_000
+
+
+def _bounded(text: str) -> str:
+    """``text`` as it is, or its head and tail around a mark when it is over the failure's budget."""
+    if len(text) <= MAX_FAILURE_MESSAGE_CHARS:
+        return text
+    head = MAX_FAILURE_MESSAGE_CHARS * 3 // 4
+    return f"{text[:head]} […] {text[head - MAX_FAILURE_MESSAGE_CHARS:]}"
+
+
 def _provider_message(error: openai.APIStatusError) -> str:
     body = error.body
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])
-    return error.message
+            return _bounded(str(inner["message"]))
+    return _bounded(error.message)
 
 
 def classify_provider_error(error: Exception) -> ApplicationError:
@@ -211,18 +228,42 @@ def classify_provider_error(error: Exception) -> ApplicationError:
     if isinstance(error, openai.APIStatusError):
         status = error.status_code
         message = f"Model provider returned HTTP {status}: {_provider_message(error)}"
+        if refuses_tools(message):  # retrying cannot help; say what would
+            return tools_refused(message)
         if status in RETRYABLE_STATUS or status >= 500:
             return ApplicationError(
                 message, type="ModelProviderUnavailable", next_retry_delay=_retry_after(error)
             )
         return ApplicationError(message, type="ModelProviderError", non_retryable=True)
     if isinstance(error, openai.APITimeoutError | httpx.TimeoutException):
-        return ApplicationError(f"Model provider timed out: {error}", type="ModelProviderUnavailable")
+        return ApplicationError(f"Model provider timed out: {_bounded(str(error))}", type="ModelProviderUnavailable")
     if isinstance(error, openai.APIConnectionError | httpx.TransportError):
-        return ApplicationError(f"Model provider unreachable: {error}", type="ModelProviderUnavailable")
+        return ApplicationError(f"Model provider unreachable: {_bounded(str(error))}", type="ModelProviderUnavailable")
     if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
-        return ApplicationError(f"Model provider sent a malformed response: {error}", type="ModelBadResponse")
-    return ApplicationError(f"Model call failed: {type(error).__name__}: {error}", type="ModelCallFailed")
+        return ApplicationError(f"Model provider sent a malformed response: {_bounded(str(error))}",
+                                type="ModelBadResponse")
+    return ApplicationError(f"Model call failed: {type(error).__name__}: {_bounded(str(error))}",
+                            type="ModelCallFailed")
+
+
+def _cut_chain(error: Exception) -> ApplicationError:
+    """The provider failure as one ``ApplicationError`` without its cause chain (raise it ``from None``).
+
+    langchain's, openai's and httpx's chained exceptions carry tracebacks that, serialised as the
+    failure's causes, exceed the server's failure size limit: the server then keeps only "Failure
+    exceeds size limit." and the provider's message is lost from ``describe`` and the Web UI. The
+    message says what happened; the chain goes to the worker's log.
+    """
+    activity.logger.warning("Model call failed", exc_info=error)
+    return classify_provider_error(error)
+
+
+class _Overflowed(Exception):
+    """The provider refused the request as longer than its context window."""
+
+    def __init__(self, overflow: Overflow) -> None:
+        super().__init__(overflow.message)
+        self.overflow = overflow
 
 
 class ModelActivities:
@@ -230,16 +271,67 @@ class ModelActivities:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.tool_support = ToolSupport()
+        self.windows = ContextWindows()
+
+    async def _require_tools(self, request: ChatRequest) -> None:
+        """Fail the call when a reply without a handoff comes from a provider that ignores tools
+        (``activities/tool_support.py``); a provider that honours them keeps its direct reply."""
+        probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        async with provider_slot("llm", self.settings.llm_max_concurrency):
+            supported = await self.tool_support.check(probe)
+        if supported is False:
+            raise ApplicationError(IGNORED, type="ModelToolsUnsupported", non_retryable=True)
 
     @activity.defn(name="chat")
     @heartbeating
     @model_call_telemetry
     async def chat(self, request: ChatRequest) -> ChatResponse:
         settings = self.settings
+        model = settings.model_name(request.model_tier.value)
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
         tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
-        messages = _within_budget(settings, request, system_prompt, tools)
-        cap = output_cap(settings, request)
+        limit = await self.windows.window(settings, model)
+        for retrimmed in (False, True):
+            messages = _within_budget(settings, request, system_prompt, tools, limit)
+            cap = output_cap(settings, request, limit)
+            try:
+                reply = await self._complete(request, system_prompt, messages, tools, cap)
+                break
+            except _Overflowed as overflowed:
+                overflow = overflowed.overflow
+                estimated = count_request_tokens(system_prompt, messages, count_tool_tokens(tools))
+                smaller = retrim_limit(overflow, estimated)
+                if retrimmed or smaller is None:
+                    raise context_exceeded(overflow, limit, retrimmed) from None
+                if overflow.window is not None:
+                    self.windows.learn(settings, model, overflow.window)
+                # Trimming to a window no smaller than the refused one could not help: shrink anyway.
+                limit = smaller if smaller < limit else limit * 3 // 4
+                activity.logger.warning("The provider refused the %s request as over its context window (%s); "
+                                        "trimming to %d tokens for one more try", request.prompt, overflow.message,
+                                        limit)
+        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+        calls = _tool_calls(reply)
+        finish_reason = (reply.response_metadata or {}).get("finish_reason")
+        truncated = finish_reason == "length"
+        if not content.strip() and not calls and not truncated:
+            # An empty completion is a provider glitch more often than a model decision: retry it.
+            raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
+        if not calls and any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools):
+            await self._require_tools(request)
+        if truncated:
+            activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
+        return ChatResponse(
+            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
+            finish_reason=finish_reason, truncated=truncated, output_cap=cap,
+        )
+
+    async def _complete(self, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
+                        tools: list[dict[str, Any]], cap: int) -> AIMessage:
+        """One completion, with the planner's response formats tried best first; every provider
+        failure is sorted (``classify_provider_error``), a context overflow raised for the caller."""
+        settings = self.settings
         client: Any = _client(settings, request.model_tier.value, cap)
         if tools:
             client = client.bind_tools(tools)
@@ -250,27 +342,17 @@ class ModelActivities:
             runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
             try:
                 async with provider_slot("llm", settings.llm_max_concurrency):
-                    reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
-                break
+                    return await runnable.ainvoke(_to_langchain(system_prompt, messages))
             except openai.APIStatusError as error:
+                overflow = overflow_of(error)
+                if overflow is not None:  # a 400 too, but not about the format
+                    raise _Overflowed(overflow) from None
                 if error.status_code in FORMAT_REFUSED and index + 1 < len(formats):
                     activity.logger.warning("The provider refused response_format %s (%s); trying %s",
                                             response_format and response_format["type"], _provider_message(error),
                                             formats[index + 1])
                     continue
-                raise classify_provider_error(error) from error
+                raise _cut_chain(error) from None
             except Exception as error:  # every provider failure is sorted, none escapes unclassified
-                raise classify_provider_error(error) from error
-        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-        calls = _tool_calls(reply)
-        finish_reason = (reply.response_metadata or {}).get("finish_reason")
-        truncated = finish_reason == "length"
-        if not content.strip() and not calls and not truncated:
-            # An empty completion is a provider glitch more often than a model decision: retry it.
-            raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
-        if truncated:
-            activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
-        return ChatResponse(
-            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
-            finish_reason=finish_reason, truncated=truncated, output_cap=cap,
-        )
+                raise _cut_chain(error) from None
+        raise AssertionError("unreachable: the last format's failure is raised")

@@ -33,6 +33,7 @@ class RunConfigActivities:
         return RunConfig(
             agent_recursion_limit=settings.agent_recursion_limit,
             offline_demo=settings.offline_demo,
+            offline_search=settings.offline_search,
             search_attributes_enabled=self.search_attributes_enabled,
             continue_as_new_after_events=settings.continue_as_new_after_events,
             max_tool_calls_per_turn=settings.max_tool_calls_per_turn,

@@ -10,6 +10,7 @@ import re
 import sys
 import unicodedata
 import uuid
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import CancelledError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
@@ -37,6 +38,7 @@ from cli.watch import Watcher, WatchStats, watch
 from config.settings import load_settings
 from runtime.converter import data_converter
 from runtime.embedded import stop_embedded
+from runtime.retries import retries_of
 from runtime.search_attributes import missing_search_attributes
 from workflows.errors import failure_message
 from workflows.models import (
@@ -52,7 +54,7 @@ from workflows.models import (
 )
 from workflows.research import DeepResearchWorkflow
 from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import OFFLINE_NOTICE, outcome_lines
+from workflows.status_view import offline_notice, outcome_lines
 from workflows.visibility import AWAITING, PHASE
 
 
@@ -99,17 +101,20 @@ def _write_file(output: str, text: str) -> None:
         raise CliError(f"Cannot write to {output}: {error.strerror or error}.") from error
 
 
-# ``run``'s exit code by outcome: a script can tell research from a reply that did none.
+# ``run``'s and ``report``'s exit code by outcome: a script can tell research from a reply that did none.
 EXIT_CODES = {Outcome.REPORT: 0, Outcome.FAILED: 1, Outcome.DIRECT_REPLY: 3, Outcome.CANCELLED: 4}
+# The same codes for a run that ended without a result (the server's words, from ``ended_label``):
+# cancelled and terminated from outside as cancelled, the others as failed.
+ENDED_EXIT_CODES = {"cancelled": EXIT_CODES[Outcome.CANCELLED], "terminated": EXIT_CODES[Outcome.CANCELLED]}
 
 
-def _write_report(result: ResearchResult, output: str | None, offline_demo: bool) -> None:
+def _write_report(result: ResearchResult, output: str | None, notice: str | None) -> None:
     """The report as written to a file; on the screen, without the control sequences it may hold.
 
-    A report the offline demonstration model wrote says so in its first line, so a saved copy
-    cannot pass for research.
+    A report that a bundled offline provider (the demonstration model, the search corpus or both)
+    served says so in its first line (``notice``), so a saved copy cannot pass for research.
     """
-    report = f"> {OFFLINE_NOTICE}\n\n{result.report}" if offline_demo else result.report
+    report = f"> {notice}\n\n{result.report}" if notice else result.report
     if output:
         _write_file(output, report)
         print(f"Report written to {output}", file=sys.stderr)
@@ -117,21 +122,24 @@ def _write_report(result: ResearchResult, output: str | None, offline_demo: bool
         print(printable(report))
 
 
-async def _offline_demo(handle: WorkflowHandle) -> bool:
-    """Whether the offline demonstration model served the run, from its status; a report is still
-    given when no worker can answer, with a warning that it could not be checked."""
+async def _offline_notice(handle: WorkflowHandle) -> str | None:
+    """What the report must say about the bundled offline providers that served the run, from its
+    status; a report is still given when no worker can answer, with a warning that it could not be checked."""
     try:
-        return (await _status(handle)).offline_demo
+        return offline_notice(await _status(handle))
     except CliError as error:
         print(f"Could not check whether the offline demonstration model wrote this report: {error}", file=sys.stderr)
-        return False
+        return None
 
 
 async def _result(handle: WorkflowHandle) -> ResearchResult:
     try:
         return await handle.result()
     except WorkflowFailureError as error:
-        raise CliError(printable(f"Run {handle.id} failed: {failure_message(error.cause)}")) from error
+        ended = ("cancelled" if isinstance(error.cause, CancelledError)
+                 else "terminated" if isinstance(error.cause, TerminatedError) else "failed")
+        raise CliError(printable(f"Run {handle.id} {ended}: {failure_message(error.cause)}"),
+                       exit_code=ENDED_EXIT_CODES.get(ended, EXIT_CODES[Outcome.FAILED])) from error
 
 
 async def _interactive_review(handle: WorkflowHandle) -> bool:
@@ -319,7 +327,7 @@ async def run(args: argparse.Namespace) -> int:
     result = await _follow(handle, interactive=interactive, verbose=args.verbose, output=args.output)
     if result is None:
         return 0
-    _write_report(result, args.output, await _offline_demo(handle))
+    _write_report(result, args.output, await _offline_notice(handle))
     for line in outcome_lines(RunStatus(phase=Phase.COMPLETED, outcome=result.outcome, notes=result.notes)):
         print(printable(line), file=sys.stderr)
     return EXIT_CODES.get(result.outcome, 0)
@@ -368,7 +376,10 @@ async def status(args: argparse.Namespace) -> int:
     """
     client = await connect()
     handle = client.get_workflow_handle(args.id)
-    ended = ended_label((await _describe(handle)).status)
+    description = await _describe(handle)
+    ended = ended_label(description.status)
+    running = description.status == WorkflowExecutionStatus.RUNNING
+    retries = retries_of(description.raw_description) if running else []
     try:
         current = await _status(handle)
     except CliError as error:
@@ -377,9 +388,10 @@ async def status(args: argparse.Namespace) -> int:
         raise CliError(f"Run {args.id} was {ended}; its last phase is unknown ({error})") from error
     if args.json:
         shown = json.loads(current.model_dump_json())
-        print(printable_json(json.dumps({"ended": ended, **shown}, indent=2, ensure_ascii=False)))
+        shown = {"ended": ended, **shown, "retries": [asdict(retry) for retry in retries]}
+        print(printable_json(json.dumps(shown, indent=2, ensure_ascii=False)))
     else:
-        print(status_text(args.id, current, ended=ended))
+        print(status_text(args.id, current, ended=ended, retries=retries))
     return 0
 
 
@@ -394,11 +406,11 @@ async def report(args: argparse.Namespace) -> int:
     ended = ended_label(description.status)
     if ended not in (None, "failed"):  # a failed run's result says why; the others ended from outside
         raise CliError(f"Run {args.id} was {ended} and has no report; `python starter.py status {args.id}` "
-                       "shows where it stood.")
+                       "shows where it stood.", exit_code=ENDED_EXIT_CODES.get(ended, EXIT_CODES[Outcome.FAILED]))
     result = await _result(handle)
     await revive_worker(client)  # the status query of a closed run replays it on a worker
-    _write_report(result, args.output, await _offline_demo(handle))
-    return 0
+    _write_report(result, args.output, await _offline_notice(handle))
+    return EXIT_CODES.get(result.outcome, 0)
 
 
 async def _describe(handle: WorkflowHandle):  # type: ignore[no-untyped-def]

@@ -12,7 +12,7 @@ import sys
 
 from temporalio.client import Client
 
-from offline.providers import OFFLINE_BANNER
+from offline.providers import offline_banner
 from runtime.connection import connect as connect_client
 from runtime.connection import load_connection
 from runtime.embedded import ensure_worker, is_listening, start_dev_server, state_dir
@@ -22,7 +22,16 @@ NO_WORKER_ADVICE = ("no worker answers this run's queries. Start one with `pytho
 
 
 class CliError(Exception):
-    """An error the user can act on; printed without a traceback."""
+    """An error the user can act on; printed without a traceback.
+
+    ``exit_code`` is 2 (a usage or connection problem) unless the error reports how a run ended:
+    then it is ``run``'s code for that ending, so a script reads the same code from ``run`` and
+    ``report``.
+    """
+
+    def __init__(self, message: str, exit_code: int = 2) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 async def connect(*, ensure_worker: bool = True) -> Client:
@@ -51,6 +60,7 @@ async def revive_worker(client: Client) -> None:
 
 
 def _announce_worker() -> None:
-    if not os.environ.get("OPENAI_API_KEY"):
-        print(OFFLINE_BANNER, file=sys.stderr)
+    banner = offline_banner(os.environ)
+    if banner is not None:
+        print(banner, file=sys.stderr)
     print(f"Starting a background worker (logs in {state_dir() / 'worker.log'})…", file=sys.stderr)

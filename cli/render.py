@@ -5,15 +5,20 @@ Plans, titles and errors are model-written: every rendering goes through ``print
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from temporalio.client import WorkflowExecutionStatus
 
 from cli.terminal import printable
 from workflows.models import Awaiting, Plan, RunStatus
 from workflows.status_view import (
+    Retry,
     awaiting_commands,
     awaiting_headline,
     ignored_lines,
+    offline_notice,
     outcome_lines,
+    retry_line,
     step_line,
     usage_line,
 )
@@ -48,8 +53,9 @@ def plan_text(plan: Plan) -> str:
     return printable("\n".join(lines))
 
 
-def status_text(run_id: str, status: RunStatus, ended: str | None = None) -> str:
-    """``ended`` (from ``ended_label``) heads the text: a cancelled run's last phase may be awaiting_review."""
+def status_text(run_id: str, status: RunStatus, ended: str | None = None, retries: Sequence[Retry] = ()) -> str:
+    """``ended`` (from ``ended_label``) heads the text: a cancelled run's last phase may be awaiting_review.
+    ``retries`` are the calls the server is retrying (``cli/retries.py``), shown under the phase."""
     if ended is not None and ended != status.phase.value:
         lines = [f"Run {run_id}: {ended}", f"  Last phase: {status.phase.value}"]
     else:
@@ -58,6 +64,7 @@ def status_text(run_id: str, status: RunStatus, ended: str | None = None) -> str
     if headline is not None and status.awaiting is not None and ended is None:
         lines.append(f"  Awaiting: {status.awaiting.value}: {headline}")
         lines.extend(f"    {command}" for command in awaiting_commands(status.awaiting, run_id))
+    lines.extend(f"  {retry_line(retry, status)}" for retry in retries)
     if status.error:
         lines.append(f"  Error: {status.error}")
     lines.extend(f"  {line}" for line in outcome_lines(status))
@@ -67,8 +74,9 @@ def status_text(run_id: str, status: RunStatus, ended: str | None = None) -> str
     lines.extend(f"  {step_line(step)}" for step in status.steps)
     lines.extend(f"  Ignored: {line}" for line in ignored_lines(status))
     lines.append(f"  Usage: {usage_line(status.usage)}")
-    if status.offline_demo:
-        lines.append("  Served by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker).")
+    notice = offline_notice(status)
+    if notice is not None:
+        lines.append(f"  {notice}")
     return printable("\n".join(lines))
 
 

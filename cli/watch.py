@@ -16,7 +16,7 @@ import asyncio
 import re
 import statistics
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TextIO
@@ -40,13 +40,17 @@ from temporalio.service import RPCError, RPCStatusCode
 from cli.connection import NO_WORKER_ADVICE, CliError
 from cli.render import ended_label
 from cli.terminal import printable, printable_model
+from runtime.retries import retries_of
 from workflows.models import Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.status_view import (
     STEP_MARK,
+    Retry,
     awaiting_commands,
     awaiting_headline,
     event_text,
+    offline_label,
     phase_label,
+    retry_line,
     usage_line,
 )
 
@@ -192,11 +196,12 @@ def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
 
 
 def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | None = None,
-                  ended: tuple[str, str] | None = None) -> RenderableType:
+                  ended: tuple[str, str] | None = None, retries: Sequence[Retry] = ()) -> RenderableType:
     """The live panel for one status. Pure: same input, same output (``now`` drives the clocks).
 
     ``note`` is a transient remark for the subtitle, such as "reconnecting…". ``ended`` is how a run
-    that did not complete ended, with its last phase: ("cancelled", "awaiting_review"). Model-written text
+    that did not complete ended, with its last phase: ("cancelled", "awaiting_review"). ``retries`` are
+    the calls the server is retrying (``cli/retries.py``). Model-written text
     is made printable and reaches rich only as ``Text``, so its markup is shown, not obeyed.
     """
     status, run_id, note = printable_model(status), printable(run_id), note and printable(note)
@@ -215,6 +220,7 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
     parts: list[RenderableType] = [header]
     if status.error:
         parts.append(Text(f"Error: {status.error}", style="bold red"))
+    parts.extend(Text(printable(retry_line(retry, status)), style="bold yellow") for retry in retries)
     awaiting = _awaiting_block(status, run_id)
     if awaiting is not None:
         parts += [Text(""), awaiting]
@@ -236,7 +242,7 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
             block.append(f"\n {clock_time(event.at)} ", style="dim")
             block.append(_one_line(event_text(event), 110))
         parts += [Text(""), block]
-    subtitle = note or ("offline demonstration model" if status.offline_demo else None)
+    subtitle = note or offline_label(status)
     return Panel(Group(*parts), title=Text(f"DeerFlow research · {run_id}"), title_align="left",
                  subtitle=Text(subtitle, style="yellow") if subtitle else None, subtitle_align="right",
                  border_style="yellow" if note else "blue")
@@ -249,8 +255,16 @@ def _execution(handle: WorkflowHandle[Any, Any]) -> WorkflowExecution:
     return WorkflowExecution(workflow_id=handle.id, run_id=handle.run_id or "")
 
 
-async def describe_state(handle: WorkflowHandle[Any, Any]) -> WorkflowExecutionStatus:
-    """Whether the run is still running, in one attempt.
+@dataclass(frozen=True)
+class Described:
+    """What one describe call says: whether the run still runs, and which of its calls are retried."""
+
+    state: WorkflowExecutionStatus
+    retries: list[Retry] = field(default_factory=list)
+
+
+async def describe_state(handle: WorkflowHandle[Any, Any]) -> Described:
+    """Whether the run is still running, and its calls being retried, in one attempt.
 
     Why not ``handle.describe()``: the SDK retries an unreachable server for about ten seconds
     and logs a warning per attempt, which would freeze the view and scribble over it. The watch
@@ -261,7 +275,7 @@ async def describe_state(handle: WorkflowHandle[Any, Any]) -> WorkflowExecutionS
         DescribeWorkflowExecutionRequest(namespace=client.namespace, execution=_execution(handle)),
         retry=False, timeout=RPC_TIMEOUT,
     )
-    return WorkflowExecutionStatus(response.workflow_execution_info.status)
+    return Described(WorkflowExecutionStatus(response.workflow_execution_info.status), retries_of(response))
 
 
 async def query_status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
@@ -289,7 +303,7 @@ class Watcher:
 
     def __init__(self, *, live: bool, out: TextIO, stats: WatchStats | None = None,
                  poll_seconds: float = POLL_SECONDS, now: Callable[[], datetime] = lambda: datetime.now(UTC),
-                 describe: Callable[[WorkflowHandle[Any, Any]], Awaitable[WorkflowExecutionStatus]] = describe_state,
+                 describe: Callable[[WorkflowHandle[Any, Any]], Awaitable[Described]] = describe_state,
                  query: Callable[[WorkflowHandle[Any, Any]], Awaitable[RunStatus]] = query_status,
                  on_no_worker: Callable[[], Awaitable[None]] | None = None) -> None:
         self.live = live
@@ -303,6 +317,8 @@ class Watcher:
         self._on_no_worker = on_no_worker
         self.closed: WorkflowExecutionStatus | None = None  # set once the run has ended
         self.last: RunStatus | None = None
+        self.retries: list[Retry] = []  # the calls being retried at the last poll
+        self._shown_retries: set[tuple[str, int]] = set()
         self._seen: set[tuple[str, str, str, int | None]] = set()
         self._shown_awaiting: tuple[str, int] | None = None
         self._outage: str | None = None  # what the current outage was reported as
@@ -335,7 +351,8 @@ class Watcher:
     def _show(self, run_id: str, status: RunStatus, note: str | None = None) -> None:
         fresh = self._new_events(status)
         if self._live is not None:
-            self._live.update(render_status(status, run_id, self.now(), note=note), refresh=True)
+            self._live.update(render_status(status, run_id, self.now(), note=note, retries=self.retries),
+                              refresh=True)
         else:
             self._show_plain(run_id, status, fresh)
         self._measure(fresh)
@@ -353,6 +370,10 @@ class Watcher:
             for command in awaiting_commands(status.awaiting, run_id):
                 self._write(f"    {command}")
         self._shown_awaiting = awaiting
+        for retry in self.retries:  # one line per new attempt
+            if (retry.call, retry.attempt) not in self._shown_retries:
+                self._shown_retries.add((retry.call, retry.attempt))
+                self._write(f"[{self.now().astimezone():%H:%M:%S}] {retry_line(retry, status)}")
 
     def _reconnecting(self, run_id: str, error: BaseException) -> None:
         reason = _one_line(getattr(error, "message", None) or str(error) or type(error).__name__, 100)
@@ -370,14 +391,15 @@ class Watcher:
     async def _poll(self, handle: WorkflowHandle[Any, Any]) -> tuple[RunStatus | None, bool]:
         """One poll: (status or None if the query failed on a closed run, whether the run has closed)."""
         try:
-            state = await self._describe(handle)
+            described = await self._describe(handle)
         except RPCError as error:
             if error.status == RPCStatusCode.NOT_FOUND:
                 raise CliError(f"No research run with ID {handle.id!r}.") from error
             raise
-        closed = state is not WorkflowExecutionStatus.RUNNING
+        closed = described.state is not WorkflowExecutionStatus.RUNNING
+        self.retries = [] if closed else described.retries
         if closed:
-            self.closed = state
+            self.closed = described.state
         try:
             status = await self._query(handle)
         except _TRANSIENT as error:

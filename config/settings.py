@@ -189,8 +189,10 @@ class Settings(BaseModel):
     # Agents.
     agent_recursion_limit: int = Field(default=DEFAULT_RECURSION_LIMIT, alias="AGENT_RECURSION_LIMIT")
 
-    # Set by the worker when it serves the bundled offline demonstration providers.
+    # Set by the worker when it serves the bundled offline demonstration providers: the model
+    # (DEERFLOW_OFFLINE_DEMO), the search corpus (DEERFLOW_OFFLINE_SEARCH), or both.
     offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
+    offline_search: bool = Field(default=False, alias="DEERFLOW_OFFLINE_SEARCH")
 
     # Where embedded state lives (dev-server db, indexes, blobs).
     # Absolute by default, so the CLI (run from anywhere) and the worker (run from the repo) agree.

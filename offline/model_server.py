@@ -39,7 +39,7 @@ ERROR_TYPES = {
 }
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
                          "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
-                         "no_research_plan"})
+                         "no_research_plan", "context_overflow"})
 # What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
 LOOP_SENTENCE = "Solar power is a clean source of energy. "
 # How long a loop without max_tokens "generates": past any test's LLM_REQUEST_TIMEOUT.
@@ -63,6 +63,7 @@ class Fault:
     agent: str | None = None
     arguments: str = INVALID_TOOL_ARGS  # the raw argument text of ``invalid_tool_args``
     count: int = 1  # how many calls ``tool_call_flood`` makes
+    n_ctx: int = 0  # the window ``context_overflow`` names
 
     def __post_init__(self) -> None:
         # A typo in a test's fault kind would otherwise silently behave like "no fault".
@@ -127,6 +128,11 @@ class Fault:
         return cls("no_research_plan", agent=agent)
 
     @classmethod
+    def context_overflow(cls, n_ctx: int, *, agent: str | None = None) -> Fault:
+        """llama-server's 400 ``exceed_context_size_error`` naming the window ``n_ctx``."""
+        return cls("context_overflow", n_ctx=n_ctx, agent=agent)
+
+    @classmethod
     def malformed_plan(cls, *, agent: str | None = "planner") -> Fault:
         """The planner's plan in ```json fences with trailing commas and single-quoted keys."""
         return cls("malformed_plan", agent=agent)
@@ -151,6 +157,17 @@ def requested_output_cap(body: dict[str, Any]) -> int | None:
     """The request's output cap, by either of the names OpenAI's API has used for it."""
     cap = body.get("max_completion_tokens") or body.get("max_tokens")
     return int(cap) if cap else None
+
+
+def forced_tool(body: dict[str, Any]) -> str | None:
+    """The tool a request's ``tool_choice`` forces ("required": the first offered), or None."""
+    choice = body.get("tool_choice")
+    tools = body.get("tools") or []
+    if isinstance(choice, dict):
+        return str((choice.get("function") or {}).get("name") or "") or None
+    if choice == "required" and tools:
+        return str(tools[0]["function"]["name"])
+    return None
 
 
 def _edit_plan(content: str, drop: tuple[str, ...] = (), **changes: Any) -> str:
@@ -189,8 +206,10 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """``/v1/models`` and ``/health`` so readiness probes and SDK model listing work."""
         if self.path.rstrip("/") in ("/v1/models", "/models"):
-            send_json(self, 200, {"object": "list", "data": [
-                {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}]})
+            model: dict[str, Any] = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}
+            if self.server.owner.n_ctx:  # as llama-server reports its window
+                model["meta"] = {"n_ctx": self.server.owner.n_ctx, "n_ctx_train": 8 * self.server.owner.n_ctx}
+            send_json(self, 200, {"object": "list", "data": [model]})
         elif self.path.rstrip("/") in ("/health", "/healthz", ""):
             send_json(self, 200, {"status": "ok"})
         else:
@@ -219,8 +238,14 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeModelServer:
     """The offline model on a background thread; also a context manager (start/stop)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0,
+                 *, ignore_tools: bool = False, n_ctx: int | None = None) -> None:
         self.latency_seconds = latency_seconds
+        # A window, as llama-server's ``-c``: reported by /v1/models, and a longer prompt is refused.
+        self.n_ctx = n_ctx
+        # As llama-server does for a chat template without tool support: ``tools`` and ``tool_choice``
+        # are dropped unread, so every agent answers in text, as if it had been offered none.
+        self.ignore_tools = ignore_tools
         self.requests: list[dict[str, Any]] = []
         self.verbose = False
         self._faults: list[Fault] = []
@@ -295,13 +320,23 @@ class FakeModelServer:
             self.requests.append(body)
             self._counter += 1
             number = self._counter
-        fault = self._take_fault(detect_agent(body))
+        agent = detect_agent(body)
+        fault = self._take_fault(agent)
+        if self.ignore_tools:
+            body = {key: value for key, value in body.items() if key not in ("tools", "tool_choice")}
         if self.latency_seconds > 0:
             self._stopping.wait(self.latency_seconds)
         if fault is not None and fault.kind == "status":
             headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
             message = fault.message or f"Injected fault: HTTP {fault.status_code}"
             handler.send_error_json(fault.status_code, message, headers)
+            return
+        prompt_tokens = approx_tokens(_prompt_text(body.get("messages") or []) + json.dumps(body.get("tools") or []))
+        window = fault.n_ctx if fault is not None and fault.kind == "context_overflow" else self.n_ctx
+        if window and (prompt_tokens > window or (fault is not None and fault.kind == "context_overflow")):
+            send_json(handler, 400, {"error": {
+                "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": prompt_tokens, "n_ctx": window,
+                "message": "the request exceeds the available context size, try increasing it"}})
             return
         if fault is not None and fault.kind == "timeout":
             self._stopping.wait(fault.seconds)
@@ -311,13 +346,16 @@ class FakeModelServer:
             handler.close_connection = True
             return
         try:
-            reply = respond(body)
+            reply = respond(body, agent)
         except Exception as exc:  # a bug in a scripted agent should read as a server error, not a hang
             traceback.print_exc(file=sys.stderr)
             handler.send_error_json(500, f"Offline model failed: {exc!r}")
             return
         content, calls = reply.content, [(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
                                          for c in reply.tool_calls]
+        forced = forced_tool(body)
+        if forced is not None and not calls:  # the server's grammar makes the model call it
+            content, calls = "", [("call_forced", forced, "{}")]
         if fault is not None:
             content, calls = self._apply_fault(fault, reply, content, calls, body)
         completion = self._completion(number, body, content, calls)

@@ -20,12 +20,21 @@ OFFLINE_BANNER = (
     "small bundled search corpus stand in for real providers. Set OPENAI_API_KEY (and TAVILY_API_KEY) "
     "for real research."
 )
+OFFLINE_MODEL_BANNER = (
+    "OFFLINE DEMONSTRATION MODEL: no OPENAI_API_KEY is set, so a deterministic built-in model stands in "
+    "for a real one (searches are real). Set OPENAI_API_KEY for real research."
+)
+OFFLINE_SEARCH_BANNER = (
+    "OFFLINE SEARCH CORPUS: the model is real, but no TAVILY_API_KEY is set, so searches read a small "
+    "bundled corpus of 42 documents instead of the web. Set TAVILY_API_KEY (or SEARCH_API with its key) "
+    "for real research."
+)
 
 
 # Every setting that chooses the model or search provider: what points a worker at the fakes, and
 # what is kept from a worker the tests or benches start, so a developer's real keys never reach it.
 PROVIDER_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "BASIC_MODEL", "DEERFLOW_OFFLINE_DEMO",
-                      "TAVILY_API_KEY", "TAVILY_BASE_URL")
+                      "TAVILY_API_KEY", "TAVILY_BASE_URL", "DEERFLOW_OFFLINE_SEARCH")
 
 
 def model_env(model: FakeModelServer) -> dict[str, str]:
@@ -36,7 +45,7 @@ def model_env(model: FakeModelServer) -> dict[str, str]:
 
 def search_env(search: FakeSearchServer) -> dict[str, str]:
     """The settings that send a worker's Tavily searches to ``search``."""
-    return {"TAVILY_BASE_URL": search.base_url, "TAVILY_API_KEY": "offline"}
+    return {"TAVILY_BASE_URL": search.base_url, "TAVILY_API_KEY": "offline", "DEERFLOW_OFFLINE_SEARCH": "1"}
 
 
 def offline_env(model: FakeModelServer, search: FakeSearchServer) -> dict[str, str]:
@@ -63,6 +72,24 @@ class OfflineProviders:
                 server.stop()
 
 
+def offline_parts(environ: Mapping[str, str]) -> tuple[bool, bool]:
+    """Which providers ``environ`` leaves to the bundled fakes: (the model, the search)."""
+    return (not environ.get("OPENAI_API_KEY"),
+            not environ.get("TAVILY_API_KEY") and environ.get("SEARCH_API", "tavily") == "tavily")
+
+
+def offline_banner(environ: Mapping[str, str]) -> str | None:
+    """What a worker on ``environ`` must say at start, and the CLI when it starts one; None: all real."""
+    match offline_parts(environ):
+        case (True, True):
+            return OFFLINE_BANNER
+        case (True, False):
+            return OFFLINE_MODEL_BANNER
+        case (False, True):
+            return OFFLINE_SEARCH_BANNER
+    return None
+
+
 def start_offline_providers(environ: Mapping[str, str] = os.environ) -> OfflineProviders:
     """Serve whichever providers ``environ`` has no key for, and say which settings point at them.
 
@@ -71,10 +98,11 @@ def start_offline_providers(environ: Mapping[str, str] = os.environ) -> OfflineP
     """
     model = search = None
     overrides: dict[str, str] = {}
-    if not environ.get("OPENAI_API_KEY"):
+    offline_model, offline_search = offline_parts(environ)
+    if offline_model:
         model = FakeModelServer(latency_seconds=float(environ.get("DEERFLOW_OFFLINE_MODEL_LATENCY", "0"))).start()
         overrides.update(model_env(model))
-    if not environ.get("TAVILY_API_KEY") and environ.get("SEARCH_API", "tavily") == "tavily":
+    if offline_search:
         latency = float(environ.get("DEERFLOW_OFFLINE_SEARCH_LATENCY", "0"))
         search = FakeSearchServer(latency_seconds=latency).start()
         overrides.update(search_env(search))

@@ -828,8 +828,8 @@ AGENTS: dict[str, Callable[[dict[str, Any]], ScriptedReply]] = {
 }
 
 
-def respond(body: dict[str, Any]) -> ScriptedReply:
-    """The scripted reply to one chat-completions request body."""
-    agent = detect_agent(body)
+def respond(body: dict[str, Any], agent: str | None = None) -> ScriptedReply:
+    """The scripted reply to one chat-completions request body, by ``agent`` if given (else detected)."""
+    agent = agent or detect_agent(body)
     reply = AGENTS.get(agent or "", plain_chat)(body)
     return ScriptedReply(content=reply.content, tool_calls=reply.tool_calls, agent=agent)

@@ -25,6 +25,7 @@ from temporalio.service import RPCError
 from activities.doc_extract import SUPPORTED_SUFFIXES
 from activities.resource_roots import ResourcePolicy
 from config.settings import Settings
+from offline.providers import offline_parts
 from server import sse
 from server.chat import ChatTurns, problem
 from server.runs import Runs
@@ -80,7 +81,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
         return {"rag": {"provider": settings.rag_provider or None},
                 "models": {"basic": [settings.basic_model],
                            "reasoning": [settings.reasoning_model] if settings.reasoning_model else []},
-                "offline_demo": not os.environ.get("OPENAI_API_KEY")}
+                "offline_demo": any(offline_parts(os.environ))}
 
     async def rag_resources(request: Request) -> Any:
         query = request.query_params.get("query", "").lower()

@@ -17,12 +17,14 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
+from runtime.retries import retries_of
 from server import sse
 from server.feed import follow, parse_position
 from server.security import RequestError
 from server.threads import workflow_id
 from workflows.errors import failure_message
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.status_view import offline_notice, retry_line
 from workflows.visibility import AWAITING, PHASE
 
 MAX_LISTED = 100
@@ -96,7 +98,10 @@ class Runs:
         description = await handle.describe()
         status = await _status(handle)
         shown: dict[str, Any] = {"id": run, "status": description.status.name.lower() if description.status else None,
-                                 "run": status.model_dump(mode="json") if status else None, "result": None}
+                                 "run": status.model_dump(mode="json") if status else None, "result": None,
+                                 "offline_notice": offline_notice(status) if status else None, "retries": []}
+        if description.status == WorkflowExecutionStatus.RUNNING:
+            shown["retries"] = [retry_line(retry, status) for retry in retries_of(description.raw_description)]
         if description.status != WorkflowExecutionStatus.RUNNING:
             try:
                 result = await handle.result()

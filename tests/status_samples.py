@@ -12,6 +12,7 @@ from typing import Any, cast
 
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
+from cli.watch import Described
 from workflows.models import (
     Phase,
     Plan,
@@ -54,7 +55,7 @@ def sample_status(**changes: Any) -> RunStatus:
     return status.model_copy(update=changes)
 
 
-Poll = tuple[WorkflowExecutionStatus | BaseException, Callable[[], RunStatus] | BaseException]
+Poll = tuple[WorkflowExecutionStatus | Described | BaseException, Callable[[], RunStatus] | BaseException]
 
 
 class ScriptedRun:
@@ -64,12 +65,12 @@ class ScriptedRun:
         self.polls = polls
         self.position = -1
 
-    async def describe(self, _handle: Any) -> WorkflowExecutionStatus:
+    async def describe(self, _handle: Any) -> Described:
         self.position = min(self.position + 1, len(self.polls) - 1)
         state = self.polls[self.position][0]
         if isinstance(state, BaseException):
             raise state
-        return state
+        return state if isinstance(state, Described) else Described(state)
 
     async def query(self, _handle: Any) -> RunStatus:
         answer = self.polls[self.position][1]

@@ -368,7 +368,7 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
     again = await asyncio.to_thread(starter_cli, home, "cancel", "research-paused")
     assert again.returncode == 2 and "has already ended (cancelled)" in again.stderr, again.stderr
     no_report = await asyncio.to_thread(starter_cli, home, "report", "research-paused")
-    assert no_report.returncode == 2 and "was cancelled and has no report" in no_report.stderr, no_report.stderr
+    assert no_report.returncode == 4 and "was cancelled and has no report" in no_report.stderr, no_report.stderr
     listed = await asyncio.to_thread(starter_cli, home, "list")
     assert any(line.split()[:2] == ["research-paused", "cancelled"] for line in listed.stdout.splitlines())
 

@@ -254,7 +254,7 @@ def test_saved_reports_and_web_ui_details_carry_the_offline_label(tmp_path: Path
     assert OFFLINE_NOTICE in current_details(offline) and OFFLINE_NOTICE not in current_details(real)
 
     saved = tmp_path / "report.md"
-    _write_report(ResearchResult(report="# Heat pumps\n"), str(saved), offline_demo=True)
+    _write_report(ResearchResult(report="# Heat pumps\n"), str(saved), notice=OFFLINE_NOTICE)
     assert saved.read_text().splitlines()[0] == f"> {OFFLINE_NOTICE}"
-    _write_report(ResearchResult(report="# Heat pumps\n"), str(saved), offline_demo=False)
+    _write_report(ResearchResult(report="# Heat pumps\n"), str(saved), notice=None)
     assert saved.read_text() == "# Heat pumps\n"

@@ -54,11 +54,11 @@ def test_report_on_screen_is_stripped_and_the_file_keeps_the_text(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     result = ResearchResult(report=f"# Report\n\n{HOSTILE}\n")
-    _write_report(result, None, offline_demo=False)
+    _write_report(result, None, notice=None)
     shown = capsys.readouterr().out
     assert_harmless(shown)
     assert VISIBLE in shown and MARKUP in shown
-    _write_report(result, str(tmp_path / "report.md"), offline_demo=False)
+    _write_report(result, str(tmp_path / "report.md"), notice=None)
     assert (tmp_path / "report.md").read_bytes().decode() == result.report
     assert_harmless(capsys.readouterr().err)
 

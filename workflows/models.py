@@ -357,7 +357,8 @@ class RunConfig(BaseModel):
     """
 
     agent_recursion_limit: int = 25
-    offline_demo: bool = False
+    offline_demo: bool = False  # the bundled offline model serves the run
+    offline_search: bool = False  # the bundled search corpus serves its searches
     search_attributes_enabled: bool = False  # the namespace has our custom search attributes
     # Continue as new once a run's history has this many events (None: only when the server
     # suggests it). Lets operators keep histories short, and tests exercise the hand-over.
@@ -448,7 +449,10 @@ class RunStatus(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     locale: str | None = None
     error: str | None = None
-    offline_demo: bool = False  # the run is served by the bundled offline demonstration model
+    # A bundled offline provider serves the run: which ones in ``offline_providers`` ("model",
+    # "search"). Runs from before the list existed set only ``offline_demo``, meaning both.
+    offline_demo: bool = False
+    offline_providers: list[Literal["model", "search"]] = Field(default_factory=list)
     outcome: Outcome | None = None  # set when the run ends
     notes: list[str] = Field(default_factory=list)  # as ``ResearchResult.notes``, while the run goes on
 

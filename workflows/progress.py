@@ -7,10 +7,10 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.models import RunStatus
     from workflows.status_view import (
-        OFFLINE_NOTICE,
         awaiting_commands,
         awaiting_headline,
         ignored_lines,
+        offline_notice,
         outcome_lines,
         phase_label,
         step_line,
@@ -20,8 +20,9 @@ with workflow.unsafe.imports_passed_through():
 
 def current_details(status: RunStatus) -> str:
     lines = [f"**Phase:** {phase_label(status.phase)}"]
-    if status.offline_demo:
-        lines.append(f"*{OFFLINE_NOTICE}*")
+    notice = offline_notice(status)
+    if notice is not None:
+        lines.append(f"*{notice}*")
     headline = awaiting_headline(status)
     if headline is not None:
         lines.append(f"**{headline}**")

@@ -69,7 +69,7 @@ PLAN_REASK_PATCH = "plan-reask"
 # A first plan that claims to need no research goes to the person's review like any other.
 REVIEW_NO_RESEARCH_PATCH = "review-no-research"
 DIRECT_REPLY_NOTE = ("Direct reply: the coordinator answered without handing off to research "
-                     "(no plan, no search). A model that cannot call tools always ends here.")
+                     "(no plan, no search). A model that never calls tools ends here.")
 NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough context, so no "
                     "research step ran.")
 ZERO_FINDINGS_NOTE = ("This report was written with zero research findings: it rests on the model's "
@@ -206,7 +206,10 @@ class DeepResearchWorkflow:
     async def _configure(self, request: ResearchRequest) -> None:
         # It also refuses resources outside the worker's resource roots (input only: no new command).
         self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
-        self._status.offline_demo = self._state.config.offline_demo
+        config = self._state.config
+        self._status.offline_providers = [name for name, offline in (("model", config.offline_demo),
+                                                                     ("search", config.offline_search)) if offline]
+        self._status.offline_demo = bool(self._status.offline_providers)
         if self._state.config.search_attributes_enabled:
             workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
 

@@ -13,16 +13,25 @@ Pure and deterministic (it runs inside the workflow sandbox): times are formatte
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 
 from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
 RECENT_IGNORED = 3  # ignored signals shown in a status summary; ``watch`` shows every event
+RETRY_ERROR_CHARS = 200  # the last error's share of a retry line
 # Said wherever a run's words leave the terminal (Web UI details, saved reports): the offline
 # demonstration model and corpus wrote it, so nobody takes it for research.
 OFFLINE_NOTICE = ("Written by the OFFLINE DEMONSTRATION MODEL with its small bundled corpus (no OPENAI_API_KEY "
                   "on the worker): a demonstration, not research.")
+# The same for a run with only one bundled provider (a real model with no search key, or the reverse).
+OFFLINE_MODEL_NOTICE = ("Written by the OFFLINE DEMONSTRATION MODEL (no OPENAI_API_KEY on the worker), from real "
+                        "searches: a demonstration, not research.")
+OFFLINE_SEARCH_NOTICE = ("Researched in the small BUNDLED OFFLINE SEARCH CORPUS, not the web (no TAVILY_API_KEY on "
+                         "the worker), though by a real model: not web research.")
+OFFLINE_LABEL = {("model", "search"): "offline demonstration model", ("model",): "offline demonstration model",
+                 ("search",): "offline search corpus"}
 
 
 OUTCOME_LABEL = {
@@ -38,6 +47,25 @@ def outcome_lines(status: RunStatus) -> list[str]:
     report from nothing is never taken for research."""
     lines = [f"Outcome: {OUTCOME_LABEL[status.outcome]}"] if status.outcome is not None else []
     return lines + [f"Note: {note}" for note in status.notes]
+
+
+def _offline(status: RunStatus) -> tuple[str, ...]:
+    """The bundled providers that served the run; a run from before the list existed: both."""
+    if not status.offline_demo:
+        return ()
+    return tuple(sorted(status.offline_providers)) or ("model", "search")
+
+
+def offline_notice(status: RunStatus) -> str | None:
+    """What a saved report and the run's details must say when a bundled offline provider served
+    the run, so that nobody takes it for research; None when every provider was real."""
+    return {("model", "search"): OFFLINE_NOTICE, ("model",): OFFLINE_MODEL_NOTICE,
+            ("search",): OFFLINE_SEARCH_NOTICE}.get(_offline(status))
+
+
+def offline_label(status: RunStatus) -> str | None:
+    """The same, in a few words (``watch``'s subtitle)."""
+    return OFFLINE_LABEL.get(_offline(status))
 
 
 def utc_time(timestamp: str) -> str:
@@ -107,3 +135,31 @@ def ignored_lines(status: RunStatus) -> list[str]:
     """The latest signals the run dropped, and why: their sender sees nothing else."""
     ignored = [event for event in status.events if event.kind == "ignored"]
     return [f"{utc_time(event.at)} {event_text(event)}" for event in ignored[-RECENT_IGNORED:]]
+
+
+@dataclass(frozen=True)
+class Retry:
+    """An activity the server is retrying, as ``describe()`` lists it among the pending activities.
+
+    Not part of the status: the workflow never sees an attempt fail (only the final outcome), so a
+    client reads this from the server and shows it next to the status.
+    """
+
+    call: str  # the activity type: chat, web_search, crawl, …
+    attempt: int  # the attempt now running or waiting (2 after the first failure)
+    maximum_attempts: int  # 0: unlimited
+    last_error: str
+
+
+def retry_line(retry: Retry, status: RunStatus | None = None) -> str:
+    """One line: which call (and where the run is), which attempt, the last error."""
+    where = ""
+    if status is not None:
+        running = [step.index + 1 for step in status.steps if step.state is StepState.RUNNING]
+        steps = f" (step {', '.join(map(str, running))})" if running and status.phase is Phase.RESEARCHING else ""
+        where = f" while {phase_label(status.phase)}{steps}"
+    of = f" of {retry.maximum_attempts}" if retry.maximum_attempts else ""
+    error = " ".join(retry.last_error.split())
+    if len(error) > RETRY_ERROR_CHARS:
+        error = error[:RETRY_ERROR_CHARS - 1] + "…"
+    return f"Retrying {retry.call}{where}: attempt {retry.attempt}{of}, last error: {error}"

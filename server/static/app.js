@@ -5,7 +5,7 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null };
+const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null, retryTimer: null };
 
 function headers(json) {
   const h = json ? { "Content-Type": "application/json" } : {};
@@ -112,7 +112,15 @@ async function refresh() {
   state.lastStatus = status;
   const phase = status ? status.phase + (status.awaiting ? ` (awaiting ${status.awaiting})` : "") : shown.status;
   $("run-phase").textContent = `Phase: ${phase}`;
-  if (status) $("offline").hidden = !status.offline_demo;  // the run knows which model served it
+  if (status) {  // the run knows which bundled providers served it
+    $("offline").hidden = !shown.offline_notice;
+    if (shown.offline_notice) $("offline").textContent = shown.offline_notice;
+  }
+  // A call being retried shows in no event: while the run runs, look again every few seconds.
+  $("run-retries").hidden = !shown.retries.length;
+  $("run-retries").textContent = shown.retries.join("\n");
+  clearTimeout(state.retryTimer);
+  if (shown.status === "running") state.retryTimer = setTimeout(() => refresh().catch(() => {}), 5000);
   const error = shown.error || (status && status.error) || (shown.result && shown.result.error);
   $("run-error").hidden = !error;
   $("run-error").textContent = error || "";
