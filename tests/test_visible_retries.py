@@ -17,10 +17,9 @@ import httpx
 import openai
 import pytest
 from temporalio.client import Client, WorkflowHandle
-from temporalio.worker import Worker
 
 from activities.llm import MAX_FAILURE_MESSAGE_CHARS, classify_provider_error
-from activities.registry import activities_for
+from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import SecretScrubber
 from cli.render import status_text
@@ -31,7 +30,6 @@ from server.runs import Runs
 from tests.conftest import settings_with
 from tests.support import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, RunStatus
-from workflows.research import DeepResearchWorkflow
 from workflows.status_view import retry_line
 
 # What vLLM or a gateway may say: long, but the user needs all of it.
@@ -42,9 +40,8 @@ PROVIDER_MESSAGE = "The upstream model is overloaded; " + "please retry later. "
 async def worker(client: Client, provider_env: dict[str, str]) -> AsyncIterator[Client]:
     settings = settings_with(provider_env)
     queue = f"{TASK_QUEUE}-{uuid.uuid4().hex[:6]}"
-    async with Worker(client, task_queue=queue, workflows=[DeepResearchWorkflow],
-                      activities=activities_for(settings),
-                      interceptors=[SecretScrubbingInterceptor(SecretScrubber.for_settings(settings))]):
+    interceptors = [SecretScrubbingInterceptor(SecretScrubber.for_settings(settings))]
+    async with running(build_workers(client, settings, main_queue=queue, interceptors=interceptors)):
         client.task_queue = queue  # type: ignore[attr-defined]
         yield client
 
