@@ -1,20 +1,18 @@
 """Large payloads go to a blob store and history keeps only references (storage/).
 
-Unit tests of the filesystem driver and the SigV4 S3 client, then workflow-level proof on a
+Unit tests of the filesystem driver, then workflow-level proof on a
 time-skipping server: a throwaway workflow moving a 1 MB string, the real DeepResearchWorkflow,
 and the S3 driver against a loopback moto server. Nothing here leaves 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
-import socket
+import os
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
-from unittest import mock
 
 import pytest
 from google.protobuf.message import Message
@@ -33,14 +31,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-import storage.s3 as s3_module
 from activities.registry import activities_for, sandbox_activities_for
 from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
 from sandbox.activity import SandboxActivities
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
-from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver
+from storage.s3 import S3Client, ensure_bucket, s3_driver
 from tests.conftest import TEST_SERVER
+from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.queues import SANDBOX_TASK_QUEUE
@@ -180,40 +178,8 @@ def test_converter_selection(tmp_path: Path) -> None:
     assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
     with pytest.raises(ValueError, match="DEERFLOW_PAYLOAD_STORE"):
         data_converter(settings_for(DEERFLOW_PAYLOAD_STORE="floppy"))
-    with pytest.raises(ValueError, match="AWS_ACCESS_KEY_ID"):
-        storage_driver(settings_for(DEERFLOW_PAYLOAD_STORE="s3"))
-
-
-def test_sigv4_signature_matches_botocore() -> None:
-    """Our signer against botocore's, on a key with characters S3 keys and URLs both escape."""
-    from botocore.auth import S3SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
-    fixed = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC)
-
-    class Frozen(datetime.datetime):
-        @classmethod
-        def now(cls, tz: datetime.tzinfo | None = None) -> Frozen:  # type: ignore[override]
-            return fixed  # type: ignore[return-value]
-
-        @classmethod
-        def utcnow(cls) -> Frozen:  # type: ignore[override]
-            return fixed.replace(tzinfo=None)  # type: ignore[return-value]
-
-    client = SigV4S3Client(access_key_id="AKIDEXAMPLE", secret_access_key="wJalr/K7+EXAMPLE", region="eu-west-2",
-                           endpoint_url="http://127.0.0.1:9000")
-    url, path = client._url("payloads", "v0/ns/default/wt/W/wi/run%20one!(x)/ri/null/d/sha256/ab")
-    body = b"payload bytes"
-    import botocore.auth
-
-    with mock.patch.object(s3_module.datetime, "datetime", Frozen), \
-            mock.patch.object(botocore.auth.datetime, "datetime", Frozen):
-        ours = client._signed_headers("PUT", url, path, body)
-        request = AWSRequest(method="PUT", url=url, data=body,
-                             headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()})
-        S3SigV4Auth(Credentials("AKIDEXAMPLE", "wJalr/K7+EXAMPLE"), "s3", "eu-west-2").add_auth(request)
-    assert ours["authorization"] == request.headers["Authorization"]
+    with pytest.raises(ValueError, match="DEERFLOW_S3_BUCKET"):
+        storage_driver(settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_BUCKET=""))
 
 
 # ------------------------------------------------------------------------ a throwaway workflow
@@ -275,23 +241,17 @@ async def storage_env(blob_home: Path) -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
-    """moto's S3 on 127.0.0.1 at a free port: the only S3 these tests talk to."""
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture
-def s3_settings(s3_server: str) -> Settings:
-    return settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_ENDPOINT_URL=s3_server,
-                        DEERFLOW_S3_BUCKET=f"payloads-{run_id('b')}".lower(),
-                        AWS_ACCESS_KEY_ID="testing-fake-key", AWS_SECRET_ACCESS_KEY="testing-fake-secret")
+def s3_settings(s3_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Settings]:
+    refused = aws_only_on_loopback(monkeypatch, tmp_path, AWS_ACCESS_KEY_ID="testing-fake-key",
+                                   AWS_SECRET_ACCESS_KEY="testing-fake-secret")
+    yield settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_ENDPOINT_URL=s3_server,
+                       DEERFLOW_S3_BUCKET=f"payloads-{run_id('b')}".lower())
+    assert refused == []
 
 
 # ----------------------------------------------------------------------- workflow-level proof
@@ -358,19 +318,27 @@ async def test_deep_research_through_the_blob_store(storage_env: WorkflowEnviron
 
 
 async def test_s3_driver_round_trip(s3_settings: Settings) -> None:
-    client = s3_client(s3_settings)
-    await ensure_bucket(s3_settings, client)
-    await ensure_bucket(s3_settings, client)  # an existing bucket is fine
+    client = S3Client(s3_settings)
+    await ensure_bucket(client)
+    await ensure_bucket(client)  # an existing bucket is fine
     driver = s3_driver(s3_settings, client)
     payloads = [payload_of(b"small"), payload_of(bytes(range(256)) * 4_000)]
     claims = await driver.store(StorageDriverStoreContext(), payloads)
     assert {claim.claim_data["bucket"] for claim in claims} == {s3_settings.s3_bucket}
     assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == payloads
     assert await driver.store(StorageDriverStoreContext(), payloads) == claims  # idempotent
-    # A key with characters that are escaped twice (S3 key encoding, then the URL).
-    await client.put_object(bucket=s3_settings.s3_bucket, key="v0/wi/a%20b!(c)/d", data=b"odd key")
-    assert await client.get_object(bucket=s3_settings.s3_bucket, key="v0/wi/a%20b!(c)/d") == b"odd key"
     assert not await client.object_exists(bucket=s3_settings.s3_bucket, key="v0/absent")
+    await client.aclose()
+
+
+async def test_s3_key_prefix_is_below_the_references(s3_settings: Settings) -> None:
+    """The prefix scopes the objects; the references keep the SDK's own key."""
+    client = S3Client(s3_settings.model_copy(update={"s3_key_prefix": "team-a/deerflow/"}))
+    await ensure_bucket(client)
+    [claim] = await s3_driver(s3_settings, client).store(StorageDriverStoreContext(), [payload_of(b"prefixed")])
+    assert claim.claim_data["key"].startswith("v0/")
+    listed = await (await client.raw()).list_objects_v2(Bucket=s3_settings.s3_bucket)
+    assert [item["Key"] for item in listed["Contents"]] == ["team-a/deerflow/" + claim.claim_data["key"]]
     await client.aclose()
 
 
@@ -381,7 +349,7 @@ async def test_s3_workflow_through_external_storage(storage_env: WorkflowEnviron
     assert_small(history)
     refs = references(history)
     assert len(refs) >= 4
-    reader = s3_client(s3_settings)
+    reader = S3Client(s3_settings)
     for ref in refs:
         assert ref["driverName"] == "aws.s3driver"
         assert ref["claimData"]["bucket"] == s3_settings.s3_bucket
@@ -394,13 +362,14 @@ def test_s3_settings_never_point_at_aws(s3_settings: Settings) -> None:
     driver = data_converter(s3_settings).external_storage
     assert driver is not None
     assert s3_settings.s3_endpoint_url is not None and s3_settings.s3_endpoint_url.startswith("http://127.0.0.1:")
-    assert s3_settings.s3_access_key_id == "testing-fake-key"
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "testing-fake-key"
+    assert os.environ["AWS_EC2_METADATA_DISABLED"] == "true"
 
 
 
 async def test_s3_driver_refuses_for_good_what_it_could_not_have_written(s3_settings: Settings) -> None:
-    client = s3_client(s3_settings)
-    await ensure_bucket(s3_settings, client)
+    client = S3Client(s3_settings)
+    await ensure_bucket(client)
     driver = s3_driver(s3_settings, client)
     [claim] = await driver.store(StorageDriverStoreContext(), [payload_of(b"genuine")])
     data = claim.claim_data
