@@ -77,8 +77,4 @@ async def prepare_payload_store(settings: Settings) -> None:
     elif store == "s3":
         from storage.s3 import S3Client, ensure_bucket
 
-        client = S3Client(settings)
-        try:
-            await ensure_bucket(client)
-        finally:
-            await client.aclose()
+        await ensure_bucket(S3Client(settings))

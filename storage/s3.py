@@ -10,11 +10,8 @@ prefix and path-style addressing.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import weakref
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import aioboto3
@@ -31,20 +28,15 @@ from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
 MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
-@dataclass
-class _Opened:
-    stack: contextlib.AsyncExitStack
-    raw: Any  # the aiobotocore S3 client
-    adapter: S3StorageDriverClient
-
-
 class S3Client(S3StorageDriverClient):
-    """The SDK's aioboto3 adapter, opened lazily once per event loop, with our key prefix.
+    """The SDK's aioboto3 adapter over a client opened for each call, with our key prefix.
 
     The converter is built synchronously and shared by every ``asyncio.run`` of a process (the CLI,
-    tests), while an aiobotocore client belongs to the loop that opened it: so each loop gets its
-    own. The prefix is applied here, below the SDK's driver, so references in history keep the SDK's
-    own key layout and stay readable if the prefix of a store is moved with its objects.
+    tests), while an aiobotocore client belongs to the loop that opened it and must be closed in it:
+    a client per call is always on the right loop and never left open when a loop ends. The session,
+    which holds the resolved credentials, is shared, and only payloads over the threshold come here.
+    The prefix is applied below the SDK's driver, so references in history keep the SDK's own key
+    layout.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -56,47 +48,30 @@ class S3Client(S3StorageDriverClient):
         self._config = Config(s3={"addressing_style": "path" if path_style else "auto"},
                               retries={"mode": "standard", "max_attempts": 3})
         self._session = aioboto3.Session()
-        self._opened: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Opened] = weakref.WeakKeyDictionary()
 
     def describe(self) -> Mapping[str, str]:
         """Shown by the driver in its error messages: where the request went (never a credential)."""
         where = {"endpoint": self._endpoint_url or "aws"}
         return {**where, "region": self._region} if self._region else where
 
-    async def _open(self) -> _Opened:
-        loop = asyncio.get_running_loop()
-        opened = self._opened.get(loop)
-        if opened is None:
-            stack = contextlib.AsyncExitStack()
-            raw = await stack.enter_async_context(self._session.client(
-                "s3", endpoint_url=self._endpoint_url, region_name=self._region, config=self._config))
-            opened = self._opened[loop] = _Opened(stack, raw, new_aioboto3_client(raw))
-        return opened
-
-    async def raw(self) -> Any:
-        """This loop's aiobotocore client, for the bucket calls the driver does not make (and blob gc)."""
-        return (await self._open()).raw
-
-    async def aclose(self) -> None:
-        """Close this loop's client (optional: the process may just exit)."""
-        opened = self._opened.pop(asyncio.get_running_loop(), None)
-        if opened is not None:
-            await opened.stack.aclose()
-
-    def location(self) -> dict[str, Any]:
-        """CreateBucket's location argument: required outside us-east-1, refused inside it."""
-        if self._region in (None, "us-east-1"):
-            return {}
-        return {"CreateBucketConfiguration": {"LocationConstraint": self._region}}
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[Any]:
+        """An aiobotocore S3 client, for the bucket calls the driver does not make (and blob gc)."""
+        async with self._session.client("s3", endpoint_url=self._endpoint_url, region_name=self._region,
+                                        config=self._config) as raw:
+            yield raw
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
-        await (await self._open()).adapter.put_object(bucket=bucket, key=self.prefix + key, data=data)
+        async with self.open() as raw:
+            await new_aioboto3_client(raw).put_object(bucket=bucket, key=self.prefix + key, data=data)
 
     async def object_exists(self, *, bucket: str, key: str) -> bool:
-        return await (await self._open()).adapter.object_exists(bucket=bucket, key=self.prefix + key)
+        async with self.open() as raw:
+            return await new_aioboto3_client(raw).object_exists(bucket=bucket, key=self.prefix + key)
 
     async def get_object(self, *, bucket: str, key: str) -> bytes:
-        return await (await self._open()).adapter.get_object(bucket=bucket, key=self.prefix + key)
+        async with self.open() as raw:
+            return await new_aioboto3_client(raw).get_object(bucket=bucket, key=self.prefix + key)
 
 
 def error_code(error: BaseException | None) -> str | None:
@@ -160,7 +135,11 @@ async def ensure_bucket(client: S3Client) -> None:
     On AWS itself (no endpoint URL) a missing bucket is an error to fix, not something a worker
     should create with whatever permissions it happens to have. Every failure is one clear line.
     """
-    raw = await client.raw()
+    async with client.open() as raw:
+        await _ensure_bucket(client, raw)
+
+
+async def _ensure_bucket(client: S3Client, raw: Any) -> None:
     try:
         try:
             await raw.head_bucket(Bucket=client.bucket)
@@ -171,7 +150,12 @@ async def ensure_bucket(client: S3Client) -> None:
         if client.describe()["endpoint"] == "aws":
             raise RuntimeError(f"The S3 payload bucket {client.bucket!r} does not exist: create it "
                                "(or set DEERFLOW_S3_BUCKET to an existing one).")
+        # The region the chain settled on (DEERFLOW_S3_REGION, AWS_REGION, the profile's): S3 wants it
+        # named outside us-east-1 and refuses it inside.
+        region = raw.meta.region_name
+        location = {} if region in (None, "us-east-1") else {
+            "CreateBucketConfiguration": {"LocationConstraint": region}}
         with contextlib.suppress(raw.exceptions.BucketAlreadyOwnedByYou):
-            await raw.create_bucket(Bucket=client.bucket, **client.location())
+            await raw.create_bucket(Bucket=client.bucket, **location)
     except (BotoCoreError, ClientError) as error:
         raise RuntimeError(explain(error, client)) from None

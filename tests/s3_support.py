@@ -2,7 +2,7 @@
 
 botocore reads its credentials from the environment, the shared files and, failing those, the EC2
 instance metadata address: every S3 test runs with the real variables cleared, the metadata service
-disabled and name resolution refused for anything but loopback, so nothing leaves 127.0.0.1 and no
+disabled and name resolution and connections refused for anything but loopback, so nothing leaves 127.0.0.1 and no
 developer's real credentials are ever used.
 """
 
@@ -51,7 +51,7 @@ def is_loopback(host: Any) -> bool:
 
 
 def aws_only_on_loopback(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, **values: str) -> list[str]:
-    """Clear the AWS environment, set ``values``, and refuse (and record) any non-loopback lookup.
+    """Clear the AWS environment, set ``values``, and refuse (and record) any non-loopback lookup or connection.
 
     Returns the list the refused hosts are appended to: a test asserts it stays empty.
     """
@@ -71,6 +71,25 @@ def aws_only_on_loopback(monkeypatch: pytest.MonkeyPatch, tmp_path: Any, **value
             raise socket.gaierror(socket.EAI_NONAME, f"tests resolve loopback only, not {host!r}")
         return real_getaddrinfo(host, *args, **kwargs)
 
+    real_connect, real_connect_ex = socket.socket.connect, socket.socket.connect_ex
+
+    def checked(address: Any) -> None:
+        # IP literals (the metadata address 169.254.169.254) skip name resolution in aiohttp.
+        host = address[0] if isinstance(address, tuple) else None
+        if isinstance(address, tuple) and not is_loopback(host):
+            refused.append(str(host))
+            raise ConnectionRefusedError(f"tests connect to loopback only, not {host!r}")
+
+    def loopback_connect(sock: socket.socket, address: Any) -> None:
+        checked(address)
+        real_connect(sock, address)
+
+    def loopback_connect_ex(sock: socket.socket, address: Any) -> int:
+        checked(address)
+        return real_connect_ex(sock, address)
+
     monkeypatch.setattr(socket, "getaddrinfo", loopback_getaddrinfo)
+    monkeypatch.setattr(socket.socket, "connect", loopback_connect)
+    monkeypatch.setattr(socket.socket, "connect_ex", loopback_connect_ex)
     assert os.environ["AWS_EC2_METADATA_DISABLED"] == "true"
     return refused

@@ -328,7 +328,6 @@ async def test_s3_driver_round_trip(s3_settings: Settings) -> None:
     assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == payloads
     assert await driver.store(StorageDriverStoreContext(), payloads) == claims  # idempotent
     assert not await client.object_exists(bucket=s3_settings.s3_bucket, key="v0/absent")
-    await client.aclose()
 
 
 async def test_s3_key_prefix_is_below_the_references(s3_settings: Settings) -> None:
@@ -337,9 +336,9 @@ async def test_s3_key_prefix_is_below_the_references(s3_settings: Settings) -> N
     await ensure_bucket(client)
     [claim] = await s3_driver(s3_settings, client).store(StorageDriverStoreContext(), [payload_of(b"prefixed")])
     assert claim.claim_data["key"].startswith("v0/")
-    listed = await (await client.raw()).list_objects_v2(Bucket=s3_settings.s3_bucket)
+    async with client.open() as raw:
+        listed = await raw.list_objects_v2(Bucket=s3_settings.s3_bucket)
     assert [item["Key"] for item in listed["Contents"]] == ["team-a/deerflow/" + claim.claim_data["key"]]
-    await client.aclose()
 
 
 async def test_s3_workflow_through_external_storage(storage_env: WorkflowEnvironment, s3_settings: Settings) -> None:
@@ -354,7 +353,6 @@ async def test_s3_workflow_through_external_storage(storage_env: WorkflowEnviron
         assert ref["driverName"] == "aws.s3driver"
         assert ref["claimData"]["bucket"] == s3_settings.s3_bucket
         assert await reader.object_exists(bucket=s3_settings.s3_bucket, key=ref["claimData"]["key"])
-    await reader.aclose()
 
 
 def test_s3_settings_never_point_at_aws(s3_settings: Settings) -> None:
@@ -386,4 +384,3 @@ async def test_s3_driver_refuses_for_good_what_it_could_not_have_written(s3_sett
             await driver.retrieve(StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=forged)])
         assert raised.value.non_retryable and raised.value.type == "InvalidPayloadReference", what
     assert await driver.retrieve(StorageDriverRetrieveContext(), [claim]) == [payload_of(b"genuine")]
-    await client.aclose()
