@@ -28,7 +28,7 @@ from cli.blobs import collect, older_than
 from config.settings import Settings
 from runtime.connection import connect_when_ready
 from runtime.converter import blob_root, data_converter, prepare_payload_store, storage_driver
-from storage.gc import payloads_in, reference_of
+from storage.gc import BlobGcError, payloads_in, reference_of
 from storage.s3 import S3Client
 from tests.processes import DevServer
 from tests.s3_support import aws_only_on_loopback, moto_server
@@ -172,7 +172,7 @@ async def test_gc_deletes_only_the_blobs_of_runs_gone(store_client: Client, stor
         assert await live.result() == 50_000 + len(await make_text(SHARED))
 
 
-async def test_gc_keeps_everything_when_a_filesystem_blob_was_just_reused(tmp_path: Path) -> None:
+async def test_a_reused_filesystem_blob_counts_as_young_again(tmp_path: Path) -> None:
     """Storing bytes the store already holds refreshes the blob's age, so gc sees it as in use."""
     settings = Settings.model_validate({"DEERFLOW_HOME": str(tmp_path)})
     driver = storage_driver(settings)
@@ -190,3 +190,12 @@ def test_the_command_refuses_a_margin_under_an_hour() -> None:
     for text in ("0.01", "0", "-1", "soon"):
         with pytest.raises(Exception, match=r"margin|number of days"):
             older_than(text)
+
+
+def test_a_reference_gc_cannot_read_stops_it() -> None:
+    """A codec-encoded reference could name any blob: gc deletes nothing rather than guess."""
+    encoded = Payload(metadata={"encoding": b"binary/encrypted", "__temporal_external_storage_reference": b"true"},
+                      data=b"ciphertext")
+    with pytest.raises(BlobGcError, match="nothing was deleted"):
+        reference_of(encoded)
+    assert reference_of(Payload(metadata={"encoding": b"json/plain"}, data=b'"text"')) is None
