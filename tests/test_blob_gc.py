@@ -30,7 +30,7 @@ from runtime.connection import connect_when_ready
 from runtime.converter import blob_root, data_converter, prepare_payload_store, storage_driver
 from storage.gc import BlobGcError, payloads_in, reference_of
 from storage.s3 import S3Client
-from tests.processes import DevServer
+from tests.processes import DevServer, starter
 from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import run_id
 
@@ -199,3 +199,23 @@ def test_a_reference_gc_cannot_read_stops_it() -> None:
     with pytest.raises(BlobGcError, match="nothing was deleted"):
         reference_of(encoded)
     assert reference_of(Payload(metadata={"encoding": b"json/plain"}, data=b'"text"')) is None
+
+
+def test_the_command_on_the_filesystem_store(dev_server: DevServer, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """`starter.py blobs gc` as an operator runs it: a dry run lists, the real run deletes, both say so."""
+    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("DEERFLOW_PAYLOAD_STORE", "filesystem")
+    old, young = "0" * 64, "f" * 64  # no run names either
+    for digest in (old, young):
+        (tmp_path / "blobs" / digest[:2]).mkdir(parents=True)
+        (tmp_path / "blobs" / digest[:2] / digest).write_bytes(b"orphan")
+    os.utime(tmp_path / "blobs" / "00" / old, (0, 0))
+    dry = starter(dev_server, "blobs", "gc", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert old in dry.stdout and young not in dry.stdout and "Would delete 1 blob(s)" in dry.stdout
+    assert (tmp_path / "blobs" / "00" / old).exists()
+    done = starter(dev_server, "blobs", "gc", "--older-than", "1")
+    assert done.returncode == 0, done.stderr
+    assert "Deleted 1 blob(s)" in done.stdout and "1 younger than the margin" in done.stdout
+    assert not (tmp_path / "blobs" / "00" / old).exists() and (tmp_path / "blobs" / "ff" / young).exists()
