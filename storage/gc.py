@@ -191,6 +191,18 @@ async def _s3_objects(client: S3Client) -> AsyncIterator[tuple[str, datetime]]:
 async def collect_s3(client: Client, store: S3Client, *, min_age: timedelta, dry_run: bool,
                      now: datetime | None = None) -> GcReport:
     """Delete the objects of runs the server no longer keeps, older than ``min_age``, in this namespace."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    from storage.s3 import explain
+
+    try:
+        return await _collect_s3(client, store, min_age=min_age, dry_run=dry_run, now=now)
+    except (BotoCoreError, ClientError) as error:
+        raise BlobGcError(f"{explain(error, store)}. Nothing more was deleted.") from None
+
+
+async def _collect_s3(client: Client, store: S3Client, *, min_age: timedelta, dry_run: bool,
+                      now: datetime | None) -> GcReport:
     cutoff = (now or datetime.now(UTC)) - min_age
     report = GcReport()
     retained: dict[tuple[str, str | None], bool] = {}

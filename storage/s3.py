@@ -43,6 +43,8 @@ class S3Client(S3StorageDriverClient):
         self.bucket = settings.s3_bucket
         self.prefix = settings.s3_key_prefix
         self._endpoint_url = settings.s3_endpoint_url
+        # With an endpoint URL the store is self-hosted (MinIO): the worker may create the bucket.
+        self.self_hosted = settings.s3_endpoint_url is not None
         self._region = settings.s3_region
         path_style = settings.s3_path_style if settings.s3_path_style is not None else bool(self._endpoint_url)
         self._config = Config(s3={"addressing_style": "path" if path_style else "auto"},
@@ -147,7 +149,7 @@ async def _ensure_bucket(client: S3Client, raw: Any) -> None:
         except ClientError as error:
             if error_code(error) not in MISSING_CODES:
                 raise
-        if client.describe()["endpoint"] == "aws":
+        if not client.self_hosted:
             raise RuntimeError(f"The S3 payload bucket {client.bucket!r} does not exist: create it "
                                "(or set DEERFLOW_S3_BUCKET to an existing one).")
         # The region the chain settled on (DEERFLOW_S3_REGION, AWS_REGION, the profile's): S3 wants it

@@ -12,14 +12,19 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import cast
 
 import boto3
 import httpx
 import pytest
+from temporalio.client import Client
 
 from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store
+from storage.gc import BlobGcError, collect_s3
 from storage.s3 import S3Client
 from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import run_id
@@ -141,4 +146,17 @@ async def test_a_missing_bucket_on_aws_itself_is_an_error_not_created(iam: Iam, 
     settings = s3_settings(iam, DEERFLOW_S3_ENDPOINT_URL=None, DEERFLOW_S3_PATH_STYLE=True)
     with pytest.raises(RuntimeError, match=f"bucket '{settings.s3_bucket}' does not exist: create it"):
         await prepare_payload_store(settings)
+    assert refused == []
+
+
+async def test_blob_gc_with_a_wrong_secret_is_one_clear_line(iam: Iam, monkeypatch: pytest.MonkeyPatch,
+                                                             tmp_path: Path) -> None:
+    refused = aws_only_on_loopback(monkeypatch, tmp_path, AWS_ACCESS_KEY_ID=iam.access_key_id,
+                                   AWS_SECRET_ACCESS_KEY="not-the-secret-at-all")
+    no_server = cast(Client, SimpleNamespace(namespace="default"))  # S3 refuses before any run is asked about
+    with pytest.raises(BlobGcError) as raised:
+        await collect_s3(no_server, S3Client(s3_settings(iam)), min_age=timedelta(days=7), dry_run=False)
+    message = str(raised.value)
+    assert "refused the AWS credentials (SignatureDoesNotMatch)" in message and "Nothing more was deleted" in message
+    assert "not-the-secret-at-all" not in message
     assert refused == []
