@@ -8,6 +8,7 @@
     python starter.py status ID | report ID [-o FILE] | list | cancel ID
     python starter.py history ID [-o FILE.json] | replay ID | replay --file FILE.json
     python starter.py serve         # the web front end on http://127.0.0.1:8000/
+    python starter.py blobs gc [--dry-run] [--older-than DAYS]   # blobs of runs the server no longer keeps
     python starter.py down          # stop the embedded dev server and worker
 """
 
@@ -25,7 +26,7 @@ from typing import NoReturn
 from pydantic import TypeAdapter, ValidationError
 from temporalio.service import RPCError
 
-from cli import commands
+from cli import blobs, commands
 from cli.connection import CliError
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
@@ -150,6 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)
+
+    blobs.add_parser(sub)
     return parser
 
 

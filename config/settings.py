@@ -207,11 +207,18 @@ class Settings(BaseModel):
     # or "none". Every worker, client and replayer must share the same store.
     payload_store: str = Field(default="filesystem", alias="DEERFLOW_PAYLOAD_STORE")
     payload_threshold_bytes: int = Field(default=32_768, ge=0, alias="DEERFLOW_PAYLOAD_THRESHOLD_BYTES")
+    # The S3 store (storage/s3.py) takes its credentials from the standard AWS chain (AWS_ACCESS_KEY_ID/
+    # AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, AWS_PROFILE with the shared files, web identity, the
+    # instance or task role), read by botocore itself: none of them is a setting here.
     s3_bucket: str = Field(default="deerflow-payloads", alias="DEERFLOW_S3_BUCKET")
     s3_endpoint_url: str | None = Field(default=None, alias="DEERFLOW_S3_ENDPOINT_URL")  # None: AWS itself
-    s3_region: str = Field(default="us-east-1", alias="DEERFLOW_S3_REGION")
-    s3_access_key_id: str | None = Field(default=None, alias="AWS_ACCESS_KEY_ID")
-    s3_secret_access_key: str | None = Field(default=None, alias="AWS_SECRET_ACCESS_KEY")
+    # None: the chain's region (AWS_REGION, AWS_DEFAULT_REGION, the profile), else us-east-1.
+    s3_region: str | None = Field(default=None, alias="DEERFLOW_S3_REGION")
+    # Prepended to every object key, e.g. "deerflow/" to share a bucket (and scope an IAM policy).
+    s3_key_prefix: str = Field(default="", pattern=r"^([A-Za-z0-9!_.*'()-]+/)*$", alias="DEERFLOW_S3_KEY_PREFIX")
+    # Path-style URLs (<endpoint>/<bucket>/<key>), which need no wildcard DNS. None: path-style
+    # exactly when DEERFLOW_S3_ENDPOINT_URL names a self-hosted store (MinIO).
+    s3_path_style: bool | None = Field(default=None, alias="DEERFLOW_S3_PATH_STYLE")
 
     # The web front end (server/): `starter.py serve`. A bind beyond loopback needs the token
     # (sent as `Authorization: Bearer ...`); browsers on other origins (DeerFlow's UI) need their

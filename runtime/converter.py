@@ -75,10 +75,6 @@ async def prepare_payload_store(settings: Settings) -> None:
     if store == "filesystem":
         blob_root(settings).mkdir(parents=True, exist_ok=True)
     elif store == "s3":
-        from storage.s3 import ensure_bucket, s3_client
+        from storage.s3 import S3Client, ensure_bucket
 
-        client = s3_client(settings)
-        try:
-            await ensure_bucket(settings, client)
-        finally:
-            await client.aclose()
+        await ensure_bucket(S3Client(settings))

@@ -109,7 +109,11 @@ class FileSystemStorageDriver(StorageDriver):
         path = self.path_for(digest)
         try:
             if path.stat().st_size == len(blob):
-                return digest  # Content-addressed: the same name means the same bytes.
+                # Content-addressed: the same name means the same bytes. Refreshing the time tells
+                # `blobs gc` (storage/gc.py) that a run in flight uses it again; if gc moved it aside
+                # meanwhile, utime fails and the blob is written anew below.
+                os.utime(path)
+                return digest
         except FileNotFoundError:
             pass
         path.parent.mkdir(parents=True, exist_ok=True)

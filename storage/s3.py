@@ -1,217 +1,84 @@
-"""The SDK's S3 storage driver over a small httpx client with AWS Signature V4, for deployments.
+"""The SDK's S3 storage driver over the SDK's own aioboto3 client, for deployments.
 
 Workers on several machines (or in containers, with the CLI on the host) cannot share a directory,
 so deployments keep payloads in S3 or an S3-compatible store such as the MinIO of
-docker-compose.yml. The three object calls the driver needs (PUT, GET, HEAD) plus bucket creation
-are small enough to sign here, which avoids pulling aioboto3/aiobotocore into the worker image.
+docker-compose.yml. botocore brings the standard AWS credential chain (keys and session tokens in
+the environment, ``AWS_PROFILE`` with the shared files, web identity on EKS, the ECS task role, the
+EC2 instance role), so our settings add only where the store is: endpoint, region, bucket, key
+prefix and path-style addressing.
 """
 
 from __future__ import annotations
 
-import asyncio
-import datetime
-import hashlib
-import hmac
-import weakref
-from collections.abc import Mapping, Sequence
-from urllib.parse import quote, urlsplit
-from xml.sax.saxutils import escape
+import contextlib
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Any
 
-import httpx
+import aioboto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
+from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
 from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext
 
 from config.settings import Settings
 from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
 
-EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
-_ALGORITHM = "AWS4-HMAC-SHA256"
+MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
-class S3Error(RuntimeError):
-    """An S3 request failed; carries the HTTP status so callers can tell 404 from the rest."""
+class S3Client(S3StorageDriverClient):
+    """The SDK's aioboto3 adapter over a client opened for each call, with our key prefix.
 
-    def __init__(self, message: str, status_code: int) -> None:
-        super().__init__(message)
-        self.status_code = status_code
-
-
-def _uri_encode(value: str, *, keep_slash: bool) -> str:
-    """AWS's UriEncode: everything but unreserved characters (and '/' in paths) as %XX."""
-    return quote(value, safe="-_.~/" if keep_slash else "-_.~")
-
-
-def _hmac(key: bytes, message: str) -> bytes:
-    return hmac.new(key, message.encode("utf-8"), hashlib.sha256).digest()
-
-
-class SigV4S3Client(S3StorageDriverClient):
-    """An :class:`S3StorageDriverClient` that signs its own requests (AWS Signature Version 4).
-
-    With an ``endpoint_url`` (MinIO, moto, any S3-compatible store) it uses path-style URLs,
-    ``<endpoint>/<bucket>/<key>``, which need no wildcard DNS; without one it talks to AWS itself
-    with virtual-hosted URLs, ``https://<bucket>.s3.<region>.amazonaws.com/<key>``.
+    The converter is built synchronously and shared by every ``asyncio.run`` of a process (the CLI,
+    tests), while an aiobotocore client belongs to the loop that opened it and must be closed in it:
+    a client per call is always on the right loop and never left open when a loop ends. The session,
+    which holds the resolved credentials, is shared, and only payloads over the threshold come here.
+    The prefix is applied below the SDK's driver, so references in history keep the SDK's own key
+    layout.
     """
 
-    def __init__(
-        self,
-        *,
-        access_key_id: str,
-        secret_access_key: str,
-        region: str = "us-east-1",
-        endpoint_url: str | None = None,
-        session_token: str | None = None,
-        timeout: float = 60.0,
-    ) -> None:
-        if not access_key_id or not secret_access_key:
-            raise ValueError("S3 payload storage needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
-        if endpoint_url is not None:
-            parts = urlsplit(endpoint_url)
-            if parts.scheme not in ("http", "https") or not parts.netloc:
-                raise ValueError(f"DEERFLOW_S3_ENDPOINT_URL must be an http(s) URL, got {endpoint_url!r}")
-        self._access_key_id = access_key_id
-        self._secret_access_key = secret_access_key
-        self._region = region
-        self._endpoint_url = endpoint_url.rstrip("/") if endpoint_url else None
-        self._session_token = session_token
-        self._timeout = timeout
-        # One pooled client per event loop: httpx connections belong to the loop that opened
-        # them, and one converter may serve several loops (asyncio.run in the CLI, tests).
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
+    def __init__(self, settings: Settings) -> None:
+        self.bucket = settings.s3_bucket
+        self.prefix = settings.s3_key_prefix
+        self._endpoint_url = settings.s3_endpoint_url
+        # With an endpoint URL the store is self-hosted (MinIO): the worker may create the bucket.
+        self.self_hosted = settings.s3_endpoint_url is not None
+        self._region = settings.s3_region
+        path_style = settings.s3_path_style if settings.s3_path_style is not None else bool(self._endpoint_url)
+        self._config = Config(s3={"addressing_style": "path" if path_style else "auto"},
+                              retries={"mode": "standard", "max_attempts": 3})
+        self._session = aioboto3.Session()
 
     def describe(self) -> Mapping[str, str]:
-        """Shown by the driver in its error messages: where the request went."""
-        return {"endpoint": self._endpoint_url or f"aws ({self._region})", "region": self._region}
+        """Shown by the driver in its error messages: where the request went (never a credential)."""
+        where = {"endpoint": self._endpoint_url or "aws"}
+        return {**where, "region": self._region} if self._region else where
 
-    def _http(self) -> httpx.AsyncClient:
-        loop = asyncio.get_running_loop()
-        client = self._clients.get(loop)
-        if client is None:
-            # trust_env=False: proxies from the environment must not redirect signed requests.
-            client = httpx.AsyncClient(timeout=self._timeout, trust_env=False)
-            self._clients[loop] = client
-        return client
-
-    async def aclose(self) -> None:
-        """Close the current loop's connection pool (optional: the process may just exit)."""
-        client = self._clients.pop(asyncio.get_running_loop(), None)
-        if client is not None:
-            await client.aclose()
-
-    def _url(self, bucket: str, key: str | None) -> tuple[str, str]:
-        """The request URL and its canonical (already encoded) path."""
-        if self._endpoint_url is not None:
-            parts = urlsplit(self._endpoint_url)
-            base = parts.path.rstrip("/")
-            path = f"{base}/{_uri_encode(bucket, keep_slash=False)}"
-            if key is not None:
-                path += "/" + _uri_encode(key, keep_slash=True)
-            return f"{parts.scheme}://{parts.netloc}{path}", path
-        path = "/" + _uri_encode(key, keep_slash=True) if key is not None else "/"
-        return f"https://{bucket}.s3.{self._region}.amazonaws.com{path}", path
-
-    def _signed_headers(self, method: str, url: str, path: str, body: bytes) -> dict[str, str]:
-        now = datetime.datetime.now(datetime.UTC)
-        amz_date = now.strftime("%Y%m%dT%H%M%SZ")
-        date = amz_date[:8]
-        payload_hash = hashlib.sha256(body).hexdigest() if body else EMPTY_SHA256
-        headers = {
-            "host": urlsplit(url).netloc,
-            "x-amz-content-sha256": payload_hash,
-            "x-amz-date": amz_date,
-        }
-        if self._session_token:
-            headers["x-amz-security-token"] = self._session_token
-        names = sorted(headers)
-        canonical_headers = "".join(f"{name}:{headers[name].strip()}\n" for name in names)
-        signed_headers = ";".join(names)
-        canonical_request = "\n".join([method, path, "", canonical_headers, signed_headers, payload_hash])
-        scope = f"{date}/{self._region}/s3/aws4_request"
-        string_to_sign = "\n".join(
-            [_ALGORITHM, amz_date, scope, hashlib.sha256(canonical_request.encode("utf-8")).hexdigest()]
-        )
-        key = _hmac(("AWS4" + self._secret_access_key).encode("utf-8"), date)
-        for part in (self._region, "s3", "aws4_request"):
-            key = _hmac(key, part)
-        signature = hmac.new(key, string_to_sign.encode("utf-8"), hashlib.sha256).hexdigest()
-        headers["authorization"] = (
-            f"{_ALGORITHM} Credential={self._access_key_id}/{scope}, "
-            f"SignedHeaders={signed_headers}, Signature={signature}"
-        )
-        return headers
-
-    async def _request(self, method: str, bucket: str, key: str | None, body: bytes = b"") -> httpx.Response:
-        url, path = self._url(bucket, key)
-        headers = self._signed_headers(method, url, path, body)
-        # PUT always carries a Content-Length (0 for an empty CreateBucket); GET and HEAD carry no body.
-        return await self._http().request(method, url, headers=headers, content=body if method == "PUT" else None)
-
-    @staticmethod
-    def _error(response: httpx.Response, what: str) -> S3Error:
-        detail = response.text[:500].strip() if response.request.method != "HEAD" else ""
-        return S3Error(f"S3 {what} failed: HTTP {response.status_code} {detail}".rstrip(), response.status_code)
+    @contextlib.asynccontextmanager
+    async def open(self) -> AsyncIterator[Any]:
+        """An aiobotocore S3 client, for the bucket calls the driver does not make (and blob gc)."""
+        async with self._session.client("s3", endpoint_url=self._endpoint_url, region_name=self._region,
+                                        config=self._config) as raw:
+            yield raw
 
     async def put_object(self, *, bucket: str, key: str, data: bytes) -> None:
-        """One PUT: the driver caps payloads at 50 MiB, far below S3's 5 GiB single-PUT limit."""
-        response = await self._request("PUT", bucket, key, data)
-        if response.status_code != 200:
-            raise self._error(response, "PutObject")
+        async with self.open() as raw:
+            await new_aioboto3_client(raw).put_object(bucket=bucket, key=self.prefix + key, data=data)
 
     async def object_exists(self, *, bucket: str, key: str) -> bool:
-        """HEAD the object; 404 means absent (a 403 without s3:ListBucket is raised, not guessed)."""
-        response = await self._request("HEAD", bucket, key)
-        if response.status_code == 200:
-            return True
-        if response.status_code == 404:
-            return False
-        raise self._error(response, "HeadObject")
+        async with self.open() as raw:
+            return await new_aioboto3_client(raw).object_exists(bucket=bucket, key=self.prefix + key)
 
     async def get_object(self, *, bucket: str, key: str) -> bytes:
-        response = await self._request("GET", bucket, key)
-        if response.status_code != 200:
-            raise self._error(response, "GetObject")
-        return response.content
-
-    async def bucket_exists(self, bucket: str) -> bool:
-        response = await self._request("HEAD", bucket, None)
-        if response.status_code == 200:
-            return True
-        if response.status_code == 404:
-            return False
-        raise self._error(response, "HeadBucket")
-
-    async def create_bucket(self, bucket: str) -> None:
-        """Create the bucket; one that already exists and is ours counts as created."""
-        body = b""
-        if self._region != "us-east-1":
-            body = (
-                '<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
-                f"<LocationConstraint>{escape(self._region)}</LocationConstraint></CreateBucketConfiguration>"
-            ).encode()
-        response = await self._request("PUT", bucket, None, body)
-        if response.status_code == 200 or (
-            response.status_code == 409 and "BucketAlreadyOwnedByYou" in response.text
-        ):
-            return
-        raise self._error(response, f"CreateBucket {bucket}")
+        async with self.open() as raw:
+            return await new_aioboto3_client(raw).get_object(bucket=bucket, key=self.prefix + key)
 
 
-def s3_client(settings: Settings) -> SigV4S3Client:
-    """The S3 client configured by DEERFLOW_S3_* and the AWS_* credentials in ``settings``."""
-    if not settings.s3_access_key_id or not settings.s3_secret_access_key:
-        raise ValueError(
-            "DEERFLOW_PAYLOAD_STORE=s3 needs AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY "
-            "(for MinIO: its MINIO_ROOT_USER and MINIO_ROOT_PASSWORD)"
-        )
-    return SigV4S3Client(
-        access_key_id=settings.s3_access_key_id,
-        secret_access_key=settings.s3_secret_access_key,
-        region=settings.s3_region,
-        endpoint_url=settings.s3_endpoint_url,
-    )
+def error_code(error: BaseException | None) -> str | None:
+    """The S3 error code of a botocore ``ClientError`` ("404", "NoSuchKey", "AccessDenied", ...)."""
+    return error.response.get("Error", {}).get("Code") if isinstance(error, ClientError) else None
 
 
 class GuardedS3StorageDriver(S3StorageDriver):
@@ -223,9 +90,9 @@ class GuardedS3StorageDriver(S3StorageDriver):
     see ``storage.references``.
     """
 
-    def __init__(self, client: S3StorageDriverClient, bucket: str) -> None:
-        super().__init__(client=client, bucket=bucket)
-        self._own_bucket = bucket
+    def __init__(self, client: S3Client) -> None:
+        super().__init__(client=client, bucket=client.bucket)
+        self._own_bucket = client.bucket
 
     async def retrieve(self, context: StorageDriverRetrieveContext,
                        claims: Sequence[StorageDriverClaim]) -> list[Payload]:
@@ -238,30 +105,59 @@ class GuardedS3StorageDriver(S3StorageDriver):
         try:
             return await super().retrieve(context, claims)
         except RuntimeError as error:
-            if isinstance(error.__cause__, S3Error) and error.__cause__.status_code == 404:
+            if error_code(error.__cause__) in MISSING_CODES:
                 raise invalid_reference(f"Payload blob is not in bucket {self._own_bucket!r}: {error}") from None
             raise
 
 
-def s3_driver(settings: Settings, client: S3StorageDriverClient | None = None) -> S3StorageDriver:
-    """The SDK's S3 driver over our client; keys are namespaced by workflow/activity by the SDK."""
+def s3_driver(settings: Settings, client: S3Client | None = None) -> S3StorageDriver:
+    """The SDK's S3 driver over the SDK's aioboto3 client; the SDK names keys by workflow and run."""
     if not settings.s3_bucket:
         raise ValueError("DEERFLOW_PAYLOAD_STORE=s3 needs DEERFLOW_S3_BUCKET")
-    return GuardedS3StorageDriver(client=client or s3_client(settings), bucket=settings.s3_bucket)
+    return GuardedS3StorageDriver(client or S3Client(settings))
 
 
-async def ensure_bucket(settings: Settings, client: SigV4S3Client | None = None) -> None:
+def explain(error: BaseException, client: S3Client) -> str:
+    """One line an operator can act on, for a failed S3 call at start-up or in ``blobs gc``."""
+    where = f"bucket {client.bucket!r} at {client.describe()['endpoint']}"
+    if isinstance(error, NoCredentialsError):
+        return (f"No AWS credentials for the S3 payload store ({where}): set AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or AWS_PROFILE, or give the worker an IAM role")
+    code = error_code(error)
+    if code in ("InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidClientTokenId", "ExpiredToken",
+                "InvalidToken", "403", "AccessDenied", "Forbidden"):
+        return (f"The S3 payload store refused the AWS credentials ({code}) for {where}: check AWS_ACCESS_KEY_ID, "
+                "AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN or AWS_PROFILE, and that they may read and write the bucket")
+    return f"The S3 payload store ({where}) cannot be used: {error}"
+
+
+async def ensure_bucket(client: S3Client) -> None:
     """Create the payload bucket of a self-hosted store (MinIO) at start-up if it is missing.
 
     On AWS itself (no endpoint URL) a missing bucket is an error to fix, not something a worker
-    should create with whatever permissions it happens to have.
+    should create with whatever permissions it happens to have. Every failure is one clear line.
     """
-    client = client or s3_client(settings)
-    if await client.bucket_exists(settings.s3_bucket):
-        return
-    if settings.s3_endpoint_url is None:
-        raise RuntimeError(
-            f"The S3 payload bucket {settings.s3_bucket!r} does not exist in {settings.s3_region}: create it "
-            "(or set DEERFLOW_S3_BUCKET to an existing one)."
-        )
-    await client.create_bucket(settings.s3_bucket)
+    async with client.open() as raw:
+        await _ensure_bucket(client, raw)
+
+
+async def _ensure_bucket(client: S3Client, raw: Any) -> None:
+    try:
+        try:
+            await raw.head_bucket(Bucket=client.bucket)
+            return
+        except ClientError as error:
+            if error_code(error) not in MISSING_CODES:
+                raise
+        if not client.self_hosted:
+            raise RuntimeError(f"The S3 payload bucket {client.bucket!r} does not exist: create it "
+                               "(or set DEERFLOW_S3_BUCKET to an existing one).")
+        # The region the chain settled on (DEERFLOW_S3_REGION, AWS_REGION, the profile's): S3 wants it
+        # named outside us-east-1 and refuses it inside.
+        region = raw.meta.region_name
+        location = {} if region in (None, "us-east-1") else {
+            "CreateBucketConfiguration": {"LocationConstraint": region}}
+        with contextlib.suppress(raw.exceptions.BucketAlreadyOwnedByYou):
+            await raw.create_bucket(Bucket=client.bucket, **location)
+    except (BotoCoreError, ClientError) as error:
+        raise RuntimeError(explain(error, client)) from None

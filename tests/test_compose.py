@@ -28,6 +28,15 @@ SECRET_NAME = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|PWD|TOKEN", re.IGNORECASE)
 # What the isolated sandbox uses (sandbox/bootstrap.py), and no more.
 SANDBOX_CAPABILITIES = ("SYS_ADMIN", "SYS_CHROOT", "SETUID", "SETGID", "KILL")
 SECRET_VALUE = re.compile(r"^(sk-|tvly-)|[A-Za-z0-9_\-]{32,}")
+# The local stack's MinIO credentials: the store's own variables with their local-only defaults.
+MINIO_ROOT = {"AWS_ACCESS_KEY_ID": "${MINIO_ROOT_USER:-deerflow}",
+              "AWS_SECRET_ACCESS_KEY": "${MINIO_ROOT_PASSWORD:-deerflow-local-only}"}
+SANDBOX_READER = {"AWS_ACCESS_KEY_ID": "${SANDBOX_S3_USER:-deerflow-sandbox}",
+                  "AWS_SECRET_ACCESS_KEY": "${SANDBOX_S3_PASSWORD:-deerflow-sandbox-local-only}"}
+# Every service that reads payloads, and the settings that must be the same in all of them.
+PAYLOAD_READERS = ("worker", "sandbox", "codec", "cli")
+STORE_SETTINGS = ("DEERFLOW_PAYLOAD_STORE", "DEERFLOW_S3_ENDPOINT_URL", "DEERFLOW_S3_BUCKET", "DEERFLOW_S3_REGION",
+                  "DEERFLOW_S3_KEY_PREFIX", "DEERFLOW_S3_PATH_STYLE")
 
 
 def check_jsonschema() -> str:
@@ -78,7 +87,7 @@ def test_worker_environment_hardcodes_no_secret(worker_env: dict[str, str]) -> N
     for name in PASS_THROUGH:
         assert re.fullmatch(rf"\$\{{{name}(:-[^}}$]*)?\}}", worker_env[name]), f"{name} is not passed through"
     for name, value in worker_env.items():
-        if SECRET_NAME.search(name):
+        if SECRET_NAME.search(name) and MINIO_ROOT.get(name) != value:
             assert value in (f"${{{name}:-}}", f"${{{name}}}"), f"{name} must come from the environment"
         assert not SECRET_VALUE.search(value), f"{name} looks like a pasted secret"
 
@@ -113,11 +122,13 @@ def test_main_worker_has_no_privilege_and_no_sandbox_queue(compose: dict[str, An
     assert re.search(r"^USER deerflow$", DOCKERFILE.read_text(encoding="utf-8"), re.MULTILINE)
 
 
-def test_sandbox_worker_holds_no_key_and_only_the_namespace_privileges(compose: dict[str, Any]) -> None:
+def test_sandbox_worker_holds_only_a_read_only_store_key_and_the_namespace_privileges(
+        compose: dict[str, Any]) -> None:
     sandbox = compose["services"]["sandbox"]
     assert sandbox["command"] == ["python", "worker.py", "--queues", "sandbox"]
     env = service_env(sandbox)
-    assert not [name for name in env if SECRET_NAME.search(name) or name in PASS_THROUGH], env
+    keys = {name: value for name, value in env.items() if SECRET_NAME.search(name) or name in PASS_THROUGH}
+    assert keys == SANDBOX_READER, env  # MinIO's read-only user, never its root or a provider key
     assert "env_file" not in sandbox and "secrets" not in sandbox
     assert env["DEERFLOW_SANDBOX_MODE"] == "isolated"  # never plain: refuse rather than run uncontained
     assert sandbox["cap_drop"] == ["ALL"]
@@ -125,13 +136,51 @@ def test_sandbox_worker_holds_no_key_and_only_the_namespace_privileges(compose: 
     assert not sandbox.get("privileged")
     assert {"apparmor=unconfined", "no-new-privileges:true"} <= set(sandbox["security_opt"])
     assert not any(opt.startswith("seccomp") for opt in sandbox["security_opt"])  # Docker's default stays
-    assert sandbox["read_only"] is True and sandbox["volumes"] == ["worker-data:/data:ro"]
+    assert sandbox["read_only"] is True and "volumes" not in sandbox  # none of the worker's state
     assert "ports" not in sandbox
-    # On a network with Temporal only: not MinIO, not PostgreSQL, not the main worker.
+    # On a network with Temporal and MinIO only: not PostgreSQL, not the main worker.
     assert sandbox["networks"] == ["sandbox"]
     others = [name for name, service in compose["services"].items()
-              if name not in ("sandbox", "temporal") and "sandbox" in (service.get("networks") or [])]
-    assert others == []
+              if name != "sandbox" and "sandbox" in (service.get("networks") or [])]
+    assert sorted(others) == ["minio", "temporal"]
+
+
+def test_every_payload_reader_shares_one_store_in_minio(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    envs = {name: service_env(services[name]) for name in PAYLOAD_READERS}
+    stores = {name: {key: env.get(key) for key in STORE_SETTINGS} for name, env in envs.items()}
+    assert all(store == stores["worker"] for store in stores.values()), stores
+    assert stores["worker"]["DEERFLOW_PAYLOAD_STORE"] == "s3"
+    assert stores["worker"]["DEERFLOW_S3_ENDPOINT_URL"] == "http://minio:9000"
+    assert "9000:9000" in services["minio"]["ports"]
+    setup = service_env(services["minio-setup"])
+    assert setup["DEERFLOW_S3_BUCKET"] == stores["worker"]["DEERFLOW_S3_BUCKET"]
+    for name in PAYLOAD_READERS:
+        assert envs[name]["AWS_EC2_METADATA_DISABLED"] == "true", name
+        assert envs[name]["TEMPORAL_ADDRESS"] == "temporal:7233", name
+        assert services[name].get("image") == services["worker"]["image"], name
+    # The ones that write payloads hold MinIO's credentials, the very variables MinIO is started with.
+    minio = service_env(services["minio"])
+    for name in ("worker", "codec", "cli"):
+        assert {key: envs[name][key] for key in MINIO_ROOT} == MINIO_ROOT, name
+    assert {"AWS_ACCESS_KEY_ID": minio["MINIO_ROOT_USER"],
+            "AWS_SECRET_ACCESS_KEY": minio["MINIO_ROOT_PASSWORD"]} == MINIO_ROOT
+    # The sandbox's read-only user is the one minio-setup creates.
+    assert {"AWS_ACCESS_KEY_ID": setup["SANDBOX_S3_USER"],
+            "AWS_SECRET_ACCESS_KEY": setup["SANDBOX_S3_PASSWORD"]} == SANDBOX_READER
+    assert services["minio-setup"]["depends_on"]["minio"]["condition"] == "service_healthy"
+    for name in ("worker", "sandbox"):
+        assert services[name]["depends_on"]["minio-setup"]["condition"] == "service_completed_successfully"
+
+
+def test_codec_server_and_cli_run_our_image(compose: dict[str, Any]) -> None:
+    codec, cli = compose["services"]["codec"], compose["services"]["cli"]
+    assert codec["command"] == ["python", "starter.py", "codec-server", "--host", "0.0.0.0", "--port", "8081"]
+    assert codec["ports"] == ["127.0.0.1:8081:8081"]  # the host's loopback only
+    assert cli["entrypoint"] == ["python", "starter.py"] and cli["profiles"] == ["tools"]
+    for service in (codec, cli):
+        assert service["cap_drop"] == ["ALL"] and "no-new-privileges:true" in service["security_opt"]
+        assert "ports" not in service or service is codec
 
 
 def test_observability_profile_scrapes_the_worker_and_receives_its_traces(

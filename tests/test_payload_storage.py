@@ -1,23 +1,20 @@
 """Large payloads go to a blob store and history keeps only references (storage/).
 
-Unit tests of the filesystem driver and the SigV4 S3 client, then workflow-level proof on a
+Unit tests of the filesystem driver, then workflow-level proof on a
 time-skipping server: a throwaway workflow moving a 1 MB string, the real DeepResearchWorkflow,
 and the S3 driver against a loopback moto server. Nothing here leaves 127.0.0.1.
 """
 
 from __future__ import annotations
 
-import datetime
 import hashlib
 import json
-import socket
+import os
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
-from unittest import mock
 
 import pytest
-from google.protobuf.message import Message
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.api.sdk.v1.external_storage_pb2 import ExternalStorageReference
@@ -33,13 +30,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-import storage.s3 as s3_module
 from activities.registry import build_workers, running
 from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
-from storage.s3 import SigV4S3Client, ensure_bucket, s3_client, s3_driver
+from storage.gc import payloads_in
+from storage.s3 import S3Client, ensure_bucket, s3_driver
 from tests.conftest import TEST_SERVER
+from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
@@ -52,26 +50,8 @@ REFERENCE_TYPE = ExternalStorageReference.DESCRIPTOR.full_name.encode()
 # ---------------------------------------------------------------------------- history inspection
 
 
-def iter_payloads(message: Message) -> Iterator[Payload]:
-    """Every Payload anywhere inside a protobuf message (repeated and map fields included)."""
-    for field, value in message.ListFields():
-        if field.message_type is None:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            children = [v for v in value.values() if isinstance(v, Message)]
-        elif isinstance(value, Message):
-            children = [value]
-        else:  # a repeated message field
-            children = list(value)
-        for child in children:
-            if isinstance(child, Payload):
-                yield child
-            else:
-                yield from iter_payloads(child)
-
-
 def history_payloads(history: WorkflowHistory) -> list[Payload]:
-    return [payload for event in history.events for payload in iter_payloads(event)]
+    return [payload for event in history.events for payload in payloads_in(event)]
 
 
 def history_bytes(history: WorkflowHistory) -> int:
@@ -121,10 +101,10 @@ async def test_filesystem_store_is_idempotent(tmp_path: Path) -> None:
     payload = payload_of(b"same bytes")
     [first] = await driver.store(StorageDriverStoreContext(), [payload])
     path = driver.path_for(first.claim_data["hash_value"])
-    written = path.stat().st_mtime_ns
+    written = path.stat().st_ino
     [second] = await driver.store(StorageDriverStoreContext(), [payload])
     assert second == first
-    assert path.stat().st_mtime_ns == written  # not rewritten
+    assert path.stat().st_ino == written  # not rewritten (only its time refreshed, for blobs gc)
     assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 1
 
 
@@ -178,40 +158,8 @@ def test_converter_selection(tmp_path: Path) -> None:
     assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
     with pytest.raises(ValueError, match="DEERFLOW_PAYLOAD_STORE"):
         data_converter(settings_for(DEERFLOW_PAYLOAD_STORE="floppy"))
-    with pytest.raises(ValueError, match="AWS_ACCESS_KEY_ID"):
-        storage_driver(settings_for(DEERFLOW_PAYLOAD_STORE="s3"))
-
-
-def test_sigv4_signature_matches_botocore() -> None:
-    """Our signer against botocore's, on a key with characters S3 keys and URLs both escape."""
-    from botocore.auth import S3SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
-    fixed = datetime.datetime(2024, 5, 6, 7, 8, 9, tzinfo=datetime.UTC)
-
-    class Frozen(datetime.datetime):
-        @classmethod
-        def now(cls, tz: datetime.tzinfo | None = None) -> Frozen:  # type: ignore[override]
-            return fixed  # type: ignore[return-value]
-
-        @classmethod
-        def utcnow(cls) -> Frozen:  # type: ignore[override]
-            return fixed.replace(tzinfo=None)  # type: ignore[return-value]
-
-    client = SigV4S3Client(access_key_id="AKIDEXAMPLE", secret_access_key="wJalr/K7+EXAMPLE", region="eu-west-2",
-                           endpoint_url="http://127.0.0.1:9000")
-    url, path = client._url("payloads", "v0/ns/default/wt/W/wi/run%20one!(x)/ri/null/d/sha256/ab")
-    body = b"payload bytes"
-    import botocore.auth
-
-    with mock.patch.object(s3_module.datetime, "datetime", Frozen), \
-            mock.patch.object(botocore.auth.datetime, "datetime", Frozen):
-        ours = client._signed_headers("PUT", url, path, body)
-        request = AWSRequest(method="PUT", url=url, data=body,
-                             headers={"x-amz-content-sha256": hashlib.sha256(body).hexdigest()})
-        S3SigV4Auth(Credentials("AKIDEXAMPLE", "wJalr/K7+EXAMPLE"), "s3", "eu-west-2").add_auth(request)
-    assert ours["authorization"] == request.headers["Authorization"]
+    with pytest.raises(ValueError, match="DEERFLOW_S3_BUCKET"):
+        storage_driver(settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_BUCKET=""))
 
 
 # ------------------------------------------------------------------------ a throwaway workflow
@@ -273,23 +221,17 @@ async def storage_env(blob_home: Path) -> AsyncIterator[WorkflowEnvironment]:
 
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[str]:
-    """moto's S3 on 127.0.0.1 at a free port: the only S3 these tests talk to."""
-    from moto.server import ThreadedMotoServer
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+    with moto_server() as url:
+        yield url
 
 
 @pytest.fixture
-def s3_settings(s3_server: str) -> Settings:
-    return settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_ENDPOINT_URL=s3_server,
-                        DEERFLOW_S3_BUCKET=f"payloads-{run_id('b')}".lower(),
-                        AWS_ACCESS_KEY_ID="testing-fake-key", AWS_SECRET_ACCESS_KEY="testing-fake-secret")
+def s3_settings(s3_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Settings]:
+    refused = aws_only_on_loopback(monkeypatch, tmp_path, AWS_ACCESS_KEY_ID="testing-fake-key",
+                                   AWS_SECRET_ACCESS_KEY="testing-fake-secret")
+    yield settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_ENDPOINT_URL=s3_server,
+                       DEERFLOW_S3_BUCKET=f"payloads-{run_id('b')}".lower())
+    assert refused == []
 
 
 # ----------------------------------------------------------------------- workflow-level proof
@@ -353,20 +295,27 @@ async def test_deep_research_through_the_blob_store(storage_env: WorkflowEnviron
 
 
 async def test_s3_driver_round_trip(s3_settings: Settings) -> None:
-    client = s3_client(s3_settings)
-    await ensure_bucket(s3_settings, client)
-    await ensure_bucket(s3_settings, client)  # an existing bucket is fine
+    client = S3Client(s3_settings)
+    await ensure_bucket(client)
+    await ensure_bucket(client)  # an existing bucket is fine
     driver = s3_driver(s3_settings, client)
     payloads = [payload_of(b"small"), payload_of(bytes(range(256)) * 4_000)]
     claims = await driver.store(StorageDriverStoreContext(), payloads)
     assert {claim.claim_data["bucket"] for claim in claims} == {s3_settings.s3_bucket}
     assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == payloads
     assert await driver.store(StorageDriverStoreContext(), payloads) == claims  # idempotent
-    # A key with characters that are escaped twice (S3 key encoding, then the URL).
-    await client.put_object(bucket=s3_settings.s3_bucket, key="v0/wi/a%20b!(c)/d", data=b"odd key")
-    assert await client.get_object(bucket=s3_settings.s3_bucket, key="v0/wi/a%20b!(c)/d") == b"odd key"
     assert not await client.object_exists(bucket=s3_settings.s3_bucket, key="v0/absent")
-    await client.aclose()
+
+
+async def test_s3_key_prefix_is_below_the_references(s3_settings: Settings) -> None:
+    """The prefix scopes the objects; the references keep the SDK's own key."""
+    client = S3Client(s3_settings.model_copy(update={"s3_key_prefix": "team-a/deerflow/"}))
+    await ensure_bucket(client)
+    [claim] = await s3_driver(s3_settings, client).store(StorageDriverStoreContext(), [payload_of(b"prefixed")])
+    assert claim.claim_data["key"].startswith("v0/")
+    async with client.open() as raw:
+        listed = await raw.list_objects_v2(Bucket=s3_settings.s3_bucket)
+    assert [item["Key"] for item in listed["Contents"]] == ["team-a/deerflow/" + claim.claim_data["key"]]
 
 
 async def test_s3_workflow_through_external_storage(storage_env: WorkflowEnvironment, s3_settings: Settings) -> None:
@@ -376,12 +325,11 @@ async def test_s3_workflow_through_external_storage(storage_env: WorkflowEnviron
     assert_small(history)
     refs = references(history)
     assert len(refs) >= 4
-    reader = s3_client(s3_settings)
+    reader = S3Client(s3_settings)
     for ref in refs:
         assert ref["driverName"] == "aws.s3driver"
         assert ref["claimData"]["bucket"] == s3_settings.s3_bucket
         assert await reader.object_exists(bucket=s3_settings.s3_bucket, key=ref["claimData"]["key"])
-    await reader.aclose()
 
 
 def test_s3_settings_never_point_at_aws(s3_settings: Settings) -> None:
@@ -389,13 +337,14 @@ def test_s3_settings_never_point_at_aws(s3_settings: Settings) -> None:
     driver = data_converter(s3_settings).external_storage
     assert driver is not None
     assert s3_settings.s3_endpoint_url is not None and s3_settings.s3_endpoint_url.startswith("http://127.0.0.1:")
-    assert s3_settings.s3_access_key_id == "testing-fake-key"
+    assert os.environ["AWS_ACCESS_KEY_ID"] == "testing-fake-key"
+    assert os.environ["AWS_EC2_METADATA_DISABLED"] == "true"
 
 
 
 async def test_s3_driver_refuses_for_good_what_it_could_not_have_written(s3_settings: Settings) -> None:
-    client = s3_client(s3_settings)
-    await ensure_bucket(s3_settings, client)
+    client = S3Client(s3_settings)
+    await ensure_bucket(client)
     driver = s3_driver(s3_settings, client)
     [claim] = await driver.store(StorageDriverStoreContext(), [payload_of(b"genuine")])
     data = claim.claim_data
@@ -412,4 +361,3 @@ async def test_s3_driver_refuses_for_good_what_it_could_not_have_written(s3_sett
             await driver.retrieve(StorageDriverRetrieveContext(), [StorageDriverClaim(claim_data=forged)])
         assert raised.value.non_retryable and raised.value.type == "InvalidPayloadReference", what
     assert await driver.retrieve(StorageDriverRetrieveContext(), [claim]) == [payload_of(b"genuine")]
-    await client.aclose()

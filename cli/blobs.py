@@ -1,0 +1,71 @@
+"""``starter.py blobs gc``: delete the blobs of runs the Temporal server no longer keeps (storage/gc.py)."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timedelta
+
+from temporalio.client import Client
+
+from cli.connection import CliError, connect
+from config.settings import Settings, load_settings
+from runtime.converter import storage_driver
+from storage.filesystem import FileSystemStorageDriver
+from storage.gc import BlobGcError, GcReport, collect_filesystem, collect_s3
+
+# Below this a blob written by a run in flight, not yet named by its history, could go.
+MIN_MARGIN = timedelta(hours=1)
+
+
+def older_than(text: str) -> timedelta:
+    """``--older-than DAYS``: a number of days (``7``, ``0.5``), at least an hour."""
+    try:
+        margin = timedelta(days=float(text))
+    except (ValueError, OverflowError) as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from error
+    if margin < MIN_MARGIN:
+        raise argparse.ArgumentTypeError(f"{text!r} days is under the one-hour safety margin")
+    return margin
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    blobs = sub.add_parser("blobs", help="the large-payload store: `blobs gc` deletes blobs of runs gone")
+    actions = blobs.add_subparsers(dest="blobs_command", required=True)
+    gc = actions.add_parser("gc", help="delete the blobs of runs the server no longer keeps")
+    gc.add_argument("--older-than", type=older_than, default=timedelta(days=7), metavar="DAYS",
+                    help="only blobs older than this many days (default 7, at least 1 hour)")
+    gc.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    gc.set_defaults(handler=blobs_gc)
+
+
+async def blobs_gc(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    if storage_driver(settings) is None:
+        print("DEERFLOW_PAYLOAD_STORE=none: there is no blob store to clean.")
+        return 0
+    client = await connect(ensure_worker=False)
+    try:
+        report = await collect(client, settings, min_age=args.older_than, dry_run=args.dry_run)
+    except BlobGcError as error:
+        raise CliError(str(error)) from error
+    print(summary(report, dry_run=args.dry_run))
+    return 0
+
+
+async def collect(client: Client, settings: Settings, *, min_age: timedelta, dry_run: bool,
+                  now: datetime | None = None) -> GcReport:
+    """The collection for the store ``settings`` selects (not ``none``); ``now`` for tests."""
+    driver = storage_driver(settings)
+    if isinstance(driver, FileSystemStorageDriver):
+        return await collect_filesystem(client, driver, min_age=min_age, dry_run=dry_run, now=now)
+    from storage.s3 import S3Client  # only deployments that use S3 import its client
+
+    return await collect_s3(client, S3Client(settings), min_age=min_age, dry_run=dry_run, now=now)
+
+
+def summary(report: GcReport, *, dry_run: bool) -> str:
+    verb = "Would delete" if dry_run else "Deleted"
+    lines = [f"  {name}" for name in report.deleted] if dry_run else []
+    lines.append(f"{verb} {len(report.deleted)} blob(s); kept {report.kept_retained} of runs the server keeps, "
+                 f"{report.kept_recent} younger than the margin, {report.kept_unknown} not tied to a run.")
+    return "\n".join(lines)
