@@ -8,6 +8,7 @@
     python starter.py status ID | report ID [-o FILE] | list | cancel ID
     python starter.py history ID [-o FILE.json] | replay ID | replay --file FILE.json
     python starter.py serve         # the web front end on http://127.0.0.1:8000/
+    python starter.py codec-server  # decodes payloads for the Web UI and the temporal CLI
     python starter.py down          # stop the embedded dev server and worker
 """
 
@@ -29,8 +30,10 @@ from cli import commands
 from cli.connection import CliError
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
+from runtime.encryption import EncryptionConfigError
 from runtime.shutdown import exit_now
 from server.serve import serve as serve_command
+from server.serve import serve_codec
 from workflows.models import ReportStyle
 
 
@@ -148,6 +151,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_positive, default=8000)
     serve.set_defaults(handler=serve_command)
 
+    codec = sub.add_parser("codec-server", help="decode payloads (blob references, encryption) for the Web UI and CLI")
+    codec.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_CODEC_TOKEN")
+    codec.add_argument("--port", type=_positive, default=8081)
+    codec.set_defaults(handler=serve_codec)
+
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)
     return parser
@@ -161,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         code = asyncio.run(handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
-    except (CliError, EmbeddedError, TemporalConnectionError) as error:
+    except (CliError, EmbeddedError, TemporalConnectionError, EncryptionConfigError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return 2
     except RPCError as error:
