@@ -200,6 +200,17 @@ async def test_the_history_replays_with_the_decrypting_converter(world: World, f
     assert outcome.replay_failure is None, outcome.replay_failure
 
 
+async def researcher_turn(world: World, finished: FinishedRun) -> int:
+    """The id of a researcher's last chat turn of step 1 (its input holds the crawled page), found by summary."""
+    converter = data_converter(load_settings(world.env))
+    for event in finished.history.events:
+        if event.HasField("activity_task_scheduled_event_attributes") and event.user_metadata.HasField("summary"):
+            [summary] = await converter.decode([event.user_metadata.summary])
+            if summary == "researcher · step 1 · turn 3":
+                return event.event_id
+    raise AssertionError("no researcher turn in the history")
+
+
 CHROMIUM = chromium_path()
 
 
@@ -209,3 +220,34 @@ async def browser() -> AsyncIterator[Page]:
         pytest.skip("chromium is not installed (apt-get install chromium)")
     async with open_page(CHROMIUM) as opened:
         yield opened
+
+
+async def test_the_web_ui_shows_the_stored_report_and_a_researchers_input(
+        world: World, finished: FinishedRun, browser: Page, tmp_path: Path) -> None:
+    events = {event.event_id: event for event in finished.history.events}
+    [completed] = [event.workflow_execution_completed_event_attributes for event in events.values()
+                   if event.HasField("workflow_execution_completed_event_attributes")]
+    researcher = await researcher_turn(world, finished)
+    # Both are only references in history: what the UI shows below comes from the blob store.
+    for payload in (completed.result.payloads[0], events[researcher].activity_task_scheduled_event_attributes.input
+                    .payloads[0]):
+        assert payload.metadata["encoding"] == b"json/protobuf", payload.metadata
+    base = (f"http://127.0.0.1:{world.dev.ui_port}/namespaces/default/workflows/{finished.workflow_id}/"
+            f"{finished.history.run_id}")
+    text = f"({ALL_TEXT})()"
+    heading = (finished.result.report or "").splitlines()[0]
+    try:
+        await browser.navigate(f"{base}/history")
+        await browser.wait_for(f"{text}.includes({json.dumps(heading)})", 60, what="the report as the run's result")
+        shown = str(await browser.evaluate(text))
+        assert PAGE_PHRASE in shown and QUESTION in shown and "claimData" not in shown
+        await browser.screenshot(tmp_path / "1-result.png")
+
+        await browser.navigate(f"{base}/history/events/{researcher}")
+        await browser.wait_for(f"{text}.includes('\"prompt\": \"researcher\"')", 60, what="the researcher's input")
+        shown = str(await browser.evaluate(text))
+        assert "read one page in full" in shown and "Background and key facts" in shown
+        assert "claimData" not in shown and "binary/encrypted" not in shown
+    except Exception:
+        await browser.screenshot(tmp_path / "failure.png")  # what the browser showed when it went wrong
+        raise
