@@ -43,10 +43,10 @@ async def serve_codec(args: argparse.Namespace) -> int:
         check_bind(args.host, settings.codec_token, setting="DEERFLOW_CODEC_TOKEN")
     except RequestError as error:
         raise CliError(str(error)) from error
+    app = create_codec_app(data_converter(settings), settings)  # a bad key stops it here, before it listens
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"Codec server: http://{host}:{args.port}  (temporal workflow show --codec-endpoint http://{host}:{args.port})",
           file=sys.stderr)
-    config = uvicorn.Config(create_codec_app(data_converter(settings), settings), host=args.host, port=args.port,
-                            log_level="warning", timeout_graceful_shutdown=2)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
     await uvicorn.Server(config).serve()
     return 0

@@ -194,6 +194,16 @@ async def test_the_codec_server_reads_it_all(world: World, finished: FinishedRun
         assert needle in decoded, f"the codec server did not reveal the {name} text"
 
 
+def test_the_temporal_cli_reads_it_through_the_codec_server(world: World, finished: FinishedRun) -> None:
+    show = ("workflow", "show", "--workflow-id", finished.workflow_id)
+    sealed = world.dev.cli(*show)
+    assert sealed.returncode == 0, sealed.stderr
+    assert "Zephyrite" not in sealed.stdout  # the result: a reference to an encrypted blob
+    opened = world.dev.cli(*show, "--codec-endpoint", world.codec_url)
+    assert opened.returncode == 0, opened.stderr
+    assert PAGE_PHRASE in opened.stdout and "ResultEncoding  json/plain" in opened.stdout
+
+
 async def test_the_history_replays_with_the_decrypting_converter(world: World, finished: FinishedRun) -> None:
     replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings(world.env)))
     outcome = await replayer.replay_workflow(finished.history, raise_on_replay_failure=False)

@@ -8,6 +8,8 @@ from __future__ import annotations
 import base64
 import json
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.encryption import ENCODING
 from server.codec import create_codec_app
+from tests.processes import REPO_DIR
 from workflows.models import ResearchRequest
 
 KEY = base64.b64encode(os.urandom(32)).decode()
@@ -138,3 +141,17 @@ def test_listening_beyond_loopback_needs_the_token(monkeypatch: pytest.MonkeyPat
     monkeypatch.delenv("DEERFLOW_CODEC_TOKEN", raising=False)
     assert starter.main(["codec-server", "--host", "0.0.0.0", "--port", "1"]) == 2
     assert "Listening on 0.0.0.0 needs DEERFLOW_CODEC_TOKEN" in capsys.readouterr().err
+
+
+def test_a_malformed_key_stops_each_process_with_one_line(monkeypatch: pytest.MonkeyPatch,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    short = base64.b64encode(os.urandom(16)).decode()
+    monkeypatch.setenv("DEERFLOW_ENCRYPTION_KEYS", f"k1:{short}")
+    assert starter.main(["codec-server", "--port", "1"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("Error: DEERFLOW_ENCRYPTION_KEYS: key 'k1' is 16 bytes; AES-256 needs 32")
+    assert short not in error
+    worker = subprocess.run([sys.executable, str(REPO_DIR / "worker.py")], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "TEMPORAL_ADDRESS": "127.0.0.1:1"}, cwd=REPO_DIR, check=False)
+    assert worker.returncode == 2, worker.stderr
+    assert "key 'k1' is 16 bytes" in worker.stderr and "Traceback" not in worker.stderr
