@@ -5,8 +5,8 @@ see ``runtime.connection``), the front door starts the dev server shipped by ``t
 its database under ``.deerflow/``, so runs persist across restarts, and a background worker. The
 dev server's Web UI reads payloads through a codec server (``starter.py codec-server``, started
 alongside it without waiting for it), so it shows stored reports and conversations, decrypted,
-instead of references. All keep running after the command exits (a paused run needs them);
-``starter.py down`` stops them.
+instead of references; the next command restarts it if it died. All keep running after the
+command exits (a paused run needs them); ``starter.py down`` stops them.
 
 Why the front door watches its worker's process rather than the server's poller list: the server
 remembers a SIGKILLed worker as a poller for minutes, during which every query hangs. Each process
@@ -148,16 +148,34 @@ def recorded_process(name: str, address: str | None = None) -> int | None:
     return record.pid if _start_time(record.pid) == record.started else None
 
 
-def start_codec_server(address: str, host: str) -> str:
+def start_codec_server(address: str, host: str, port: int | None = None) -> str:
     """Start the codec server in the background (not waited for: the UI needs it only when opened).
 
     It gets this environment, so it reads the same blob store and keys as the worker.
     """
-    port = load_settings().codec_port or free_port(host)
+    port = port or load_settings().codec_port or free_port(host)
     env = {**os.environ, "DEERFLOW_HOME": str(state_dir())}
     _spawn("codec", [sys.executable, str(REPO_DIR / "starter.py"), "codec-server", "--host", host, "--port", str(port)],
            address, env=env)
     return f"http://{host}:{port}"
+
+
+def revive_codec_server(address: str) -> bool:
+    """Restart our codec server if it died while our dev server runs; returns whether it did.
+
+    The UI's codec endpoint is fixed in the running dev server's flags, so it comes back on that port.
+    """
+    server = recorded_process("server", address)
+    if server is None or recorded_process("codec", address) is not None:
+        return False
+    try:
+        flags = Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
+        endpoint = flags[flags.index("--ui-codec-endpoint") + 1]
+    except (OSError, UnicodeDecodeError, ValueError, IndexError):
+        return False  # a server started before codec servers were (or not on Linux)
+    host, port = _split(endpoint.removeprefix("http://"))
+    start_codec_server(address, host, port)
+    return True
 
 
 def start_dev_server(address: str) -> str:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import time
 from pathlib import Path
 
 import httpx
@@ -31,6 +34,14 @@ def test_the_embedded_server_reads_payloads_through_its_codec_server(
         answer = httpx.post(f"{endpoint}/decode", json={"payloads": []}, headers={"Origin": ui})
         assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == ui
         assert json.loads((tmp_path / "codec.pid").read_text())["address"] == address
+        assert not embedded.revive_codec_server(address)  # it runs: nothing to do
+
+        os.killpg(codec, signal.SIGKILL)  # it died: the next command brings it back on the UI's port
+        while embedded.recorded_process("codec", address) is not None:
+            time.sleep(0.05)
+        assert embedded.revive_codec_server(address)
+        assert embedded.recorded_process("codec", address) not in (None, codec)
+        wait_for_port(int(endpoint.rsplit(":", 1)[1]))
     finally:
         stopped = embedded.stop_embedded()
     assert sorted(stopped) == ["codec", "server"]
