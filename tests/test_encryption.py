@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
@@ -122,3 +123,12 @@ async def test_history_payloads_and_blobs_are_ciphertext(tmp_path: Path) -> None
     blobs = [path.read_bytes() for path in blob_root(settings).rglob("*") if path.is_file()]
     assert len(blobs) == 1 and ENCODING in blobs[0] and SECRET_TEXT.encode() not in blobs[0]
     assert await converter.decode([inline, reference], [ResearchRequest, ResearchRequest]) == [small, large]
+
+
+async def test_failure_messages_are_encrypted_too(tmp_path: Path) -> None:
+    converter = data_converter(Settings(DEERFLOW_HOME=tmp_path, DEERFLOW_ENCRYPTION_KEYS=f"k1:{new_key()}"))
+    failure = Failure()
+    await converter.encode_failure(ApplicationError(f"Invalid request: question: {SECRET_TEXT}"), failure)
+    assert failure.message == "Encoded failure" and SECRET_TEXT.encode() not in failure.SerializeToString()
+    decoded = await converter.decode_failure(failure)
+    assert str(decoded) == f"Invalid request: question: {SECRET_TEXT}"
