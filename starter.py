@@ -9,6 +9,7 @@
     python starter.py history ID [-o FILE.json] | replay ID | replay --file FILE.json
     python starter.py serve         # the web front end on http://127.0.0.1:8000/
     python starter.py blobs gc [--dry-run] [--older-than DAYS]   # blobs of runs the server no longer keeps
+    python starter.py codec-server  # decodes payloads for the Web UI and the temporal CLI
     python starter.py down          # stop the embedded dev server and worker
 """
 
@@ -30,8 +31,10 @@ from cli import blobs, commands
 from cli.connection import CliError
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
+from runtime.encryption import EncryptionConfigError
 from runtime.shutdown import exit_now
 from server.serve import serve as serve_command
+from server.serve import serve_codec
 from workflows.models import ReportStyle
 
 
@@ -149,6 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=_positive, default=8000)
     serve.set_defaults(handler=serve_command)
 
+    codec = sub.add_parser("codec-server", help="decode payloads (blob references, encryption) for the Web UI and CLI")
+    codec.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_CODEC_TOKEN")
+    codec.add_argument("--port", type=_positive, default=8081)
+    codec.add_argument("--no-token-on-private-network", action="store_true",
+                       help="listen beyond loopback without DEERFLOW_CODEC_TOKEN: only where the port is "
+                            "published on the host's loopback alone (as docker-compose.yml does)")
+    codec.set_defaults(handler=serve_codec)
+
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)
 
@@ -164,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         code = asyncio.run(handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
-    except (CliError, EmbeddedError, TemporalConnectionError) as error:
+    except (CliError, EmbeddedError, TemporalConnectionError, EncryptionConfigError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return error.exit_code if isinstance(error, CliError) else 2
     except RPCError as error:

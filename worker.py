@@ -29,6 +29,7 @@ from config.settings import load_settings
 from offline.providers import offline_banner, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
+from runtime.encryption import EncryptionConfigError
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
@@ -103,7 +104,7 @@ async def main(argv: list[str] | None = None) -> None:
 if __name__ == "__main__":
     try:
         asyncio.run(main())
-    except TemporalConnectionError as error:
+    except (TemporalConnectionError, EncryptionConfigError) as error:
         logging.error("%s", error)
         exit_now(2)
     exit_now(0)

@@ -15,7 +15,7 @@ from temporalio.client import Client
 from offline.providers import offline_banner
 from runtime.connection import connect as connect_client
 from runtime.connection import load_connection
-from runtime.embedded import ensure_worker, is_listening, start_dev_server, state_dir
+from runtime.embedded import ensure_worker, is_listening, revive_codec_server, start_dev_server, state_dir
 
 NO_WORKER_ADVICE = ("no worker answers this run's queries. Start one with `python worker.py` "
                     "(same TEMPORAL_* settings)")
@@ -42,6 +42,8 @@ async def connect(*, ensure_worker: bool = True) -> Client:
         print(f"No Temporal server at {connection.address}: starting the embedded dev server…", file=sys.stderr)
         ui_url = start_dev_server(connection.address)
         print(f"Temporal Web UI: {ui_url}", file=sys.stderr)
+    elif embedded:
+        revive_codec_server(connection.address)  # the Web UI reads payloads through it
     # Only a server we may have just started is worth waiting for; anything else answers or fails now.
     client = await connect_client(connection, timeout=30.0 if embedded else 0.0)
     if ensure_worker:

@@ -220,6 +220,33 @@ class Settings(BaseModel):
     # exactly when DEERFLOW_S3_ENDPOINT_URL names a self-hosted store (MinIO).
     s3_path_style: bool | None = Field(default=None, alias="DEERFLOW_S3_PATH_STYLE")
 
+    # Payload encryption and the codec server (runtime/encryption.py, server/codec.py). Keys:
+    # ``id:base64key`` entries (comma-separated, or one a line in the key file), the first the
+    # active one; unset: payloads are not encrypted. The codec server serves the Web UI and the
+    # `temporal` CLI: beyond loopback it needs the token; browsers need their origin listed
+    # (unset: the embedded Web UI's, http://127.0.0.1:<DEERFLOW_UI_PORT> and localhost). The
+    # embedded default starts it on DEERFLOW_CODEC_PORT (unset: a free port).
+    encryption_keys: str | None = Field(default=None, alias="DEERFLOW_ENCRYPTION_KEYS")
+    encryption_key_file: Path | None = Field(default=None, alias="DEERFLOW_ENCRYPTION_KEY_FILE")
+    codec_token: str | None = Field(default=None, alias="DEERFLOW_CODEC_TOKEN")
+    codec_allowed_origins: list[str] | None = Field(default=None, alias="DEERFLOW_CODEC_ALLOWED_ORIGINS")
+    codec_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+                                      alias="DEERFLOW_CODEC_MAX_BODY_BYTES")
+    codec_port: int | None = Field(default=None, ge=1, le=65535, alias="DEERFLOW_CODEC_PORT")
+
+    @field_validator("codec_allowed_origins", mode="before")
+    @classmethod
+    def _split_codec_origins(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [origin.strip().rstrip("/") for origin in value.split(",") if origin.strip()]
+        return value
+
+    def codec_origins(self) -> list[str]:
+        """The browser origins the codec server answers: the operator's, else the embedded Web UI's."""
+        if self.codec_allowed_origins is not None:
+            return self.codec_allowed_origins
+        return [f"http://127.0.0.1:{self.ui_port}", f"http://localhost:{self.ui_port}"]
+
     # The web front end (server/): `starter.py serve`. A bind beyond loopback needs the token
     # (sent as `Authorization: Bearer ...`); browsers on other origins (DeerFlow's UI) need their
     # origin listed. Runs it starts for DeerFlow threads get workflow ids under the prefix, so a

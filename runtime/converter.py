@@ -20,9 +20,16 @@ import dataclasses
 from pathlib import Path
 
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter, ExternalStorage, StorageDriver
+from temporalio.converter import (
+    DataConverter,
+    DefaultFailureConverterWithEncodedAttributes,
+    ExternalStorage,
+    PayloadCodec,
+    StorageDriver,
+)
 
 from config.settings import Settings
+from runtime.encryption import encryption_codec
 from storage.filesystem import FileSystemStorageDriver
 
 PAYLOAD_STORES = ("filesystem", "s3", "none")
@@ -52,17 +59,27 @@ def storage_driver(settings: Settings) -> StorageDriver | None:
     return None
 
 
-def with_driver(driver: StorageDriver | None, threshold_bytes: int) -> DataConverter:
-    """The pydantic converter, offloading payloads of ``threshold_bytes`` or more to ``driver``."""
+def with_driver(driver: StorageDriver | None, threshold_bytes: int, codec: PayloadCodec | None = None) -> DataConverter:
+    """The pydantic converter, offloading payloads of ``threshold_bytes`` or more to ``driver``.
+
+    With a ``codec`` (encryption), every payload is encoded before it is offloaded, so the blob
+    store holds ciphertext too, and failure messages and stack traces travel as encoded
+    attributes: an error quoting a page or a report would otherwise stay readable in history.
+    """
+    converter = pydantic_data_converter
+    if codec is not None:
+        converter = dataclasses.replace(converter, payload_codec=codec,
+                                        failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
     if driver is None:
-        return pydantic_data_converter
+        return converter
     storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold_bytes)
-    return dataclasses.replace(pydantic_data_converter, external_storage=storage)
+    return dataclasses.replace(converter, external_storage=storage)
 
 
 def data_converter(settings: Settings) -> DataConverter:
-    """The converter for the worker, every client and the replayer, from the process's settings."""
-    return with_driver(storage_driver(settings), settings.payload_threshold_bytes)
+    """The converter for the worker, every client, the replayer and the codec server, from the
+    process's settings (its payload store and its encryption keys)."""
+    return with_driver(storage_driver(settings), settings.payload_threshold_bytes, encryption_codec(settings))
 
 
 async def prepare_payload_store(settings: Settings) -> None:

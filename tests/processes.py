@@ -20,16 +20,10 @@ from pathlib import Path
 from temporalio.client import Client
 
 from offline.providers import without_provider_settings
-from runtime.embedded import has_worker
+from runtime.embedded import free_port, has_worker
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_for_port(port: int, timeout: float = 30.0) -> None:

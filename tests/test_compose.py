@@ -175,7 +175,8 @@ def test_every_payload_reader_shares_one_store_in_minio(compose: dict[str, Any])
 
 def test_codec_server_and_cli_run_our_image(compose: dict[str, Any]) -> None:
     codec, cli = compose["services"]["codec"], compose["services"]["cli"]
-    assert codec["command"] == ["python", "starter.py", "codec-server", "--host", "0.0.0.0", "--port", "8081"]
+    assert codec["command"] == ["python", "starter.py", "codec-server", "--host", "0.0.0.0", "--port", "8081",
+                                "--no-token-on-private-network"]
     assert codec["ports"] == ["127.0.0.1:8081:8081"]  # the host's loopback only
     assert cli["entrypoint"] == ["python", "starter.py"] and cli["profiles"] == ["tools"]
     for service in (codec, cli):

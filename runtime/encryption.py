@@ -1,0 +1,153 @@
+"""Optional payload encryption: AES-256-GCM with key ids, as a Temporal payload codec.
+
+Why a codec: it runs inside the data converter (runtime/converter.py), so every payload the
+worker, a client or the replayer writes is encrypted before it leaves the process, and the SDK
+applies the codec *before* external storage: a payload offloaded to the blob store is stored
+already encrypted, and history keeps only the reference. The Temporal server, its database, the
+blob store and anyone reading them see ciphertext; the codec server (server/codec.py) decrypts
+for the Web UI and the ``temporal`` CLI.
+
+Each encrypted payload records the id of the key that wrote it, so keys can rotate: new payloads
+use the active (first) key and any listed key still decrypts the payloads it wrote. The key id is
+bound to the ciphertext as associated data, so a payload cannot be relabelled to another key.
+
+Keys come only from the operator's configuration (``DEERFLOW_ENCRYPTION_KEYS`` or
+``DEERFLOW_ENCRYPTION_KEY_FILE``). A payload that fails to decrypt (an unknown key id, tampered
+bytes) raises a non-retryable error: such a payload can only come from outside (a forged start
+input or signal), and a retryable one would leave the run retrying its workflow task for good.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import os
+import re
+from collections.abc import Sequence
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from temporalio.api.common.v1 import Payload
+from temporalio.converter import PayloadCodec
+from temporalio.exceptions import ApplicationError
+
+from config.settings import Settings
+
+ENCODING = b"binary/encrypted"
+CIPHER = b"AES-256-GCM"
+KEY_ID_KEY = "encryption-key-id"
+CIPHER_KEY = "encryption-cipher"
+NONCE_BYTES = 12  # 96 bits, GCM's native nonce size; a fresh random one per payload
+KEY_BYTES = 32
+KEY_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+GENERATE_HINT = "generate one with: python -c \"import base64, os; print(base64.b64encode(os.urandom(32)).decode())\""
+
+
+class EncryptionConfigError(ValueError):
+    """The operator's key configuration is unusable; raised at start-up, never for a payload."""
+
+
+def parse_keys(text: str, source: str) -> dict[str, bytes]:
+    """``id1:base64key,id2:base64key`` (commas or lines; ``#`` starts a comment) → keys in order.
+
+    The first key is the active one. ``source`` names the setting in error messages, which never
+    quote key material.
+    """
+    keys: dict[str, bytes] = {}
+    entries = [entry.split("#", 1)[0].strip() for line in text.splitlines() for entry in line.split(",")]
+    for entry in filter(None, entries):
+        key_id, separator, encoded = (part.strip() for part in entry.partition(":"))
+        if not separator or not KEY_ID_RE.match(key_id):
+            raise EncryptionConfigError(
+                f"{source}: each entry must be id:base64key with an id of letters, digits, '.', '_' or '-' "
+                f"(got an entry starting {key_id[:16]!r})")
+        if key_id in keys:
+            raise EncryptionConfigError(f"{source}: key id {key_id!r} is listed twice")
+        try:
+            key = base64.b64decode(encoded, validate=True)
+        except binascii.Error:
+            raise EncryptionConfigError(f"{source}: key {key_id!r} is not valid base64; {GENERATE_HINT}") from None
+        if len(key) != KEY_BYTES:
+            raise EncryptionConfigError(
+                f"{source}: key {key_id!r} is {len(key)} bytes; AES-256 needs {KEY_BYTES}; {GENERATE_HINT}")
+        keys[key_id] = key
+    return keys
+
+
+def configured_keys(settings: Settings) -> dict[str, bytes]:
+    """The operator's keys (active first), or an empty dict when encryption is off."""
+    if settings.encryption_keys and settings.encryption_key_file:
+        raise EncryptionConfigError("Set DEERFLOW_ENCRYPTION_KEYS or DEERFLOW_ENCRYPTION_KEY_FILE, not both")
+    if settings.encryption_key_file:
+        path = settings.encryption_key_file.expanduser()
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise EncryptionConfigError(f"DEERFLOW_ENCRYPTION_KEY_FILE: cannot read {path}: {error}") from None
+        keys = parse_keys(text, f"DEERFLOW_ENCRYPTION_KEY_FILE ({path})")
+        if not keys:
+            raise EncryptionConfigError(f"DEERFLOW_ENCRYPTION_KEY_FILE ({path}) lists no key")
+        return keys
+    return parse_keys(settings.encryption_keys or "", "DEERFLOW_ENCRYPTION_KEYS")
+
+
+def decryption_error(message: str) -> ApplicationError:
+    return ApplicationError(message, type="PayloadDecryptionError", non_retryable=True)
+
+
+class EncryptionCodec(PayloadCodec):
+    """Encrypts every payload with the active key; decrypts with whichever key wrote it.
+
+    Payloads that are not ``binary/encrypted`` pass through decoding unchanged: a client without
+    the key (``temporal workflow start --input``) can still start a run in plaintext.
+    """
+
+    def __init__(self, keys: dict[str, bytes]) -> None:
+        if not keys:
+            raise EncryptionConfigError("EncryptionCodec needs at least one key")
+        self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
+        self._active = next(iter(keys))
+
+    @property
+    def active_key_id(self) -> str:
+        return self._active
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self._encrypt(payload) for payload in payloads]
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return [self._decrypt(payload) if payload.metadata.get("encoding") == ENCODING else payload
+                for payload in payloads]
+
+    def _encrypt(self, payload: Payload) -> Payload:
+        nonce = os.urandom(NONCE_BYTES)
+        key_id = self._active.encode()
+        sealed = self._ciphers[self._active].encrypt(nonce, payload.SerializeToString(), key_id)
+        return Payload(metadata={"encoding": ENCODING, KEY_ID_KEY: key_id, CIPHER_KEY: CIPHER}, data=nonce + sealed)
+
+    def _decrypt(self, payload: Payload) -> Payload:
+        key_id = payload.metadata.get(KEY_ID_KEY, b"").decode("utf-8", "replace")
+        cipher = self._ciphers.get(key_id)
+        if cipher is None:
+            raise decryption_error(
+                f"Payload encrypted with key id {key_id[:64]!r}, which is not among the configured keys "
+                f"({', '.join(self._ciphers)}); add it to DEERFLOW_ENCRYPTION_KEYS (or the key file) of "
+                "every worker, client and codec server")
+        if payload.metadata.get(CIPHER_KEY, CIPHER) != CIPHER:
+            raise decryption_error(f"Payload cipher {payload.metadata[CIPHER_KEY][:32]!r} is not AES-256-GCM")
+        data = payload.data
+        try:
+            plain = cipher.decrypt(data[:NONCE_BYTES], data[NONCE_BYTES:], key_id.encode())
+        except (InvalidTag, ValueError):
+            raise decryption_error(
+                f"Payload encrypted with key id {key_id!r} failed authentication: it was altered, "
+                "or another key was configured under the same id") from None
+        decrypted = Payload()
+        decrypted.ParseFromString(plain)
+        return decrypted
+
+
+def encryption_codec(settings: Settings) -> EncryptionCodec | None:
+    """The codec the operator's keys call for, or None when encryption is off (the default)."""
+    keys = configured_keys(settings)
+    return EncryptionCodec(keys) if keys else None

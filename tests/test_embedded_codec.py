@@ -1,0 +1,48 @@
+"""The embedded default starts a codec server beside the dev server, points the UI at it, and `down` stops it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from runtime import embedded
+from tests.processes import free_port, wait_for_port
+
+
+def test_the_embedded_server_reads_payloads_through_its_codec_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ui_port, address = free_port(), f"127.0.0.1:{free_port()}"
+    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
+    monkeypatch.setenv("DEERFLOW_UI_PORT", str(ui_port))
+    monkeypatch.delenv("DEERFLOW_CODEC_PORT", raising=False)
+    try:
+        embedded.start_dev_server(address)
+        server = embedded.recorded_process("server", address)
+        codec = embedded.recorded_process("codec", address)
+        assert server is not None and codec is not None
+        command = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
+        endpoint = command[command.index(b"--ui-codec-endpoint") + 1].decode()
+        assert endpoint.startswith("http://127.0.0.1:")
+        wait_for_port(int(endpoint.rsplit(":", 1)[1]))
+        ui = f"http://127.0.0.1:{ui_port}"
+        answer = httpx.post(f"{endpoint}/decode", json={"payloads": []}, headers={"Origin": ui})
+        assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == ui
+        assert json.loads((tmp_path / "codec.pid").read_text())["address"] == address
+        assert not embedded.revive_codec_server(address)  # it runs: nothing to do
+
+        os.killpg(codec, signal.SIGKILL)  # it died: the next command brings it back on the UI's port
+        while embedded.recorded_process("codec", address) is not None:
+            time.sleep(0.05)
+        assert embedded.revive_codec_server(address)
+        assert embedded.recorded_process("codec", address) not in (None, codec)
+        wait_for_port(int(endpoint.rsplit(":", 1)[1]))
+    finally:
+        stopped = embedded.stop_embedded()
+    assert sorted(stopped) == ["codec", "server"]
+    assert embedded.recorded_process("codec") is None
