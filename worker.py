@@ -16,14 +16,16 @@ import contextlib
 import logging
 import os
 import signal
+from datetime import timedelta
 
 from temporalio.worker import Worker
 
 from activities.isolated import start_fork_server
+from activities.lazy import preload
 from activities.registry import activities_for, sandbox_activities_for
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
-from config.settings import load_settings
+from config.settings import Settings, load_settings
 from offline.providers import OFFLINE_BANNER, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
@@ -35,6 +37,11 @@ from workflows.queues import sandbox_queue
 from workflows.research import DeepResearchWorkflow
 
 QUEUE_CHOICES = {"all": ("main", "sandbox"), "main": ("main",), "sandbox": ("sandbox",)}
+# How long a workflow task offered to this worker's sticky queue waits there before the server moves
+# it to the shared queue. The SDK's 10 s is the whole delay before a replacement worker can resume a
+# run whose worker died (and answer its status query); a live worker picks its tasks up in
+# milliseconds, so 2 s still keeps its cached runs on it.
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -63,12 +70,11 @@ async def main(argv: list[str] | None = None) -> None:
     sandbox = SandboxActivities(settings)
     workers = []
     if "main" in queues:
-        await asyncio.to_thread(start_fork_server, settings)  # so the first crawl does not pay 1-3 s for it
         activities = activities_for(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox)
         workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=activities,
-                              interceptors=interceptors, max_cached_workflows=settings.max_cached_workflows))
+                              interceptors=interceptors, max_cached_workflows=settings.max_cached_workflows,
+                              sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT))
     if "sandbox" in queues:
-        await sandbox.self_check()  # says at start whether the code is contained, or refused
         workers.append(Worker(client, task_queue=sandbox_queue(TASK_QUEUE), activities=sandbox_activities_for(sandbox),
                               interceptors=interceptors))
     stop = asyncio.Event()
@@ -80,9 +86,26 @@ async def main(argv: list[str] | None = None) -> None:
         async with contextlib.AsyncExitStack() as running:  # leaving it shuts the workers down gracefully
             for worker in workers:
                 await running.enter_async_context(worker)
-            await stop.wait()
+            async with asyncio.TaskGroup() as group:  # a warm-up that fails stops the worker, as at start
+                group.create_task(warm_up(queues, settings, sandbox))
+                await stop.wait()
     finally:
         providers.stop()
+
+
+async def warm_up(queues: tuple[str, ...], settings: Settings, sandbox: SandboxActivities) -> None:
+    """Start-up work that waits until the workers poll, so that a worker replacing a dead one
+    resumes its runs first (the front door and a crashed run wait for that first poll).
+
+    Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
+    python_repl_tool call, the fork server (1-3 s) is started by the first extraction, and the model and
+    MCP libraries (seconds) are imported by the first call that needs them.
+    """
+    if "sandbox" in queues:
+        await sandbox.self_check()  # says whether the code is contained, or refused
+    if "main" in queues:
+        await asyncio.to_thread(start_fork_server, settings)
+        await preload()  # the libraries the model and MCP activities import on first use
 
 
 if __name__ == "__main__":

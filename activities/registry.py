@@ -13,7 +13,7 @@ from typing import Any
 
 from activities.crawl import CrawlActivities
 from activities.llm import ModelActivities
-from activities.mcp_tools import McpActivities
+from activities.mcp_activities import McpActivities
 from activities.retrieval import RetrievalActivities
 from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities

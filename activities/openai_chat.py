@@ -1,0 +1,212 @@
+"""One model turn through ``langchain_openai.ChatOpenAI``: the only module that imports langchain and openai.
+
+The ``chat`` activity imports it on first use, not at worker start (``activities/lazy.py``).
+
+ChatOpenAI speaks to any OpenAI-compatible endpoint. The client's own retries are switched off:
+Temporal retries the activity instead, durably, and this module decides which provider errors
+are worth retrying (408/409/429/5xx and network failures) and which are final (other 4xx),
+honouring the provider's Retry-After.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import openai
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import ToolMessage as LcToolMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatResult
+from langchain_openai import ChatOpenAI
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.limits import provider_slot
+from config.settings import Settings
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+
+RETRYABLE_STATUS = {408, 409, 429}
+# Statuses with which providers refuse a ``response_format`` they do not support.
+FORMAT_REFUSED = {400, 422}
+
+
+def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Remove from ``message`` the tool calls whose arguments are JSON but not a JSON object.
+
+    langchain parses such arguments and then fails validating its own ``AIMessage`` (``args``
+    must be a dict), which would fail the whole model turn on every retry. Taken out here, they
+    come back as invalid tool calls, which the agent loop answers with an error the model reads.
+    """
+    kept, rejected = [], []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        raw = function.get("arguments")
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            parsed = {}  # not JSON at all: langchain reports it as an invalid tool call itself
+        if parsed is None or isinstance(parsed, dict):
+            kept.append(call)
+        else:
+            rejected.append(invalid_tool_call(name=function.get("name"), args=str(raw), id=call.get("id"),
+                                              error="arguments must be a JSON object"))
+    if rejected:
+        message["tool_calls"] = kept or None
+    return rejected
+
+
+class _GuardedChatOpenAI(ChatOpenAI):
+    """``ChatOpenAI`` that turns non-object tool-call arguments into invalid tool calls."""
+
+    def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
+        data = response if isinstance(response, dict) else response.model_dump(warnings=False)
+        rejected = [_non_object_calls(choice.get("message") or {}) for choice in data.get("choices") or []]
+        if not any(rejected):
+            return super()._create_chat_result(response, generation_info)
+        result = super()._create_chat_result(data, generation_info)
+        for generation, calls in zip(result.generations, rejected, strict=False):
+            generation.message.invalid_tool_calls.extend(calls)  # type: ignore[attr-defined]
+        return result
+
+
+def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
+    return _GuardedChatOpenAI(
+        model=settings.model_name(tier),
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key or "offline",
+        max_retries=0,
+        timeout=settings.llm_request_timeout,
+        stream_usage=True,
+        max_tokens=max_tokens,
+    )
+
+
+def _to_langchain(system_prompt: str, messages: list[ChatMessage]) -> list[BaseMessage]:
+    converted: list[BaseMessage] = [SystemMessage(content=system_prompt)]
+    for message in messages:
+        if message.role == "system":
+            converted.append(SystemMessage(content=message.content))
+        elif message.role == "user":
+            converted.append(HumanMessage(content=message.content, name=message.name))
+        elif message.role == "tool":
+            converted.append(LcToolMessage(content=message.content, tool_call_id=message.tool_call_id or ""))
+        else:
+            converted.append(
+                AIMessage(
+                    content=message.content,
+                    tool_calls=[
+                        {"id": call.id, "name": call.name, "args": call.arguments, "type": "tool_call"}
+                        for call in message.tool_calls
+                    ],
+                )
+            )
+    return converted
+
+
+def _tool_calls(reply: AIMessage) -> list[ToolCall]:
+    calls = [
+        ToolCall(id=call.get("id") or f"call_{index}", name=call["name"], arguments=call.get("args") or {})
+        for index, call in enumerate(reply.tool_calls)
+    ]
+    for call in reply.invalid_tool_calls:
+        calls.append(
+            ToolCall(
+                id=call.get("id") or f"invalid_{len(calls)}",
+                name=call.get("name") or "unknown",
+                invalid_arguments=str(call.get("args")),
+            )
+        )
+    return calls
+
+
+def _usage(reply: AIMessage) -> Usage:
+    meta: dict[str, Any] = dict(reply.usage_metadata or {})
+    return Usage(
+        llm_calls=1,
+        input_tokens=int(meta.get("input_tokens", 0)),
+        output_tokens=int(meta.get("output_tokens", 0)),
+        total_tokens=int(meta.get("total_tokens", 0)),
+    )
+
+
+def _retry_after(error: openai.APIStatusError) -> timedelta | None:
+    value = error.response.headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return timedelta(seconds=min(seconds, 300)) if seconds and seconds > 0 else None
+
+
+def _provider_message(error: openai.APIStatusError) -> str:
+    body = error.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])
+    return error.message
+
+
+def classify_provider_error(error: Exception) -> ApplicationError:
+    """Sort a provider failure into a retryable or a final ``ApplicationError``."""
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        message = f"Model provider returned HTTP {status}: {_provider_message(error)}"
+        if status in RETRYABLE_STATUS or status >= 500:
+            return ApplicationError(
+                message, type="ModelProviderUnavailable", next_retry_delay=_retry_after(error)
+            )
+        return ApplicationError(message, type="ModelProviderError", non_retryable=True)
+    if isinstance(error, openai.APITimeoutError | httpx.TimeoutException):
+        return ApplicationError(f"Model provider timed out: {error}", type="ModelProviderUnavailable")
+    if isinstance(error, openai.APIConnectionError | httpx.TransportError):
+        return ApplicationError(f"Model provider unreachable: {error}", type="ModelProviderUnavailable")
+    if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
+        return ApplicationError(f"Model provider sent a malformed response: {error}", type="ModelBadResponse")
+    return ApplicationError(f"Model call failed: {type(error).__name__}: {error}", type="ModelCallFailed")
+
+
+
+
+async def complete(settings: Settings, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
+                   tools: list[dict[str, Any]], formats: list[dict[str, Any] | None], cap: int) -> ChatResponse:
+    """One model turn, trying each ``response_format`` in ``formats`` until the provider takes one.
+
+    Every provider failure is sorted into a retryable or final ``ApplicationError``.
+    """
+    client: Any = _client(settings, request.model_tier.value, cap)
+    if tools:
+        client = client.bind_tools(tools)
+    for index, response_format in enumerate(formats):
+        # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
+        # which raises on finish_reason "length" and would lose a reply cut at its cap.
+        runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
+        try:
+            async with provider_slot("llm", settings.llm_max_concurrency):
+                reply = await runnable.ainvoke(_to_langchain(system_prompt, messages))
+            break
+        except openai.APIStatusError as error:
+            if error.status_code in FORMAT_REFUSED and index + 1 < len(formats):
+                activity.logger.warning("The provider refused response_format %s (%s); trying %s",
+                                        response_format and response_format["type"], _provider_message(error),
+                                        formats[index + 1])
+                continue
+            raise classify_provider_error(error) from error
+        except Exception as error:  # every provider failure is sorted, none escapes unclassified
+            raise classify_provider_error(error) from error
+    content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+    calls = _tool_calls(reply)
+    finish_reason = (reply.response_metadata or {}).get("finish_reason")
+    truncated = finish_reason == "length"
+    if not content.strip() and not calls and not truncated:
+        # An empty completion is a provider glitch more often than a model decision: retry it.
+        raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
+    if truncated:
+        activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
+    return ChatResponse(
+        message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
+        finish_reason=finish_reason, truncated=truncated, output_cap=cap,
+    )
