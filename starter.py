@@ -30,7 +30,6 @@ from cli.connection import CliError
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.shutdown import exit_now
-from server.serve import serve as serve_command
 from workflows.models import ReportStyle
 
 
@@ -63,6 +62,14 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"Error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
+
+
+async def serve_command(args: argparse.Namespace) -> int:
+    """``serve``. Its web stack (FastAPI, uvicorn) is imported here, so that no other command, and no
+    recovery from a dead worker (which every command can do), waits for it."""
+    from server.serve import serve
+
+    return await serve(args)
 
 
 def build_parser() -> argparse.ArgumentParser:

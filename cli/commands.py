@@ -27,7 +27,6 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Replayer
 
 from activities.resource_roots import ResourcePolicy
 from cli.connection import NO_WORKER_ADVICE, CliError, connect, revive_worker
@@ -50,7 +49,6 @@ from workflows.models import (
     ReviewOutcome,
     RunStatus,
 )
-from workflows.research import DeepResearchWorkflow
 from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.status_view import OFFLINE_NOTICE, outcome_lines
 from workflows.visibility import AWAITING, PHASE
@@ -506,6 +504,11 @@ async def replay(args: argparse.Namespace) -> int:
         raise CliError("replay needs a run ID or --file FILE.json")
     # The core would also log the failure as a coloured Rust warning; our one line says it already.
     quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter("ERROR", "ERROR"))))
+    # Imported here: the workflow and the SDK's worker are heavy, and only replay needs them.
+    from temporalio.worker import Replayer
+
+    from workflows.research import DeepResearchWorkflow
+
     replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings()), runtime=quiet)
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
