@@ -103,9 +103,8 @@ async def warm_up(queues: tuple[str, ...], settings: Settings, sandbox: SandboxA
     """
     if "sandbox" in queues:
         await sandbox.self_check()  # says whether the code is contained, or refused
-    if "main" in queues:
-        await asyncio.to_thread(start_fork_server, settings)
-        await preload()  # the libraries the model and MCP activities import on first use
+    if "main" in queues:  # the fork server imports in its own process, so the two overlap
+        await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload())
 
 
 if __name__ == "__main__":

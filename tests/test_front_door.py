@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from rich.console import Console
@@ -37,10 +37,11 @@ from tests.processes import REPO_DIR, free_port
 from tests.support import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
 
-# The issue asks for 10 s. On an idle machine a replacement takes about 6 s (the CLI's imports,
-# then the worker's); on the shared 2-core test machine the worker's imports alone can take 12 s.
-# What must never come back is the old wait for the server to forget the dead poller (minutes).
-RECOVERY_SECONDS = 30.0
+# The issue's bound: from the kill, each command is served by a replacement worker within 10 s (the
+# CLI's imports, the worker's start-up until it polls, and the query; the run then goes on to its
+# report without a bound). What must never come back is the old wait for the server to forget the
+# dead poller (minutes), nor the 10 s the server held a task for the dead worker's sticky queue.
+RECOVERY_SECONDS = 10.0
 QUESTION = "What is rain?"
 PROVIDER_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
                       "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")
@@ -311,16 +312,19 @@ def kill_worker(home: dict[str, str]) -> int:
     return pid
 
 
-def wait_for_line(process: subprocess.Popen[str], needle: str, timeout: float) -> list[str]:
-    assert process.stdout is not None
+def seconds_until_line(stream: IO[str], needle: str, since: float) -> tuple[float, list[str]]:
+    """When (seconds after ``since``) ``stream`` showed ``needle``, and the lines up to it. The wait
+    is generous, so a slow machine fails on the bound, with the measured times, rather than here."""
     lines: list[str] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        line = process.stdout.readline()
+        line = stream.readline()
+        if not line:
+            break  # the command ended
         lines.append(line)
         if needle in line:
-            return lines
-    raise AssertionError(f"{needle!r} not seen in {timeout} s: {lines}")
+            return time.monotonic() - since, lines
+    raise AssertionError(f"{needle!r} not seen: {lines}")
 
 
 async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
@@ -336,21 +340,34 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
     dead = kill_worker(home)
     # status, watch and a new run, side by side, right after the crash: one replacement serves them all.
     began = time.monotonic()
-    watcher = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "watch", "research-paused", "--plain"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=home, cwd=REPO_DIR)
+
+    def timed_status() -> tuple[subprocess.CompletedProcess[str], float]:
+        return starter_cli(home, "status", "research-paused"), time.monotonic() - began
+
+    def starter_process(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=home, cwd=REPO_DIR)
+
     report = tmp_path / "second.md"
-    status, ran = await asyncio.gather(
-        asyncio.to_thread(starter_cli, home, "status", "research-paused"),
-        asyncio.to_thread(starter_cli, home, "run", QUESTION, "--auto-accept", "-o", str(report)))
+    watcher = starter_process("watch", "research-paused", "--plain")
+    runner = starter_process("run", QUESTION, "--auto-accept", "-o", str(report))
+    assert watcher.stdout is not None and runner.stdout is not None
     try:
-        await asyncio.to_thread(wait_for_line, watcher, "Awaiting plan review", RECOVERY_SECONDS)
-        recovered = time.monotonic() - began
+        # The run has recovered when a worker answers it: its first phase comes from the workflow.
+        (status, status_seconds), (watch_seconds, _), (run_seconds, run_lines) = await asyncio.gather(
+            asyncio.to_thread(timed_status),
+            asyncio.to_thread(seconds_until_line, watcher.stdout, "Awaiting plan review", began),
+            asyncio.to_thread(seconds_until_line, runner.stdout, "phase → ", began))
+        run_output = "".join(run_lines) + (await asyncio.to_thread(runner.communicate, timeout=120))[0]
         assert status.returncode == 0 and "Awaiting: plan_feedback" in status.stdout, status.stderr
-        assert ran.returncode == 0 and report.read_text().startswith(OFFLINE_REPORT), ran.stderr
-        assert recovered < RECOVERY_SECONDS, recovered
+        assert runner.returncode == 0 and report.read_text().startswith(OFFLINE_REPORT), run_output
+        recovered = {"status": round(status_seconds, 1), "watch": round(watch_seconds, 1),
+                     "run": round(run_seconds, 1)}
+        print(f"Recovered after the kill (s): {recovered}")
+        assert max(recovered.values()) < RECOVERY_SECONDS, recovered
         assert worker_pid(home) != dead and embedded._start_time(worker_pid(home))
-        starts = (status.stderr + ran.stderr).count("Starting a background worker")
-        assert starts <= 1, status.stderr + ran.stderr
+        starts = (status.stderr + run_output).count("Starting a background worker")
+        assert starts <= 1, status.stderr + run_output
 
         # Cancelled: the watch, status and list say so above the last phase; a second cancel says it ended.
         cancelled = await asyncio.to_thread(starter_cli, home, "cancel", "research-paused")
@@ -359,8 +376,9 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
         assert "run cancelled: last phase awaiting_review" in out, out
         assert watcher.returncode == 1
     finally:
-        if watcher.poll() is None:
-            watcher.kill()
+        for process in (watcher, runner):
+            if process.poll() is None:
+                process.kill()
     shown = await asyncio.to_thread(starter_cli, home, "status", "research-paused")
     assert shown.stdout.splitlines()[:2] == ["Run research-paused: cancelled", "  Last phase: awaiting_review"]
     assert json.loads((await asyncio.to_thread(starter_cli, home, "status", "research-paused", "--json")).stdout)[
