@@ -183,7 +183,8 @@ async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = 
                 return None
             continue
         assert status.plan is not None
-        print(plan_text(status.plan))
+        if not watcher.live:  # on a terminal the panel above shows the whole plan: not twice
+            print(plan_text(status.plan))
         if not interactive:
             print(review_help(handle.id), file=sys.stderr)
         elif not await _interactive_review(handle):

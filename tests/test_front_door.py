@@ -10,12 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import io
 import json
 import os
+import pty
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -36,6 +41,7 @@ from runtime import embedded
 from tests.processes import REPO_DIR, free_port
 from tests.support import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
+from workflows.status_view import OFFLINE_NOTICE
 
 # The issue's bound: from the kill, each command is served by a replacement worker within 10 s (the
 # CLI's imports, the worker's start-up until it polls, and the query; the run then goes on to its
@@ -397,6 +403,56 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
     forced = await asyncio.to_thread(starter_cli, home, "run", QUESTION, "--no-wait", "--id", "research-paused",
                                      "--force")
     assert forced.returncode == 0, forced.stderr
+
+
+def run_on_a_terminal(env: dict[str, str], *args: str, answer: bytes, timeout: float = 120) -> tuple[int, bytes]:
+    """``starter.py *args`` with a pseudo-terminal (100x40) as stdin, stdout and stderr, as a person runs
+    it; ``answer`` is typed at the plan review prompt. Returns the exit code and all it wrote."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), *args], stdin=terminal, stdout=terminal,
+                               stderr=terminal, env=env, cwd=REPO_DIR, start_new_session=True)
+    os.close(terminal)
+    written, answered, deadline = b"", False, time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([controller], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the command ended and closed the terminal
+                break
+            if not chunk:
+                break
+            written += chunk
+            if not answered and b"Accept this plan?" in written:
+                os.write(controller, answer)
+                answered = True
+        return process.wait(timeout=30), written
+    finally:
+        os.close(controller)
+        if process.poll() is None:
+            process.kill()
+
+
+def test_on_a_terminal_the_plan_is_shown_once_in_the_live_panel(home: dict[str, str], completed_run: str) -> None:
+    """Issue #13, item 8: the plan was printed again below the live panel that already showed it.
+
+    The panel at review carries the whole plan (thought, locale, step descriptions), and nothing
+    repeats it between the panel and the prompt.
+    """
+    code, written = run_on_a_terminal(home, "run", QUESTION, "--id", "research-on-a-terminal", answer=b"a\n")
+    screen = written.decode(errors="replace")
+    assert code == 0, screen
+    before_prompt = screen[:screen.index("Accept this plan?")]
+    panel_end = before_prompt.rindex("╰")  # the bottom edge of the last panel drawn before the prompt
+    plan = json.loads(starter_cli(home, "status", "research-on-a-terminal", "--json").stdout)["plan"]
+    first_words = " ".join(plan["steps"][0]["description"].split()[:3])
+    for shown in (f"(locale {plan['locale']})", "Thought:", first_words):
+        assert shown in before_prompt[:panel_end], f"{shown!r} not in the panel: {before_prompt}"
+    after_panel = before_prompt[panel_end:]
+    assert plan["title"] not in after_panel and plan["steps"][0]["title"] not in after_panel, after_panel
+    assert "Plan accepted" in screen and OFFLINE_NOTICE in screen  # the report, after the research
 
 
 def one_error_line(code: int, err: str) -> None:
