@@ -183,6 +183,7 @@ async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     class Watcher:
         closed = None
+        live = False  # no panel: the plan is printed as text
 
         def __init__(self, **_kwargs: Any) -> None:
             pass
