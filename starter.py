@@ -33,8 +33,6 @@ from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.encryption import EncryptionConfigError
 from runtime.shutdown import exit_now
-from server.serve import serve as serve_command
-from server.serve import serve_codec
 from workflows.models import ReportStyle
 
 
@@ -67,6 +65,21 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         print(f"Error: {message} (see `{self.prog} --help`)", file=sys.stderr)
         raise SystemExit(2)
+
+
+async def serve_command(args: argparse.Namespace) -> int:
+    """``serve``. Its web stack (Starlette, uvicorn) is imported here, so that no other command, and no
+    recovery from a dead worker (which every command can do), waits for it."""
+    from server.serve import serve
+
+    return await serve(args)
+
+
+async def codec_command(args: argparse.Namespace) -> int:
+    """``codec-server``, with the web stack imported here for the same reason as ``serve``."""
+    from server.serve import serve_codec
+
+    return await serve_codec(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -158,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--no-token-on-private-network", action="store_true",
                        help="listen beyond loopback without DEERFLOW_CODEC_TOKEN: only where the port is "
                             "published on the host's loopback alone (as docker-compose.yml does)")
-    codec.set_defaults(handler=serve_codec)
+    codec.set_defaults(handler=codec_command)
 
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)

@@ -17,15 +17,17 @@ import asyncio
 import logging
 import os
 import signal
+from datetime import timedelta
 
 from temporalio.worker import Interceptor
 
 from activities.isolated import start_fork_server
+from activities.lazy import preload
 from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
 from activities.tool_metrics import ToolMetricsInterceptor
-from config.settings import load_settings
+from config.settings import Settings, load_settings
 from offline.providers import offline_banner, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
@@ -49,6 +51,12 @@ def parse_queues(value: str) -> tuple[QueueKind, ...]:
             raise argparse.ArgumentTypeError(f"unknown queue {name!r}; choose from {known}")
         kinds.extend(kind for kind in chosen if kind not in kinds)
     return tuple(kinds)
+
+# How long a workflow task offered to this worker's sticky queue waits there before the server moves
+# it to the shared queue. The SDK's 10 s is the whole delay before a replacement worker can resume a
+# run whose worker died (and answer its status query); a live worker picks its tasks up in
+# milliseconds, so 2 s still keeps its cached runs on it.
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -83,22 +91,35 @@ async def main(argv: list[str] | None = None) -> None:
         interceptors.append(ToolMetricsInterceptor(settings))
         logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
     sandbox = SandboxActivities(settings)
-    if {"main", "tools"} & set(queues):
-        await asyncio.to_thread(start_fork_server, settings)  # so the first crawl does not pay 1-3 s for it
-    if "sandbox" in queues:
-        await sandbox.self_check()  # says at start whether the code is contained, or refused
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
-                            sandbox=sandbox, interceptors=interceptors)
+                            sandbox=sandbox, interceptors=interceptors,
+                            sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     polled = [worker.task_queue for worker in workers]
     logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
     try:
-        async with running(workers):
+        # A warm-up that fails stops the worker, as a failure at start would.
+        async with running(workers), asyncio.TaskGroup() as group:
+            group.create_task(warm_up(queues, settings, sandbox))
             await stop.wait()
     finally:
         providers.stop()
+
+
+async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities) -> None:
+    """Start-up work that waits until the workers poll, so that a worker replacing a dead one
+    resumes its runs first (the front door and a crashed run wait for that first poll).
+
+    Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
+    python_repl_tool call, the fork server (1-3 s) is started by the first extraction, and the model and
+    MCP libraries (seconds) are imported by the first call that needs them.
+    """
+    if "sandbox" in queues:
+        await sandbox.self_check()  # says whether the code is contained, or refused
+    if {"main", "model", "tools"} & set(queues):  # the fork server imports in its own process: they overlap
+        await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload())
 
 
 if __name__ == "__main__":

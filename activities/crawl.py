@@ -54,7 +54,6 @@ from typing import Any, Literal
 import charset_normalizer
 import httpx
 import lxml.html
-import trafilatura
 from lxml import etree
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -523,6 +522,8 @@ def parse_html(document: str) -> lxml.html.HtmlElement | None:
 
 def _trafilatura_markdown(markup: str, url: str) -> str | None:
     """Main content as markdown, or None when trafilatura finds none (or fails)."""
+    import trafilatura  # here: only extraction children run this, so the worker never pays its import
+
     try:
         markdown = trafilatura.extract(
             markup,

@@ -28,8 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import trafilatura
-
 from activities.crawl import decode_body, prepare_html
 from activities.isolated import Limits, run_blocking
 from config.settings import Settings
@@ -131,6 +129,8 @@ def _html(document: str) -> tuple[str | None, str]:
 
 def _trafilatura_text(markup: str) -> str | None:
     """Main content as markdown (headings kept for titles and context), None if none found."""
+    import trafilatura  # here: only extraction children run this, so the worker never pays its import
+
     try:
         text = trafilatura.extract(
             markup,

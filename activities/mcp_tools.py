@@ -1,4 +1,4 @@
-"""MCP servers' tools as two activities: ``mcp_list_tools`` and ``mcp_call_tool``.
+"""What the MCP activities (``activities/mcp_activities.py``) do: list a server's tools, call one.
 
 Why it is built this way:
 
@@ -54,7 +54,6 @@ from mcp.shared.exceptions import MCPError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
 from activities.secret_scrubber import SecretScrubber
 from activities.url_guard import HostNotFound, UrlRefused, validate_url
 from config.mcp_servers import MCPServerConfig, MissingVariable, expand_placeholders
@@ -542,69 +541,58 @@ def cap_with_count(text: str, limit: int) -> str:
     return text[: max(limit - len(marker), 0)].rstrip() + marker
 
 
-class McpActivities:
-    """``mcp_list_tools`` and ``mcp_call_tool``, built with the worker's settings: the operator's
-    server table and guards, and the secrets to keep out of what a server's stderr puts in the log."""
+async def list_tools(request: MCPListRequest, settings: Settings, scrubber: SecretScrubber) -> MCPToolList:
+    """The server's tools as ToolSpecs named ``mcp_<server>_<tool>``, filtered by ``enabled_tools``.
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.scrubber = SecretScrubber.for_settings(settings)
+    None when the operator did not add the server to ``request.agent`` (DeerFlow's ``add_to_agents``),
+    decided here because the workflow does not see the operator's table.
+    """
+    server = operator_server(request.server_name, settings)
+    if request.agent not in server.add_to_agents:
+        return MCPToolList(server_name=request.server_name)
 
-    @activity.defn(name="mcp_list_tools")
-    @heartbeating
-    async def mcp_list_tools(self, request: MCPListRequest) -> MCPToolList:
-        """The server's tools as ToolSpecs named ``mcp_<server>_<tool>``, filtered by ``enabled_tools``.
+    async def work(session: ClientSession, progress: _Progress) -> MCPToolList:
+        specs: dict[str, ToolSpec] = {}
+        listed = await _list_all_tools(session, progress)
+        for tool in _enabled(listed, server.enabled_tools, request.enabled_tools):
+            spec = tool_spec(request.server_name, tool)
+            if spec.name in specs:
+                activity.logger.warning(
+                    "MCP server %r: tool %r shares the name %s with another tool; keeping the first",
+                    request.server_name,
+                    tool.name,
+                    spec.name,
+                )
+                continue
+            specs[spec.name] = spec
+        return MCPToolList(server_name=request.server_name, tools=list(specs.values()))
 
-        None when the operator did not add the server to ``request.agent`` (DeerFlow's ``add_to_agents``),
-        decided here because the workflow does not see the operator's table.
-        """
-        server = operator_server(request.server_name, self.settings)
-        if request.agent not in server.add_to_agents:
-            return MCPToolList(server_name=request.server_name)
+    session = _with_session(request.server_name, server, settings, scrubber, work)
+    return await _finish_cleanup_on_cancel(session)
 
-        async def work(session: ClientSession, progress: _Progress) -> MCPToolList:
-            specs: dict[str, ToolSpec] = {}
-            listed = await _list_all_tools(session, progress)
-            for tool in _enabled(listed, server.enabled_tools, request.enabled_tools):
-                spec = tool_spec(request.server_name, tool)
-                if spec.name in specs:
-                    activity.logger.warning(
-                        "MCP server %r: tool %r shares the name %s with another tool; keeping the first",
-                        request.server_name,
-                        tool.name,
-                        spec.name,
-                    )
-                    continue
-                specs[spec.name] = spec
-            return MCPToolList(server_name=request.server_name, tools=list(specs.values()))
 
-        session = _with_session(request.server_name, server, self.settings, self.scrubber, work)
-        return await _finish_cleanup_on_cancel(session)
+async def call_tool(request: MCPCallRequest, settings: Settings, scrubber: SecretScrubber) -> MCPCallResult:
+    """Call one tool (``request.tool``: its original name); the server's tool errors come back as is_error."""
+    server = operator_server(request.server_name, settings)
 
-    @activity.defn(name="mcp_call_tool")
-    @heartbeating
-    async def mcp_call_tool(self, request: MCPCallRequest) -> MCPCallResult:
-        """Call one tool (``request.tool``: its original name); the server's tool errors come back as is_error."""
-        server = operator_server(request.server_name, self.settings)
+    async def work(session: ClientSession, progress: _Progress) -> MCPCallResult:
+        tools = _enabled(await _list_all_tools(session, progress), server.enabled_tools, request.enabled_tools)
+        name = resolve_tool(request.server_name, request.tool, tools)
+        with progress.step(f"calling tool {name!r}", CALL_TIMEOUT_SECONDS):
+            try:
+                result = await session.call_tool(name, request.arguments)
+            except MCPError as exc:
+                if exc.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
+                    raise
+                # The server rejected this call (bad arguments, internal error): the agent can read
+                # that and try differently; retrying the identical call would not help.
+                return MCPCallResult(
+                    content=cap_with_count(f"MCP error {exc.code}: {exc.message}", MAX_RESULT_CHARS), is_error=True
+                )
+            except RuntimeError as exc:
+                # The SDK's check of structured output against the tool's declared schema failed.
+                return MCPCallResult(content=cap_with_count(str(exc), MAX_RESULT_CHARS), is_error=True)
+        return MCPCallResult(content=format_content(result), is_error=bool(result.is_error))
 
-        async def work(session: ClientSession, progress: _Progress) -> MCPCallResult:
-            tools = _enabled(await _list_all_tools(session, progress), server.enabled_tools, request.enabled_tools)
-            name = resolve_tool(request.server_name, request.tool, tools)
-            with progress.step(f"calling tool {name!r}", CALL_TIMEOUT_SECONDS):
-                try:
-                    result = await session.call_tool(name, request.arguments)
-                except MCPError as exc:
-                    if exc.code in (mcp_types.CONNECTION_CLOSED, mcp_types.REQUEST_TIMEOUT):
-                        raise
-                    # The server rejected this call (bad arguments, internal error): the agent can read
-                    # that and try differently; retrying the identical call would not help.
-                    return MCPCallResult(
-                        content=cap_with_count(f"MCP error {exc.code}: {exc.message}", MAX_RESULT_CHARS), is_error=True
-                    )
-                except RuntimeError as exc:
-                    # The SDK's check of structured output against the tool's declared schema failed.
-                    return MCPCallResult(content=cap_with_count(str(exc), MAX_RESULT_CHARS), is_error=True)
-            return MCPCallResult(content=format_content(result), is_error=bool(result.is_error))
-
-        session = _with_session(request.server_name, server, self.settings, self.scrubber, work)
-        return await _finish_cleanup_on_cancel(session)
+    session = _with_session(request.server_name, server, settings, scrubber, work)
+    return await _finish_cleanup_on_cancel(session)

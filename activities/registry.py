@@ -15,9 +15,9 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.chat_activity import ChatActivity
 from activities.crawl import CrawlActivities
-from activities.llm import ModelActivities
-from activities.mcp_tools import McpActivities
+from activities.mcp_activities import McpActivities
 from activities.retrieval import RetrievalActivities
 from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
@@ -34,7 +34,7 @@ def queue_activities(
     """Each queue's activities. ``sandbox``: the worker's one sandbox (probed once), if it has one."""
     sandbox = sandbox or SandboxActivities(settings)
     mcp = McpActivities(settings)
-    model = [ModelActivities(settings).chat]
+    model = [ChatActivity(settings).chat]
     tools = [SearchActivities(settings).web_search, CrawlActivities(settings).crawl_tool,
              RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool]
     python = [sandbox.python_repl_tool]

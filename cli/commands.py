@@ -28,7 +28,6 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import CancelledError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
-from temporalio.worker import Replayer
 
 from activities.resource_roots import ResourcePolicy
 from cli.connection import NO_WORKER_ADVICE, CliError, connect, revive_worker
@@ -52,7 +51,6 @@ from workflows.models import (
     ReviewOutcome,
     RunStatus,
 )
-from workflows.research import DeepResearchWorkflow
 from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.status_view import offline_notice, outcome_lines
 from workflows.visibility import AWAITING, PHASE
@@ -193,7 +191,8 @@ async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = 
                 return None
             continue
         assert status.plan is not None
-        print(plan_text(status.plan))
+        if not watcher.live:  # on a terminal the panel above shows the whole plan: not twice
+            print(plan_text(status.plan))
         if not interactive:
             print(review_help(handle.id), file=sys.stderr)
         elif not await _interactive_review(handle):
@@ -518,6 +517,11 @@ async def replay(args: argparse.Namespace) -> int:
         raise CliError("replay needs a run ID or --file FILE.json")
     # The core would also log the failure as a coloured Rust warning; our one line says it already.
     quiet = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(filter=TelemetryFilter("ERROR", "ERROR"))))
+    # Imported here: the workflow and the SDK's worker are heavy, and only replay needs them.
+    from temporalio.worker import Replayer
+
+    from workflows.research import DeepResearchWorkflow
+
     replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings()), runtime=quiet)
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:

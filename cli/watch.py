@@ -41,7 +41,7 @@ from cli.connection import NO_WORKER_ADVICE, CliError
 from cli.render import ended_label
 from cli.terminal import printable, printable_model
 from runtime.retries import retries_of
-from workflows.models import Phase, ProgressEvent, RunStatus, StepState, StepStatus
+from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.status_view import (
     STEP_MARK,
     Retry,
@@ -178,10 +178,19 @@ def _awaiting_block(status: RunStatus, run_id: str) -> RenderableType | None:
 
 
 def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
+    """The plan's steps and their progress. While the plan awaits review it also shows what a
+    reviewer needs (the planner's thought, the locale, each step's description), as the plain
+    ``plan_text`` does: on a terminal this panel is the one copy of the plan on screen."""
     if status.plan is None:
         return None
     version = f"v{len(status.plan_history)} " if status.plan_history else ""
     title = Text(f"Plan {version}· {status.plan.title}", style="table.title")  # Text: never parsed as markup
+    reviewing = status.awaiting is Awaiting.PLAN_FEEDBACK
+    if reviewing:
+        title.append(f"  (locale {status.plan.locale})", style="dim")
+        if status.plan.thought:
+            title.append(f"\nThought: {status.plan.thought}", style="dim")
+    descriptions = {index: step.description for index, step in enumerate(status.plan.steps)} if reviewing else {}
     table = Table(title=title, title_justify="left", expand=True, show_edge=False, pad_edge=False)
     table.add_column("", width=1, no_wrap=True)
     table.add_column("#", justify="right", width=2, no_wrap=True)
@@ -190,7 +199,10 @@ def _plan_table(status: RunStatus, now: datetime) -> RenderableType | None:
     table.add_column("Time", justify="right", no_wrap=True)
     for step in status.steps:
         style = STEP_STYLE[step.state]
-        table.add_row(Text(STEP_MARK[step.state], style=style), str(step.index + 1), Text(step.title, style=style),
+        cell = Text(step.title, style=style)
+        if descriptions.get(step.index):
+            cell.append(f"\n{descriptions[step.index]}", style="dim")
+        table.add_row(Text(STEP_MARK[step.state], style=style), str(step.index + 1), cell,
                       step.step_type.value, _step_elapsed(step, now))
     return table
 

@@ -203,9 +203,9 @@ async def test_kill_while_waiting_for_review(client: Client, workers: WorkerSlot
     """The worker dies while the run waits for a person; the plan is accepted on the new worker.
 
     Nothing is in flight, so nothing is retried. The signal's workflow task may first be offered
-    to the dead worker's sticky queue and only move to the shared queue after the SDK's
-    ``sticky_queue_schedule_to_start_timeout`` (10 s), unless the server has already noticed that
-    no one polls the sticky queue: so resume is about max(worker start-up, 10 s) here.
+    to the dead worker's sticky queue and only move to the shared queue after the worker's
+    ``sticky_queue_schedule_to_start_timeout`` (2 s, worker.py), unless the server has already
+    noticed that no one polls the sticky queue: so resume is about the worker's start-up here.
     """
     await workers.live()
     handle = await start_run(client, "crash-review", auto_accept=False)

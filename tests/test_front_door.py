@@ -10,18 +10,23 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import io
 import json
 import os
+import pty
+import select
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from rich.console import Console
@@ -36,11 +41,21 @@ from runtime import embedded
 from tests.processes import REPO_DIR, free_port
 from tests.support import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
+from workflows.status_view import OFFLINE_NOTICE
 
-# The issue asks for 10 s. On an idle machine a replacement takes about 6 s (the CLI's imports,
-# then the worker's); on the shared 2-core test machine the worker's imports alone can take 12 s.
-# What must never come back is the old wait for the server to forget the dead poller (minutes).
-RECOVERY_SECONDS = 30.0
+# The issue's bound: from the kill, each command is served by a replacement worker within 10 s (the
+# CLI's imports, the worker's start-up until it polls, and the query; the run then goes on to its
+# report without a bound). What must never come back is the old wait for the server to forget the
+# dead poller (minutes), nor the 10 s the server held a task for the dead worker's sticky queue
+# (tests/test_worker_startup.py pins that part down on its own).
+RECOVERY_SECONDS = 10.0
+
+
+def recovery_bound() -> float:
+    """The issue's 10 s on an idle machine, stretched by how oversubscribed its cores are: every step
+    of a recovery is CPU-bound start-up (about 3 s of CPU), and on the shared test machine other test
+    runs can leave this one an eighth of a core. The measured times are printed either way."""
+    return RECOVERY_SECONDS * max(1.0, os.getloadavg()[0] / (os.cpu_count() or 1))
 QUESTION = "What is rain?"
 PROVIDER_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
                       "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL")
@@ -168,6 +183,7 @@ async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     class Watcher:
         closed = None
+        live = False  # no panel: the plan is printed as text
 
         def __init__(self, **_kwargs: Any) -> None:
             pass
@@ -311,16 +327,19 @@ def kill_worker(home: dict[str, str]) -> int:
     return pid
 
 
-def wait_for_line(process: subprocess.Popen[str], needle: str, timeout: float) -> list[str]:
-    assert process.stdout is not None
+def seconds_until_line(stream: IO[str], needle: str, since: float) -> tuple[float, list[str]]:
+    """When (seconds after ``since``) ``stream`` showed ``needle``, and the lines up to it. The wait
+    is generous, so a slow machine fails on the bound, with the measured times, rather than here."""
     lines: list[str] = []
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        line = process.stdout.readline()
+        line = stream.readline()
+        if not line:
+            break  # the command ended
         lines.append(line)
         if needle in line:
-            return lines
-    raise AssertionError(f"{needle!r} not seen in {timeout} s: {lines}")
+            return time.monotonic() - since, lines
+    raise AssertionError(f"{needle!r} not seen: {lines}")
 
 
 async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
@@ -336,21 +355,35 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
     dead = kill_worker(home)
     # status, watch and a new run, side by side, right after the crash: one replacement serves them all.
     began = time.monotonic()
-    watcher = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "watch", "research-paused", "--plain"],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=home, cwd=REPO_DIR)
+
+    def timed_status() -> tuple[subprocess.CompletedProcess[str], float]:
+        return starter_cli(home, "status", "research-paused"), time.monotonic() - began
+
+    def starter_process(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, env=home, cwd=REPO_DIR)
+
     report = tmp_path / "second.md"
-    status, ran = await asyncio.gather(
-        asyncio.to_thread(starter_cli, home, "status", "research-paused"),
-        asyncio.to_thread(starter_cli, home, "run", QUESTION, "--auto-accept", "-o", str(report)))
+    watcher = starter_process("watch", "research-paused", "--plain")
+    runner = starter_process("run", QUESTION, "--auto-accept", "-o", str(report))
+    assert watcher.stdout is not None and runner.stdout is not None
     try:
-        await asyncio.to_thread(wait_for_line, watcher, "Awaiting plan review", RECOVERY_SECONDS)
-        recovered = time.monotonic() - began
+        # The run has recovered when a worker answers it: its first phase comes from the workflow.
+        (status, status_seconds), (watch_seconds, _), (run_seconds, run_lines) = await asyncio.gather(
+            asyncio.to_thread(timed_status),
+            asyncio.to_thread(seconds_until_line, watcher.stdout, "Awaiting plan review", began),
+            asyncio.to_thread(seconds_until_line, runner.stdout, "phase → ", began))
+        run_output = "".join(run_lines) + (await asyncio.to_thread(runner.communicate, timeout=120))[0]
         assert status.returncode == 0 and "Awaiting: plan_feedback" in status.stdout, status.stderr
-        assert ran.returncode == 0 and report.read_text().startswith(OFFLINE_REPORT), ran.stderr
-        assert recovered < RECOVERY_SECONDS, recovered
+        assert runner.returncode == 0 and report.read_text().startswith(OFFLINE_REPORT), run_output
+        recovered = {"status": round(status_seconds, 1), "watch": round(watch_seconds, 1),
+                     "run": round(run_seconds, 1)}
+        bound = recovery_bound()
+        print(f"Recovered after the kill (s): {recovered}; bound {bound:.0f} s (load {os.getloadavg()[0]:.1f})")
+        assert max(recovered.values()) < bound, recovered
         assert worker_pid(home) != dead and embedded._start_time(worker_pid(home))
-        starts = (status.stderr + ran.stderr).count("Starting a background worker")
-        assert starts <= 1, status.stderr + ran.stderr
+        starts = (status.stderr + run_output).count("Starting a background worker")
+        assert starts <= 1, status.stderr + run_output
 
         # Cancelled: the watch, status and list say so above the last phase; a second cancel says it ended.
         cancelled = await asyncio.to_thread(starter_cli, home, "cancel", "research-paused")
@@ -359,8 +392,9 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
         assert "run cancelled: last phase awaiting_review" in out, out
         assert watcher.returncode == 1
     finally:
-        if watcher.poll() is None:
-            watcher.kill()
+        for process in (watcher, runner):
+            if process.poll() is None:
+                process.kill()
     shown = await asyncio.to_thread(starter_cli, home, "status", "research-paused")
     assert shown.stdout.splitlines()[:2] == ["Run research-paused: cancelled", "  Last phase: awaiting_review"]
     assert json.loads((await asyncio.to_thread(starter_cli, home, "status", "research-paused", "--json")).stdout)[
@@ -379,6 +413,56 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
     forced = await asyncio.to_thread(starter_cli, home, "run", QUESTION, "--no-wait", "--id", "research-paused",
                                      "--force")
     assert forced.returncode == 0, forced.stderr
+
+
+def run_on_a_terminal(env: dict[str, str], *args: str, answer: bytes, timeout: float = 120) -> tuple[int, bytes]:
+    """``starter.py *args`` with a pseudo-terminal (100x40) as stdin, stdout and stderr, as a person runs
+    it; ``answer`` is typed at the plan review prompt. Returns the exit code and all it wrote."""
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+    process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), *args], stdin=terminal, stdout=terminal,
+                               stderr=terminal, env=env, cwd=REPO_DIR, start_new_session=True)
+    os.close(terminal)
+    written, answered, deadline = b"", False, time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([controller], [], [], 0.5)[0]:
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # EIO: the command ended and closed the terminal
+                break
+            if not chunk:
+                break
+            written += chunk
+            if not answered and b"Accept this plan?" in written:
+                os.write(controller, answer)
+                answered = True
+        return process.wait(timeout=30), written
+    finally:
+        os.close(controller)
+        if process.poll() is None:
+            process.kill()
+
+
+def test_on_a_terminal_the_plan_is_shown_once_in_the_live_panel(home: dict[str, str], completed_run: str) -> None:
+    """Issue #13, item 8: the plan was printed again below the live panel that already showed it.
+
+    The panel at review carries the whole plan (thought, locale, step descriptions), and nothing
+    repeats it between the panel and the prompt.
+    """
+    code, written = run_on_a_terminal(home, "run", QUESTION, "--id", "research-on-a-terminal", answer=b"a\n")
+    screen = written.decode(errors="replace")
+    assert code == 0, screen
+    before_prompt = screen[:screen.index("Accept this plan?")]
+    panel_end = before_prompt.rindex("╰")  # the bottom edge of the last panel drawn before the prompt
+    plan = json.loads(starter_cli(home, "status", "research-on-a-terminal", "--json").stdout)["plan"]
+    first_words = " ".join(plan["steps"][0]["description"].split()[:3])
+    for shown in (f"(locale {plan['locale']})", "Thought:", first_words):
+        assert shown in before_prompt[:panel_end], f"{shown!r} not in the panel: {before_prompt}"
+    after_panel = before_prompt[panel_end:]
+    assert plan["title"] not in after_panel and plan["steps"][0]["title"] not in after_panel, after_panel
+    assert "Plan accepted" in screen and OFFLINE_NOTICE in screen  # the report, after the research
 
 
 def one_error_line(code: int, err: str) -> None:

@@ -35,12 +35,12 @@ from temporalio.testing import ActivityEnvironment
 
 import activities.mcp_tools as mcp_tools
 import activities.url_guard as url_guard
+from activities.mcp_activities import McpActivities
 from activities.mcp_tools import (
     CONFIG_ERROR,
     MAX_RESULT_CHARS,
     UNAVAILABLE,
     UNKNOWN_TOOL,
-    McpActivities,
     format_content,
 )
 from config.mcp_servers import MCPServerConfig

@@ -69,6 +69,22 @@ def test_panel_highlights_a_pending_review_with_the_commands() -> None:
     assert "plan_feedback" in text and "[ACCEPTED]" in text
 
 
+def test_panel_under_review_shows_the_whole_plan_once_accepted_only_its_progress() -> None:
+    """On a terminal the panel is the one copy of the plan on screen (``run`` prints no second one),
+    so at review it carries what the plain plan has: thought, locale and each step's description."""
+    status = sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK, review_deadline=at(86400))
+    assert status.plan is not None
+    plan = status.plan.model_copy(update={"thought": "Three steps, costs last.", "locale": "en-GB", "steps": [
+        step.model_copy(update={"description": f"Describe {step.title.lower()}."}) for step in status.plan.steps]})
+    reviewing = text_of(render_status(status.model_copy(update={"plan": plan}), "research-abc", T0), width=120)
+    for expected in ("(locale en-GB)", "Thought: Three steps, costs last.", "Describe background and key facts.",
+                     "Describe cost data.", "Describe outlook."):
+        assert expected in reviewing, f"{expected!r} missing from:\n{reviewing}"
+    accepted = status.model_copy(update={"plan": plan, "awaiting": None, "phase": Phase.RESEARCHING})
+    running = text_of(render_status(accepted, "research-abc", T0), width=120)
+    assert "Background and key facts" in running and "Describe" not in running and "Thought" not in running
+
+
 def test_panel_shows_a_clarifying_question_and_how_to_answer() -> None:
     status = sample_status(phase=Phase.AWAITING_CLARIFICATION, awaiting=Awaiting.CLARIFICATION,
                            question="Which market do you mean?", plan=None, steps=[])

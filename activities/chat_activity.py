@@ -1,0 +1,35 @@
+"""The ``chat`` activity as the worker registers it: the model turn of ``activities/llm.py``,
+imported on first use.
+
+langchain and the openai SDK take seconds to import (``python -X importtime worker.py``), and a
+worker that replaces a dead one must poll at once (``activities/lazy.py``). So the worker registers
+this light class, and the turn itself (prompt, context window, output cap, provider errors) stays
+in ``activities/llm.py``, which the tests also drive directly.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import activity
+
+from activities.lazy import load
+from config.settings import Settings
+from workflows.models import ChatRequest, ChatResponse
+
+
+class ChatActivity:
+    """Built with the worker's settings; holds the one ``ModelActivities`` (and its caches of
+    context windows and tool support) once the first call has imported it."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._model: Any = None
+
+    @activity.defn(name="chat")
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        """One model turn (``activities.llm.ModelActivities.chat`` heartbeats and records telemetry)."""
+        if self._model is None:
+            self._model = (await load("activities.llm")).ModelActivities(self.settings)
+        self._model.settings = self.settings  # the settings this object holds now (tests swap them)
+        return await self._model.chat(request)

@@ -1,0 +1,83 @@
+"""How fast a replacement worker takes over a dead one's runs (issue #13, item 1).
+
+Two things decide it, besides the machine: what a worker does before it polls, and how long the
+server holds a run's workflow task for the dead worker's sticky queue before offering it to the
+shared queue (the worker's ``sticky_queue_schedule_to_start_timeout``). The front-door test
+(tests/test_front_door.py) times the whole recovery; these pin each part down, independently of
+how loaded the machine is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from temporalio.client import Client
+
+from runtime import embedded
+from tests.processes import REPO_DIR, DevServer, WorkerProcess, wait_for_worker
+from tests.support import run_id
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+
+# Each costs seconds of start-up; the activities that need them import them on first use.
+HEAVY_FOR_THE_WORKER = ("langchain_core", "langchain_openai", "openai", "mcp", "trafilatura")
+# Only `serve` and `replay` need them; every other command may be reviving a dead worker.
+HEAVY_FOR_THE_CLI = ("uvicorn", "fastapi", "server.app", "workflows.research")
+
+
+def modules_loaded_by(module: str, candidates: tuple[str, ...]) -> list[str]:
+    code = f"import sys, {module}; print(' '.join(m for m in {candidates!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True, text=True, timeout=120,
+                          check=True)
+    return done.stdout.split()
+
+
+def test_the_worker_starts_without_the_model_mcp_and_extraction_libraries() -> None:
+    assert modules_loaded_by("worker", HEAVY_FOR_THE_WORKER) == []
+
+
+def test_the_cli_starts_without_the_web_stack_and_the_workflow() -> None:
+    assert modules_loaded_by("starter", HEAVY_FOR_THE_CLI) == []
+
+
+async def wait_for_review(client: Client, workflow_id: str) -> None:
+    handle = client.get_workflow_handle(workflow_id)
+    deadline = time.monotonic() + 120
+    while (await handle.query("status", result_type=RunStatus)).phase is not Phase.AWAITING_REVIEW:
+        assert time.monotonic() < deadline, "the run never reached its plan review"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_dead_workers_paused_run_is_answered_by_another_worker_within_seconds(
+        dev_server: DevServer, client: Client, tmp_path: Path) -> None:
+    """Worker A holds the paused run in its cache (its sticky queue); B already polls. A dies, and a
+    status query must reach B after A's sticky timeout (2 s), not the SDK's default 10 s."""
+    first = WorkerProcess(dev_server.address, tmp_path / "a.log").start()
+    second: WorkerProcess | None = None
+    try:
+        await wait_for_worker(client, tmp_path / "a.log", timeout=120)
+        handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question="What is rain?"),
+                                             id=run_id("sticky"), task_queue=TASK_QUEUE, result_type=ResearchResult)
+        await wait_for_review(client, handle.id)  # A answers: the run is now sticky to A
+        second = WorkerProcess(dev_server.address, tmp_path / "b.log").start()
+        assert second.process is not None
+        deadline = time.monotonic() + 120
+        while not any(identity.startswith(f"{second.process.pid}@") for identity in await embedded._pollers(client)):
+            assert time.monotonic() < deadline, (tmp_path / "b.log").read_text()
+            await asyncio.sleep(0.2)
+        first.kill()
+        began = time.monotonic()
+        status = await handle.query("status", result_type=RunStatus)
+        answered = time.monotonic() - began
+        print(f"Status answered {answered:.1f} s after the kill")
+        assert status.phase is Phase.AWAITING_REVIEW
+        # 2 s on the dead worker's sticky queue, then B replays the run; the old default alone was 10 s.
+        assert answered < 8, f"the query waited {answered:.1f} s"
+        await handle.cancel()
+    finally:
+        first.kill()
+        if second is not None:
+            second.kill()
