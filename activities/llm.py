@@ -26,6 +26,7 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import token_stream
 from activities.context_budget import (
     count_request_tokens,
     count_tool_tokens,
@@ -36,7 +37,6 @@ from activities.context_budget import (
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.prompts import render_prompt
-from activities.token_stream import TokenStreams
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from workflows.plan_parsing import plan_json_schema
@@ -230,7 +230,6 @@ class ModelActivities:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.tokens = TokenStreams(settings)
 
     @activity.defn(name="chat")
     @heartbeating
@@ -250,7 +249,8 @@ class ModelActivities:
             runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
             try:
                 async with provider_slot("llm", settings.llm_max_concurrency):
-                    reply = await self.tokens.invoke(runnable, _to_langchain(system_prompt, messages), request.prompt)
+                    reply = await token_stream.invoke(runnable, _to_langchain(system_prompt, messages),
+                                                       request.prompt, settings)
                 break
             except openai.APIStatusError as error:
                 if error.status_code in FORMAT_REFUSED and index + 1 < len(formats):

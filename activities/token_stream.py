@@ -173,29 +173,24 @@ class Publisher:
             self.stopped = True
 
 
-class TokenStreams:
-    """The ``chat`` activity's hook: the model call, streamed to the sink when there is one."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self.scrubber = SecretScrubber.for_settings(settings)
-
-    async def invoke(self, runnable: Any, messages: list[BaseMessage], agent: str) -> AIMessage:
-        """``runnable.ainvoke(messages)``, or the same reply assembled from its stream while previewing it."""
-        sink = configured_sink(self.settings)
-        if sink is None:
-            return await runnable.ainvoke(messages)
-        info = activity.info()
-        head = {"workflow_id": info.workflow_id or "", "run_id": info.workflow_run_id or "",
-                "activity_id": info.activity_id, "attempt": info.attempt, "agent": agent}
-        publisher = Publisher(sink, head, self.scrubber, self.settings)
-        complete = False
-        try:
-            reply = await _assemble(runnable.astream(messages), publisher)
-            complete = True
-        finally:
-            publisher.finish(complete)
-        return reply
+async def invoke(runnable: Any, messages: list[BaseMessage], agent: str, settings: Settings) -> AIMessage:
+    """The ``chat`` activity's hook: ``runnable.ainvoke(messages)``, or, when there is a sink, the
+    same reply assembled from the model's stream while its text is previewed."""
+    sink = configured_sink(settings)
+    if sink is None:
+        return await runnable.ainvoke(messages)
+    info = activity.info()
+    head = {"workflow_id": info.workflow_id or "", "run_id": info.workflow_run_id or "",
+            "activity_id": info.activity_id, "attempt": info.attempt, "agent": agent}
+    # Built per call, like the settings it comes from: a worker's settings can be swapped (tests do).
+    publisher = Publisher(sink, head, SecretScrubber.for_settings(settings), settings)
+    complete = False
+    try:
+        reply = await _assemble(runnable.astream(messages), publisher)
+        complete = True
+    finally:
+        publisher.finish(complete)
+    return reply
 
 
 async def _assemble(chunks: AsyncIterator[AIMessageChunk], publisher: Publisher) -> AIMessage:

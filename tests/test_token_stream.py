@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm import ModelActivities
@@ -24,8 +25,9 @@ from server.live import Previews
 from tests.conftest import settings_with
 from tests.fake_http import FakeHTTPServer, Reply
 from tests.processes import free_port
+from tests.support import start
 from tests.test_llm_activity import COORDINATOR
-from workflows.models import ChatMessage, ChatRequest, ChatResponse
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome
 
 TOKEN = "stream-token-for-tests-0123456789"
 REPORTER = ChatRequest(prompt="reporter", prompt_vars={"CURRENT_TIME": "now", "locale": "en-US",
@@ -64,7 +66,11 @@ async def settled(server: FakeHTTPServer, text: str, timeout: float = 5) -> None
 
 async def test_the_reply_streams_to_the_sink_as_a_prefix_chain(
         provider_env: dict[str, str], model_server: FakeModelServer, sink: FakeHTTPServer) -> None:
-    response = await chat(streaming(provider_env, f"{sink.base_url}/internal/token-stream"), attempt=3)
+    model_server.piece_seconds = 0.05  # a model generating at a visible pace
+    try:
+        response = await chat(streaming(provider_env, f"{sink.base_url}/internal/token-stream"), attempt=3)
+    finally:
+        model_server.piece_seconds = 0.0
     assert response.finish_reason == "stop" and response.usage.total_tokens > 0
     assert model_server.requests[-1]["stream"] is True
     await settled(sink, response.message.content)
@@ -117,6 +123,14 @@ async def test_a_secret_in_the_reply_is_never_published(sink: FakeHTTPServer, pr
     await publisher.task
     published = "".join(d["text"] for d in deltas(sink))
     assert published == "The key is "[:len(published)] and "sk-live" not in published
+
+
+async def test_a_run_with_its_sink_down_completes(provider_env: dict[str, str], time_worker: Client,
+                                                 configure_worker: Callable[[Settings], None]) -> None:
+    configure_worker(streaming(provider_env, f"http://127.0.0.2:{free_port()}/internal/token-stream"))
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT and result.report
 
 
 def test_the_local_serve_announces_the_sink_to_the_embedded_worker(tmp_path: Path) -> None:
