@@ -51,6 +51,10 @@ class TokenHub:
             with contextlib.suppress(asyncio.QueueFull):
                 queue.put_nowait(delta)
 
+    def following(self, workflow_id: str) -> int:
+        """How many streams follow ``workflow_id`` now."""
+        return len(self._subscribers.get(workflow_id, ()))
+
     @contextlib.contextmanager
     def subscribe(self, workflow_id: str) -> Iterator[asyncio.Queue[Delta | FeedItem | None]]:
         queue: asyncio.Queue[Delta | FeedItem | None] = asyncio.Queue(SUBSCRIBER_QUEUE)
