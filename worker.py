@@ -31,6 +31,7 @@ from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
 from workflows.models import TASK_QUEUE
+from workflows.prompt_enhancer import PromptEnhancerWorkflow
 from workflows.queues import sandbox_queue
 from workflows.research import DeepResearchWorkflow
 
@@ -65,7 +66,8 @@ async def main(argv: list[str] | None = None) -> None:
     if "main" in queues:
         await asyncio.to_thread(start_fork_server, settings)  # so the first crawl does not pay 1-3 s for it
         activities = activities_for(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox)
-        workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow], activities=activities,
+        workers.append(Worker(client, task_queue=TASK_QUEUE, workflows=[DeepResearchWorkflow, PromptEnhancerWorkflow],
+                              activities=activities,
                               interceptors=interceptors, max_cached_workflows=settings.max_cached_workflows))
     if "sandbox" in queues:
         await sandbox.self_check()  # says at start whether the code is contained, or refused

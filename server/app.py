@@ -28,6 +28,7 @@ from activities.token_stream import PATH as TOKEN_STREAM_PATH
 from config.settings import Settings
 from server import sse
 from server.chat import ChatTurns, problem
+from server.enhance import enhance
 from server.live import Ingest, TokenHub
 from server.runs import Runs
 from server.security import Guard, RequestError, read_json
@@ -118,6 +119,9 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
     async def show(request: Request) -> Any:
         return await runs.show(request.path_params["run"])
 
+    async def prompt_enhance(request: Request) -> Any:
+        return await enhance(client, await read_json(request, limit))
+
     async def token_stream(request: Request) -> Response:
         """Workers' token previews (activities/token_stream.py): shared token, size-capped, no reply body."""
         if not hub.authorised(request.headers.get("authorization")):
@@ -140,6 +144,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
         Route("/api/chat/cancel", endpoint(chat_cancel), methods=["POST"]),
         Route("/api/config", endpoint(config), methods=["GET"]),
         Route("/api/rag/resources", endpoint(rag_resources), methods=["GET"]),
+        Route("/api/prompt/enhance", endpoint(prompt_enhance), methods=["POST"]),
         Route("/api/runs", endpoint(list_runs), methods=["GET"]),
         Route("/api/runs", endpoint(start_run), methods=["POST"]),
         Route("/api/runs/{run:str}", endpoint(show), methods=["GET"]),
