@@ -8,20 +8,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
+from typing import cast
 
+import httpx
 import pytest
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm import ModelActivities
 from activities.secret_scrubber import SecretScrubber
-from activities.token_stream import ANNOUNCEMENT, Delta, Publisher, Sink, announce, configured_sink
+from activities.token_stream import ANNOUNCEMENT, PATH, Delta, Publisher, Sink, announce, configured_sink
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
+from server.app import create_app
 from server.feed import FeedItem
-from server.live import Previews
+from server.live import Previews, TokenHub
 from tests.conftest import settings_with
 from tests.fake_http import FakeHTTPServer, Reply
 from tests.processes import free_port
@@ -171,3 +174,39 @@ def test_a_gap_ends_the_preview_and_the_final_message_stands_alone() -> None:
     assert previews.preview(_delta("world", 6)) is None
     final = FeedItem((0, 9, 0), "message_chunk", {"id": "wf/0.9", "stream_id": "wf/live.r.5.1", "content": "Hi"})
     assert previews.continuation(final).data["id"] == "wf/0.9"
+
+
+async def test_the_sink_endpoint_takes_only_the_shared_token_and_bounded_bodies(provider_env: dict[str, str]) -> None:
+    settings = settings_with(provider_env, DEERFLOW_TOKEN_STREAM_TOKEN=TOKEN, DEERFLOW_WEB_MAX_BODY_BYTES="4096")
+    hub = TokenHub(settings)
+    app = create_app(cast(Client, None), settings, hub=hub)  # the sink needs no Temporal
+    delta = {"workflow_id": "wf", "run_id": "r", "activity_id": "1", "attempt": 1, "agent": "reporter",
+             "offset": 0, "text": "Hello"}
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1") as http:
+        def post(body: object, token: str | None = TOKEN) -> Awaitable[httpx.Response]:
+            headers = {"Authorization": f"Bearer {token}"} if token else {}
+            return http.post(PATH, json=body, headers=headers)
+
+        with hub.subscribe("wf") as queue:
+            assert (await post({"deltas": [delta]}, token=None)).status_code == 401
+            assert (await post({"deltas": [delta]}, token=TOKEN + "x")).status_code == 401
+            assert (await post({"deltas": [delta | {"text": "x" * 5000}]})).status_code == 413
+            assert (await post({"deltas": [delta | {"attempt": 0}]})).status_code == 400
+            assert queue.empty()
+            assert (await post({"deltas": [delta]})).status_code == 204
+            assert queue.get_nowait().text == "Hello"
+
+
+async def test_a_sink_that_falls_behind_ends_the_preview(sink: FakeHTTPServer, provider_env: dict[str, str]) -> None:
+    sink.inject(Reply(204, delay=1.0))
+    settings = settings_with(provider_env, DEERFLOW_TOKEN_STREAM_MAX_PENDING="1024", DEERFLOW_TOKEN_STREAM_TIMEOUT="2")
+    publisher = Publisher(Sink(url=sink.base_url, token=TOKEN), {"workflow_id": "w"}, SecretScrubber([]), settings)
+    publisher.add("first piece")
+    while not sink.requests:  # the first send is under way, and slow
+        await asyncio.sleep(0.01)
+    for _ in range(30):
+        publisher.add("y" * 64)
+    assert publisher.stopped, "past the operator's pending limit, the rest is not previewed"
+    publisher.finish(complete=True)
+    await publisher.task
+    assert "".join(d["text"] for d in deltas(sink)) == "first piece"
