@@ -5,6 +5,7 @@ The real ChatOpenAI streams from the fake model; the sink is a scriptable loopba
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import dataclasses
 import time
@@ -14,14 +15,16 @@ from typing import cast
 
 import httpx
 import pytest
+import uvicorn
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from activities.llm import ModelActivities
 from activities.secret_scrubber import SecretScrubber
 from activities.token_stream import ANNOUNCEMENT, PATH, Delta, Publisher, Sink, announce, configured_sink
-from config.settings import Settings
+from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer, Fault
+from server import serve
 from server.app import create_app
 from server.feed import FeedItem
 from server.live import Previews, TokenHub
@@ -211,3 +214,21 @@ async def test_a_sink_that_falls_behind_ends_the_preview(sink: FakeHTTPServer, p
     publisher.finish(complete=True)
     await publisher.task
     assert "".join(d["text"] for d in deltas(sink)) == "first piece"
+
+
+async def test_serve_announces_its_sink_while_it_runs(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
+    announced: list[Sink | None] = []
+
+    async def no_temporal() -> Client:
+        return cast(Client, None)
+
+    async def serving(server: uvicorn.Server) -> None:
+        announced.append(configured_sink(load_settings()))
+
+    monkeypatch.setattr(serve, "connect", no_temporal)
+    monkeypatch.setattr(uvicorn.Server, "serve", serving)
+    assert await serve.serve(argparse.Namespace(host="127.0.0.1", port=8123)) == 0
+    [sink] = announced
+    assert sink is not None and sink.url == "http://127.0.0.1:8123/internal/token-stream"
+    assert not (tmp_path / ANNOUNCEMENT).exists(), "withdrawn when the server stops"
