@@ -26,6 +26,7 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities import token_stream
 from activities.context_budget import (
     count_request_tokens,
     count_tool_tokens,
@@ -342,7 +343,8 @@ class ModelActivities:
             runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
             try:
                 async with provider_slot("llm", settings.llm_max_concurrency):
-                    return await runnable.ainvoke(_to_langchain(system_prompt, messages))
+                    return await token_stream.invoke(runnable, _to_langchain(system_prompt, messages),
+                                                      request.prompt, settings)
             except openai.APIStatusError as error:
                 overflow = overflow_of(error)
                 if overflow is not None:  # a 400 too, but not about the format

@@ -24,6 +24,7 @@ from activities.search import SearchActivities
 from config.settings import Settings
 from sandbox.activity import SandboxActivities
 from workflows.models import TASK_QUEUE
+from workflows.prompt_enhancer import PromptEnhancerWorkflow
 from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 from workflows.research import DeepResearchWorkflow
 
@@ -72,7 +73,7 @@ def build_workers(
             continue
         options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows, **worker_options}
         if kind == "main":
-            options["workflows"] = [DeepResearchWorkflow]
+            options["workflows"] = [DeepResearchWorkflow, PromptEnhancerWorkflow]
         workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
                               interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
                               **options))

@@ -42,6 +42,8 @@ class SecretScrubber:
     def __init__(self, secrets: Iterable[str]) -> None:
         values = sorted({value for value in secrets if len(value) >= MIN_SECRET_CHARS}, key=len, reverse=True)
         self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
+        # Text streamed piece by piece is checked with this much overlap (activities/token_stream.py).
+        self.longest = len(values[0]) if values else 0
 
     def scrub(self, text: str) -> str:
         return self._pattern.sub(REDACTED, text) if self._pattern else text

@@ -281,6 +281,20 @@ class Settings(BaseModel):
         """The operator's price for ``model``, else the default table's; None: unpriced."""
         return self.model_prices.get(model) or default_price(model)
 
+    # Token previews (issue #14; activities/token_stream.py, server/live.py): the chat activity
+    # publishes its reply as it is generated to the API server's /internal/token-stream, best
+    # effort and never durable. Unset URL: the sink the local `serve` announces under <home>
+    # (the embedded default). The token is the shared secret between workers and API servers; a
+    # server with none makes a new one at each start and announces it. Off: no streaming at all.
+    token_stream: bool = Field(default=True, alias="DEERFLOW_TOKEN_STREAM")
+    token_stream_url: str | None = Field(default=None, pattern=r"^https?://", alias="DEERFLOW_TOKEN_STREAM_URL")
+    token_stream_token: str | None = Field(default=None, alias="DEERFLOW_TOKEN_STREAM_TOKEN")
+    # Seconds one publish may take before the rest of that reply goes unpublished.
+    token_stream_timeout: float = Field(default=0.5, gt=0, le=10, alias="DEERFLOW_TOKEN_STREAM_TIMEOUT")
+    # Characters waiting for a slow sink before the rest of that reply goes unpublished.
+    token_stream_max_pending: int = Field(default=65_536, ge=1024, le=4 * 1024 * 1024,
+                                          alias="DEERFLOW_TOKEN_STREAM_MAX_PENDING")
+
     @field_validator("web_allowed_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: Any) -> Any:

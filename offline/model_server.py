@@ -83,7 +83,8 @@ class Fault:
 
     @classmethod
     def truncated(cls, *, agent: str | None = None) -> Fault:
-        """Promise a longer body than is sent, then close: the client sees a cut-off response."""
+        """Promise a longer body than is sent, then close: the client sees a cut-off response
+        (a streamed call: the server hangs up halfway through the deltas)."""
         return cls("truncated", agent=agent)
 
     @classmethod
@@ -239,13 +240,15 @@ class FakeModelServer:
     """The offline model on a background thread; also a context manager (start/stop)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0,
-                 *, ignore_tools: bool = False, n_ctx: int | None = None) -> None:
+                 *, ignore_tools: bool = False, n_ctx: int | None = None, piece_seconds: float = 0.0) -> None:
         self.latency_seconds = latency_seconds
         # A window, as llama-server's ``-c``: reported by /v1/models, and a longer prompt is refused.
         self.n_ctx = n_ctx
         # As llama-server does for a chat template without tool support: ``tools`` and ``tool_choice``
         # are dropped unread, so every agent answers in text, as if it had been offered none.
         self.ignore_tools = ignore_tools
+        # Seconds between streamed deltas: a model generating at a human-visible pace (token previews).
+        self.piece_seconds = piece_seconds
         self.requests: list[dict[str, Any]] = []
         self.verbose = False
         self._faults: list[Fault] = []
@@ -361,10 +364,10 @@ class FakeModelServer:
         completion = self._completion(number, body, content, calls)
         if fault is not None and fault.kind == "loop":
             completion["choices"][0]["finish_reason"] = "length"
-        if fault is not None and fault.kind == "truncated":
+        if body.get("stream"):
+            self._send_stream(handler, completion, body, cut=fault is not None and fault.kind == "truncated")
+        elif fault is not None and fault.kind == "truncated":
             self._send_truncated(handler, completion)
-        elif body.get("stream"):
-            self._send_stream(handler, completion, body)
         else:
             send_json(handler, 200, completion)
 
@@ -436,9 +439,11 @@ class FakeModelServer:
         with contextlib.suppress(OSError):
             handler.connection.shutdown(socket.SHUT_RDWR)
 
-    @staticmethod
-    def _send_stream(handler: _Handler, completion: dict[str, Any], body: dict[str, Any]) -> None:
-        """SSE in HTTP/1.1 chunked encoding: role, content/tool-call deltas, finish, usage, [DONE]."""
+    def _send_stream(self, handler: _Handler, completion: dict[str, Any], body: dict[str, Any], cut: bool) -> None:
+        """SSE in HTTP/1.1 chunked encoding: role, content/tool-call deltas, finish, usage, [DONE].
+
+        ``cut`` (the ``truncated`` fault on a streamed call) hangs up halfway through the deltas.
+        """
         choice = completion["choices"][0]
         message = choice["message"]
         base = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint")}
@@ -468,7 +473,14 @@ class FakeModelServer:
         handler.send_header("Transfer-Encoding", "chunked")
         handler.end_headers()
         lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events] + ["data: [DONE]\n\n"]
-        for line in lines:
+        for number, line in enumerate(lines):
+            if cut and number == len(lines) // 2:
+                handler.close_connection = True
+                with contextlib.suppress(OSError):
+                    handler.connection.shutdown(socket.SHUT_RDWR)
+                return
+            if number and self.piece_seconds > 0:
+                self._stopping.wait(self.piece_seconds)
             data = line.encode()
             handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
             handler.wfile.flush()
@@ -482,9 +494,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=18080)
     parser.add_argument("--latency", type=float, default=0.0, help="seconds to sleep before each answer")
+    parser.add_argument("--piece-latency", type=float, default=0.0, help="seconds between streamed deltas")
     parser.add_argument("--verbose", action="store_true", help="log every request")
     args = parser.parse_args(argv)
-    server = FakeModelServer(args.host, args.port, args.latency)
+    server = FakeModelServer(args.host, args.port, args.latency, piece_seconds=args.piece_latency)
     server.verbose = args.verbose
     print(server.base_url, flush=True)
     try:

@@ -30,7 +30,7 @@ AGENT_TOOLS = (
 )
 # Turns without tools (the analyst, the reporter, any agent's final summarising turn) are told
 # apart by the role their prompt opens with.
-ROLE_RE = re.compile(r"^You are an? (researcher|coder|analyst|reporter)\b", re.MULTILINE)
+ROLE_RE = re.compile(r"^You are an? (researcher|coder|analyst|reporter|prompt enhancer)\b", re.MULTILINE)
 LOCALE_RE = re.compile(r"Locale:\s*([A-Za-z]{2,3}-[A-Za-z]{2,4})")
 MAX_STEPS_RE = re.compile(r"at most\s+(\d+)\s+steps", re.IGNORECASE)
 STYLE_RE = re.compile(r"Report style:\s*([A-Za-z_]+)")
@@ -141,7 +141,7 @@ def detect_agent(body: dict[str, Any]) -> str | None:
     if (body.get("response_format") or {}).get("type") in ("json_object", "json_schema"):
         return "planner"
     match = ROLE_RE.search(system_text(body.get("messages") or []))
-    return match.group(1) if match else None
+    return match.group(1).replace(" ", "_") if match else None
 
 
 def is_chinese(text: str) -> bool:
@@ -807,6 +807,31 @@ def reporter(body: dict[str, Any]) -> ScriptedReply:
 # ---------------------------------------------------------------- dispatch
 
 
+# What each report style's enhanced prompt asks for (the enhancer's prompt names the style).
+ENHANCER_FOCUS = {
+    "academic": "a rigorous, well-cited analysis of the evidence, its methods and its limits",
+    "popular_science": "a clear explanation for curious non-specialists, with concrete examples",
+    "news": "the latest developments, who is involved and why they matter now",
+    "social_media": "a short, engaging summary of the key facts people should know",
+    "strategic_investment": "the market, the main players, growth drivers, risks and the outlook",
+}
+
+
+def prompt_enhancer(body: dict[str, Any]) -> ScriptedReply:
+    """DeerFlow's prompt enhancer: the original prompt, made specific, in the tags it asks for."""
+    messages = body.get("messages") or []
+    style = STYLE_RE.search(system_text(messages))
+    user = text_of(_users(messages)[-1].get("content")) if _users(messages) else ""
+    original, _, context = user.removeprefix("Original prompt:").partition("Additional context:")
+    topic = " ".join(original.split()).rstrip("?.! ") or "the topic"
+    focus = ENHANCER_FOCUS.get(style.group(1) if style else "", ENHANCER_FOCUS["academic"])
+    extra = f" Take into account: {_shorten(' '.join(context.split()), 300)}." if context.strip() else ""
+    text = (f"Research {topic}. Cover the background, the current state and the main open questions, "
+            f"compare the leading approaches or positions with evidence from reliable sources, and "
+            f"give {focus}.{extra}")
+    return ScriptedReply(content=f"<enhanced_prompt>\n{text}\n</enhanced_prompt>")
+
+
 def plain_chat(body: dict[str, Any]) -> ScriptedReply:
     """No DeerFlow agent recognised: a short, honest answer (summarising tool output if there is any)."""
     messages = body.get("messages") or []
@@ -824,7 +849,7 @@ def plain_chat(body: dict[str, Any]) -> ScriptedReply:
 
 AGENTS: dict[str, Callable[[dict[str, Any]], ScriptedReply]] = {
     "coordinator": coordinator, "planner": planner, "researcher": researcher, "coder": coder,
-    "analyst": analyst, "reporter": reporter,
+    "analyst": analyst, "reporter": reporter, "prompt_enhancer": prompt_enhancer,
 }
 
 

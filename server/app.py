@@ -24,10 +24,13 @@ from temporalio.service import RPCError
 
 from activities.doc_extract import SUPPORTED_SUFFIXES
 from activities.resource_roots import ResourcePolicy
+from activities.token_stream import PATH as TOKEN_STREAM_PATH
 from config.settings import Settings
 from offline.providers import offline_parts
 from server import sse
 from server.chat import ChatTurns, problem
+from server.enhance import enhance
+from server.live import Ingest, TokenHub
 from server.runs import Runs
 from server.security import Guard, RequestError, read_json
 from server.threads import ThreadError, checked_thread_id, latest_run
@@ -37,9 +40,11 @@ SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 MAX_RESOURCES = 200
 
 
-def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> Starlette:
-    chat = ChatTurns(client, settings)
-    runs = Runs(client, settings)
+def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub: TokenHub | None = None,
+               ) -> Starlette:
+    hub = hub or TokenHub(settings)
+    chat = ChatTurns(client, settings, hub)
+    runs = Runs(client, settings, hub)
     limit = settings.web_max_body_bytes
     streams = sse.StreamLimit(settings.web_max_streams)
 
@@ -115,6 +120,23 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
     async def show(request: Request) -> Any:
         return await runs.show(request.path_params["run"])
 
+    async def prompt_enhance(request: Request) -> Any:
+        return await enhance(client, await read_json(request, limit))
+
+    async def token_stream(request: Request) -> Response:
+        """Workers' token previews (activities/token_stream.py): shared token, size-capped, no reply body."""
+        if not hub.authorised(request.headers.get("authorization")):
+            return JSONResponse({"detail": "token previews need the shared token"}, status_code=401)
+        try:
+            ingest = Ingest.model_validate(await read_json(request, limit))
+        except RequestError as error:
+            return JSONResponse({"detail": str(error)}, status_code=error.status)
+        except ValidationError as error:
+            return JSONResponse({"detail": problem(error)}, status_code=400)
+        for delta in ingest.deltas:
+            hub.publish(delta)
+        return Response(status_code=204)
+
     async def page(request: Request) -> Response:
         return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": PAGE_POLICY})
 
@@ -123,6 +145,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
         Route("/api/chat/cancel", endpoint(chat_cancel), methods=["POST"]),
         Route("/api/config", endpoint(config), methods=["GET"]),
         Route("/api/rag/resources", endpoint(rag_resources), methods=["GET"]),
+        Route("/api/prompt/enhance", endpoint(prompt_enhance), methods=["POST"]),
         Route("/api/runs", endpoint(list_runs), methods=["GET"]),
         Route("/api/runs", endpoint(start_run), methods=["POST"]),
         Route("/api/runs/{run:str}", endpoint(show), methods=["GET"]),
@@ -131,6 +154,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0) -> 
         Route("/api/runs/{run:str}/answer", endpoint(answer), methods=["POST"]),
         Route("/api/runs/{run:str}/cancel", endpoint(cancel), methods=["POST"]),
         Route("/", page, methods=["GET"]),
+        Route(TOKEN_STREAM_PATH, token_stream, methods=["POST"]),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),
     ]
     middleware = [

@@ -29,7 +29,8 @@ from temporalio.service import RPCError
 
 from config.settings import Settings
 from server import sse
-from server.feed import PAGE_ONLY, follow
+from server.feed import PAGE_ONLY, FeedItem, follow
+from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import ThreadError, checked_thread_id, latest_run, run_count, workflow_id
 from workflows.errors import failure_message
@@ -105,9 +106,10 @@ def problem(error: Exception) -> str:
 class ChatTurns:
     """Starts or resumes the thread's run for one turn, then streams its feed to the turn's end."""
 
-    def __init__(self, client: Client, settings: Settings) -> None:
+    def __init__(self, client: Client, settings: Settings, hub: TokenHub) -> None:
         self.client = client
         self.prefix = settings.web_thread_prefix
+        self.hub = hub
 
     async def stream(self, body: Any, keep_alive: float) -> AsyncIterator[str]:
         thread_id = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
@@ -126,8 +128,15 @@ class ChatTurns:
 
     async def _turn(self, workflow: str, run_id: str | None, thread_id: str,
                     after: tuple[int, int, int] | None) -> AsyncIterator[str]:
+        previews = Previews(thread_id)
         try:
-            async for item in follow(self.client, workflow, run_id, thread_id, after):
+            feed = follow(self.client, workflow, run_id, thread_id, after)
+            async for entry in with_previews(feed, self.hub, workflow):
+                if not isinstance(entry, FeedItem):
+                    if (chunk := previews.preview(entry)) is not None:
+                        yield sse.event("message_chunk", chunk)
+                    continue
+                item = previews.continuation(entry)  # DeerFlow's UI joins chunks by id: send only the rest
                 if item.event not in PAGE_ONLY:
                     yield sse.event(item.event, item.data)
                 if item.ends_turn:

@@ -28,6 +28,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
+from activities.token_stream import stream_id
 from workflows.models import (
     ChatRequest,
     ChatResponse,
@@ -96,6 +97,8 @@ class _Scheduled:
     request: Any
     call_id: str | None = None
     agent: str | None = None
+    activity_id: str = ""
+    attempt: int = 1
 
 
 @dataclass
@@ -114,6 +117,8 @@ class Translator:
     # messages by id, so ids must differ between runs and not only within one.
     workflow_id: str
     ordinal: int = 0
+    # This run's id as its activities see it (the started event's), for the previews' stream ids.
+    run_id: str = ""
     scheduled: dict[int, _Scheduled] = field(default_factory=dict)
     pending: list[_PendingCall] = field(default_factory=list)
     citations: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -121,8 +126,14 @@ class Translator:
     async def translate(self, event: HistoryEvent) -> list[FeedItem]:
         items: list[tuple[str, dict[str, Any], bool]] = []
         kind = event.event_type
-        if kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+        if kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+            self.run_id = event.workflow_execution_started_event_attributes.original_execution_run_id
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             await self._scheduled(event)
+        elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED:
+            started = event.activity_task_started_event_attributes
+            if started.scheduled_event_id in self.scheduled:
+                self.scheduled[started.scheduled_event_id].attempt = started.attempt
         elif kind == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED:
             attributes = event.activity_task_completed_event_attributes
             items = await self._completed(event.event_id, attributes.scheduled_event_id, attributes.result)
@@ -153,7 +164,7 @@ class Translator:
         if activity not in _INPUTS:
             return
         request = await self._decode(attributes.input, _INPUTS[activity])
-        entry = _Scheduled(activity, request)
+        entry = _Scheduled(activity, request, activity_id=attributes.activity_id)
         if activity != "chat":
             match = next((p for p in self.pending if _matches(p.call, activity, request)), None)
             if match is not None:
@@ -167,7 +178,8 @@ class Translator:
             return []
         value = await self._decode(result, _RESULTS[entry.activity])
         if entry.activity == "chat":
-            return self._message(self._message_id(event_id), entry.request.prompt, value)
+            preview = stream_id(self.workflow_id, self.run_id, entry.activity_id, entry.attempt)
+            return self._message(self._message_id(event_id), entry.request.prompt, value, preview)
         if isinstance(value, SearchResponse):
             for hit in value.results:
                 self.citations.setdefault(hit.url, {"url": hit.url, "title": hit.title,
@@ -184,9 +196,11 @@ class Translator:
         return [("tool_call_result", self._common(entry.call_id, entry.agent) | {
             "tool_call_id": entry.call_id, "content": f"Error: {message}"}, False)]
 
-    def _message(self, message_id: str, agent: str, response: ChatResponse) -> list[tuple[str, dict, bool]]:
+    def _message(self, message_id: str, agent: str, response: ChatResponse,
+                 preview: str) -> list[tuple[str, dict, bool]]:
+        """The model turn's message; ``stream_id`` names the token preview it supersedes (server/live.py)."""
         reply = response.message
-        common = self._common(message_id, agent)
+        common = self._common(message_id, agent) | {"stream_id": preview}
         question = next((c for c in reply.tool_calls if c.name == "ask_clarification"), None)
         if agent == "coordinator" and question is not None:
             text = str(question.arguments.get("question") or reply.content)

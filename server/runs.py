@@ -19,7 +19,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from config.settings import Settings
 from runtime.retries import retries_of
 from server import sse
-from server.feed import follow, parse_position
+from server.feed import FeedItem, follow, parse_position
+from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import workflow_id
 from workflows.errors import failure_message
@@ -49,8 +50,9 @@ class AnswerBody(BaseModel):
 
 
 class Runs:
-    def __init__(self, client: Client, settings: Settings) -> None:
+    def __init__(self, client: Client, settings: Settings, hub: TokenHub) -> None:
         self.client = client
+        self.hub = hub
         self.prefix = settings.web_thread_prefix
 
     async def handle(self, run: str) -> WorkflowHandle:
@@ -122,11 +124,17 @@ class Runs:
         await (await self.handle(run)).cancel()
 
     async def events(self, run: str, after: str | None) -> AsyncIterator[str]:
-        """The run's whole feed after ``after`` (an item id), with ids, live until the run ends."""
+        """The run's whole feed after ``after`` (an item id), with ids, live until the run ends,
+        and the token previews of its model turns in between (without ids: they are not resumed)."""
+        previews = Previews(run)
         try:
             first = await _first_run_id(self.client, run)
-            async for item in follow(self.client, run, first, run, parse_position(after)):
-                yield sse.event(item.event, item.data, item.id)
+            feed = follow(self.client, run, first, run, parse_position(after))
+            async for entry in with_previews(feed, self.hub, run):
+                if isinstance(entry, FeedItem):
+                    yield sse.event(entry.event, previews.final(entry).data, entry.id)
+                elif (chunk := previews.preview(entry)) is not None:
+                    yield sse.event("message_chunk", chunk)
         except RPCError as error:
             yield sse.event("error", {"thread_id": run, "error": f"the feed was interrupted: {error.message}"})
             return

@@ -13,11 +13,14 @@ import sys
 
 import uvicorn
 
+from activities.token_stream import PATH as TOKEN_STREAM_PATH
+from activities.token_stream import announce
 from cli.connection import CliError, connect
 from config.settings import load_settings
 from runtime.converter import data_converter
 from server.app import create_app
 from server.codec import create_codec_app
+from server.live import TokenHub
 from server.security import RequestError, check_bind
 
 
@@ -31,9 +34,15 @@ async def serve(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"Research page: http://{host}:{args.port}/   (DeerFlow's UI: API base http://{host}:{args.port}/api/)",
           file=sys.stderr)
-    config = uvicorn.Config(create_app(client, settings), host=args.host, port=args.port, log_level="warning",
-                            timeout_graceful_shutdown=2)
-    await uvicorn.Server(config).serve()
+    hub = TokenHub(settings)
+    config = uvicorn.Config(create_app(client, settings, hub=hub), host=args.host, port=args.port,
+                            log_level="warning", timeout_graceful_shutdown=2)
+    # Local workers (the embedded default) find where to send token previews here; see token_stream.
+    announced = announce(settings.home, f"http://{_local(args.host)}:{args.port}{TOKEN_STREAM_PATH}", hub.token)
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        announced.unlink(missing_ok=True)
     return 0
 
 
@@ -54,3 +63,12 @@ async def serve_codec(args: argparse.Namespace) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
     await uvicorn.Server(config).serve()
     return 0
+
+
+def _local(host: str) -> str:
+    """How a worker on this machine reaches a server bound to ``host`` (a wildcard: by loopback)."""
+    if host in ("0.0.0.0", ""):
+        return "127.0.0.1"
+    if host == "::":
+        return "[::1]"
+    return f"[{host}]" if ":" in host else host

@@ -12,14 +12,17 @@ from temporalio.client import Client
 
 from config.settings import Settings
 from server.app import create_app
+from server.live import TokenHub
 from tests.processes import free_port
 
 
 @contextlib.asynccontextmanager
-async def api_server(client: Client, settings: Settings, keep_alive: float = 15.0) -> AsyncIterator[str]:
-    """Serve the app until the block ends; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_app(client, settings, keep_alive=keep_alive), host="127.0.0.1",
+async def api_server(client: Client, settings: Settings, keep_alive: float = 15.0,
+                     hub: TokenHub | None = None, port: int | None = None) -> AsyncIterator[str]:
+    """Serve the app until the block ends (on ``port``, else a free one); yields its base URL."""
+    port = port or free_port()
+    app = create_app(client, settings, keep_alive=keep_alive, hub=hub)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1",
                                            port=port, log_level="warning", lifespan="off"))
     task = asyncio.create_task(server.serve())
     while not server.started:

@@ -5,7 +5,8 @@
 "use strict";
 
 const $ = (id) => document.getElementById(id);
-const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null, retryTimer: null };
+const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null,
+  retryTimer: null, previews: new Map() };
 
 function headers(json) {
   const h = json ? { "Content-Type": "application/json" } : {};
@@ -88,7 +89,8 @@ $("token-form").addEventListener("submit", (event) => {
 
 async function openRun(id) {
   if (state.feed) state.feed.abort();
-  Object.assign(state, { run: id, after: null, report: "", sources: new Map(), lastStatus: null });
+  Object.assign(state, { run: id, after: null, report: "", sources: new Map(), lastStatus: null,
+    previews: new Map() });
   for (const list of ["activity", "sources", "citations", "plan-steps"]) $(list).replaceChildren();
   $("report").replaceChildren();
   $("report-box").hidden = true;
@@ -227,8 +229,14 @@ function handleBlock(id, block) {
     refresh().catch(() => {});
     return "end";
   }
+  const data = JSON.parse(fields.data);
+  if (data.preview) {
+    showPreview(data);
+    return null;
+  }
   if (fields.id) state.after = fields.id;
-  showItem(fields.event, JSON.parse(fields.data));
+  if (data.stream_id) endPreviews(data.stream_id);
+  showItem(fields.event, data);
   refresh().catch(() => {});
   return null;
 }
@@ -259,6 +267,36 @@ function showItem(kind, data) {
   } else if (kind === "error") {
     $("run-error").hidden = false;
     $("run-error").textContent = data.error;
+  }
+}
+
+// Token previews: a model turn's text as it is generated (no feed id: not durable, not resumed).
+// The feed's final message of that turn (same stream_id) replaces it; a retried attempt is another
+// stream, and the final message ends every attempt's preview of that turn.
+function showPreview(data) {
+  let preview = state.previews.get(data.id);
+  if (!preview) {
+    const li = item("li", "", "preview");
+    li.append(item("span", data.agent, "agent"), item("span", ""));
+    if (data.agent !== "reporter") $("activity").append(li);
+    preview = { li, text: "", agent: data.agent };
+    state.previews.set(data.id, preview);
+  }
+  preview.text += data.content;
+  if (preview.agent === "reporter") {
+    $("report-box").hidden = false;
+    $("report").innerHTML = sanitisedReportHtml(preview.text);
+  } else {
+    preview.li.lastChild.textContent = ` ${preview.text.slice(-240)}`;
+  }
+}
+
+function endPreviews(streamId) {
+  const turn = streamId.slice(0, streamId.lastIndexOf(".") + 1);
+  for (const [id, preview] of state.previews) {
+    if (!id.startsWith(turn)) continue;
+    preview.li.remove();
+    state.previews.delete(id);
   }
 }
 

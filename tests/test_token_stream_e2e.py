@@ -1,0 +1,102 @@
+"""Token previews end to end: a real worker process streams a run's model turns to the API server,
+and a page following the run sees them before the durable final messages, which supersede them.
+
+The dev server, ``worker.py`` on the session's fake model (paced, so previews are visible) and the
+API server on free loopback ports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from config.settings import load_settings
+from offline.model_server import FakeModelServer, Fault
+from offline.providers import offline_env
+from offline.search_server import FakeSearchServer
+from server.threads import workflow_id
+from tests.processes import DevServer, WorkerProcess, start_worker
+from tests.web_server import api_server, parse_sse
+
+pytestmark = pytest.mark.timeout(120)
+TOKEN = "stream-token-for-e2e-0123456789ab"
+QUESTION = "How do heat pumps work?"
+PREFIX = "deerflow-web-"
+THREAD = "token-stream-e2e"
+
+
+@pytest.fixture
+async def base(client: Client) -> AsyncIterator[str]:
+    settings = load_settings().model_copy(update={"web_token": None, "token_stream_token": TOKEN})
+    async with api_server(client, settings) as url:
+        yield url
+
+
+async def worker(dev_server: DevServer, client: Client, tmp_path: Path, model: FakeModelServer,
+                 search: FakeSearchServer, sink: str) -> WorkerProcess:
+    return await start_worker(dev_server, client, tmp_path / "worker.log", **offline_env(model, search),
+                              DEERFLOW_HOME=str(tmp_path), DEERFLOW_TOKEN_STREAM_URL=sink,
+                              DEERFLOW_TOKEN_STREAM_TOKEN=TOKEN)
+
+
+async def read(http: httpx.AsyncClient, method: str, url: str, **kwargs: object) -> list[tuple[str, dict]]:
+    text = ""
+    async with http.stream(method, url, **kwargs) as response:  # type: ignore[arg-type]
+        async for chunk in response.aiter_text():
+            text += chunk
+    return parse_sse(text)
+
+
+async def follow(base: str) -> tuple[str, list[tuple[str, dict]], list[tuple[str, dict]]]:
+    """One run, asked as DeerFlow's UI asks (``/api/chat/stream``) and followed at the same time
+    as our page follows it (``/api/runs/ID/events``): both streams, to the run's end."""
+    run = workflow_id(PREFIX, THREAD, 1)
+    async with httpx.AsyncClient(timeout=90) as http:
+        turn = {"messages": [{"role": "user", "content": QUESTION}], "thread_id": THREAD,
+                "auto_accepted_plan": True, "max_step_num": 1, "enable_background_investigation": False}
+        deerflow = asyncio.create_task(read(http, "POST", f"{base}/api/chat/stream", json=turn))
+        while (await http.get(f"{base}/api/runs/{run}")).status_code != 200:
+            await asyncio.sleep(0.05)
+        page = await read(http, "GET", f"{base}/api/runs/{run}/events")
+        return run, page, await deerflow
+
+
+async def test_previews_come_first_and_a_retried_attempt_is_a_new_message(
+        dev_server: DevServer, client: Client, base: str, model_server: FakeModelServer,
+        search_server: FakeSearchServer, tmp_path: Path) -> None:
+    model_server.piece_seconds = 0.03
+    model_server.inject(Fault.truncated(agent="reporter"))  # the reporter's first attempt hangs up midway
+    process = await worker(dev_server, client, tmp_path, model_server, search_server, f"{base}/internal/token-stream")
+    try:
+        run, events, deerflow = await follow(base)
+    finally:
+        process.stop()
+        model_server.piece_seconds = 0.0
+    previews = [(i, data) for i, (kind, data) in enumerate(events) if data.get("preview")]
+    finals = {data["stream_id"]: (i, data) for i, (kind, data) in enumerate(events)
+              if kind == "message_chunk" and "stream_id" in data}
+    [(at, report)] = [(i, data) for i, data in finals.values() if data["agent"] == "reporter"]
+    assert report["stream_id"].startswith(f"{run}/live.") and report["stream_id"].endswith(".2")
+    shown = {sid: "".join(d["content"] for _, d in previews if d["id"] == sid)
+             for sid in {d["id"] for _, d in previews}}
+    assert shown[report["stream_id"]] == report["content"], "the retried attempt previewed the whole report"
+    assert all(i < at for i, d in previews if d["id"] == report["stream_id"]), "previews come before the final"
+    first = report["stream_id"][:-1] + "1"
+    assert first in shown and report["content"].startswith(shown[first]) and shown[first] != report["content"], \
+        "the cut attempt streamed part of the report under its own id"
+    assert all(d["agent"] and d["role"] == "assistant" for _, d in previews)
+    assert "done" in [kind for kind, _ in events] and "error" not in [kind for kind, _ in events]
+
+    # DeerFlow's UI joins message_chunk contents by id: the final message continues its preview,
+    # so every turn reads exactly once, under its preview's id; the cut attempt stays its own message.
+    joined: dict[str, str] = {}
+    for kind, data in deerflow:
+        if kind == "message_chunk":
+            joined[data["id"]] = joined.get(data["id"], "") + data.get("content", "")
+    assert joined[report["stream_id"]] == report["content"] and report["id"] not in joined, "the report twice"
+    assert joined[first] == shown[first]

@@ -1,0 +1,34 @@
+"""``PromptEnhancerWorkflow``: DeerFlow's prompt enhancer, one model turn as a workflow of its own.
+
+Why a workflow for one call: the model call then has the ``chat`` activity's retries, timeouts
+and provider-error sorting like every other turn, runs on any worker, and is visible in the Web
+UI; the API server (``POST /api/prompt/enhance``) only starts it and waits for the answer.
+
+The input arrives undecoded and is validated here (workflows/enhance.py: sizes, style), so a bad
+request ends the run at once as Failed with the reason instead of failing its workflow task for ever.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult, enhanced_text
+    from workflows.model_calls import chat
+    from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.run_input import _decode
+
+
+@workflow.defn(name=ENHANCER_WORKFLOW)
+class PromptEnhancerWorkflow:
+    @workflow.run
+    async def run(self, raw: RawValue) -> EnhanceResult:
+        request = _decode(raw, EnhanceRequest, workflow.payload_converter())
+        usage = Usage()
+        turn = ChatRequest(prompt="prompt_enhancer",
+                           prompt_vars={"CURRENT_TIME": workflow.now().isoformat(timespec="seconds"),
+                                        "report_style": request.report_style.value},
+                           messages=[ChatMessage(role="user", content=request.message())])
+        response = await chat(turn, usage, summary="prompt enhancer")
+        return EnhanceResult(result=enhanced_text(response.message.content, request.prompt), usage=usage)
