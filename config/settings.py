@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -300,6 +301,19 @@ class Settings(BaseModel):
     def _split_origins(cls, value: Any) -> Any:
         if isinstance(value, str):
             return [origin.strip().rstrip("/") for origin in value.split(",") if origin.strip()]
+        return value
+
+    @field_validator("web_allowed_origins")
+    @classmethod
+    def _origins_are_origins(cls, value: list[str]) -> list[str]:
+        """A browser sends ``scheme://host[:port]`` and CORS compares it exactly, so anything else
+        (a JSON list, a path) would allow nothing while looking configured: refuse it by name."""
+        for origin in value:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query \
+                    or parts.fragment or any(c in parts.netloc for c in "\"' ,"):
+                raise ValueError(f"{origin!r} is not an origin like http://localhost:3000 "
+                                 "(DEERFLOW_WEB_ALLOWED_ORIGINS is a comma-separated list)")
         return value
 
     @field_validator("crawl_allow_hosts", mode="before")

@@ -670,7 +670,7 @@ def researcher(body: dict[str, Any]) -> ScriptedReply:
 STATS_CODE = '''import re
 from collections import Counter
 
-text = {text!r}
+text = {text}
 findings = re.findall(r"<finding>(.*?)</finding>", text, re.S)
 urls = set(re.findall(r"https?://[^\\s)\\]>\\"']+", text))
 prose = re.sub(r"(?m)^#+ .*$|</?finding>|https?://\\S+", " ", text)
@@ -686,6 +686,18 @@ print(f"| Words | {{len(words)}} |")
 print(f"| Distinct URLs | {{len(urls)}} |")
 print(f"| Top words | {{top}} |")
 '''
+
+
+def _string_literal(text: str) -> str:
+    """``text`` as Python source: short literals in parentheses rather than one long line.
+
+    DeerFlow's activity panel widens to a code card's longest line: one literal holding every
+    finding made that whole panel scroll sideways and cut off the text of every other card.
+    """
+    if not text:
+        return "''"
+    pieces = (line[start:start + 60] for line in text.splitlines(keepends=True) for start in range(0, len(line), 60))
+    return "(\n" + "".join(f"    {piece!r}\n" for piece in pieces) + ")"
 
 
 def _python_output(content: str) -> tuple[str, bool]:
@@ -712,7 +724,7 @@ def coder(body: dict[str, Any]) -> ScriptedReply:
     step = parse_step_input(messages)
     outputs = _tool_messages(messages)
     if not outputs and "python_repl_tool" in _tool_names(body):
-        code = STATS_CODE.format(text=step.completed)
+        code = STATS_CODE.format(text=_string_literal(step.completed))
         return ScriptedReply(tool_calls=(_call(messages, "python_repl_tool", {"code": code}),))
     zh = _zh(step.locale)
     if not outputs:

@@ -208,9 +208,9 @@ class Translator:
         if not reply.tool_calls:
             return [("message_chunk", common | _content(reply.content) | {"finish_reason": "stop"}, False)]
         self.pending.extend(_PendingCall(call, agent) for call in reply.tool_calls)
-        calls = [{"type": "tool_call", "id": c.id, "name": c.name, "args": c.arguments} for c in reply.tool_calls]
+        calls = [{"type": "tool_call", "id": c.id, "name": c.name, "args": _deerflow_args(c)} for c in reply.tool_calls]
         chunks = [{"type": "tool_call_chunk", "index": i, "id": c.id, "name": c.name,
-                   "args": json.dumps(c.arguments, ensure_ascii=False)} for i, c in enumerate(reply.tool_calls)]
+                   "args": json.dumps(_deerflow_args(c), ensure_ascii=False)} for i, c in enumerate(reply.tool_calls)]
         return [("tool_calls", common | {"tool_calls": calls, "tool_call_chunks": chunks}, False),
                 ("message_chunk", common | _content(reply.content) | {"finish_reason": "tool_calls"}, False)]
 
@@ -283,11 +283,25 @@ def _matches(call: ToolCall, activity: str, request: Any) -> bool:
     return activity == "mcp_call_tool" and arguments == request.arguments
 
 
+def _deerflow_args(call: ToolCall) -> dict[str, Any]:
+    """A tool call's arguments as DeerFlow's activity cards read them.
+
+    Its retriever card shows ``args.keywords`` (DeerFlow's ``local_search_tool`` argument); ours is
+    ``query``, so the card would name no search. Both are sent: our page reads ``query``.
+    """
+    if call.name == "local_search_tool" and "query" in call.arguments:
+        return {"keywords": call.arguments["query"]} | call.arguments
+    return call.arguments
+
+
 def _tool_text(request: Any, value: Any) -> str:
     """A tool's result in the shape DeerFlow's activity cards parse."""
     if isinstance(value, SearchResponse):
+        # Pages for the web search card and our page; DeerFlow's retriever card reads its
+        # Document.to_dict() ({id, content, url?, title?}), so local results also carry an id.
+        local = isinstance(request, LocalSearchRequest)
         return json.dumps([{"type": "page", "title": r.title, "url": r.url, "content": r.content}
-                           for r in value.results], ensure_ascii=False)
+                           | ({"id": r.url} if local else {}) for r in value.results], ensure_ascii=False)
     if isinstance(value, PythonResult):
         if value.exit_code == 0 and not value.stopped:
             return f"Successfully executed:\n```python\n{request.code}\n```\nStdout: {value.stdout}"

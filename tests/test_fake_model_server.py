@@ -266,6 +266,18 @@ def test_coder_runs_statistics_code_and_reports_its_output(server: FakeModelServ
     assert "failed" in failed.content and "NameError" in failed.content
 
 
+def test_the_coders_program_keeps_its_lines_short(server: FakeModelServer) -> None:
+    # DeerFlow's activity panel widens to the longest code line: the findings in one literal made
+    # every card in the panel scroll sideways (seen in the real UI).
+    finding = f"## Findings\n\n- {'Fasting lowers insulin. ' * 20}\n\n## References\n\n- [A](https://example.org/a)"
+    model = llm(server).bind_tools(tools("python_repl_tool"))
+    call = model.invoke([system("coder"), step_input("Statistics", [finding] * 10)])
+    code = call.tool_calls[0]["args"]["code"]
+    assert max(len(line) for line in code.splitlines()) < 100
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=10, check=True)
+    assert "| Findings | 10 |" in run.stdout
+
+
 def test_analyst_and_summarizing_turn_answer_without_tools(server: FakeModelServer) -> None:
     analysis = llm(server).invoke([system("analyst"), step_input("Weigh it", ["## Findings\n\n- Alpha beta."])])
     assert "## Analysis" in analysis.content and "Alpha beta." in analysis.content

@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from pydantic import ValidationError
+
 from config.settings import load_settings
 from offline.providers import start_offline_providers
 
@@ -42,3 +45,16 @@ def test_offline_providers_hand_back_settings_and_leave_the_environment_alone() 
 def test_offline_providers_serve_only_what_has_no_key() -> None:
     providers = start_offline_providers({"OPENAI_API_KEY": "sk-real", "SEARCH_API": "brave"})
     assert (providers.model, providers.search, providers.overrides) == (None, None, {})
+
+
+@pytest.mark.parametrize("value", ['["http://localhost:3000"]', "http://localhost:3000/chat", "localhost:3000",
+                                   "http://localhost:3000,ftp://x"])
+def test_an_allowed_origin_that_no_browser_sends_is_refused_by_name(value: str) -> None:
+    # A JSON list was once split on its comma into two origins no browser sends: the UI was refused.
+    with pytest.raises(ValidationError, match="DEERFLOW_WEB_ALLOWED_ORIGINS"):
+        load_settings({"DEERFLOW_WEB_ALLOWED_ORIGINS": value})
+
+
+def test_allowed_origins_are_a_comma_separated_list() -> None:
+    origins = load_settings({"DEERFLOW_WEB_ALLOWED_ORIGINS": "http://localhost:3000/, http://[::1]:3001"})
+    assert origins.web_allowed_origins == ["http://localhost:3000", "http://[::1]:3001"]
