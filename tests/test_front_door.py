@@ -495,6 +495,12 @@ BAD_INPUTS = [
     (["replay"], "replay needs a run ID or --file"),
     (["replay", "--file", "/nonexistent.json"], "Cannot read history file"),
     (["nonsense"], "invalid choice"),
+    (["blobs", "gc", "--older-than", "0.01"], "under the one-hour safety margin"),
+    (["blobs", "gc", "--older-than", "soon"], "is not a number of days"),
+    (["blobs"], "the following arguments are required: gc"),
+    (["codec-server", "--host", "0.0.0.0"], "Listening on 0.0.0.0 needs DEERFLOW_CODEC_TOKEN"),
+    (["codec-server", "--port", "0"], "must be at least 1"),
+    (["serve", "--host", "0.0.0.0"], "Listening on 0.0.0.0 needs DEERFLOW_WEB_TOKEN"),
 ]
 
 
@@ -520,7 +526,8 @@ def test_a_closed_pipe_is_a_quiet_exit_0(home: dict[str, str], completed_run: st
     """``starter.py … | head -c1``: the reader leaves at once; no traceback, exit code 0."""
     commands_to_cut = [["report", completed_run], ["status", completed_run, "--json"],
                        ["watch", completed_run, "--plain"], ["list"], ["history", completed_run],
-                       ["replay", completed_run], ["--help"], ["run", "--help"]]
+                       ["replay", completed_run], ["--help"], ["run", "--help"], ["blobs", "gc", "--dry-run"],
+                       ["codec-server", "--help"], ["serve", "--help"]]
     processes = []
     for args in commands_to_cut:
         read, write = os.pipe()
