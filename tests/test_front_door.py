@@ -36,7 +36,7 @@ import starter
 from cli import commands
 from cli.connection import CliError
 from cli.render import status_text
-from cli.watch import Watcher, render_status
+from cli.watch import Described, Watcher, render_status
 from runtime import embedded
 from tests.processes import REPO_DIR, free_port
 from tests.support import OFFLINE_REPORT
@@ -545,8 +545,8 @@ async def test_a_watch_revives_the_worker_when_none_answers_mid_run() -> None:
     revived: list[bool] = []
     answers = iter([TimeoutError("no poller"), RunStatus(phase=Phase.COMPLETED)])
 
-    async def describe(_handle: Any) -> WorkflowExecutionStatus:
-        return WorkflowExecutionStatus.COMPLETED if revived else WorkflowExecutionStatus.RUNNING
+    async def describe(_handle: Any) -> Described:
+        return Described(WorkflowExecutionStatus.COMPLETED if revived else WorkflowExecutionStatus.RUNNING)
 
     async def query(_handle: Any) -> RunStatus:
         answer = next(answers)

@@ -32,7 +32,6 @@ SCRUBBER = SecretScrubber.for_settings(Settings(OPENAI_API_KEY=KEY), environ={})
 def test_secret_values_cover_settings_env_and_mcp_servers() -> None:
     settings = Settings(
         OPENAI_API_KEY=KEY,
-        AWS_SECRET_ACCESS_KEY="aws-secret-value",
         TAVILY_API_KEY="offline",  # too short to be a secret: scrubbing it would mangle prose
         DEERFLOW_SECRET_ENV_NAMES="PLAIN_NAMED",
         MCP_SERVERS={
@@ -42,7 +41,9 @@ def test_secret_values_cover_settings_env_and_mcp_servers() -> None:
             )
         },
     )
-    environ = {"GH_HEADER_TOKEN": "gh-header-token", "MODE_VALUE": "mode-from-env", "DEPLOY_PASSWORD": "hunter2hunter2",
+    # AWS keys are botocore's to read from the environment (not settings): scrubbed by their names.
+    environ = {"AWS_SECRET_ACCESS_KEY": "aws-secret-value", "GH_HEADER_TOKEN": "gh-header-token",
+               "MODE_VALUE": "mode-from-env", "DEPLOY_PASSWORD": "hunter2hunter2",
                "PLAIN_NAMED": "listed-by-operator", "HOME": "/root/home/dir"}
 
     values = set(secret_values(settings, environ))

@@ -26,6 +26,7 @@ from cli.render import status_text
 from cli.watch import Watcher
 from offline.model_server import FakeModelServer, Fault
 from runtime.retries import retries_of
+from server.live import TokenHub
 from server.runs import Runs
 from tests.conftest import settings_with
 from tests.support import QUESTION
@@ -83,7 +84,8 @@ async def test_a_retried_calls_failure_reaches_the_server_with_the_providers_mes
         line = ("Retrying chat while coordinating: attempt 2 of 6, last error: Model provider returned HTTP 503: "
                 "The upstream model is overloaded; please retry later.")
         assert line in status_text(handle.id, status, retries=retries)
-        shown = await Runs(worker, settings_with(provider_env)).show(handle.id)  # the web page's view
+        settings = settings_with(provider_env)
+        shown = await Runs(worker, settings, TokenHub(settings)).show(handle.id)  # the web page's view
         assert shown["retries"] == [retry_line(retries[0], status)] and line in shown["retries"][0]
         for live in (False, True):
             out = io.StringIO()
