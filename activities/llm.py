@@ -172,6 +172,12 @@ def _tool_calls(reply: AIMessage) -> list[ToolCall]:
         for index, call in enumerate(reply.tool_calls)
     ]
     for call in reply.invalid_tool_calls:
+        if str(call.get("args")).strip() == "null":
+            # JSON null: no arguments. A streamed reply (token previews) reports it as invalid, where
+            # the whole reply's parse reads it as an empty object; both must mean the same call.
+            calls.append(ToolCall(id=call.get("id") or f"call_{len(calls)}", name=call.get("name") or "unknown",
+                                  arguments={}))
+            continue
         calls.append(
             ToolCall(
                 id=call.get("id") or f"invalid_{len(calls)}",
