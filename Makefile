@@ -18,7 +18,7 @@ demo: $(VENV)/.installed
 	$(PY) starter.py run "$(QUESTION)"
 
 test: $(VENV)/.installed
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

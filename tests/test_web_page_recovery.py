@@ -33,7 +33,9 @@ SLOW = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.0"}  # so the kill lands inside a m
 
 
 async def start_worker(dev_server: DevServer, client: Client, log: Path) -> WorkerProcess:
-    process = WorkerProcess(dev_server.address, log, env=SLOW).start()
+    # Its own home, shared with the serve process: the blobs both read, and the token-stream
+    # announcement a killed serve leaves behind (never in the checkout's .deerflow).
+    process = WorkerProcess(dev_server.address, log, env={**SLOW, "DEERFLOW_HOME": str(log.parent / "home")}).start()
     await wait_for_worker(client, log)
     return process
 
@@ -56,6 +58,7 @@ class ServeProcess:
     def __init__(self, address: str, port: int, log: Path) -> None:
         env = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
         env["TEMPORAL_ADDRESS"] = address
+        env["DEERFLOW_HOME"] = str(log.parent / "home")
         self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "serve", "--port", str(port)],
                                         cwd=REPO_DIR, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
                                         start_new_session=True)
