@@ -23,10 +23,9 @@ from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
 from config.settings import Settings
 from sandbox.activity import SandboxActivities
+from workflows.catalog import WORKFLOWS
 from workflows.models import TASK_QUEUE
-from workflows.prompt_enhancer import PromptEnhancerWorkflow
 from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
-from workflows.research import DeepResearchWorkflow
 
 
 def queue_activities(
@@ -73,7 +72,7 @@ def build_workers(
             continue
         options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows, **worker_options}
         if kind == "main":
-            options["workflows"] = [DeepResearchWorkflow, PromptEnhancerWorkflow]
+            options["workflows"] = list(WORKFLOWS)
         workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
                               interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
                               **options))

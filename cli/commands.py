@@ -520,9 +520,9 @@ async def replay(args: argparse.Namespace) -> int:
     # Imported here: the workflow and the SDK's worker are heavy, and only replay needs them.
     from temporalio.worker import Replayer
 
-    from workflows.research import DeepResearchWorkflow
+    from workflows.catalog import WORKFLOWS
 
-    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=data_converter(load_settings()), runtime=quiet)
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter(load_settings()), runtime=quiet)
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
         print(printable(f"Replay FAILED for {recorded.workflow_id}: {_failure_text(outcome.replay_failure)}"))

@@ -26,7 +26,8 @@ from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities
 from tests.support import QUESTION
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ReportStyle, ResearchRequest, RunStatus
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
@@ -49,6 +50,8 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
                      [Fault.plan_without_title()]),
     # A first plan claiming enough context: reviewed like any other, then reported from nothing.
     "no_research_review": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], [Fault.no_research_plan()]),
+    # DeerFlow's prompt enhancer, its own small workflow (POST /api/prompt/enhance).
+    "prompt_enhance": (EnhanceRequest(prompt="solar panels on school roofs", report_style=ReportStyle.NEWS), [], []),
 }
 
 
@@ -79,9 +82,9 @@ async def record(names: list[str]) -> None:
             for name in names:
                 request, feedback, faults = SCENARIOS[name]
                 providers.model.inject(*faults)
-                handle = await env.client.start_workflow(
-                    WORKFLOW_TYPE, request, id=f"history-{name}", task_queue=TASK_QUEUE, result_type=ResearchResult,
-                )
+                workflow_type = ENHANCER_WORKFLOW if isinstance(request, EnhanceRequest) else WORKFLOW_TYPE
+                handle = await env.client.start_workflow(workflow_type, request, id=f"history-{name}",
+                                                         task_queue=TASK_QUEUE)
                 reviewed: str | None = None
                 for message in feedback:
                     if isinstance(message, list):

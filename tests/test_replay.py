@@ -16,7 +16,9 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+import starter
 from tests.history_checks import HISTORIES, load, most_pending, tool_batches
+from workflows.catalog import WORKFLOWS
 from workflows.models import ChatMessage, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 
@@ -25,7 +27,7 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 def test_the_reference_scenarios_are_recorded() -> None:
     assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
-            "no_research_review"} <= {
+            "no_research_review", "prompt_enhance"} <= {
         path.stem for path in RECORDED}
 
 
@@ -43,7 +45,7 @@ def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood() -> None
 
 @pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])
 async def test_recorded_history_replays_with_current_code(path: Path) -> None:
-    replayer = Replayer(workflows=[DeepResearchWorkflow], data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
@@ -92,3 +94,9 @@ def test_the_no_research_history_waited_for_review_and_ran_no_step() -> None:
     signals = [event.workflow_execution_signaled_event_attributes.signal_name for event in history.events
                if event.HasField("workflow_execution_signaled_event_attributes")]
     assert signals == ["plan_feedback"]
+
+
+def test_the_cli_replays_every_workflow_type(capsys: pytest.CaptureFixture[str]) -> None:
+    """``starter.py replay --file`` knows the prompt enhancer's runs too, not only research runs."""
+    assert starter.main(["replay", "--file", str(HISTORIES / "prompt_enhance.json")]) == 0
+    assert "Replay OK" in capsys.readouterr().out
