@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -111,15 +111,16 @@ class Settings(BaseModel):
             return json.loads(value)
         return value
 
-    @field_validator("mcp_allow_hosts", mode="before")
+    @field_validator("mcp_allow_hosts", "crawl_allow_hosts", mode="before")
     @classmethod
-    def _split_mcp_hosts(cls, value: Any) -> Any:
-        return [host.strip().lower() for host in value.split(",") if host.strip()] if isinstance(value, str) else value
+    def _split_hosts(cls, value: Any) -> Any:
+        return _comma_separated(value, lambda host: host.lower())
 
-    @field_validator("secret_env_names", mode="before")
+    # Not lower-cased, unlike hosts: variable and executable names are case-sensitive.
+    @field_validator("secret_env_names", "mcp_allowed_commands", mode="before")
     @classmethod
-    def _split_secret_names(cls, value: Any) -> Any:
-        return [name.strip() for name in value.split(",") if name.strip()] if isinstance(value, str) else value
+    def _split_names(cls, value: Any) -> Any:
+        return _comma_separated(value)
 
     # Per-provider concurrency inside one worker process (see activities/limits.py).
     llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
@@ -235,13 +236,6 @@ class Settings(BaseModel):
                                       alias="DEERFLOW_CODEC_MAX_BODY_BYTES")
     codec_port: int | None = Field(default=None, ge=1, le=65535, alias="DEERFLOW_CODEC_PORT")
 
-    @field_validator("codec_allowed_origins", mode="before")
-    @classmethod
-    def _split_codec_origins(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [origin.strip().rstrip("/") for origin in value.split(",") if origin.strip()]
-        return value
-
     def codec_origins(self) -> list[str]:
         """The browser origins the codec server answers: the operator's, else the embedded Web UI's."""
         if self.codec_allowed_origins is not None:
@@ -296,12 +290,10 @@ class Settings(BaseModel):
     token_stream_max_pending: int = Field(default=65_536, ge=1024, le=4 * 1024 * 1024,
                                           alias="DEERFLOW_TOKEN_STREAM_MAX_PENDING")
 
-    @field_validator("web_allowed_origins", mode="before")
+    @field_validator("web_allowed_origins", "codec_allowed_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [origin.strip().rstrip("/") for origin in value.split(",") if origin.strip()]
-        return value
+        return _comma_separated(value, lambda origin: origin.rstrip("/"))
 
     @field_validator("web_allowed_origins")
     @classmethod
@@ -314,21 +306,6 @@ class Settings(BaseModel):
                     or parts.fragment or any(c in parts.netloc for c in "\"' ,"):
                 raise ValueError(f"{origin!r} is not an origin like http://localhost:3000 "
                                  "(DEERFLOW_WEB_ALLOWED_ORIGINS is a comma-separated list)")
-        return value
-
-    @field_validator("crawl_allow_hosts", mode="before")
-    @classmethod
-    def _split_hosts(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [host.strip().lower() for host in value.split(",") if host.strip()]
-        return value
-
-    @field_validator("mcp_allowed_commands", mode="before")
-    @classmethod
-    def _split_commands(cls, value: Any) -> Any:
-        # Not lower-cased, unlike hosts: executable names are case-sensitive.
-        if isinstance(value, str):
-            return [command.strip() for command in value.split(",") if command.strip()]
         return value
 
     @field_validator("agent_recursion_limit", mode="before")
@@ -356,6 +333,14 @@ class Settings(BaseModel):
         if tier == "reasoning" and self.reasoning_model:
             return self.reasoning_model
         return self.basic_model
+
+
+def _comma_separated(value: Any, clean: Callable[[str], str] = lambda item: item) -> Any:
+    """An env value's comma-separated items, stripped, blanks dropped and each ``clean``ed;
+    a value that is already a list (conf.yaml, a test) passes through."""
+    if not isinstance(value, str):
+        return value
+    return [clean(item.strip()) for item in value.split(",") if item.strip()]
 
 
 def _conf_yaml_values(path: Path) -> dict[str, Any]:

@@ -17,14 +17,14 @@ with workflow.unsafe.imports_passed_through():
     from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult, enhanced_text
     from workflows.model_calls import chat
     from workflows.models import ChatMessage, ChatRequest, Usage
-    from workflows.run_input import _decode
+    from workflows.run_input import decode_input
 
 
 @workflow.defn(name=ENHANCER_WORKFLOW)
 class PromptEnhancerWorkflow:
     @workflow.run
     async def run(self, raw: RawValue) -> EnhanceResult:
-        request = _decode(raw, EnhanceRequest, workflow.payload_converter())
+        request = decode_input(raw, EnhanceRequest, workflow.payload_converter())
         usage = Usage()
         turn = ChatRequest(prompt="prompt_enhancer",
                            prompt_vars={"CURRENT_TIME": workflow.now().isoformat(timespec="seconds"),

@@ -28,11 +28,3 @@ _SUFFIXES: dict[QueueKind, str] = {"main": "", "model": "-model", "tools": "-too
 def queue_name(kind: QueueKind, main_queue: str = TASK_QUEUE) -> str:
     """The queue ``kind`` of work runs on, for runs on ``main_queue``."""
     return main_queue + _SUFFIXES[kind]
-
-
-def sandbox_queue(main_queue: str) -> str:
-    """The queue python_repl_tool runs on for runs on ``main_queue``."""
-    return queue_name("sandbox", main_queue)
-
-
-SANDBOX_TASK_QUEUE = sandbox_queue(TASK_QUEUE)

@@ -43,7 +43,9 @@ def validation_summary(error: ValidationError) -> str:
     return "; ".join(lines) + (f"; and {more} more" if more > 0 else "")
 
 
-def _decode(raw: RawValue, model: type[T], converter: PayloadConverter) -> T:
+def decode_input(raw: RawValue, model: type[T], converter: PayloadConverter) -> T:
+    """One undecoded workflow input as ``model``; a bad one fails the run with the fields named,
+    instead of failing its workflow task over and over (shared by every workflow type)."""
     try:
         value = converter.from_payloads([raw.payload], [model])[0]
     except ValidationError as error:
@@ -60,11 +62,11 @@ def parse_inputs(inputs: Sequence[RawValue], converter: PayloadConverter,
                  continued_run_id: str | None) -> tuple[ResearchRequest, RunContinuation | None]:
     """The request, and the continuation state when this run really continues the run that wrote it."""
     if len(inputs) == 2 and continued_run_id:
-        request = _decode(inputs[0], ResearchRequest, converter)
-        continuation = _decode(inputs[1], RunContinuation, converter)
+        request = decode_input(inputs[0], ResearchRequest, converter)
+        continuation = decode_input(inputs[1], RunContinuation, converter)
         if continuation.written_by_run_id != continued_run_id:
             raise invalid_request("the continuation state was not written by the run this run continues")
         return request, continuation
     if len(inputs) != 1:
         raise invalid_request(f'expected one input, a JSON object like {{"question": "..."}}; got {len(inputs)}')
-    return _decode(inputs[0], ResearchRequest, converter), None
+    return decode_input(inputs[0], ResearchRequest, converter), None
