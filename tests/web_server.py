@@ -23,7 +23,10 @@ async def api_server(client: Client, settings: Settings, keep_alive: float = 15.
     port = port or free_port()
     app = create_app(client, settings, keep_alive=keep_alive, hub=hub)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1",
-                                           port=port, log_level="warning", lifespan="off"))
+                                           port=port, log_level="warning", lifespan="off",
+                                           # As `starter.py serve`: a stream the browser left open
+                                           # must not hold the teardown (a CI run timed out on one).
+                                           timeout_graceful_shutdown=2))
     task = asyncio.create_task(server.serve())
     while not server.started:
         if task.done():
