@@ -30,6 +30,8 @@ CHROMIUM_FLAGS = (
     "--disable-component-update", "--disable-sync", "--disable-extensions", "--no-first-run",
     "--no-default-browser-check", "--mute-audio", "--window-size=1400,1000",
 )
+# A loaded 2-core CI machine can take many seconds to answer the first command of a cold browser.
+CDP_REPLY_SECONDS = 45
 
 
 def chromium_path() -> str | None:
@@ -73,7 +75,10 @@ class Page:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[message_id] = future
         await self._socket.send(json.dumps({"id": message_id, "method": method, "params": params}))
-        reply = await asyncio.wait_for(future, 30)
+        try:
+            reply = await asyncio.wait_for(future, CDP_REPLY_SECONDS)
+        except TimeoutError:
+            raise CDPError(f"{method}: chromium sent no reply in {CDP_REPLY_SECONDS} s") from None
         if "error" in reply:
             raise CDPError(f"{method}: {reply['error']}")
         return dict(reply.get("result", {}))

@@ -36,8 +36,12 @@ async def api_server(client: Client, settings: Settings, keep_alive: float = 15.
         yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError):
+        try:
             await asyncio.wait_for(task, 10)
+        except asyncio.CancelledError:
+            pass
+        except TimeoutError:
+            raise AssertionError("the API server did not stop within 10 s of its 2 s grace") from None
 
 
 def parse_sse(text: str) -> list[tuple[str, dict]]:
