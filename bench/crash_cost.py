@@ -38,7 +38,7 @@ from offline.search_server import Fault as SearchFault
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
-from tests.crash_drill import WorkerSlot, kill_and_recover, wait_until
+from tests.crash_drill import Recovery, WorkerSlot, kill_and_recover, wait_until
 from tests.history_checks import (
     activity_types,
     assert_not_rerun,
@@ -60,6 +60,7 @@ class Row:
     resume_seconds: float | None = None
     after_kill_seconds: float | None = None
     retried: str = ""
+    breakdown: str = ""
 
 
 class Bench:
@@ -123,7 +124,22 @@ async def killed(bench: Bench, workers: WorkerSlot, name: str, hold: Callable[[]
     searches = recovery.searches_before + len(bench.search.requests)
     assert searches >= sum(1 for kind in activity_types(recovery.history).values() if kind == "web_search")
     return Row(name, len(bench.model.requests), searches, wall, recovery.resume_seconds, recovery.killed_seconds,
-               retried)
+               retried, breakdown(recovery))
+
+
+def _since(start: datetime | None, end: datetime | None) -> str:
+    return f"{(end - start).total_seconds():.2f}" if start and end else "?"
+
+
+def breakdown(recovery: Recovery) -> str:
+    """Where the seconds from the kill to the retried call's completion went, for the second table."""
+    lost = recovery.lost
+    if lost is None:
+        return "| - | - | - | - | - | - |"
+    return (f"| {_since(lost.last_heartbeat, recovery.killed_at)} | {_since(recovery.killed_at, lost.timed_out)} "
+            f"| {_since(lost.timed_out, lost.retry_due)} | {recovery.startup_seconds:.2f} "
+            f"| {_since(max(lost.retry_due, recovery.poll_at) if lost.retry_due else None, lost.retry_started)} "
+            f"| {_since(lost.retry_started, lost.retry_completed)} |")
 
 
 def check_complete(result: ResearchResult) -> None:
@@ -143,6 +159,16 @@ def table(rows: list[Row]) -> str:
         after = f"{row.after_kill_seconds:.1f} s" if row.after_kill_seconds is not None else "-"
         lines.append(f"| {row.name} | {row.model_calls} | {row.model_calls - base:+d} | {row.model_calls / base:.2f} "
                      f"| {row.searches} | {row.wall_seconds:.1f} s | {resume} | {after} | {row.retried or '-'} |")
+    lines += [
+        "",
+        "Where the seconds went (s): last heartbeat -> kill | kill -> attempt given up (heartbeat timeout) "
+        "| given up -> retry due (back-off) | new worker launch -> it polls | retry due (or poll) -> retry started "
+        "| retried call",
+        "",
+        "| Run | Beat->kill | Kill->timeout | Back-off | Start-up | ->started | Call |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(f"| {row.name} {row.breakdown}" for row in rows if row.breakdown),
+    ]
     return "\n".join(lines)
 
 
