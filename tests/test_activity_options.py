@@ -141,11 +141,10 @@ async def test_a_raised_failure_waits_its_kinds_back_off(raised: Exception, dela
     with pytest.raises(Exception) as caught:
         await _attempt("chat", 3).run(chat)
     error = caught.value
-    assert isinstance(error, ApplicationError) or error is raised
-    if isinstance(error, ApplicationError):
-        assert error.next_retry_delay == delay
-        assert error.type == (raised.type if isinstance(raised, ApplicationError) else "RuntimeError")
-        assert error.non_retryable == (delay is None)
+    assert isinstance(error, ApplicationError), "reported as the SDK would, with the delay"
+    assert error.next_retry_delay == delay
+    assert error.type == (raised.type if isinstance(raised, ApplicationError) else "RuntimeError")
+    assert error.non_retryable == (delay is None)
     assert str(raised) in str(error)
 
 
