@@ -49,14 +49,10 @@ class LostAttempt:
 
 
 def _lost(info: PendingActivityInfo) -> LostAttempt:
-    """Servers that leave the attempt's end and the retry's time unset give the retry's scheduled
-    time and its interval instead."""
-    retry_due = _time(info.next_attempt_schedule_time) or _time(info.scheduled_time)
-    timed_out = _time(info.last_attempt_complete_time)
-    if timed_out is None and retry_due is not None and info.HasField("current_retry_interval"):
-        timed_out = retry_due - info.current_retry_interval.ToTimedelta()
-    return LostAttempt(info.activity_id, info.activity_type.name, _time(info.last_heartbeat_time), timed_out,
-                       retry_due)
+    """The dev server leaves the attempt's end and the retry's due time unset after a heartbeat
+    timeout (the bench prints "?" then); the last heartbeat and the retry's events still tell."""
+    return LostAttempt(info.activity_id, info.activity_type.name, _time(info.last_heartbeat_time),
+                       _time(info.last_attempt_complete_time), _time(info.next_attempt_schedule_time))
 
 
 async def watch_lost_attempt(handle: WorkflowHandle) -> LostAttempt:
