@@ -13,7 +13,9 @@ from typing import Any
 
 from temporalio import activity
 
+from activities.heartbeat import heartbeating
 from activities.lazy import load
+from activities.retry_pacing import paced_retries
 from config.settings import Settings
 from workflows.models import ChatRequest, ChatResponse
 
@@ -27,8 +29,15 @@ class ChatActivity:
         self._model: Any = None
 
     @activity.defn(name="chat")
+    @heartbeating
+    @paced_retries
     async def chat(self, request: ChatRequest) -> ChatResponse:
-        """One model turn (``activities.llm.ModelActivities.chat`` heartbeats and records telemetry)."""
+        """One model turn (``activities.llm.ModelActivities.chat`` records telemetry).
+
+        It beats from here, before the import, because a worker that replaces a dead one may
+        still be importing the model libraries when the retried call arrives: a wait of seconds,
+        longer than the call's short heartbeat timeout.
+        """
         if self._model is None:
             self._model = (await load("activities.llm")).ModelActivities(self.settings)
         self._model.settings = self.settings  # the settings this object holds now (tests swap them)

@@ -35,7 +35,6 @@ from activities.context_budget import (
     token_limit_for,
 )
 from activities.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
-from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.model_telemetry import model_call_telemetry
 from activities.prompts import render_prompt
@@ -291,7 +290,6 @@ class ModelActivities:
             raise ApplicationError(IGNORED, type="ModelToolsUnsupported", non_retryable=True)
 
     @activity.defn(name="chat")
-    @heartbeating
     @model_call_telemetry
     async def chat(self, request: ChatRequest) -> ChatResponse:
         settings = self.settings

@@ -23,6 +23,7 @@ from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
 from config.settings import Settings
 from sandbox.activity import SandboxActivities
+from workflows.activity_options import HEARTBEAT_THROTTLE
 from workflows.catalog import WORKFLOWS
 from workflows.models import TASK_QUEUE
 from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
@@ -70,7 +71,8 @@ def build_workers(
     for kind in QUEUE_KINDS:
         if kind not in kinds:
             continue
-        options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows, **worker_options}
+        options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows,
+                                   "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE, **worker_options}
         if kind == "main":
             options["workflows"] = list(WORKFLOWS)
         workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],

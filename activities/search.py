@@ -34,6 +34,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeating
 from activities.limits import provider_slot
 from activities.provider_registry import ProviderRegistry
+from activities.retry_pacing import paced_retries
 from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse
 
@@ -204,6 +205,7 @@ class SearchActivities:
 
     @activity.defn(name="web_search")
     @heartbeating
+    @paced_retries
     async def web_search(self, request: SearchRequest) -> SearchResponse:
         """Search with the configured provider; at most ``max_results`` results, text capped."""
         provider = get_provider(self.settings)  # first, so a bad SEARCH_API is reported on any query

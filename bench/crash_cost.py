@@ -10,6 +10,10 @@ every request the worker sends, including the one lost when it is killed, is in
 the kill. A kill lands exactly inside a call because that call is held open (an injected delay
 aimed at one agent, or the next search) until the worker dies.
 
+``--false-alarms 3``: instead, three unkilled runs whose model calls take 4 s each (longer than
+the 3 s heartbeat timeout) beside three busy loops, counting attempts declared lost and the
+longest gap between the beats the server recorded.
+
 Rows: no kill; ``kill -9`` of the worker during a researcher's model call (mid-step); ``kill -9``
 during a researcher's web search. The target is at most one extra model call per crash. Resume
 is the time from launching the replacement worker to the first task it completes (it includes
@@ -18,7 +22,9 @@ the worker's start-up, and the heartbeat timeout after which the lost call is re
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import subprocess
 import sys
 import tempfile
 import time
@@ -38,7 +44,7 @@ from offline.search_server import Fault as SearchFault
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
-from tests.crash_drill import WorkerSlot, kill_and_recover, wait_until
+from tests.crash_drill import Recovery, WorkerSlot, kill_and_recover, wait_until
 from tests.history_checks import (
     activity_types,
     assert_not_rerun,
@@ -60,6 +66,7 @@ class Row:
     resume_seconds: float | None = None
     after_kill_seconds: float | None = None
     retried: str = ""
+    breakdown: str = ""
 
 
 class Bench:
@@ -123,7 +130,22 @@ async def killed(bench: Bench, workers: WorkerSlot, name: str, hold: Callable[[]
     searches = recovery.searches_before + len(bench.search.requests)
     assert searches >= sum(1 for kind in activity_types(recovery.history).values() if kind == "web_search")
     return Row(name, len(bench.model.requests), searches, wall, recovery.resume_seconds, recovery.killed_seconds,
-               retried)
+               retried, breakdown(recovery))
+
+
+def _since(start: datetime | None, end: datetime | None) -> str:
+    return f"{(end - start).total_seconds():.2f}" if start and end else "?"
+
+
+def breakdown(recovery: Recovery) -> str:
+    """Where the seconds from the kill to the retried call's completion went, for the second table."""
+    lost = recovery.lost
+    if lost is None:
+        return "| - | - | - | - | - | - |"
+    return (f"| {_since(lost.last_heartbeat, recovery.killed_at)} | {_since(recovery.killed_at, lost.timed_out)} "
+            f"| {_since(lost.timed_out, lost.retry_due)} | {recovery.startup_seconds:.2f} "
+            f"| {_since(max(lost.retry_due, recovery.poll_at) if lost.retry_due else None, lost.retry_started)} "
+            f"| {_since(lost.retry_started, lost.retry_completed)} |")
 
 
 def check_complete(result: ResearchResult) -> None:
@@ -143,16 +165,80 @@ def table(rows: list[Row]) -> str:
         after = f"{row.after_kill_seconds:.1f} s" if row.after_kill_seconds is not None else "-"
         lines.append(f"| {row.name} | {row.model_calls} | {row.model_calls - base:+d} | {row.model_calls / base:.2f} "
                      f"| {row.searches} | {row.wall_seconds:.1f} s | {resume} | {after} | {row.retried or '-'} |")
+    lines += [
+        "",
+        "Where the seconds went (s): last heartbeat -> kill | kill -> attempt given up (heartbeat timeout) "
+        "| given up -> retry due (back-off) | new worker launch -> it polls | retry due (or poll) -> retry started "
+        "| retried call",
+        "",
+        "| Run | Beat->kill | Kill->timeout | Back-off | Start-up | ->started | Call |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(f"| {row.name} {row.breakdown}" for row in rows if row.breakdown),
+    ]
     return "\n".join(lines)
 
 
+async def beat_gaps(handle: WorkflowHandle, gaps: list[float]) -> None:
+    """Sample the run's pending activities until cancelled; append each gap between two beats the
+    server recorded for one attempt (from its start for the first), so the worst shows the margin."""
+    last: dict[tuple[str, int], datetime] = {}
+    while True:
+        for info in (await handle.describe()).raw_description.pending_activities:
+            key = (info.activity_id, info.attempt)
+            beat = info.last_heartbeat_time.ToDatetime(tzinfo=UTC) if info.last_heartbeat_time.seconds else None
+            start = info.last_started_time.ToDatetime(tzinfo=UTC) if info.last_started_time.seconds else None
+            previous = last.get(key, start)
+            if beat is not None and previous is not None and beat > previous:
+                gaps.append((beat - previous).total_seconds())
+                last[key] = beat
+        await asyncio.sleep(0.1)
+
+
+async def false_alarms(bench: Bench, runs: int, busy: int, latency: float) -> None:
+    """No-kill runs whose every model call outlasts the heartbeat timeout, beside ``busy`` CPU-bound
+    processes: any attempt above 1 in their histories would be a live call declared lost."""
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(busy)]
+    bench.model.latency_seconds = latency
+    try:
+        for number in range(1, runs + 1):
+            gaps: list[float] = []
+            handle = await bench.start_run("bench-load")
+            sampler = asyncio.create_task(beat_gaps(handle, gaps))
+            try:
+                check_complete(await handle.result())
+            finally:
+                sampler.cancel()
+            history = await handle.fetch_history()
+            retried = retried_activities(history)
+            causes = sorted({attributes.last_failure.message for attributes in
+                             (event.activity_task_started_event_attributes for event in history.events)
+                             if attributes.attempt > 1})
+            print(f"run {number}: {len(bench.model.requests)} model calls of {latency:.0f} s, {busy} busy loops: "
+                  f"{len(retried)} attempt(s) retried {sorted(retried.values()) or ''} {causes or ''}; "
+                  f"longest gap between beats the server saw {max(gaps, default=0):.2f} s over {len(gaps)} beats")
+    finally:
+        bench.model.latency_seconds = 0.0
+        for loop in loops:
+            loop.kill()
+            loop.wait()
+
+
 async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--false-alarms", type=int, default=0, metavar="RUNS",
+                        help="instead: RUNS unkilled runs with slow model calls beside busy loops")
+    parser.add_argument("--busy", type=int, default=3, help="CPU-bound processes beside --false-alarms runs")
+    parser.add_argument("--latency", type=float, default=4.0, help="seconds per model call in --false-alarms runs")
+    args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="crash-cost-") as tmp:
         bench = Bench(Path(tmp))
         try:
             workers = await bench.connect()
             await workers.live()
             print(f"worker ready {(datetime.now(UTC) - workers.started_at).total_seconds():.1f} s after launch")
+            if args.false_alarms:
+                await false_alarms(bench, args.false_alarms, args.busy, args.latency)
+                return
             rows = [await unkilled(bench)]
             rows.append(await killed(
                 bench, workers, "kill -9 in a model call",

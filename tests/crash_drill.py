@@ -29,6 +29,7 @@ from tests.history_checks import (
     wait_for_poller,
     worker_identity,
 )
+from tests.lost_attempt import LostAttempt, watch_lost_attempt
 from tests.processes import WorkerProcess
 from workflows.models import ResearchResult
 
@@ -111,6 +112,10 @@ class Recovery:
     startup_seconds: float  # new worker launched -> it polls
     killed_seconds: float  # old worker killed -> the new worker's first completed task
     searches_before: int  # search requests the fake had received when the worker was killed
+    killed_at: datetime
+    launched_at: datetime  # the new worker's launch
+    poll_at: datetime  # the new worker polled
+    lost: LostAttempt | None  # how the call in flight was given up and retried, if one was
 
 
 async def kill_and_recover(handle: WorkflowHandle, workers: WorkerSlot, before_signal: bool = False) -> Recovery:
@@ -122,20 +127,28 @@ async def kill_and_recover(handle: WorkflowHandle, workers: WorkerSlot, before_s
     """
     workers.kill()
     killed_at = datetime.now(UTC)
-    searches_before = len(workers.search.requests)
-    workers.model.clear_faults()
-    workers.search.clear_faults()
-    before = await handle.fetch_history()
-    workers.launch()
-    started_at, identity = workers.started_at, workers.identity
-    await wait_for_poller(workers.client, identity)
-    startup = (datetime.now(UTC) - started_at).total_seconds()
-    if before_signal:
-        await handle.signal("plan_feedback", "[ACCEPTED]")
-    result = await asyncio.wait_for(handle.result(), timeout=RUN_TIMEOUT)
+    watcher = asyncio.create_task(watch_lost_attempt(handle))
+    try:
+        searches_before = len(workers.search.requests)
+        workers.model.clear_faults()
+        workers.search.clear_faults()
+        before = await handle.fetch_history()
+        workers.launch()
+        started_at, identity = workers.started_at, workers.identity
+        await wait_for_poller(workers.client, identity)
+        poll_at = datetime.now(UTC)
+        startup = (poll_at - started_at).total_seconds()
+        if before_signal:
+            await handle.signal("plan_feedback", "[ACCEPTED]")
+        result = await asyncio.wait_for(handle.result(), timeout=RUN_TIMEOUT)
+    finally:
+        watcher.cancel()
     history = await handle.fetch_history()
+    lost = watcher.result() if watcher.done() and not watcher.cancelled() else None
     progress = first_progress(history, since=started_at, identity=identity)
     assert progress is not None, "the new worker completed nothing"
     return Recovery(result, history, completed_activity_ids(before), in_flight(before),
                     resume_seconds=(event_time(progress) - started_at).total_seconds(), startup_seconds=startup,
-                    killed_seconds=(event_time(progress) - killed_at).total_seconds(), searches_before=searches_before)
+                    killed_seconds=(event_time(progress) - killed_at).total_seconds(), searches_before=searches_before,
+                    killed_at=killed_at, launched_at=started_at, poll_at=poll_at,
+                    lost=lost.with_history(history) if lost else None)

@@ -24,9 +24,22 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
+from activities import chat_activity
 from activities.heartbeat import heartbeat_interval, heartbeating
+from activities.retry_pacing import paced_retries
+from config.settings import Settings
 from tests.support import start
-from workflows.activity_options import ACTIVITY_OPTIONS, HEARTBEAT_TIMEOUT, SUMMARY_MAX_CHARS, summary_text
+from workflows.activity_options import (
+    ACTIVITY_OPTIONS,
+    CHAT,
+    HEARTBEAT_THROTTLE,
+    HEARTBEAT_TIMEOUT,
+    LOST_ATTEMPT_RETRY,
+    QUICK_HEARTBEAT_TIMEOUT,
+    SUMMARY_MAX_CHARS,
+    WEB_SEARCH,
+    summary_text,
+)
 from workflows.agent_loop import run_agent
 from workflows.agents import AgentSpec
 from workflows.models import (
@@ -89,6 +102,88 @@ def test_every_kind_has_every_option() -> None:
         if options.heartbeat_timeout is not None:
             # Several beats fit in one timeout, so one late beat does not lose the activity.
             assert heartbeat_interval(options.heartbeat_timeout) * 3 <= options.heartbeat_timeout.total_seconds()
+            # The server sees a beat at least once per the worker's throttle (the SDK's: 80% of the
+            # timeout, capped by the worker's), so a live call survives an event-loop stall of 2 s or more.
+            seen_every = max(heartbeat_interval(options.heartbeat_timeout),
+                             min(0.8 * options.heartbeat_timeout, HEARTBEAT_THROTTLE).total_seconds())
+            assert options.heartbeat_timeout.total_seconds() - seen_every >= 2.0
+        if options.failure_backoff is not None:
+            # Only a lost attempt is retried at once; the policy's later intervals still grow.
+            assert options.retry is not None and options.retry.initial_interval == LOST_ATTEMPT_RETRY
+
+
+def test_model_calls_and_searches_are_given_up_quickly_and_failures_keep_their_back_off() -> None:
+    assert CHAT.heartbeat_timeout == WEB_SEARCH.heartbeat_timeout == QUICK_HEARTBEAT_TIMEOUT
+    assert CHAT.failure_backoff is not None and WEB_SEARCH.failure_backoff is not None
+    # The schedules these kinds had before lost attempts were split off.
+    assert [CHAT.failure_backoff.delay(attempt).total_seconds() for attempt in range(1, 7)] == [2, 4, 8, 16, 32, 60]
+    assert [WEB_SEARCH.failure_backoff.delay(attempt).total_seconds() for attempt in range(1, 5)] == [1, 2, 4, 8]
+
+
+def _attempt(activity_type: str, attempt: int) -> ActivityEnvironment:
+    environment = ActivityEnvironment()
+    environment.info = replace(ActivityEnvironment.default_info(), activity_type=activity_type, attempt=attempt)
+    return environment
+
+
+@pytest.mark.parametrize(("raised", "delay"), [
+    (ApplicationError("HTTP 503", type="ModelProviderUnavailable"), timedelta(seconds=8)),
+    (RuntimeError("surprise"), timedelta(seconds=8)),
+    (ApplicationError("429", type="ModelProviderUnavailable", next_retry_delay=timedelta(seconds=30)),
+     timedelta(seconds=30)),  # the provider's Retry-After wins
+    (ApplicationError("bad request", type="ModelProviderError", non_retryable=True), None),
+])
+async def test_a_raised_failure_waits_its_kinds_back_off(raised: Exception, delay: timedelta | None) -> None:
+    @paced_retries
+    async def chat() -> None:
+        raise raised
+
+    with pytest.raises(Exception) as caught:
+        await _attempt("chat", 3).run(chat)
+    error = caught.value
+    assert isinstance(error, ApplicationError), "reported as the SDK would, with the delay"
+    assert error.next_retry_delay == delay
+    assert error.type == (raised.type if isinstance(raised, ApplicationError) else "RuntimeError")
+    assert error.non_retryable == (delay is None)
+    assert str(raised) in str(error)
+
+
+async def test_a_kind_without_a_failure_back_off_raises_as_it_would() -> None:
+    raised = ApplicationError("unreachable", type="CrawlUnavailable")
+
+    @paced_retries
+    async def crawl_tool() -> None:
+        raise raised
+
+    with pytest.raises(ApplicationError) as caught:
+        await _attempt("crawl_tool", 1).run(crawl_tool)
+    assert caught.value is raised and caught.value.next_retry_delay is None
+
+
+async def test_a_model_call_beats_while_the_model_libraries_are_imported(
+        monkeypatch: pytest.MonkeyPatch, worker_settings: Settings) -> None:
+    """A replacement worker may still be importing them when the retried call arrives."""
+    beats: list[Any] = []
+
+    class Model:
+        def __init__(self, _settings: object) -> None:
+            self.settings = _settings
+
+        async def chat(self, _request: ChatRequest) -> ChatResponse:
+            return ChatResponse(message=ChatMessage(role="assistant", content="ok"), usage=Usage())
+
+    async def slow_import(_name: str) -> Any:
+        await asyncio.sleep(1.3)
+        assert len(beats) >= 2, "no beat while the import ran"
+        return type("llm", (), {"ModelActivities": Model})
+
+    monkeypatch.setattr(chat_activity, "load", slow_import)
+    environment = _attempt("chat", 1)
+    environment.info = replace(environment.info, heartbeat_timeout=QUICK_HEARTBEAT_TIMEOUT)
+    environment.on_heartbeat = lambda *details: beats.append(details)
+    activity_object = chat_activity.ChatActivity(worker_settings)
+    response = await environment.run(activity_object.chat, ChatRequest(prompt="planner", messages=[]))
+    assert response.message.content == "ok"
 
 
 def test_the_heartbeat_interval_is_derived_from_the_timeout() -> None:

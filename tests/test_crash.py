@@ -15,10 +15,10 @@ hold one specific request open (an injected delay aimed at one agent) and kill t
 exactly while that request is in flight, and can count every model call the run made, including
 the one lost with the dead worker. Nothing else is slowed down.
 
-Time: a killed worker's in-flight activity is only given up when its heartbeat timeout (15 s)
-expires, plus the retry back-off (2 s for ``chat``, 1 s for ``web_search``); those three tests
-take about 20-25 s each. A worker takes 10-20 s to start on a loaded 2-core machine, so the
-replacement worker of one test is handed to the next (``WorkerSlot``) instead of starting afresh.
+Time: a killed worker's in-flight model call or search is given up when its heartbeat timeout
+(5 s, ``workflows/activity_options.py``) expires and retried 0.5 s later; the replacement
+worker's start-up (3-8 s on a loaded 2-core machine) overlaps that wait. So the replacement
+worker of one test is handed to the next (``WorkerSlot``) instead of starting afresh.
 Run with ``-rP`` to see the measured resume times.
 """
 

@@ -44,6 +44,18 @@ ResultT = TypeVar("ResultT")
 
 # A call in flight on a dead worker is retried after this long instead of its start-to-close.
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
+# Model calls and web searches only wait on the network, beating from the event loop
+# (activities/heartbeat.py), and the worker sends a received beat on within
+# HEARTBEAT_THROTTLE (activities/registry.py): a lost one is noticed in 4-5 s, and a live one is
+# declared lost only if its worker's event loop stalls for about 4 s (3 s lost one call in three
+# runs beside busy loops: bench/crash_cost.py --false-alarms). Kinds that run CPU work, tools with side
+# effects and the sandbox keep the longer timeout.
+QUICK_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
+HEARTBEAT_THROTTLE = timedelta(seconds=1)
+# The first retry of an attempt the server gave up on (its worker died): the policy's initial
+# interval. Failures the activity raises itself keep their kind's ``failure_backoff`` instead
+# (activities/retry_pacing.py), so a provider that is down is not hammered.
+LOST_ATTEMPT_RETRY = timedelta(milliseconds=500)
 SUMMARY_MAX_CHARS = 80
 _MARKUP = str.maketrans({char: "\\" + char for char in "\\[]<>`"})
 
@@ -66,6 +78,19 @@ def url_host(url: str) -> str:
 
 
 @dataclass(frozen=True)
+class Backoff:
+    """Retry delays for the failures an activity raises, apart from its retry policy's interval."""
+
+    initial: timedelta
+    coefficient: float
+    maximum: timedelta
+
+    def delay(self, attempt: int) -> timedelta:
+        """The wait after attempt ``attempt`` (1-based) failed, as a retry policy would compute it."""
+        return min(self.maximum, self.initial * self.coefficient ** (attempt - 1))
+
+
+@dataclass(frozen=True)
 class ActivityOptions(Generic[InputT]):
     """How one kind of activity is scheduled, and the default line it shows in the timeline."""
 
@@ -76,6 +101,8 @@ class ActivityOptions(Generic[InputT]):
     retry: RetryPolicy | None  # None: the server's default policy
     summary: Callable[[InputT], str]
     queue: QueueKind = "main"
+    # Set where ``retry``'s initial interval is LOST_ATTEMPT_RETRY: the back-off for raised failures.
+    failure_backoff: Backoff | None = None
 
 
 # The patch that moved each kind off the main queue; runs recorded before it stay there.
@@ -88,20 +115,24 @@ QUEUE_PATCHES: dict[QueueKind, str] = {
 
 CHAT: ActivityOptions[ChatRequest] = ActivityOptions(
     "chat", start_to_close=timedelta(minutes=5), schedule_to_close=timedelta(minutes=20),
-    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    heartbeat_timeout=QUICK_HEARTBEAT_TIMEOUT,
     # Bounded in count and in total time, so a provider that stays down ends the run with its error
     # instead of retrying for ever. 429s wait as long as the provider asks (Retry-After).
-    retry=RetryPolicy(initial_interval=timedelta(seconds=2), backoff_coefficient=2.0,
+    retry=RetryPolicy(initial_interval=LOST_ATTEMPT_RETRY, backoff_coefficient=2.0,
                       maximum_interval=timedelta(seconds=60), maximum_attempts=6,
                       non_retryable_error_types=["ModelProviderError", "PromptError"]),
     summary=lambda request: summary_text(request.prompt), queue="model",
+    failure_backoff=Backoff(timedelta(seconds=2), 2.0, timedelta(seconds=60)),
 )
 _SEARCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
                             maximum_attempts=4)
 WEB_SEARCH: ActivityOptions[SearchRequest] = ActivityOptions(
     "web_search", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=4),
-    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=_SEARCH_RETRY,
+    heartbeat_timeout=QUICK_HEARTBEAT_TIMEOUT,
+    retry=RetryPolicy(initial_interval=LOST_ATTEMPT_RETRY, maximum_interval=timedelta(seconds=20),
+                      maximum_attempts=4),
     summary=lambda request: f"web_search: {summary_text(request.query)}", queue="tools",
+    failure_backoff=Backoff(timedelta(seconds=1), 2.0, timedelta(seconds=20)),
 )
 LOCAL_SEARCH: ActivityOptions[LocalSearchRequest] = ActivityOptions(
     "local_search_tool", start_to_close=timedelta(minutes=10), schedule_to_close=timedelta(minutes=15),
