@@ -233,7 +233,10 @@ async def test_server_restart_mid_run(client: Client, dev_server: DevServer, wor
 
     The worker process survives it: its polls, and the completion of the model call that finished
     while the server was down, are retried by the SDK until the server answers again. So nothing
-    is lost and no activity runs twice.
+    is lost and nothing that completed runs again. The one cost an outage can have: when it lasts
+    longer than the model call's heartbeat timeout (5 s, workflows/activity_options.py), the
+    server gives up on the call in flight before its late completion arrives, and runs it again:
+    the trade made for a quick resume after a worker dies (bench/README.md, crash cost).
     """
     worker = await workers.live()
     model_server.inject(Fault.timeout(1.0, agent="researcher"))
@@ -252,9 +255,10 @@ async def test_server_restart_mid_run(client: Client, dev_server: DevServer, wor
     assert worker.process is not None and worker.process.poll() is None, "the worker died with the server"
     assert_complete(result)
     history = await handle.fetch_history()
-    assert retried_activities(history) == {}
-    assert_not_rerun(completed_activity_ids(history), history)
-    assert len(model_server.requests) == result.usage.llm_calls
+    rerun = retried_activities(history)
+    assert set(rerun.values()) <= {("chat", 2)} and len(rerun) <= 1, f"more than the call in flight ran again: {rerun}"
+    assert_not_rerun(completed_activity_ids(history) - rerun.keys(), history)
+    assert len(model_server.requests) == result.usage.llm_calls + len(rerun)
     progress = first_progress(history, since=restarted_at)
     assert progress is not None
     seconds = (event_time(progress) - restarted_at).total_seconds()
