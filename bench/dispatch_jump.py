@@ -41,6 +41,7 @@ from workflows.models import ResearchRequest
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 WFT_SCHEDULED = EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED
 WFT_STARTED = EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
+STICKY = TaskQueueKind.TASK_QUEUE_KIND_STICKY
 # Server histograms worth comparing: (metric, label that names the operation).
 HISTOGRAMS = (("persistence_latency", "operation"), ("service_latency", "operation"),
               ("task_latency_queue", "operation"), ("task_latency_processing", "operation"),
@@ -61,21 +62,23 @@ SAMPLE = re.compile(r'^(\w+)_(sum|count)\{([^}]*)\} (\S+)$')
 class Dispatch:
     history_bytes: int  # the history's size when the activity completed
     seconds: float  # activity completed -> workflow task started
+    waited: float  # activity completed -> workflow task scheduled: another task of the run was in flight
     sticky: bool  # the task was scheduled on the worker's sticky queue
 
 
 def dispatches(history: WorkflowHistory) -> list[Dispatch]:
     """For each activity completion, the time until the next workflow task started, with the history size then."""
-    found, size, completed_at, sticky = [], 0, None, False
+    found, size, completed_at, scheduled_at, sticky = [], 0, None, None, False
     for event in history.events:
         size += event.ByteSize()
-        if event.event_type == COMPLETED:
+        if event.event_type == COMPLETED and completed_at is None:
             completed_at = event_time(event)
         elif event.event_type == WFT_SCHEDULED:
-            kind = event.workflow_task_scheduled_event_attributes.task_queue.kind
-            sticky = kind == TaskQueueKind.TASK_QUEUE_KIND_STICKY
-        elif event.event_type == WFT_STARTED and completed_at is not None:
-            found.append(Dispatch(size, (event_time(event) - completed_at).total_seconds(), sticky))
+            scheduled_at = event_time(event)
+            sticky = event.workflow_task_scheduled_event_attributes.task_queue.kind == STICKY
+        elif event.event_type == WFT_STARTED and completed_at is not None and scheduled_at is not None:
+            found.append(Dispatch(size, (event_time(event) - completed_at).total_seconds(),
+                                  (scheduled_at - completed_at).total_seconds(), sticky))
             completed_at = None
     return found
 
@@ -181,8 +184,10 @@ def summary(label: str, rows: list[Dispatch]) -> str:
         return f"{label}: none"
     values = sorted(row.seconds * 1000 for row in rows)
     sticky = sum(row.sticky for row in rows)
+    waited = [row.waited * 1000 for row in rows if row.waited > 0.001]
+    behind = f"; {len(waited)} waited for a task in flight, median {median(waited):.1f} ms" if waited else ""
     return (f"{label}: dispatch median {median(values):5.1f} ms, p25 {values[len(values) // 4]:5.1f}, "
-            f"p75 {values[3 * len(values) // 4]:5.1f}, n={len(values)}, sticky {sticky}/{len(rows)}")
+            f"p75 {values[3 * len(values) // 4]:5.1f}, n={len(values)}, sticky {sticky}/{len(rows)}{behind}")
 
 
 async def product(storage: str, plan_steps: list[int], rounds: int, model_latency: float) -> None:
