@@ -1,15 +1,19 @@
-"""Minimal reproduction of the workflow-task dispatch jump: dispatch time against history size.
+"""Workflow-task dispatch against history size, dev-server storage and the product: the "32 KB jump".
 
-Run from the repository root: ``.venv/bin/python bench/dispatch_jump.py`` (about 2 minutes).
+Run from the repository root: ``.venv/bin/python bench/dispatch_jump.py`` (about 1.5 minutes;
+``--plan-steps 3 --plan-steps 8`` adds research runs on ``worker.py``, about 2.5 minutes more).
 
-Why: the research run's workflow tasks took ~2 ms to dispatch (activity completed -> workflow task
-started, both server timestamps) until its history passed ~32 KB, then 30-35 ms. This script
-takes the product out: a trivial workflow (``grow_workflow.py``) on the bundled dev server with a
-plain SDK worker (default converter, no codec). Its first activity returns ``pad`` bytes, which
-sets the history's size; then it runs ``--steps`` sequential activities of ``--seconds`` each
-with tiny results, so every later workflow task is dispatched at that size. Pad sizes are
-interleaved round by round, so all see the same machine load. The server's own metrics
-(``--metrics-port``) are scraped around each run, to show which server operation takes the time.
+Why: the research run's workflow tasks were seen to take ~2 ms to dispatch (activity completed ->
+workflow task started, both server timestamps, so no worker code is inside) until its history
+passed ~32 KB, then 30-35 ms. This script takes the product out: a trivial workflow
+(``grow_workflow.py``) with a plain SDK worker (default converter, no codec). Its first activity
+returns ``--pad`` bytes, which sets the history's size; then it runs ``--steps`` sequential
+activities of ``--seconds`` each with ``--step-bytes`` results, so every later workflow task is
+dispatched at that size. Pads are interleaved round by round, so all see the same machine load;
+each dev-server storage (in memory; SQLite with the server's default rollback journal; SQLite in
+WAL mode, as the embedded default runs it) gets its own server. The server's own metrics
+(``--metrics-port``) are scraped around each run, to show which operation takes the time.
+Finding (bench/README.md): history size changes nothing; the rollback journal's commit does.
 """
 
 from __future__ import annotations
