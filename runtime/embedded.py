@@ -42,7 +42,7 @@ from workflows.models import TASK_QUEUE
 REPO_DIR = Path(__file__).resolve().parent.parent
 WORKER_START_SECONDS = 60.0
 # How the dev server keeps its SQLite database. Its default (a rollback journal, synchronous=FULL)
-# costs every persistence write two fsyncs, and one such write sits between an activity's completion
+# costs every persistence write at least two fsyncs, and one such write sits between an activity's completion
 # and the next workflow task: 15-25 ms of each dispatch on this machine against 4-5 ms with these
 # pragmas or in memory (bench/dispatch_jump.py). WAL with synchronous=NORMAL stays consistent and
 # keeps every commit across a killed server; only a power cut or kernel crash may lose the last few
