@@ -20,7 +20,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from offline.providers import without_provider_settings
-from runtime.embedded import free_port, has_worker
+from runtime.embedded import DEV_SERVER_STORAGE_FLAGS, free_port, has_worker
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
@@ -38,7 +38,11 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 
 
 class DevServer:
-    """``temporal server start-dev`` on free ports with a database file, so it can be restarted."""
+    """``temporal server start-dev`` on free ports with a database file, so it can be restarted.
+
+    It keeps that file as the embedded default does (``DEV_SERVER_STORAGE_FLAGS``), so tests and
+    benches time what users run; ``extra_args`` come after and may override those pragmas.
+    """
 
     def __init__(self, db_path: Path, extra_args: list[str] | None = None) -> None:
         self.db_path = db_path
@@ -54,8 +58,8 @@ class DevServer:
     def start(self) -> DevServer:
         self.process = subprocess.Popen(
             [TEMPORAL_CLI, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port),
-             "--ui-port", str(self.ui_port), "--db-filename", str(self.db_path), "--log-level", "error",
-             *self.extra_args],
+             "--ui-port", str(self.ui_port), "--db-filename", str(self.db_path), *DEV_SERVER_STORAGE_FLAGS,
+             "--log-level", "error", *self.extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         wait_for_port(self.port)

@@ -1,10 +1,13 @@
-"""The embedded default starts a codec server beside the dev server, points the UI at it, and `down` stops it."""
+"""The embedded default starts a codec server beside the dev server, points the UI at it, and `down` stops it;
+its database is kept in WAL mode (``DEV_SERVER_STORAGE_FLAGS``)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import time
 from pathlib import Path
 
@@ -13,6 +16,11 @@ import pytest
 
 from runtime import embedded
 from tests.processes import free_port, wait_for_port
+
+
+def journal_mode(db: Path) -> str:
+    with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True)) as connection:
+        return str(connection.execute("PRAGMA journal_mode").fetchone()[0])
 
 
 def test_the_embedded_server_reads_payloads_through_its_codec_server(
@@ -35,6 +43,8 @@ def test_the_embedded_server_reads_payloads_through_its_codec_server(
         assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == ui
         assert json.loads((tmp_path / "codec.pid").read_text())["address"] == address
         assert not embedded.revive_codec_server(address)  # it runs: nothing to do
+        # WAL, not the server's rollback journal: a persistence write sits in every workflow task's dispatch
+        assert journal_mode(tmp_path / "temporal.db") == "wal"
 
         os.killpg(codec, signal.SIGKILL)  # it died: the next command brings it back on the UI's port
         while embedded.recorded_process("codec", address) is not None:
