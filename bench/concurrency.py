@@ -153,7 +153,7 @@ class Paused:
 async def paused(cache_size: int, server_args: list[str]) -> Paused:
     """Phase 2 on a fresh stack: PAUSED runs waiting for review, RSS after they settle, then terminate."""
     port = free_port()
-    env = {"BENCH_MAX_CACHED_WORKFLOWS": str(cache_size), "BENCH_METRICS_PORT": str(port)}
+    env = {"DEERFLOW_MAX_CACHED_WORKFLOWS": str(cache_size), "BENCH_METRICS_PORT": str(port)}
     async with bench_stack(model_latency=LATENCY, search_latency=LATENCY, worker_env=env, server_args=server_args,
                            worker_script=REPO / "bench/tuned_worker.py") as stack:
         await timed_run(stack, ResearchRequest(question=QUESTION, auto_accept_plan=True), "warm-up")

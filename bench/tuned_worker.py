@@ -4,13 +4,14 @@ Why: ``worker.py`` builds its ``Worker`` with the SDK defaults and exposes no tu
 what a knob would buy before proposing it, this script runs the product's ``worker.main``
 unchanged except that every ``Worker(...)`` it builds gets extra keyword arguments:
 
-* ``BENCH_MAX_CACHED_WORKFLOWS`` -> ``max_cached_workflows`` (SDK default 1000)
 * ``BENCH_MAX_WORKFLOW_TASK_POLLS`` / ``BENCH_MAX_ACTIVITY_TASK_POLLS`` -> poller maxima (default 5 / 5)
 * ``BENCH_UNSANDBOXED=1`` -> ``workflow_runner=UnsandboxedWorkflowRunner()``
 * ``BENCH_DISABLE_EAGER_ACTIVITIES=1`` -> ``disable_eager_activity_execution=True``
 * ``BENCH_METRICS_PORT`` -> a Prometheus endpoint on 127.0.0.1 (e.g. ``temporal_sticky_cache_size``)
 
-Sandbox concurrency is no longer a knob here: it is the product's ``DEERFLOW_SANDBOX_QUEUE_CONCURRENCY``.
+The cache size and sandbox concurrency are no longer knobs here: they are the product's
+``DEERFLOW_MAX_CACHED_WORKFLOWS`` and ``DEERFLOW_SANDBOX_QUEUE_CONCURRENCY`` (a knob would be
+overridden by the value the product passes).
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from runtime.shutdown import exit_now
 def knobs() -> dict[str, Any]:
     """The extra ``Worker`` keyword arguments the environment asks for."""
     extra: dict[str, Any] = {}
-    if os.environ.get("BENCH_MAX_CACHED_WORKFLOWS"):
-        extra["max_cached_workflows"] = int(os.environ["BENCH_MAX_CACHED_WORKFLOWS"])
     if os.environ.get("BENCH_MAX_WORKFLOW_TASK_POLLS"):
         extra["max_concurrent_workflow_task_polls"] = int(os.environ["BENCH_MAX_WORKFLOW_TASK_POLLS"])
     if os.environ.get("BENCH_MAX_ACTIVITY_TASK_POLLS"):
