@@ -76,4 +76,4 @@ async def test_a_new_run_schedules_each_kind_on_its_queue(time_worker: Client) -
     assert queues["chat"] == queue_name("model")
     assert queues["web_search"] == queue_name("tools")
     assert queues["python_repl_tool"] == queue_name("sandbox")
-    assert queues["load_run_config"] == TASK_QUEUE
+    assert "load_run_config" not in queues, "a local activity: the workflow's worker runs it, no queue"
