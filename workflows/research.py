@@ -124,6 +124,11 @@ class DeepResearchWorkflow:
     def _status(self) -> RunStatus:
         return self._state.status
 
+    @property
+    def run_config(self) -> RunConfig:
+        """The worker-side settings this run follows; ``activity_options`` reads its queue choices."""
+        return self._state.config
+
     # ------------------------------------------------------------------ the story of a run
 
     @workflow.run
