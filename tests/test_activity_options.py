@@ -8,7 +8,6 @@ names (so the step number, the sandbox queue, an MCP tool and hostile tool argum
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 import uuid
@@ -65,20 +64,14 @@ SAMPLE_INPUTS: dict[str, Any] = {
 
 
 def summaries(history: WorkflowHistory, client: Client) -> list[tuple[str, str]]:
-    """(activity type, summary) of every activity the run scheduled, in order; a local activity
-    (recorded as a marker, not scheduled) shows as ``local <type>``."""
+    """(activity type, summary) of every activity the run scheduled, in order."""
     converter = client.data_converter.payload_converter
-    lines = []
-    for event in history.events:
-        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
-            kind = event.activity_task_scheduled_event_attributes.activity_type.name
-        elif event.marker_recorded_event_attributes.marker_name == "core_local_activity":
-            data = event.marker_recorded_event_attributes.details["data"].payloads[0].data
-            kind = "local " + json.loads(data)["activity_type"]
-        else:
-            continue
-        lines.append((kind, converter.from_payload(event.user_metadata.summary, str)))
-    return lines
+    return [
+        (event.activity_task_scheduled_event_attributes.activity_type.name,
+         converter.from_payload(event.user_metadata.summary, str))
+        for event in history.events
+        if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    ]
 
 
 # ------------------------------------------------------------------------------ the table
@@ -152,8 +145,7 @@ async def test_a_research_run_shows_each_activity_in_the_timeline(time_worker: C
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
     lines = summaries(await handle.fetch_history(), time_worker)
-    # Read inside the first workflow task (no round trip through the server), still in the timeline.
-    assert lines[0] == ("local load_run_config", "load_run_config · 0 resource(s)")
+    assert lines[0] == ("load_run_config", "load_run_config · 0 resource(s)")
     assert lines[1] == ("chat", "coordinator")
     kind, background = lines[2]
     assert kind == "web_search" and background.startswith("web_search: ") and len(background) > 12

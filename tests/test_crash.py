@@ -135,8 +135,8 @@ async def test_kill_during_a_model_call(client: Client, workers: WorkerSlot, mod
     recovery = await kill_and_recover(handle, workers)
 
     assert_complete(recovery.result)
-    assert {"chat", "web_search"} <= set(activity_types(recovery.history).values())
-    assert len(recovery.completed_before) == 2  # coordinator, background search (the run config is local)
+    assert {"load_run_config", "chat", "web_search"} <= set(activity_types(recovery.history).values())
+    assert len(recovery.completed_before) == 3  # run config, coordinator, background search
     assert list(recovery.in_flight_before.values()) == ["chat"]
     assert_not_rerun(recovery.completed_before, recovery.history)
     assert retried_activities(recovery.history) == {aid: ("chat", 2) for aid in recovery.in_flight_before}

@@ -97,7 +97,7 @@ async def test_a_worker_serving_every_queue_gets_its_model_and_tool_calls_eagerl
     # On the run's own queue, so the server hands them straight back to the worker that asked.
     assert queues["chat"] == queues["web_search"] == TASK_QUEUE
     assert queues["python_repl_tool"] == queue_name("sandbox"), "model-written code only on the sandbox's queue"
-    assert "load_run_config" not in queues, "a local activity: the workflow's worker runs it, no queue"
+    assert queues["load_run_config"] == TASK_QUEUE
 
 
 async def test_without_eager_activities_a_new_run_schedules_each_kind_on_its_queue(

@@ -53,8 +53,9 @@ def split_workers(dev_server: DevServer, tmp_path: Path,
 
 
 KIND_OF = {"chat": "model", "web_search": "tools", "crawl_tool": "tools", "local_search_tool": "tools",
-           "mcp_list_tools": "tools", "mcp_call_tool": "tools", "python_repl_tool": "sandbox"}
-PROCESS_OF = {"model": "model,tools", "tools": "model,tools", "sandbox": "sandbox"}
+           "mcp_list_tools": "tools", "mcp_call_tool": "tools", "python_repl_tool": "sandbox",
+           "load_run_config": "main"}
+PROCESS_OF = {"main": "main", "model": "model,tools", "tools": "model,tools", "sandbox": "sandbox"}
 
 
 @pytest.mark.timeout(180)
@@ -75,7 +76,7 @@ async def test_each_kind_of_work_runs_on_its_own_queue_and_process(
         assert started.activity_task_started_event_attributes.identity.startswith(f"{process.pid}@")
         seen.setdefault(kind, set()).add(attributes.activity_type.name)
         python_calls += attributes.activity_type.name == "python_repl_tool"
-    assert {"model", "tools", "sandbox"} <= set(seen), "the default plan searches, crawls and runs Python"
+    assert {"model", "tools", "sandbox", "main"} <= set(seen), "the default plan searches, crawls and runs Python"
     assert "python_repl_tool sandbox: isolated" in (tmp_path / "sandbox.log").read_text()
     main_log = (tmp_path / "main.log").read_text()
     assert all(queue_name(kind) not in main_log for kind in ("model", "tools", "sandbox"))

@@ -185,18 +185,3 @@ async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: ty
         summary=summary if summary is not None else options.summary(arg),
     )
 
-
-async def execute_local(options: ActivityOptions[InputT], arg: InputT, result_type: type[ResultT]) -> ResultT:
-    """Run one short activity as a local activity: on this worker, inside the workflow task that
-    asks for it, its result recorded as a marker. For worker-side reads that take milliseconds,
-    where scheduling through the server would only add a round trip to the run's critical path.
-    Its queue is the worker's own, so ``options.queue`` must be ``main``."""
-    return await workflow.execute_local_activity(
-        options.name,
-        arg,
-        result_type=result_type,
-        start_to_close_timeout=options.start_to_close,
-        schedule_to_close_timeout=options.schedule_to_close,
-        retry_policy=options.retry,
-        summary=options.summary(arg),
-    )

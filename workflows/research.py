@@ -20,7 +20,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.activity_options import LOAD_RUN_CONFIG, execute, execute_local
+    from workflows.activity_options import LOAD_RUN_CONFIG, execute
     from workflows.activity_slots import ActivitySlots
     from workflows.agent_loop import run_agent
     from workflows.agents import agent_for
@@ -68,10 +68,6 @@ REVIEW_DEADLINE_PATCH = "review-deadline"
 PLAN_REASK_PATCH = "plan-reask"
 # A first plan that claims to need no research goes to the person's review like any other.
 REVIEW_NO_RESEARCH_PATCH = "review-no-research"
-# The run config of a run without resources is read by a local activity, in the run's first
-# workflow task: one server round trip less before the coordinator (runs recorded before it, and
-# runs with resources, schedule an ordinary activity).
-LOCAL_RUN_CONFIG_PATCH = "local-run-config"
 DIRECT_REPLY_NOTE = ("Direct reply: the coordinator answered without handing off to research "
                      "(no plan, no search). A model that never calls tools ends here.")
 NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough context, so no "
@@ -214,12 +210,7 @@ class DeepResearchWorkflow:
 
     async def _configure(self, request: ResearchRequest) -> None:
         # It also refuses resources outside the worker's resource roots (input only: no new command).
-        # Without resources it cannot refuse, so it runs locally, inside this workflow task. A run
-        # ended by a local activity in its first task answers ``status`` as if it had not started
-        # (seen with SDK 1.35), so a refusal stays an ordinary activity and shows in ``status``.
-        local = not request.resources and workflow.patched(LOCAL_RUN_CONFIG_PATCH)
-        run = execute_local if local else execute
-        self._use_config(await run(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
+        self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
         config = self._state.config
         self._status.offline_providers = [name for name, offline in (("model", config.offline_demo),
                                                                      ("search", config.offline_search)) if offline]
