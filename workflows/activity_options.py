@@ -184,4 +184,3 @@ async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: ty
         retry_policy=options.retry,
         summary=summary if summary is not None else options.summary(arg),
     )
-

@@ -212,7 +212,9 @@ class DeepResearchWorkflow:
     async def _configure_and_coordinate(self, request: ResearchRequest) -> str:
         """The run config, then the coordinator; or both at once when the config cannot refuse the
         run (no resources to check) and the coordinator does not need it. One workflow-task
-        round trip less before the background search: both are scheduled by the first task."""
+        round trip less before the background search: both are scheduled by the first task. (The
+        coordinator's call then goes on the model queue: the config that would put it on the
+        main queue, ``RunConfig.main_queue_kinds``, has not arrived yet.)"""
         if request.resources or not workflow.patched(CONCURRENT_CONFIG_PATCH):
             await self._configure(request)
             return await self._coordinate(request)
