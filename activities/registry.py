@@ -30,16 +30,18 @@ from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 
 
 def queue_activities(
-    settings: Settings, *, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None
+    settings: Settings, *, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None,
+    served: Collection[QueueKind] = QUEUE_KINDS,
 ) -> dict[QueueKind, list[Callable[..., Any]]]:
-    """Each queue's activities. ``sandbox``: the worker's one sandbox (probed once), if it has one."""
+    """Each queue's activities. ``sandbox``: the worker's one sandbox (probed once), if it has one;
+    ``served``: the queues this worker serves (the run config tells runs which it runs beside them)."""
     sandbox = sandbox or SandboxActivities(settings)
     mcp = McpActivities(settings)
     model = [ChatActivity(settings).chat]
     tools = [SearchActivities(settings).web_search, CrawlActivities(settings).crawl_tool,
              RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool]
     python = [sandbox.python_repl_tool]
-    run_config = [RunConfigActivities(settings, search_attributes_enabled).load_run_config]
+    run_config = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config]
     return {"main": [*model, *tools, *python, *run_config], "model": model, "tools": tools, "sandbox": python}
 
 
@@ -66,7 +68,8 @@ def build_workers(
     ``worker_options`` go to every worker; the sandbox's worker gets no workflow and no keyed activity.
     """
     if activities is None:
-        activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox)
+        activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox,
+                                      served=kinds)
     workers = []
     for kind in QUEUE_KINDS:
         if kind not in kinds:

@@ -11,20 +11,39 @@ without the documents the user asked for.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+from typing import Literal
+
 from temporalio import activity
 
 from activities.retrieval import check_resources
 from config.settings import Settings
 from workflows.models import RunConfig
+from workflows.queues import QUEUE_KINDS, QueueKind
+
+# Never the sandbox: model-written code runs only on the sandbox's own workers.
+EAGER_KINDS: tuple[Literal["model", "tools"], ...] = ("model", "tools")
+
+
+def main_queue_kinds(settings: Settings, served: Collection[QueueKind]) -> list[Literal["model", "tools"]]:
+    """The kinds a run started here schedules on its main queue: those this worker serves beside
+    the workflow (so the server can hand each call back to it eagerly), unless the operator keeps
+    every kind on its own queue (``DEERFLOW_EAGER_ACTIVITIES=false``)."""
+    if not settings.eager_activities or "main" not in served:
+        return []
+    return [kind for kind in EAGER_KINDS if kind in served]
 
 
 class RunConfigActivities:
     """``load_run_config``, built with the worker's settings and what the worker found at start:
-    whether the namespace has the custom search attributes (runtime/search_attributes.py)."""
+    whether the namespace has the custom search attributes (runtime/search_attributes.py), and
+    which queues it serves."""
 
-    def __init__(self, settings: Settings, search_attributes_enabled: bool = False) -> None:
+    def __init__(self, settings: Settings, search_attributes_enabled: bool = False,
+                 served: Collection[QueueKind] = QUEUE_KINDS) -> None:
         self.settings = settings
         self.search_attributes_enabled = search_attributes_enabled
+        self.served = tuple(served)
 
     @activity.defn(name="load_run_config")
     async def load_run_config(self, resources: list[str] | None = None) -> RunConfig:
@@ -38,4 +57,5 @@ class RunConfigActivities:
             continue_as_new_after_events=settings.continue_as_new_after_events,
             max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
             max_activities_in_flight=settings.max_activities_in_flight,
+            main_queue_kinds=main_queue_kinds(settings, self.served),
         )

@@ -34,6 +34,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.converter import DataConverter
 
 from config.settings import load_settings
 from offline.loopback_http import send_body, serve_in_thread, shut_down
@@ -219,7 +220,7 @@ async def bench_stack(
             env.update(offline_env(model, search))
             worker = BenchWorker(server.address, workdir / "worker.log", env, worker_script).start()
             stop.callback(worker.stop)
-            client = await Client.connect(server.address, data_converter=data_converter(client_settings))
+            client = await connect_when_healthy(server.address, data_converter(client_settings))
             stack = Stack(workdir, model, search, server, worker, client)
             deadline = time.monotonic() + 90
             while not await has_worker(client):
@@ -231,6 +232,20 @@ async def bench_stack(
             except BaseException:
                 print(f"--- worker log tail ---\n{stack.worker_log_tail()}", file=sys.stderr)
                 raise
+
+
+async def connect_when_healthy(address: str, converter: DataConverter, timeout: float = 60) -> Client:
+    """A client of a dev server that has just started. Its port opens before its frontend is
+    healthy, and on a loaded machine a client connecting in between is refused ("Frontend is not
+    healthy yet"), so this retries until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await Client.connect(address, data_converter=converter)
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
 
 
 def pragma_args(pragmas: Iterable[str]) -> list[str]:

@@ -11,7 +11,10 @@ wall / critical path is the overhead; the gap between one activity's completion 
 one's start is split into its parts (workflow task dispatch, workflow task processing on the
 worker, activity dispatch) to show where it goes.
 
-Options: ``--runs N`` measured runs (median reported); ``--tuned`` starts ``bench/tuned_worker.py``
+Options: ``--runs N`` measured runs (median reported); ``--baseline-worker PATH`` also runs the
+``worker.py`` at PATH (e.g. an export of main: ``git archive main | tar -x -C DIR``) on its own
+dev server and fakes, alternating its runs with this tree's, so both see the same machine load and
+a change is measured A/B in one invocation; ``--tuned`` starts ``bench/tuned_worker.py``
 (Worker knobs from ``BENCH_*`` env vars) instead of ``worker.py``; ``--server-arg ARG`` passes
 flags to ``temporal server start-dev`` (e.g. ``--server-arg=--dynamic-config-value
 --server-arg=system.enableActivityEagerExecution=true``).
@@ -20,10 +23,12 @@ flags to ``temporal server start-dev`` (e.g. ``--server-arg=--dynamic-config-val
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from floor_workflow import FLOOR_TASK_QUEUE, FloorWorkflow, nap
 from harness import (
@@ -136,6 +141,7 @@ async def main() -> None:
     parser.add_argument("--tuned", action="store_true", help="run bench/tuned_worker.py (BENCH_* knobs)")
     parser.add_argument("--sqlite-pragma", action="append", default=[], help="e.g. synchronous=OFF")
     parser.add_argument("--server-arg", action="append", default=[], help="extra dev-server flag")
+    parser.add_argument("--baseline-worker", type=Path, help="A/B: another tree's worker.py, runs alternating")
     args = parser.parse_args()
     header("Orchestration overhead")
     server_args = [*args.server_arg, *pragma_args(args.sqlite_pragma)]
@@ -143,15 +149,26 @@ async def main() -> None:
     print(f"worker: {script.relative_to(REPO)}; dev server flags: {server_args or 'none'}")
     runs: list[Measurement] = []
     floors: list[Measurement] = []
-    async with bench_stack(server_args=server_args, worker_script=script) as stack:
+    baselines: list[Measurement] = []
+    async with contextlib.AsyncExitStack() as stacks:
+        stack = await stacks.enter_async_context(bench_stack(server_args=server_args, worker_script=script))
+        baseline = None
+        if args.baseline_worker:
+            print(f"baseline worker: {args.baseline_worker}")
+            baseline = await stacks.enter_async_context(
+                bench_stack(server_args=server_args, worker_script=args.baseline_worker.resolve()))
         floor_client = await Client.connect(stack.server.address)
         async with Worker(floor_client, task_queue=FLOOR_TASK_QUEUE, workflows=[FloorWorkflow], activities=[nap]):
-            await product_run(stack, 0)  # warm-up at zero latency: imports, sandbox probe, connections
+            for warm in (stack, baseline):  # warm-up at zero latency: imports, sandbox probe, connections
+                if warm is not None:
+                    await product_run(warm, 0)
+                    warm.set_latency(MODEL_LATENCY, SEARCH_LATENCY)
             await floor_run(floor_client, [0.1, 0.1], 0)
-            stack.set_latency(MODEL_LATENCY, SEARCH_LATENCY)
-            for number in range(1, args.runs + 1):  # interleaved, so both see the same machine load
+            for number in range(1, args.runs + 1):  # interleaved, so all see the same machine load
                 runs.append(await product_run(stack, number))
                 floors.append(await floor_run(floor_client, runs[-1].durations, number))
+                if baseline is not None:
+                    baselines.append(await product_run(baseline, number))
     for number, (run, floor) in enumerate(zip(runs, floors, strict=True), 1):
         print(f"run {number}: wall {run.wall:.2f} s, critical path {run.critical:.2f} s "
               f"({run.activities} activities in {len(run.durations)} sequential groups), "
@@ -166,6 +183,15 @@ async def main() -> None:
           f"as that step took): {breakdown(floors)}; wall/critical {median(f.wall / f.critical for f in floors):.3f}")
     print("(the floor's ratio is what any workflow with these activity timings gets here; the research run's "
           "excess over it is this product's own cost)")
+    for number, run in enumerate(baselines, 1):
+        print(f"baseline run {number}: wall {run.wall:.2f} s, critical path {run.critical:.2f} s "
+              f"({run.activities} activities in {len(run.durations)} sequential groups); "
+              f"wall/critical {run.wall / run.critical:.3f}, wall/injected {run.wall / run.injected:.3f}")
+    if baselines:
+        print(f"baseline, per activity (median): {breakdown(baselines)}; wall/critical "
+              f"{median(r.wall / r.critical for r in baselines):.3f}, wall/injected "
+              f"{median(r.wall / r.injected for r in baselines):.3f}, "
+              f"median wall {median(r.wall for r in baselines):.2f} s")
     met = verdict(wall_over_critical <= TARGET)
     print(f"wall / critical path: {wall_over_critical:.3f} (target <= {TARGET}: {met})")
     print(f"wall / injected latency only: {median(run.wall / run.injected for run in runs):.3f}")

@@ -134,6 +134,11 @@ class Settings(BaseModel):
     model_queue_concurrency: int | None = Field(default=None, ge=1, le=10_000, alias="DEERFLOW_MODEL_QUEUE_CONCURRENCY")
     tools_queue_concurrency: int = Field(default=16, ge=1, le=10_000, alias="DEERFLOW_TOOLS_QUEUE_CONCURRENCY")
     sandbox_queue_concurrency: int = Field(default=2, ge=1, le=1_000, alias="DEERFLOW_SANDBOX_QUEUE_CONCURRENCY")
+    # Model and tool calls of a run whose workflow worker also serves the model / tools queues go on
+    # the run's main queue, so the server hands each one straight back to that worker with the
+    # workflow task that asked for it (eager dispatch: no queue hop, ~25 ms less per call here).
+    # false: every kind on its own queue, so separately scaled model / tools workers share the work.
+    eager_activities: bool = Field(default=True, alias="DEERFLOW_EAGER_ACTIVITIES")
 
     # Continue a run as new once its history has this many events (unset: when the server suggests).
     continue_as_new_after_events: int | None = Field(default=None, ge=10, alias="DEERFLOW_CONTINUE_AS_NEW_EVENTS")

@@ -8,11 +8,13 @@ for another worker). A typo must fail at start, not leave a queue unserved.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 
 import pytest
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHistory
 
 from activities.registry import build_workers
+from activities.run_config import main_queue_kinds
 from config.settings import Settings
 from tests.conftest import settings_with
 from tests.history_checks import activity_events
@@ -20,7 +22,7 @@ from tests.support import start
 from worker import parse_queues
 from workflows.activity_options import HEARTBEAT_THROTTLE
 from workflows.models import TASK_QUEUE
-from workflows.queues import QUEUE_KINDS, queue_name
+from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 
 
 def activity_name(bound: object) -> str:
@@ -70,13 +72,44 @@ async def test_each_queue_gets_its_own_worker_and_limit(time_worker: Client, pro
     assert model.config()["max_concurrent_activities"] == 9
 
 
-async def test_a_new_run_schedules_each_kind_on_its_queue(time_worker: Client) -> None:
+def scheduled_queues(history: WorkflowHistory) -> dict[str, str]:
+    """Activity type -> the queue its first call was scheduled on."""
+    return {events[0].activity_task_scheduled_event_attributes.activity_type.name:
+            events[0].activity_task_scheduled_event_attributes.task_queue.name
+            for events in activity_events(history).values()}
+
+
+@pytest.mark.parametrize(("served", "eager", "expected"), [
+    (QUEUE_KINDS, "true", ["model", "tools"]),
+    (("main", "model"), "true", ["model"]),
+    (("main", "sandbox"), "true", []),
+    (("model", "tools"), "true", []),  # no workflow here: no run reads its config from this worker
+    (QUEUE_KINDS, "false", []),
+])
+def test_a_run_puts_on_its_main_queue_the_kinds_its_worker_serves_beside_it(
+    provider_env: dict[str, str], served: tuple[QueueKind, ...], eager: str, expected: list[str]
+) -> None:
+    settings = settings_with(provider_env, DEERFLOW_EAGER_ACTIVITIES=eager)
+    assert main_queue_kinds(settings, served) == expected
+
+
+async def test_a_worker_serving_every_queue_gets_its_model_and_tool_calls_eagerly(time_worker: Client) -> None:
     handle = await start(time_worker, auto_accept_plan=True)
     await handle.result()
-    queues = {events[0].activity_task_scheduled_event_attributes.activity_type.name:
-              events[0].activity_task_scheduled_event_attributes.task_queue.name
-              for events in activity_events(await handle.fetch_history()).values()}
+    queues = scheduled_queues(await handle.fetch_history())
+    # On the run's own queue, so the server hands them straight back to the worker that asked.
+    assert queues["chat"] == queues["web_search"] == TASK_QUEUE
+    assert queues["python_repl_tool"] == queue_name("sandbox"), "model-written code only on the sandbox's queue"
+    assert queues["load_run_config"] == TASK_QUEUE
+
+
+async def test_without_eager_activities_a_new_run_schedules_each_kind_on_its_queue(
+    time_worker: Client, configure_worker: Callable[[Settings], None], provider_env: dict[str, str]
+) -> None:
+    configure_worker(settings_with(provider_env, DEERFLOW_EAGER_ACTIVITIES="false"))
+    handle = await start(time_worker, auto_accept_plan=True)
+    await handle.result()
+    queues = scheduled_queues(await handle.fetch_history())
     assert queues["chat"] == queue_name("model")
     assert queues["web_search"] == queue_name("tools")
     assert queues["python_repl_tool"] == queue_name("sandbox")
-    assert queues["load_run_config"] == TASK_QUEUE

@@ -26,6 +26,7 @@ from cli.connection import CliError
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
 from tests.conftest import settings_with
+from tests.history_checks import activity_events
 from tests.support import start
 from workflows.errors import failure_message
 from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
@@ -187,8 +188,11 @@ async def test_a_run_naming_a_private_file_fails_at_once_and_leaks_nothing(
     status = await handle.query("status", result_type=RunStatus)
     assert status.phase is Phase.FAILED
     assert model_server.requests == []  # failed before the first model call
-    history = (await handle.fetch_history()).to_json()
-    assert SECRET not in history
+    recorded = await handle.fetch_history()
+    # The config (which checks the resources) loads before the coordinator's call is even scheduled.
+    assert [events[0].activity_task_scheduled_event_attributes.activity_type.name
+            for events in activity_events(recorded).values()] == ["load_run_config"]
+    assert SECRET not in recorded.to_json()
 
 
 async def test_a_symlink_in_a_resource_folder_leaks_nothing_into_a_run(

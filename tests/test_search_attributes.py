@@ -8,6 +8,7 @@ worker must find out reliably whether they exist, register them where it may, an
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Iterator
@@ -144,6 +145,12 @@ async def test_worker_registers_them_and_runs_set_them(tmp_path: Path) -> None:
         assert attributes.get(PHASE) == "completed"
         assert attributes.get(AWAITING) == ""
         assert attributes.get(REPORT_STYLE) == "news"
+        # Every phase is upserted, the first one too, though the run config that says the
+        # attributes exist arrives after it (it loads beside the coordinator's first turn).
+        upserted = [json.loads(fields[PHASE.name].data) for event in (await handle.fetch_history()).events
+                    if PHASE.name in (fields := event.upsert_workflow_search_attributes_event_attributes
+                                      .search_attributes.indexed_fields)]
+        assert upserted[0] == "coordinating" and upserted[-1] == "completed"
         # ...and so the list of runs can be filtered by them.
         found = [execution.id async for execution in client.list_workflows("DeerFlowPhase = 'completed'")]
         assert handle.id in found

@@ -18,7 +18,7 @@ Building one never raises: a malformed URL must not fail a workflow task.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         MCPCallRequest,
         MCPListRequest,
         PythonRequest,
+        RunConfig,
         SearchRequest,
     )
     from workflows.queues import QueueKind, queue_name
@@ -183,7 +184,21 @@ def task_queue_for(options: ActivityOptions[Any]) -> str | None:
     """The queue this run schedules ``options``' kind on; None: the run's own (main) queue."""
     if options.queue == "main" or not workflow.patched(QUEUE_PATCHES[options.queue]):
         return None
+    if options.queue in _main_queue_kinds():
+        return None
     return queue_name(options.queue, workflow.info().task_queue)
+
+
+def _main_queue_kinds() -> Collection[str]:
+    """The kinds the run's config puts on its main queue (``RunConfig.main_queue_kinds``).
+
+    Read from the workflow instance, which every call site would otherwise have to pass down. No
+    patch guards it: the choice is data in the run's recorded config, empty in runs recorded
+    before it, so replay makes the same choice. A workflow without a run config (the prompt
+    enhancer) keeps every kind on its own queue.
+    """
+    config = getattr(workflow.instance(), "run_config", None)
+    return config.main_queue_kinds if isinstance(config, RunConfig) else ()
 
 
 async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: type[ResultT], *,

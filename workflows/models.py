@@ -367,6 +367,10 @@ class RunConfig(BaseModel):
     # in flight at once. None (runs recorded before these limits existed): no limit, as then.
     max_tool_calls_per_turn: int | None = None
     max_activities_in_flight: int | None = None
+    # Kinds of work this run schedules on its main queue rather than their own, because the worker
+    # that read this config serves them beside the workflow: the server then dispatches each call
+    # eagerly to the worker that asked for it. Empty (and in runs recorded before it): own queues.
+    main_queue_kinds: list[Literal["model", "tools"]] = Field(default_factory=list)
 
 
 # ---------------------------------------------------------------- status query

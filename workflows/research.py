@@ -68,6 +68,8 @@ REVIEW_DEADLINE_PATCH = "review-deadline"
 PLAN_REASK_PATCH = "plan-reask"
 # A first plan that claims to need no research goes to the person's review like any other.
 REVIEW_NO_RESEARCH_PATCH = "review-no-research"
+# A run without resources loads its config beside the coordinator's first turn, not before it.
+CONCURRENT_CONFIG_PATCH = "concurrent-run-config"
 DIRECT_REPLY_NOTE = ("Direct reply: the coordinator answered without handing off to research "
                      "(no plan, no search). A model that never calls tools ends here.")
 NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough context, so no "
@@ -120,6 +122,11 @@ class DeepResearchWorkflow:
     def _status(self) -> RunStatus:
         return self._state.status
 
+    @property
+    def run_config(self) -> RunConfig:
+        """The worker-side settings this run follows; ``activity_options`` reads its queue choices."""
+        return self._state.config
+
     # ------------------------------------------------------------------ the story of a run
 
     @workflow.run
@@ -129,8 +136,7 @@ class DeepResearchWorkflow:
             if continued:  # finish the steps the previous run had started, then go on as it would have
                 await self._run_steps(request)
             else:
-                await self._configure(request)
-                topic = await self._coordinate(request)  # may end the run with a direct reply
+                topic = await self._configure_and_coordinate(request)  # may end the run with a direct reply
                 await self._investigate(topic, request)
             await self._plan_review_and_research(request)  # may end it: no usable plan, no review in time
             report = await self._report(request)
@@ -203,7 +209,19 @@ class DeepResearchWorkflow:
 
     # ------------------------------------------------------------------ stages
 
-    async def _configure(self, request: ResearchRequest) -> None:
+    async def _configure_and_coordinate(self, request: ResearchRequest) -> str:
+        """The run config, then the coordinator; or both at once when the config cannot refuse the
+        run (no resources to check) and the coordinator does not need it. One workflow-task
+        round trip less before the background search: both are scheduled by the first task. (The
+        coordinator's call then goes on the model queue: the config that would put it on the
+        main queue, ``RunConfig.main_queue_kinds``, has not arrived yet.)"""
+        if request.resources or not workflow.patched(CONCURRENT_CONFIG_PATCH):
+            await self._configure(request)
+            return await self._coordinate(request)
+        _, topic = await asyncio.gather(self._configure(request, concurrent=True), self._coordinate(request))
+        return topic
+
+    async def _configure(self, request: ResearchRequest, concurrent: bool = False) -> None:
         # It also refuses resources outside the worker's resource roots (input only: no new command).
         self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))
         config = self._state.config
@@ -212,6 +230,8 @@ class DeepResearchWorkflow:
         self._status.offline_demo = bool(self._status.offline_providers)
         if self._state.config.search_attributes_enabled:
             workflow.upsert_search_attributes([REPORT_STYLE.value_set(request.report_style.value)])
+            if concurrent:  # the phase was set before the config said the attributes exist
+                self._upsert_phase()
 
     async def _coordinate(self, request: ResearchRequest) -> str:
         """Coordinator turns, ending in a handoff to the planner (the research topic is returned)
@@ -569,10 +589,14 @@ class DeepResearchWorkflow:
         self._status.phase = phase
         self._status.awaiting = awaiting
         if self._state.config.search_attributes_enabled:
-            workflow.upsert_search_attributes([PHASE.value_set(phase.value),
-                                               AWAITING.value_set(awaiting.value if awaiting else "")])
+            self._upsert_phase()
         self._event("phase", phase.value + (f" (awaiting {awaiting.value})" if awaiting else ""))
         count_phase(phase, self._status.outcome)
+
+    def _upsert_phase(self) -> None:
+        awaiting = self._status.awaiting
+        workflow.upsert_search_attributes([PHASE.value_set(self._status.phase.value),
+                                           AWAITING.value_set(awaiting.value if awaiting else "")])
 
     def _show_plan(self, plan: Plan, feedback: str | None) -> None:
         self._state.plan = self._status.plan = plan
