@@ -59,6 +59,10 @@ class FileSystemStorageDriver(StorageDriver):
     def type(self) -> str:
         return DRIVER_NAME
 
+    def claim_for(self, digest: str) -> StorageDriverClaim:
+        """The claim of the blob with this digest: blobs are named by content alone (subtrees need it)."""
+        return StorageDriverClaim(claim_data={"hash_algorithm": HASH_ALGORITHM, "hash_value": digest})
+
     def path_for(self, digest: str) -> Path:
         """Where the blob with this hex digest lives (whether or not it exists)."""
         return self._root / digest[:2] / digest
@@ -72,7 +76,7 @@ class FileSystemStorageDriver(StorageDriver):
         blobs = [payload.SerializeToString() for payload in payloads]
         digests = await asyncio.to_thread(self._write_all, blobs)
         return [
-            StorageDriverClaim(claim_data={"hash_algorithm": HASH_ALGORITHM, "hash_value": digest, "size": str(len(b))})
+            StorageDriverClaim(claim_data={**self.claim_for(digest).claim_data, "size": str(len(b))})
             for digest, b in zip(digests, blobs, strict=True)
         ]
 
