@@ -55,13 +55,15 @@ from temporalio.converter import (
     WithSerializationContext,
 )
 
-from storage.references import invalid_reference, is_sha256_hex
+from storage.references import invalid_reference
 
 ENCODING = b"json/deerflow-subtrees"
 PLAIN = b"json/plain"
 REF_KEY = "$subtree"
 REF_MARK = b'"$subtree"'
-REF_TEXT = re.compile(r'\{"\$subtree":"([0-9a-f]{64})"\}')
+# A reference exactly as this codec writes it (compact JSON). In JSON text the quoted key can only
+# be a key or a whole string: inside a longer string its quotes would be escaped.
+REF = re.compile(rb'\{"\$subtree":"([0-9a-f]{64})"\}')
 REF_BYTES = len('{"$subtree":""}') + 64
 # Where the S3 store keeps subtree blobs (storage/s3.py), below its key prefix: by content alone.
 SUBTREE_KEY_PREFIX = "v0/d/sha256/"
@@ -102,8 +104,12 @@ class Sealer(Protocol):
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]: ...
 
 
-def compact(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+def compact(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def reference(digest: str) -> bytes:
+    return b'{"$subtree":"' + digest.encode() + b'"}'
 
 
 def is_marked(payload: Payload) -> bool:
@@ -111,31 +117,17 @@ def is_marked(payload: Payload) -> bool:
 
 
 def references_in(payload: Payload) -> set[str]:
-    """The blob digests a marked payload references (refusing malformed ones); empty if unmarked."""
+    """The blob digests a marked payload references (refusing malformed ones); empty if unmarked.
+
+    Found by pattern, without parsing: every ``"$subtree"`` must be part of a reference written
+    the way this codec writes them, so a hand-made variant (other keys, spaces, a path) is refused.
+    """
     if not is_marked(payload):
         return set()
-    try:
-        tree = json.loads(payload.data)
-    except (ValueError, RecursionError):
-        raise invalid_reference("A json/deerflow-subtrees payload is not valid JSON") from None
-    found: set[str] = set()
-    _collect(tree, found)
-    return found
-
-
-def _collect(node: Any, found: set[str]) -> None:
-    if isinstance(node, dict):
-        if REF_KEY in node:
-            digest = node[REF_KEY]
-            if len(node) != 1 or not is_sha256_hex(digest):
-                raise invalid_reference(f"Malformed subtree reference {compact(node)[:120]}")
-            found.add(digest)
-            return
-        for child in node.values():
-            _collect(child, found)
-    elif isinstance(node, list):
-        for child in node:
-            _collect(child, found)
+    found = REF.findall(payload.data)
+    if payload.data.count(REF_MARK) != len(found):
+        raise invalid_reference("Malformed subtree reference in a json/deerflow-subtrees payload")
+    return {digest.decode() for digest in found}
 
 
 class _Caches:
@@ -143,7 +135,7 @@ class _Caches:
 
     def __init__(self) -> None:
         self.known: OrderedDict[bytes, tuple[str, float]] = OrderedDict()  # sha256(text) -> (blob digest, when)
-        self.texts: OrderedDict[str, str] = OrderedDict()  # blob digest -> subtree JSON text
+        self.texts: OrderedDict[str, bytes] = OrderedDict()  # blob digest -> subtree JSON text
         self.text_bytes = 0
 
 
@@ -200,12 +192,12 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
             tree = json.loads(payload.data)
         except (ValueError, RecursionError):
             return payload
-        texts: dict[str, str] = {}  # sha256 of each new subtree's text -> text
+        texts: dict[str, bytes] = {}  # sha256 of each new subtree's text -> text
         shrunk, _, has_ref = self._replace(tree, texts)
         if not has_ref:
             return payload
         digests = await self._store(texts)
-        data = REF_TEXT.sub(lambda match: compact({REF_KEY: digests[match[1]]}), compact(shrunk)).encode()
+        data = REF.sub(lambda match: reference(digests[match[1].decode()]), compact(shrunk))
         if len(data) > self._max_shrunk:
             return payload  # whole-payload offloading stores it, unmarked
         result = Payload()
@@ -214,7 +206,7 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
         result.data = data
         return result
 
-    def _replace(self, node: Any, texts: dict[str, str]) -> tuple[Any, int, bool]:
+    def _replace(self, node: Any, texts: dict[str, bytes]) -> tuple[Any, int, bool]:
         """Post-order: (the node or a provisional reference, its approximate size, whether it holds one).
 
         A long string is replaced; an object or array is replaced whole when it is large and holds
@@ -241,13 +233,13 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
         return value, size, has_ref
 
     @staticmethod
-    def _reference(node: Any, texts: dict[str, str]) -> dict[str, str]:
+    def _reference(node: Any, texts: dict[str, bytes]) -> dict[str, str]:
         text = compact(node)
-        key = hashlib.sha256(text.encode()).hexdigest()
+        key = hashlib.sha256(text).hexdigest()
         texts[key] = text
         return {REF_KEY: key}
 
-    async def _store(self, texts: dict[str, str]) -> dict[str, str]:
+    async def _store(self, texts: dict[str, bytes]) -> dict[str, str]:
         """Store the subtrees not known to be stored (one driver call); text hash -> blob digest."""
         now = self._clock()
         digests: dict[str, str] = {}
@@ -259,7 +251,7 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
             else:
                 missing.append(key)
         if missing:
-            blobs = [Payload(metadata={"encoding": PLAIN}, data=texts[key].encode()) for key in missing]
+            blobs = [Payload(metadata={"encoding": PLAIN}, data=texts[key]) for key in missing]
             if self._inner is not None:
                 blobs = [self._inner.seal_deterministic(blob) for blob in blobs]
             claims = await self._driver.store(StorageDriverStoreContext(target=None), blobs)
@@ -278,7 +270,7 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
         while len(self._caches.known) > KNOWN_ENTRIES:
             self._caches.known.popitem(last=False)
 
-    def _cache_text(self, digest: str, text: str) -> None:
+    def _cache_text(self, digest: str, text: bytes) -> None:
         if digest in self._caches.texts:
             self._caches.texts.move_to_end(digest)
             return
@@ -291,17 +283,15 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
     # ------------------------------------------------------------------------------- decoding
 
     async def _expand(self, payload: Payload) -> Payload:
-        digests = references_in(payload)
-        texts = await self._read(digests)
-        tree = json.loads(payload.data)
-        data = REF_TEXT.sub(lambda match: texts[match[1]], compact(tree)).encode()
+        texts = await self._read(references_in(payload))
+        data = REF.sub(lambda match: texts[match[1].decode()], payload.data)
         result = Payload()
         result.CopyFrom(payload)
         result.metadata["encoding"] = PLAIN
         result.data = data
         return result
 
-    async def _read(self, digests: set[str]) -> dict[str, str]:
+    async def _read(self, digests: set[str]) -> dict[str, bytes]:
         texts = {digest: self._caches.texts[digest] for digest in digests if digest in self._caches.texts}
         missing = sorted(digests - texts.keys())
         if missing:
@@ -316,15 +306,14 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
         return texts
 
     @staticmethod
-    def _subtree_text(digest: str, blob: Payload) -> str:
+    def _subtree_text(digest: str, blob: Payload) -> bytes:
         """A blob's JSON text, checked: only a subtree this codec wrote may be spliced into a payload."""
         try:
             if blob.metadata.get("encoding") != PLAIN:
                 raise ValueError(blob.metadata.get("encoding"))
-            text = blob.data.decode()
-            value = json.loads(text)
+            json.loads(blob.data)
         except (ValueError, RecursionError):
             raise invalid_reference(f"Blob sha256:{digest} is not a JSON subtree") from None
-        if REF_TEXT.search(compact(value)):
+        if REF_MARK in blob.data:
             raise invalid_reference(f"Blob sha256:{digest} holds a reference; subtrees never nest")
-        return compact(value)
+        return blob.data

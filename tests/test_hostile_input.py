@@ -155,7 +155,7 @@ async def test_a_forged_storage_reference_fails_the_run_at_once(time_worker: Cli
     forged.data = stored.data.replace(digest.encode(), forged_digest.encode())
     if reference == "subtree":
         forged = Payload(metadata={"encoding": SUBTREES},
-                         data=json.dumps({"question": {"$subtree": forged_digest}}).encode())
+                         data=json.dumps({"question": {"$subtree": forged_digest}}, separators=(",", ":")).encode())
     handle = await start_raw(time_worker, RawValue(forged))
     failure = await asyncio.wait_for(failure_of(handle), 30)
     assert failure.type == "InvalidPayloadReference", failure
