@@ -155,7 +155,8 @@ async def test_forged_references_are_refused_for_good(tmp_path: Path, data: obje
 
 
 @pytest.mark.parametrize(("blob", "problem"), [
-    (Payload(metadata={"encoding": b"binary/plain"}, data=b"\x00" * 64), "not a JSON subtree"),
+    (Payload(metadata={"encoding": b"binary/plain"}, data=b'"bytes that parse as JSON"'), "not a JSON subtree"),
+    (Payload(metadata={"encoding": b"json/plain"}, data=b"\x00" * 64), "not a JSON subtree"),
     (Payload(metadata={"encoding": b"json/plain"}, data=b'{"$subtree":"' + b"a" * 64 + b'"}'), "never nest"),
 ])
 async def test_a_reference_to_a_blob_that_is_no_subtree_is_refused(tmp_path: Path, blob: Payload,
