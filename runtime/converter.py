@@ -56,7 +56,7 @@ def storage_driver(settings: Settings) -> StorageDriver | None:
     """The driver ``DEERFLOW_PAYLOAD_STORE`` selects, or None for ``none`` (everything inline)."""
     store = _store_name(settings)
     if store == "filesystem":
-        return FileSystemStorageDriver(blob_root(settings))
+        return FileSystemStorageDriver(blob_root(settings), fsync=settings.blob_fsync)
     if store == "s3":
         from storage.s3 import s3_driver  # only deployments that use S3 import its client
 

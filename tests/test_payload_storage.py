@@ -119,6 +119,18 @@ async def test_filesystem_store_is_idempotent(tmp_path: Path) -> None:
     assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 1
 
 
+@pytest.mark.parametrize("fsync", [True, False])
+async def test_filesystem_fsyncs_each_new_blob_unless_told_not_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  fsync: bool) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    driver = FileSystemStorageDriver(tmp_path / "blobs", fsync=fsync)
+    claims = await driver.store(StorageDriverStoreContext(), [payload_of(b"new"), payload_of(b"newer")])
+    assert len(synced) == (2 if fsync else 0)
+    assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == [payload_of(b"new"), payload_of(b"newer")]
+    assert FileSystemStorageDriver(tmp_path, fsync=Settings().blob_fsync)._fsync, "durable by default"
+
+
 async def test_filesystem_detects_corruption(tmp_path: Path) -> None:
     driver = FileSystemStorageDriver(tmp_path)
     [claim] = await driver.store(StorageDriverStoreContext(), [payload_of(b"original")])
