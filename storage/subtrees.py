@@ -41,7 +41,7 @@ import json
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Protocol, Self, runtime_checkable
 
 from temporalio.api.common.v1 import Payload
@@ -153,14 +153,12 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
     """
 
     def __init__(self, driver: SubtreeDriver, *, payload_min_bytes: int, subtree_min_bytes: int,
-                 max_shrunk_bytes: int, inner: Sealer | None = None, shrink: bool = True,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 max_shrunk_bytes: int, inner: Sealer | None = None, shrink: bool = True) -> None:
         self._driver = driver
         self._payload_min = payload_min_bytes
         self._subtree_min = subtree_min_bytes
         self._max_shrunk = max_shrunk_bytes - ENVELOPE_MARGIN
         self._inner = inner
-        self._clock = clock
         self._caches = _Caches()
         self._enabled = shrink  # off: this process only reads subtrees (a read-only store user)
         self._shrinks = shrink  # without a context (direct use); the SDK always binds one
@@ -241,7 +239,7 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
 
     async def _store(self, texts: dict[str, bytes]) -> dict[str, str]:
         """Store the subtrees not known to be stored (one driver call); text hash -> blob digest."""
-        now = self._clock()
+        now = time.monotonic()
         digests: dict[str, str] = {}
         missing: list[str] = []
         for key in texts:
