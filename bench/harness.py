@@ -54,7 +54,7 @@ STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 CRAWL_LOOPBACK = {"DEERFLOW_CRAWL_ALLOW_HOSTS": "127.0.0.1"}  # worker setting: crawl the pages served here
 # Env vars the bench shares with the worker: the client's converter must match the worker's store.
-SHARED_SETTINGS = ("DEERFLOW_HOME", "DEERFLOW_PAYLOAD_STORE", "DEERFLOW_PAYLOAD_THRESHOLD_BYTES")
+SHARED_SETTINGS = ("DEERFLOW_HOME", "DEERFLOW_PAYLOAD_STORE", "DEERFLOW_PAYLOAD_THRESHOLD_BYTES", "DEERFLOW_SUBTREES")
 
 
 # ---------------------------------------------------------------- processes

@@ -1,20 +1,36 @@
 """History size: how many bytes a run leaves in Temporal's history, with and without the claim-check store.
 
-Run from the repository root: ``.venv/bin/python bench/history_size.py`` (about 2 minutes).
+Run from the repository root: ``.venv/bin/python bench/history_size.py`` (about 4 minutes).
 
 Why it is measured this way: Temporal caps a history at 50 MB and a payload at 2 MB, and every
 byte of history is re-read on replay and on every cache miss, so size is a cost even far below
-the caps. Two runs per store: a default run (3 steps, bundled corpus) and a crawl-heavy run where
-search returns 20 loopback pages of about 1 MB each, which the researcher reads in full
-(``max_search_results=20``, ``max_step_num=2``: both research steps find the same 20 pages).
-Sizes are the sum of ``event.ByteSize()`` and the length of ``history.to_json()``; every payload
-in every event is walked to find the largest one kept inline and to count claim-check references.
-The default store (filesystem, threshold 32 KiB) is compared with ``DEERFLOW_PAYLOAD_STORE=none``.
+the caps. Sizes are the sum of ``event.ByteSize()`` (and the length of ``history.to_json()``);
+every payload in every event is walked to find the largest one kept inline and to count
+whole-payload claim-check references.
+
+Two measurements, each an A/B in one invocation:
+
+- **Plan-size series** (issue #12's target: at most 4 KiB of history per model call at 12 steps,
+  growing linearly). Default runs (offline fake model, bundled corpus, auto-accepted) with
+  ``max_step_num`` 3, 6 and 12 (the fake planner writes exactly that many steps; the run's plan is
+  checked), on the default store with content-addressed subtrees (storage/subtrees.py) and with
+  them off (``DEERFLOW_SUBTREES=false``, whole-payload offloading only, as before). Each row: history
+  bytes, model calls (completed ``chat`` activities), history bytes per model call, and the bytes
+  the run added to the blob store. Linear means the bytes per model call stay flat as the plan grows.
+  Subtrees shrink activity payloads only (workflow-level ones stay readable by the plain ``temporal``
+  CLI), so the run's result, the report, stays inline until it passes the 32 KiB whole-payload
+  threshold: the rows also give the figure without the completion event, which shows the growth of
+  the rest without that step.
+- **Default and crawl-heavy rows** per store: a default run (3 steps) and a crawl-heavy run where
+  search returns 20 loopback pages of about 1 MB each, which the researcher reads in full
+  (``max_search_results=20``, ``max_step_num=2``: both research steps find the same 20 pages), on
+  the filesystem store (threshold 32 KiB, subtrees on) and ``DEERFLOW_PAYLOAD_STORE=none``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness import (
     CRAWL_LOOPBACK,
@@ -35,6 +51,7 @@ from harness import (
 from temporalio.client import WorkflowHistory
 
 from offline.search_server import SearchIndex
+from storage.subtrees import references_in
 from tests.support import QUESTION
 from workflows.models import ResearchRequest
 
@@ -43,6 +60,10 @@ PAGE_BYTES = 1024 * 1024
 DEFAULT_TARGET = 256 * 1024
 CRAWL_TARGET = 1024 * 1024
 INLINE_LIMIT = 256 * 1024
+PLAN_SIZES = (3, 6, 12)
+PER_CALL_TARGET = 4096  # history bytes per model call at 12 steps
+LINEAR_SLACK = 1.25  # bytes per call at 12 steps over those at 3: linear growth keeps it near 1
+COMPLETED = "workflow_execution_completed_event_attributes"
 
 
 @dataclass(frozen=True)
@@ -53,14 +74,41 @@ class Size:
     events: int
     largest_inline: int
     references: int
+    subtree_references: int
     crawls: tuple[int, int]  # crawl_tool activities (scheduled, completed)
 
     def line(self, target: int) -> str:
         ok = self.event_bytes <= target and self.largest_inline <= INLINE_LIMIT
         return (f"{self.label}: {kib(self.event_bytes)} in {self.events} events (JSON {kib(self.json_bytes)}), "
-                f"largest inline payload {kib(self.largest_inline)}, {self.references} claim-check reference(s), "
+                f"largest inline payload {kib(self.largest_inline)}, {self.references} claim-check reference(s) "
+                f"and {self.subtree_references} subtree reference(s), "
                 f"{self.crawls[1]}/{self.crawls[0]} crawls completed; target <= {kib(target)} "
                 f"and no inline payload over {kib(INLINE_LIMIT)}: {verdict(ok)}")
+
+
+@dataclass(frozen=True)
+class PlanRow:
+    subtrees: bool
+    steps: int
+    history_bytes: int
+    result_bytes: int  # the run's result (the report), inline below the whole-payload threshold
+    model_calls: int
+    blob_bytes: int
+
+    @property
+    def per_call(self) -> float:
+        return self.history_bytes / self.model_calls
+
+    @property
+    def per_call_without_result(self) -> float:
+        return (self.history_bytes - self.result_bytes) / self.model_calls
+
+    def line(self) -> str:
+        switch = "on " if self.subtrees else "off"
+        return (f"subtrees={switch} {self.steps:>2} steps: history {kib(self.history_bytes)}, "
+                f"{self.model_calls} model calls, {self.per_call:,.0f} B per model call "
+                f"({self.per_call_without_result:,.0f} B without the result event, {kib(self.result_bytes)}), "
+                f"blob store +{kib(self.blob_bytes)}")
 
 
 def measure(label: str, history: WorkflowHistory) -> Size:
@@ -68,7 +116,12 @@ def measure(label: str, history: WorkflowHistory) -> Size:
     inline = [payload.ByteSize() for payload in payloads if not is_reference(payload)]
     return Size(label, sum(event.ByteSize() for event in history.events), len(history.to_json()),
                 len(history.events), max(inline, default=0), sum(1 for p in payloads if is_reference(p)),
-                count_activities(history, "crawl_tool"))
+                sum(len(references_in(p)) for p in payloads), count_activities(history, "crawl_tool"))
+
+
+def store_bytes(stack: Stack) -> int:
+    blobs = stack.workdir / "home" / "blobs"
+    return sum(path.stat().st_size for path in Path(blobs).rglob("*") if path.is_file())
 
 
 async def two_runs(stack: Stack, store: str, crawl_index: SearchIndex) -> tuple[Size, Size]:
@@ -85,8 +138,38 @@ async def two_runs(stack: Stack, store: str, crawl_index: SearchIndex) -> tuple[
     return plain, heavy
 
 
+async def plan_series(stack: Stack, subtrees: bool) -> list[PlanRow]:
+    rows = []
+    for steps in PLAN_SIZES:
+        before = store_bytes(stack)
+        request = ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=steps)
+        handle, result, _ = await timed_run(stack, request, f"size-plan-{steps}")
+        assert result.plan is not None and len(result.plan.steps) == steps, f"the planner wrote {result.plan}"
+        history = await handle.fetch_history()
+        [completed] = [event for event in history.events if event.HasField(COMPLETED)]
+        rows.append(PlanRow(subtrees, steps, sum(event.ByteSize() for event in history.events),
+                            completed.ByteSize(), count_activities(history, "chat")[1], store_bytes(stack) - before))
+    return rows
+
+
+def series_verdict(rows: list[PlanRow]) -> str:
+    first, last = rows[0], rows[-1]
+    growth = last.per_call_without_result / first.per_call_without_result
+    met = last.per_call <= PER_CALL_TARGET and growth <= LINEAR_SLACK
+    return (f"subtrees={'on' if last.subtrees else 'off'}: {last.per_call:,.0f} B per model call at {last.steps} steps "
+            f"(target <= {PER_CALL_TARGET}); without the result event {growth:.2f}x the {first.steps}-step figure "
+            f"(linear: <= {LINEAR_SLACK}): "
+            f"{verdict(met)}")
+
+
 async def main() -> None:
     header("History size")
+    for subtrees in (True, False):
+        async with bench_stack(worker_env={"DEERFLOW_SUBTREES": str(subtrees).lower()}) as stack:
+            rows = await plan_series(stack, subtrees)
+        for row in rows:
+            print(row.line())
+        print(series_verdict(rows), flush=True)
     paths = [f"/page-{number}.html" for number in range(1, PAGES + 1)]
     pages = {path: html_page(f"Solid-state battery report {path}", PAGE_BYTES) for path in paths}
     results: list[tuple[Size, Size]] = []

@@ -10,6 +10,7 @@ from temporalio.client import Client
 from cli.connection import CliError, connect
 from config.settings import Settings, load_settings
 from runtime.converter import storage_driver
+from runtime.encryption import encryption_codec
 from storage.filesystem import FileSystemStorageDriver
 from storage.gc import BlobGcError, GcReport, collect_filesystem, collect_s3
 
@@ -56,11 +57,12 @@ async def collect(client: Client, settings: Settings, *, min_age: timedelta, dry
                   now: datetime | None = None) -> GcReport:
     """The collection for the store ``settings`` selects (not ``none``); ``now`` for tests."""
     driver = storage_driver(settings)
+    decrypt = encryption_codec(settings)  # subtree references live inside (encrypted) payloads
     if isinstance(driver, FileSystemStorageDriver):
-        return await collect_filesystem(client, driver, min_age=min_age, dry_run=dry_run, now=now)
+        return await collect_filesystem(client, driver, min_age=min_age, dry_run=dry_run, now=now, decrypt=decrypt)
     from storage.s3 import S3Client  # only deployments that use S3 import its client
 
-    return await collect_s3(client, S3Client(settings), min_age=min_age, dry_run=dry_run, now=now)
+    return await collect_s3(client, S3Client(settings), min_age=min_age, dry_run=dry_run, now=now, decrypt=decrypt)
 
 
 def summary(report: GcReport, *, dry_run: bool) -> str:

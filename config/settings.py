@@ -214,6 +214,19 @@ class Settings(BaseModel):
     # or "none". Every worker, client and replayer must share the same store.
     payload_store: str = Field(default="filesystem", alias="DEERFLOW_PAYLOAD_STORE")
     payload_threshold_bytes: int = Field(default=32_768, ge=0, alias="DEERFLOW_PAYLOAD_THRESHOLD_BYTES")
+    # Content-addressed JSON subtrees (storage/subtrees.py), in the same store: in a JSON payload of
+    # at least DEERFLOW_SUBTREE_PAYLOAD_BYTES, each string, object or array of at least
+    # DEERFLOW_SUBTREE_MIN_BYTES (one a history reference of 78 bytes replaces) is stored once and
+    # history keeps the reference; only activity inputs and results are shrunk. DEERFLOW_SUBTREES=false
+    # writes none (still reads them: the sandbox worker's read-only store user); none with
+    # DEERFLOW_PAYLOAD_STORE=none.
+    subtrees: bool = Field(default=True, alias="DEERFLOW_SUBTREES")
+    subtree_payload_bytes: int = Field(default=1024, ge=0, alias="DEERFLOW_SUBTREE_PAYLOAD_BYTES")
+    subtree_min_bytes: int = Field(default=256, ge=128, alias="DEERFLOW_SUBTREE_MIN_BYTES")
+    # The filesystem store fsyncs each new blob before history can name it (about 1 ms on a VM disk,
+    # per new subtree). false: faster, but an OS crash or power loss may lose blobs that history
+    # names; only for a store on tmpfs, or when the Temporal server's own storage is not durable either.
+    blob_fsync: bool = Field(default=True, alias="DEERFLOW_BLOB_FSYNC")
     # The S3 store (storage/s3.py) takes its credentials from the standard AWS chain (AWS_ACCESS_KEY_ID/
     # AWS_SECRET_ACCESS_KEY/AWS_SESSION_TOKEN, AWS_PROFILE with the shared files, web identity, the
     # instance or task role), read by botocore itself: none of them is a setting here.

@@ -59,6 +59,7 @@ ANGLES = (
     ("Key players and case studies", "主要参与者与案例",
      ("company", "companies", "agency", "NASA", "researchers", "countries", "公司", "机构", "国家")),
 )
+ANGLE_ROUNDS = 3  # plans of up to 1 + 3 x 7 steps (ResearchRequest allows 20)
 # An edit request's wording around what it asks for: "add a step on running costs" -> "running costs".
 FOCUS_RE = re.compile(
     r"^(?:please\s+)?(?:(?:also\s+)?(?:add|include|cover|insert)\s+(?:(?:a|an|another|one|new)\s+)?"
@@ -376,7 +377,7 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
     locale = _locale(messages, topic)
     zh = _zh(locale)
     limit = MAX_STEPS_RE.search(system_text(messages))
-    n = max(1, min(1 + len(ANGLES), int(limit.group(1)) if limit else DEFAULT_MAX_STEPS))
+    n = max(1, min(1 + ANGLE_ROUNDS * len(ANGLES), int(limit.group(1)) if limit else DEFAULT_MAX_STEPS))
     subject = subject_of(topic or "the topic")
     question = bool(QUESTION_RE.match(subject))
     bg_titles = [_shorten(str(r.get("title", "")), 60) for r in background if r.get("title")]
@@ -413,6 +414,9 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
                  "step_type": "processing", "execution_res": None}
         if bg_titles:
             angles[0]["description"] += f' Start from the background sources, e.g. "{bg_titles[0]}".'
+    # A plan longer than the angles revisits them, numbered, so benches can ask for 12 steps or more.
+    angles += [{**step, "title": f"{step['title']} ({2 + i // len(ANGLES)})"}
+               for i, step in enumerate(angles * (ANGLE_ROUNDS - 1))]
     slots = n - 1 if n >= 3 else n
     if feedback:
         extra = [research(_focus(text, zh), f"按审阅者的要求：{text}" if zh else

@@ -12,6 +12,10 @@ prompts and short answers stay readable in the Web UI, while conversations, craw
 reports go to the store. Even a 300-activity run then stays well under the 10 MB warning. Much
 lower would send many small payloads through blob I/O for little gain; much higher would let a
 long run's repeated conversations creep back towards the limits.
+
+Below that threshold, the subtree codec (storage/subtrees.py, first in the codec chain) stores the
+large strings, objects and arrays of JSON payloads once each in the same store, so a conversation
+re-sent every turn costs history a few references, not its text again.
 """
 
 from __future__ import annotations
@@ -29,8 +33,9 @@ from temporalio.converter import (
 )
 
 from config.settings import Settings
-from runtime.encryption import encryption_codec
+from runtime.encryption import EncryptionCodec, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
+from storage.subtrees import SubtreeCodec, SubtreeDriver
 
 PAYLOAD_STORES = ("filesystem", "s3", "none")
 
@@ -51,7 +56,7 @@ def storage_driver(settings: Settings) -> StorageDriver | None:
     """The driver ``DEERFLOW_PAYLOAD_STORE`` selects, or None for ``none`` (everything inline)."""
     store = _store_name(settings)
     if store == "filesystem":
-        return FileSystemStorageDriver(blob_root(settings))
+        return FileSystemStorageDriver(blob_root(settings), fsync=settings.blob_fsync)
     if store == "s3":
         from storage.s3 import s3_driver  # only deployments that use S3 import its client
 
@@ -59,17 +64,39 @@ def storage_driver(settings: Settings) -> StorageDriver | None:
     return None
 
 
+def subtree_codec(settings: Settings, driver: StorageDriver | None,
+                  encryption: EncryptionCodec | None) -> PayloadCodec | None:
+    """The codec chain: subtrees first (around encryption) when a store is configured, else encryption.
+
+    With ``DEERFLOW_SUBTREES=false`` the codec still reads subtrees, and writes none: such a
+    process can read every history and needs no write access to the store.
+    """
+    if driver is None:
+        return encryption
+    assert isinstance(driver, SubtreeDriver)
+    return SubtreeCodec(driver, payload_min_bytes=settings.subtree_payload_bytes,
+                        subtree_min_bytes=settings.subtree_min_bytes,
+                        max_shrunk_bytes=settings.payload_threshold_bytes, inner=encryption, shrink=settings.subtrees)
+
+
+def encryption_of(codec: PayloadCodec | None) -> PayloadCodec | None:
+    """The encryption alone of a codec chain, for what must never write to the store (the codec
+    server's ``/encode``)."""
+    return codec.inner if isinstance(codec, SubtreeCodec) else codec
+
+
 def with_driver(driver: StorageDriver | None, threshold_bytes: int, codec: PayloadCodec | None = None) -> DataConverter:
     """The pydantic converter, offloading payloads of ``threshold_bytes`` or more to ``driver``.
 
-    With a ``codec`` (encryption), every payload is encoded before it is offloaded, so the blob
-    store holds ciphertext too, and failure messages and stack traces travel as encoded
+    With a ``codec`` (subtrees, encryption), every payload is encoded before it is offloaded, so
+    the blob store holds ciphertext too; with encryption, failure messages and stack traces travel as encoded
     attributes: an error quoting a page or a report would otherwise stay readable in history.
     """
     converter = pydantic_data_converter
     if codec is not None:
-        converter = dataclasses.replace(converter, payload_codec=codec,
-                                        failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
+        converter = dataclasses.replace(converter, payload_codec=codec)
+    if encryption_of(codec) is not None:
+        converter = dataclasses.replace(converter, failure_converter_class=DefaultFailureConverterWithEncodedAttributes)
     if driver is None:
         return converter
     storage = ExternalStorage(drivers=[driver], payload_size_threshold=threshold_bytes)
@@ -79,7 +106,9 @@ def with_driver(driver: StorageDriver | None, threshold_bytes: int, codec: Paylo
 def data_converter(settings: Settings) -> DataConverter:
     """The converter for the worker, every client, the replayer and the codec server, from the
     process's settings (its payload store and its encryption keys)."""
-    return with_driver(storage_driver(settings), settings.payload_threshold_bytes, encryption_codec(settings))
+    driver = storage_driver(settings)
+    codec = subtree_codec(settings, driver, encryption_codec(settings))
+    return with_driver(driver, settings.payload_threshold_bytes, codec)
 
 
 async def prepare_payload_store(settings: Settings) -> None:

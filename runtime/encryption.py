@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
+import hmac
 import os
 import re
 from collections.abc import Sequence
 
 from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import PayloadCodec
 from temporalio.exceptions import ApplicationError
@@ -40,6 +44,7 @@ CIPHER_KEY = "encryption-cipher"
 NONCE_BYTES = 12  # 96 bits, GCM's native nonce size; a fresh random one per payload
 KEY_BYTES = 32
 KEY_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+NONCE_KEY_INFO = b"deerflow subtree synthetic nonce"
 GENERATE_HINT = "generate one with: python -c \"import base64, os; print(base64.b64encode(os.urandom(32)).decode())\""
 
 
@@ -107,6 +112,8 @@ class EncryptionCodec(PayloadCodec):
             raise EncryptionConfigError("EncryptionCodec needs at least one key")
         self._ciphers = {key_id: AESGCM(key) for key_id, key in keys.items()}
         self._active = next(iter(keys))
+        self._nonce_key = HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None,
+                               info=NONCE_KEY_INFO).derive(keys[self._active])
 
     @property
     def active_key_id(self) -> str:
@@ -119,10 +126,25 @@ class EncryptionCodec(PayloadCodec):
         return [self._decrypt(payload) if payload.metadata.get("encoding") == ENCODING else payload
                 for payload in payloads]
 
+    def seal_deterministic(self, payload: Payload) -> Payload:
+        """Encrypt with a synthetic nonce, an HMAC of the plaintext, so equal payloads seal alike.
+
+        For content-addressed subtree blobs (storage/subtrees.py): the same subtree then stays one
+        blob across processes and restarts. GCM is only broken by one nonce on two different
+        plaintexts; a nonce derived (under its own HKDF-derived key) from the plaintext repeats
+        only with that plaintext, and then so does the ciphertext. What it reveals is which blobs
+        are equal, which a deduplicating store reveals anyway. Decryption is the usual one.
+        """
+        plain = payload.SerializeToString()
+        nonce = hmac.digest(self._nonce_key, plain, hashlib.sha256)[:NONCE_BYTES]
+        return self._seal(plain, nonce)
+
     def _encrypt(self, payload: Payload) -> Payload:
-        nonce = os.urandom(NONCE_BYTES)
+        return self._seal(payload.SerializeToString(), os.urandom(NONCE_BYTES))
+
+    def _seal(self, plain: bytes, nonce: bytes) -> Payload:
         key_id = self._active.encode()
-        sealed = self._ciphers[self._active].encrypt(nonce, payload.SerializeToString(), key_id)
+        sealed = self._ciphers[self._active].encrypt(nonce, plain, key_id)
         return Payload(metadata={"encoding": ENCODING, KEY_ID_KEY: key_id, CIPHER_KEY: CIPHER}, data=nonce + sealed)
 
     def _decrypt(self, payload: Payload) -> Payload:

@@ -30,6 +30,7 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
+from runtime.converter import encryption_of
 from server.security import Guard, RequestError, read_json
 from storage.filesystem import PayloadStoreError
 
@@ -68,8 +69,9 @@ async def decode_payloads(converter: DataConverter, payloads: Sequence[Payload])
 
 
 async def encode_payloads(converter: DataConverter, payloads: Sequence[Payload]) -> list[Payload]:
-    """The codec alone (encryption, when configured): a UI's input is small and stays inline."""
-    return await converter._encode_payload_sequence(payloads)
+    """Encryption alone, when configured: a UI's input stays inline and never writes to the store."""
+    codec = encryption_of(converter.payload_codec)
+    return await codec.encode(payloads) if codec is not None else list(payloads)
 
 
 def create_codec_app(converter: DataConverter, settings: Settings) -> Starlette:

@@ -26,6 +26,7 @@ from temporalio.converter import (
 from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
 
 DRIVER_NAME = "deerflow.filesystem"
+INLINE_WRITE_BYTES = 256 * 1024
 
 
 class PayloadStoreError(RuntimeError):
@@ -42,11 +43,12 @@ class FileSystemStorageDriver(StorageDriver):
     The two-character fan-out keeps directories small enough for any filesystem after many runs.
     """
 
-    def __init__(self, root: Path, driver_name: str = DRIVER_NAME) -> None:
+    def __init__(self, root: Path, driver_name: str = DRIVER_NAME, *, fsync: bool = True) -> None:
         # Resolved once, so a later change of working directory cannot point reads elsewhere and
         # error messages name the real location.
         self._root = Path(root).expanduser().resolve()
         self._driver_name = driver_name
+        self._fsync = fsync
 
     @property
     def root(self) -> Path:
@@ -59,6 +61,10 @@ class FileSystemStorageDriver(StorageDriver):
     def type(self) -> str:
         return DRIVER_NAME
 
+    def claim_for(self, digest: str) -> StorageDriverClaim:
+        """The claim of the blob with this digest: blobs are named by content alone (subtrees need it)."""
+        return StorageDriverClaim(claim_data={"hash_algorithm": HASH_ALGORITHM, "hash_value": digest})
+
     def path_for(self, digest: str) -> Path:
         """Where the blob with this hex digest lives (whether or not it exists)."""
         return self._root / digest[:2] / digest
@@ -68,11 +74,16 @@ class FileSystemStorageDriver(StorageDriver):
         context: StorageDriverStoreContext,
         payloads: Sequence[Payload],
     ) -> list[StorageDriverClaim]:
-        """Write the payloads (off the event loop) and return one claim per payload, in order."""
+        """Write the payloads (off the event loop, unless few, small and not synced) and return one
+        claim per payload, in order."""
         blobs = [payload.SerializeToString() for payload in payloads]
-        digests = await asyncio.to_thread(self._write_all, blobs)
+        if not self._fsync and sum(map(len, blobs)) <= INLINE_WRITE_BYTES:
+            # Without fsync a few small writes take microseconds: a thread hop would cost more.
+            digests = self._write_all(blobs)
+        else:
+            digests = await asyncio.to_thread(self._write_all, blobs)
         return [
-            StorageDriverClaim(claim_data={"hash_algorithm": HASH_ALGORITHM, "hash_value": digest, "size": str(len(b))})
+            StorageDriverClaim(claim_data={**self.claim_for(digest).claim_data, "size": str(len(b))})
             for digest, b in zip(digests, blobs, strict=True)
         ]
 
@@ -125,8 +136,10 @@ class FileSystemStorageDriver(StorageDriver):
             with os.fdopen(fd, "wb") as file:
                 file.write(blob)
                 file.flush()
-                # History will reference this blob as soon as the task completes: make it durable first.
-                os.fsync(file.fileno())
+                # History will reference this blob as soon as the task completes: make it durable
+                # first, unless the operator chose otherwise (DEERFLOW_BLOB_FSYNC).
+                if self._fsync:
+                    os.fsync(file.fileno())
             os.replace(temporary, path)
         finally:
             temporary.unlink(missing_ok=True)

@@ -16,6 +16,10 @@ How a blob maps to its runs differs by store:
 - **Filesystem.** Blobs are named by content only and shared by every run that stores the same
   bytes, so the collector marks every blob that any history the server keeps references (running
   and closed runs alike) and sweeps the rest.
+- **Subtree blobs** (storage/subtrees.py) are shared by every run in both stores (S3 keys
+  ``v0/d/sha256/<digest>``): they are marked from the subtree references inside history payloads
+  (decrypted with the operator's keys when encryption is on) and swept like filesystem blobs. A
+  stored subtree never holds a reference, so history payloads are all the collector reads.
 """
 
 from __future__ import annotations
@@ -33,10 +37,14 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.sdk.v1.external_storage_pb2 import ExternalStorageReference
 from temporalio.client import Client
+from temporalio.converter import PayloadCodec
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from runtime.encryption import ENCODING as ENCRYPTED
 from storage.filesystem import DRIVER_NAME, FileSystemStorageDriver
 from storage.references import is_sha256_hex
+from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
 
 if TYPE_CHECKING:  # only S3 deployments import its client
     from storage.s3 import S3Client
@@ -106,12 +114,31 @@ async def _is_retained(client: Client, workflow_id: str, run_id: str | None) -> 
     return True
 
 
-# ----------------------------------------------------------------------------------- filesystem
+async def _subtrees_of(payload: Payload, decrypt: PayloadCodec | None) -> set[str]:
+    """The subtree blobs a history payload references, reading through encryption.
+
+    A malformed reference names no blob (a forged input the run refused), so it marks nothing;
+    a payload the keys cannot open may reference anything, so the collection stops.
+    """
+    if payload.metadata.get("encoding") == ENCRYPTED:
+        if decrypt is None:
+            raise BlobGcError("History holds encrypted payloads: run blobs gc with the workers' "
+                              "DEERFLOW_ENCRYPTION_KEYS (or key file). Nothing was deleted.")
+        try:
+            [payload] = await decrypt.decode([payload])
+        except ApplicationError as error:
+            raise BlobGcError(f"A history payload cannot be decrypted ({error}): nothing was deleted.") from None
+    try:
+        return references_in(payload)
+    except ApplicationError:
+        return set()
 
 
-async def _filesystem_references(client: Client) -> set[str]:
-    """The digests that any history the server keeps (open or closed) references."""
-    referenced: set[str] = set()
+async def _referenced(client: Client, decrypt: PayloadCodec | None) -> tuple[set[str], set[str]]:
+    """What any history the server keeps (open or closed) references: filesystem blob digests of
+    whole payloads, and subtree blob digests."""
+    whole: set[str] = set()
+    subtrees: set[str] = set()
     async for execution in client.list_workflows():
         handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
         try:
@@ -123,9 +150,14 @@ async def _filesystem_references(client: Client) -> set[str]:
         for event in history.events:
             for payload in payloads_in(event):
                 reference = reference_of(payload)
-                if reference is not None and reference.driver_name == DRIVER_NAME:
-                    referenced.add(reference.claim_data.get("hash_value", ""))
-    return referenced
+                if reference is None:
+                    subtrees |= await _subtrees_of(payload, decrypt)
+                elif reference.driver_name == DRIVER_NAME:
+                    whole.add(reference.claim_data.get("hash_value", ""))
+    return whole, subtrees
+
+
+# ----------------------------------------------------------------------------------- filesystem
 
 
 def _blob_files(root: Path) -> Iterator[Path]:
@@ -160,10 +192,12 @@ def _delete_if_still_old(path: Path, cutoff: datetime) -> bool:
 
 
 async def collect_filesystem(client: Client, driver: FileSystemStorageDriver, *, min_age: timedelta,
-                             dry_run: bool, now: datetime | None = None) -> GcReport:
+                             dry_run: bool, now: datetime | None = None,
+                             decrypt: PayloadCodec | None = None) -> GcReport:
     """Mark every blob a kept history references, then sweep the unreferenced blobs older than ``min_age``."""
     cutoff = (now or datetime.now(UTC)) - min_age
-    referenced = await _filesystem_references(client)
+    whole, subtrees = await _referenced(client, decrypt)
+    referenced = whole | subtrees
     report = GcReport()
     for path in _blob_files(driver.root):
         if path.name in referenced:
@@ -189,26 +223,40 @@ async def _s3_objects(client: S3Client) -> AsyncIterator[tuple[str, datetime]]:
 
 
 async def collect_s3(client: Client, store: S3Client, *, min_age: timedelta, dry_run: bool,
-                     now: datetime | None = None) -> GcReport:
+                     now: datetime | None = None, decrypt: PayloadCodec | None = None) -> GcReport:
     """Delete the objects of runs the server no longer keeps, older than ``min_age``, in this namespace."""
     from botocore.exceptions import BotoCoreError, ClientError
 
     from storage.s3 import explain
 
     try:
-        return await _collect_s3(client, store, min_age=min_age, dry_run=dry_run, now=now)
+        return await _collect_s3(client, store, min_age=min_age, dry_run=dry_run, now=now, decrypt=decrypt)
     except (BotoCoreError, ClientError) as error:
         raise BlobGcError(f"{explain(error, store)}. Nothing more was deleted.") from None
 
 
 async def _collect_s3(client: Client, store: S3Client, *, min_age: timedelta, dry_run: bool,
-                      now: datetime | None) -> GcReport:
+                      now: datetime | None, decrypt: PayloadCodec | None) -> GcReport:
     cutoff = (now or datetime.now(UTC)) - min_age
     report = GcReport()
     retained: dict[tuple[str, str | None], bool] = {}
     doomed: list[str] = []
+    subtrees: set[str] | None = None  # marked on the first old subtree blob
+    doomed_subtrees: list[str] = []
     async for key, modified in _s3_objects(store):
-        match = RUN_KEY.fullmatch(key.removeprefix(store.prefix))
+        relative = key.removeprefix(store.prefix)
+        if relative.startswith(SUBTREE_KEY_PREFIX) and is_sha256_hex(digest := relative[len(SUBTREE_KEY_PREFIX):]):
+            if modified >= cutoff:
+                report.kept_recent += 1
+                continue
+            if subtrees is None:
+                subtrees = (await _referenced(client, decrypt))[1]
+            if digest in subtrees:
+                report.kept_retained += 1
+            else:
+                doomed_subtrees.append(key)
+            continue
+        match = RUN_KEY.fullmatch(relative)
         if match is None or unquote(match["namespace"]) != client.namespace:
             report.kept_unknown += 1
             continue
@@ -222,6 +270,13 @@ async def _collect_s3(client: Client, store: S3Client, *, min_age: timedelta, dr
             report.kept_retained += 1
         else:
             doomed.append(key)
+    if doomed_subtrees and not dry_run:
+        # A run may have reused (rewritten) a shared subtree blob since the listing: look again.
+        async with store.open() as raw:
+            ages = [(await raw.head_object(Bucket=store.bucket, Key=key))["LastModified"] for key in doomed_subtrees]
+        report.kept_recent += sum(1 for modified in ages if modified >= cutoff)
+        doomed_subtrees = [key for key, modified in zip(doomed_subtrees, ages, strict=True) if modified < cutoff]
+    doomed += doomed_subtrees
     if doomed and not dry_run:
         async with store.open() as raw:
             for start in range(0, len(doomed), 1000):  # DeleteObjects takes at most 1,000 keys

@@ -10,14 +10,17 @@ which the SDK turns into a failed run (or a failed activity) at once.
 
 from __future__ import annotations
 
+import re
+
 from temporalio.exceptions import ApplicationError
 
 HASH_ALGORITHM = "sha256"
+SHA256_HEX = re.compile(r"[0-9a-f]{64}")
 
 
 def is_sha256_hex(value: object) -> bool:
     """A lower-case SHA-256 hex digest, the only digest our stores name blobs by."""
-    return isinstance(value, str) and len(value) == 64 and all(char in "0123456789abcdef" for char in value)
+    return isinstance(value, str) and SHA256_HEX.fullmatch(value) is not None
 
 
 def invalid_reference(message: str) -> ApplicationError:

@@ -10,7 +10,9 @@ prefix and path-style addressing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import hashlib
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
@@ -20,10 +22,11 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.aws.s3driver import S3StorageDriver, S3StorageDriverClient
 from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
-from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext
+from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext, StorageDriverStoreContext
 
 from config.settings import Settings
 from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
+from storage.subtrees import SUBTREE_KEY_PREFIX
 
 MISSING_CODES = frozenset({"404", "NoSuchKey", "NotFound"})
 
@@ -92,7 +95,27 @@ class GuardedS3StorageDriver(S3StorageDriver):
 
     def __init__(self, client: S3Client) -> None:
         super().__init__(client=client, bucket=client.bucket)
+        self._s3 = client
         self._own_bucket = client.bucket
+
+    def claim_for(self, digest: str) -> StorageDriverClaim:
+        """The claim of a subtree blob (storage/subtrees.py), keyed by content alone and shared by
+        every run: ``v0/d/sha256/<digest>``, the key the SDK's driver gives a payload without a target."""
+        return StorageDriverClaim(claim_data={"bucket": self._own_bucket, "key": f"{SUBTREE_KEY_PREFIX}{digest}",
+                                              "hash_algorithm": HASH_ALGORITHM, "hash_value": digest})
+
+    async def store(self, context: StorageDriverStoreContext, payloads: Sequence[Payload]) -> list[StorageDriverClaim]:
+        """Subtree blobs (no target) are written every time, never skipped when present as the SDK does:
+        the write refreshes the object's age, so ``blobs gc`` cannot judge a blob a new run reuses old."""
+        if context.target is not None:
+            return await super().store(context, payloads)
+        async def put(payload: Payload) -> StorageDriverClaim:
+            data = payload.SerializeToString()
+            claim = self.claim_for(hashlib.sha256(data).hexdigest())
+            await self._s3.put_object(bucket=self._own_bucket, key=claim.claim_data["key"], data=data)
+            return claim
+
+        return list(await asyncio.gather(*map(put, payloads)))
 
     async def retrieve(self, context: StorageDriverRetrieveContext,
                        claims: Sequence[StorageDriverClaim]) -> list[Payload]:

@@ -30,6 +30,7 @@ from runtime.connection import connect_when_ready
 from runtime.converter import blob_root, data_converter, prepare_payload_store, storage_driver
 from storage.gc import BlobGcError, payloads_in, reference_of
 from storage.s3 import S3Client
+from storage.subtrees import SubtreeDriver, references_in
 from tests.processes import DevServer, starter
 from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import run_id
@@ -108,9 +109,14 @@ def blob_name(settings: Settings, claim: dict[str, str]) -> str:
 
 
 async def referenced(handle: WorkflowHandle, settings: Settings) -> set[str]:
+    """The blobs a history names: whole payloads, and the subtrees inside payloads (storage/subtrees.py)."""
     history = await handle.fetch_history()
-    return {blob_name(settings, dict(reference.claim_data)) for event in history.events
-            for reference in map(reference_of, payloads_in(event)) if reference is not None}
+    payloads = [payload for event in history.events for payload in payloads_in(event)]
+    driver = storage_driver(settings)
+    assert isinstance(driver, SubtreeDriver)
+    claims = [dict(reference.claim_data) for reference in map(reference_of, payloads) if reference is not None]
+    claims += [dict(driver.claim_for(digest).claim_data) for payload in payloads for digest in references_in(payload)]
+    return {blob_name(settings, claim) for claim in claims}
 
 
 async def delete_run(client: Client, handle: WorkflowHandle) -> None:

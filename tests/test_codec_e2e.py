@@ -36,6 +36,8 @@ from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
+from runtime.encryption import encryption_codec
+from storage.subtrees import references_in
 from tests.cdp import Page, chromium_path, open_page
 from tests.fake_http import FakeHTTPServer, Reply, Seen
 from tests.processes import REPO_DIR, DevServer, free_port, start_worker, wait_for_port
@@ -238,10 +240,13 @@ async def test_the_web_ui_shows_the_stored_report_and_a_researchers_input(
     [completed] = [event.workflow_execution_completed_event_attributes for event in events.values()
                    if event.HasField("workflow_execution_completed_event_attributes")]
     researcher = await researcher_turn(world, finished)
-    # Both are only references in history: what the UI shows below comes from the blob store.
-    for payload in (completed.result.payloads[0], events[researcher].activity_task_scheduled_event_attributes.input
-                    .payloads[0]):
-        assert payload.metadata["encoding"] == b"json/protobuf", payload.metadata
+    # Both are only references in history: what the UI shows below comes from the blob store. The
+    # report is a whole-payload reference; the researcher's input, once decrypted, holds subtree references.
+    assert completed.result.payloads[0].metadata["encoding"] == b"json/protobuf"
+    encryption = encryption_codec(load_settings(world.env))
+    assert encryption is not None
+    [turn_input] = await encryption.decode(events[researcher].activity_task_scheduled_event_attributes.input.payloads)
+    assert references_in(turn_input), turn_input.metadata
     base = (f"http://127.0.0.1:{world.dev.ui_port}/namespaces/default/workflows/{finished.workflow_id}/"
             f"{finished.history.run_id}")
     text = f"({ALL_TEXT})()"
@@ -257,7 +262,7 @@ async def test_the_web_ui_shows_the_stored_report_and_a_researchers_input(
         await browser.wait_for(f"{text}.includes('\"prompt\": \"researcher\"')", 90, what="the researcher's input")
         shown = str(await browser.evaluate(text))
         assert "read one page in full" in shown and "Background and key facts" in shown
-        assert "claimData" not in shown and "binary/encrypted" not in shown
+        assert "claimData" not in shown and "binary/encrypted" not in shown and "$subtree" not in shown
     except Exception:
         await browser.screenshot(tmp_path / "failure.png")  # what the browser showed when it went wrong
         raise

@@ -45,12 +45,14 @@ async def codec(tmp_path: Path) -> AsyncIterator[httpx.AsyncClient]:
         yield client
 
 
-async def stored_payloads(home: Path) -> list[dict]:
-    """A small and a blob-stored request as the worker writes them (encrypted), in protobuf JSON."""
-    converter = data_converter(settings_for(home))
+async def stored_payloads(home: Path, *, subtrees: bool = False) -> list[dict]:
+    """A small and a large request as the worker writes them (encrypted), in protobuf JSON: the large
+    one a whole-payload blob reference, or (``subtrees``) a payload whose question is a subtree reference."""
+    converter = data_converter(settings_for(home, DEERFLOW_SUBTREES=subtrees))
     payloads = await converter.encode([ResearchRequest(question=QUESTION),
                                        ResearchRequest(question=QUESTION + " " + "y" * 3000)])
-    assert payloads[1].metadata["encoding"] == b"json/protobuf"  # a blob reference
+    expected = b"binary/encrypted" if subtrees else b"json/protobuf"  # subtree-shrunk, or a blob reference
+    assert payloads[1].metadata["encoding"] == expected and len(payloads[1].data) < 1024
     return [MessageToDict(payload) for payload in payloads]
 
 
@@ -59,12 +61,16 @@ def texts(response: httpx.Response) -> list[str]:
     return [base64.b64decode(item["data"]).decode() for item in response.json()["payloads"]]
 
 
-async def test_decode_resolves_blob_references_and_decrypts(codec: httpx.AsyncClient, tmp_path: Path) -> None:
-    response = await codec.post("/decode", json={"payloads": await stored_payloads(tmp_path)})
+@pytest.mark.parametrize("subtrees", [False, True])
+async def test_decode_resolves_blob_references_and_decrypts(codec: httpx.AsyncClient, tmp_path: Path,
+                                                            subtrees: bool) -> None:
+    # The Web UI shows content: a subtree reference is expanded like a whole-payload one.
+    response = await codec.post("/decode", json={"payloads": await stored_payloads(tmp_path, subtrees=subtrees)})
     small, large = texts(response)
     assert json.loads(small)["question"] == QUESTION
-    assert json.loads(large)["question"].startswith(QUESTION + " yyy")
-    assert response.json()["payloads"][0]["metadata"]["encoding"] == base64.b64encode(b"json/plain").decode()
+    assert json.loads(large)["question"] == QUESTION + " " + "y" * 3000
+    assert {item["metadata"]["encoding"] for item in response.json()["payloads"]} == {
+        base64.b64encode(b"json/plain").decode()}
 
 
 async def test_encode_encrypts_and_decode_reads_it_back(codec: httpx.AsyncClient) -> None:
@@ -75,6 +81,15 @@ async def test_encode_encrypts_and_decode_reads_it_back(codec: httpx.AsyncClient
     assert base64.b64decode(item["metadata"]["encoding"]) == ENCODING
     assert b"ACCEPTED" not in base64.b64decode(item["data"])
     assert texts(await codec.post("/decode", json={"payloads": [item]})) == ['"[ACCEPTED]"']
+
+
+async def test_encode_never_writes_to_the_store(codec: httpx.AsyncClient, tmp_path: Path) -> None:
+    edit = json.dumps("[EDIT_PLAN] " + "add a step on costs " * 200).encode()
+    encoded = await codec.post("/encode", json={"payloads": [MessageToDict(
+        Payload(metadata={"encoding": b"json/plain"}, data=edit))]})
+    assert encoded.status_code == 200
+    assert not (tmp_path / "blobs").exists() or not any((tmp_path / "blobs").iterdir())
+    assert texts(await codec.post("/decode", json={"payloads": encoded.json()["payloads"]})) == [edit.decode()]
 
 
 async def test_bad_payloads_get_a_clear_error(codec: httpx.AsyncClient, tmp_path: Path) -> None:

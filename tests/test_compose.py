@@ -131,6 +131,7 @@ def test_sandbox_worker_holds_only_a_read_only_store_key_and_the_namespace_privi
     assert keys == SANDBOX_READER, env  # MinIO's read-only user, never its root or a provider key
     assert "env_file" not in sandbox and "secrets" not in sandbox
     assert env["DEERFLOW_SANDBOX_MODE"] == "isolated"  # never plain: refuse rather than run uncontained
+    assert env["DEERFLOW_SUBTREES"] == "false"  # a read-only store user: reads subtrees, writes none
     assert sandbox["cap_drop"] == ["ALL"]
     assert sorted(sandbox["cap_add"]) == sorted(SANDBOX_CAPABILITIES)
     assert not sandbox.get("privileged")

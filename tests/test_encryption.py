@@ -111,15 +111,18 @@ def test_keys_from_a_file_with_comments_and_off_by_default(tmp_path: Path) -> No
         configured_keys(Settings(DEERFLOW_ENCRYPTION_KEY_FILE=tmp_path / "missing"))
 
 
-async def test_history_payloads_and_blobs_are_ciphertext(tmp_path: Path) -> None:
+@pytest.mark.parametrize("subtrees", [False, True])
+async def test_history_payloads_and_blobs_are_ciphertext(tmp_path: Path, subtrees: bool) -> None:
     settings = Settings(DEERFLOW_HOME=tmp_path, DEERFLOW_PAYLOAD_THRESHOLD_BYTES=1024,
-                        DEERFLOW_ENCRYPTION_KEYS=f"k1:{new_key()}")
+                        DEERFLOW_ENCRYPTION_KEYS=f"k1:{new_key()}", DEERFLOW_SUBTREES=subtrees)
     converter = data_converter(settings)
     small = ResearchRequest(question=SECRET_TEXT)
     large = ResearchRequest(question=SECRET_TEXT + " " + "x" * 4000)
     inline, reference = await converter.encode([small, large])
     assert inline.metadata["encoding"] == ENCODING and SECRET_TEXT.encode() not in inline.SerializeToString()
-    assert reference.metadata["encoding"] == b"json/protobuf"  # the blob store's reference
+    # The blob store's whole-payload reference, or the payload shrunk to a subtree reference and encrypted.
+    assert reference.metadata["encoding"] == (ENCODING if subtrees else b"json/protobuf")
+    assert SECRET_TEXT.encode() not in reference.SerializeToString()
     blobs = [path.read_bytes() for path in blob_root(settings).rglob("*") if path.is_file()]
     assert len(blobs) == 1 and ENCODING in blobs[0] and SECRET_TEXT.encode() not in blobs[0]
     assert await converter.decode([inline, reference], [ResearchRequest, ResearchRequest]) == [small, large]

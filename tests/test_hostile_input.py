@@ -18,6 +18,7 @@ from temporalio.common import RawValue
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
+from storage.subtrees import ENCODING as SUBTREES
 from tests.support import STARTED, run_id
 from workflows.models import (
     TASK_QUEUE,
@@ -136,11 +137,14 @@ def test_older_clients_null_retired_fields_are_accepted() -> None:
     assert request.question == "q"
 
 
+@pytest.mark.parametrize("reference", ["whole_payload", "subtree"])
 @pytest.mark.parametrize("forgery", ["unknown_blob", "path_in_claim"])
-async def test_a_forged_storage_reference_fails_the_run_at_once(time_worker: Client, forgery: str) -> None:
+async def test_a_forged_storage_reference_fails_the_run_at_once(time_worker: Client, forgery: str,
+                                                                reference: str) -> None:
     # A genuine claim-checked start input, then the same reference pointing at a blob this store never
-    # wrote, or at a path: the SDK resolves references before workflow code runs, so only the store's
-    # non-retryable refusal keeps the run out of a workflow-task retry loop.
+    # wrote, or at a path; or a hand-made subtree reference (storage/subtrees.py) doing the same: the
+    # SDK decodes payloads before workflow code runs, so only the store's non-retryable refusal keeps
+    # the run out of a workflow-task retry loop.
     genuine = await start_raw(time_worker, {"question": "hello" + " !" * 20_000})
     await genuine.result()
     [stored] = (await genuine.fetch_history()).events[0].workflow_execution_started_event_attributes.input.payloads
@@ -149,6 +153,9 @@ async def test_a_forged_storage_reference_fails_the_run_at_once(time_worker: Cli
     forged = Payload()
     forged.CopyFrom(stored)
     forged.data = stored.data.replace(digest.encode(), forged_digest.encode())
+    if reference == "subtree":
+        forged = Payload(metadata={"encoding": SUBTREES},
+                         data=json.dumps({"question": {"$subtree": forged_digest}}, separators=(",", ":")).encode())
     handle = await start_raw(time_worker, RawValue(forged))
     failure = await asyncio.wait_for(failure_of(handle), 30)
     assert failure.type == "InvalidPayloadReference", failure

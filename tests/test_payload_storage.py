@@ -36,6 +36,7 @@ from runtime.converter import data_converter, prepare_payload_store, storage_dri
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.gc import payloads_in
 from storage.s3 import S3Client, ensure_bucket, s3_driver
+from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
 from tests.conftest import TEST_SERVER
 from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import QUESTION, run_id
@@ -65,6 +66,16 @@ def references(history: WorkflowHistory) -> list[dict]:
         for payload in history_payloads(history)
         if payload.metadata.get("messageType") == REFERENCE_TYPE
     ]
+
+
+def subtree_digests(history: WorkflowHistory) -> list[str]:
+    """The subtree blobs history payloads reference (storage/subtrees.py), once per payload."""
+    return [digest for payload in history_payloads(history) for digest in sorted(references_in(payload))]
+
+
+def stored_digests(history: WorkflowHistory) -> list[str]:
+    """Every blob history names: whole payloads and subtrees."""
+    return [ref["claimData"]["hash_value"] for ref in references(history)] + subtree_digests(history)
 
 
 def settings_for(**values: object) -> Settings:
@@ -106,6 +117,18 @@ async def test_filesystem_store_is_idempotent(tmp_path: Path) -> None:
     assert second == first
     assert path.stat().st_ino == written  # not rewritten (only its time refreshed, for blobs gc)
     assert len([p for p in tmp_path.rglob("*") if p.is_file()]) == 1
+
+
+@pytest.mark.parametrize("fsync", [True, False])
+async def test_filesystem_fsyncs_each_new_blob_unless_told_not_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                  fsync: bool) -> None:
+    synced: list[int] = []
+    monkeypatch.setattr(os, "fsync", synced.append)
+    driver = FileSystemStorageDriver(tmp_path / "blobs", fsync=fsync)
+    claims = await driver.store(StorageDriverStoreContext(), [payload_of(b"new"), payload_of(b"newer")])
+    assert len(synced) == (2 if fsync else 0)
+    assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == [payload_of(b"new"), payload_of(b"newer")]
+    assert FileSystemStorageDriver(tmp_path, fsync=Settings().blob_fsync)._fsync, "durable by default"
 
 
 async def test_filesystem_detects_corruption(tmp_path: Path) -> None:
@@ -240,12 +263,11 @@ def s3_settings(s3_server: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path)
 async def test_big_payloads_stay_out_of_history(storage_env: WorkflowEnvironment, blob_home: Path) -> None:
     history = await run_big_payload_workflow(storage_env.client)
     assert_small(history)
-    refs = references(history)
-    # Workflow input, make_big's result, measure's input, and the workflow result.
-    assert len(refs) >= 4
-    for ref in refs:
-        assert ref["driverName"] == "deerflow.filesystem"
-        digest = ref["claimData"]["hash_value"]
+    assert {ref["driverName"] for ref in references(history)} <= {"deerflow.filesystem"}
+    # Workflow input, make_big's result, measure's input, and the workflow result: each a subtree.
+    digests = stored_digests(history)
+    assert len(digests) >= 4 and len(set(digests)) < len(digests), "measure's input reuses make_big's result"
+    for digest in digests:
         assert (blob_home / "blobs" / digest[:2] / digest).is_file()
     assert history_bytes(history) < 20_000
 
@@ -269,17 +291,27 @@ async def run_deep_research(client: Client, settings: Settings) -> WorkflowHisto
     return await handle.fetch_history()
 
 
-async def test_deep_research_history_stays_small(storage_env: WorkflowEnvironment, worker_settings: Settings) -> None:
-    """The real workflow with the default converter: every inline payload under 32 KiB."""
+async def test_deep_research_history_stays_small(storage_env: WorkflowEnvironment, blob_home: Path,
+                                                 worker_settings: Settings) -> None:
+    """The real workflow with the default converter: every inline payload under 32 KiB, the large
+    parts as subtrees in the store, and the replayer reads them back."""
     history = await run_deep_research(storage_env.client, worker_settings)
     assert_small(history)
+    digests = subtree_digests(history)
+    assert len(set(digests)) < len(digests), "the agent loop re-sends earlier messages: stored once"
+    for digest in digests:
+        assert (blob_home / "blobs" / digest[:2] / digest).is_file()
+    converter = data_converter(settings_for(DEERFLOW_HOME=str(blob_home)))
+    replayed = await Replayer(workflows=[DeepResearchWorkflow], data_converter=converter).replay_workflow(history)
+    assert replayed.replay_failure is None
 
 
 async def test_deep_research_through_the_blob_store(storage_env: WorkflowEnvironment, blob_home: Path,
                                                     worker_settings: Settings) -> None:
     """The offline default run's payloads all fit in 32 KiB, so a 4 KiB threshold forces the real
     workflow's conversations and report through the store, and the replayer must read them back."""
-    converter = data_converter(settings_for(DEERFLOW_HOME=str(blob_home), DEERFLOW_PAYLOAD_THRESHOLD_BYTES=4096))
+    converter = data_converter(settings_for(DEERFLOW_HOME=str(blob_home), DEERFLOW_PAYLOAD_THRESHOLD_BYTES=4096,
+                                            DEERFLOW_SUBTREES=False))
     history = await run_deep_research(client_with(storage_env.client, converter), worker_settings)
     assert_small(history, 4096)
     refs = references(history)
@@ -323,13 +355,15 @@ async def test_s3_workflow_through_external_storage(storage_env: WorkflowEnviron
     converter = data_converter(s3_settings)
     history = await run_big_payload_workflow(client_with(storage_env.client, converter))
     assert_small(history)
-    refs = references(history)
-    assert len(refs) >= 4
     reader = S3Client(s3_settings)
-    for ref in refs:
+    for ref in references(history):
         assert ref["driverName"] == "aws.s3driver"
         assert ref["claimData"]["bucket"] == s3_settings.s3_bucket
         assert await reader.object_exists(bucket=s3_settings.s3_bucket, key=ref["claimData"]["key"])
+    digests = subtree_digests(history)
+    assert len(stored_digests(history)) >= 4 and digests
+    for digest in digests:  # shared by every run, keyed by content alone
+        assert await reader.object_exists(bucket=s3_settings.s3_bucket, key=SUBTREE_KEY_PREFIX + digest)
 
 
 def test_s3_settings_never_point_at_aws(s3_settings: Settings) -> None:
