@@ -39,8 +39,9 @@ async def base(client: Client) -> AsyncIterator[str]:
 
 async def worker(dev_server: DevServer, client: Client, tmp_path: Path, model: FakeModelServer,
                  search: FakeSearchServer, sink: str) -> WorkerProcess:
+    # The worker shares the client's home (so its blob store): the page decodes the run's payloads.
     return await start_worker(dev_server, client, tmp_path / "worker.log", **offline_env(model, search),
-                              DEERFLOW_HOME=str(tmp_path), DEERFLOW_TOKEN_STREAM_URL=sink,
+                              DEERFLOW_TOKEN_STREAM_URL=sink,
                               DEERFLOW_TOKEN_STREAM_TOKEN=TOKEN)
 
 
