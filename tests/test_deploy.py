@@ -23,6 +23,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 
+from config.settings import load_settings
 from offline.providers import without_provider_settings
 from tests.processes import REPO_DIR, DevServer, start_worker
 from tests.support import QUESTION, awaiting_review, run_id, wait_for
@@ -55,10 +56,15 @@ def patches(history: WorkflowHistory) -> set[str]:
             and event.marker_recorded_event_attributes.marker_name == "core_patch"}
 
 
+# Every build's worker and replayer use the test client's payload store, as a deployment shares one:
+# a build's checkout would otherwise default to a store of its own, without the run's blobs.
+SHARED_STORE = {"DEERFLOW_HOME": str(load_settings().home.resolve())}
+
+
 def replay_check(checkout: Path, history_file: Path) -> subprocess.CompletedProcess[str]:
     """The operator's pre-deploy check: ``starter.py replay --file`` with the new build's code."""
     return subprocess.run([sys.executable, "starter.py", "replay", "--file", str(history_file)], cwd=checkout,
-                          env=without_provider_settings(os.environ), capture_output=True,
+                          env=without_provider_settings(os.environ) | SHARED_STORE, capture_output=True,
                           text=True, timeout=120, check=False)
 
 
@@ -66,7 +72,7 @@ def replay_check(checkout: Path, history_file: Path) -> subprocess.CompletedProc
 async def test_a_paused_run_survives_a_deploy_of_changed_workflow_code(
     dev_server: DevServer, client: Client, tmp_path: Path
 ) -> None:
-    build_n = await start_worker(dev_server, client, tmp_path / "build-n.log")
+    build_n = await start_worker(dev_server, client, tmp_path / "build-n.log", **SHARED_STORE)
     try:
         handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION), id=run_id("deploy"),
                                              task_queue=TASK_QUEUE, result_type=ResearchResult)
@@ -81,7 +87,7 @@ async def test_a_paused_run_survives_a_deploy_of_changed_workflow_code(
     assert refused.returncode == 1 and "Replay FAILED" in refused.stdout, refused.stdout + refused.stderr
     assert passed.returncode == 0 and "Replay OK" in passed.stdout, passed.stdout + passed.stderr
 
-    build_n1 = await start_worker(dev_server, client, tmp_path / "build-n1.log", repo=guarded)
+    build_n1 = await start_worker(dev_server, client, tmp_path / "build-n1.log", repo=guarded, **SHARED_STORE)
     try:
         await handle.signal("plan_feedback", "[ACCEPTED]")
         result = await asyncio.wait_for(handle.result(), 120)
