@@ -153,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
     history = sub.add_parser("history", help="export a run's event history as JSON (replayable)")
     history.add_argument("id")
     history.add_argument("-o", "--output", help="write it to this file (default: standard output)")
+    history.add_argument("--raw", action="store_true",
+                         help="as the server holds it, blob-store references and all (replays only where the "
+                              "store is reachable); default: every reference resolved, so the file replays anywhere")
     history.set_defaults(handler=commands.history)
 
     replay = sub.add_parser("replay", help="replay a run's history against this code")

@@ -25,7 +25,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDReusePolicy
-from temporalio.exceptions import CancelledError, TerminatedError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -37,6 +37,7 @@ from cli.watch import Watcher, WatchStats, watch
 from config.settings import load_settings
 from runtime.converter import data_converter
 from runtime.embedded import stop_embedded
+from runtime.history_export import self_contained
 from runtime.retries import retries_of
 from runtime.search_attributes import missing_search_attributes
 from workflows.errors import failure_message
@@ -493,12 +494,24 @@ async def history(args: argparse.Namespace) -> int:
     handle = client.get_workflow_handle(args.id)
     await _describe(handle)
     recorded = await handle.fetch_history()
+    if not args.raw:
+        recorded = await _resolved(recorded, client)
     if args.output is None:
         print(recorded.to_json())
         return 0
     _write_file(args.output, recorded.to_json())
     print(f"History of {args.id} ({len(recorded.events)} events) written to {args.output}", file=sys.stderr)
     return 0
+
+
+async def _resolved(recorded: WorkflowHistory, client: Client) -> WorkflowHistory:
+    """The history with its payload references resolved (runtime/history_export.py)."""
+    try:
+        return await self_contained(recorded, client.data_converter)
+    except (ApplicationError, RuntimeError) as error:  # a blob or a key is missing: say how to export anyway
+        raise CliError(f"Cannot resolve the payloads of {recorded.workflow_id} from the blob store: {error}. "
+                       "Use the same DEERFLOW_HOME or S3 settings (and encryption keys) as the worker, "
+                       "or export with --raw.") from error
 
 
 async def replay(args: argparse.Namespace) -> int:

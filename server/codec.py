@@ -30,7 +30,7 @@ from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
-from runtime.converter import encryption_of
+from runtime.payload_steps import decode_payloads, encrypt_payloads
 from server.security import Guard, RequestError, read_json
 from storage.filesystem import PayloadStoreError
 
@@ -57,23 +57,6 @@ def payloads_json(payloads: Sequence[Payload]) -> dict[str, Any]:
     return {"payloads": [MessageToDict(payload) for payload in payloads]}
 
 
-async def decode_payloads(converter: DataConverter, payloads: Sequence[Payload]) -> list[Payload]:
-    """What ``DataConverter.decode`` does before it converts payloads to values, in its order.
-
-    The SDK exposes the steps only as private methods; the codec protocol needs their output
-    (payloads, not Python values). tests/test_codec_server.py holds them to the worker's reading.
-    """
-    payloads = await converter._decode_reference_payload_sequence(payloads)
-    payloads = await converter._external_retrieve_payload_sequence(payloads)
-    return await converter._decode_payload_sequence(payloads)
-
-
-async def encode_payloads(converter: DataConverter, payloads: Sequence[Payload]) -> list[Payload]:
-    """Encryption alone, when configured: a UI's input stays inline and never writes to the store."""
-    codec = encryption_of(converter.payload_codec)
-    return await codec.encode(payloads) if codec is not None else list(payloads)
-
-
 def create_codec_app(converter: DataConverter, settings: Settings) -> Starlette:
     origins = settings.codec_origins()
     limit = settings.codec_max_body_bytes
@@ -96,7 +79,7 @@ def create_codec_app(converter: DataConverter, settings: Settings) -> Starlette:
 
     return Starlette(
         routes=[Route("/decode", endpoint(decode_payloads), methods=["POST"]),
-                Route("/encode", endpoint(encode_payloads), methods=["POST"])],
+                Route("/encode", endpoint(encrypt_payloads), methods=["POST"])],
         middleware=[
             # Outermost, so refusals carry CORS headers too and the UI can show why.
             Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["POST"], allow_headers=CODEC_HEADERS,

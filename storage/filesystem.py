@@ -14,6 +14,7 @@ import os
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 from temporalio.api.common.v1 import Payload
 from temporalio.converter import (
@@ -113,37 +114,56 @@ class FileSystemStorageDriver(StorageDriver):
         return digest
 
     def _write_all(self, blobs: list[bytes]) -> list[str]:
-        return [self._write(blob) for blob in blobs]
+        """Write the blobs not yet stored, then make them durable together, then name them.
 
-    def _write(self, blob: bytes) -> str:
-        digest = hashlib.sha256(blob).hexdigest()
-        path = self.path_for(digest)
+        Each new blob goes to a unique temporary name in its final directory and is renamed into
+        place atomically, so a reader never sees a partial blob and concurrent writers of the same
+        digest cannot corrupt it. All are written before any is fsynced: the first fsync's journal
+        commit carries the others' data too, so a payload with several new subtrees costs about
+        one commit instead of one each.
+        """
+        digests = [hashlib.sha256(blob).hexdigest() for blob in blobs]
+        written: list[tuple[Path, Path]] = []  # (temporary, final) of each new blob
+        files: list[BinaryIO] = []
         try:
-            if path.stat().st_size == len(blob):
-                # Content-addressed: the same name means the same bytes. Refreshing the time tells
-                # `blobs gc` (storage/gc.py) that a run in flight uses it again; if gc moved it aside
-                # meanwhile, utime fails and the blob is written anew below.
-                os.utime(path)
-                return digest
-        except FileNotFoundError:
-            pass
-        path.parent.mkdir(parents=True, exist_ok=True)
-        # A unique temporary name in the same directory, then an atomic rename: a reader never
-        # sees a partial blob, and concurrent writers of the same digest cannot corrupt it.
-        temporary = path.parent / f".{digest}.{uuid.uuid4().hex}.tmp"
-        try:
-            fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            with os.fdopen(fd, "wb") as file:
+            for digest, blob in zip(digests, blobs, strict=True):
+                path = self.path_for(digest)
+                if self._present(path, len(blob)):
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                temporary = path.parent / f".{digest}.{uuid.uuid4().hex}.tmp"
+                written.append((temporary, path))
+                file = os.fdopen(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb")
+                files.append(file)
                 file.write(blob)
                 file.flush()
-                # History will reference this blob as soon as the task completes: make it durable
-                # first, unless the operator chose otherwise (DEERFLOW_BLOB_FSYNC).
+            # History will reference these blobs as soon as the task completes: make them durable
+            # first, unless the operator chose otherwise (DEERFLOW_BLOB_FSYNC).
+            for file in files:
                 if self._fsync:
                     os.fsync(file.fileno())
-            os.replace(temporary, path)
+                file.close()
+            for temporary, path in written:
+                os.replace(temporary, path)
         finally:
-            temporary.unlink(missing_ok=True)
-        return digest
+            for file in files:
+                file.close()
+            for temporary, _ in written:
+                temporary.unlink(missing_ok=True)
+        return digests
+
+    @staticmethod
+    def _present(path: Path, size: int) -> bool:
+        """Content-addressed: the same name means the same bytes. Refreshing the time tells
+        `blobs gc` (storage/gc.py) that a run in flight uses it again; if gc moved it aside
+        meanwhile, utime fails and the blob is written anew."""
+        try:
+            if path.stat().st_size == size:
+                os.utime(path)
+                return True
+        except FileNotFoundError:
+            pass
+        return False
 
     def _read_all(self, digests: list[str]) -> list[bytes]:
         return [self._read(digest) for digest in digests]

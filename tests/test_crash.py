@@ -16,7 +16,7 @@ exactly while that request is in flight, and can count every model call the run 
 the one lost with the dead worker. Nothing else is slowed down.
 
 Time: a killed worker's in-flight model call or search is given up when its heartbeat timeout
-(5 s, ``workflows/activity_options.py``) expires and retried 0.5 s later; the replacement
+(4 s, ``workflows/activity_options.py``) expires and retried 0.1 s later; the replacement
 worker's start-up (3-8 s on a loaded 2-core machine) overlaps that wait. So the replacement
 worker of one test is handed to the next (``WorkerSlot``) instead of starting afresh.
 Run with ``-rP`` to see the measured resume times.
@@ -234,7 +234,7 @@ async def test_server_restart_mid_run(client: Client, dev_server: DevServer, wor
     The worker process survives it: its polls, and the completion of the model call that finished
     while the server was down, are retried by the SDK until the server answers again. So nothing
     is lost and nothing that completed runs again. The one cost an outage can have: when it lasts
-    longer than the model call's heartbeat timeout (5 s, workflows/activity_options.py), the
+    longer than the model call's heartbeat timeout (4 s, workflows/activity_options.py), the
     server gives up on the call in flight before its late completion arrives, and runs it again:
     the trade made for a quick resume after a worker dies (bench/README.md, crash cost).
     """

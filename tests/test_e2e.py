@@ -7,7 +7,11 @@ recovery after ``kill -9``, and the front door's error messages.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,8 +23,9 @@ from temporalio.client import Client
 from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
+from storage.subtrees import ENCODING as SUBTREES
 from tests.history_checks import activity_events
-from tests.processes import DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
+from tests.processes import REPO_DIR, DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
 from tests.support import OFFLINE_REPORT, QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
 
@@ -134,8 +139,12 @@ def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker:
     assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr
     exported = tmp_path / "history.json"
     assert starter(dev_server, "history", workflow_id, "-o", str(exported)).returncode == 0
-    from_file = starter(dev_server, "replay", "--file", str(exported))
-    assert from_file.returncode == 0 and "Replay OK" in from_file.stdout
+    # The file is self-contained: it replays where there is no blob store at all (another machine).
+    assert base64.b64encode(SUBTREES).decode() not in exported.read_text()  # metadata is base64 in JSON
+    elsewhere = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "DEERFLOW_HOME": str(tmp_path / "elsewhere")}
+    from_file = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "replay", "--file", str(exported)],
+                               capture_output=True, text=True, env=elsewhere, cwd=REPO_DIR, timeout=120, check=False)
+    assert from_file.returncode == 0 and "Replay OK" in from_file.stdout, from_file.stdout + from_file.stderr
 
 
 @pytest.mark.parametrize(

@@ -47,16 +47,18 @@ ResultT = TypeVar("ResultT")
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # Model calls and web searches only wait on the network, beating from the event loop
 # (activities/heartbeat.py), and the worker sends a received beat on within
-# HEARTBEAT_THROTTLE (activities/registry.py): a lost one is noticed in 4-5 s, and a live one is
-# declared lost only if its worker's event loop stalls for about 4 s (3 s lost one call in three
-# runs beside busy loops: bench/crash_cost.py --false-alarms). Kinds that run CPU work, tools with side
+# HEARTBEAT_THROTTLE (activities/registry.py): a lost one is noticed in 3-4 s, and a live one is
+# declared lost only if its worker's event loop stalls for about 3 s. Measured beside two busy
+# loops (bench/crash_cost.py --false-alarms): the longest gap between beats was 1.2-2.5 s, and a
+# 3 s timeout (2 s of stall) lost one call in three runs. Kinds that run CPU work, tools with side
 # effects and the sandbox keep the longer timeout.
-QUICK_HEARTBEAT_TIMEOUT = timedelta(seconds=5)
+QUICK_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 # The first retry of an attempt the server gave up on (its worker died): the policy's initial
 # interval. Failures the activity raises itself keep their kind's ``failure_backoff`` instead
-# (activities/retry_pacing.py), so a provider that is down is not hammered.
-LOST_ATTEMPT_RETRY = timedelta(milliseconds=500)
+# (activities/retry_pacing.py), so a provider that is down is not hammered. Nothing failed on the
+# provider's side when a worker died, so there is nothing to wait for.
+LOST_ATTEMPT_RETRY = timedelta(milliseconds=100)
 SUMMARY_MAX_CHARS = 80
 _MARKUP = str.maketrans({char: "\\" + char for char in "\\[]<>`"})
 
