@@ -25,6 +25,7 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError, WorkflowAlreadyStartedError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
@@ -495,7 +496,7 @@ async def history(args: argparse.Namespace) -> int:
     await _describe(handle)
     recorded = await handle.fetch_history()
     if not args.raw:
-        recorded = await _resolved(recorded, client)
+        recorded = await _resolved(recorded, client.data_converter, "or export with --raw")
     if args.output is None:
         print(recorded.to_json())
         return 0
@@ -504,14 +505,15 @@ async def history(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _resolved(recorded: WorkflowHistory, client: Client) -> WorkflowHistory:
-    """The history with its payload references resolved (runtime/history_export.py)."""
+async def _resolved(recorded: WorkflowHistory, converter: DataConverter, otherwise: str) -> WorkflowHistory:
+    """The history with its payload references resolved (runtime/history_export.py), or one clear
+    error when a blob or a key is missing (a replay would otherwise misreport it as non-determinism)."""
     try:
-        return await self_contained(recorded, client.data_converter)
-    except (ApplicationError, RuntimeError) as error:  # a blob or a key is missing: say how to export anyway
-        raise CliError(f"Cannot resolve the payloads of {recorded.workflow_id} from the blob store: {error}. "
-                       "Use the same DEERFLOW_HOME or S3 settings (and encryption keys) as the worker, "
-                       "or export with --raw.") from error
+        return await self_contained(recorded, converter)
+    except (ApplicationError, RuntimeError) as error:
+        raise CliError(f"Cannot read the payloads of {recorded.workflow_id} from the blob store: "
+                       f"{str(error).rstrip('.')}. "
+                       f"Use the worker's DEERFLOW_HOME or S3 settings (and encryption keys), {otherwise}.") from error
 
 
 async def replay(args: argparse.Namespace) -> int:
@@ -535,7 +537,9 @@ async def replay(args: argparse.Namespace) -> int:
 
     from workflows.catalog import WORKFLOWS
 
-    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=data_converter(load_settings()), runtime=quiet)
+    converter = data_converter(load_settings())
+    recorded = await _resolved(recorded, converter, "or replay a file written by `starter.py history` (self-contained)")
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=converter, runtime=quiet)
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
         print(printable(f"Replay FAILED for {recorded.workflow_id}: {_failure_text(outcome.replay_failure)}"))

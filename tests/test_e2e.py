@@ -145,6 +145,13 @@ def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker:
     from_file = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "replay", "--file", str(exported)],
                                capture_output=True, text=True, env=elsewhere, cwd=REPO_DIR, timeout=120, check=False)
     assert from_file.returncode == 0 and "Replay OK" in from_file.stdout, from_file.stdout + from_file.stderr
+    # The server's form names blobs that are not there: one clear error, not a false non-determinism.
+    raw = tmp_path / "raw.json"
+    assert starter(dev_server, "history", workflow_id, "--raw", "-o", str(raw)).returncode == 0
+    unreadable = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "replay", "--file", str(raw)],
+                                capture_output=True, text=True, env=elsewhere, cwd=REPO_DIR, timeout=120, check=False)
+    assert unreadable.returncode == 2 and "Cannot read the payloads" in unreadable.stderr, unreadable.stderr
+    assert "Nondeterminism" not in unreadable.stdout + unreadable.stderr
 
 
 @pytest.mark.parametrize(
