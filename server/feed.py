@@ -217,7 +217,9 @@ class Translator:
     async def _timer(self, event: HistoryEvent) -> list[tuple[str, dict, bool]]:
         if not event.HasField("user_metadata") or not event.user_metadata.HasField("summary"):
             return []
-        [summary] = self.converter.payload_converter.from_payloads([event.user_metadata.summary], [str])
+        # The whole converter: the SDK passes summaries through the payload codec, so they are
+        # ciphertext when encryption is on.
+        [summary] = await self.converter.decode([event.user_metadata.summary], [str])
         if summary == PLAN_REVIEW_TIMER:
             interrupt_id = f"human_feedback:{self._message_id(event.event_id)}"
             return [("interrupt", {"thread_id": self.thread_id, "id": interrupt_id,

@@ -7,7 +7,10 @@ in the browser, it shows an empty card, so only a test like this one notices.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -15,7 +18,9 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from server.feed import FeedItem, Translator
+from config.settings import Settings
+from runtime.converter import data_converter
+from server.feed import PLAN_REVIEW_TIMER, FeedItem, Translator
 from workflows.models import (
     ChatMessage,
     ChatRequest,
@@ -95,3 +100,19 @@ async def test_the_web_search_card_gets_its_query_and_pages_unchanged() -> None:
                                       SearchResponse(query="solid-state batteries", results=[hit]))
     assert json.loads(result.data["content"]) == [
         {"type": "page", "title": "Outlook", "url": "https://example.org/outlook", "content": "Promising."}]
+
+
+async def test_an_encrypted_run_still_shows_the_plan_review_interrupt(tmp_path: Path) -> None:
+    """The SDK passes timer summaries through the payload codec: with encryption on, the feed must
+    decrypt the plan-review timer's summary, or DeerFlow's UI never gets its review buttons."""
+    settings = Settings.model_validate({"DEERFLOW_HOME": str(tmp_path),
+                                        "DEERFLOW_ENCRYPTION_KEYS": f"k1:{base64.b64encode(os.urandom(32)).decode()}"})
+    converter = data_converter(settings)
+    timer = HistoryEvent(event_id=1, event_type=EventType.EVENT_TYPE_TIMER_STARTED)
+    [summary] = await converter.encode([PLAN_REVIEW_TIMER])
+    assert PLAN_REVIEW_TIMER.encode() not in summary.data
+    timer.user_metadata.summary.CopyFrom(summary)
+
+    items = await Translator(converter, THREAD, f"deerflow-web-{THREAD}.1").translate(timer)
+
+    assert [item.event for item in items] == ["interrupt"]
