@@ -29,7 +29,6 @@ from typing import Any, NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benches run as plain scripts
 
-from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
@@ -384,24 +383,6 @@ def count_activities(history: WorkflowHistory, activity_type: str) -> tuple[int,
     scheduled = sum(1 for event in history.events if event.event_type == SCHEDULED
                     and event.activity_task_scheduled_event_attributes.activity_type.name == activity_type)
     return scheduled, sum(1 for span in activity_spans(history) if span.activity_type == activity_type)
-
-
-def payloads_in(message: Message) -> Iterator[Payload]:
-    """Every ``Payload`` anywhere inside a protobuf message (inputs, results, memos, details...)."""
-    if isinstance(message, Payload):
-        yield message
-        return
-    for descriptor, value in message.ListFields():
-        if descriptor.message_type is None:
-            continue  # a scalar field
-        if isinstance(value, Message):
-            values = [value]
-        elif descriptor.message_type.GetOptions().map_entry:
-            values = [item for item in value.values() if isinstance(item, Message)]
-        else:
-            values = list(value)  # a repeated message field
-        for item in values:
-            yield from payloads_in(item)
 
 
 def is_reference(payload: Payload) -> bool:

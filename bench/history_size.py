@@ -42,7 +42,6 @@ from harness import (
     is_reference,
     kib,
     page_index,
-    payloads_in,
     run_main,
     serve_pages,
     timed_run,
@@ -51,6 +50,7 @@ from harness import (
 from temporalio.client import WorkflowHistory
 
 from offline.search_server import SearchIndex
+from storage.gc import payloads_in
 from storage.subtrees import references_in
 from tests.support import QUESTION
 from workflows.models import ResearchRequest

@@ -26,10 +26,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import httpx
-from harness import SCHEDULED, Stack, bench_stack, header, payloads_in, run_main
+from harness import SCHEDULED, Stack, bench_stack, header, run_main
 from temporalio.api.enums.v1 import EventType
 
 from config.settings import load_settings
+from storage.gc import payloads_in
 from tests.processes import free_port
 from tests.web_server import api_server
 

@@ -11,37 +11,11 @@ server did not, and replaying it needs the same keys as replaying the run.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-from google.protobuf.descriptor import FieldDescriptor
-from google.protobuf.message import Message
-from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 
 from runtime.payload_steps import decode_payloads, encrypt_payloads
-
-PAYLOAD = Payload.DESCRIPTOR.full_name
-
-
-def payloads_in(message: Message) -> Iterator[Payload]:
-    """Every ``Payload`` inside ``message``, however deep: fields, lists and map values."""
-    for field, value in message.ListFields():
-        if field.type != FieldDescriptor.TYPE_MESSAGE:
-            continue
-        if field.message_type.GetOptions().map_entry:
-            element = field.message_type.fields_by_name["value"]
-            if element.type != FieldDescriptor.TYPE_MESSAGE:
-                continue
-            kind, children = element.message_type.full_name, list(value.values())
-        else:
-            kind = field.message_type.full_name
-            children = list(value) if field.is_repeated else [value]
-        for child in children:
-            if kind == PAYLOAD:
-                yield child
-            else:
-                yield from payloads_in(child)
+from storage.gc import payloads_in
 
 
 async def self_contained(history: WorkflowHistory, converter: DataConverter) -> WorkflowHistory:

@@ -16,7 +16,8 @@ from temporalio.client import WorkflowHistory
 from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.encryption import ENCODING as ENCRYPTED
-from runtime.history_export import payloads_in, self_contained
+from runtime.history_export import self_contained
+from storage.gc import payloads_in
 from storage.subtrees import ENCODING as SUBTREES
 from workflows.models import ChatMessage, ChatRequest
 
