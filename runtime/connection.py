@@ -128,9 +128,18 @@ def load_connection(env: Mapping[str, str] | None = None) -> Connection:
                       profile=profile, connect_config=connect_config)
 
 
+RESET_RETRY_SECONDS = 5.0  # how long a server that resets connections may still be starting
+
+
 def _is_unreachable(message: str) -> bool:
     """Nothing answers yet (refused, unavailable): worth waiting for a server that is starting."""
     return any(sign in message for sign in ("ConnectionRefused", "tcp connect error", "code: Unavailable"))
+
+
+def _is_reset(message: str) -> bool:
+    """The connection was reset: a dev server does this for a moment after opening its port, but
+    so may a TLS endpoint given plaintext, which is why resets are retried only briefly."""
+    return "ConnectionReset" in message
 
 
 def describe_failure(connection: Connection, error: Exception) -> str:
@@ -162,7 +171,7 @@ def describe_failure(connection: Connection, error: Exception) -> str:
             text = f"{address} requires authentication: set {_API_KEY} or a client certificate ({_CLIENT_CERT})."
     elif "h2 protocol error" in message or "FRAME_SIZE_ERROR" in message:
         text = f"{address} expects TLS: set TEMPORAL_TLS=true (tls), and {_CA} for a private CA."
-    elif not tls and "connection closed" in message:
+    elif not tls and ("connection closed" in message or _is_reset(message)):
         # A TLS endpoint given plaintext either answers garbage (above) or just hangs up: which one
         # depends on timing, so both mean the same.
         text = (f"{address} closed the connection at once, as a TLS endpoint does with plaintext: "
@@ -178,16 +187,19 @@ def describe_failure(connection: Connection, error: Exception) -> str:
 async def connect_when_ready(address: str, timeout: float = 30.0, **kwargs: Any) -> Client:
     """``Client.connect``, retried while nothing answers yet or the frontend is not healthy yet.
 
-    ``temporal server start-dev`` opens its port before the frontend is ready, and a worker may start
-    before its server; retrying for ``timeout`` seconds turns those races into a short wait. Any
+    ``temporal server start-dev`` opens its port before the frontend is ready (refusing, then
+    resetting connections for a moment), and a worker may start before its server; retrying for
+    ``timeout`` seconds (resets: ``RESET_RETRY_SECONDS``) turns those races into a short wait. Any
     other failure (TLS, authentication) is final and raised at once.
     """
-    deadline = time.monotonic() + timeout
+    started = time.monotonic()
     while True:
         try:
             return await Client.connect(address, **kwargs)
         except RuntimeError as error:
-            if not _is_unreachable(str(error)) or time.monotonic() > deadline:
+            waited = time.monotonic() - started
+            starting = _is_unreachable(str(error)) or (_is_reset(str(error)) and waited < RESET_RETRY_SECONDS)
+            if not starting or waited > timeout:
                 raise
             await asyncio.sleep(0.3)
 

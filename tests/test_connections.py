@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import os
 import re
+import socket
+import struct
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
 import cli.connection as front_door
+import runtime.connection as connection_module
 from offline.providers import without_provider_settings
 from runtime.connection import (
     DEFAULT_ADDRESS,
@@ -237,6 +241,62 @@ async def refusal(env: dict[str, str]) -> str:
     message = str(raised.value)
     assert "\n" not in message
     return message
+
+
+class ResettingFront:
+    """A loopback port that resets every connection (SO_LINGER 0) until ``opens_at`` on the loop's
+    clock, then pipes connections to ``upstream``: a server that opened its port before it was ready."""
+
+    def __init__(self, upstream: str | None, ready_after: float) -> None:
+        self.upstream = upstream
+        self.opens_at = asyncio.get_running_loop().time() + ready_after
+        self.resets = 0
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self.upstream is None or asyncio.get_running_loop().time() < self.opens_at:
+            self.resets += 1
+            writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.close()
+            return
+        host, port = self.upstream.rsplit(":", 1)
+        upstream_reader, upstream_writer = await asyncio.open_connection(host, int(port))
+        await asyncio.gather(self._pipe(reader, upstream_writer), self._pipe(upstream_reader, writer))
+
+    @staticmethod
+    async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError):
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        writer.close()
+
+
+@contextlib.asynccontextmanager
+async def resetting_front(upstream: str | None, ready_after: float = 0.0) -> AsyncIterator[tuple[str, ResettingFront]]:
+    front = ResettingFront(upstream, ready_after)
+    server = await asyncio.start_server(front.handle, "127.0.0.1", 0)
+    async with server:
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}", front
+
+
+async def test_a_server_that_resets_connections_while_starting_is_waited_for(upstream: DevServer) -> None:
+    """``start-dev`` resets connections for a moment after opening its port (seen in CI)."""
+    async with resetting_front(upstream.address, ready_after=1.5) as (address, front):
+        client = await connect(load_connection({"TEMPORAL_ADDRESS": address}), timeout=30)
+        response = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace="default"))
+    assert response.namespace_info.name == "default" and front.resets >= 1
+
+
+async def test_resets_that_go_on_are_not_waited_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TLS endpoint may reset plaintext: that is a configuration error, not a slow start."""
+    monkeypatch.setattr(connection_module, "RESET_RETRY_SECONDS", 1.0)
+    async with resetting_front(None) as (address, front):
+        started = time.monotonic()
+        with pytest.raises(TemporalConnectionError) as raised:
+            await connect(load_connection({"TEMPORAL_ADDRESS": address}), timeout=120)
+    assert time.monotonic() - started < 60  # gave up on the resets, not after the whole timeout
+    assert front.resets >= 2
+    assert "closed the connection at once" in str(raised.value) and "TEMPORAL_TLS=true" in str(raised.value)
 
 
 @requires_nginx
