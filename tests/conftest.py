@@ -7,7 +7,10 @@ offline demo uses; the activities are the real ones, with their real HTTP client
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import sysconfig
+import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -33,6 +36,25 @@ SCRIPTS = Path(sysconfig.get_path("scripts"))
 TEMPORAL_CLI = SCRIPTS / "temporal"
 TEST_SERVER = SCRIPTS / "temporal-test-server"
 REPO_DIR = Path(__file__).resolve().parent.parent
+_own_tmp = pytest.StashKey[str]()
+SANDBOX_UID_BASE = 64064  # above the default 64000, which tests/test_sandbox_deployment.py's worker keeps
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest process (``-n 2`` starts two) gets its own sandbox uid pool and temp directory.
+
+    tests/test_python_sandbox.py finds the sandbox processes left on the machine, asserts there are
+    none and kills them. Tests of one module run in both processes at once, so without this each
+    would see, and kill, the other's runs and start-up probe (a probe killed that way refuses the
+    sandbox for the rest of the session). The worker processes the tests start inherit both settings.
+    """
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
+    os.environ["DEERFLOW_SANDBOX_UID_BASE"] = str(SANDBOX_UID_BASE + 64 * index)
+    own_tmp = tempfile.mkdtemp(prefix=f"deerflow-tests-gw{index}-")
+    os.chmod(own_tmp, 0o1777)  # like /tmp: processes of other uids started by tests use it too
+    os.environ["TMPDIR"] = own_tmp
+    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
+    config.stash[_own_tmp] = own_tmp
 
 
 @pytest.fixture(scope="session")
@@ -142,6 +164,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Leave without interpreter finalization, which the SDK can crash (see runtime/shutdown.py)."""
+    shutil.rmtree(config.stash[_own_tmp], ignore_errors=True)
     exit_now(_exit_status)
 
 

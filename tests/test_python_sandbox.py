@@ -13,6 +13,7 @@ import asyncio
 import os
 import signal
 import socket
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -33,7 +34,8 @@ from workflows.models import PythonRequest, PythonResult
 from workflows.tool_format import format_python_result
 
 REPO_DIR = Path(__file__).resolve().parent.parent
-DEFAULT_UID_BASE = Settings().sandbox_uid_base
+OWN_UID_BASE = int(os.environ["DEERFLOW_SANDBOX_UID_BASE"])  # this pytest process's pool (tests/conftest.py)
+OWN_TMP = tempfile.gettempdir()  # and its temp directory, where its runs' work directories live
 SECRET = "sk-secret-" + uuid.uuid4().hex[:8]
 
 FORK_BOMB = """\
@@ -57,7 +59,9 @@ print("allocated", len(b))
 
 
 def sandbox_pids() -> list[int]:
-    """Processes of the sandbox: a pool uid, the bootstrap's marker, or a snippet's work dir."""
+    """Processes of this pytest process's sandbox runs: its pool's uids, the bootstrap (its marker
+    and, hex-encoded in its configuration, this process's temp directory), or a snippet's work dir
+    there. Another process's runs are not ours to count or kill."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) == os.getpid():
@@ -67,8 +71,9 @@ def sandbox_pids() -> list[int]:
             cmdline = Path(entry.path, "cmdline").read_bytes()
         except OSError:
             continue
-        in_pool = DEFAULT_UID_BASE <= uid < DEFAULT_UID_BASE + UID_POOL_SIZE
-        if in_pool or BOOT_MARKER.encode() in cmdline or b"/deerflow-py-" in cmdline:
+        in_pool = OWN_UID_BASE <= uid < OWN_UID_BASE + UID_POOL_SIZE
+        bootstrap = BOOT_MARKER.encode() in cmdline and OWN_TMP.encode().hex().encode() in cmdline
+        if in_pool or bootstrap or f"{OWN_TMP}/deerflow-py-".encode() in cmdline:
             found.append(int(entry.name))
     return found
 
@@ -84,8 +89,9 @@ def snippet_running() -> bool:
     return False
 
 
-def settled_sandbox_pids(seconds: float = 2.0) -> list[int]:
-    """Leftovers, after giving the kernel a moment to finish killing."""
+def settled_sandbox_pids(seconds: float = 5.0) -> list[int]:
+    """Leftovers, after giving the kernel a moment to finish killing (a loaded machine's moment:
+    a snippet that escaped would sleep for a minute)."""
     deadline = time.monotonic() + seconds
     while (pids := sandbox_pids()) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -103,8 +109,8 @@ def _kill_leftovers() -> Iterator[None]:
             continue
 
 
-# The module's sandbox, with the default settings: probed once, like a worker's.
-SANDBOX = SandboxActivities(Settings())
+# The module's sandbox, with the default settings but this process's uid pool: probed once, like a worker's.
+SANDBOX = SandboxActivities(Settings(DEERFLOW_SANDBOX_UID_BASE=OWN_UID_BASE))
 
 
 @pytest.fixture
@@ -156,7 +162,7 @@ async def test_concurrent_runs_get_different_uids(mode: SandboxMode) -> None:
     code = "import os, time\ntime.sleep(0.3)\nprint(os.getuid())"
     first, second = await asyncio.gather(run(code), run(code))
     uids = {int(first.stdout), int(second.stdout)}
-    assert len(uids) == 2 and all(DEFAULT_UID_BASE <= uid < DEFAULT_UID_BASE + UID_POOL_SIZE for uid in uids)
+    assert len(uids) == 2 and all(OWN_UID_BASE <= uid < OWN_UID_BASE + UID_POOL_SIZE for uid in uids)
 
 
 # ---------------------------------------------------------------- limits
@@ -295,7 +301,7 @@ async def test_cancellation_kills_the_sandbox(mode: SandboxMode) -> None:
         await task
     # ``cancelled`` keeps the activity's frames, and so its subprocess transport, alive: the
     # sandbox must be gone because the activity killed it, not because asyncio's finaliser did.
-    assert settled_sandbox_pids(1.0) == []
+    assert settled_sandbox_pids() == []
     del cancelled
 
 
@@ -316,7 +322,7 @@ async def test_work_dir_has_a_disk_cap(mode: SandboxMode) -> None:
 
 @pytest.mark.parametrize("configured", ["unprivileged", "bogus"])
 async def test_an_unknown_mode_refuses_every_call(configured: str, caplog: pytest.LogCaptureFixture) -> None:
-    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_MODE=configured))
+    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_MODE=configured, DEERFLOW_SANDBOX_UID_BASE=OWN_UID_BASE))
     assert (await sandbox.self_check()).name == REFUSED
     assert "python_repl_tool will refuse every call" in caplog.text
     with pytest.raises(ApplicationError) as refused:
@@ -327,7 +333,7 @@ async def test_an_unknown_mode_refuses_every_call(configured: str, caplog: pytes
 
 
 async def test_plain_mode_is_an_explicit_and_loud_opt_in(caplog: pytest.LogCaptureFixture) -> None:
-    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_MODE="plain"))
+    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_MODE="plain", DEERFLOW_SANDBOX_UID_BASE=OWN_UID_BASE))
     assert (await sandbox.self_check()).name == PLAIN
     assert "python_repl_tool sandbox is OFF" in caplog.text
     result = await run("import os\nprint(os.getuid())", sandbox=sandbox)
@@ -342,7 +348,7 @@ async def test_a_failing_isolation_probe_refuses(monkeypatch: pytest.MonkeyPatch
 
     monkeypatch.setattr(sandbox_activity, "execute", not_root)
     with pytest.raises(ApplicationError) as refused:
-        await run("print('ran')", sandbox=SandboxActivities(Settings()))
+        await run("print('ran')", sandbox=SandboxActivities(Settings(DEERFLOW_SANDBOX_UID_BASE=OWN_UID_BASE)))
     assert refused.value.non_retryable
     assert "the isolated sandbox does not work here" in str(refused.value) and "EPERM" in str(refused.value)
 

@@ -205,7 +205,7 @@ def test_the_sandbox_service_contains_the_attacks(deployment: dict[str, Path],
     assert not (deployment["blob"].parent / "planted").exists()
     assert not (deployment["other_run"] / "planted").exists() and not PLANTED.exists()
     assert "OK started" in results["leftover"]["stdout"] and leftovers == []
-    assert results["timeout"]["stopped"] == "timeout"
+    assert results["timeout"]["stopped"] == "timeout", results["timeout"]
     assert results["disk"]["stdout"].startswith("DENIED fill 28")  # ENOSPC at the cap
     assert int(results["disk"]["stdout"].split()[-1]) <= SandboxLimits().disk_bytes
     assert results["still_alive"]["stdout"] == "OK after the attacks\n"  # the worker survived them all
