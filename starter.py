@@ -96,6 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--max-plan-iterations", type=_positive, help="planning rounds (default 1)")
     run.add_argument("--max-search-results", type=_positive, help="results per search (default 3)")
     run.add_argument("--no-background", action="store_true", help="skip the background investigation")
+    run.add_argument("--no-web", action="store_true",
+                     help="research without the web: only --resource documents and MCP tools")
     run.add_argument("--deep-thinking", action="store_true", help="plan with the reasoning model")
     run.add_argument("--resource", action="append", default=[], metavar="PATH",
                      help="a document or folder (md, txt, pdf, html) to research; repeatable")

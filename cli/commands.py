@@ -295,6 +295,8 @@ def _request(args: argparse.Namespace) -> ResearchRequest:
     fields["enable_clarification"] = args.clarify
     if args.no_background:
         fields["enable_background_investigation"] = False
+    if args.no_web:
+        fields["enable_web_search"] = False
     if args.deep_thinking:
         fields["enable_deep_thinking"] = True
     try:

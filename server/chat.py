@@ -62,6 +62,7 @@ class ChatStreamRequest(BaseModel):
     max_clarification_rounds: int = 3
     enable_deep_thinking: bool = False
     enable_background_investigation: bool = True
+    enable_web_search: bool = True
     max_plan_iterations: int = 1
     max_step_num: int = 3
     max_search_results: int = 3
@@ -74,6 +75,7 @@ class ChatStreamRequest(BaseModel):
             "max_clarification_rounds": self.max_clarification_rounds,
             "enable_deep_thinking": self.enable_deep_thinking,
             "enable_background_investigation": self.enable_background_investigation,
+            "enable_web_search": self.enable_web_search,
             "max_plan_iterations": self.max_plan_iterations, "max_step_num": self.max_step_num,
             "max_search_results": self.max_search_results, "report_style": self.report_style.lower(),
             "resources": [resource.uri for resource in self.resources],

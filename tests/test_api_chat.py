@@ -19,6 +19,7 @@ from temporalio.client import Client
 
 from config.settings import Settings, load_settings
 from runtime.embedded import has_worker
+from server.chat import ChatStreamRequest
 from server.security import RequestError, check_bind
 from tests.processes import DevServer, WorkerProcess
 from tests.web_server import api_server, parse_sse
@@ -59,6 +60,12 @@ def turn(thread: str, text: str, **fields: object) -> dict:
     return {"messages": [{"role": "user", "content": text}], "thread_id": thread, "locale": "en-US",
             "auto_accepted_plan": False, "enable_background_investigation": True, "max_step_num": 3,
             "report_style": "academic", "resources": [], **fields}
+
+
+@pytest.mark.parametrize("web", [True, False])
+def test_deerflows_web_search_switch_reaches_the_request(web: bool) -> None:
+    request = ChatStreamRequest.model_validate(turn("t", "q", enable_web_search=web)).research_request()
+    assert request.enable_web_search is web
 
 
 async def chat(base: str, body: object, **headers: str) -> list[tuple[str, dict]]:

@@ -73,6 +73,14 @@ def test_review_timeout_takes_seconds_and_iso_8601(text: str, expected: timedelt
     assert args.review_timeout == expected
 
 
+@pytest.mark.parametrize(("flags", "web", "background"), [
+    ([], True, True), (["--no-web"], False, True), (["--no-background"], True, False),
+])
+def test_web_and_background_flags_reach_the_request(flags: list[str], web: bool, background: bool) -> None:
+    request = commands._request(starter.build_parser().parse_args(["run", "q", *flags]))
+    assert (request.enable_web_search, request.enable_background_investigation) == (web, background)
+
+
 @pytest.mark.parametrize("text", ["soon", "0", "-5", "P", "1e999"])
 def test_a_bad_review_timeout_is_one_line_and_exit_2(text: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exited:

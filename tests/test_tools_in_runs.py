@@ -17,6 +17,7 @@ from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from tests.conftest import settings_with
 from tests.fake_http import FakeHTTPServer, Reply, Seen
+from tests.history_checks import activity_types
 from tests.support import start
 from workflows.models import Outcome
 
@@ -56,6 +57,30 @@ async def test_resources_are_searched_first_and_cited_in_the_report(
     assert f"(file://{documents}/notes.txt#chunk-1)" in citations
     assert "sodium-ion.md" not in citations
     assert "pilot production" in result.report
+
+
+@pytest.mark.parametrize("with_documents", [True, False])
+async def test_without_the_web_nothing_is_searched_or_crawled(
+    time_worker: Client, model_server: FakeModelServer, search_server: FakeSearchServer, documents: Path,
+    with_documents: bool,
+) -> None:
+    """DeerFlow's ``enable_web_search: false``: the documents (if any) are the only source."""
+    search_server.requests.clear()
+    resources = [str(documents)] if with_documents else []
+    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, enable_web_search=False,
+                         resources=resources)
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+    history = await handle.fetch_history()
+    assert not {"web_search", "crawl_tool"} & set(activity_types(history).values())
+    assert search_server.requests == []  # not even the background investigation
+    researcher_requests = model_server.requests_for("researcher")
+    assert researcher_requests
+    offered = {tool["function"]["name"] for body in researcher_requests for tool in body.get("tools") or []}
+    assert offered == ({"local_search_tool"} if with_documents else set())
+    assert "web search is off" in researcher_requests[0]["messages"][0]["content"].lower()
+    if with_documents:
+        assert f"(file://{documents}/notes.txt#chunk-1)" in result.report
 
 
 @pytest.fixture

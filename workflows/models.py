@@ -157,6 +157,9 @@ class ResearchRequest(BaseModel):
     max_step_num: int = Field(default=3, ge=1, le=20)
     max_search_results: int = Field(default=3, ge=1, le=20)
     enable_background_investigation: bool = True
+    # False: nothing leaves for the web (DeerFlow's local-only mode). No background investigation,
+    # and the researcher has no web_search or crawl_tool: only the user's documents and MCP tools.
+    enable_web_search: bool = True
     enable_deep_thinking: bool = False
     report_style: ReportStyle = ReportStyle.ACADEMIC
     resources: list[str] = Field(default_factory=list)

@@ -291,7 +291,7 @@ class DeepResearchWorkflow:
 
     async def _investigate(self, topic: str, request: ResearchRequest) -> None:
         """A quick search before planning; a failure only costs the planner some context."""
-        if not request.enable_background_investigation:
+        if not (request.enable_background_investigation and request.enable_web_search):
             return
         self._set_phase(Phase.BACKGROUND_INVESTIGATION)
         try:
@@ -450,7 +450,8 @@ class DeepResearchWorkflow:
         status = self._status.steps[index]
         status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
         self._event("step_started", step.title, index)
-        agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources))
+        agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources),
+                                         web=request.enable_web_search)
         async with self._slots.held():
             mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers)
         finding = await run_agent(
