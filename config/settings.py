@@ -273,6 +273,13 @@ class Settings(BaseModel):
                                    alias="DEERFLOW_WEB_THREAD_PREFIX")
     # Event streams open at once; each holds a long poll on Temporal while its page is open.
     web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
+    # DeerFlow's RAG upload (server/uploads.py): where uploaded .md/.txt files go (inside a
+    # resource root; unset: uploads/ in the first root), and the caps per file and for the folder.
+    web_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_UPLOAD_DIR")
+    web_upload_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
+                                      alias="DEERFLOW_WEB_UPLOAD_MAX_BYTES")
+    web_upload_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1024,
+                                            alias="DEERFLOW_WEB_UPLOAD_MAX_TOTAL_BYTES")
 
     # Traces and metrics (runtime/tracing.py, runtime/metrics.py). Traces are exported over OTLP
     # only when the standard OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the other

@@ -34,6 +34,7 @@ from server.live import Ingest, TokenHub
 from server.runs import Runs
 from server.security import Guard, RequestError, read_json
 from server.threads import ThreadError, checked_thread_id, latest_run
+from server.uploads import Uploads
 
 STATIC = Path(__file__).resolve().parent / "static"
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -45,6 +46,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
     hub = hub or TokenHub(settings)
     chat = ChatTurns(client, settings, hub)
     runs = Runs(client, settings, hub)
+    uploads = Uploads(settings)
     limit = settings.web_max_body_bytes
     streams = sse.StreamLimit(settings.web_max_streams)
 
@@ -91,6 +93,9 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
     async def rag_resources(request: Request) -> Any:
         query = request.query_params.get("query", "").lower()
         return {"resources": _resources(ResourcePolicy.from_settings(settings), query)}
+
+    async def rag_upload(request: Request) -> Any:
+        return await uploads.store(request)
 
     async def run_events(request: Request) -> Response:
         run = request.path_params["run"]
@@ -145,6 +150,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
         Route("/api/chat/cancel", endpoint(chat_cancel), methods=["POST"]),
         Route("/api/config", endpoint(config), methods=["GET"]),
         Route("/api/rag/resources", endpoint(rag_resources), methods=["GET"]),
+        Route("/api/rag/upload", endpoint(rag_upload), methods=["POST"]),
         Route("/api/prompt/enhance", endpoint(prompt_enhance), methods=["POST"]),
         Route("/api/runs", endpoint(list_runs), methods=["GET"]),
         Route("/api/runs", endpoint(start_run), methods=["POST"]),

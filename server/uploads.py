@@ -1,0 +1,134 @@
+"""DeerFlow's Settings > RAG upload: a .md or .txt file from the page becomes a local resource.
+
+The bytes are untrusted, so nothing about where or how they are stored comes from the request:
+the folder is the operator's (``DEERFLOW_WEB_UPLOAD_DIR``, else ``uploads/`` in the first resource
+root) and must lie under a resource root; the file name is reduced to a safe slug and never
+replaces an existing file; the body is read up to a cap before it is parsed; the folder as a whole
+has a cap too; and only UTF-8 text is kept. The researcher then reads it like any other document.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import unicodedata
+import uuid
+from collections.abc import AsyncGenerator
+from pathlib import Path
+
+from starlette.datastructures import UploadFile
+from starlette.formparsers import MultiPartException, MultiPartParser
+from starlette.requests import Request
+
+from activities.resource_roots import ResourcePolicy
+from config.settings import Settings
+from server.security import RequestError
+
+UPLOAD_SUFFIXES = (".md", ".txt")  # what DeerFlow's upload dialog offers
+MULTIPART_OVERHEAD = 16 * 1024  # boundaries and part headers around the file
+MAX_NAME_CHARS = 100
+
+
+def safe_name(filename: str) -> str:
+    """A file name that is one plain path component, not hidden, with an upload suffix."""
+    name = Path(filename.replace("\\", "/")).name
+    stem, suffix = os.path.splitext(unicodedata.normalize("NFKC", name))
+    if suffix.lower() not in UPLOAD_SUFFIXES:
+        raise RequestError(f"only {' and '.join(UPLOAD_SUFFIXES)} files can be uploaded", 415)
+    slug = re.sub(r"[^\w.-]+", "-", stem).strip("-.")[:MAX_NAME_CHARS] or "document"
+    return slug + suffix.lower()
+
+
+class Uploads:
+    """Stores uploaded documents in the operator's upload folder, within the operator's limits."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.policy = ResourcePolicy.from_settings(settings)
+
+    def folder(self) -> Path:
+        if (self.settings.rag_provider.strip().lower() or "local") != "local":
+            raise RequestError(f"uploads become local resources; with RAG_PROVIDER={self.settings.rag_provider}, "
+                               "add documents in that provider instead", 400)
+        configured = self.settings.web_upload_dir
+        if configured is None:
+            if not self.policy.roots:
+                raise RequestError("uploads are off: no resource root is configured (DEERFLOW_RESOURCE_ROOTS)", 403)
+            configured = self.policy.roots[0] / "uploads"
+        folder = configured.expanduser().resolve()
+        if not self.policy.allows(folder / "probe.md"):
+            raise RequestError(f"uploads are off: DEERFLOW_WEB_UPLOAD_DIR ({folder}) is not inside a resource "
+                               "root (DEERFLOW_RESOURCE_ROOTS), so the researcher could not read them", 403)
+        return folder
+
+    async def store(self, request: Request) -> dict[str, str]:
+        """Save the request's ``file`` part; returns DeerFlow's Resource JSON for it."""
+        folder = self.folder()
+        limit = self.settings.web_upload_max_bytes
+        body = await _bounded_body(request, limit + MULTIPART_OVERHEAD)
+        try:
+            form = await MultiPartParser(request.headers, _replay(body), max_files=1, max_fields=8).parse()
+        except MultiPartException as error:
+            raise RequestError(f"the upload is not a multipart form with one file: {error.message}") from error
+        upload = form.get("file")
+        if not isinstance(upload, UploadFile) or not upload.filename:
+            raise RequestError("the form has no 'file' part")
+        name = safe_name(upload.filename)
+        content = await upload.read(limit + 1)
+        await form.close()
+        if len(content) > limit:
+            raise RequestError(f"the file is over {limit} bytes (DEERFLOW_WEB_UPLOAD_MAX_BYTES)", 413)
+        try:
+            content.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise RequestError("the file is not UTF-8 text") from error
+        path = await asyncio.to_thread(self._save, folder, name, content)
+        root = next(root for root in self.policy.roots if path.is_relative_to(root))
+        return {"uri": str(path), "title": path.name, "description": str(path.relative_to(root))}
+
+    def _save(self, folder: Path, name: str, content: bytes) -> Path:
+        folder.mkdir(parents=True, exist_ok=True)
+        used = sum(entry.stat().st_size for entry in folder.iterdir() if entry.is_file())
+        if used + len(content) > self.settings.web_upload_max_total_bytes:
+            raise RequestError(f"the upload folder {folder} is full (DEERFLOW_WEB_UPLOAD_MAX_TOTAL_BYTES)", 507)
+        return _write_new(folder, name, content)
+
+
+async def _bounded_body(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
+        raise RequestError(f"the upload is over {max_bytes} bytes (DEERFLOW_WEB_UPLOAD_MAX_BYTES)", 413)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > max_bytes:
+            raise RequestError(f"the upload is over {max_bytes} bytes (DEERFLOW_WEB_UPLOAD_MAX_BYTES)", 413)
+    return bytes(body)
+
+
+async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:
+    yield body
+
+
+def _write_new(folder: Path, name: str, content: bytes) -> Path:
+    """Write under ``name``, or ``name-2``, ``name-3``...: an upload never replaces a document.
+
+    The bytes go to a hidden temporary file first (hidden files are never resources), which is
+    then linked to its final name; ``link`` fails if that name exists, so two uploads of the same
+    name at once both survive.
+    """
+    temporary = folder / f".upload-{uuid.uuid4().hex}"
+    temporary.write_bytes(content)
+    try:
+        stem, suffix = os.path.splitext(name)
+        for number in range(1, 1000):
+            path = folder / (name if number == 1 else f"{stem}-{number}{suffix}")
+            try:
+                os.link(temporary, path)
+            except FileExistsError:
+                continue
+            return path
+        raise RequestError(f"too many uploads named {name!r}", 409)
+    finally:
+        temporary.unlink(missing_ok=True)
