@@ -77,6 +77,8 @@ class Uploads:
         name = safe_name(upload.filename)
         content = await upload.read(limit + 1)
         await form.close()
+        if not content:
+            raise RequestError("the file is empty")
         if len(content) > limit:
             raise RequestError(f"the file is over {limit} bytes (DEERFLOW_WEB_UPLOAD_MAX_BYTES)", 413)
         try:
