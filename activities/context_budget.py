@@ -62,11 +62,36 @@ _HANGUL = "\u1100-\u11ff\u3130-\u318f\ua960-\ua97f\uac00-\ud7ff"  # a subset of 
 _CJK_CHARS = re.compile(f"[{_CJK}]+")
 _HANGUL_CHARS = re.compile(f"[{_HANGUL}]+")
 _ASCII_RUNS = re.compile(r"[\x00-\x7f]+")
-# Tokens per character, set from a real tokenizer's counts (tests/fixtures/token_counts.json):
-# SmolLM2's byte-level BPE spends 1.84-1.88 tokens on a Han or kana character of prose and 2.7
-# on a Hangul syllable, whose three UTF-8 bytes rarely merge; three is a byte-level BPE's maximum.
-CJK_WEIGHT = 2.25
-HANGUL_WEIGHT = 3.0
+
+
+@dataclass(frozen=True)
+class ScriptWeights:
+    """Tokens per CJK character (Han, kana) and per Hangul syllable, which differ most between
+    tokenizers: the rest of the estimate holds for all of them."""
+
+    cjk: float
+    hangul: float
+
+
+# Set from real tokenizers' counts (tests/fixtures/token_counts.json). SmolLM2's English-centric
+# byte-level BPE spends 1.84-1.88 tokens on a Han or kana character of prose and 2.7 on a Hangul
+# syllable, whose three UTF-8 bytes rarely merge (three is a byte-level BPE's maximum): any model
+# the product does not know is assumed to tokenize like that.
+ENGLISH_CENTRIC = ScriptWeights(cjk=2.25, hangul=3.0)
+# Tokenizers with a large CJK vocabulary: Qwen2's spends 0.66 tokens on a Chinese character of
+# prose, 0.77 on Japanese and 1.08 on a Hangul syllable; o200k (GPT-4o and later) and DeepSeek's
+# are as thrifty. Estimating those models' CJK text like SmolLM2's would trim Chinese research to
+# a third of the window, so they get their own weights, still a third to a half above the counts.
+LARGE_CJK_VOCABULARY = ScriptWeights(cjk=1.0, hangul=1.5)
+_LARGE_CJK_VOCABULARY_MODELS = re.compile(
+    r"gpt-4o|chatgpt-4o|gpt-4\.1|gpt-5|(^|/)o[134](-|$)|qwen|deepseek|doubao|glm|kimi|moonshot|(^|/)yi-"
+    r"|baichuan|minimax|hunyuan|ernie")
+
+
+def script_weights_for(model_name: str) -> ScriptWeights:
+    """The CJK weights for a model, by its family; a model not known to be thrifty gets the high ones."""
+    return LARGE_CJK_VOCABULARY if _LARGE_CJK_VOCABULARY_MODELS.search(model_name.lower()) else ENGLISH_CENTRIC
+
 _VISIBLE = (string.ascii_letters + string.digits + string.punctuation).encode()
 
 
@@ -92,7 +117,7 @@ def _class_runs(data: bytes, view: bytes, shortest: int) -> tuple[int, list[int]
     return marked.count(b"x"), [at_least[i] - at_least[i + 1] for i in range(shortest)]
 
 
-def count_tokens(text: str) -> int:
+def count_tokens(text: str, weights: ScriptWeights = ENGLISH_CENTRIC) -> int:
     """An offline, deliberately high estimate of how many tokens ``text`` costs.
 
     * ASCII letters: 4 a token, but at least one token a run (a word). With the space before it,
@@ -101,9 +126,10 @@ def count_tokens(text: str) -> int:
       digits; cl100k/o200k group up to three, so tables of numbers are over-counted for them.
     * ASCII punctuation: 2 a token, at least one a run.
     * whitespace and control characters: 4 a token; a run of line breaks at least one.
-    * CJK characters: ``CJK_WEIGHT`` tokens each, Hangul ``HANGUL_WEIGHT``. cl100k spends about
+    * CJK characters: ``weights.cjk`` tokens each, Hangul ``weights.hangul``. cl100k spends about
       one token on a common Han character, o200k, Qwen and DeepSeek less, but tokenizers trained
-      mostly on English (SmolLM2, Llama 2, Mistral) two or three: the estimate follows them.
+      mostly on English (SmolLM2, Llama 2, Mistral) two or three: the default follows them, and
+      ``script_weights_for`` gives the thrifty families their own.
     * any other character: its UTF-8 length less one, so one token for Cyrillic, Greek or
       accented Latin, two for other scripts and symbols (dashes, arrows), three for emoji, whose
       bytes rarely merge in a byte-level tokenizer.
@@ -127,31 +153,31 @@ def count_tokens(text: str) -> int:
         rest = _ASCII_RUNS.sub("", text)
         other = _CJK_CHARS.sub("", rest)
         hangul = len(rest) - len(_HANGUL_CHARS.sub("", rest))
-        total += CJK_WEIGHT * (len(rest) - len(other) - hangul) + HANGUL_WEIGHT * hangul
+        total += weights.cjk * (len(rest) - len(other) - hangul) + weights.hangul * hangul
         total += len(other.encode("utf-8", "surrogatepass")) - len(other)
     return math.ceil(total)
 
 
-def count_message_tokens(message: ChatMessage) -> int:
+def count_message_tokens(message: ChatMessage, weights: ScriptWeights = ENGLISH_CENTRIC) -> int:
     """Estimated tokens of one message as the provider sees it: content, name, tool calls, ids."""
-    return count_tokens(message.content) + _metadata_tokens(message)
+    return count_tokens(message.content, weights) + _metadata_tokens(message, weights)
 
 
-def _metadata_tokens(message: ChatMessage) -> int:
+def _metadata_tokens(message: ChatMessage, weights: ScriptWeights) -> int:
     """Everything of a message but its content; kept apart so trimming need not recount pages."""
     tokens = MESSAGE_OVERHEAD
     if message.name:
-        tokens += count_tokens(message.name)
+        tokens += count_tokens(message.name, weights)
     if message.tool_call_id:
-        tokens += count_tokens(message.tool_call_id)
+        tokens += count_tokens(message.tool_call_id, weights)
     for call in message.tool_calls:
         arguments = call.invalid_arguments if call.invalid_arguments is not None else json.dumps(
             call.arguments, ensure_ascii=False)
-        tokens += TOOL_CALL_OVERHEAD + count_tokens(call.id) + count_tokens(call.name) + count_tokens(arguments)
+        tokens += TOOL_CALL_OVERHEAD + sum(count_tokens(part, weights) for part in (call.id, call.name, arguments))
     return tokens
 
 
-def count_tool_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
+def count_tool_tokens(tools: Sequence[Mapping[str, Any]], weights: ScriptWeights = ENGLISH_CENTRIC) -> int:
     """Estimated tokens of the tool schemas (OpenAI ``tools`` entries) sent with a request.
 
     OpenAI renders the schemas more compactly than JSON; open-weight chat templates paste the JSON
@@ -160,13 +186,14 @@ def count_tool_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
     if not tools:
         return 0
     return TOOL_PREAMBLE_OVERHEAD + sum(
-        TOOL_SCHEMA_OVERHEAD + count_tokens(json.dumps(tool, ensure_ascii=False)) for tool in tools)
+        TOOL_SCHEMA_OVERHEAD + count_tokens(json.dumps(tool, ensure_ascii=False), weights) for tool in tools)
 
 
-def count_request_tokens(system_prompt: str, messages: Sequence[ChatMessage], tools_tokens: int) -> int:
+def count_request_tokens(system_prompt: str, messages: Sequence[ChatMessage], tools_tokens: int,
+                         weights: ScriptWeights = ENGLISH_CENTRIC) -> int:
     """Estimated prompt tokens of a whole request: system prompt, messages and tool schemas."""
-    return (REQUEST_OVERHEAD + MESSAGE_OVERHEAD + count_tokens(system_prompt) + tools_tokens
-            + sum(count_message_tokens(message) for message in messages))
+    return (REQUEST_OVERHEAD + MESSAGE_OVERHEAD + count_tokens(system_prompt, weights) + tools_tokens
+            + sum(count_message_tokens(message, weights) for message in messages))
 
 
 def output_reserve(limit: int) -> int:
@@ -234,7 +261,8 @@ def _marker(trimmed_chars: int) -> str:
     return f"\n\n[… {trimmed_chars:,} characters trimmed to fit the context window …]\n\n"
 
 
-def excerpt(text: str, max_tokens: int, text_tokens: int | None = None) -> str:
+def excerpt(text: str, max_tokens: int, text_tokens: int | None = None,
+            weights: ScriptWeights = ENGLISH_CENTRIC) -> str:
     """``text`` cut to at most ``max_tokens`` (estimated): its head and tail around a marker.
 
     The head gets two thirds: pages and findings put what matters first, and the tail keeps
@@ -242,16 +270,16 @@ def excerpt(text: str, max_tokens: int, text_tokens: int | None = None) -> str:
     If even the bare marker is over ``max_tokens``, the bare marker is returned. ``text_tokens``
     is ``count_tokens(text)`` when the caller knows it already (counting a long page is not free).
     """
-    total = count_tokens(text) if text_tokens is None else text_tokens
+    total = count_tokens(text, weights) if text_tokens is None else text_tokens
     if total <= max_tokens:
         return text
-    marker_tokens = count_tokens(_marker(len(text)))
+    marker_tokens = count_tokens(_marker(len(text)), weights)
     keep = max(0, len(text) * (max_tokens - marker_tokens) // total)
     while True:
         head_end = _boundary_before(text, keep * 2 // 3)
         tail_start = _boundary_after(text, len(text) - (keep - keep * 2 // 3))
         candidate = text[:head_end] + _marker(tail_start - head_end) + text[tail_start:]
-        if keep == 0 or count_tokens(candidate) <= max_tokens:
+        if keep == 0 or count_tokens(candidate, weights) <= max_tokens:
             return candidate
         keep = min(keep - 1, keep * 7 // 8)
 
@@ -293,11 +321,12 @@ class _Conversation:
     metadata_tokens: list[int]
     fixed: int  # system prompt, tool schemas, request overhead
     allowed: int  # limit minus the output reserve
+    weights: ScriptWeights
 
     @classmethod
-    def of(cls, messages: Sequence[ChatMessage], fixed: int, allowed: int) -> _Conversation:
-        return cls(list(messages), [count_tokens(message.content) for message in messages],
-                   [_metadata_tokens(message) for message in messages], fixed, allowed)
+    def of(cls, messages: Sequence[ChatMessage], fixed: int, allowed: int, weights: ScriptWeights) -> _Conversation:
+        return cls(list(messages), [count_tokens(message.content, weights) for message in messages],
+                   [_metadata_tokens(message, weights) for message in messages], fixed, allowed, weights)
 
     @property
     def overflow(self) -> int:
@@ -313,9 +342,9 @@ class _Conversation:
         target = max(floor, content_tokens - overflow)
         if target >= content_tokens:
             return
-        content = excerpt(message.content, target, content_tokens)
+        content = excerpt(message.content, target, content_tokens, self.weights)
         self.messages[index] = message.model_copy(update={"content": content})
-        self.content_tokens[index] = count_tokens(content)
+        self.content_tokens[index] = count_tokens(content, self.weights)
 
     def drop(self, unit: list[int]) -> None:
         for index in unit:
@@ -347,6 +376,7 @@ def fit_to_budget(
     tools_tokens: int,
     limit: int,
     reserve_for_output: int,
+    weights: ScriptWeights = ENGLISH_CENTRIC,
 ) -> list[ChatMessage]:
     """``messages`` trimmed so that the whole request fits in ``limit`` minus the output reserve.
 
@@ -366,13 +396,14 @@ def fit_to_budget(
     task cut to a stub. If the system prompt and tool schemas alone exceed the budget, the result
     is as small as this function can make it and the provider will decide.
 
-    A request that fits is returned unchanged. Nothing is mutated; trimmed messages are copies.
+    ``weights`` are the model's (``script_weights_for``). A request that fits is returned
+    unchanged. Nothing is mutated; trimmed messages are copies.
     """
     if not messages:
         return []
-    fixed = REQUEST_OVERHEAD + MESSAGE_OVERHEAD + count_tokens(system_prompt) + tools_tokens
+    fixed = REQUEST_OVERHEAD + MESSAGE_OVERHEAD + count_tokens(system_prompt, weights) + tools_tokens
     allowed = limit - reserve_for_output
-    state = _Conversation.of(messages, fixed, allowed)
+    state = _Conversation.of(messages, fixed, allowed, weights)
     if state.overflow <= 0:
         return list(messages)
 

@@ -32,6 +32,7 @@ from activities.context_budget import (
     count_tool_tokens,
     fit_to_budget,
     output_reserve,
+    script_weights_for,
     token_limit_for,
 )
 from activities.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
@@ -152,14 +153,15 @@ def _within_budget(settings: Settings, request: ChatRequest, system_prompt: str,
     """
     model = settings.model_name(request.model_tier.value)
     reserve = output_reserve(limit)
-    tools_tokens = count_tool_tokens(tools)
-    messages = fit_to_budget(system_prompt, request.messages, tools_tokens, limit, reserve)
+    weights = script_weights_for(model)
+    tools_tokens = count_tool_tokens(tools, weights)
+    messages = fit_to_budget(system_prompt, request.messages, tools_tokens, limit, reserve, weights)
     if messages != request.messages:
         activity.logger.info(
             "Trimmed the %s prompt from ~%d to ~%d estimated tokens (%d of %d messages kept) to fit "
             "%s's %d-token window with %d tokens reserved for the reply",
-            request.prompt, count_request_tokens(system_prompt, request.messages, tools_tokens),
-            count_request_tokens(system_prompt, messages, tools_tokens), len(messages), len(request.messages),
+            request.prompt, count_request_tokens(system_prompt, request.messages, tools_tokens, weights),
+            count_request_tokens(system_prompt, messages, tools_tokens, weights), len(messages), len(request.messages),
             model, limit, reserve,
         )
     return messages
@@ -305,7 +307,8 @@ class ModelActivities:
                 break
             except _Overflowed as overflowed:
                 overflow = overflowed.overflow
-                estimated = count_request_tokens(system_prompt, messages, count_tool_tokens(tools))
+                weights = script_weights_for(model)
+                estimated = count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights)
                 smaller = retrim_limit(overflow, estimated)
                 if retrimmed or smaller is None:
                     raise context_exceeded(overflow, limit, retrimmed) from None

@@ -342,3 +342,22 @@ async def test_a_request_that_fits_reaches_the_provider_unchanged(
     await ActivityEnvironment().run(ModelActivities(token_limit).chat, longer)
     sent = from_body(model_server.requests[-1]["messages"])[1:]
     assert sent != longer.messages and MARKER in sent[2].content
+
+
+@pytest.mark.parametrize(("model", "trimmed"), [("qwen-plus", False), ("my-model", True)])
+async def test_chinese_pages_are_budgeted_by_the_models_tokenizer_family(
+    model_server: FakeModelServer, provider_env: dict[str, str], model: str, trimmed: bool
+) -> None:
+    """3,000 Chinese characters are about 2,000 tokens to Qwen's tokenizer, 5,600 to an
+    English-centric one: within an 8,000-token window only the unknown model's copy is cut."""
+    chinese_page = "固态电池用固体电解质取代液态电解质，能量密度更高，也更安全。" * 100
+    messages = [ChatMessage(role="user", content=TASK),
+                ChatMessage(role="assistant",
+                            tool_calls=[ToolCall(id="c1", name="crawl_tool", arguments={"url": "u"})]),
+                ChatMessage(role="tool", tool_call_id="c1", name="crawl_tool", content=chinese_page)]
+    request = ChatRequest(prompt="researcher", prompt_vars=RESEARCHER_VARS, messages=messages,
+                          tools=[TOOLS["crawl_tool"].spec])
+    settings = settings_with(provider_env, TOKEN_LIMIT="8000", BASIC_MODEL=model)
+    await ActivityEnvironment().run(ModelActivities(settings).chat, request)
+    sent = from_body(model_server.requests[-1]["messages"])
+    assert (MARKER in sent[-1].content) is trimmed

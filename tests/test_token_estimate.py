@@ -6,9 +6,10 @@ the counts real tokenizers give for English, Chinese, Japanese, Korean and Russi
 and emoji, code, our own prompts and the tool preamble the researcher, coder and coordinator send.
 The estimate must not be below any tokenizer's count, and not far above the most expensive one.
 
-One estimate serves every provider, so it follows the most expensive tokenizer: SmolLM2's, trained
-mostly on English, spends three times as many tokens on Chinese as Qwen2's, for which the estimate
-leaves much of the window unused.
+By default the estimate follows the most expensive tokenizer: SmolLM2's, trained mostly on English,
+spends three times as many tokens on Chinese as Qwen2's. Model families known to have a large CJK
+vocabulary (Qwen, DeepSeek, GPT-4o...) get lighter CJK weights, held here against Qwen2's counts:
+never below them, and not so far above that Chinese research is trimmed for nothing.
 """
 
 from __future__ import annotations
@@ -19,7 +20,15 @@ from typing import Any
 
 import pytest
 
-from activities.context_budget import TOOL_PREAMBLE_OVERHEAD, count_tokens, count_tool_tokens
+from activities.context_budget import (
+    ENGLISH_CENTRIC,
+    LARGE_CJK_VOCABULARY,
+    TOOL_PREAMBLE_OVERHEAD,
+    ScriptWeights,
+    count_tokens,
+    count_tool_tokens,
+    script_weights_for,
+)
 
 FIXTURE = Path(__file__).parent / "fixtures" / "token_counts.json"
 ENTRIES: list[dict[str, Any]] = json.loads(FIXTURE.read_text(encoding="utf-8"))["texts"]
@@ -28,9 +37,15 @@ KINDS = {"prose", "code", "prompt", "tools"}
 MAX_RATIO = 1.6
 
 
-def estimate(entry: dict[str, Any]) -> int:
+THRIFTY = "Qwen2"  # the fixture's tokenizer with a large CJK vocabulary
+MAX_CJK_RATIO = 1.7  # the light weights stay a margin above Qwen2's counts, 0.66-1.08 a character
+
+
+def estimate(entry: dict[str, Any], weights: ScriptWeights = ENGLISH_CENTRIC) -> int:
     """What the product estimates for the fixture's text: tool entries through their schemas."""
-    return count_tool_tokens(entry["tools"]) if entry["kind"] == "tools" else count_tokens(entry["text"])
+    if entry["kind"] == "tools":
+        return count_tool_tokens(entry["tools"], weights)
+    return count_tokens(entry["text"], weights)
 
 
 def test_fixture_covers_the_texts_the_estimate_ran_low_on() -> None:
@@ -45,6 +60,26 @@ def test_estimate_errs_high_but_not_absurdly(entry: dict[str, Any]) -> None:
     counts = entry["counts"]
     assert all(estimated >= count for count in counts.values()), f"{entry['name']}: {estimated} < {counts}"
     assert estimated <= MAX_RATIO * max(counts.values()), f"{entry['name']}: {estimated} vs {counts}"
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=[entry["name"] for entry in ENTRIES])
+def test_thrifty_families_estimate_above_their_tokenizer_and_close_on_cjk(entry: dict[str, Any]) -> None:
+    estimated, count = estimate(entry, LARGE_CJK_VOCABULARY), entry["counts"][THRIFTY]
+    assert count <= estimated, f"{entry['name']}: {estimated} < {count}"
+    if estimate(entry) != estimated:  # the text has CJK, which the weights govern
+        assert estimated <= MAX_CJK_RATIO * count, f"{entry['name']}: {estimated} vs {count}"
+
+
+@pytest.mark.parametrize(("model", "weights"), [
+    ("gpt-4o-mini", LARGE_CJK_VOCABULARY), ("Qwen/Qwen2.5-72B-Instruct", LARGE_CJK_VOCABULARY),
+    ("deepseek-chat", LARGE_CJK_VOCABULARY), ("doubao-seed-1.6", LARGE_CJK_VOCABULARY),
+    ("/models/qwen2.5-7b-instruct-q4_k_m.gguf", LARGE_CJK_VOCABULARY), ("o3-mini", LARGE_CJK_VOCABULARY),
+    ("gpt-4-turbo", ENGLISH_CENTRIC), ("llama-3.1-8b", ENGLISH_CENTRIC), ("mistral-large", ENGLISH_CENTRIC),
+    ("SmolLM2-135M-Instruct.Q4_1.gguf", ENGLISH_CENTRIC), ("deerflow-offline", ENGLISH_CENTRIC),
+    ("my-model", ENGLISH_CENTRIC),
+])
+def test_only_known_thrifty_families_get_the_light_weights(model: str, weights: ScriptWeights) -> None:
+    assert script_weights_for(model) == weights
 
 
 def test_tool_preamble_is_paid_once_and_only_with_tools() -> None:
