@@ -95,16 +95,23 @@ class Guard:
         return None
 
 
-async def read_json(request: Request, max_bytes: int) -> Any:
-    """The body as JSON, refused beyond ``max_bytes`` before more than that is read."""
+async def read_body(request: Request, max_bytes: int, setting: str = "DEERFLOW_WEB_MAX_BODY_BYTES") -> bytes:
+    """The body, refused beyond ``max_bytes`` (the operator's ``setting``) before more is read."""
+    too_big = RequestError(f"request body over {max_bytes} bytes ({setting})", 413)
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
-        raise RequestError(f"request body over {max_bytes} bytes", 413)
+        raise too_big
     body = bytearray()
     async for chunk in request.stream():
         body += chunk
         if len(body) > max_bytes:
-            raise RequestError(f"request body over {max_bytes} bytes", 413)
+            raise too_big
+    return bytes(body)
+
+
+async def read_json(request: Request, max_bytes: int) -> Any:
+    """The body as JSON, refused beyond ``max_bytes`` before more than that is read."""
+    body = await read_body(request, max_bytes)
     try:
         return json.loads(body)
     except ValueError as error:

@@ -23,7 +23,7 @@ from starlette.requests import Request
 
 from activities.resource_roots import ResourcePolicy
 from config.settings import Settings
-from server.security import RequestError
+from server.security import RequestError, read_body
 
 UPLOAD_SUFFIXES = (".md", ".txt")  # what DeerFlow's upload dialog offers
 MULTIPART_OVERHEAD = 16 * 1024  # boundaries and part headers around the file
@@ -66,7 +66,7 @@ class Uploads:
         """Save the request's ``file`` part; returns DeerFlow's Resource JSON for it."""
         folder = self.folder()
         limit = self.settings.web_upload_max_bytes
-        body = await _bounded_body(request, limit + MULTIPART_OVERHEAD)
+        body = await read_body(request, limit + MULTIPART_OVERHEAD, "DEERFLOW_WEB_UPLOAD_MAX_BYTES")
         try:
             form = await MultiPartParser(request.headers, _replay(body), max_files=1, max_fields=8).parse()
         except MultiPartException as error:
@@ -95,18 +95,6 @@ class Uploads:
         if used + len(content) > self.settings.web_upload_max_total_bytes:
             raise RequestError(f"the upload folder {folder} is full (DEERFLOW_WEB_UPLOAD_MAX_TOTAL_BYTES)", 507)
         return _write_new(folder, name, content)
-
-
-async def _bounded_body(request: Request, max_bytes: int) -> bytes:
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
-        raise RequestError(f"the upload is over {max_bytes} bytes (DEERFLOW_WEB_UPLOAD_MAX_BYTES)", 413)
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise RequestError(f"the upload is over {max_bytes} bytes (DEERFLOW_WEB_UPLOAD_MAX_BYTES)", 413)
-    return bytes(body)
 
 
 async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:

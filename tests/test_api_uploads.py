@@ -78,6 +78,7 @@ async def test_the_name_cannot_pick_the_folder(base: str, root: Path, name: str)
     ("notes.txt", b"\xff\xfe\x00binary", 400, "not UTF-8"),
     ("empty.md", b"", 400, "empty"),
     ("big.md", b"x" * 3000, 413, "DEERFLOW_WEB_UPLOAD_MAX_BYTES"),
+    ("huge.md", b"x" * 30_000, 413, "DEERFLOW_WEB_UPLOAD_MAX_BYTES"),  # refused before it is parsed
 ])
 async def test_refused_files_are_not_stored(time_env: WorkflowEnvironment, root: Path, name: str, content: bytes,
                                             status: int, detail: str) -> None:
