@@ -160,17 +160,26 @@ class SubtreeCodec(PayloadCodec, WithSerializationContext):
         self._max_shrunk = max_shrunk_bytes - ENVELOPE_MARGIN
         self._inner = inner
         self._caches = _Caches()
-        self._enabled = shrink  # off: this process only reads subtrees (a read-only store user)
-        self._shrinks = shrink  # without a context (direct use); the SDK always binds one
+        # ``shrink`` off: this process only reads subtrees (a read-only store user).
+        self._shrinks = shrink
+        # The SDK binds a context for each payload of every workflow task and activity, so both
+        # bindings are built once here: the writer (activity contexts, and direct use), the reader
+        # (every other context). They share the caches.
+        self._writer: SubtreeCodec = self
+        self._reader: SubtreeCodec = self
+        if shrink:
+            self._reader = copy.copy(self)
+            self._reader._shrinks = False
+            self._reader._reader = self._reader
 
     @property
     def inner(self) -> Sealer | None:
         return self._inner
 
     def with_context(self, context: SerializationContext) -> Self:
-        bound = copy.copy(self)
-        bound._shrinks = self._enabled and isinstance(context, ActivitySerializationContext)
-        return bound
+        """The writer in an activity's context, else the reader. No copy per payload, and the
+        data converter, handed back the codec it holds, is not cloned either."""
+        return self._writer if isinstance(context, ActivitySerializationContext) else self._reader
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         shrunk = [await self._shrink(payload) for payload in payloads] if self._shrinks else list(payloads)

@@ -114,18 +114,27 @@ async def test_payloads_that_gain_nothing_stay_as_they_are(tmp_path: Path) -> No
     assert not any(ENCODING in path.read_bytes() for path in blobs(tmp_path))
 
 
+def in_activity_context() -> ActivitySerializationContext:
+    return ActivitySerializationContext(
+        namespace="default", activity_id="1", activity_type="chat", activity_task_queue="q", workflow_id="w",
+        workflow_type="DeepResearchWorkflow", is_local=False)
+
+
 async def test_only_activity_payloads_are_shrunk(tmp_path: Path) -> None:
     # The start input, signals, the status query and the result stay readable by the plain `temporal` CLI.
     converter = data_converter(settings(tmp_path))
     in_workflow = converter.with_context(WorkflowSerializationContext(namespace="default", workflow_id="w"))
-    in_activity = converter.with_context(ActivitySerializationContext(
-        namespace="default", activity_id="1", activity_type="chat", activity_task_queue="q", workflow_id="w",
-        workflow_type="DeepResearchWorkflow", is_local=False))
+    in_activity = converter.with_context(in_activity_context())
     value = conversation(1)
     assert (await encode(in_workflow, value)).metadata["encoding"] == b"json/plain"
     shrunk = await encode(in_activity, value)
     assert shrunk.metadata["encoding"] == ENCODING
     assert await in_workflow.decode([shrunk], [ChatRequest]) == [value]
+    # Binding is per payload of every task: an activity's context costs no copy of the converter,
+    # and a binding re-bound to an activity's context shrinks again.
+    assert in_activity is converter
+    rebound = in_workflow.with_context(in_activity_context())
+    assert (await encode(rebound, conversation(2))).metadata["encoding"] == ENCODING
 
 
 async def test_off_without_a_store_and_read_only_when_disabled(tmp_path: Path) -> None:
