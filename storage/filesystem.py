@@ -120,7 +120,8 @@ class FileSystemStorageDriver(StorageDriver):
         place atomically, so a reader never sees a partial blob and concurrent writers of the same
         digest cannot corrupt it. All are written before any is fsynced: the first fsync's journal
         commit carries the others' data too, so a payload with several new subtrees costs about
-        one commit instead of one each.
+        one commit instead of one each. The directories are fsynced after the renames, so the
+        names are as durable as the data before any history names them.
         """
         digests = [hashlib.sha256(blob).hexdigest() for blob in blobs]
         written: list[tuple[Path, Path]] = []  # (temporary, final) of each new blob
@@ -145,6 +146,11 @@ class FileSystemStorageDriver(StorageDriver):
                 file.close()
             for temporary, path in written:
                 os.replace(temporary, path)
+            if self._fsync:
+                # The renames are directory entries: without this a power cut could leave history
+                # naming a blob whose data is on disk under its temporary name, or nowhere.
+                for folder in {path.parent for _, path in written}:
+                    _fsync_directory(folder)
         finally:
             for file in files:
                 file.close()
@@ -192,3 +198,11 @@ class FileSystemStorageDriver(StorageDriver):
                 f"not sha256:{digest}. Restore it from a backup of the blob store at {self._root}."
             )
         return blob
+
+
+def _fsync_directory(folder: Path) -> None:
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)

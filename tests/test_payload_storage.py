@@ -122,11 +122,17 @@ async def test_filesystem_store_is_idempotent(tmp_path: Path) -> None:
 @pytest.mark.parametrize("fsync", [True, False])
 async def test_filesystem_fsyncs_each_new_blob_unless_told_not_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                   fsync: bool) -> None:
-    synced: list[int] = []
-    monkeypatch.setattr(os, "fsync", synced.append)
+    synced: list[Path] = []  # what each fsync made durable, in order
+    monkeypatch.setattr(os, "fsync", lambda fd: synced.append(Path(os.readlink(f"/proc/self/fd/{fd}"))))
     driver = FileSystemStorageDriver(tmp_path / "blobs", fsync=fsync)
     claims = await driver.store(StorageDriverStoreContext(), [payload_of(b"new"), payload_of(b"newer")])
-    assert len(synced) == (2 if fsync else 0)
+    if fsync:
+        folders = {path.parent for path in (tmp_path / "blobs").rglob("*") if path.is_file()}
+        assert len(folders) == 2 and len(synced) == 4
+        assert all(path.is_relative_to(tmp_path) and path.name.endswith(".tmp") for path in synced[:2])  # the data
+        assert set(synced[2:]) == folders  # then the renames, in their directories
+    else:
+        assert synced == []
     assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == [payload_of(b"new"), payload_of(b"newer")]
     assert FileSystemStorageDriver(tmp_path, fsync=Settings().blob_fsync)._fsync, "durable by default"
 
