@@ -8,19 +8,26 @@ is checked in milliseconds.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import logging
 import os
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
+from temporalio.testing import ActivityEnvironment
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
 from activities import inflight_journal
 from activities.inflight_journal import InflightJournal, ProcessStamp, read_journal, start_ticks
+from activities.journal_interceptor import InflightJournalInterceptor
 from activities.reclaim import WORKER_LOST, claim, reclaim_lost_attempts
 from workflows.activity_options import LOST_ATTEMPT_RETRY
 
@@ -201,3 +208,36 @@ async def test_reclaim_errors_are_logged_without_the_token(tmp_path: Path, caplo
         outcomes = await reclaim_lost_attempts(Refusing(), tmp_path, here())  # type: ignore[arg-type]
     assert outcomes == Counter(journals=1, errors=1)
     assert "INVALID_ARGUMENT" in caplog.text and "SECRET" not in caplog.text
+
+
+# ---------------------------------------------------------------- the interceptor
+
+
+@pytest.mark.parametrize("outcome", [None, ApplicationError("provider down"), asyncio.CancelledError()],
+                         ids=["completed", "failed", "cancelled"])
+async def test_the_interceptor_journals_each_attempt_until_it_ends(
+        tmp_path: Path, outcome: BaseException | None) -> None:
+    journal = journal_of(tmp_path, [])
+    seen: list[list[bytes]] = []
+
+    class Activity(ActivityInboundInterceptor):
+        def __init__(self) -> None:  # the innermost: no next interceptor
+            pass
+
+        async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+            seen.append(read_journal(journal.path).tokens)  # type: ignore[union-attr]
+            if outcome is not None:
+                raise outcome
+            return "done"
+
+    inbound = InflightJournalInterceptor(journal).intercept_activity(Activity())
+    environment = ActivityEnvironment()
+    environment.info = dataclasses.replace(environment.info, task_token=b"attempt-token")
+
+    async def attempt() -> Any:
+        return await inbound.execute_activity(cast(ExecuteActivityInput, None))
+
+    with contextlib.suppress(type(outcome) if outcome else ()):
+        assert await environment.run(attempt) == "done"
+    assert seen == [[b"attempt-token"]]
+    assert read_journal(journal.path).tokens == []  # type: ignore[union-attr]
