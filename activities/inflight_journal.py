@@ -153,10 +153,6 @@ class InflightJournal:
                 if self._lines > max(COMPACT_LINES, 4 * len(self._open)):
                     self._compact()
 
-    @property
-    def open_count(self) -> int:
-        return len(self._open)
-
     def _append(self, line: str) -> None:
         if self._fd is None:
             return

@@ -38,8 +38,9 @@ CLAIMED = ".claimed-"
 # Tokens failed at once; a dead worker may have left hundreds (a full model queue).
 RECLAIM_CONCURRENCY = 16
 FAIL_TIMEOUT = timedelta(seconds=10)
-# A dead journal of another Temporal server, or a claimed one whose claimer died, is deleted once
-# this old: every attempt in it has long been given up by its heartbeat or start-to-close timeout.
+# A dead journal of another Temporal server, a claimed one whose claimer died, or a compaction's
+# leftover, is deleted once this old: every attempt in it has long been given up by its heartbeat
+# or start-to-close timeout.
 STALE_SECONDS = 3600.0
 
 
@@ -153,6 +154,7 @@ def _delete(path: Path | None) -> None:
 
 
 def _delete_stale_claims(directory: Path) -> None:
-    for path in directory.glob(f"*{SUFFIX}{CLAIMED}*"):
+    """Claimed journals whose claimer died, and a compaction's leftover (``.journal.compacting``)."""
+    for path in directory.glob(f"*{SUFFIX}.*"):
         if _age(path) > STALE_SECONDS:
             path.unlink(missing_ok=True)

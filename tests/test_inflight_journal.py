@@ -182,12 +182,18 @@ async def test_reclaim_fails_the_open_attempts_of_dead_workers_only(tmp_path: Pa
     assert read_journal(live.path).tokens == [b"live"]  # type: ignore[union-attr]
 
 
-async def test_a_dead_journal_of_another_server_is_deleted_once_stale(tmp_path: Path) -> None:
+async def test_leftovers_are_deleted_once_stale(tmp_path: Path) -> None:
+    """A dead journal of another server, a claim whose claimer died, a compaction's temporary file."""
     other_server = journal_of(tmp_path, [b"other-server"], pid=dead_pid(), address="127.0.0.1:1")
-    os.utime(other_server.path, (0, 0))
+    abandoned = tmp_path / "a.journal.claimed-b"
+    abandoned.write_text("")
+    fresh = tmp_path / "c.journal.compacting"
+    fresh.write_text("")
+    for path in (other_server.path, abandoned):
+        os.utime(path, (0, 0))
     client = StubClient()
     assert await reclaim_lost_attempts(client, tmp_path, here()) == Counter()  # type: ignore[arg-type]
-    assert client.failed == {} and list(tmp_path.iterdir()) == []
+    assert client.failed == {} and list(tmp_path.iterdir()) == [fresh]
 
 
 def test_a_claim_is_taken_once(tmp_path: Path) -> None:
