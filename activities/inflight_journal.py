@@ -13,10 +13,12 @@ to the attempts still open when it grows past a bound.
 A task token lets its holder complete the attempt it names, so journals are 0600 in a 0700
 directory under the operator's ``DEERFLOW_HOME``, and tokens never reach a log line.
 
-Dead or alive: the header names the process (pid, and its start time from ``/proc/<pid>/stat``, so a
-reused pid is told apart), its host (name and boot id) and its pid namespace. A journal is judged only
-when written on this host in this pid namespace; any other (another container or machine sharing the
-directory) is left alone, since its pids mean nothing here.
+Dead or alive: a live writer holds an exclusive ``flock`` on its journal, which the kernel releases
+when the process dies, however it dies. A journal is dead only if that lock is free and, when it was
+written in this pid namespace, its pid no longer runs the process it names (the start time from
+``/proc/<pid>/stat`` tells a reused pid apart, e.g. PID 1 in a restarted container). Only journals
+written under this kernel (the same boot id) are judged: another machine sharing the directory over
+a network filesystem may not honour the lock, so its journals are left alone.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import fcntl
 import logging
 import os
 import socket
@@ -93,8 +96,8 @@ class ProcessStamp(BaseModel):
                    identity=identity, address=address, namespace=namespace)
 
     def judges(self, other: ProcessStamp) -> bool:
-        """Whether this process can tell if ``other`` lives: same host, same boot, same pid namespace."""
-        return (other.host, other.boot_id, other.pid_namespace) == (self.host, self.boot_id, self.pid_namespace)
+        """Whether this process can tell if ``other`` lives: it ran under this very kernel (boot)."""
+        return bool(self.boot_id) and other.boot_id == self.boot_id
 
     def is_alive(self) -> bool:
         """Its pid runs, and (where ``/proc`` tells) started when this process did: not a reused pid."""
@@ -125,17 +128,24 @@ class InflightJournal:
         self._next = 0
         self._lines = 0
         self._fd: int | None = None
+        self._writing = True
 
     def start(self) -> InflightJournal:
         """Create the directory (0700) and this process's journal (0600), holding only its header."""
         ensure_directory(self.directory)
-        self._fd = self._write_new(self.path, flags=os.O_EXCL)
+        self._fd = self._write_new(self.path)
         return self
 
-    def _write_new(self, path: Path, flags: int = 0) -> int:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | flags, 0o600)
-        lines = [self.stamp.model_dump_json(), *(_open_line(n, token) for n, token in self._open.items())]
-        os.write(fd, "".join(line + "\n" for line in lines).encode("ascii"))
+    def _write_new(self, path: Path) -> int:
+        """A new file, locked (held until this process closes it or dies), with the header and open attempts."""
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lines = [self.stamp.model_dump_json(), *(_open_line(n, token) for n, token in self._open.items())]
+            os.write(fd, "".join(line + "\n" for line in lines).encode("ascii"))
+        except OSError:
+            os.close(fd)
+            raise
         return fd
 
     def opened(self, task_token: bytes) -> int:
@@ -154,7 +164,7 @@ class InflightJournal:
                     self._compact()
 
     def _append(self, line: str) -> None:
-        if self._fd is None:
+        if self._fd is None or not self._writing:
             return
         try:
             os.write(self._fd, (line + "\n").encode("ascii"))
@@ -167,7 +177,7 @@ class InflightJournal:
         temporary = self.path.with_name(self.path.name + ".compacting")
         try:
             temporary.unlink(missing_ok=True)
-            fd = self._write_new(temporary, flags=os.O_EXCL)
+            fd = self._write_new(temporary)
             os.replace(temporary, self.path)
         except OSError as error:
             self._give_up(error)
@@ -178,22 +188,46 @@ class InflightJournal:
         self._lines = 0
 
     def _give_up(self, error: OSError) -> None:
+        """Stop writing, but keep the file open: its lock still says this process lives."""
         logger.warning("In-flight journal %s turned off (%s): a restart of this worker will wait for the "
                        "heartbeat timeouts of its lost attempts", self.path, error.strerror or error)
-        if self._fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self._fd)
-        self._fd = None
+        self._writing = False
 
     def close(self) -> None:
         """On a graceful exit: delete the journal if nothing is open, else leave it to a successor."""
         with self._lock:
             if self._fd is None:
                 return
-            os.close(self._fd)
+            with contextlib.suppress(OSError):  # a descriptor that already failed (EBADF)
+                os.close(self._fd)
             self._fd = None
-            if not self._open:
+            if not self._open and self._writing:
                 self.path.unlink(missing_ok=True)
+
+
+def is_dead(path: Path, stamp: ProcessStamp, here: ProcessStamp) -> bool:
+    """Whether the process that wrote the journal at ``path`` (described by ``stamp``) has ended.
+
+    Its lock must be free (the kernel drops it with the process) and, in this pid namespace, its pid
+    must not run that process any more. A journal written under another kernel is never dead here.
+    """
+    if not here.judges(stamp) or not _unlocked(path):
+        return False
+    return stamp.pid_namespace != here.pid_namespace or not stamp.is_alive()
+
+
+def _unlocked(path: Path) -> bool:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False  # gone (another worker claimed it) or unreadable: not ours to reclaim
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock just taken
+    return True
 
 
 def _open_line(entry: int, token: bytes) -> str:

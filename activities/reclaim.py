@@ -10,8 +10,8 @@ Sound because the server checks the attempt a token names: a stale token (that a
 timed out or was retried meanwhile) is refused with NotFound and counts as done, so an attempt that
 is not the current one is never failed. A journal is claimed by renaming it before its tokens are
 used, so two workers starting together do not both process it, and it is deleted afterwards. A
-live worker's journal, or one this machine cannot judge (another host or pid namespace), is never
-touched. Nothing here stops the worker: every failure is logged and the heartbeat timeout remains.
+live worker's journal (its lock is held), or one written under another kernel, is never touched.
+Nothing here stops the worker: every failure is logged and the heartbeat timeout remains.
 """
 
 from __future__ import annotations
@@ -27,7 +27,14 @@ from temporalio.client import Client
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.inflight_journal import SUFFIX, InflightJournal, JournalContents, ProcessStamp, read_journal
+from activities.inflight_journal import (
+    SUFFIX,
+    InflightJournal,
+    JournalContents,
+    ProcessStamp,
+    is_dead,
+    read_journal,
+)
 from config.settings import Settings
 from workflows.activity_options import LOST_ATTEMPT_RETRY
 
@@ -85,8 +92,8 @@ async def reclaim_lost_attempts(client: Client, directory: Path, here: ProcessSt
         if path.name == f"{here.instance}{SUFFIX}":
             continue
         contents = read_journal(path)
-        if contents is None or not here.judges(contents.stamp) or contents.stamp.is_alive():
-            continue  # not a journal, not ours to judge, or its worker lives
+        if contents is None or not is_dead(path, contents.stamp, here):
+            continue  # not a journal, its worker lives, or it ran under another kernel
         stamp = contents.stamp
         if (stamp.address, stamp.namespace) != (here.address, here.namespace):
             if _age(path) > STALE_SECONDS:

@@ -26,7 +26,7 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
 from activities import inflight_journal
-from activities.inflight_journal import InflightJournal, ProcessStamp, read_journal, start_ticks
+from activities.inflight_journal import InflightJournal, ProcessStamp, is_dead, read_journal, start_ticks
 from activities.journal_interceptor import InflightJournalInterceptor
 from activities.reclaim import WORKER_LOST, claim, reclaim_lost_attempts
 from workflows.activity_options import LOST_ATTEMPT_RETRY
@@ -45,11 +45,16 @@ def dead_pid() -> int:
     return child.pid
 
 
-def journal_of(directory: Path, tokens: list[bytes], **stamp: object) -> InflightJournal:
-    """A journal written by a worker described by ``stamp`` (this process by default), holding ``tokens``."""
+def journal_of(directory: Path, tokens: list[bytes], died: bool = False, **stamp: object) -> InflightJournal:
+    """A journal written by a worker described by ``stamp`` (this process by default), holding ``tokens``.
+
+    ``died``: its file is closed with the attempts open, so its lock is free, as the kernel leaves it.
+    """
     journal = InflightJournal(directory, here().model_copy(update=stamp)).start()
     for token in tokens:
         journal.opened(token)
+    if died:
+        journal.close()
     return journal
 
 
@@ -148,11 +153,22 @@ def test_dead_or_alive_by_pid_and_start_time() -> None:
     assert start_ticks(dead_pid()) is None
 
 
-def test_only_journals_of_this_host_boot_and_pid_namespace_are_judged() -> None:
+def test_dead_needs_a_free_lock_and_in_this_pid_namespace_a_pid_gone(tmp_path: Path) -> None:
     me = here()
-    assert me.judges(me.model_copy(update={"pid": 1, "instance": "other"}))
-    for field in ("host", "boot_id", "pid_namespace"):
-        assert not me.judges(me.model_copy(update={field: "elsewhere"})), field
+    assert me.start_ticks is not None
+    cases: dict[str, tuple[bool, dict[str, object], bool]] = {  # name: (died, stamp, dead?)
+        "live, its lock held": (False, {"pid": dead_pid()}, False),
+        "dead, lock free and pid gone": (True, {"pid": dead_pid()}, True),
+        "dead, lock free and pid reused": (True, {"start_ticks": me.start_ticks - 1}, True),
+        "live, lock free and its pid runs (its journal turned off)": (True, {}, False),
+        "dead, lock free in another pid namespace (a restarted container)": (True, {"pid_namespace": "pid:[1]"}, True),
+        "live, another pid namespace holding its lock (a sibling container)": (
+            False, {"pid_namespace": "pid:[1]"}, False),
+        "left alone, another kernel": (True, {"pid": dead_pid(), "boot_id": "another-boot"}, False),
+    }
+    for number, (name, (died, stamp, dead)) in enumerate(cases.items()):
+        journal = journal_of(tmp_path / str(number), [b"token"], died=died, **stamp)
+        assert is_dead(journal.path, journal.stamp, me) is dead, name
 
 
 # ---------------------------------------------------------------- reclaim
@@ -160,13 +176,15 @@ def test_only_journals_of_this_host_boot_and_pid_namespace_are_judged() -> None:
 
 async def test_reclaim_fails_the_open_attempts_of_dead_workers_only(tmp_path: Path) -> None:
     me = here()
+    assert me.start_ticks is not None
     InflightJournal(tmp_path, me).start().opened(b"mine")
-    live = journal_of(tmp_path, [b"live"])  # another live worker of this process's pid and start time
+    live = journal_of(tmp_path, [b"live"])  # another live worker: its lock is held
     dead = journal_of(tmp_path, [b"lost-1", b"lost-2", b"done"], pid=dead_pid(), identity="123@host")
     dead.closed(2)
-    journal_of(tmp_path, [b"reused"], start_ticks=me.start_ticks - 1)  # type: ignore[operator]
-    elsewhere = journal_of(tmp_path, [b"elsewhere"], pid=dead_pid(), pid_namespace="pid:[1]")
-    other_server = journal_of(tmp_path, [b"other-server"], pid=dead_pid(), address="127.0.0.1:1")
+    dead.close()
+    journal_of(tmp_path, [b"reused"], died=True, start_ticks=me.start_ticks - 1)
+    elsewhere = journal_of(tmp_path, [b"elsewhere"], died=True, pid=dead_pid(), boot_id="another-boot")
+    other_server = journal_of(tmp_path, [b"other-server"], died=True, pid=dead_pid(), address="127.0.0.1:1")
     client = StubClient(stale={b"lost-2"})
 
     outcomes = await reclaim_lost_attempts(client, tmp_path, me)  # type: ignore[arg-type]
@@ -184,7 +202,7 @@ async def test_reclaim_fails_the_open_attempts_of_dead_workers_only(tmp_path: Pa
 
 async def test_leftovers_are_deleted_once_stale(tmp_path: Path) -> None:
     """A dead journal of another server, a claim whose claimer died, a compaction's temporary file."""
-    other_server = journal_of(tmp_path, [b"other-server"], pid=dead_pid(), address="127.0.0.1:1")
+    other_server = journal_of(tmp_path, [b"other-server"], died=True, pid=dead_pid(), address="127.0.0.1:1")
     abandoned = tmp_path / "a.journal.claimed-b"
     abandoned.write_text("")
     fresh = tmp_path / "c.journal.compacting"
@@ -197,7 +215,7 @@ async def test_leftovers_are_deleted_once_stale(tmp_path: Path) -> None:
 
 
 def test_a_claim_is_taken_once(tmp_path: Path) -> None:
-    dead = journal_of(tmp_path, [b"lost"], pid=dead_pid())
+    dead = journal_of(tmp_path, [b"lost"], died=True, pid=dead_pid())
     first, second = here(), here()
     claimed = claim(dead.path, first)
     assert claimed is not None and claimed.exists() and not dead.path.exists()
@@ -209,7 +227,7 @@ async def test_reclaim_errors_are_logged_without_the_token(tmp_path: Path, caplo
         def get_async_activity_handle(self, *, task_token: bytes) -> StubHandle:
             raise RPCError("bad token", RPCStatusCode.INVALID_ARGUMENT, b"")
 
-    journal_of(tmp_path, [b"SECRET-TOKEN"], pid=dead_pid())
+    journal_of(tmp_path, [b"SECRET-TOKEN"], died=True, pid=dead_pid())
     with caplog.at_level(logging.INFO):
         outcomes = await reclaim_lost_attempts(Refusing(), tmp_path, here())  # type: ignore[arg-type]
     assert outcomes == Counter(journals=1, errors=1)
