@@ -17,16 +17,16 @@ import asyncio
 import logging
 import os
 import signal
-from collections.abc import Coroutine
 from datetime import timedelta
-from typing import Any
 
+from temporalio.client import Client
 from temporalio.worker import Interceptor
 
+from activities.inflight_journal import InflightJournal
 from activities.isolated import start_fork_server
 from activities.journal_interceptor import InflightJournalInterceptor
-from activities.lazy import preload
-from activities.reclaim import open_journal, reclaim_at_start
+from activities.lazy import MODEL_MODULE, load, preload
+from activities.reclaim import open_journal, reclaim_at_start, settled
 from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
@@ -110,8 +110,7 @@ async def main(argv: list[str] | None = None) -> None:
     try:
         # A warm-up that fails stops the worker, as a failure at start would.
         async with running(workers), asyncio.TaskGroup() as group:
-            reclaim = None if journal is None else reclaim_at_start(client, journal)
-            group.create_task(warm_up(queues, settings, sandbox, reclaim))
+            group.create_task(warm_up(queues, settings, sandbox, client, journal))
             await stop.wait()
     finally:
         if journal is not None:
@@ -119,23 +118,28 @@ async def main(argv: list[str] | None = None) -> None:
         providers.stop()
 
 
-async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities,
-                  reclaim: Coroutine[Any, Any, None] | None = None) -> None:
+async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities, client: Client,
+                  journal: InflightJournal | None) -> None:
     """Start-up work that waits until the workers poll, so that a worker replacing a dead one
     resumes its runs first (the front door and a crashed run wait for that first poll).
 
-    ``reclaim`` (failing a dead predecessor's attempts, so they are retried now) goes first: the
-    imports below would hold up its few calls, and the predecessor's runs wait on them.
+    Reclaiming a dead predecessor's attempts (so they are retried now) goes first: the imports below
+    would hold up its few calls. The attempts it failed are retried at once, mostly here: a model
+    call waits for the model libraries, which are imported first, and the rest (seconds of CPU: the
+    MCP SDK, the fork server) waits until those retries are done (at most 10 s), measured to take
+    0.6-1 s off the resume of a run killed mid-model-call (bench/crash_cost.py).
 
     Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
     python_repl_tool call, the fork server (1-3 s) is started by the first extraction, and the model and
     MCP libraries (seconds) are imported by the first call that needs them.
     """
-    if reclaim is not None:
-        await reclaim
+    reclaimed = 0 if journal is None else await reclaim_at_start(client, journal)
     if "sandbox" in queues:
         await sandbox.self_check()  # says whether the code is contained, or refused
     if {"main", "model", "tools"} & set(queues):  # the fork server imports in its own process: they overlap
+        if reclaimed and journal is not None:
+            await load(MODEL_MODULE)
+            await settled(journal)
         await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload())
 
 

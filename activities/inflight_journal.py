@@ -158,6 +158,11 @@ class InflightJournal:
                 if self._lines > max(COMPACT_LINES, 4 * len(self._open)):
                     self._compact()
 
+    @property
+    def in_flight(self) -> int:
+        """Attempts started and not ended in this process."""
+        return len(self._open)
+
     def _append(self, line: str) -> None:
         if self._fd is None or not self._writing:
             return

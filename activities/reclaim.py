@@ -45,6 +45,8 @@ CLAIMED = ".claimed-"
 # Tokens failed at once; a dead worker may have left hundreds (a full model queue).
 RECLAIM_CONCURRENCY = 16
 FAIL_TIMEOUT = timedelta(seconds=10)
+# The longest the rest of a worker's warm-up waits for the attempts it reclaimed (worker.py).
+SETTLE_SECONDS = 10.0
 # A dead journal of another Temporal server, a claimed one whose claimer died, or a compaction's
 # leftover, is deleted once this old: every attempt in it has long been given up by its heartbeat
 # or start-to-close timeout.
@@ -68,15 +70,26 @@ def open_journal(settings: Settings, client: Client) -> InflightJournal | None:
         return None
 
 
-async def reclaim_at_start(client: Client, journal: InflightJournal) -> None:
-    """Reclaim dead predecessors' attempts; never raises (the worker runs on whatever happens here)."""
+async def reclaim_at_start(client: Client, journal: InflightJournal) -> int:
+    """Reclaim dead predecessors' attempts: how many were failed (to be retried now). Never raises:
+    the worker runs on whatever happens here."""
     try:
         outcomes = await reclaim_lost_attempts(client, journal.directory, journal.stamp)
     except Exception:
         logger.exception("Reclaiming dead workers' attempts failed; their heartbeat timeouts still apply")
-        return
+        return 0
     if outcomes:
         logger.info("Reclaimed dead workers' attempts: %s", dict(outcomes))
+    return outcomes["failed"]
+
+
+async def settled(journal: InflightJournal, timeout: float = SETTLE_SECONDS) -> None:
+    """Until this worker has no attempt in flight, or ``timeout`` seconds: the worker's remaining
+    warm-up (seconds of imports and a process start) waits for the reclaimed attempts it is retrying."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while journal.in_flight and loop.time() < deadline:
+        await asyncio.sleep(0.05)
 
 
 async def reclaim_lost_attempts(client: Client, directory: Path, here: ProcessStamp) -> Counter[str]:

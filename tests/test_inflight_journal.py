@@ -25,10 +25,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
-from activities import inflight_journal
+from activities import inflight_journal, reclaim
 from activities.inflight_journal import InflightJournal, ProcessStamp, is_dead, read_journal, start_ticks
 from activities.journal_interceptor import InflightJournalInterceptor
-from activities.reclaim import WORKER_LOST, claim, reclaim_lost_attempts
+from activities.reclaim import WORKER_LOST, claim, reclaim_at_start, reclaim_lost_attempts, settled
 from workflows.activity_options import LOST_ATTEMPT_RETRY
 
 ADDRESS = "127.0.0.1:7233"
@@ -232,6 +232,31 @@ async def test_reclaim_errors_are_logged_without_the_token(tmp_path: Path, caplo
         outcomes = await reclaim_lost_attempts(Refusing(), tmp_path, here())  # type: ignore[arg-type]
     assert outcomes == Counter(journals=1, errors=1)
     assert "INVALID_ARGUMENT" in caplog.text and "SECRET" not in caplog.text
+
+
+async def test_reclaim_at_start_counts_what_it_failed_and_never_raises(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    journal_of(tmp_path, [b"lost-1", b"lost-2"], died=True, pid=dead_pid())
+    mine = InflightJournal(tmp_path, here()).start()
+    assert await reclaim_at_start(StubClient(), mine) == 2  # type: ignore[arg-type]
+
+    async def broken(*_: object) -> Counter[str]:
+        raise OSError("directory gone")
+
+    monkeypatch.setattr(reclaim, "reclaim_lost_attempts", broken)
+    assert await reclaim_at_start(StubClient(), mine) == 0  # type: ignore[arg-type]
+    assert "heartbeat timeouts still apply" in caplog.text
+
+
+async def test_settled_waits_for_the_attempts_in_flight_within_a_bound(tmp_path: Path) -> None:
+    journal = journal_of(tmp_path, [b"retried"])
+    waiting = asyncio.create_task(settled(journal, timeout=60))
+    await asyncio.sleep(0.1)
+    assert not waiting.done()
+    journal.closed(0)
+    await asyncio.wait_for(waiting, timeout=5)
+    journal.opened(b"long")
+    await asyncio.wait_for(settled(journal, timeout=0.1), timeout=5)  # gives up waiting: never hangs
 
 
 # ---------------------------------------------------------------- the interceptor
