@@ -115,6 +115,8 @@ async def reclaim_lost_attempts(client: Client, directory: Path, here: ProcessSt
         claimed = claim(path, here)
         if claimed is None:
             continue  # another starting worker took it first
+        # Read again: lines its writer appended after the first read, before it died, count too.
+        contents = read_journal(claimed) or contents
         outcomes["journals"] += 1
         outcomes.update(await _fail_all(client, contents, here, semaphore))
         _delete(claimed)
