@@ -19,10 +19,14 @@ import os
 import signal
 from datetime import timedelta
 
+from temporalio.client import Client
 from temporalio.worker import Interceptor
 
+from activities.inflight_journal import InflightJournal
 from activities.isolated import start_fork_server
-from activities.lazy import preload
+from activities.journal_interceptor import InflightJournalInterceptor
+from activities.lazy import MODEL_MODULE, load, preload
+from activities.reclaim import open_journal, reclaim_at_start, settled
 from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
@@ -85,8 +89,12 @@ async def main(argv: list[str] | None = None) -> None:
     # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
     search_attributes_enabled = await ensure_search_attributes(client)
+    # Each attempt's task token is journalled while it runs, so a successor of this process can
+    # fail what it lost at once (activities/reclaim.py); outermost, so an attempt's end is its last.
+    journal = open_journal(settings, client)
+    interceptors: list[Interceptor] = [] if journal is None else [InflightJournalInterceptor(journal)]
     # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.
-    interceptors: list[Interceptor] = [SecretScrubbingInterceptor(scrubber)]
+    interceptors.append(SecretScrubbingInterceptor(scrubber))
     if runtime is not None:
         interceptors.append(ToolMetricsInterceptor(settings))
         logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
@@ -102,23 +110,36 @@ async def main(argv: list[str] | None = None) -> None:
     try:
         # A warm-up that fails stops the worker, as a failure at start would.
         async with running(workers), asyncio.TaskGroup() as group:
-            group.create_task(warm_up(queues, settings, sandbox))
+            group.create_task(warm_up(queues, settings, sandbox, client, journal))
             await stop.wait()
     finally:
+        if journal is not None:
+            journal.close()
         providers.stop()
 
 
-async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities) -> None:
+async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities, client: Client,
+                  journal: InflightJournal | None) -> None:
     """Start-up work that waits until the workers poll, so that a worker replacing a dead one
     resumes its runs first (the front door and a crashed run wait for that first poll).
+
+    Reclaiming a dead predecessor's attempts (so they are retried now) goes first: the imports below
+    would hold up its few calls. The attempts it failed are retried at once, mostly here: a model
+    call waits for the model libraries, which are imported first, and the rest (seconds of CPU: the
+    MCP SDK, the fork server) waits until those retries are done (at most 10 s), measured to take
+    0.6-1 s off the resume of a run killed mid-model-call (bench/crash_cost.py).
 
     Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
     python_repl_tool call, the fork server (1-3 s) is started by the first extraction, and the model and
     MCP libraries (seconds) are imported by the first call that needs them.
     """
+    reclaimed = 0 if journal is None else await reclaim_at_start(client, journal)
     if "sandbox" in queues:
         await sandbox.self_check()  # says whether the code is contained, or refused
     if {"main", "model", "tools"} & set(queues):  # the fork server imports in its own process: they overlap
+        if reclaimed and journal is not None:
+            await load(MODEL_MODULE)
+            await settled(journal)
         await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload())
 
 

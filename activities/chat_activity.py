@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import activity
 
 from activities.heartbeat import heartbeating
-from activities.lazy import load
+from activities.lazy import MODEL_MODULE, load
 from activities.retry_pacing import paced_retries
 from config.settings import Settings
 from workflows.models import ChatRequest, ChatResponse
@@ -39,6 +39,6 @@ class ChatActivity:
         longer than the call's short heartbeat timeout.
         """
         if self._model is None:
-            self._model = (await load("activities.llm")).ModelActivities(self.settings)
+            self._model = (await load(MODEL_MODULE)).ModelActivities(self.settings)
         self._model.settings = self.settings  # the settings this object holds now (tests swap them)
         return await self._model.chat(request)

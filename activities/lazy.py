@@ -14,7 +14,8 @@ import importlib
 from types import ModuleType
 
 # Every module an activity imports through ``load``: what ``preload`` warms.
-LAZY_MODULES = ("activities.llm", "activities.mcp_tools")
+MODEL_MODULE = "activities.llm"
+LAZY_MODULES = (MODEL_MODULE, "activities.mcp_tools")
 
 
 async def load(name: str) -> ModuleType:

@@ -17,7 +17,9 @@ longest gap between the beats the server recorded.
 Rows: no kill; ``kill -9`` of the worker during a researcher's model call (mid-step); ``kill -9``
 during a researcher's web search. The target is at most one extra model call per crash. Resume
 is the time from launching the replacement worker to the first task it completes (it includes
-the worker's start-up, and the heartbeat timeout after which the lost call is retried).
+the worker's start-up, its reclaim of the lost call from the dead worker's in-flight journal, or
+with ``DEERFLOW_RECLAIM_LOST_ATTEMPTS=false`` the heartbeat timeout, and the retried call).
+"Retried" names what ended the lost attempt: ``WorkerLost`` (the reclaim) or ``timeout:...``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from tests.history_checks import (
     activity_types,
     assert_not_rerun,
     retried_activities,
+    retry_causes,
 )
 from tests.processes import DevServer
 from tests.support import QUESTION
@@ -124,8 +127,9 @@ async def killed(bench: Bench, workers: WorkerSlot, name: str, hold: Callable[[]
     wall = time.monotonic() - started
     check_complete(recovery.result)
     assert_not_rerun(recovery.completed_before, recovery.history)
-    retried = ", ".join(f"{kind} (attempt {attempt})"
-                        for kind, attempt in retried_activities(recovery.history).values())
+    causes = retry_causes(recovery.history)
+    retried = ", ".join(f"{kind} (attempt {attempt}, after {causes.get(activity_id, '?')})"
+                        for activity_id, (kind, attempt) in retried_activities(recovery.history).items())
     # The drill clears the search fake's log with its faults once the worker is dead.
     searches = recovery.searches_before + len(bench.search.requests)
     assert searches >= sum(1 for kind in activity_types(recovery.history).values() if kind == "web_search")
@@ -167,11 +171,12 @@ def table(rows: list[Row]) -> str:
                      f"| {row.searches} | {row.wall_seconds:.1f} s | {resume} | {after} | {row.retried or '-'} |")
     lines += [
         "",
-        "Where the seconds went (s): last heartbeat -> kill | kill -> attempt given up (heartbeat timeout) "
+        "Where the seconds went (s): last heartbeat -> kill | kill -> attempt given up (by the new worker's reclaim, "
+        "else its heartbeat timeout) "
         "| given up -> retry due (back-off) | new worker launch -> it polls | retry due (or poll) -> retry started "
         "| retried call",
         "",
-        "| Run | Beat->kill | Kill->timeout | Back-off | Start-up | ->started | Call |",
+        "| Run | Beat->kill | Kill->given up | Back-off | Start-up | ->started | Call |",
         "|---|---:|---:|---:|---:|---:|---:|",
         *(f"| {row.name} {row.breakdown}" for row in rows if row.breakdown),
     ]

@@ -315,6 +315,12 @@ class Settings(BaseModel):
     token_stream_max_pending: int = Field(default=65_536, ge=1024, le=4 * 1024 * 1024,
                                           alias="DEERFLOW_TOKEN_STREAM_MAX_PENDING")
 
+    # Reclaiming a dead worker's attempts (activities/inflight_journal.py, activities/reclaim.py):
+    # each worker process journals the task tokens of its attempts in flight under <home>/inflight,
+    # and a worker starting on the same machine fails those of dead processes at once, so they are
+    # retried without waiting for their heartbeat timeouts. Off: no journal and no reclaim.
+    reclaim_lost_attempts: bool = Field(default=True, alias="DEERFLOW_RECLAIM_LOST_ATTEMPTS")
+
     @field_validator("web_allowed_origins", "codec_allowed_origins", mode="before")
     @classmethod
     def _split_origins(cls, value: Any) -> Any:

@@ -15,7 +15,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
+from temporalio.service import RPCError, RPCStatusCode
 
+from activities.inflight_journal import SUFFIX, read_journal
+from activities.reclaim import journal_directory
+from config.settings import load_settings
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
@@ -118,16 +122,53 @@ class Recovery:
     lost: LostAttempt | None  # how the call in flight was given up and retried, if one was
 
 
-async def kill_and_recover(handle: WorkflowHandle, workers: WorkerSlot, before_signal: bool = False) -> Recovery:
+def journalled_tokens(pid: int) -> list[bytes]:
+    """The task tokens worker process ``pid`` journalled as in flight (activities/inflight_journal.py)."""
+    journals = [contents for contents in map(read_journal, journal_directory(load_settings()).glob(f"*{SUFFIX}"))
+                if contents is not None and contents.stamp.pid == pid]
+    return [token for contents in journals for token in contents.tokens]
+
+
+async def keep_alive(client: Client, tokens: list[bytes], polled: asyncio.Event) -> None:
+    """Heartbeat a dead worker's attempts until each is failed (NotFound), or 10 s after the new worker polls.
+
+    Stands in for a replacement that starts within the heartbeat timeout (4 s), which a loaded CI
+    machine cannot promise: so a test can show the replacement's reclaim, not the timeout, ending them.
+    """
+    deadline: float | None = None
+    while tokens:
+        if deadline is None and polled.is_set():
+            deadline = time.monotonic() + 10.0
+        if deadline is not None and time.monotonic() > deadline:
+            return
+        beating = []
+        for token in tokens:
+            try:
+                await client.get_async_activity_handle(task_token=token).heartbeat()
+                beating.append(token)
+            except RPCError as error:
+                if error.status != RPCStatusCode.NOT_FOUND:
+                    raise
+        tokens = beating
+        await asyncio.sleep(0.5)
+
+
+async def kill_and_recover(handle: WorkflowHandle, workers: WorkerSlot, before_signal: bool = False,
+                           hold_lost_attempts: bool = False) -> Recovery:
     """SIGKILL the worker, start a new one at once, and wait for the run to finish on it.
 
     Delays injected to hold a call open are dropped once the worker is dead, so the retry (or a
     call the dead worker never got to send) is not held too. ``before_signal``: the run is paused
-    for review; once the new worker polls, accept the plan.
+    for review; once the new worker polls, accept the plan. ``hold_lost_attempts``: keep the dead
+    worker's attempts from timing out until the new worker has had its chance to reclaim them.
     """
+    pid = workers.current.process.pid if workers.current and workers.current.process else 0
     workers.kill()
     killed_at = datetime.now(UTC)
     watcher = asyncio.create_task(watch_lost_attempt(handle))
+    polled = asyncio.Event()
+    keeper = asyncio.create_task(keep_alive(workers.client, journalled_tokens(pid) if hold_lost_attempts else [],
+                                            polled))
     try:
         searches_before = len(workers.search.requests)
         workers.model.clear_faults()
@@ -136,6 +177,7 @@ async def kill_and_recover(handle: WorkflowHandle, workers: WorkerSlot, before_s
         workers.launch()
         started_at, identity = workers.started_at, workers.identity
         await wait_for_poller(workers.client, identity)
+        polled.set()
         poll_at = datetime.now(UTC)
         startup = (poll_at - started_at).total_seconds()
         if before_signal:
@@ -143,6 +185,7 @@ async def kill_and_recover(handle: WorkflowHandle, workers: WorkerSlot, before_s
         result = await asyncio.wait_for(handle.result(), timeout=RUN_TIMEOUT)
     finally:
         watcher.cancel()
+        keeper.cancel()
     history = await handle.fetch_history()
     lost = watcher.result() if watcher.done() and not watcher.cancelled() else None
     progress = first_progress(history, since=started_at, identity=identity)

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType, TaskQueueType
+from temporalio.api.enums.v1 import EventType, TaskQueueType, TimeoutType
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
@@ -82,6 +82,24 @@ def retried_activities(history: WorkflowHistory) -> dict[str, tuple[str, int]]:
     return {activity_id: (names[activity_id], attempt)
             for activity_id, events in activity_events(history).items()
             for attempt in start_attempts(events) if attempt > 1}
+
+
+def retry_causes(history: WorkflowHistory) -> dict[str, str]:
+    """Activity ID -> what ended its previous attempt, for every attempt above 1: the failure's
+    type (``WorkerLost`` when a restarted worker reclaimed it) or ``timeout:<kind>`` (a heartbeat
+    timeout when the server gave up on a dead worker by itself)."""
+    causes = {}
+    for activity_id, events in activity_events(history).items():
+        for event in events:
+            attributes = event.activity_task_started_event_attributes
+            if event.event_type != STARTED or attributes.attempt == 1:
+                continue
+            failure = attributes.last_failure
+            if failure.HasField("timeout_failure_info"):
+                causes[activity_id] = f"timeout:{TimeoutType.Name(failure.timeout_failure_info.timeout_type)}"
+            else:
+                causes[activity_id] = failure.application_failure_info.type
+    return causes
 
 
 def event_time(event: HistoryEvent) -> datetime:

@@ -15,9 +15,10 @@ hold one specific request open (an injected delay aimed at one agent) and kill t
 exactly while that request is in flight, and can count every model call the run made, including
 the one lost with the dead worker. Nothing else is slowed down.
 
-Time: a killed worker's in-flight model call or search is given up when its heartbeat timeout
-(4 s, ``workflows/activity_options.py``) expires and retried 0.1 s later; the replacement
-worker's start-up (3-8 s on a loaded 2-core machine) overlaps that wait. So the replacement
+Time: a killed worker's in-flight model call or search is failed by the replacement worker as
+soon as it polls, from the dead worker's in-flight journal (activities/reclaim.py), and retried
+0.1 s later; without the journal, the heartbeat timeout (4 s, ``workflows/activity_options.py``)
+would end it. The replacement's start-up takes 3-8 s on a loaded 2-core machine. So the replacement
 worker of one test is handed to the next (``WorkerSlot``) instead of starting afresh.
 Run with ``-rP`` to see the measured resume times.
 """
@@ -35,6 +36,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
+from activities.reclaim import WORKER_LOST
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
@@ -46,6 +48,7 @@ from tests.history_checks import (
     event_time,
     first_progress,
     retried_activities,
+    retry_causes,
 )
 from tests.processes import DevServer
 from tests.support import QUESTION, run_id
@@ -132,7 +135,7 @@ async def test_kill_during_a_model_call(client: Client, workers: WorkerSlot, mod
     cleanup.append(handle)
     await wait_until(lambda: len(model_server.requests_for("planner")) == 1, "the planner's call")
 
-    recovery = await kill_and_recover(handle, workers)
+    recovery = await kill_and_recover(handle, workers, hold_lost_attempts=True)
 
     assert_complete(recovery.result)
     assert {"load_run_config", "chat", "web_search"} <= set(activity_types(recovery.history).values())
@@ -140,6 +143,8 @@ async def test_kill_during_a_model_call(client: Client, workers: WorkerSlot, mod
     assert list(recovery.in_flight_before.values()) == ["chat"]
     assert_not_rerun(recovery.completed_before, recovery.history)
     assert retried_activities(recovery.history) == {aid: ("chat", 2) for aid in recovery.in_flight_before}
+    # The new worker failed the lost call from its predecessor's journal: no heartbeat timeout was waited for.
+    assert retry_causes(recovery.history) == {aid: WORKER_LOST for aid in recovery.in_flight_before}
     assert len(model_server.requests_for("planner")) == 2
     # Crash cost: exactly one model call more than the run's own (the one lost with the worker).
     assert len(model_server.requests) == recovery.result.usage.llm_calls + 1
@@ -158,12 +163,13 @@ async def test_kill_during_a_tool_call(client: Client, workers: WorkerSlot, mode
     search_server.inject(SearchFault.timeout(HELD_OPEN_SECONDS))
     await wait_until(lambda: len(search_server.requests) == 2, "the researcher's search")
 
-    recovery = await kill_and_recover(handle, workers)
+    recovery = await kill_and_recover(handle, workers, hold_lost_attempts=True)
 
     assert_complete(recovery.result)
     assert list(recovery.in_flight_before.values()) == ["web_search"]
     assert_not_rerun(recovery.completed_before, recovery.history)
     assert retried_activities(recovery.history) == {aid: ("web_search", 2) for aid in recovery.in_flight_before}
+    assert retry_causes(recovery.history) == {aid: WORKER_LOST for aid in recovery.in_flight_before}
     assert recovery.searches_before == 2  # background search, and the one lost with the worker
     assert len(model_server.requests) == recovery.result.usage.llm_calls  # no model call was lost
     assert_resumed_in_time(recovery, "a kill in a tool call", record_property)

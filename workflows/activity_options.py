@@ -57,7 +57,8 @@ HEARTBEAT_THROTTLE = timedelta(seconds=1)
 # The first retry of an attempt the server gave up on (its worker died): the policy's initial
 # interval. Failures the activity raises itself keep their kind's ``failure_backoff`` instead
 # (activities/retry_pacing.py), so a provider that is down is not hammered. Nothing failed on the
-# provider's side when a worker died, so there is nothing to wait for.
+# provider's side when a worker died, so there is nothing to wait for. A worker restarted on the
+# same machine fails its dead predecessor's attempts itself (activities/reclaim.py) with this delay.
 LOST_ATTEMPT_RETRY = timedelta(milliseconds=100)
 SUMMARY_MAX_CHARS = 80
 _MARKUP = str.maketrans({char: "\\" + char for char in "\\[]<>`"})
