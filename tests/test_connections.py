@@ -295,7 +295,7 @@ async def test_resets_that_go_on_are_not_waited_out(monkeypatch: pytest.MonkeyPa
         with pytest.raises(TemporalConnectionError) as raised:
             await connect(load_connection({"TEMPORAL_ADDRESS": address}), timeout=120)
     assert time.monotonic() - started < 60  # gave up on the resets, not after the whole timeout
-    assert front.resets >= 2
+    assert front.resets >= 1
     assert "closed the connection at once" in str(raised.value) and "TEMPORAL_TLS=true" in str(raised.value)
 
 
