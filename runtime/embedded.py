@@ -17,7 +17,9 @@ an unrelated process is never mistaken for (or signalled as) ours.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import signal
@@ -125,9 +127,33 @@ def _spawn(name: str, command: list[str], address: str, env: dict[str, str] | No
         command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True, cwd=REPO_DIR, env=env,
     )
-    record = {"pid": process.pid, "started": _start_time(process.pid) or "", "address": address}
+    record = {"pid": process.pid, "started": _start_time(process.pid) or "", "address": address,
+              "code": code_fingerprint()}
     (state_dir() / f"{name}.pid").write_text(json.dumps(record))
     return process.pid
+
+
+# What a background process runs: the product's packages and top-level scripts, and its prompts.
+_CODE_SKIPPED = frozenset({"tests", "bench", "build", "docs"})
+
+
+def code_fingerprint() -> str:
+    """A digest of the code a background process would run (names, sizes and times of the sources).
+
+    A worker started before ``git pull`` keeps running the old code; a request with a field the old
+    code does not know then fails every run. The front door compares this with the worker's record
+    and restarts its own worker when they differ.
+    """
+    digest = hashlib.sha256()
+    for folder, folders, files in os.walk(REPO_DIR):
+        here = Path(folder)
+        folders[:] = sorted(name for name in folders if not name.startswith((".", "_")) and name not in _CODE_SKIPPED
+                            and (here != REPO_DIR or name == "prompts" or (here / name / "__init__.py").exists()))
+        for name in sorted(files):
+            if name.endswith((".py", ".md")) and (here != REPO_DIR or name.endswith(".py")):
+                info = (here / name).stat()
+                digest.update(f"{(here / name).relative_to(REPO_DIR)}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -137,12 +163,14 @@ class ProcessRecord:
     pid: int
     started: str  # kernel start time: a reused pid has another
     address: str  # the Temporal address it was started for
+    code: str  # code_fingerprint() when it was started ("" in records of older versions)
 
 
 def _record(name: str) -> ProcessRecord | None:
     try:
         record = json.loads((state_dir() / f"{name}.pid").read_text())
-        return ProcessRecord(int(record["pid"]), str(record["started"]), str(record["address"]))
+        return ProcessRecord(int(record["pid"]), str(record["started"]), str(record["address"]),
+                             str(record.get("code", "")))
     except (OSError, ValueError, TypeError, KeyError):
         return None  # none, or an unreadable or older-format file: nothing we can vouch for
 
@@ -233,16 +261,23 @@ async def has_worker(client: Client) -> bool:
 async def ensure_worker(client: Client, address: str, announce: Callable[[], None] = lambda: None) -> bool:
     """Make sure a worker serves the embedded server at ``address``; returns whether one was started.
 
-    Our own worker is checked by its process. Without our record for this address, any poller is
-    taken as the user's own worker (``python worker.py`` in a terminal), which is left alone.
+    Our own worker is checked by its process, and replaced when the code changed since it started
+    (it is told to stop, and finishes what it runs while the new one takes the queue). Without our
+    record for this address, any poller is taken as the user's own worker (``python worker.py`` in
+    a terminal), which is left alone.
     """
     # One check-and-start at a time: commands run side by side after a crash must start one worker.
     with (state_dir() / "worker.lock").open("w") as lock:
         await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
         record = _record("worker")
         if record is not None and record.address == address:
-            if recorded_process("worker", address) is not None:
-                return False
+            pid = recorded_process("worker", address)
+            if pid is not None:
+                if record.code == code_fingerprint():
+                    return False
+                print("The code changed since the background worker started: restarting it…", file=sys.stderr)
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(pid, signal.SIGTERM)
         elif await has_worker(client):
             return False
         announce()

@@ -255,6 +255,44 @@ async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.Mo
     assert {line[column:column + 9].strip() for line in lines} == {"STATUS", "running", "cancelled"}
 
 
+def test_the_code_fingerprint_follows_the_product_code_not_tests(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("pkg/__init__.py", "pkg/a.py", "prompts/p.md", "tests/t.py", "top.py", "README.md"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("x")
+    monkeypatch.setattr(embedded, "REPO_DIR", tmp_path)
+    fingerprints = [embedded.code_fingerprint()]
+    for name, counts in (("pkg/a.py", True), ("prompts/p.md", True), ("top.py", True),
+                         ("tests/t.py", False), ("README.md", False)):
+        (tmp_path / name).write_text("changed")
+        fingerprints.append(embedded.code_fingerprint())
+        assert (fingerprints[-1] != fingerprints[-2]) is counts, name
+
+
+async def test_a_worker_started_before_the_code_changed_is_replaced(tmp_path: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """After `git pull`, the old background worker would reject requests with new fields."""
+    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
+    started: list[str] = []
+
+    async def start_worker(client: object, address: str) -> None:
+        started.append(address)
+
+    monkeypatch.setattr(embedded, "start_worker", start_worker)
+    old = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        record = {"pid": old.pid, "started": embedded._start_time(old.pid), "address": "a:1"}
+        (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": embedded.code_fingerprint()}))
+        assert await embedded.ensure_worker(object(), "a:1") is False  # same code: kept
+        assert old.poll() is None and started == []
+        (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": "before the pull"}))
+        assert await embedded.ensure_worker(object(), "a:1") is True
+        assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
+    finally:
+        if old.poll() is None:
+            old.kill()
+
+
 def test_only_the_recorded_process_counts_never_a_reused_pid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
