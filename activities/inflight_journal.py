@@ -37,6 +37,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
+from runtime.process_info import start_ticks
+
 logger = logging.getLogger(__name__)
 
 SUFFIX = ".journal"
@@ -56,15 +58,11 @@ def _read(path: str) -> str:
         return ""
 
 
-def start_ticks(pid: int) -> int | None:
-    """When ``pid`` started (clock ticks since boot, field 22 of ``/proc/<pid>/stat``); None if it is gone.
-
-    The command name (field 2) may hold spaces and parentheses, so fields are counted after its last ")".
-    """
-    stat = _read(f"/proc/{pid}/stat")
+def _start_ticks(pid: int) -> int | None:
+    """``start_ticks``, with an unreadable ``/proc`` taken as unknown (None)."""
     try:
-        return int(stat[stat.rindex(")") + 2:].split()[19])
-    except (ValueError, IndexError):
+        return start_ticks(pid)
+    except OSError:
         return None
 
 
@@ -91,7 +89,7 @@ class ProcessStamp(BaseModel):
     @classmethod
     def here(cls, identity: str, address: str, namespace: str) -> ProcessStamp:
         pid = os.getpid()
-        return cls(instance=uuid.uuid4().hex, pid=pid, start_ticks=start_ticks(pid), host=socket.gethostname(),
+        return cls(instance=uuid.uuid4().hex, pid=pid, start_ticks=_start_ticks(pid), host=socket.gethostname(),
                    boot_id=_read("/proc/sys/kernel/random/boot_id"), pid_namespace=pid_namespace(),
                    identity=identity, address=address, namespace=namespace)
 
@@ -104,7 +102,7 @@ class ProcessStamp(BaseModel):
 
         A writer that could not read its own start time (no ``/proc``) counts as alive: left alone.
         """
-        return self.start_ticks is None or start_ticks(self.pid) == self.start_ticks
+        return self.start_ticks is None or _start_ticks(self.pid) == self.start_ticks
 
 
 class InflightJournal:

@@ -201,12 +201,17 @@ def resolve_resource(resource: str, policy: ResourcePolicy) -> Path:
     return path
 
 
+def uses_local_resources(settings: Settings) -> bool:
+    """Whether resources are files under the resource roots (the local retriever), not RAGFlow URIs."""
+    return (settings.rag_provider.strip().lower() or DEFAULT_PROVIDER) == DEFAULT_PROVIDER
+
+
 def check_resources(resources: list[str], settings: Settings) -> None:
     """Refuse, before a run starts, the local resources its searches would refuse.
 
     Only for the local retriever: with RAGFlow, resources are ``rag://`` URIs, not paths.
     """
-    if (settings.rag_provider.strip().lower() or DEFAULT_PROVIDER) != DEFAULT_PROVIDER:
+    if not uses_local_resources(settings):
         return
     policy = ResourcePolicy.from_settings(settings)
     for resource in resources:

@@ -38,6 +38,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from config.settings import load_settings
+from runtime.process_info import start_ticks
 from runtime.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
 
@@ -101,9 +102,7 @@ def _start_time(pid: int) -> str | None:
     unknown (``""``) and only the pid is checked.
     """
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return None
+        ticks = start_ticks(pid)
     except OSError:
         try:
             os.kill(pid, 0)
@@ -112,8 +111,7 @@ def _start_time(pid: int) -> str | None:
         except PermissionError:
             pass
         return ""
-    fields = stat[stat.rindex(")") + 2:].split()  # the name in parentheses may hold spaces
-    return None if fields[0] in ("Z", "X") else fields[19]
+    return None if ticks is None else str(ticks)
 
 
 def _spawn(name: str, command: list[str], address: str, env: dict[str, str] | None = None) -> int:

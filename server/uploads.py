@@ -22,6 +22,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
 from activities.resource_roots import ResourcePolicy
+from activities.retrieval import uses_local_resources
 from config.settings import Settings
 from server.security import RequestError, read_body
 
@@ -48,7 +49,7 @@ class Uploads:
         self.policy = ResourcePolicy.from_settings(settings)
 
     def folder(self) -> Path:
-        if (self.settings.rag_provider.strip().lower() or "local") != "local":
+        if not uses_local_resources(self.settings):
             raise RequestError(f"uploads become local resources; with RAG_PROVIDER={self.settings.rag_provider}, "
                                "add documents in that provider instead", 400)
         configured = self.settings.web_upload_dir

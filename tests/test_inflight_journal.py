@@ -26,9 +26,10 @@ from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
 from activities import inflight_journal, reclaim
-from activities.inflight_journal import InflightJournal, ProcessStamp, is_dead, read_journal, start_ticks
+from activities.inflight_journal import InflightJournal, ProcessStamp, is_dead, read_journal
 from activities.journal_interceptor import InflightJournalInterceptor
 from activities.reclaim import WORKER_LOST, claim, reclaim_at_start, reclaim_lost_attempts, settled
+from runtime.process_info import start_ticks
 from workflows.activity_options import LOST_ATTEMPT_RETRY
 
 ADDRESS = "127.0.0.1:7233"
