@@ -22,6 +22,7 @@ from activities.retrieval import RetrievalActivities
 from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
 from config.settings import Settings
+from runtime.workflow_runner import workflow_runner
 from sandbox.activity import SandboxActivities
 from workflows.activity_options import HEARTBEAT_THROTTLE
 from workflows.catalog import WORKFLOWS
@@ -75,7 +76,8 @@ def build_workers(
         if kind not in kinds:
             continue
         options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows,
-                                   "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE, **worker_options}
+                                   "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
+                                   "workflow_runner": workflow_runner(), **worker_options}
         if kind == "main":
             options["workflows"] = list(WORKFLOWS)
         workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],

@@ -17,6 +17,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 import starter
+from runtime.workflow_runner import workflow_runner
 from tests.history_checks import HISTORIES, load, most_pending, tool_batches
 from workflows.catalog import WORKFLOWS
 from workflows.models import ChatMessage, ResearchRequest, ResearchResult
@@ -45,7 +46,8 @@ def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood() -> None
 
 @pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])
 async def test_recorded_history_replays_with_current_code(path: Path) -> None:
-    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=pydantic_data_converter,
+                        workflow_runner=workflow_runner())
     result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
 
