@@ -41,7 +41,7 @@ from offline.model_server import FakeModelServer
 from offline.providers import offline_env, without_provider_settings
 from offline.search_server import Document, FakeSearchServer, SearchIndex
 from runtime.converter import data_converter
-from runtime.embedded import has_worker
+from runtime.embedded import has_worker, process_polls
 from runtime.shutdown import exit_now
 from tests.processes import DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
@@ -191,6 +191,17 @@ class Stack:
     def set_latency(self, model: float, search: float) -> None:
         self.model.latency_seconds = model
         self.search.latency_seconds = search
+
+    async def restart_worker(self, timeout: float = 90) -> None:
+        """Stop the worker and start a new process, returning as soon as that process polls: what
+        a run started right after a deploy or a crash meets (its warm-up may still be running)."""
+        self.worker.stop()
+        self.worker.start()
+        deadline = time.monotonic() + timeout
+        while not await process_polls(self.client, self.worker.pid):
+            if self.worker.process is None or self.worker.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the new worker did not start:\n{self.worker_log_tail()}")
+            await asyncio.sleep(0.05)
 
     def worker_log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):

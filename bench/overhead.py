@@ -11,7 +11,10 @@ wall / critical path is the overhead; the gap between one activity's completion 
 one's start is split into its parts (workflow task dispatch, workflow task processing on the
 worker, activity dispatch) to show where it goes.
 
-Options: ``--runs N`` measured runs (median reported); ``--baseline-worker PATH`` also runs the
+Options: ``--runs N`` measured runs (median reported); ``--cold`` starts a new worker process
+before each measured run and starts the run as soon as that process polls (its warm-up, the model
+libraries' import and the sandbox's fork server, may still be running), instead of measuring
+after a warm-up run; ``--baseline-worker PATH`` also runs the
 ``worker.py`` at PATH (e.g. an export of main: ``git archive main | tar -x -C DIR``) on its own
 dev server and fakes, alternating its runs with this tree's, so both see the same machine load and
 a change is measured A/B in one invocation; ``--tuned`` starts ``bench/tuned_worker.py``
@@ -110,7 +113,9 @@ def measure(history: WorkflowHistory, wall: float) -> Measurement:
     )
 
 
-async def product_run(stack: Stack, number: int) -> Measurement:
+async def product_run(stack: Stack, number: int, *, cold: bool = False) -> Measurement:
+    if cold:
+        await stack.restart_worker()
     request = ResearchRequest(question=QUESTION, auto_accept_plan=True)
     handle, _, wall = await timed_run(stack, request, f"overhead-{number}")
     return measure(await handle.fetch_history(), wall)
@@ -138,6 +143,7 @@ def breakdown(runs: list[Measurement]) -> str:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--cold", action="store_true", help="a new worker process for each measured run")
     parser.add_argument("--tuned", action="store_true", help="run bench/tuned_worker.py (BENCH_* knobs)")
     parser.add_argument("--sqlite-pragma", action="append", default=[], help="e.g. synchronous=OFF")
     parser.add_argument("--server-arg", action="append", default=[], help="extra dev-server flag")
@@ -146,7 +152,8 @@ async def main() -> None:
     header("Orchestration overhead")
     server_args = [*args.server_arg, *pragma_args(args.sqlite_pragma)]
     script = REPO / ("bench/tuned_worker.py" if args.tuned else "worker.py")
-    print(f"worker: {script.relative_to(REPO)}; dev server flags: {server_args or 'none'}")
+    print(f"worker: {script.relative_to(REPO)}{' (a new process for each run)' if args.cold else ''}; "
+          f"dev server flags: {server_args or 'none'}")
     runs: list[Measurement] = []
     floors: list[Measurement] = []
     baselines: list[Measurement] = []
@@ -165,10 +172,10 @@ async def main() -> None:
                     warm.set_latency(MODEL_LATENCY, SEARCH_LATENCY)
             await floor_run(floor_client, [0.1, 0.1], 0)
             for number in range(1, args.runs + 1):  # interleaved, so all see the same machine load
-                runs.append(await product_run(stack, number))
+                runs.append(await product_run(stack, number, cold=args.cold))
                 floors.append(await floor_run(floor_client, runs[-1].durations, number))
                 if baseline is not None:
-                    baselines.append(await product_run(baseline, number))
+                    baselines.append(await product_run(baseline, number, cold=args.cold))
     for number, (run, floor) in enumerate(zip(runs, floors, strict=True), 1):
         print(f"run {number}: wall {run.wall:.2f} s, critical path {run.critical:.2f} s "
               f"({run.activities} activities in {len(run.durations)} sequential groups), "

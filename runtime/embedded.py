@@ -256,6 +256,12 @@ async def has_worker(client: Client) -> bool:
     return bool(await _pollers(client))
 
 
+async def process_polls(client: Client, pid: int) -> bool:
+    """Whether the worker process ``pid`` itself polls the workflow queue: the SDK's default worker
+    identity is ``PID@host``, which tells a new worker apart from a dead one the server still lists."""
+    return any(identity.startswith(f"{pid}@") for identity in await _pollers(client))
+
+
 async def ensure_worker(client: Client, address: str, announce: Callable[[], None] = lambda: None) -> bool:
     """Make sure a worker serves the embedded server at ``address``; returns whether one was started.
 
@@ -286,14 +292,13 @@ async def ensure_worker(client: Client, address: str, announce: Callable[[], Non
 async def start_worker(client: Client, address: str) -> None:
     """Start ``worker.py`` in the background and wait until that very process polls the task queue.
 
-    It inherits this environment, so it resolves the same connection. The SDK's default worker
-    identity is ``PID@host``, which tells the new worker apart from a dead one the server still lists.
+    It inherits this environment, so it resolves the same connection.
     """
     env = {**os.environ, "DEERFLOW_HOME": str(state_dir())}
     pid = _spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], address, env=env)
     log = state_dir() / "worker.log"
     deadline = time.monotonic() + WORKER_START_SECONDS
-    while not any(identity.startswith(f"{pid}@") for identity in await _pollers(client)):
+    while not await process_polls(client, pid):
         if recorded_process("worker") is None:
             raise EmbeddedError(f"The background worker exited at start: {_last_line(log)}\n"
                                 f"See {log}, or run `python worker.py` in a terminal to see why.")

@@ -65,7 +65,7 @@ async def test_a_dead_workers_paused_run_is_answered_by_another_worker_within_se
         second = WorkerProcess(dev_server.address, tmp_path / "b.log").start()
         assert second.process is not None
         deadline = time.monotonic() + 120
-        while not any(identity.startswith(f"{second.process.pid}@") for identity in await embedded._pollers(client)):
+        while not await embedded.process_polls(client, second.process.pid):
             assert time.monotonic() < deadline, (tmp_path / "b.log").read_text()
             await asyncio.sleep(0.2)
         first.kill()
