@@ -138,8 +138,9 @@ def _is_unreachable(message: str) -> bool:
 
 def _is_reset(message: str) -> bool:
     """The connection was reset: a dev server does this for a moment after opening its port, but
-    so may a TLS endpoint given plaintext, which is why resets are retried only briefly."""
-    return "ConnectionReset" in message
+    so may a TLS endpoint given plaintext, which is why resets are retried only briefly. A reset
+    that arrives while the client is still writing its first request shows as a broken pipe."""
+    return "ConnectionReset" in message or "BrokenPipe" in message
 
 
 def describe_failure(connection: Connection, error: Exception) -> str:
