@@ -76,10 +76,10 @@ def build_workers(
         if kind not in kinds:
             continue
         options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows,
-                                   "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE,
-                                   "workflow_runner": workflow_runner(), **worker_options}
+                                   "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE, **worker_options}
         if kind == "main":
             options["workflows"] = list(WORKFLOWS)
+            options.setdefault("workflow_runner", workflow_runner())
         workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
                               interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
                               **options))

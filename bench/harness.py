@@ -41,7 +41,7 @@ from offline.model_server import FakeModelServer
 from offline.providers import offline_env, without_provider_settings
 from offline.search_server import Document, FakeSearchServer, SearchIndex
 from runtime.converter import data_converter
-from runtime.embedded import has_worker, process_polls
+from runtime.embedded import process_polls
 from runtime.shutdown import exit_now
 from tests.processes import DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
@@ -192,16 +192,20 @@ class Stack:
         self.model.latency_seconds = model
         self.search.latency_seconds = search
 
-    async def restart_worker(self, timeout: float = 90) -> None:
+    async def until_worker_polls(self, timeout: float = 90) -> None:
+        """Until this very worker process polls (not a dead one the server still lists)."""
+        deadline = time.monotonic() + timeout
+        while not await process_polls(self.client, self.worker.pid):
+            if self.worker.process is None or self.worker.process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the worker did not start:\n{self.worker_log_tail()}")
+            await asyncio.sleep(0.05)
+
+    async def restart_worker(self) -> None:
         """Stop the worker and start a new process, returning as soon as that process polls: what
         a run started right after a deploy or a crash meets (its warm-up may still be running)."""
         self.worker.stop()
         self.worker.start()
-        deadline = time.monotonic() + timeout
-        while not await process_polls(self.client, self.worker.pid):
-            if self.worker.process is None or self.worker.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the new worker did not start:\n{self.worker_log_tail()}")
-            await asyncio.sleep(0.05)
+        await self.until_worker_polls()
 
     def worker_log_tail(self, lines: int = 30) -> str:
         with contextlib.suppress(OSError):
@@ -240,11 +244,7 @@ async def bench_stack(
             stop.callback(worker.stop)
             client = await connect_when_healthy(server.address, data_converter(client_settings))
             stack = Stack(workdir, model, search, server, worker, client)
-            deadline = time.monotonic() + 90
-            while not await has_worker(client):
-                if worker.process is None or worker.process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the worker did not start:\n{stack.worker_log_tail()}")
-                await asyncio.sleep(0.2)
+            await stack.until_worker_polls()
             try:
                 yield stack
             except BaseException:
