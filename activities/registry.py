@@ -22,6 +22,7 @@ from activities.retrieval import RetrievalActivities
 from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
 from config.settings import Settings
+from runtime.message_payloads import worker_client
 from runtime.workflow_runner import workflow_runner
 from sandbox.activity import SandboxActivities
 from workflows.activity_options import HEARTBEAT_THROTTLE
@@ -77,10 +78,12 @@ def build_workers(
             continue
         options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows,
                                    "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE, **worker_options}
+        queue_client = client
         if kind == "main":
             options["workflows"] = list(WORKFLOWS)
             options.setdefault("workflow_runner", workflow_runner())
-        workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
+            queue_client = worker_client(client)  # a broken message is refused, not a failed task
+        workers.append(Worker(queue_client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
                               interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
                               **options))
     return workers

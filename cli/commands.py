@@ -537,12 +537,13 @@ async def replay(args: argparse.Namespace) -> int:
     # Imported here: the workflow and the SDK's worker are heavy, and only replay needs them.
     from temporalio.worker import Replayer
 
+    from runtime.message_payloads import worker_converter
     from runtime.workflow_runner import workflow_runner
     from workflows.catalog import WORKFLOWS
 
     converter = data_converter(load_settings())
     recorded = await _resolved(recorded, converter, "or replay a file written by `starter.py history` (self-contained)")
-    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=converter, runtime=quiet,
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=worker_converter(converter), runtime=quiet,
                         workflow_runner=workflow_runner())
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:
