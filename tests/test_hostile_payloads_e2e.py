@@ -1,12 +1,16 @@
-"""Broken signals and updates on an encrypted deployment with the blob store (issue #19 item 3).
+"""Hostile and unreadable payloads on an encrypted deployment with the blob store (issue #19 items 3-5).
 
-A real worker process (encryption on, filesystem store) holds a run paused at plan review. An
-outsider with a plain client (no keys, no codec) sends hand-made payloads: a storage reference to
-a blob this store never wrote, tampered ciphertext, ciphertext under an unknown key id, a forged
-subtree reference, and an update carrying tampered ciphertext. The SDK decodes them in the worker
-before the workflow sees them; each used to wedge the run (a workflow task failing for ever) or
-fail it. Now each signal is an "ignored" event naming why, the update is rejected to its caller,
-no workflow task fails, and the run is still reviewed and completes.
+Item 3, broken signals and updates: a real worker process (encryption on, filesystem store) holds
+a run paused at plan review. An outsider with a plain client (no keys, no codec) sends hand-made
+payloads: a storage reference to a blob this store never wrote, tampered ciphertext, ciphertext
+under an unknown key id, a forged subtree reference, and an update carrying tampered ciphertext.
+The SDK decodes them in the worker before the workflow sees them; each used to wedge the run (a
+workflow task failing for ever) or fail it. Now each signal is an "ignored" event naming why, the
+update is rejected to its caller, no workflow task fails, and the run is reviewed and completes.
+
+Item 5, blob clean-up: workflows of a made-up type on a queue nobody polls, whose inputs gc cannot
+read, and a broken signal in a live run of ours: ``starter.py blobs gc`` skips and lists them,
+deletes only the orphan, prints no traceback, and the live run still completes with its blobs.
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -29,10 +35,12 @@ from temporalio.exceptions import ApplicationError
 from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter, with_driver
-from runtime.encryption import EncryptionCodec
+from runtime.encryption import EncryptionCodec, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
+from storage.gc import ENCODED_REFERENCE_MARKER, FROM_CLIENTS, REFERENCE_TYPE, payloads_in, reference_of
 from storage.subtrees import ENCODING as SUBTREES
-from tests.processes import DevServer, WorkerProcess, start_worker
+from storage.subtrees import references_in
+from tests.processes import REPO_DIR, DevServer, WorkerProcess, start_worker
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Awaiting, Outcome, ResearchRequest, ResearchResult, RunStatus
 
@@ -136,3 +144,77 @@ async def test_broken_signals_and_updates_are_refused_and_the_run_goes_on(
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in [event.event_type for event in history.events]
     log = worker.log_path.read_text()
     assert log.count("could not be decoded; the workflow refuses it") >= len(sent) + 1, log[-3000:]
+
+
+def blobs_gc(dev_server: DevServer, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "blobs", "gc", "--older-than", "1"],
+                          capture_output=True, text=True, cwd=REPO_DIR, timeout=120, check=False,
+                          env={**os.environ, **env, "TEMPORAL_ADDRESS": dev_server.address})
+
+
+async def test_blob_gc_skips_what_it_cannot_read_and_keeps_what_a_live_run_needs(
+    dev_server: DevServer, worker: WorkerProcess, keyed: Client, outsider: Client, env: dict[str, str],
+) -> None:
+    handle = await keyed.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION), id=run_id("live"),
+                                        task_queue=TASK_QUEUE, result_type=ResearchResult)
+    await until(handle, lambda s: s.awaiting is Awaiting.PLAN_FEEDBACK)
+    hostile = {
+        "codec-encoded storage reference": Payload(metadata={"encoding": b"binary/encrypted",
+                                                     ENCODED_REFERENCE_MARKER: b"true"}, data=b"opaque"),
+        "cannot be decrypted": encrypted('{"question": "x"}', key_id="forged", key=os.urandom(32)),
+        "does not parse": Payload(metadata={"encoding": b"json/protobuf", "messageType": REFERENCE_TYPE},
+                                  data=b"{not json"),
+    }
+    hostile_ids = []
+    for payload in hostile.values():  # never-ending: nobody polls their queue
+        started = await outsider.start_workflow("MadeUpWorkflow", RawValue(payload), id=run_id("hostile"),
+                                                task_queue=run_id("nobody-polls"))
+        hostile_ids.append(started.id)
+    await outsider.get_workflow_handle(handle.id).signal("plan_feedback", RawValue(hostile["cannot be decrypted"]))
+    await until(handle, lambda s: len(ignored(s)) == 1)
+
+    blobs = Path(env["DEERFLOW_HOME"]) / "blobs"
+    orphan = blobs / "ab" / ("ab" + "0" * 62)
+    orphan.parent.mkdir(parents=True, exist_ok=True)
+    orphan.write_bytes(b"no run names this")
+    needed = await blobs_named_by(handle, env)
+    assert needed, "the live run stored blobs"
+    for path in blobs.glob("??/*"):  # all old enough to go, unless a run names them
+        os.utime(path, (0, 0))
+
+    done = blobs_gc(dev_server, env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Traceback" not in done.stdout + done.stderr
+    assert "Deleted " in done.stdout and "Skipped " in done.stdout, done.stdout
+    for workflow_id in [*hostile_ids, handle.id]:
+        assert workflow_id in done.stdout, done.stdout
+    for why in hostile:
+        assert why in done.stdout, done.stdout
+    assert not orphan.exists()
+    assert {digest for digest in needed if not (blobs / digest[:2] / digest).exists()} == set()
+
+    worker.stop()  # a fresh worker, with no blob cached, reads the rest of the run from the store
+    fresh = await start_worker(dev_server, keyed, worker.log_path, **env)
+    try:
+        await keyed.get_workflow_handle(handle.id).execute_update("review_plan", "[ACCEPTED]")
+        assert (await handle.result()).outcome is Outcome.REPORT
+    finally:
+        fresh.stop()
+
+
+async def blobs_named_by(handle: WorkflowHandle, env: dict[str, str]) -> set[str]:
+    """The blobs a run's history names (whole payloads, and subtrees inside what our worker wrote)."""
+    codec = encryption_codec(load_settings(env))
+    assert codec is not None
+    history = await handle.fetch_history()
+    named = set()
+    for event in history.events:
+        if event.event_type in FROM_CLIENTS:
+            continue
+        for payload in payloads_in(event):
+            reference = reference_of(payload)
+            if reference is not None:
+                named.add(reference.claim_data["hash_value"])
+            else:
+                named |= references_in((await codec.decode([payload]))[0])
+    return named
