@@ -72,18 +72,17 @@ def build_workers(
     if activities is None:
         activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox,
                                       served=kinds)
+    client = worker_client(client)  # a broken message is refused, not a failed workflow task
     workers = []
     for kind in QUEUE_KINDS:
         if kind not in kinds:
             continue
         options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows,
                                    "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE, **worker_options}
-        queue_client = client
         if kind == "main":
             options["workflows"] = list(WORKFLOWS)
             options.setdefault("workflow_runner", workflow_runner())
-            queue_client = worker_client(client)  # a broken message is refused, not a failed task
-        workers.append(Worker(queue_client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
+        workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
                               interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
                               **options))
     return workers

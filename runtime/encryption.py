@@ -192,9 +192,14 @@ class KeylessGuard(PayloadCodec, WithSerializationContext):
     ``ApplicationError``, so a worker's task fails and is retried (not counted against the run).
     """
 
-    def __init__(self, inner: PayloadCodec | None) -> None:
+    def __init__(self, inner: PayloadCodec | None, *, loud: bool = False) -> None:
         self._inner = inner
+        self._loud = loud  # a worker logs each refusal; a client only raises (one line, from its caller)
         self._bound: dict[int, KeylessGuard] = {}
+
+    def loud(self) -> KeylessGuard:
+        """The same guard, logging each refusal as an error: the worker's."""
+        return KeylessGuard(self._inner, loud=True)
 
     @property
     def inner(self) -> PayloadCodec | None:
@@ -207,7 +212,7 @@ class KeylessGuard(PayloadCodec, WithSerializationContext):
         if inner is self._inner:
             return self
         # The subtree codec answers with one of two bindings; so does this guard, made once each.
-        return self._bound.setdefault(id(inner), type(self)(inner))  # type: ignore[return-value]
+        return self._bound.setdefault(id(inner), type(self)(inner, loud=self._loud))  # type: ignore[return-value]
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return await self._inner.encode(payloads) if self._inner is not None else list(payloads)
@@ -219,9 +224,20 @@ class KeylessGuard(PayloadCodec, WithSerializationContext):
                 message = (f"An encrypted payload (key id {key_id!r}) reached a process without encryption keys: "
                            "set DEERFLOW_ENCRYPTION_KEYS (or DEERFLOW_ENCRYPTION_KEY_FILE) as on the other "
                            "workers; a worker leaves such a run to workers that have them")
-                logger.error("%s", message)
+                if self._loud:
+                    logger.error("%s", message)
                 raise EncryptionKeysMissing(message)
         return await self._inner.decode(payloads) if self._inner is not None else list(payloads)
+
+
+def keys_summary(settings: Settings) -> str:
+    """What a worker says at start about its keys: their ids (never the keys), or that it has none."""
+    keys = configured_keys(settings)
+    if not keys:
+        return ("Encryption: no keys (DEERFLOW_ENCRYPTION_KEYS is not set): this worker leaves encrypted runs "
+                "to workers that have the keys")
+    ids = list(keys)
+    return f"Encryption: key ids {ids[0]} (active)" + "".join(f", {key_id}" for key_id in ids[1:])
 
 
 def encryption_codec(settings: Settings) -> EncryptionCodec | None:

@@ -14,7 +14,8 @@ the server retries it, here or on a worker that can: no encryption keys (``Encry
 and a blob store that cannot be read right now (``PayloadStoreError``).
 
 Only workers (and the replayer, which must decode as they did) use this converter; clients keep
-the shared one and see every error as it is.
+the shared one and see every error as it is. Activities decode in their own context: for them it
+only adds the log line of a worker without keys.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.converter import DataConverter, SerializationContext, WorkflowSerializationContext
 
-from runtime.encryption import EncryptionKeysMissing
+from runtime.encryption import EncryptionKeysMissing, KeylessGuard
 from storage.filesystem import PayloadStoreError
 from workflows.undecodable import marker
 
@@ -89,8 +90,11 @@ async def _one(step: Step, payload: Payload) -> Payload:
 
 
 def worker_converter(converter: DataConverter) -> WorkerDataConverter:
-    """``converter`` (the shared one, runtime/converter.py) as the worker's."""
+    """``converter`` (the shared one, runtime/converter.py) as the worker's, which also logs each
+    encrypted payload it refuses for want of keys."""
     fields = {field.name: getattr(converter, field.name) for field in dataclasses.fields(DataConverter) if field.init}
+    if isinstance(converter.payload_codec, KeylessGuard):
+        fields["payload_codec"] = converter.payload_codec.loud()
     return WorkerDataConverter(**fields)
 
 
