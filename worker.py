@@ -35,7 +35,7 @@ from config.settings import Settings, load_settings
 from offline.providers import offline_banner, start_offline_providers
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
-from runtime.encryption import EncryptionConfigError
+from runtime.encryption import EncryptionConfigError, keys_summary
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
@@ -107,6 +107,7 @@ async def main(argv: list[str] | None = None) -> None:
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     polled = [worker.task_queue for worker in workers]
     logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
+    logging.info("%s", keys_summary(settings))
     try:
         # A warm-up that fails stops the worker, as a failure at start would.
         async with running(workers), asyncio.TaskGroup() as group:

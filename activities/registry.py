@@ -23,6 +23,7 @@ from activities.retry_window import RetryWindowInterceptor
 from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
 from config.settings import Settings
+from runtime.message_payloads import worker_client
 from runtime.workflow_runner import workflow_runner
 from sandbox.activity import SandboxActivities
 from workflows.activity_options import HEARTBEAT_THROTTLE
@@ -74,6 +75,7 @@ def build_workers(
         activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox,
                                       served=kinds)
     interceptors = [*interceptors, RetryWindowInterceptor(settings.worker_retry_window)]
+    client = worker_client(client)  # a broken message is refused, not a failed workflow task
     workers = []
     for kind in QUEUE_KINDS:
         if kind not in kinds:

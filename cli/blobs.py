@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from temporalio.client import Client
 
 from cli.connection import CliError, connect
+from cli.terminal import printable
 from config.settings import Settings, load_settings
 from runtime.converter import storage_driver
 from runtime.encryption import encryption_codec
@@ -16,6 +17,7 @@ from storage.gc import BlobGcError, GcReport, collect_filesystem, collect_s3
 
 # Below this a blob written by a run in flight, not yet named by its history, could go.
 MIN_MARGIN = timedelta(hours=1)
+MAX_LISTED_UNREADABLE = 20
 
 
 def older_than(text: str) -> timedelta:
@@ -70,4 +72,10 @@ def summary(report: GcReport, *, dry_run: bool) -> str:
     lines = [f"  {name}" for name in report.deleted] if dry_run else []
     lines.append(f"{verb} {len(report.deleted)} blob(s); kept {report.kept_retained} of runs the server keeps, "
                  f"{report.kept_recent} younger than the margin, {report.kept_unknown} not tied to a run.")
+    if report.unreadable:
+        lines.append(f"Skipped {len(report.unreadable)} payload(s) it cannot read, in workflows that are not ours "
+                     "or in what clients sent our runs (nothing of ours depends on them):")
+        lines += [f"  {printable(line)}" for line in report.unreadable[:MAX_LISTED_UNREADABLE]]
+        if len(report.unreadable) > MAX_LISTED_UNREADABLE:
+            lines.append(f"  and {len(report.unreadable) - MAX_LISTED_UNREADABLE} more")
     return "\n".join(lines)

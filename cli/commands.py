@@ -80,6 +80,16 @@ async def _status(handle: WorkflowHandle) -> RunStatus:
         raise CliError(f"Could not read the status of {handle.id}: {error.message}") from error
 
 
+async def _task_failure(handle: WorkflowHandle) -> str:
+    """The last workflow task failure the run's history records (a worker without the keys names
+    the setting; the server records the first of a series only)."""
+    message = "(nothing recorded)"
+    async for event in handle.fetch_history_events():
+        if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
+            message = event.workflow_task_failed_event_attributes.failure.message
+    return printable(message[:500])
+
+
 def _check_output(output: str | None) -> None:
     """Refuse an output file that cannot be written, before any work (a run can take minutes)."""
     if output is None:
@@ -383,6 +393,10 @@ async def status(args: argparse.Namespace) -> int:
     ended = ended_label(description.status)
     running = description.status == WorkflowExecutionStatus.RUNNING
     retries = retries_of(description.raw_description) if running else []
+    task_attempt = description.raw_description.pending_workflow_task.attempt
+    if running and task_attempt > 1:  # the query would wait on that task; say what its worker said
+        raise CliError(f"Run {args.id} waits: its workflow task failed on a worker and is being retried (attempt "
+                       f"{task_attempt}); the worker said: {await _task_failure(handle)}")
     try:
         current = await _status(handle)
     except CliError as error:
@@ -537,12 +551,13 @@ async def replay(args: argparse.Namespace) -> int:
     # Imported here: the workflow and the SDK's worker are heavy, and only replay needs them.
     from temporalio.worker import Replayer
 
+    from runtime.message_payloads import worker_converter
     from runtime.workflow_runner import workflow_runner
     from workflows.catalog import WORKFLOWS
 
     converter = data_converter(load_settings())
     recorded = await _resolved(recorded, converter, "or replay a file written by `starter.py history` (self-contained)")
-    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=converter, runtime=quiet,
+    replayer = Replayer(workflows=list(WORKFLOWS), data_converter=worker_converter(converter), runtime=quiet,
                         workflow_runner=workflow_runner())
     outcome = await replayer.replay_workflow(recorded, raise_on_replay_failure=False)
     if outcome.replay_failure is not None:

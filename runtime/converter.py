@@ -23,7 +23,6 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import (
     DataConverter,
     DefaultFailureConverterWithEncodedAttributes,
@@ -33,9 +32,10 @@ from temporalio.converter import (
 )
 
 from config.settings import Settings
-from runtime.encryption import EncryptionCodec, encryption_codec
+from runtime.encryption import EncryptionCodec, KeylessGuard, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
 from storage.subtrees import SubtreeCodec, SubtreeDriver
+from workflows.undecodable import PayloadConverter
 
 PAYLOAD_STORES = ("filesystem", "s3", "none")
 
@@ -80,8 +80,10 @@ def subtree_codec(settings: Settings, driver: StorageDriver | None,
 
 
 def encryption_of(codec: PayloadCodec | None) -> PayloadCodec | None:
-    """The encryption alone of a codec chain, for what must never write to the store (the codec
-    server's ``/encode``)."""
+    """The encryption alone of a codec chain (None without keys), for what must never write to the
+    store (the codec server's ``/encode``)."""
+    if isinstance(codec, KeylessGuard):
+        return None
     return codec.inner if isinstance(codec, SubtreeCodec) else codec
 
 
@@ -92,7 +94,7 @@ def with_driver(driver: StorageDriver | None, threshold_bytes: int, codec: Paylo
     the blob store holds ciphertext too; with encryption, failure messages and stack traces travel as encoded
     attributes: an error quoting a page or a report would otherwise stay readable in history.
     """
-    converter = pydantic_data_converter
+    converter = DataConverter(payload_converter_class=PayloadConverter)
     if codec is not None:
         converter = dataclasses.replace(converter, payload_codec=codec)
     if encryption_of(codec) is not None:
@@ -107,7 +109,10 @@ def data_converter(settings: Settings) -> DataConverter:
     """The converter for the worker, every client, the replayer and the codec server, from the
     process's settings (its payload store and its encryption keys)."""
     driver = storage_driver(settings)
-    codec = subtree_codec(settings, driver, encryption_codec(settings))
+    encryption = encryption_codec(settings)
+    codec = subtree_codec(settings, driver, encryption)
+    if encryption is None:  # encrypted payloads are refused by name, not misread
+        codec = KeylessGuard(codec)
     return with_driver(driver, settings.payload_threshold_bytes, codec)
 
 

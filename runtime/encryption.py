@@ -15,6 +15,12 @@ Keys come only from the operator's configuration (``DEERFLOW_ENCRYPTION_KEYS`` o
 ``DEERFLOW_ENCRYPTION_KEY_FILE``). A payload that fails to decrypt (an unknown key id, tampered
 bytes) raises a non-retryable error: such a payload can only come from outside (a forged start
 input or signal), and a retryable one would leave the run retrying its workflow task for good.
+(A worker decodes signals and updates through runtime/message_payloads.py, which turns such a
+payload into a refused message instead of a failed run.)
+
+A process *without* keys cannot tell a run's encrypted payloads from anything: it refuses them
+with ``EncryptionKeysMissing`` (``KeylessGuard``), which names the setting and, in a worker, fails
+the task so that the server retries it, on a worker that has the keys, instead of failing the run.
 """
 
 from __future__ import annotations
@@ -23,16 +29,18 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import os
 import re
 from collections.abc import Sequence
+from typing import Self
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from temporalio.api.common.v1 import Payload
-from temporalio.converter import PayloadCodec
+from temporalio.converter import PayloadCodec, SerializationContext, WithSerializationContext
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
@@ -48,8 +56,15 @@ NONCE_KEY_INFO = b"deerflow subtree synthetic nonce"
 GENERATE_HINT = "generate one with: python -c \"import base64, os; print(base64.b64encode(os.urandom(32)).decode())\""
 
 
+logger = logging.getLogger(__name__)
+
+
 class EncryptionConfigError(ValueError):
     """The operator's key configuration is unusable; raised at start-up, never for a payload."""
+
+
+class EncryptionKeysMissing(EncryptionConfigError):
+    """This process has no keys and met an encrypted payload: its configuration's fault, not the run's."""
 
 
 def parse_keys(text: str, source: str) -> dict[str, bytes]:
@@ -167,6 +182,62 @@ class EncryptionCodec(PayloadCodec):
         decrypted = Payload()
         decrypted.ParseFromString(plain)
         return decrypted
+
+
+class KeylessGuard(PayloadCodec, WithSerializationContext):
+    """The codec chain of a process without keys: refuses encrypted payloads, naming the setting.
+
+    Without it, such a payload reaches the payload converter ("Unknown payload encoding
+    binary/encrypted"), where it failed the run it belonged to. The refusal is not an
+    ``ApplicationError``, so a worker's task fails and is retried (not counted against the run).
+    """
+
+    def __init__(self, inner: PayloadCodec | None, *, loud: bool = False) -> None:
+        self._inner = inner
+        self._loud = loud  # a worker logs each refusal; a client only raises (one line, from its caller)
+        self._bound: dict[int, KeylessGuard] = {}
+
+    def loud(self) -> KeylessGuard:
+        """The same guard, logging each refusal as an error: the worker's."""
+        return KeylessGuard(self._inner, loud=True)
+
+    @property
+    def inner(self) -> PayloadCodec | None:
+        return self._inner
+
+    def with_context(self, context: SerializationContext) -> Self:
+        if not isinstance(self._inner, WithSerializationContext):
+            return self
+        inner = self._inner.with_context(context)
+        if inner is self._inner:
+            return self
+        # The subtree codec answers with one of two bindings; so does this guard, made once each.
+        return self._bound.setdefault(id(inner), type(self)(inner, loud=self._loud))  # type: ignore[return-value]
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return await self._inner.encode(payloads) if self._inner is not None else list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        for payload in payloads:
+            if payload.metadata.get("encoding") == ENCODING:
+                key_id = payload.metadata.get(KEY_ID_KEY, b"").decode("utf-8", "replace")[:64]
+                message = (f"An encrypted payload (key id {key_id!r}) reached a process without encryption keys: "
+                           "set DEERFLOW_ENCRYPTION_KEYS (or DEERFLOW_ENCRYPTION_KEY_FILE) as on the other "
+                           "workers; a worker leaves such a run to workers that have them")
+                if self._loud:
+                    logger.error("%s", message)
+                raise EncryptionKeysMissing(message)
+        return await self._inner.decode(payloads) if self._inner is not None else list(payloads)
+
+
+def keys_summary(settings: Settings) -> str:
+    """What a worker says at start about its keys: their ids (never the keys), or that it has none."""
+    keys = configured_keys(settings)
+    if not keys:
+        return ("Encryption: no keys (DEERFLOW_ENCRYPTION_KEYS is not set): this worker leaves encrypted runs "
+                "to workers that have the keys")
+    ids = list(keys)
+    return f"Encryption: key ids {ids[0]} (active)" + "".join(f", {key_id}" for key_id in ids[1:])
 
 
 def encryption_codec(settings: Settings) -> EncryptionCodec | None:

@@ -20,6 +20,15 @@ How a blob maps to its runs differs by store:
   ``v0/d/sha256/<digest>``): they are marked from the subtree references inside history payloads
   (decrypted with the operator's keys when encryption is on) and swept like filesystem blobs. A
   stored subtree never holds a reference, so history payloads are all the collector reads.
+
+What it cannot read: anyone who may start workflows can start one of a made-up type, on a queue
+nobody polls, whose input is a codec-encoded reference, ciphertext under an unknown key, or a
+reference that is not JSON; and anyone who may signal a run can put such a payload in its history.
+Those are skipped and listed (``GcReport.unreadable``), never a reason to stop: in a workflow that
+is not ours (``OUR_TYPES``) nothing of ours depends on them, and what clients hand our runs (the
+start input, signals, updates) never holds a subtree reference and is refused by the worker when
+it cannot be read. Only a payload our worker wrote (an activity's input or result, a
+continuation) that the collector cannot read stops it, as a run of ours may depend on it.
 """
 
 from __future__ import annotations
@@ -33,8 +42,11 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 from google.protobuf import json_format
+from google.protobuf.json_format import ParseError
 from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.sdk.v1.external_storage_pb2 import ExternalStorageReference
 from temporalio.client import Client
 from temporalio.converter import PayloadCodec
@@ -45,6 +57,8 @@ from runtime.encryption import ENCODING as ENCRYPTED
 from storage.filesystem import DRIVER_NAME, FileSystemStorageDriver
 from storage.references import is_sha256_hex
 from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
+from workflows.enhance import ENHANCER_WORKFLOW
+from workflows.models import WORKFLOW_TYPE
 
 if TYPE_CHECKING:  # only S3 deployments import its client
     from storage.s3 import S3Client
@@ -55,10 +69,21 @@ ENCODED_REFERENCE_MARKER = "__temporal_external_storage_reference"
 RUN_KEY = re.compile(r"v0/ns/(?P<namespace>[^/]+)/wt/[^/]+/wi/(?P<workflow_id>[^/]+)/ri/(?P<run_id>[^/]+)"
                      r"/d/sha256/[0-9a-f]{64}")
 DEFAULT_MIN_AGE = timedelta(days=7)
+# The workflow types our workers run: every payload their workers wrote must be readable.
+OUR_TYPES = frozenset({WORKFLOW_TYPE, ENHANCER_WORKFLOW})
+# Events whose payloads come from clients, not from our worker (see the module's docstring).
+FROM_CLIENTS = frozenset({
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED,
+    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ADMITTED, EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED,
+})
 
 
 class BlobGcError(RuntimeError):
     """The collector stopped before deleting anything it could not vouch for."""
+
+
+class Unreadable(Exception):
+    """A history payload the collector cannot read: skipped or fatal, depending on who wrote it."""
 
 
 @dataclass
@@ -69,6 +94,7 @@ class GcReport:
     kept_retained: int = 0  # a run the server keeps names it
     kept_recent: int = 0  # younger than the safety margin
     kept_unknown: int = 0  # no run to ask about (another namespace, no run id in the key, not a blob)
+    unreadable: list[str] = field(default_factory=list)  # skipped payloads: workflow, event, why
 
 
 def payloads_in(message: Message) -> Iterator[Payload]:
@@ -90,12 +116,14 @@ def payloads_in(message: Message) -> Iterator[Payload]:
 
 
 def reference_of(payload: Payload) -> ExternalStorageReference | None:
-    """The external-storage reference a history payload is, if it is one."""
+    """The external-storage reference a history payload is, if it is one (``Unreadable`` if it cannot tell)."""
     if payload.metadata.get("messageType") == REFERENCE_TYPE:
-        return json_format.Parse(payload.data, ExternalStorageReference(), ignore_unknown_fields=True)
+        try:
+            return json_format.Parse(payload.data, ExternalStorageReference(), ignore_unknown_fields=True)
+        except (ParseError, RecursionError, UnicodeDecodeError) as error:
+            raise Unreadable(f"a storage reference that does not parse ({str(error)[:120]})") from None
     if ENCODED_REFERENCE_MARKER in payload.metadata:
-        raise BlobGcError("History holds codec-encoded storage references, which blob gc cannot read: "
-                          "nothing was deleted.")
+        raise Unreadable("a codec-encoded storage reference, which blob gc cannot read")
     return None
 
 
@@ -127,16 +155,19 @@ async def _subtrees_of(payload: Payload, decrypt: PayloadCodec | None) -> set[st
         try:
             [payload] = await decrypt.decode([payload])
         except ApplicationError as error:
-            raise BlobGcError(f"A history payload cannot be decrypted ({error}): nothing was deleted.") from None
+            raise Unreadable(f"a payload that cannot be decrypted ({error})") from None
+        except Exception as error:  # decrypted bytes that are not a payload
+            raise Unreadable(f"a payload that cannot be decrypted ({type(error).__name__})") from None
     try:
         return references_in(payload)
     except ApplicationError:
         return set()
 
 
-async def _referenced(client: Client, decrypt: PayloadCodec | None) -> tuple[set[str], set[str]]:
+async def _referenced(client: Client, decrypt: PayloadCodec | None,
+                      unreadable: list[str]) -> tuple[set[str], set[str]]:
     """What any history the server keeps (open or closed) references: filesystem blob digests of
-    whole payloads, and subtree blob digests."""
+    whole payloads, and subtree blob digests. Skipped payloads are added to ``unreadable``."""
     whole: set[str] = set()
     subtrees: set[str] = set()
     async for execution in client.list_workflows():
@@ -147,14 +178,25 @@ async def _referenced(client: Client, decrypt: PayloadCodec | None) -> tuple[set
             if _is_not_found(error):
                 continue  # deleted since it was listed: its blobs are no longer needed
             raise BlobGcError(f"Cannot read the history of {execution.id} ({error}): nothing was deleted.") from error
+        ours = execution.workflow_type in OUR_TYPES
         for event in history.events:
             for payload in payloads_in(event):
-                reference = reference_of(payload)
-                if reference is None:
-                    subtrees |= await _subtrees_of(payload, decrypt)
-                elif reference.driver_name == DRIVER_NAME:
-                    whole.add(reference.claim_data.get("hash_value", ""))
+                try:
+                    reference = reference_of(payload)
+                    if reference is None:
+                        subtrees |= await _subtrees_of(payload, decrypt)
+                    elif reference.driver_name == DRIVER_NAME:
+                        whole.add(reference.claim_data.get("hash_value", ""))
+                except Unreadable as error:
+                    where = f"{execution.id} ({execution.workflow_type}), {_event_name(event)}"
+                    if ours and event.event_type not in FROM_CLIENTS:
+                        raise BlobGcError(f"{where} holds {error}: nothing was deleted.") from None
+                    unreadable.append(f"{where}: {error}")
     return whole, subtrees
+
+
+def _event_name(event: HistoryEvent) -> str:
+    return f"event {event.event_id} ({EventType.Name(event.event_type).removeprefix('EVENT_TYPE_').lower()})"
 
 
 # ----------------------------------------------------------------------------------- filesystem
@@ -196,9 +238,9 @@ async def collect_filesystem(client: Client, driver: FileSystemStorageDriver, *,
                              decrypt: PayloadCodec | None = None) -> GcReport:
     """Mark every blob a kept history references, then sweep the unreferenced blobs older than ``min_age``."""
     cutoff = (now or datetime.now(UTC)) - min_age
-    whole, subtrees = await _referenced(client, decrypt)
-    referenced = whole | subtrees
     report = GcReport()
+    whole, subtrees = await _referenced(client, decrypt, report.unreadable)
+    referenced = whole | subtrees
     for path in _blob_files(driver.root):
         if path.name in referenced:
             report.kept_retained += 1
@@ -250,7 +292,7 @@ async def _collect_s3(client: Client, store: S3Client, *, min_age: timedelta, dr
                 report.kept_recent += 1
                 continue
             if subtrees is None:
-                subtrees = (await _referenced(client, decrypt))[1]
+                subtrees = (await _referenced(client, decrypt, report.unreadable))[1]
             if digest in subtrees:
                 report.kept_retained += 1
             else:

@@ -28,7 +28,7 @@ from cli.blobs import collect, older_than
 from config.settings import Settings
 from runtime.connection import connect_when_ready
 from runtime.converter import blob_root, data_converter, prepare_payload_store, storage_driver
-from storage.gc import BlobGcError, payloads_in, reference_of
+from storage.gc import REFERENCE_TYPE, Unreadable, payloads_in, reference_of
 from storage.s3 import S3Client
 from storage.subtrees import SubtreeDriver, references_in
 from tests.processes import DevServer, starter
@@ -198,12 +198,16 @@ def test_the_command_refuses_a_margin_under_an_hour() -> None:
             older_than(text)
 
 
-def test_a_reference_gc_cannot_read_stops_it() -> None:
-    """A codec-encoded reference could name any blob: gc deletes nothing rather than guess."""
+def test_a_reference_gc_cannot_read_is_unreadable_not_a_traceback() -> None:
+    """A codec-encoded reference could name any blob, and one that is not JSON names none: either is
+    ``Unreadable`` (skipped or fatal by who wrote it), never a protobuf ParseError."""
     encoded = Payload(metadata={"encoding": b"binary/encrypted", "__temporal_external_storage_reference": b"true"},
                       data=b"ciphertext")
-    with pytest.raises(BlobGcError, match="nothing was deleted"):
+    with pytest.raises(Unreadable, match="codec-encoded"):
         reference_of(encoded)
+    not_json = Payload(metadata={"encoding": b"json/protobuf", "messageType": REFERENCE_TYPE}, data=b"{not json")
+    with pytest.raises(Unreadable, match="does not parse"):
+        reference_of(not_json)
     assert reference_of(Payload(metadata={"encoding": b"json/plain"}, data=b'"text"')) is None
 
 

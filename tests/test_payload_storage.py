@@ -33,6 +33,7 @@ from temporalio.worker import Replayer, Worker
 from activities.registry import build_workers, running
 from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
+from runtime.encryption import KeylessGuard
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.gc import payloads_in
 from storage.s3 import S3Client, ensure_bucket, s3_driver
@@ -42,6 +43,7 @@ from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
+from workflows.undecodable import PayloadConverter
 
 THRESHOLD = 32_768
 BIG = 1_000_000
@@ -177,14 +179,16 @@ async def test_filesystem_refuses_for_good_a_blob_its_present_store_never_wrote(
 
 
 def test_converter_selection(tmp_path: Path) -> None:
-    assert data_converter(settings_for(DEERFLOW_PAYLOAD_STORE="none")) is pydantic_data_converter
+    unstored = data_converter(settings_for(DEERFLOW_PAYLOAD_STORE="none"))
+    assert unstored.external_storage is None
+    assert isinstance(unstored.payload_codec, KeylessGuard) and unstored.payload_codec.inner is None
     converter = data_converter(settings_for(DEERFLOW_HOME=str(tmp_path)))
     assert converter.external_storage is not None
     assert converter.external_storage.payload_size_threshold == THRESHOLD
     [driver] = converter.external_storage.drivers
     assert isinstance(driver, FileSystemStorageDriver)
     assert driver.root == (tmp_path / "blobs").resolve()
-    assert converter.payload_converter_class is pydantic_data_converter.payload_converter_class
+    assert converter.payload_converter_class is PayloadConverter  # pydantic's, reading the worker's markers
     with pytest.raises(ValueError, match="DEERFLOW_PAYLOAD_STORE"):
         data_converter(settings_for(DEERFLOW_PAYLOAD_STORE="floppy"))
     with pytest.raises(ValueError, match="DEERFLOW_S3_BUCKET"):

@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 from config.settings import Settings
 from runtime.converter import blob_root, data_converter
 from runtime.encryption import ENCODING as ENCRYPTED
-from runtime.encryption import encryption_codec
+from runtime.encryption import KeylessGuard, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
 from storage.gc import BlobGcError, _subtrees_of
 from storage.subtrees import ENCODING, SubtreeCodec, references_in
@@ -78,7 +78,9 @@ async def test_round_trip_and_each_subtree_stored_once(tmp_path: Path) -> None:
 
 
 async def test_known_subtrees_are_not_stored_again_and_decoding_reads_nothing(tmp_path: Path) -> None:
-    codec = data_converter(settings(tmp_path)).payload_codec
+    guard = data_converter(settings(tmp_path)).payload_codec  # no keys: the chain is guarded
+    assert isinstance(guard, KeylessGuard)
+    codec = guard.inner
     assert isinstance(codec, SubtreeCodec)
     calls: list[str] = []
     driver = codec._driver
@@ -138,7 +140,8 @@ async def test_only_activity_payloads_are_shrunk(tmp_path: Path) -> None:
 
 
 async def test_off_without_a_store_and_read_only_when_disabled(tmp_path: Path) -> None:
-    assert data_converter(settings(tmp_path, DEERFLOW_PAYLOAD_STORE="none")).payload_codec is None
+    unstored = data_converter(settings(tmp_path, DEERFLOW_PAYLOAD_STORE="none")).payload_codec
+    assert isinstance(unstored, KeylessGuard) and unstored.inner is None
     shrunk = await encode(data_converter(settings(tmp_path / "writer")), conversation(1))
     reader = data_converter(settings(tmp_path / "writer", DEERFLOW_SUBTREES="false"))
     assert (await encode(reader, conversation(2))).metadata["encoding"] == b"json/plain"

@@ -54,7 +54,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.plan_parsing import PlanParseError, parse_plan, require_steps
     from workflows.progress import current_details
-    from workflows.review import Feedback, InvalidFeedback, nonempty_answer, one_input, parse_feedback
+    from workflows.review import (
+        Feedback,
+        InvalidFeedback,
+        nonempty_answer,
+        one_input,
+        parse_feedback,
+        refuse_undecodable,
+    )
     from workflows.run_input import parse_inputs
     from workflows.run_metrics import count_phase
     from workflows.scheduling import step_dependencies
@@ -527,6 +534,8 @@ class DeepResearchWorkflow:
     @workflow.signal(name=Awaiting.CLARIFICATION.value)
     def clarification_answer(self, *inputs: object) -> None:
         try:
+            for value in inputs:  # a payload the worker could not decode says so first
+                refuse_undecodable(value)
             self._ensure_awaiting(Awaiting.CLARIFICATION, self._clarification_inbox)
             self._clarification_inbox.append(nonempty_answer(one_input(inputs)))
         except InvalidFeedback as error:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from workflows.undecodable import Undecodable
+
 ACCEPTED = "[ACCEPTED]"
 EDIT_PLAN = "[EDIT_PLAN]"
 
@@ -26,6 +28,7 @@ class Feedback:
 
 def parse_feedback(raw: object) -> Feedback:
     """Parse one feedback value; raises ``InvalidFeedback`` with a reason a person can act on."""
+    refuse_undecodable(raw)
     if not isinstance(raw, str):
         raise InvalidFeedback(f"feedback must be a string, got {type(raw).__name__}")
     text = raw.strip()
@@ -42,6 +45,12 @@ def parse_feedback(raw: object) -> Feedback:
     )
 
 
+def refuse_undecodable(value: object) -> None:
+    """A message the worker could not decode (workflows/undecodable.py) is refused with its reason."""
+    if isinstance(value, Undecodable):
+        raise InvalidFeedback(value.reason)
+
+
 def one_input(inputs: Sequence[object]) -> object:
     """The single value a signal must carry; the ``temporal`` CLI can send none or several."""
     if len(inputs) != 1:
@@ -51,6 +60,7 @@ def one_input(inputs: Sequence[object]) -> object:
 
 def nonempty_answer(answer: object) -> str:
     """A clarification answer: a string with some text in it."""
+    refuse_undecodable(answer)
     if not isinstance(answer, str) or not answer.strip():
         raise InvalidFeedback("a clarification answer must be a non-empty string")
     return answer.strip()

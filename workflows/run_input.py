@@ -21,6 +21,7 @@ from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 
 from workflows.models import ResearchRequest, RunContinuation
+from workflows.undecodable import Undecodable
 
 INVALID_REQUEST = "InvalidRequest"
 MAX_LISTED_ERRORS = 5
@@ -53,6 +54,8 @@ def decode_input(raw: RawValue, model: type[T], converter: PayloadConverter) -> 
     except Exception as error:  # unknown encoding, undecodable bytes, nesting too deep
         raise invalid_request(f"the input could not be decoded ({type(error).__name__}: "
                               f"{str(error)[:MAX_TEXT]})") from None
+    if isinstance(value, Undecodable):  # the worker could not decode it (runtime/message_payloads.py)
+        raise invalid_request(value.reason)
     if not isinstance(value, model):  # e.g. JSON null
         raise invalid_request(f"the input must be a JSON object, not {type(value).__name__}")
     return value
