@@ -8,7 +8,8 @@ the call completed on A in attempt 1 (the model was paid once), A exited, and th
 completion on B without waiting for A's sticky queue longer than the server's hand-over.
 
 A second signal stops a worker at once: the call in flight is handed back (``WorkerLost``) and
-retried on the other worker without waiting for its heartbeat timeout.
+retried on the other worker without waiting for its heartbeat timeout. A call that outlasts the
+grace is cancelled by the SDK at its end and retried on the other worker.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, Researc
 HELD_SECONDS = 10.0  # the planner's call; > 2x the model call's heartbeat timeout (4 s)
 HELD_LONG_SECONDS = 40.0  # the planner's call when a second signal is to end it: far beyond a forced stop
 FORCED_EXIT_SECONDS = 15.0  # a forced stop hands back its calls (at most 5 s) and exits
+SHORT_GRACE_SECONDS = 3  # a grace the held call outlasts
 GRACE_SECONDS = 60  # the workers' DEERFLOW_WORKER_SHUTDOWN_GRACE: far above HELD_SECONDS
 # From the later of A's exit and B's first poll to B's first workflow task: the server moves a task
 # off a stopped worker's sticky queue within the worker's 2 s sticky timeout (worker.py).
@@ -225,3 +227,27 @@ async def test_a_second_signal_stops_at_once_and_hands_the_call_back(
     [completed] = [event for event in activity_events(history)[activity_id] if event.event_type == COMPLETED]
     assert completed.activity_task_completed_event_attributes.identity == identity_of(second)
     assert not any(event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for event in history.events)
+
+
+@pytest.mark.parametrize("workers", ["eager"], indirect=True)
+async def test_a_call_outlasting_the_grace_is_cancelled_and_retried_elsewhere(
+        client: Client, workers: Workers, model_server: FakeModelServer, handles: list[WorkflowHandle]) -> None:
+    workers.env = {**workers.env, "DEERFLOW_WORKER_SHUTDOWN_GRACE": str(SHORT_GRACE_SECONDS)}
+    first = workers.start("worker-a")
+    handle = await planner_in_flight(client, model_server, first, "grace-expired", HELD_LONG_SECONDS)
+    handles.append(handle)
+    second = workers.start("worker-b")
+    assert first.process is not None
+    first.process.send_signal(signal.SIGTERM)
+    stopped_at = time.monotonic()
+    assert await exit_code(first, timeout=SHORT_GRACE_SECONDS + FORCED_EXIT_SECONDS) == 0
+    assert time.monotonic() - stopped_at >= SHORT_GRACE_SECONDS  # the grace was given
+    result = await asyncio.wait_for(handle.result(), RUN_TIMEOUT)
+    assert result.report.strip()
+
+    history = await handle.fetch_history()
+    assert list(retry_causes(history).values()) == ["WorkerShutdown"]  # the SDK's cancellation at the grace's end
+    [(activity_id, (kind, attempt))] = retried_activities(history).items()
+    [completed] = [event for event in activity_events(history)[activity_id] if event.event_type == COMPLETED]
+    assert (kind, attempt) == ("chat", 2)
+    assert completed.activity_task_completed_event_attributes.identity == identity_of(second)
