@@ -26,7 +26,7 @@ from activities.inflight_journal import InflightJournal
 from activities.isolated import start_fork_server
 from activities.journal_interceptor import InflightJournalInterceptor
 from activities.lazy import MODEL_MODULE, load, preload
-from activities.reclaim import open_journal, reclaim_at_start, settled
+from activities.reclaim import hand_back, open_journal, reclaim_at_start, settled
 from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
@@ -61,6 +61,8 @@ def parse_queues(value: str) -> tuple[QueueKind, ...]:
 # run whose worker died (and answer its status query); a live worker picks its tasks up in
 # milliseconds, so 2 s still keeps its cached runs on it.
 STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
+# How long a worker stopped at once (a second signal) spends handing its attempts in flight back.
+HAND_BACK_SECONDS = 5.0
 
 
 async def main(argv: list[str] | None = None) -> None:
@@ -99,24 +101,62 @@ async def main(argv: list[str] | None = None) -> None:
         interceptors.append(ToolMetricsInterceptor(settings))
         logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
     sandbox = SandboxActivities(settings)
+    grace = timedelta(seconds=settings.worker_shutdown_grace)
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
                             sandbox=sandbox, interceptors=interceptors,
-                            sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT)
+                            sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
+                            graceful_shutdown_timeout=grace)
     stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    on_stop_signals(stop, grace, client, journal)
     polled = [worker.task_queue for worker in workers]
     logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
     logging.info("%s", keys_summary(settings))
     try:
-        # A warm-up that fails stops the worker, as a failure at start would.
+        # A warm-up that fails stops the worker, as a failure at start would; a stop does not wait for it.
         async with running(workers), asyncio.TaskGroup() as group:
-            group.create_task(warm_up(queues, settings, sandbox, client, journal))
+            warming = group.create_task(warm_up(queues, settings, sandbox, client, journal))
             await stop.wait()
+            warming.cancel()
     finally:
         if journal is not None:
             journal.close()
         providers.stop()
+
+
+def on_stop_signals(stop: asyncio.Event, grace: timedelta, client: Client, journal: InflightJournal | None) -> None:
+    """SIGTERM or SIGINT: the first sets ``stop``, so the workers poll no more and their attempts in
+    flight may finish within ``grace`` (a deploy does not pay for a model call twice; the SDK
+    cancels what is left then). The second stops the process at once (:func:`stop_now`)."""
+    loop = asyncio.get_running_loop()
+    forced: list[asyncio.Task[None]] = []  # a reference, so the task is not collected while it runs
+
+    def handle(signum: signal.Signals) -> None:
+        if not stop.is_set():
+            in_flight = "" if journal is None else f" ({journal.in_flight} now)"
+            logging.info("%s: no new work; the attempts in flight%s have up to %s to finish. Signal again to "
+                         "stop at once.", signum.name, in_flight, grace)
+            stop.set()
+        elif not forced:
+            forced.append(loop.create_task(stop_now(client, journal)))
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, handle, signum)
+
+
+async def stop_now(client: Client, journal: InflightJournal | None) -> None:
+    """Leave without waiting for the attempts in flight, first failing them as ``WorkerLost`` so the
+    server retries them now rather than after their heartbeat timeouts."""
+    if journal is None:
+        logging.warning("Stopping now: the attempts in flight are retried after their heartbeat timeouts")
+    else:
+        try:
+            async with asyncio.timeout(HAND_BACK_SECONDS):
+                outcomes = await hand_back(client, journal)
+            logging.warning("Stopping now; attempts in flight handed back to the server: %s", dict(outcomes))
+        except TimeoutError:
+            logging.warning("Stopping now; handing back the attempts in flight took over %s s: the rest are "
+                            "retried after their heartbeat timeouts", HAND_BACK_SECONDS)
+    exit_now(1)
 
 
 async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities, client: Client,

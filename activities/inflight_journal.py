@@ -161,6 +161,11 @@ class InflightJournal:
         """Attempts started and not ended in this process."""
         return len(self._open)
 
+    def open_tokens(self) -> list[bytes]:
+        """The task tokens of the attempts in flight, in start order (a stop that cannot wait hands them back)."""
+        with self._lock:
+            return list(self._open.values())
+
     def _append(self, line: str) -> None:
         if self._fd is None or not self._writing:
             return

@@ -123,6 +123,15 @@ async def reclaim_lost_attempts(client: Client, directory: Path, here: ProcessSt
     return outcomes
 
 
+async def hand_back(client: Client, journal: InflightJournal) -> Counter[str]:
+    """Fail this live process's own attempts in flight with ``WorkerLost``, so they are retried
+    elsewhere now: for a worker told to stop at once (a second signal), which would otherwise leave
+    them to their heartbeat timeouts. Counts as :func:`reclaim_lost_attempts`; never raises."""
+    message = f"worker {journal.stamp.identity} was stopped during this attempt (before it could finish)"
+    semaphore = asyncio.Semaphore(RECLAIM_CONCURRENCY)
+    return Counter(await asyncio.gather(*(_fail(client, token, message, semaphore) for token in journal.open_tokens())))
+
+
 def claim(path: Path, here: ProcessStamp) -> Path | None:
     """Rename ``path`` to a name only ``here`` uses; None if another worker renamed it first."""
     claimed = path.with_name(f"{path.name}{CLAIMED}{here.instance}")

@@ -8,6 +8,7 @@ keeps every activity for runs recorded before their kind had a queue of its own
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from typing import Any
@@ -93,8 +94,16 @@ def build_workers(
 
 @contextlib.asynccontextmanager
 async def running(workers: Sequence[Worker]) -> AsyncIterator[None]:
-    """Run ``workers`` together; leaving the block shuts each down gracefully."""
+    """Run ``workers`` together; leaving the block shuts them down gracefully, all at once.
+
+    At once: each worker polls no more from the start of its shutdown, but waits for its activities
+    in flight (up to its ``graceful_shutdown_timeout``). Shut down one after another, the others
+    would keep taking new tasks meanwhile, the main queue's worker new workflow tasks included.
+    """
     async with contextlib.AsyncExitStack() as stack:
         for worker in workers:
             await stack.enter_async_context(worker)
-        yield
+        try:
+            yield
+        finally:
+            await asyncio.gather(*(worker.shutdown() for worker in workers))

@@ -334,6 +334,12 @@ class Settings(BaseModel):
         if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
             return float(value)
         return value
+    # Seconds a worker told to stop (SIGTERM, SIGINT) waits for its activities in flight to finish,
+    # polling no more, before it cancels them to be retried elsewhere: a deploy must not pay for a
+    # model call twice. The default is the model call's start-to-close timeout (workflows/
+    # activity_options.py), so a call that could still succeed is never cut; docker-compose.yml's
+    # stop_grace_period is set a little above it. A second signal stops the worker at once.
+    worker_shutdown_grace: float = Field(default=300.0, ge=0, le=86_400, alias="DEERFLOW_WORKER_SHUTDOWN_GRACE")
 
     @field_validator("web_allowed_origins", "codec_allowed_origins", mode="before")
     @classmethod

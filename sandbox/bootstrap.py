@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 BOOT_MARKER = "deerflow-python-sandbox"  # argv[1] of every bootstrap process: findable with ps
 BOOT_MODULE = "bootstrap"  # imported as a top-level module of this name (see the docstring)
 SETUP_FAILED_EXIT = 125
+SANDBOX_NICENESS = 10  # the code's least niceness: a CPU-bound snippet must not starve the worker's heartbeats
 
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
@@ -82,6 +83,13 @@ class _LibcFunction(_ctypes.CFuncPtr):
 
 class _Libc:
     _handle = _ctypes.dlopen(None, os.RTLD_NOW)
+
+
+_step = ["starting"]  # the setup step under way, named by the report should it fail (see _report)
+
+
+def _at(step: str) -> None:
+    _step[0] = step
 
 
 def _libc_call(name: str, *args: Any) -> None:
@@ -133,17 +141,27 @@ def _write_snippet(path: str, source: bytes) -> None:
 
 def _enter_sandbox(config: dict[str, Any], source: bytes | None = None) -> NoReturn:
     """Limits, then the uid switch, then exec the code (in the sandbox's cwd)."""
+    _at("setting the rlimits")
     _apply_limits(config["limits"])
     if config["uid"] is not None:
+        _at(f"switching to sandbox uid {config['uid']}")
         _drop_privileges(config["uid"])
+    _at("setting no_new_privs")
     _prctl(_PR_SET_NO_NEW_PRIVS, 1)  # setuid binaries (su, sudo) cannot raise privileges again
-    os.setpriority(os.PRIO_PROCESS, 0, 10)  # a CPU-bound snippet must not starve the worker's heartbeats
+    # At least as nice as the worker: lowering the niceness needs a privilege the code must not have
+    # (EACCES for a worker started with nice -n 15), and the code must not outrank its worker.
+    niceness = max(SANDBOX_NICENESS, os.getpriority(os.PRIO_PROCESS, 0))
+    _at(f"setting niceness {niceness}")
+    os.setpriority(os.PRIO_PROCESS, 0, niceness)
     if config["mode"] == "isolated":
+        _at("setting the parent-death signal")
         # A backstop if the bootstrap itself is SIGKILLed: set after the uid switch, which clears it.
         _prctl(_PR_SET_PDEATHSIG, _signal.SIGKILL)
     if source is not None:
+        _at("writing the snippet")
         os.chdir(config["workdir"])
         _write_snippet(config["script"], source)
+    _at("starting the interpreter")
     python = config["python"]
     os.execv(python, [python, "-I", "-u", config["script"]])
 
@@ -210,15 +228,18 @@ def _build_root(config: dict[str, Any]) -> bytes:
     _mount(inner, "tmpfs", "tmpfs", _MS_NOSUID | _MS_NODEV,
            f"size={config['disk_bytes']},nr_inodes=16384,mode=0700,uid={uid},gid={uid}")
     _mount(root, flags=_MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC)
+    _at("entering the new root (chroot)")
     os.chroot(root)
     os.chdir("/")  # the work directory is the sandbox uid's (0700): entered after the uid switch
     return source
 
 
 def _report(status_fd: int, error: BaseException) -> None:
-    """Tell the activity why setup failed (a pipe closed on exec, so silence means success)."""
+    """Tell the activity why setup failed (a pipe closed on exec, so silence means success): the
+    errno (0 if none), a space, and the failing step with the error (sandbox/runner.py reads it)."""
+    errno = error.errno if isinstance(error, OSError) and error.errno else 0
     try:
-        os.write(status_fd, f"{type(error).__name__}: {error}".encode()[:4000])
+        os.write(status_fd, f"{errno} {_step[0]}: {type(error).__name__}: {error}".encode()[:4000])
     except OSError:
         return  # nobody is listening any more
 
@@ -228,6 +249,7 @@ def _boot_child(config: dict[str, Any]) -> NoReturn:
     try:
         for signum in (_signal.SIGTERM, _signal.SIGALRM):
             _signal.signal(signum, _signal.SIG_DFL)
+        _at("building the new root")
         source = _build_root(config)
         _enter_sandbox(config, source)
     except BaseException as error:
@@ -268,6 +290,7 @@ def _mirror_exit(status: int, usage: resource.struct_rusage, config: dict[str, A
 
 def _boot_isolated(config: dict[str, Any]) -> int:
     """Unshare the namespaces, fork the code as their PID 1, and wait for it."""
+    _at("creating the namespaces")
     _libc_call("unshare", _CLONE_NEWNS | _CLONE_NEWPID | _CLONE_NEWNET | _CLONE_NEWIPC)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     _prctl(_PR_SET_DUMPABLE, 0)
@@ -275,6 +298,7 @@ def _boot_isolated(config: dict[str, Any]) -> int:
     for signum in (_signal.SIGTERM, _signal.SIGALRM):
         _signal.signal(signum, supervision.stop)  # before the fork: no window without a handler
     _signal.alarm(config["deadline"])  # a backstop should the worker die without stopping us
+    _at("starting the code's process")
     child = os.fork()
     if child == 0:
         _boot_child(config)

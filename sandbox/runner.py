@@ -1,7 +1,7 @@
 """Running one snippet: a fresh work directory, the bootstrap, supervision and the result.
 
-In every mode: ``no_new_privs``, nice 10 (a CPU-bound snippet must not starve the worker's
-heartbeats), rlimits RLIMIT_CPU (timeout + 1 s; ``stopped="cpu"``), RLIMIT_AS
+In every mode: ``no_new_privs``, niceness 10 or the worker's own if higher (a CPU-bound snippet
+must not starve the worker's heartbeats), rlimits RLIMIT_CPU (timeout + 1 s; ``stopped="cpu"``), RLIMIT_AS
 (``DEERFLOW_SANDBOX_MEMORY_MB``; ``stopped="memory"``), RLIMIT_NPROC 64 (per uid, hence the uid
 pool), RLIMIT_FSIZE 10 MB, RLIMIT_NOFILE 64, RLIMIT_CORE 0; a wall-clock timeout
 (``timeout_seconds`` clamped to 1..300 s; ``stopped="timeout"``); output capped at 64 KiB per
@@ -36,7 +36,7 @@ from typing import Any
 
 from config.settings import Settings
 from sandbox.bootstrap import BOOT_MARKER, BOOT_MODULE
-from sandbox.errors import sandbox_error
+from sandbox.errors import LASTING_ERRNOS, SandboxStartError
 from sandbox.output import SandboxProtocol
 from sandbox.uids import uid_lease
 from workflows.models import PythonResult
@@ -172,13 +172,16 @@ async def _supervise(pid: int, protocol: SandboxProtocol, mode: str, timeout: fl
         raise
 
 
-def _read_status(fd: int) -> str:
-    """The bootstrap's setup error, if any (empty: the code was started)."""
+def _read_status(fd: int) -> tuple[int, str]:
+    """The bootstrap's setup error, if any: its errno and the failing step with the error
+    (empty text: the code was started)."""
     os.set_blocking(fd, False)
     try:
-        return os.read(fd, 65536).decode("utf-8", errors="replace")
+        status = os.read(fd, 65536).decode("utf-8", errors="replace")
     except BlockingIOError:
-        return ""
+        return 0, ""
+    errno, _, text = status.partition(" ")
+    return (int(errno), text) if errno.isdigit() else (0, status)
 
 
 def _limit_hit(returncode: int | None, stderr: str) -> str | None:
@@ -214,11 +217,12 @@ async def _run_boot(config: dict[str, Any], timeout: float, limits: SandboxLimit
                 _kill_group(pid)
             transport.close()
         duration = time.monotonic() - started
-        failure = _read_status(status_read)
+        errno, failure = _read_status(status_read)
     finally:
         os.close(status_read)
     if failure:
-        raise sandbox_error(f"the sandbox could not start the code ({config['mode']} mode): {failure}")
+        raise SandboxStartError(f"the sandbox could not start the code ({config['mode']} mode): {failure}",
+                                lasting=errno in LASTING_ERRNOS)
     returncode = transport.get_returncode()
     stderr = protocol.captures[2].text()
     return PythonResult(stdout=protocol.captures[1].text(), stderr=stderr, exit_code=returncode,

@@ -17,7 +17,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from sandbox.errors import sandbox_error
+from sandbox.errors import SandboxStartError, sandbox_error
 
 UID_POOL_SIZE = 64
 
@@ -44,7 +44,7 @@ def _lock_dir() -> Path:
     path.mkdir(mode=0o700, exist_ok=True)
     info = os.lstat(path)
     if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
-        raise sandbox_error(f"{path} must be a directory of uid {os.geteuid()} with mode 0700")
+        raise SandboxStartError(f"{path} must be a directory of uid {os.geteuid()} with mode 0700", lasting=True)
     return path
 
 

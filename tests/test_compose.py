@@ -225,3 +225,31 @@ def mounted(service: dict[str, Any], target: str) -> Path:
             assert path.is_file(), f"{source} is missing"
             return path
     raise AssertionError(f"nothing is mounted read-only at {target}")
+
+
+def compose_seconds(duration: str) -> float:
+    """A compose duration (``320s``, ``5m20s``, ``1h``) in seconds."""
+    match = re.fullmatch(r"(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?", duration)
+    assert match and duration, f"not a compose duration: {duration!r}"
+    hours, minutes, seconds = (float(part or 0) for part in match.groups())
+    return hours * 3600 + minutes * 60 + seconds
+
+
+# Between the worker's grace ending (its calls cancelled) and the process leaving: the cancellations
+# reach the server, the journal is closed, the process exits.
+STOP_MARGIN_SECONDS = 10.0
+GRACE = "DEERFLOW_WORKER_SHUTDOWN_GRACE"
+
+
+def test_workers_get_their_grace_to_finish_calls_before_sigkill(compose: dict[str, Any]) -> None:
+    """A deploy stops a worker with SIGTERM and SIGKILLs it after stop_grace_period (Docker's default:
+    10 s); shorter than the worker's grace, a model call in flight would be killed and paid twice."""
+    workers = {name: service for name, service in compose["services"].items()
+               if "worker.py" in (service.get("command") or [])}
+    assert set(workers) == {"worker", "sandbox"}
+    for name, service in workers.items():
+        env = {key: value for key, value in service_env(service).items() if key == GRACE}
+        grace = load_settings(env).worker_shutdown_grace
+        assert grace >= 60, f"{name}: a grace of {grace} s cuts normal model calls short"
+        period = compose_seconds(str(service.get("stop_grace_period", "10s")))
+        assert grace + STOP_MARGIN_SECONDS <= period <= grace + 60, (name, grace, period)

@@ -10,14 +10,17 @@ Assertions that depend on containment this machine cannot provide are skipped wi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.exceptions import ApplicationError
@@ -27,7 +30,7 @@ import sandbox.activity as sandbox_activity
 from config.settings import Settings
 from sandbox.activity import REFUSED, SandboxActivities, SandboxMode
 from sandbox.bootstrap import BOOT_MARKER
-from sandbox.errors import sandbox_error
+from sandbox.errors import SandboxStartError
 from sandbox.runner import PLAIN, SandboxLimits
 from sandbox.uids import UID_POOL_SIZE
 from workflows.models import PythonRequest, PythonResult
@@ -37,6 +40,11 @@ REPO_DIR = Path(__file__).resolve().parent.parent
 OWN_UID_BASE = int(os.environ["DEERFLOW_SANDBOX_UID_BASE"])  # this pytest process's pool (tests/conftest.py)
 OWN_TMP = tempfile.gettempdir()  # and its temp directory, where its runs' work directories live
 SECRET = "sk-secret-" + uuid.uuid4().hex[:8]
+# What sandbox/runner.py reports for a bootstrap that failed a step (sandbox/bootstrap.py's _report).
+NOT_ROOT = ("the sandbox could not start the code (isolated mode): creating the namespaces: "
+            "OSError: [Errno 1] unshare failed: Operation not permitted")
+SHORTAGE = ("the sandbox could not start the code (isolated mode): starting the code's process: "
+            "BlockingIOError: [Errno 11] Resource temporarily unavailable")
 
 FORK_BOMB = """\
 import os, resource, sys
@@ -163,6 +171,24 @@ async def test_concurrent_runs_get_different_uids(mode: SandboxMode) -> None:
     first, second = await asyncio.gather(run(code), run(code))
     uids = {int(first.stdout), int(second.stdout)}
     assert len(uids) == 2 and all(OWN_UID_BASE <= uid < OWN_UID_BASE + UID_POOL_SIZE for uid in uids)
+
+
+async def test_a_low_priority_worker_contains_code_at_its_own_niceness(mode: SandboxMode) -> None:
+    """A worker started with ``nice -n 15`` (a batch host, ``nice make demo``): its sandbox works, and
+    the code runs at least as nice as the worker (never raised above it, which needs a privilege)."""
+    worker_niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 15)
+    code = "import os\nprint(os.getpriority(os.PRIO_PROCESS, 0), os.getuid())"
+    process = await asyncio.create_subprocess_exec(
+        "nice", "-n", "15", sys.executable, "-m", "tests.sandbox_driver", cwd=REPO_DIR,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    stdout, stderr = await asyncio.wait_for(process.communicate(json.dumps([code]).encode()), 120)
+    assert process.returncode == 0, stderr.decode()[-3000:]
+    report = json.loads(stdout.decode().strip().splitlines()[-1])
+    assert report["mode"] == mode.name, report["reason"]
+    [result] = report["results"]
+    niceness, uid = map(int, result["stdout"].split())
+    assert niceness == max(10, worker_niceness), result
+    assert (uid != os.getuid()) == (mode.name != PLAIN)
 
 
 # ---------------------------------------------------------------- limits
@@ -342,15 +368,41 @@ async def test_plain_mode_is_an_explicit_and_loud_opt_in(caplog: pytest.LogCaptu
 
 async def test_a_failing_isolation_probe_refuses(monkeypatch: pytest.MonkeyPatch) -> None:
     """As on a non-root worker: the probe fails, and nothing falls back to running uncontained."""
+    calls = []
 
     async def not_root(code: str, *args: object) -> PythonResult:
-        raise sandbox_error("the sandbox could not start the code (isolated mode): PermissionError: EPERM")
+        calls.append(code)
+        raise SandboxStartError(NOT_ROOT, lasting=True)
 
     monkeypatch.setattr(sandbox_activity, "execute", not_root)
-    with pytest.raises(ApplicationError) as refused:
-        await run("print('ran')", sandbox=SandboxActivities(Settings(DEERFLOW_SANDBOX_UID_BASE=OWN_UID_BASE)))
-    assert refused.value.non_retryable
-    assert "the isolated sandbox does not work here" in str(refused.value) and "EPERM" in str(refused.value)
+    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_UID_BASE=OWN_UID_BASE))
+    for _ in range(2):
+        with pytest.raises(ApplicationError) as refused:
+            await run("print('ran')", sandbox=sandbox)
+        assert refused.value.non_retryable
+        assert f"the isolated sandbox does not work here ({NOT_ROOT})" in str(refused.value)
+        assert "SYS_ADMIN" in str(refused.value)  # what the worker lacks, and how to grant it
+    assert len(calls) == 1  # a missing privilege lasts: probed once, the refusal kept
+
+
+async def test_a_passing_shortage_is_retried_and_probed_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cause that may pass (no memory for the bootstrap, say) fails that call retryably, names
+    itself without blaming privileges, and the next call probes again instead of refusing for good."""
+    real_execute = sandbox_activity.execute
+    shortages = [SandboxStartError(SHORTAGE, lasting=False)]
+
+    async def short_once(*args: Any) -> PythonResult:
+        if shortages:
+            raise shortages.pop()
+        return await real_execute(*args)
+
+    monkeypatch.setattr(sandbox_activity, "execute", short_once)
+    sandbox = SandboxActivities(Settings(DEERFLOW_SANDBOX_UID_BASE=OWN_UID_BASE))
+    with pytest.raises(ApplicationError) as failed:
+        await run("print('ran')", sandbox=sandbox)
+    assert not failed.value.non_retryable and failed.value.type == "SandboxError"
+    assert SHORTAGE in str(failed.value) and "SYS_ADMIN" not in str(failed.value)
+    assert (await sandbox.mode()) == await SANDBOX.mode()  # probed again: what this machine can do
 
 
 # ---------------------------------------------------------------- the tool message
