@@ -210,5 +210,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nInterrupted. The run goes on in Temporal; {hint}.", file=sys.stderr)
         return 130
 
-if __name__ == "__main__":
+
+def run() -> NoReturn:
+    """The ``deerflow`` console script and ``python starter.py``."""
     exit_now(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio.client import Client
 from temporalio.worker import Interceptor
@@ -143,10 +144,15 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
         await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload())
 
 
-if __name__ == "__main__":
+def run() -> NoReturn:
+    """The ``deerflow-worker`` console script and ``python worker.py``."""
     try:
         asyncio.run(main())
     except (TemporalConnectionError, EncryptionConfigError) as error:
         logging.error("%s", error)
         exit_now(2)
     exit_now(0)
+
+
+if __name__ == "__main__":
+    run()

@@ -27,6 +27,7 @@ from temporalio.client import Client
 from runtime.embedded import free_port
 from tests.image_replay import (
     COMPOSE,
+    ROOT,
     Image,
     build,
     image_services,
@@ -130,6 +131,24 @@ def test_the_image_installs_the_project_from_its_copy_set(image: Image) -> None:
                             timeout=120, check=False)
     assert result.returncode == 0, result.stderr
     assert all(line.startswith(str(image.venv)) for line in result.stdout.split()), result.stdout
+
+
+def test_the_installed_console_scripts_run_the_cli_and_the_worker(image: Image) -> None:
+    """``deerflow`` and ``deerflow-worker`` from the install alone (run elsewhere than the sources), with
+    the prompt templates the worker renders shipped beside the packages."""
+    for script, usage in (("deerflow", "deerflow-temporal: durable deep research"),
+                          ("deerflow-worker", "The deerflow-temporal worker.")):
+        result = subprocess.run([str(image.script(script)), "--help"], cwd=image.venv, capture_output=True,
+                                text=True, timeout=120, check=False)
+        assert result.returncode == 0 and usage in result.stdout, (script, result.stdout, result.stderr)
+    templates = ("from activities.prompts import PROMPTS_DIR as d; "
+                 "print(d, *sorted(str(p.relative_to(d)) for p in d.rglob('*.md')))")
+    result = subprocess.run([str(image.python), "-I", "-c", templates], cwd=image.venv, capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    where, *shipped = result.stdout.split()
+    assert where.startswith(str(image.venv))
+    assert shipped == sorted(str(path.relative_to(ROOT / "prompts")) for path in (ROOT / "prompts").rglob("*.md"))
 
 
 async def test_every_compose_service_of_the_image_starts_from_it(
