@@ -34,6 +34,7 @@ from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
 from activities.tool_metrics import ToolMetricsInterceptor
 from config.settings import Settings, load_settings
 from offline.providers import offline_banner, start_offline_providers
+from runtime.build_info import add_version_argument, build_label, code_digest, metric_labels, worker_identity
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.encryption import EncryptionConfigError
@@ -69,6 +70,7 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queues", type=parse_queues, default=QUEUE_KINDS, metavar="KINDS",
                         help="comma-separated: main (the workflow), model, tools, sandbox (the coder's Python), "
                              "or the presets all (default) and keyed (main,model,tools)")
+    add_version_argument(parser)
     queues: tuple[QueueKind, ...] = parser.parse_args(argv).queues
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Settings are built once, here, and handed to everything that needs them; the offline
@@ -85,7 +87,11 @@ async def main(argv: list[str] | None = None) -> None:
     await prepare_payload_store(settings)
     # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the
     # client carries the tracing interceptor, and so do the workers built on it.
-    runtime = metrics_runtime(settings)
+    # Which build this is, on every poll (history records it per workflow task and activity attempt)
+    # and every metric series.
+    digest = code_digest()
+    logging.info("%s", build_label(digest))
+    runtime = metrics_runtime(settings, metric_labels(digest))
     client = await connect(connection, settings, runtime=runtime)
     # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
@@ -102,7 +108,8 @@ async def main(argv: list[str] | None = None) -> None:
     sandbox = SandboxActivities(settings)
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
                             sandbox=sandbox, interceptors=interceptors,
-                            sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT)
+                            sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
+                            identity=worker_identity(digest))
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)

@@ -36,6 +36,7 @@ from tests.image_replay import (
     service_environment,
 )
 from tests.processes import DevServer
+from tests.prometheus_text import scrape
 from workflows.queues import QUEUE_KINDS, queue_name
 
 # What an operator must set before `docker compose up` (the file's `${NAME:?…}` variables).
@@ -157,21 +158,37 @@ async def test_every_compose_service_of_the_image_starts_from_it(
     assert {"worker", "sandbox", "codec", "cli"} <= set(services)
     workers: dict[str, set[str]] = {"worker": {"main", "model", "tools"}, "sandbox": {"sandbox"}}
     listening: dict[str, int] = {}
+    metrics_addresses: dict[str, str] = {}
     for name, service in services.items():
         if name == "cli":
             continue
         log = tmp_path / f"{name}.log"
         port = free_port()
         command = on_loopback(service_command(service, image), port)
+        env = here(service, dev_server, tmp_path / name)
+        metrics_addresses[name] = env.get("DEERFLOW_METRICS_ADDRESS", "")
         with log.open("wb") as out:
-            started.append(subprocess.Popen(command, cwd=image.app, stdout=out, stderr=subprocess.STDOUT,
-                                            env=here(service, dev_server, tmp_path / name)))
+            started.append(subprocess.Popen(command, cwd=image.app, stdout=out, stderr=subprocess.STDOUT, env=env))
         if name not in workers:
             listening[name] = port
+    build = subprocess.run([str(image.script("deerflow-worker")), "--version"], capture_output=True, text=True,
+                           cwd=image.venv, timeout=120, check=True).stdout.split()
     for name, process in zip([name for name in services if name != "cli"], started, strict=True):
         log = tmp_path / f"{name}.log"
         if name in workers:
             await until_polled(client, process, log, workers[name])
+            # Its build, as the installed script reports it, on its polls (history records it for each
+            # workflow task and activity attempt) and on every metric series.
+            version, digest = build[1], build[-1].rstrip(")")
+            for kind in workers[name]:
+                identities = [identity for identity in await pollers(client, kind)
+                              if identity.startswith(f"{process.pid}@")]
+                assert identities and all(identity.endswith(f" deerflow-temporal/{version}+{digest}")
+                                          for identity in identities), identities
+            metrics = services[name]["environment"].get("DEERFLOW_METRICS_ADDRESS")
+            if metrics:
+                text = scrape(metrics_addresses[name])
+                assert f'deerflow_code="{digest}"' in text and f'deerflow_version="{version}"' in text
         else:
             assert answers_http(listening[name], process, log) < 500, name
     # The CLI service (`docker compose run cli list`), on the same server.
