@@ -208,6 +208,10 @@ class Settings(BaseModel):
     # The front door (cli/, runtime/embedded.py). The embedded dev server's Web UI port; tests and a
     # second checkout choose another so that two embedded servers can run side by side.
     ui_port: int = Field(default=8233, ge=1, le=65535, alias="DEERFLOW_UI_PORT")
+    # Where the front door runs the embedded dev server when no Temporal address is configured
+    # (TEMPORAL_ADDRESS or a profile's address, which are only ever connected to). Loopback only.
+    embedded_address: str = Field(default="127.0.0.1:7233", alias="DEERFLOW_EMBEDDED_ADDRESS",
+                                  pattern=r"^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\]):\d{1,5}$")
 
     # Large-payload storage (runtime/converter.py): payloads at or above the threshold are written
     # to a blob store and history keeps only a small reference. "filesystem" (<home>/blobs), "s3"

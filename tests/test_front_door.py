@@ -338,7 +338,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A fresh machine's environment: no keys, a private home, free loopback ports."""
     env = {key: value for key, value in os.environ.items() if key not in PROVIDER_VARIABLES}
     env.update(DEERFLOW_HOME=str(tmp_path_factory.mktemp("home")), DEERFLOW_UI_PORT=str(free_port()),
-               TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+               DEERFLOW_EMBEDDED_ADDRESS=f"127.0.0.1:{free_port()}")
     try:
         yield env
     finally:
@@ -559,7 +559,7 @@ def test_every_command_with_bad_input_prints_one_clear_line_and_exits_2(
     """In-process (one import, many commands): any exception escaping ``main`` fails the test."""
     for name in PROVIDER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    for name in ("DEERFLOW_HOME", "DEERFLOW_UI_PORT", "TEMPORAL_ADDRESS"):
+    for name in ("DEERFLOW_HOME", "DEERFLOW_UI_PORT", "DEERFLOW_EMBEDDED_ADDRESS"):
         monkeypatch.setenv(name, home[name])
     for argv, message in BAD_INPUTS:
         try:
