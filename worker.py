@@ -38,6 +38,7 @@ from runtime.build_info import add_version_argument, build_label, code_digest, m
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.encryption import EncryptionConfigError
+from runtime.logs import configure_logging
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
@@ -72,11 +73,11 @@ async def main(argv: list[str] | None = None) -> None:
                              "or the presets all (default) and keyed (main,model,tools)")
     add_version_argument(parser)
     queues: tuple[QueueKind, ...] = parser.parse_args(argv).queues
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Settings are built once, here, and handed to everything that needs them; the offline
     # providers add the settings that point at them instead of rewriting the environment.
     providers = start_offline_providers()
     settings = load_settings({**os.environ, **providers.overrides})
+    configure_logging(settings)
     scrubber = SecretScrubber.for_settings(settings)
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubbingLogFilter(scrubber))

@@ -17,7 +17,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from config.mcp_servers import MCPServerConfig, ServerName
 from config.model_prices import ModelPrice, default_price
@@ -295,6 +295,17 @@ class Settings(BaseModel):
     metrics_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
                                         alias="DEERFLOW_METRICS_ADDRESS")
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="DEERFLOW_MODEL_PRICES")
+    # Logging of the worker, API server and codec server (runtime/logs.py): level, and text or one JSON
+    # object per line with the run's ids.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(default="INFO", alias="LOG_LEVEL")
+    log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        return value.strip().upper() if info.field_name == "log_level" else value.strip().lower()
 
     @field_validator("model_prices", mode="before")
     @classmethod

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import http.client
+import json
 import subprocess
 import time
 from collections.abc import Iterator
@@ -37,6 +38,8 @@ from tests.image_replay import (
 )
 from tests.processes import DevServer
 from tests.prometheus_text import scrape
+from tests.support import QUESTION, awaiting_review, run_id, wait_for
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
 from workflows.queues import QUEUE_KINDS, queue_name
 
 # What an operator must set before `docker compose up` (the file's `${NAME:?…}` variables).
@@ -60,7 +63,8 @@ def here(service: dict[str, Any], dev_server: DevServer, home: Path) -> dict[str
     """The service's compose environment, with Temporal, the store and the ports of this machine."""
     env = {name: value for name, value in service_environment(service, OPERATOR).items()
            if not name.startswith(("AWS_", "DEERFLOW_S3_"))}
-    env.update(TEMPORAL_ADDRESS=dev_server.address, DEERFLOW_PAYLOAD_STORE="filesystem", DEERFLOW_HOME=str(home),
+    # No payload store: the test's client reads the run's payloads inline, from no store of the service's.
+    env.update(TEMPORAL_ADDRESS=dev_server.address, DEERFLOW_PAYLOAD_STORE="none", DEERFLOW_HOME=str(home),
                OTEL_EXPORTER_OTLP_ENDPOINT="")
     if "DEERFLOW_METRICS_ADDRESS" in env:
         env["DEERFLOW_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
@@ -191,6 +195,23 @@ async def test_every_compose_service_of_the_image_starts_from_it(
                 assert f'deerflow_code="{digest}"' in text and f'deerflow_version="{version}"' in text
         else:
             assert answers_http(listening[name], process, log) < 500, name
+    # A run to its review, and a bad review signal: the keyed worker's log lines carry the run.
+    handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION), id=run_id("image"),
+                                         task_queue=TASK_QUEUE)
+    await wait_for(handle, awaiting_review, timeout=START_SECONDS)
+    await handle.signal("plan_feedback", "nonsense")
+    await wait_for(handle, lambda status: any(event.kind == "ignored" for event in status.events))
+    await handle.terminate()
+    for name in ("worker", "sandbox", "codec"):
+        lines = [line for line in (tmp_path / f"{name}.log").read_text().splitlines() if line.strip()]
+        records = [json.loads(line) for line in lines]  # LOG_FORMAT=json: every line one object
+        assert records and all({"time", "level", "logger", "message"} <= set(record) for record in records), name
+    records = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.strip()]
+    run = {"workflow_id": handle.id, "run_id": handle.result_run_id}
+    ignored = [record for record in records if record["message"].startswith("Ignored plan_feedback")]
+    assert len(ignored) == 1 and ignored[0].items() >= {**run, "workflow_type": WORKFLOW_TYPE}.items(), ignored
+    chats = [record for record in records if record.get("activity_type") == "chat"]
+    assert chats and all(record.items() >= {**run, "attempt": 1}.items() for record in chats), records
     # The CLI service (`docker compose run cli list`), on the same server.
     cli = services["cli"]
     result = subprocess.run([*service_command(cli, image), "list"], cwd=image.app, capture_output=True, text=True,
