@@ -17,6 +17,7 @@ COPY activities ./activities
 COPY config ./config
 COPY offline ./offline
 COPY cli ./cli
+COPY server ./server
 COPY runtime ./runtime
 COPY storage ./storage
 COPY sandbox ./sandbox

@@ -29,6 +29,7 @@ from temporalio.service import RPCError
 
 from cli import blobs, commands
 from cli.connection import CliError
+from runtime.build_info import add_version_argument
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.encryption import EncryptionConfigError
@@ -84,6 +85,7 @@ async def codec_command(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="starter.py", description="deerflow-temporal: durable deep research")
+    add_version_argument(parser)
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="start a research run and follow it")
@@ -168,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="the web front end: our research page and DeerFlow's API")
     serve.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_WEB_TOKEN")
     serve.add_argument("--port", type=_positive, default=8000)
+    add_version_argument(serve)
     serve.set_defaults(handler=serve_command)
 
     codec = sub.add_parser("codec-server", help="decode payloads (blob references, encryption) for the Web UI and CLI")
@@ -176,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     codec.add_argument("--no-token-on-private-network", action="store_true",
                        help="listen beyond loopback without DEERFLOW_CODEC_TOKEN: only where the port is "
                             "published on the host's loopback alone (as docker-compose.yml does)")
+    add_version_argument(codec)
     codec.set_defaults(handler=codec_command)
 
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
@@ -210,5 +214,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nInterrupted. The run goes on in Temporal; {hint}.", file=sys.stderr)
         return 130
 
-if __name__ == "__main__":
+
+def run() -> NoReturn:
+    """The ``deerflow`` console script and ``python starter.py``."""
     exit_now(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -18,6 +18,7 @@ import logging
 import os
 import signal
 from datetime import timedelta
+from typing import NoReturn
 
 from temporalio.client import Client
 from temporalio.worker import Interceptor
@@ -33,9 +34,11 @@ from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
 from activities.tool_metrics import ToolMetricsInterceptor
 from config.settings import Settings, load_settings
 from offline.providers import offline_banner, start_offline_providers
+from runtime.build_info import add_version_argument, build_label, code_digest, metric_labels, worker_identity
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.encryption import EncryptionConfigError, keys_summary
+from runtime.logs import configure_logging
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
@@ -70,12 +73,13 @@ async def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queues", type=parse_queues, default=QUEUE_KINDS, metavar="KINDS",
                         help="comma-separated: main (the workflow), model, tools, sandbox (the coder's Python), "
                              "or the presets all (default) and keyed (main,model,tools)")
+    add_version_argument(parser)
     queues: tuple[QueueKind, ...] = parser.parse_args(argv).queues
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Settings are built once, here, and handed to everything that needs them; the offline
     # providers add the settings that point at them instead of rewriting the environment.
     providers = start_offline_providers()
     settings = load_settings({**os.environ, **providers.overrides})
+    configure_logging(settings)
     scrubber = SecretScrubber.for_settings(settings)
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubbingLogFilter(scrubber))
@@ -86,7 +90,11 @@ async def main(argv: list[str] | None = None) -> None:
     await prepare_payload_store(settings)
     # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the
     # client carries the tracing interceptor, and so do the workers built on it.
-    runtime = metrics_runtime(settings)
+    # Which build this is, on every poll (history records it per workflow task and activity attempt)
+    # and every metric series.
+    digest = code_digest()
+    logging.info("%s", build_label(digest))
+    runtime = metrics_runtime(settings, metric_labels(digest))
     client = await connect(connection, settings, runtime=runtime)
     # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
@@ -105,7 +113,7 @@ async def main(argv: list[str] | None = None) -> None:
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
                             sandbox=sandbox, interceptors=interceptors,
                             sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
-                            graceful_shutdown_timeout=grace)
+                            graceful_shutdown_timeout=grace, identity=worker_identity(digest))
     stop = asyncio.Event()
     on_stop_signals(stop, grace, client, journal)
     polled = [worker.task_queue for worker in workers]
@@ -184,10 +192,15 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
         await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload())
 
 
-if __name__ == "__main__":
+def run() -> NoReturn:
+    """The ``deerflow-worker`` console script and ``python worker.py``."""
     try:
         asyncio.run(main())
     except (TemporalConnectionError, EncryptionConfigError) as error:
         logging.error("%s", error)
         exit_now(2)
     exit_now(0)
+
+
+if __name__ == "__main__":
+    run()

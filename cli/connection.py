@@ -1,8 +1,10 @@
 """Connects the front door to Temporal, starting the embedded default only where that is safe.
 
-The embedded dev server is started only for a plain loopback address (no TLS, no API key) where
-nothing answers: a secured or remote address is someone's deployment, which runs its own server
-and workers, so the front door only connects to it and reports clearly when it cannot.
+The embedded dev server is started only when no address is configured (no TEMPORAL_ADDRESS, no
+profile address, no TLS, no API key) and nothing answers at its own loopback address
+(DEERFLOW_EMBEDDED_ADDRESS). A configured address is someone's deployment, maybe through a
+port-forward that dropped, which runs its own server and workers: the front door only connects to
+it and reports clearly when it cannot, rather than answering with a new, empty server.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ class CliError(Exception):
 
 
 async def connect(*, ensure_worker: bool = True) -> Client:
-    """Connect as envconfig says; for a plain loopback address, start the dev server and a worker if missing."""
+    """Connect as envconfig says; for the embedded default, start the dev server and a worker if missing."""
     connection = load_connection()
-    embedded = connection.plain_loopback
+    embedded = connection.embedded
     if embedded and not is_listening(connection.address):
         print(f"No Temporal server at {connection.address}: starting the embedded dev server…", file=sys.stderr)
         ui_url = start_dev_server(connection.address)
@@ -57,7 +59,7 @@ async def revive_worker(client: Client) -> None:
     A no-op for any other deployment: its operator runs its workers.
     """
     connection = load_connection()
-    if connection.plain_loopback:
+    if connection.embedded:
         await ensure_worker(client, connection.address, announce=_announce_worker)
 
 

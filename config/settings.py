@@ -18,7 +18,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from config.mcp_servers import MCPServerConfig, ServerName
 from config.model_prices import ModelPrice, default_price
@@ -209,6 +209,10 @@ class Settings(BaseModel):
     # The front door (cli/, runtime/embedded.py). The embedded dev server's Web UI port; tests and a
     # second checkout choose another so that two embedded servers can run side by side.
     ui_port: int = Field(default=8233, ge=1, le=65535, alias="DEERFLOW_UI_PORT")
+    # Where the front door runs the embedded dev server when no Temporal address is configured
+    # (TEMPORAL_ADDRESS or a profile's address, which are only ever connected to). Loopback only.
+    embedded_address: str = Field(default="127.0.0.1:7233", alias="DEERFLOW_EMBEDDED_ADDRESS",
+                                  pattern=r"^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\]):\d{1,5}$")
 
     # Large-payload storage (runtime/converter.py): payloads at or above the threshold are written
     # to a blob store and history keeps only a small reference. "filesystem" (<home>/blobs), "s3"
@@ -292,6 +296,17 @@ class Settings(BaseModel):
     metrics_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
                                         alias="DEERFLOW_METRICS_ADDRESS")
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="DEERFLOW_MODEL_PRICES")
+    # Logging of the worker, API server and codec server (runtime/logs.py): level, and text or one JSON
+    # object per line with the run's ids.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(default="INFO", alias="LOG_LEVEL")
+    log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        return value.strip().upper() if info.field_name == "log_level" else value.strip().lower()
 
     @field_validator("model_prices", mode="before")
     @classmethod

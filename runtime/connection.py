@@ -30,7 +30,6 @@ from config.settings import Settings, load_settings
 from runtime.converter import data_converter
 from runtime.tracing import tracing_interceptors
 
-DEFAULT_ADDRESS = "127.0.0.1:7233"
 DEFAULT_NAMESPACE = "default"
 
 # How each TLS file is named in the environment and in a TOML profile, for error messages.
@@ -56,6 +55,9 @@ class Connection:
     namespace: str
     profile: ClientConfigProfile
     connect_config: ClientConnectConfig
+    # The operator named the address (TEMPORAL_ADDRESS or a profile's address): it is only ever
+    # connected to. Otherwise it is the embedded default's (DEERFLOW_EMBEDDED_ADDRESS).
+    configured: bool = True
 
     def __repr__(self) -> str:
         return f"Connection(address={self.address!r}, namespace={self.namespace!r}, secured={self.secured})"
@@ -67,8 +69,15 @@ class Connection:
 
     @property
     def plain_loopback(self) -> bool:
-        """A loopback address with no TLS and no API key: the only kind the front door may start itself."""
+        """A loopback address with no TLS and no API key."""
         return is_loopback(self.address) and not self.secured
+
+    @property
+    def embedded(self) -> bool:
+        """The embedded default: no address configured, no TLS, no API key. The only kind the front door
+        may start itself; a configured address (a dropped ``kubectl port-forward`` to a cluster) that
+        does not answer must fail, not be answered by a new, empty server."""
+        return not self.configured and self.plain_loopback
 
 
 def is_loopback(address: str) -> bool:
@@ -124,8 +133,10 @@ def load_connection(env: Mapping[str, str] | None = None) -> Connection:
     except OSError as error:
         setting = _tls_file_setting(profile, error.filename)
         raise TemporalConnectionError(f"Cannot read {setting} {error.filename}: {error.strerror}.") from error
-    return Connection(address=profile.address or DEFAULT_ADDRESS, namespace=profile.namespace or DEFAULT_NAMESPACE,
-                      profile=profile, connect_config=connect_config)
+    configured = bool(profile.address)
+    address = profile.address if configured else load_settings(environ).embedded_address
+    return Connection(address=address, namespace=profile.namespace or DEFAULT_NAMESPACE,
+                      profile=profile, connect_config=connect_config, configured=configured)
 
 
 RESET_RETRY_SECONDS = 5.0  # how long a server that resets connections may still be starting
@@ -177,6 +188,9 @@ def describe_failure(connection: Connection, error: Exception) -> str:
         # depends on timing, so both mean the same.
         text = (f"{address} closed the connection at once, as a TLS endpoint does with plaintext: "
                 f"set TEMPORAL_TLS=true (tls), and {_CA} for a private CA.")
+    elif _is_unreachable(message) and connection.configured and connection.plain_loopback:
+        text = (f"No Temporal server answers at {address} (TEMPORAL_ADDRESS, address): check that the server, or "
+                "the port-forward or tunnel to it, is running; unset TEMPORAL_ADDRESS for the embedded dev server.")
     elif _is_unreachable(message):
         text = f"No Temporal server answers at {address} (TEMPORAL_ADDRESS, address)."
     else:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import json
 import os
 import signal
@@ -38,6 +37,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from config.settings import load_settings
+from runtime.build_info import code_digest
 from runtime.process_info import start_ticks
 from runtime.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
@@ -126,32 +126,9 @@ def _spawn(name: str, command: list[str], address: str, env: dict[str, str] | No
         start_new_session=True, cwd=REPO_DIR, env=env,
     )
     record = {"pid": process.pid, "started": _start_time(process.pid) or "", "address": address,
-              "code": code_fingerprint()}
+              "code": code_digest()}
     (state_dir() / f"{name}.pid").write_text(json.dumps(record))
     return process.pid
-
-
-# What a background process runs: the product's packages and top-level scripts, and its prompts.
-_CODE_SKIPPED = frozenset({"tests", "bench", "build", "docs"})
-
-
-def code_fingerprint() -> str:
-    """A digest of the code a background process would run (names, sizes and times of the sources).
-
-    A worker started before ``git pull`` keeps running the old code; a request with a field the old
-    code does not know then fails every run. The front door compares this with the worker's record
-    and restarts its own worker when they differ.
-    """
-    digest = hashlib.sha256()
-    for folder, folders, files in os.walk(REPO_DIR):
-        here = Path(folder)
-        folders[:] = sorted(name for name in folders if not name.startswith((".", "_")) and name not in _CODE_SKIPPED
-                            and (here != REPO_DIR or name == "prompts" or (here / name / "__init__.py").exists()))
-        for name in sorted(files):
-            if name.endswith((".py", ".md")) and (here != REPO_DIR or name.endswith(".py")):
-                info = (here / name).stat()
-                digest.update(f"{(here / name).relative_to(REPO_DIR)}\0{info.st_size}\0{info.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -161,7 +138,7 @@ class ProcessRecord:
     pid: int
     started: str  # kernel start time: a reused pid has another
     address: str  # the Temporal address it was started for
-    code: str  # code_fingerprint() when it was started ("" in records of older versions)
+    code: str  # code_digest() when it was started ("" in records of older versions)
 
 
 def _record(name: str) -> ProcessRecord | None:
@@ -277,7 +254,7 @@ async def ensure_worker(client: Client, address: str, announce: Callable[[], Non
         if record is not None and record.address == address:
             pid = recorded_process("worker", address)
             if pid is not None:
-                if record.code == code_fingerprint():
+                if record.code == code_digest():
                     return False
                 print("The code changed since the background worker started: restarting it…", file=sys.stderr)
                 with contextlib.suppress(ProcessLookupError):

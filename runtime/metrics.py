@@ -13,6 +13,8 @@ whose meter is a no-op.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from config.settings import Settings
@@ -31,12 +33,14 @@ SERIES = {
 }
 
 
-def metrics_runtime(settings: Settings) -> Runtime | None:
+def metrics_runtime(settings: Settings, labels: Mapping[str, str] | None = None) -> Runtime | None:
     """A runtime serving ``/metrics`` on ``DEERFLOW_METRICS_ADDRESS``, or None when it is unset.
 
-    Bind it to a private address (or loopback): the endpoint has no authentication, and the
-    labels show model names and task queues.
+    ``labels`` go on every series (the worker's build: runtime/build_info.py). Bind it to a private
+    address (or loopback): the endpoint has no authentication, and the labels show model names and
+    task queues.
     """
     if not settings.metrics_address:
         return None
-    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address)))
+    return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address),
+                                             global_tags=dict(labels or {})))

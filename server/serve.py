@@ -9,34 +9,39 @@ Temporal connection, only the data converter's settings (blob store, encryption 
 from __future__ import annotations
 
 import argparse
-import sys
+import logging
+from typing import Any
 
 import uvicorn
 
 from activities.token_stream import PATH as TOKEN_STREAM_PATH
 from activities.token_stream import announce
 from cli.connection import CliError, connect
-from config.settings import load_settings
+from config.settings import Settings, load_settings
 from runtime.converter import data_converter
+from runtime.logs import configure_logging
 from server.app import create_app
 from server.codec import create_codec_app
 from server.live import TokenHub
 from server.security import RequestError, check_bind
 
+logger = logging.getLogger(__name__)
+
 
 async def serve(args: argparse.Namespace) -> int:
     settings = load_settings()
+    configure_logging(settings)
     try:
         check_bind(args.host, settings.web_token)
     except RequestError as error:
         raise CliError(str(error)) from error
     client = await connect()
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"Research page: http://{host}:{args.port}/   (DeerFlow's UI: API base http://{host}:{args.port}/api/)",
-          file=sys.stderr)
+    logger.info("Research page: http://%s:%s/   (DeerFlow's UI: API base http://%s:%s/api/)",
+                host, args.port, host, args.port)
     hub = TokenHub(settings)
     config = uvicorn.Config(create_app(client, settings, hub=hub), host=args.host, port=args.port,
-                            log_level="warning", timeout_graceful_shutdown=2)
+                            **uvicorn_logging(settings), timeout_graceful_shutdown=2)
     # Local workers (the embedded default) find where to send token previews here; see token_stream.
     announced = announce(settings.home, f"http://{_local(args.host)}:{args.port}{TOKEN_STREAM_PATH}", hub.token)
     try:
@@ -48,6 +53,7 @@ async def serve(args: argparse.Namespace) -> int:
 
 async def serve_codec(args: argparse.Namespace) -> int:
     settings = load_settings()
+    configure_logging(settings)
     try:
         # The operator's explicit choice (a command-line flag, trusted config): in compose the container
         # must listen on its own network, while the host publishes the port on its loopback alone. The
@@ -58,11 +64,18 @@ async def serve_codec(args: argparse.Namespace) -> int:
         raise CliError(str(error)) from error
     app = create_codec_app(data_converter(settings), settings)  # a bad key stops it here, before it listens
     host = f"[{args.host}]" if ":" in args.host else args.host
-    print(f"Codec server: http://{host}:{args.port}  (temporal workflow show --codec-endpoint http://{host}:{args.port})",
-          file=sys.stderr)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", timeout_graceful_shutdown=2)
+    logger.info("Codec server: http://%s:%s  (temporal workflow show --codec-endpoint http://%s:%s)",
+                host, args.port, host, args.port)
+    config = uvicorn.Config(app, host=args.host, port=args.port, **uvicorn_logging(settings),
+                            timeout_graceful_shutdown=2)
     await uvicorn.Server(config).serve()
     return 0
+
+
+def uvicorn_logging(settings: Settings) -> dict[str, Any]:
+    """uvicorn's records through our handler (runtime/logs.py), its own set-up off. Access lines only at
+    DEBUG: probes and the page's polling would bury everything else."""
+    return {"log_config": None, "log_level": settings.log_level.lower(), "access_log": settings.log_level == "DEBUG"}
 
 
 def _local(host: str) -> str:

@@ -27,7 +27,6 @@ import cli.connection as front_door
 import runtime.connection as connection_module
 from offline.providers import without_provider_settings
 from runtime.connection import (
-    DEFAULT_ADDRESS,
     TemporalConnectionError,
     connect,
     describe_failure,
@@ -53,8 +52,10 @@ def clean_env(**values: str) -> dict[str, str]:
 
 def test_the_default_is_the_plain_loopback_embedded_address() -> None:
     connection = load_connection({})
-    assert (connection.address, connection.namespace) == (DEFAULT_ADDRESS, "default")
-    assert connection.plain_loopback
+    assert (connection.address, connection.namespace) == ("127.0.0.1:7233", "default")
+    assert connection.embedded and not connection.configured
+    moved = load_connection({"DEERFLOW_EMBEDDED_ADDRESS": "127.0.0.1:7299"})
+    assert moved.address == "127.0.0.1:7299" and moved.embedded
 
 
 @pytest.mark.parametrize(("env", "plain"), [
@@ -164,13 +165,41 @@ def no_embedded_start(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     yield calls
 
 
-async def test_front_door_starts_the_embedded_server_for_a_plain_loopback_address(
+async def test_front_door_starts_the_embedded_server_only_where_no_address_is_configured(
         no_embedded_start: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     address = f"127.0.0.2:{free_port()}"  # nothing listens there
-    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    monkeypatch.setenv("DEERFLOW_EMBEDDED_ADDRESS", address)
     with pytest.raises(Started):
         await front_door.connect()
     assert no_embedded_start == [address]
+
+
+async def test_a_configured_loopback_address_that_does_not_answer_is_never_replaced(
+        no_embedded_start: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dropped ``kubectl port-forward``: a new embedded server there would answer "No research run"."""
+    address = f"127.0.0.2:{free_port()}"
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    with pytest.raises(TemporalConnectionError, match=rf"No Temporal server answers at {re.escape(address)} "
+                                                      r"\(TEMPORAL_ADDRESS, address\): check that the server"):
+        await front_door.connect()
+    assert no_embedded_start == []
+
+
+def test_review_against_a_dead_configured_address_fails_in_one_line(tmp_path: Path) -> None:
+    """The operator's trial, as a real process: no dev server, no worker, one line, exit 2."""
+    address = f"127.0.0.2:{free_port()}"
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("TEMPORAL_", "DEERFLOW_"))}
+    env.update(TEMPORAL_ADDRESS=address, DEERFLOW_HOME=str(tmp_path), DEERFLOW_UI_PORT=str(free_port()))
+    starter = [sys.executable, str(REPO_DIR / "starter.py")]
+    try:
+        result = subprocess.run([*starter, "review", "research-x", "--accept"], env=env, cwd=REPO_DIR,
+                                capture_output=True, text=True, timeout=120, check=False)
+    finally:  # whatever a broken front door started there
+        subprocess.run([*starter, "down"], env=env, cwd=REPO_DIR, capture_output=True, timeout=60, check=False)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"Error: No Temporal server answers at {address}")
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert not list(tmp_path.glob("*.pid")) and not list(tmp_path.glob("*.log"))  # nothing was started
 
 
 @pytest.mark.parametrize("secured", [{"TEMPORAL_TLS": "true"}, {"TEMPORAL_API_KEY": API_KEY}])

@@ -37,7 +37,7 @@ from cli import commands
 from cli.connection import CliError
 from cli.render import status_text
 from cli.watch import Described, Watcher, render_status
-from runtime import embedded
+from runtime import build_info, embedded
 from tests.processes import REPO_DIR, free_port
 from tests.support import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
@@ -255,18 +255,21 @@ async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.Mo
     assert {line[column:column + 9].strip() for line in lines} == {"STATUS", "running", "cancelled"}
 
 
-def test_the_code_fingerprint_follows_the_product_code_not_tests(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("pkg/__init__.py", "pkg/a.py", "prompts/p.md", "tests/t.py", "top.py", "README.md"):
+def test_the_code_digest_follows_the_product_code_not_tests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("workflows/__init__.py", "workflows/a.py", "prompts/p.md", "offline/corpus.json", "tests/t.py",
+                 "worker.py", "README.md", "bench/b.py"):
         (tmp_path / name).parent.mkdir(exist_ok=True)
         (tmp_path / name).write_text("x")
-    monkeypatch.setattr(embedded, "REPO_DIR", tmp_path)
-    fingerprints = [embedded.code_fingerprint()]
-    for name, counts in (("pkg/a.py", True), ("prompts/p.md", True), ("top.py", True),
-                         ("tests/t.py", False), ("README.md", False)):
+    monkeypatch.setattr(build_info, "ROOT", tmp_path)
+    digests = [build_info.code_digest()]
+    for name, counts in (("workflows/a.py", True), ("prompts/p.md", True), ("offline/corpus.json", True),
+                         ("worker.py", True), ("tests/t.py", False), ("README.md", False), ("bench/b.py", False)):
         (tmp_path / name).write_text("changed")
-        fingerprints.append(embedded.code_fingerprint())
-        assert (fingerprints[-1] != fingerprints[-2]) is counts, name
+        digests.append(build_info.code_digest())
+        assert (digests[-1] != digests[-2]) is counts, name
+    # Contents, not times: the same code gives the same digest in every checkout and image.
+    os.utime(tmp_path / "workflows" / "a.py", (0, 0))
+    assert build_info.code_digest() == digests[-1]
 
 
 async def test_a_worker_started_before_the_code_changed_is_replaced(tmp_path: Path,
@@ -282,7 +285,7 @@ async def test_a_worker_started_before_the_code_changed_is_replaced(tmp_path: Pa
     old = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         record = {"pid": old.pid, "started": embedded._start_time(old.pid), "address": "a:1"}
-        (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": embedded.code_fingerprint()}))
+        (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": build_info.code_digest()}))
         assert await embedded.ensure_worker(object(), "a:1") is False  # same code: kept
         assert old.poll() is None and started == []
         (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": "before the pull"}))
@@ -335,7 +338,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """A fresh machine's environment: no keys, a private home, free loopback ports."""
     env = {key: value for key, value in os.environ.items() if key not in PROVIDER_VARIABLES}
     env.update(DEERFLOW_HOME=str(tmp_path_factory.mktemp("home")), DEERFLOW_UI_PORT=str(free_port()),
-               TEMPORAL_ADDRESS=f"127.0.0.1:{free_port()}")
+               DEERFLOW_EMBEDDED_ADDRESS=f"127.0.0.1:{free_port()}")
     try:
         yield env
     finally:
@@ -556,7 +559,7 @@ def test_every_command_with_bad_input_prints_one_clear_line_and_exits_2(
     """In-process (one import, many commands): any exception escaping ``main`` fails the test."""
     for name in PROVIDER_VARIABLES:
         monkeypatch.delenv(name, raising=False)
-    for name in ("DEERFLOW_HOME", "DEERFLOW_UI_PORT", "TEMPORAL_ADDRESS"):
+    for name in ("DEERFLOW_HOME", "DEERFLOW_UI_PORT", "DEERFLOW_EMBEDDED_ADDRESS"):
         monkeypatch.setenv(name, home[name])
     for argv, message in BAD_INPUTS:
         try:
