@@ -80,6 +80,7 @@ class Outcomes:
     kill_at: float  # seconds from the first start
     calls_at_kill: int
     replacement_polls_after: float  # seconds from the kill to the new worker's first poll
+    load_at_kill: float  # the machine's 1-minute load average then (our loops, worker and servers included)
     wall_seconds: float = 0.0
     reports: int = 0
     failed: int = 0
@@ -164,13 +165,13 @@ async def run_setting(setting: Setting, args: argparse.Namespace) -> Outcomes:
                 began = time.monotonic()
                 ids = await start_runs(serve.url, args.runs)
                 await until_mid_load(stack, args.kill_calls or 4 * args.runs, args.kill_after)
-                calls, killed = len(stack.model.requests), time.monotonic()
+                calls, killed, load = len(stack.model.requests), time.monotonic(), os.getloadavg()[0]
                 stack.worker.kill()
                 stack.worker.start()
                 replacement = samplers.enter_context(RssSampler(stack.worker.pid))
                 await stack.until_worker_polls(timeout=args.timeout)
                 outcomes = Outcomes(setting.name, args.runs, loops.count, 0.0, killed - began, calls,
-                                    time.monotonic() - killed)
+                                    time.monotonic() - killed, load)
                 print(f"[{setting.name}] {args.runs} runs started; worker killed {outcomes.kill_at:.1f} s in, after "
                       f"{calls} model calls; its replacement polled {outcomes.replacement_polls_after:.1f} s later",
                       flush=True)
@@ -197,8 +198,8 @@ def report(outcome: Outcomes, args: argparse.Namespace) -> None:
     print(f"  exactly once: {'yes' if not outcome.not_once else 'NO'}"
           + "".join(f"\n    {problem}" for problem in outcome.not_once))
     print(f"  wall time: {outcome.wall_seconds:.1f} s (first start -> last close); kill at {outcome.kill_at:.1f} s "
-          f"after {outcome.calls_at_kill} model calls; replacement polled {outcome.replacement_polls_after:.1f} s "
-          "after the kill")
+          f"after {outcome.calls_at_kill} model calls (load average {outcome.load_at_kill:.1f}); "
+          f"replacement polled {outcome.replacement_polls_after:.1f} s after the kill")
     print(f"  retried attempts by the failure before the last: {counts(outcome.retries)}")
     print(f"  activities given up (no retry left): {counts(outcome.given_up)}")
     print(f"  failed runs: {counts(outcome.failures)}")
