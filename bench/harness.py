@@ -69,15 +69,15 @@ class BenchWorker(WorkerProcess):
     image (``compileall``) nor a plain checkout (Python writes ``__pycache__`` on first import) does.
     """
 
-    def __init__(self, address: str, log_path: Path, env: dict[str, str], script: Path) -> None:
-        super().__init__(address, log_path, env)
+    def __init__(self, address: str, log_path: Path, env: dict[str, str], script: Path, niceness: int = 0) -> None:
+        super().__init__(address, log_path, env, niceness=niceness)
         self.script = script
 
     def start(self) -> BenchWorker:
         inherited = {k: v for k, v in without_provider_settings(os.environ).items() if k != "PYTHONDONTWRITEBYTECODE"}
         env = {**inherited, "TEMPORAL_ADDRESS": self.address, **self.env}
         with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen([sys.executable, str(self.script)], cwd=REPO, env=env,
+            self.process = subprocess.Popen(self.command(self.script), cwd=REPO, env=env,
                                             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -221,11 +221,13 @@ async def bench_stack(
     worker_env: dict[str, str] | None = None,
     server_args: list[str] | None = None,
     worker_script: Path = REPO / "worker.py",
+    worker_niceness: int = 0,
 ) -> AsyncIterator[Stack]:
     """Start fakes, a dev server on a fresh database and one worker; stop them all on the way out.
 
     ``worker_env`` entries named in :data:`SHARED_SETTINGS` go into the bench client's settings
-    too, so the client reads the same payload store as the worker writes.
+    too, so the client reads the same payload store as the worker writes. ``worker_niceness`` is
+    added to this process's niceness for the worker (and the workers that replace it).
     """
     with tempfile.TemporaryDirectory(prefix="deerflow-bench-") as tmp:
         workdir = Path(tmp)
@@ -240,7 +242,7 @@ async def bench_stack(
             server = DevServer(workdir / "temporal.db", extra_args=server_args).start()
             stop.callback(server.stop)
             env.update(offline_env(model, search))
-            worker = BenchWorker(server.address, workdir / "worker.log", env, worker_script).start()
+            worker = BenchWorker(server.address, workdir / "worker.log", env, worker_script, worker_niceness).start()
             stop.callback(worker.stop)
             client = await connect_when_healthy(server.address, data_converter(client_settings))
             stack = Stack(workdir, model, search, server, worker, client)

@@ -11,21 +11,26 @@ from __future__ import annotations
 import asyncio
 import socket
 import time
+from collections import Counter
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType, TaskQueueType, TimeoutType
+from temporalio.api.failure.v1 import Failure
 from temporalio.api.history.v1 import HistoryEvent
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
+from temporalio.converter import DataConverter
 
 from workflows.models import TASK_QUEUE
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+FAILED = EventType.EVENT_TYPE_ACTIVITY_TASK_FAILED
+TIMED_OUT = EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT
 WORKFLOW_TASK_COMPLETED = EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED
 PROGRESS = (COMPLETED, WORKFLOW_TASK_COMPLETED)
 
@@ -84,22 +89,70 @@ def retried_activities(history: WorkflowHistory) -> dict[str, tuple[str, int]]:
             for attempt in start_attempts(events) if attempt > 1}
 
 
+def failure_cause(failure: Failure) -> str:
+    """What ended an attempt, in a word: ``timeout:<kind>`` for a timeout the server declared (a
+    heartbeat timeout when it gave up on a worker), else the failure's type (``WorkerLost`` when a
+    restarted worker reclaimed the attempt), else its message."""
+    if failure.HasField("timeout_failure_info"):
+        return f"timeout:{TimeoutType.Name(failure.timeout_failure_info.timeout_type)}"
+    return failure.application_failure_info.type or failure.message or "unknown"
+
+
 def retry_causes(history: WorkflowHistory) -> dict[str, str]:
-    """Activity ID -> what ended its previous attempt, for every attempt above 1: the failure's
-    type (``WorkerLost`` when a restarted worker reclaimed it) or ``timeout:<kind>`` (a heartbeat
-    timeout when the server gave up on a dead worker by itself)."""
-    causes = {}
+    """Activity ID -> what ended its previous attempt (:func:`failure_cause`), for every attempt above 1."""
+    return {activity_id: failure_cause(event.activity_task_started_event_attributes.last_failure)
+            for activity_id, events in activity_events(history).items() for event in events
+            if event.event_type == STARTED and event.activity_task_started_event_attributes.attempt > 1}
+
+
+def retries_by_cause(history: WorkflowHistory) -> Counter[str]:
+    """Attempts after the first, counted by what ended the attempt before the recorded one.
+
+    History keeps one Started event per activity, for its last attempt, and with it only the
+    failure of the attempt before; so an activity retried several times counts all its retries
+    under that one cause (the failures of the earlier attempts are not recorded).
+    """
+    counts: Counter[str] = Counter()
+    for event in history.events:
+        attributes = event.activity_task_started_event_attributes
+        if event.event_type == STARTED and attributes.attempt > 1:
+            counts[failure_cause(attributes.last_failure)] += attributes.attempt - 1
+    return counts
+
+
+def given_up(history: WorkflowHistory) -> Counter[str]:
+    """Activities that ended without a result (no retry left), by what ended their last attempt."""
+    counts: Counter[str] = Counter()
+    for event in history.events:
+        if event.event_type == FAILED:
+            counts[failure_cause(event.activity_task_failed_event_attributes.failure)] += 1
+        elif event.event_type == TIMED_OUT:
+            counts[failure_cause(event.activity_task_timed_out_event_attributes.failure)] += 1
+    return counts
+
+
+async def completed_once_problems(history: WorkflowHistory, converter: DataConverter) -> list[str]:
+    """What shows a run doing work twice: an activity with two results, a model turn (a ``chat``,
+    named by its summary: agent, step and turn) completed twice, or a reporter that did not
+    complete exactly once. Empty for a run that did everything once."""
+    summaries: dict[str, str] = {}
+    for event in history.events:
+        if event.event_type == SCHEDULED and event.user_metadata.HasField("summary"):
+            attributes = event.activity_task_scheduled_event_attributes
+            if attributes.activity_type.name == "chat":
+                [summaries[attributes.activity_id]] = await converter.decode([event.user_metadata.summary], [str])
+    problems = []
+    turns: Counter[str] = Counter()
     for activity_id, events in activity_events(history).items():
-        for event in events:
-            attributes = event.activity_task_started_event_attributes
-            if event.event_type != STARTED or attributes.attempt == 1:
-                continue
-            failure = attributes.last_failure
-            if failure.HasField("timeout_failure_info"):
-                causes[activity_id] = f"timeout:{TimeoutType.Name(failure.timeout_failure_info.timeout_type)}"
-            else:
-                causes[activity_id] = failure.application_failure_info.type
-    return causes
+        completions = sum(1 for event in events if event.event_type == COMPLETED)
+        if completions > 1:
+            problems.append(f"activity {activity_id} completed {completions} times")
+        if activity_id in summaries:
+            turns[summaries[activity_id]] += completions
+    problems += [f"the model turn {turn!r} completed {count} times" for turn, count in turns.items() if count > 1]
+    if turns["reporter"] != 1:
+        problems.append(f"the reporter's turn completed {turns['reporter']} times")
+    return problems
 
 
 def event_time(event: HistoryEvent) -> datetime:

@@ -78,20 +78,30 @@ class DevServer:
 
 
 class WorkerProcess:
-    """``python worker.py`` in its own process group (with its own offline providers)."""
+    """``python worker.py`` in its own process group (with its own offline providers).
+
+    ``niceness`` is added to this process's own (``nice -n``; the kernel caps the sum at 19), so a
+    worker can be started at a lower priority than what runs beside it, as on a batch host.
+    """
 
     def __init__(self, address: str, log_path: Path, env: dict[str, str] | None = None,
-                 repo: Path = REPO_DIR) -> None:
+                 repo: Path = REPO_DIR, niceness: int = 0) -> None:
         self.address = address
         self.repo = repo  # the checkout whose code the worker runs (another build in deploy tests)
         self.log_path = log_path
         self.env = env or {}
+        self.niceness = niceness
         self.process: subprocess.Popen[bytes] | None = None
+
+    def command(self, script: Path) -> list[str]:
+        """The command line that runs ``script`` at this worker's niceness (``nice`` execs it: same pid)."""
+        nice = ["nice", "-n", str(self.niceness)] if self.niceness else []
+        return [*nice, sys.executable, str(script)]
 
     def start(self) -> WorkerProcess:
         env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": self.address, **self.env}
         log = self.log_path.open("ab")
-        self.process = subprocess.Popen([sys.executable, str(self.repo / "worker.py")], cwd=self.repo, env=env,
+        self.process = subprocess.Popen(self.command(self.repo / "worker.py"), cwd=self.repo, env=env,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return self
 
@@ -110,6 +120,79 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.process = None
+
+
+class ServeProcess:
+    """``starter.py serve`` (the API server) as its own process, so killing it drops every connection,
+    as a crash does. ``home`` is its ``DEERFLOW_HOME``: shared with the workers, it holds the blobs
+    both read and the token-stream announcement the workers find it by (never the checkout's)."""
+
+    def __init__(self, address: str, port: int, log: Path, home: Path) -> None:
+        env = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
+        env["TEMPORAL_ADDRESS"] = address
+        env["DEERFLOW_HOME"] = str(home)
+        self.port = port
+        self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "serve", "--port", str(port)],
+                                        cwd=REPO_DIR, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
+                                        start_new_session=True)
+        wait_for_port(port)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(timeout=30)
+
+
+# A CPU-bound loop that lowers its own priority by argv[1] and ends by itself after argv[2] seconds.
+_BUSY_LOOP = ("import os, sys, time\nos.nice(int(sys.argv[1]))\nend = time.monotonic() + float(sys.argv[2])\n"
+              "while time.monotonic() < end:\n    pass\n")
+
+
+class BusyLoops:
+    """``count`` CPU-bound processes beside the processes under test, each at ``niceness`` added to ours.
+
+    Bounded twice: each loop ends by itself after ``seconds`` (so a test or bench killed half-way
+    leaves none running on a shared machine), and :meth:`stop` (also on leaving the ``with``) kills
+    those still running.
+    """
+
+    def __init__(self, count: int, seconds: float, niceness: int = 0) -> None:
+        self.count = count
+        self.seconds = seconds
+        self.niceness = niceness
+        self.loops: list[subprocess.Popen[bytes]] = []
+        self.started_at = 0.0  # monotonic
+        self.killed_at: float | None = None
+
+    def start(self) -> BusyLoops:
+        self.started_at = time.monotonic()
+        self.loops = [subprocess.Popen([sys.executable, "-c", _BUSY_LOOP, str(self.niceness), str(self.seconds)])
+                      for _ in range(self.count)]
+        return self
+
+    @property
+    def ended_at(self) -> float:
+        """When the loops stopped or will stop (monotonic): their own deadline, or when they were killed."""
+        deadline = self.started_at + self.seconds
+        return deadline if self.killed_at is None else min(deadline, self.killed_at)
+
+    def stop(self) -> None:
+        for loop in self.loops:
+            if loop.poll() is None:
+                if self.killed_at is None:
+                    self.killed_at = time.monotonic()
+                loop.kill()
+            loop.wait(timeout=30)
+
+    def __enter__(self) -> BusyLoops:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
 
 
 async def wait_for_worker(client: Client, log: Path, timeout: float = 60) -> None:
