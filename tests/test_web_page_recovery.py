@@ -8,10 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,7 +17,8 @@ import pytest
 from temporalio.client import Client
 
 from tests.cdp import Page, chromium_path, open_page
-from tests.processes import REPO_DIR, DevServer, WorkerProcess, free_port, wait_for_port, wait_for_worker
+from tests.processes import DevServer, WorkerProcess, free_port, wait_for_worker
+from tests.web_server import ServeProcess
 from workflows.models import Phase, RunStatus
 
 CHROMIUM = chromium_path()
@@ -50,24 +47,6 @@ def feed_items(text: str) -> list[tuple[str, dict]]:
     blocks = [dict(line.split(": ", 1) for line in block.split("\n") if line and not line.startswith(":"))
               for block in text.split("\n\n") if block.strip()]
     return [(b["event"], json.loads(b["data"])) for b in blocks if b.get("event") not in (None, "end")]
-
-
-class ServeProcess:
-    """``starter.py serve`` as its own process, so killing it drops every connection, as a crash does."""
-
-    def __init__(self, address: str, port: int, log: Path) -> None:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
-        env["TEMPORAL_ADDRESS"] = address
-        env["DEERFLOW_HOME"] = str(log.parent / "home")
-        self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "serve", "--port", str(port)],
-                                        cwd=REPO_DIR, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-        wait_for_port(port)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
 
 
 async def test_page_recovers_after_worker_kill_and_server_restart(dev_server: DevServer, client: Client,
