@@ -6,7 +6,8 @@
   to 127.0.0.1 cannot use the server (DNS rebinding).
 * A request that changes something and comes from a browser page (it has an Origin) must come
   from the server's own page or an origin the operator listed; CORS answers only those origins.
-* Request bodies are read up to ``DEERFLOW_WEB_MAX_BODY_BYTES``.
+* Request bodies are read up to ``DEERFLOW_WEB_MAX_BODY_BYTES``, and parsed as JSON only up to
+  ``MAX_JSON_DEPTH`` levels of nesting; a client that hangs up mid-body is one line in the log.
 """
 
 from __future__ import annotations
@@ -14,13 +15,19 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+# Deeper than any body the API takes (DeerFlow's deepest, mcp_settings, has 5 levels), and shallow
+# enough that nothing walking a parsed body recursively can reach Python's recursion limit.
+MAX_JSON_DEPTH = 32
+# uvicorn's own error log, so a dropped client is one line in the format of the server's other lines.
+log = logging.getLogger("uvicorn.error")
 
 
 class RequestError(ValueError):
@@ -102,17 +109,43 @@ async def read_body(request: Request, max_bytes: int, setting: str = "DEERFLOW_W
     if declared is not None and (not declared.isdigit() or int(declared) > max_bytes):
         raise too_big
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > max_bytes:
-            raise too_big
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > max_bytes:
+                raise too_big
+    except ClientDisconnect:
+        # Clients hang up all the time (a closed tab, a timeout); it is not the server's error.
+        peer = f"{request.client.host}:{request.client.port}" if request.client else "a client"
+        log.warning("%s closed the connection in the middle of its %s %s body", peer, request.method,
+                    request.url.path)
+        raise RequestError("the client closed the connection before its body was complete") from None
     return bytes(body)
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
-    """The body as JSON, refused beyond ``max_bytes`` before more than that is read."""
+    """The body as JSON, refused beyond ``max_bytes`` before more than that is read, or nested
+    deeper than ``MAX_JSON_DEPTH`` (the parser itself recurses: 30,000 levels is a RecursionError)."""
     body = await read_body(request, max_bytes)
+    too_deep = RequestError(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
-        return json.loads(body)
+        value = json.loads(body)
+    except RecursionError:
+        raise too_deep from None
     except ValueError as error:
         raise RequestError(f"request body is not JSON: {error}") from error
+    if _nested_deeper(value, MAX_JSON_DEPTH):
+        raise too_deep
+    return value
+
+
+def _nested_deeper(value: Any, limit: int) -> bool:
+    """Whether ``value`` has arrays or objects nested more than ``limit`` deep, found level by level
+    (never recursing, so the check cannot hit the recursion limit it guards against)."""
+    level = [value] if isinstance(value, dict | list) else []
+    for _ in range(limit):
+        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
+                 if isinstance(child, dict | list)]
+        if not level:
+            return False
+    return True

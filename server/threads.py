@@ -5,6 +5,9 @@ so the server holds no state and a restart loses nothing. The prefix is the oper
 (``DEERFLOW_WEB_THREAD_PREFIX``) and a thread id may hold only ``[A-Za-z0-9_-]``, so no thread id
 can spell another thread's runs, or a run started by the CLI: feedback sent with a thread id
 reaches that thread's newest run and nothing else.
+
+A thread has no cap on its runs: the newest is found by doubling, then bisecting, over the run
+numbers (about 2·log2(n) look-ups), and a question always starts the run after it.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 THREAD_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-# A page makes one run per question; a thread with more than this is not a browser tab's.
-MAX_RUNS_PER_THREAD = 100
 
 
 class ThreadError(ValueError):
@@ -34,15 +35,31 @@ def workflow_id(prefix: str, thread_id: str, number: int) -> str:
 
 
 async def run_count(client: Client, prefix: str, thread_id: str) -> int:
-    """How many runs the thread has (0: none): the first number with no run, less one."""
-    for number in range(1, MAX_RUNS_PER_THREAD + 1):
-        try:
-            await client.get_workflow_handle(workflow_id(prefix, thread_id, number)).describe()
-        except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:
-                return number - 1
-            raise
-    return MAX_RUNS_PER_THREAD
+    """How many runs the thread has (0: none), that is, the number of its newest run.
+
+    A run ``n + 1`` is only ever started after ``n`` was found, so the numbers that exist are
+    ``1..count`` with no gap: double until a number is missing, then bisect between the last two.
+    """
+    found, missing = 0, 1
+    while await _exists(client, workflow_id(prefix, thread_id, missing)):
+        found, missing = missing, missing * 2
+    while missing - found > 1:
+        middle = (found + missing) // 2
+        if await _exists(client, workflow_id(prefix, thread_id, middle)):
+            found = middle
+        else:
+            missing = middle
+    return found
+
+
+async def _exists(client: Client, workflow: str) -> bool:
+    try:
+        await client.get_workflow_handle(workflow).describe()
+    except RPCError as error:
+        if error.status == RPCStatusCode.NOT_FOUND:
+            return False
+        raise
+    return True
 
 
 async def latest_run(client: Client, prefix: str, thread_id: str) -> WorkflowHandle:

@@ -28,17 +28,24 @@ from server.security import RequestError, read_body
 
 UPLOAD_SUFFIXES = (".md", ".txt")  # what DeerFlow's upload dialog offers
 MULTIPART_OVERHEAD = 16 * 1024  # boundaries and part headers around the file
-MAX_NAME_CHARS = 100
+# The file system's limit on one name is in bytes (Linux NAME_MAX), and a name in CJK script takes
+# three bytes a character: the stem is cut in UTF-8 bytes so that the longest name ever written,
+# ``<stem>-<MAX_COPIES><suffix>``, fits.
+NAME_MAX_BYTES = 255
+MAX_COPIES = 999
 
 
 def safe_name(filename: str) -> str:
-    """A file name that is one plain path component, not hidden, with an upload suffix."""
+    """A file name that is one plain path component, not hidden, with an upload suffix, that fits
+    the file system with any copy number ``_write_new`` may add."""
     name = Path(filename.replace("\\", "/")).name
     stem, suffix = os.path.splitext(unicodedata.normalize("NFKC", name))
-    if suffix.lower() not in UPLOAD_SUFFIXES:
+    suffix = suffix.lower()
+    if suffix not in UPLOAD_SUFFIXES:
         raise RequestError(f"only {' and '.join(UPLOAD_SUFFIXES)} files can be uploaded", 415)
-    slug = re.sub(r"[^\w.-]+", "-", stem).strip("-.")[:MAX_NAME_CHARS] or "document"
-    return slug + suffix.lower()
+    budget = NAME_MAX_BYTES - len(f"-{MAX_COPIES}{suffix}".encode())
+    slug = re.sub(r"[^\w.-]+", "-", stem).encode()[:budget].decode(errors="ignore")
+    return (slug.strip("-.") or "document") + suffix
 
 
 class Uploads:
@@ -113,7 +120,7 @@ def _write_new(folder: Path, name: str, content: bytes) -> Path:
     temporary.write_bytes(content)
     try:
         stem, suffix = os.path.splitext(name)
-        for number in range(1, 1000):
+        for number in range(1, MAX_COPIES + 1):
             path = folder / (name if number == 1 else f"{stem}-{number}{suffix}")
             try:
                 os.link(temporary, path)

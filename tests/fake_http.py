@@ -4,7 +4,8 @@ Why: each search provider's tests drive its real client (httpx, ddgs/primp, arxi
 over real HTTP, so the fakes must speak HTTP; and since some of those clients default to public
 endpoints, a test must notice, not silently send, a request that escapes to the internet.
 
-Standard library only; the server runs in a daemon thread and binds 127.0.0.1 on a free port.
+Standard library only; the server runs in a daemon thread and binds a free port on loopback
+(127.0.0.1, or another 127.0.0.0/8 address for a host other than the page's own).
 """
 
 from __future__ import annotations
@@ -75,8 +76,10 @@ Handler = Callable[[Seen], Reply]
 class FakeHTTPServer:
     """Answers every request with ``handler(seen)``, unless a queued ``Reply`` (a fault) comes first."""
 
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, host: str = "127.0.0.1") -> None:
+        assert is_loopback(host), host
         self.handler = handler
+        self.host = host
         self.requests: list[Seen] = []
         self._queued: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -99,7 +102,7 @@ class FakeHTTPServer:
             def log_message(self, format: str, *args: Any) -> None:  # quiet test output
                 pass
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._httpd = ThreadingHTTPServer((self.host, 0), _Handler)
         self._thread = serve_in_thread(self._httpd, "fake-http")
         return self
 
@@ -113,7 +116,7 @@ class FakeHTTPServer:
     @property
     def base_url(self) -> str:
         assert self._httpd is not None, "use FakeHTTPServer as a context manager"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://{self.host}:{self._httpd.server_address[1]}"
 
     def inject(self, *replies: Reply) -> None:
         """Queue replies; each request takes the oldest one before the handler is asked."""

@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.service import RPCError, RPCStatusCode
 
 from server import sse
 from server.chat import feedback_text, problem
 from server.feed import parse_position
 from server.security import Guard, RequestError, check_bind, is_loopback
+from server.threads import run_count
 from tests.web_server import parse_sse
 
 
@@ -81,3 +86,28 @@ def test_host_header_must_name_loopback_without_a_token(host: str, allowed: bool
 
 def test_an_update_nobody_takes_is_explained() -> None:
     assert "is a worker running?" in problem(WorkflowUpdateRPCTimeoutOrCancelledError())
+
+
+class _Thread:
+    """A client whose thread has runs ``1..runs``: ``describe()`` of any other number is NOT_FOUND,
+    as Temporal answers for a workflow id it never saw."""
+
+    def __init__(self, runs: int) -> None:
+        self.runs = runs
+        self.looked_up: list[int] = []
+
+    def get_workflow_handle(self, workflow_id: str) -> Any:
+        number = int(workflow_id.rsplit(".", 1)[1])
+
+        async def describe() -> None:
+            self.looked_up.append(number)
+            if not 1 <= number <= self.runs:
+                raise RPCError(f"workflow not found for ID: {workflow_id}", RPCStatusCode.NOT_FOUND, b"")
+        return SimpleNamespace(describe=describe)
+
+
+@pytest.mark.parametrize("runs", [0, 1, 2, 3, 7, 8, 99, 100, 101, 102, 1000, 123_457])
+async def test_a_threads_newest_run_is_found_with_no_cap_in_few_look_ups(runs: int) -> None:
+    thread = _Thread(runs)
+    assert await run_count(thread, "deerflow-web-", "t") == runs  # type: ignore[arg-type]
+    assert len(thread.looked_up) <= 2 * math.log2(runs + 1) + 2, thread.looked_up

@@ -23,6 +23,7 @@ from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.encryption import ENCODING
 from server.codec import create_codec_app
+from server.security import MAX_JSON_DEPTH
 from tests.processes import REPO_DIR
 from workflows.models import ResearchRequest
 
@@ -109,6 +110,13 @@ async def test_bad_payloads_get_a_clear_error(codec: httpx.AsyncClient, tmp_path
     for body in ({"payload": []}, {"payloads": [1]}, {"payloads": [{"metadata": 5}]}):
         response = await codec.post("/decode", json=body)
         assert response.status_code == 400, body
+
+
+@pytest.mark.parametrize("depth", [30_000, MAX_JSON_DEPTH + 1])  # past the parser's recursion limit; past ours
+async def test_json_nested_too_deep_is_refused(codec: httpx.AsyncClient, depth: int) -> None:
+    response = await codec.post("/decode", content=b"[" * depth + b"]" * depth,
+                                headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and "nested deeper" in response.json()["detail"], response.text
 
 
 async def test_cors_preflight_and_answers_for_the_ui_origin(codec: httpx.AsyncClient) -> None:

@@ -1,14 +1,15 @@
 """Our research page in headless Chromium: ask, review (edit, then accept), follow, read and export.
 
-And a hostile report: a run whose report and plan hold ``<script>``, ``onerror=``, ``javascript:``
-links and raw HTML is opened, and nothing of it may run or survive as markup.
+And hostile reports: a run whose report and plan hold ``<script>``, ``onerror=``, ``javascript:``
+links and raw HTML is opened, and nothing of it may run or survive as markup; a report whose images,
+media and prefetches point at another host loads nothing from it, on the page or once exported.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ from temporalio.worker import Worker
 
 from config.settings import load_settings
 from tests.cdp import Page, chromium_path, open_page
+from tests.fake_http import FakeHTTPServer, Reply
 from tests.processes import DevServer, start_worker
 from tests.support import run_id
 from tests.web_server import api_server
@@ -45,11 +47,11 @@ A fine source: [Example](http://127.0.0.2:9/a) (loopback: nothing leaves the mac
 
 @workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)  # the module imports test helpers
 class HostileRun:
-    """Stands in for a research run whose model wrote hostile text (on its own task queue)."""
+    """Stands in for a research run whose model wrote the hostile ``report`` (on its own task queue)."""
 
     @workflow.run
-    async def run(self, question: str) -> ResearchResult:
-        return ResearchResult(report=HOSTILE, plan=_hostile_plan())
+    async def run(self, report: str) -> ResearchResult:
+        return ResearchResult(report=report, plan=_hostile_plan())
 
     @workflow.query(name="status")
     def status(self) -> RunStatus:
@@ -158,29 +160,95 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         raise
 
 
-async def test_a_hostile_report_executes_nothing(base: str, client: Client, page: Page) -> None:
-    workflow_id = run_id("hostile")
+@pytest.fixture
+async def hostile_run(client: Client) -> AsyncIterator[Callable[[str], Awaitable[str]]]:
+    """Finishes a run whose model wrote the given report; its worker answers the page's queries
+    until the test ends."""
     async with Worker(client, task_queue="hostile-runs", workflows=[HostileRun]):
-        handle = await client.start_workflow(HostileRun.run, "q", id=workflow_id, task_queue="hostile-runs")
-        await handle.result()
-        await page.navigate(f"{base}/?run={workflow_id}")
-        await page.wait_for("document.querySelector('#report a') !== null", 30, what="the hostile report")
-        await page.evaluate(CAPTURE_EXPORTS)
-        await press(page, "#export-html")
-        exported = await page.wait_for("window.__exports.length === 1 && window.__exports[0][1]", what="the export")
-        # Every link a person could click, clicked.
-        await page.evaluate("[...document.querySelectorAll('#report a, #report button')]"
-                            ".forEach((e) => e.click()); true")
-        await asyncio.sleep(0.5)
-        report = await page.evaluate("document.getElementById('report').innerHTML")
-        live = await page.evaluate(f"({DANGEROUS})(document.getElementById('report'))")
-        in_export = await page.evaluate(
-            f"({DANGEROUS})(new DOMParser().parseFromString({json.dumps(exported)}, 'text/html').documentElement)")
-        in_plan = await page.evaluate(
-            f"[...document.querySelectorAll('#plan-title, #plan-steps')].flatMap({DANGEROUS})")
-        plan = await page.evaluate("document.getElementById('plan').innerText")
+        async def finished(report: str) -> str:
+            workflow_id = run_id("hostile")
+            handle = await client.start_workflow(HostileRun.run, report, id=workflow_id, task_queue="hostile-runs")
+            await handle.result()
+            return workflow_id
+        yield finished
+
+
+async def test_a_hostile_report_executes_nothing(base: str, hostile_run: Callable[[str], Awaitable[str]],
+                                                 page: Page) -> None:
+    await page.navigate(f"{base}/?run={await hostile_run(HOSTILE)}")
+    await page.wait_for("document.querySelector('#report a') !== null", 30, what="the hostile report")
+    await page.evaluate(CAPTURE_EXPORTS)
+    await press(page, "#export-html")
+    exported = await page.wait_for("window.__exports.length === 1 && window.__exports[0][1]", what="the export")
+    # Every link a person could click, clicked.
+    await page.evaluate("[...document.querySelectorAll('#report a, #report button')]"
+                        ".forEach((e) => e.click()); true")
+    await asyncio.sleep(0.5)
+    report = await page.evaluate("document.getElementById('report').innerHTML")
+    live = await page.evaluate(f"({DANGEROUS})(document.getElementById('report'))")
+    in_export = await page.evaluate(
+        f"({DANGEROUS})(new DOMParser().parseFromString({json.dumps(exported)}, 'text/html').documentElement)")
+    in_plan = await page.evaluate(
+        f"[...document.querySelectorAll('#plan-title, #plan-steps')].flatMap({DANGEROUS})")
+    plan = await page.evaluate("document.getElementById('plan').innerText")
 
     assert await page.evaluate("window.__pwned === undefined"), await page.evaluate("window.__pwned")
     assert live == in_export == in_plan == [], (live, in_export, in_plan)
     assert "http://127.0.0.2:9/a" in report
     assert "<img src=x onerror=" in plan and "<script>" in plan  # shown as text, not markup
+
+
+# Everything in a report that a browser fetches on its own when the report is opened, each with its
+# own path on the beacon (a host the model or a crawled page named; here another loopback address).
+BEACONS = """# Findings
+
+![chart]({url}/md-image.png)
+
+<img src="{url}/img.png" alt="img"> <img srcset="{url}/srcset.png 2x" alt="srcset">
+<picture><source srcset="{url}/picture.png"><img alt="picture"></picture>
+<video src="{url}/video.mp4" poster="{url}/poster.png" preload="auto"></video>
+<video preload="auto"><source src="{url}/video-source.mp4"><track src="{url}/track.vtt"></video>
+<audio src="{url}/audio.mp3" preload="auto"></audio>
+<svg><image href="{url}/svg-image.png" width="9" height="9"/></svg>
+<input type="image" src="{url}/input.png" alt="input">
+<table background="{url}/table.png"><tr><td background="{url}/td.png">cell</td></tr></table>
+<link rel="prefetch" href="{url}/prefetch"> <link rel="stylesheet" href="{url}/style.css">
+
+A source: [the beacon's page]({url}/linked) stays a link, and nothing fetches it.
+"""
+# What an export without its policy fetches from the beacon (the sanitiser already drops the rest).
+FETCHED_UNGUARDED = {"/md-image.png", "/img.png", "/srcset.png", "/picture.png", "/poster.png", "/video.mp4",
+                     "/video-source.mp4", "/audio.mp3", "/svg-image.png", "/table.png", "/td.png"}
+
+
+async def test_an_exported_report_loads_nothing_remote(base: str, hostile_run: Callable[[str], Awaitable[str]],
+                                                       page: Page, tmp_path: Path) -> None:
+    with FakeHTTPServer(lambda _seen: Reply(404), host="127.0.0.2") as beacon:
+        report = BEACONS.format(url=beacon.base_url)
+        await page.navigate(f"{base}/?run={await hostile_run(report)}")
+        await page.wait_for("document.querySelector('#report img') !== null", 30, what="the report")
+        await page.evaluate(CAPTURE_EXPORTS)
+        await press(page, "#export-md")
+        await press(page, "#export-html")
+        exports = dict(await page.wait_for("window.__exports.length === 2 && window.__exports", what="both exports"))
+        from_the_page = [seen.path for seen in beacon.requests]
+
+        exported = tmp_path / "report.html"
+        exported.write_text(exports["text/html"], encoding="utf-8")
+        await page.navigate(exported.as_uri())
+        await page.wait_for("document.querySelector('h1') !== null", what="the exported report")
+        await asyncio.sleep(1.0)  # media loads may start after the load event
+        from_the_export = [seen.path for seen in beacon.requests]
+
+        # The same file without its policy: every beacon above is heard, so the test would see a leak.
+        unguarded = tmp_path / "unguarded.html"
+        unguarded.write_text(exports["text/html"].replace("Content-Security-Policy", "X-No-Policy"), encoding="utf-8")
+        await page.navigate(unguarded.as_uri())
+        deadline = asyncio.get_running_loop().time() + 30
+        while not {seen.path for seen in beacon.requests} >= FETCHED_UNGUARDED:
+            assert asyncio.get_running_loop().time() < deadline, [seen.path for seen in beacon.requests]
+            await asyncio.sleep(0.2)
+
+    assert from_the_page == [] and from_the_export == [], (from_the_page, from_the_export)
+    assert "/linked" not in {seen.path for seen in beacon.requests}
+    assert exports["text/markdown"] == report  # the Markdown export keeps every address as written text

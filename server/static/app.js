@@ -361,12 +361,20 @@ function download(name, type, text) {
   setTimeout(() => URL.revokeObjectURL(url), 1000);
 }
 
+// An exported report is opened from disk, where no server sends the page's policy: its own policy
+// lets it load nothing at all (an image, a video poster or a prefetch the model or a crawled page
+// wrote would tell their host that, when and where the report is read). Inline images still show.
+const EXPORT_POLICY = "default-src 'none'; img-src data:; base-uri 'none'; form-action 'none'";
+
 function exportedHtml() {
   const title = (state.lastStatus && state.lastStatus.plan && state.lastStatus.plan.title) || state.run;
   const doc = document.implementation.createHTMLDocument(title);
   const meta = doc.createElement("meta");
   meta.setAttribute("charset", "utf-8");
-  doc.head.prepend(meta);
+  const policy = doc.createElement("meta");
+  policy.setAttribute("http-equiv", "Content-Security-Policy");
+  policy.setAttribute("content", EXPORT_POLICY);
+  doc.head.prepend(meta, policy);
   doc.body.innerHTML = sanitisedReportHtml(state.report);
   return `<!doctype html>\n${doc.documentElement.outerHTML}`;
 }
