@@ -127,10 +127,10 @@ class ServeProcess:
     as a crash does. ``home`` is its ``DEERFLOW_HOME``: shared with the workers, it holds the blobs
     both read and the token-stream announcement the workers find it by (never the checkout's)."""
 
-    def __init__(self, address: str, port: int, log: Path, home: Path) -> None:
-        env = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
-        env["TEMPORAL_ADDRESS"] = address
-        env["DEERFLOW_HOME"] = str(home)
+    def __init__(self, address: str, port: int, log: Path, home: Path, env: dict[str, str] | None = None) -> None:
+        """``env`` adds to the test's environment, which goes without its ``DEERFLOW_WEB_*`` settings."""
+        base = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
+        env = {**base, "TEMPORAL_ADDRESS": address, "DEERFLOW_HOME": str(home), **(env or {})}
         self.port = port
         self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "serve", "--port", str(port)],
                                         cwd=REPO_DIR, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,

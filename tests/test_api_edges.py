@@ -24,9 +24,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from config.settings import load_settings
 from server.app import create_app
 from server.security import MAX_JSON_DEPTH
-from tests.processes import DevServer, WorkerProcess, free_port, start_worker
+from tests.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker
 from tests.support import STARTED
-from tests.web_server import ServeProcess, parse_sse
+from tests.web_server import parse_sse
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, RunStatus
 
 pytestmark = pytest.mark.timeout(180)
@@ -65,7 +65,7 @@ def served(dev_server: DevServer, worker: WorkerProcess, folder: Path) -> Iterat
     resources = folder / "resources"
     resources.mkdir()
     port = free_port()
-    server = ServeProcess(dev_server.address, port, folder / "serve.log",
+    server = ServeProcess(dev_server.address, port, folder / "serve.log", folder / "home",
                           env={"DEERFLOW_RESOURCE_ROOTS": str(resources), "DEERFLOW_TOKEN_STREAM_TOKEN": TOKEN})
     yield Served(f"http://127.0.0.1:{port}", folder / "serve.log", resources / "uploads")
     server.kill()

@@ -6,12 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
-import subprocess
-import sys
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import uvicorn
 from temporalio.client import Client
@@ -19,7 +14,7 @@ from temporalio.client import Client
 from config.settings import Settings
 from server.app import create_app
 from server.live import TokenHub
-from tests.processes import REPO_DIR, free_port, wait_for_port
+from tests.processes import free_port
 
 
 @contextlib.asynccontextmanager
@@ -48,27 +43,6 @@ async def api_server(client: Client, settings: Settings, keep_alive: float = 15.
             pass
         except TimeoutError:
             raise AssertionError("the API server did not stop within 10 s of its 2 s grace") from None
-
-
-class ServeProcess:
-    """``starter.py serve`` as its own process, so killing it drops every connection, as a crash does.
-
-    Its home is ``log``'s folder's ``home`` (blobs, the token-stream announcement); ``env`` adds to
-    the test's environment, without its ``DEERFLOW_WEB_*`` settings.
-    """
-
-    def __init__(self, address: str, port: int, log: Path, env: dict[str, str] | None = None) -> None:
-        base = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
-        base.update({"TEMPORAL_ADDRESS": address, "DEERFLOW_HOME": str(log.parent / "home"), **(env or {})})
-        self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "serve", "--port", str(port)],
-                                        cwd=REPO_DIR, env=base, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                                        start_new_session=True)
-        wait_for_port(port)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=30)
 
 
 def parse_sse(text: str) -> list[tuple[str, dict]]:
