@@ -315,6 +315,10 @@ def stop_embedded() -> list[str]:
             try:
                 os.killpg(pid, signal.SIGTERM)
                 stopped.append(name)
+                if name == "worker":
+                    # At once (its second signal): the server stops with it, so its calls in flight
+                    # could not be reported; it hands them back and leaves (worker.py).
+                    os.killpg(pid, signal.SIGINT)
             except ProcessLookupError:
                 pass
         (state_dir() / f"{name}.pid").unlink(missing_ok=True)
