@@ -38,12 +38,13 @@ from runtime.build_info import add_version_argument, build_label, code_digest, m
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.encryption import EncryptionConfigError
+from runtime.health import probe_server, worker_readiness
 from runtime.logs import configure_logging
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
-from workflows.queues import QUEUE_KINDS, QueueKind
+from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 
 QUEUE_PRESETS: dict[str, tuple[QueueKind, ...]] = {"all": QUEUE_KINDS, "keyed": ("main", "model", "tools")}
 
@@ -107,18 +108,22 @@ async def main(argv: list[str] | None = None) -> None:
         interceptors.append(ToolMetricsInterceptor(settings))
         logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
     sandbox = SandboxActivities(settings)
+    identity = worker_identity(digest)
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
                             sandbox=sandbox, interceptors=interceptors,
                             sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
-                            identity=worker_identity(digest))
+                            identity=identity)
     stop = asyncio.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     polled = [worker.task_queue for worker in workers]
+    # Ready (DEERFLOW_HEALTH_ADDRESS's /readyz) once Temporal lists this worker on each of them.
+    served = [(queue, queue == queue_name("main")) for queue in polled]
     logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
     try:
         # A warm-up that fails stops the worker, as a failure at start would.
-        async with running(workers), asyncio.TaskGroup() as group:
+        async with probe_server(settings.health_address, worker_readiness(client, identity, served)), \
+                running(workers), asyncio.TaskGroup() as group:
             group.create_task(warm_up(queues, settings, sandbox, client, journal))
             await stop.wait()
     finally:

@@ -294,6 +294,9 @@ class Settings(BaseModel):
     otel_exporter_otlp_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     metrics_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
                                         alias="DEERFLOW_METRICS_ADDRESS")
+    # The worker's liveness and readiness probes (runtime/health.py), host:port; unset: none.
+    health_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
+                                       alias="DEERFLOW_HEALTH_ADDRESS")
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="DEERFLOW_MODEL_PRICES")
     # Logging of the worker, API server and codec server (runtime/logs.py): level, and text or one JSON
     # object per line with the run's ids.
