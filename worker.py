@@ -38,12 +38,13 @@ from runtime.build_info import add_version_argument, build_label, code_digest, m
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.encryption import EncryptionConfigError, keys_summary
+from runtime.health import probe_server, worker_readiness
 from runtime.logs import configure_logging
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
-from workflows.queues import QUEUE_KINDS, QueueKind
+from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 
 QUEUE_PRESETS: dict[str, tuple[QueueKind, ...]] = {"all": QUEUE_KINDS, "keyed": ("main", "model", "tools")}
 
@@ -110,18 +111,22 @@ async def main(argv: list[str] | None = None) -> None:
         logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
     sandbox = SandboxActivities(settings)
     grace = timedelta(seconds=settings.worker_shutdown_grace)
+    identity = worker_identity(digest)
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
                             sandbox=sandbox, interceptors=interceptors,
                             sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
-                            graceful_shutdown_timeout=grace, identity=worker_identity(digest))
+                            graceful_shutdown_timeout=grace, identity=identity)
     stop = asyncio.Event()
     on_stop_signals(stop, grace, client, journal)
     polled = [worker.task_queue for worker in workers]
+    # Ready (DEERFLOW_HEALTH_ADDRESS's /readyz) once Temporal lists this worker on each of them.
+    served = [(queue, queue == queue_name("main")) for queue in polled]
     logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
     logging.info("%s", keys_summary(settings))
     try:
         # A warm-up that fails stops the worker, as a failure at start would; a stop does not wait for it.
-        async with running(workers), asyncio.TaskGroup() as group:
+        async with probe_server(settings.health_address, worker_readiness(client, identity, served)), \
+                running(workers), asyncio.TaskGroup() as group:
             warming = group.create_task(warm_up(queues, settings, sandbox, client, journal))
             await stop.wait()
             warming.cancel()

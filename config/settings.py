@@ -293,8 +293,18 @@ class Settings(BaseModel):
     # DEERFLOW_MODEL_PRICES: USD per million tokens, JSON {"model": {"input": 0.5, "output": 1.5}},
     # merged over the defaults in config/model_prices.py; a model in neither costs 0, labelled unpriced.
     otel_exporter_otlp_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    # OTLP's transport: http/protobuf (the default) or grpc; OTEL_EXPORTER_OTLP_TRACES_PROTOCOL wins.
+    # The exporters read the other OTEL_EXPORTER_OTLP_* variables (headers, timeout, certificates)
+    # and the SDK OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER(_ARG) themselves.
+    otel_exporter_otlp_protocol: Literal["http/protobuf", "grpc"] = Field(default="http/protobuf",
+                                                                        alias="OTEL_EXPORTER_OTLP_PROTOCOL")
+    otel_exporter_otlp_traces_protocol: Literal["http/protobuf", "grpc"] | None = Field(
+        default=None, alias="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
     metrics_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
                                         alias="DEERFLOW_METRICS_ADDRESS")
+    # The worker's liveness and readiness probes (runtime/health.py), host:port; unset: none.
+    health_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
+                                       alias="DEERFLOW_HEALTH_ADDRESS")
     model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="DEERFLOW_MODEL_PRICES")
     # Logging of the worker, API server and codec server (runtime/logs.py): level, and text or one JSON
     # object per line with the run's ids.

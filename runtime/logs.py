@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity, workflow
+from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from config.settings import Settings
 
@@ -63,10 +64,20 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
+def core_logging(settings: Settings) -> LoggingConfig:
+    """The SDK core's own (Rust) records forwarded to the ``temporalio.core`` logger, so they come out in
+    the same format instead of the core's coloured text on standard error."""
+    level = {"DEBUG": "DEBUG", "ERROR": "ERROR", "CRITICAL": "ERROR"}.get(settings.log_level, "WARN")
+    return LoggingConfig(filter=TelemetryFilter(core_level=level, other_level="ERROR"),
+                         forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")))
+
+
 def configure_logging(settings: Settings) -> None:
     """The root logger's one handler (standard error), at ``settings.log_level`` in ``settings.log_format``.
 
-    In JSON the SDK's loggers leave the run's details out of the message, since they are fields.
+    In JSON the SDK's loggers leave the run's details out of the message, since they are fields. The
+    default Temporal runtime (every client's unless given another) forwards the core's records too:
+    call this before any client is built.
     """
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ActivityContext())
@@ -75,3 +86,4 @@ def configure_logging(settings: Settings) -> None:
     activity.logger.activity_info_on_message = not json_lines
     workflow.logger.workflow_info_on_message = not json_lines
     logging.basicConfig(level=settings.log_level, handlers=[handler], force=True)
+    Runtime.set_default(Runtime(telemetry=TelemetryConfig(logging=core_logging(settings))), error_if_already_set=False)

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 from config.settings import Settings
+from runtime.logs import core_logging
 
 # Our series, for the README and the tests (activity series also carry namespace, task_queue,
 # activity_type and workflow_type labels; workflow series namespace, task_queue and workflow_type).
@@ -43,4 +44,4 @@ def metrics_runtime(settings: Settings, labels: Mapping[str, str] | None = None)
     if not settings.metrics_address:
         return None
     return Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=settings.metrics_address),
-                                             global_tags=dict(labels or {})))
+                                             global_tags=dict(labels or {}), logging=core_logging(settings)))

@@ -7,20 +7,27 @@ spans under it. The trace context travels in Temporal headers, so the trace surv
 restarts; the workflow's own spans are the interceptor's replay-safe zero-length ones.
 
 Tracing is on only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Off, this module imports nothing
-from OpenTelemetry's SDK and adds no interceptor, so it costs nothing. The exporter reads the
-standard ``OTEL_*`` variables (headers, protocol, timeout) itself; ``OTEL_SERVICE_NAME`` names the
-service (default ``deerflow-temporal``).
+from OpenTelemetry's SDK and adds no interceptor, so it costs nothing. The exporter is chosen by
+``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`` (``http/protobuf`` or ``grpc``) and reads the other standard
+``OTEL_EXPORTER_OTLP_*`` variables (headers, timeout) itself; the SDK's provider reads
+``OTEL_TRACES_SAMPLER`` and ``OTEL_RESOURCE_ATTRIBUTES``; ``OTEL_SERVICE_NAME`` names the service
+(default ``deerflow-temporal``).
+
+A query made outside any span (``status``, ``watch`` and the page poll every second or so) is not
+traced: each would otherwise be a trace of its own and bury the runs' traces. A query made inside a
+traced operation still is, under it.
 """
 
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from config.settings import Settings
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
 SERVICE_NAME = "deerflow-temporal"
@@ -54,9 +61,40 @@ def tracing_interceptor() -> TracingInterceptor:
     ``always_create_workflow_spans``: a run started without a traced client (the ``temporal`` CLI,
     the Web UI) still gets one trace, rooted at its workflow span.
     """
+    import temporalio.client
+    from opentelemetry import trace
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
-    return TracingInterceptor(always_create_workflow_spans=True)
+    class QueriesUnderTheirCaller(temporalio.client.OutboundInterceptor):
+        """Queries traced only inside a span: a poll outside one would be a new trace each time."""
+
+        def __init__(self, traced: temporalio.client.OutboundInterceptor,
+                     untraced: temporalio.client.OutboundInterceptor) -> None:
+            super().__init__(traced)
+            self.untraced = untraced
+
+        async def query_workflow(self, input: temporalio.client.QueryWorkflowInput) -> Any:
+            if trace.get_current_span().get_span_context().is_valid:
+                return await super().query_workflow(input)
+            return await self.untraced.query_workflow(input)
+
+    class Interceptor(TracingInterceptor):
+        def intercept_client(
+                self, next: temporalio.client.OutboundInterceptor) -> temporalio.client.OutboundInterceptor:
+            return QueriesUnderTheirCaller(super().intercept_client(next), next)
+
+    return Interceptor(always_create_workflow_spans=True)
+
+
+def span_exporter(settings: Settings) -> SpanExporter:
+    """The OTLP exporter for the configured protocol; it reads the endpoint, headers and timeout itself."""
+    if (settings.otel_exporter_otlp_traces_protocol or settings.otel_exporter_otlp_protocol) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        return GrpcExporter()
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    return HttpExporter()
 
 
 _interceptors: list[TracingInterceptor] = []  # the process's one interceptor, once tracing is set up
@@ -67,10 +105,9 @@ def tracing_interceptors(settings: Settings) -> list[TracingInterceptor]:
     if not settings.otel_exporter_otlp_endpoint:
         return []
     if not _interceptors:
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        install_tracer_provider(BatchSpanProcessor(OTLPSpanExporter()))
+        install_tracer_provider(BatchSpanProcessor(span_exporter(settings)))
         _interceptors.append(tracing_interceptor())
     return list(_interceptors)
 

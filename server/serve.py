@@ -19,6 +19,7 @@ from activities.token_stream import announce
 from cli.connection import CliError, connect
 from config.settings import Settings, load_settings
 from runtime.converter import data_converter
+from runtime.health import always_ready, temporal_problem, with_probes
 from runtime.logs import configure_logging
 from server.app import create_app
 from server.codec import create_codec_app
@@ -40,7 +41,8 @@ async def serve(args: argparse.Namespace) -> int:
     logger.info("Research page: http://%s:%s/   (DeerFlow's UI: API base http://%s:%s/api/)",
                 host, args.port, host, args.port)
     hub = TokenHub(settings)
-    config = uvicorn.Config(create_app(client, settings, hub=hub), host=args.host, port=args.port,
+    app = with_probes(create_app(client, settings, hub=hub), lambda: temporal_problem(client))
+    config = uvicorn.Config(app, host=args.host, port=args.port,
                             **uvicorn_logging(settings), timeout_graceful_shutdown=2)
     # Local workers (the embedded default) find where to send token previews here; see token_stream.
     announced = announce(settings.home, f"http://{_local(args.host)}:{args.port}{TOKEN_STREAM_PATH}", hub.token)
@@ -66,8 +68,8 @@ async def serve_codec(args: argparse.Namespace) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     logger.info("Codec server: http://%s:%s  (temporal workflow show --codec-endpoint http://%s:%s)",
                 host, args.port, host, args.port)
-    config = uvicorn.Config(app, host=args.host, port=args.port, **uvicorn_logging(settings),
-                            timeout_graceful_shutdown=2)
+    config = uvicorn.Config(with_probes(app, always_ready), host=args.host, port=args.port,
+                            **uvicorn_logging(settings), timeout_graceful_shutdown=2)
     await uvicorn.Server(config).serve()
     return 0
 

