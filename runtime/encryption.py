@@ -60,7 +60,8 @@ logger = logging.getLogger(__name__)
 
 
 class EncryptionConfigError(ValueError):
-    """The operator's key configuration is unusable; raised at start-up, never for a payload."""
+    """The operator's key configuration is unusable: raised at start-up, and by a process without
+    keys at an encrypted payload; never for a payload's own fault."""
 
 
 class EncryptionKeysMissing(EncryptionConfigError):
@@ -212,7 +213,10 @@ class KeylessGuard(PayloadCodec, WithSerializationContext):
         if inner is self._inner:
             return self
         # The subtree codec answers with one of two bindings; so does this guard, made once each.
-        return self._bound.setdefault(id(inner), type(self)(inner, loud=self._loud))  # type: ignore[return-value]
+        bound = self._bound.get(id(inner))
+        if bound is None or bound._inner is not inner:
+            bound = self._bound[id(inner)] = KeylessGuard(inner, loud=self._loud)
+        return bound  # type: ignore[return-value]
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         return await self._inner.encode(payloads) if self._inner is not None else list(payloads)

@@ -20,6 +20,7 @@ only adds the log line of a worker without keys.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -52,9 +53,8 @@ class WorkerDataConverter(DataConverter):
         messages = isinstance(context, WorkflowSerializationContext)
         if bound.messages == messages:
             return bound
-        clone = dataclasses.replace(bound, messages=messages)
-        object.__setattr__(clone, "payload_converter", bound.payload_converter)
-        object.__setattr__(clone, "failure_converter", bound.failure_converter)
+        clone = copy.copy(bound)  # not dataclasses.replace: that builds new converters (~150 us a task)
+        object.__setattr__(clone, "messages", messages)
         return clone
 
     async def _decode_reference_payload_sequence(self, payloads: Sequence[Payload]) -> list[Payload]:

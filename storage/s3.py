@@ -25,6 +25,7 @@ from temporalio.contrib.aws.s3driver.aioboto3 import new_aioboto3_client
 from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContext, StorageDriverStoreContext
 
 from config.settings import Settings
+from storage.filesystem import PayloadStoreError
 from storage.references import HASH_ALGORITHM, invalid_reference, is_sha256_hex
 from storage.subtrees import SUBTREE_KEY_PREFIX
 
@@ -130,7 +131,9 @@ class GuardedS3StorageDriver(S3StorageDriver):
         except RuntimeError as error:
             if error_code(error.__cause__) in MISSING_CODES:
                 raise invalid_reference(f"Payload blob is not in bucket {self._own_bucket!r}: {error}") from None
-            raise
+            # Unreachable, refused, throttled: the store's fault, so the task is retried (even for a
+            # signal's payload, which runtime/message_payloads.py would otherwise refuse for good).
+            raise PayloadStoreError(f"The S3 payload store cannot be read right now: {error}") from error
 
 
 def s3_driver(settings: Settings, client: S3Client | None = None) -> S3StorageDriver:

@@ -143,8 +143,9 @@ async def test_a_forged_storage_reference_fails_the_run_at_once(time_worker: Cli
                                                                 reference: str) -> None:
     # A genuine claim-checked start input, then the same reference pointing at a blob this store never
     # wrote, or at a path; or a hand-made subtree reference (storage/subtrees.py) doing the same: the
-    # SDK decodes payloads before workflow code runs, so only the store's non-retryable refusal keeps
-    # the run out of a workflow-task retry loop.
+    # SDK decodes payloads before workflow code runs; the worker's converter hands the one it cannot
+    # decode on as undecodable (runtime/message_payloads.py), so the run fails as an invalid request
+    # quoting the store's refusal, instead of retrying its workflow task for ever.
     genuine = await start_raw(time_worker, {"question": "hello" + " !" * 20_000})
     await genuine.result()
     [stored] = (await genuine.fetch_history()).events[0].workflow_execution_started_event_attributes.input.payloads
@@ -158,6 +159,7 @@ async def test_a_forged_storage_reference_fails_the_run_at_once(time_worker: Cli
                          data=json.dumps({"question": {"$subtree": forged_digest}}, separators=(",", ":")).encode())
     handle = await start_raw(time_worker, RawValue(forged))
     failure = await asyncio.wait_for(failure_of(handle), 30)
-    assert failure.type == "InvalidPayloadReference", failure
+    assert failure.type == "InvalidRequest" and "the payload could not be decoded" in failure.message, failure
+    assert "InvalidPayloadReference" in failure.message, failure
     assert not [event for event in (await handle.fetch_history()).events
                 if event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED]

@@ -39,6 +39,7 @@ from storage.gc import payloads_in
 from storage.s3 import S3Client, ensure_bucket, s3_driver
 from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
 from tests.conftest import TEST_SERVER
+from tests.processes import free_port
 from tests.s3_support import aws_only_on_loopback, moto_server
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
@@ -347,6 +348,21 @@ async def test_s3_driver_round_trip(s3_settings: Settings) -> None:
     assert await driver.retrieve(StorageDriverRetrieveContext(), claims) == payloads
     assert await driver.store(StorageDriverStoreContext(), payloads) == claims  # idempotent
     assert not await client.object_exists(bucket=s3_settings.s3_bucket, key="v0/absent")
+
+
+async def test_an_unreachable_s3_store_is_a_store_error_not_a_bad_payload(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> None:
+    """So the worker retries the task (runtime/message_payloads.py) instead of refusing a signal for good."""
+    aws_only_on_loopback(monkeypatch, tmp_path, AWS_ACCESS_KEY_ID="testing-fake-key",
+                         AWS_SECRET_ACCESS_KEY="testing-fake-secret")
+    closed = settings_for(DEERFLOW_PAYLOAD_STORE="s3", DEERFLOW_S3_ENDPOINT_URL=f"http://127.0.0.1:{free_port()}",
+                          DEERFLOW_S3_BUCKET="payloads")
+    driver = s3_driver(closed)
+    claim = StorageDriverClaim(claim_data={"bucket": "payloads", "hash_algorithm": "sha256", "hash_value": "0" * 64,
+                                           "key": "v0/ns/default/d/sha256/" + "0" * 64})
+    with pytest.raises(PayloadStoreError, match="cannot be read right now"):
+        await driver.retrieve(StorageDriverRetrieveContext(), [claim])
 
 
 async def test_s3_key_prefix_is_below_the_references(s3_settings: Settings) -> None:
