@@ -273,6 +273,17 @@ class Settings(BaseModel):
                                    alias="DEERFLOW_WEB_THREAD_PREFIX")
     # Event streams open at once; each holds a long poll on Temporal while its page is open.
     web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
+    # The podcast's voices (activities/speech.py): an OpenAI-compatible /v1/audio/speech endpoint
+    # (base URL up to /v1), its key, model and one voice per speaker. Unset: no voice, script only.
+    tts_url: str | None = Field(default=None, pattern=r"^https?://", alias="DEERFLOW_TTS_URL")
+    tts_api_key: str | None = Field(default=None, alias="DEERFLOW_TTS_API_KEY")
+    tts_model: str = Field(default="tts-1", alias="DEERFLOW_TTS_MODEL")
+    tts_voice_male: str = Field(default="onyx", alias="DEERFLOW_TTS_VOICE_MALE")
+    tts_voice_female: str = Field(default="nova", alias="DEERFLOW_TTS_VOICE_FEMALE")
+    tts_timeout: float = Field(default=60.0, gt=0, le=600, alias="DEERFLOW_TTS_TIMEOUT")
+    # The content flows' request bodies (a whole report: evaluation, slides, podcast, prose edits).
+    web_max_content_bytes: int = Field(default=1024 * 1024, ge=64 * 1024, le=16 * 1024 * 1024,
+                                       alias="DEERFLOW_WEB_MAX_CONTENT_BYTES")
     # DeerFlow's RAG upload (server/uploads.py): where uploaded .md/.txt files go (inside a
     # resource root; unset: uploads/ in the first root), and the caps per file and for the folder.
     web_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_UPLOAD_DIR")

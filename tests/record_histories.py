@@ -25,9 +25,13 @@ from config.settings import load_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities
-from tests.support import QUESTION
+from tests.support import QUESTION, SAMPLE_REPORT
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
+from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ReportStyle, ResearchRequest, RunStatus
+from workflows.podcast import PODCAST_WORKFLOW, PodcastRequest
+from workflows.prose import PROSE_WORKFLOW, ProseOption, ProseRequest
+from workflows.slides import SLIDES_WORKFLOW, SlidesRequest
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
@@ -52,7 +56,19 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "no_research_review": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], [Fault.no_research_plan()]),
     # DeerFlow's prompt enhancer, its own small workflow (POST /api/prompt/enhance).
     "prompt_enhance": (EnhanceRequest(prompt="solar panels on school roofs", report_style=ReportStyle.NEWS), [], []),
+    # The content flows (server/content.py), each its own small workflow.
+    "report_evaluation": (EvaluateRequest(content=SAMPLE_REPORT, query="tidal power", report_style="news",
+                                          use_llm=True), [], []),
+    "prose_fix": (ProseRequest(prompt="tides rise  twice a day. they are predictable.", option=ProseOption.FIX),
+                      [], []),
+    "slides": (SlidesRequest(content=SAMPLE_REPORT), [], []),
+    # Recorded without DEERFLOW_TTS_URL: the script, and the note that no voice is configured.
+    "podcast_no_voice": (PodcastRequest(content=SAMPLE_REPORT), [], []),
 }
+# The small workflows, by their request's type; the rest are research runs.
+FLOW_TYPES: dict[type, str] = {EnhanceRequest: ENHANCER_WORKFLOW, EvaluateRequest: EVALUATOR_WORKFLOW,
+                               ProseRequest: PROSE_WORKFLOW, SlidesRequest: SLIDES_WORKFLOW,
+                               PodcastRequest: PODCAST_WORKFLOW}
 
 
 async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
@@ -82,7 +98,7 @@ async def record(names: list[str]) -> None:
             for name in names:
                 request, feedback, faults = SCENARIOS[name]
                 providers.model.inject(*faults)
-                workflow_type = ENHANCER_WORKFLOW if isinstance(request, EnhanceRequest) else WORKFLOW_TYPE
+                workflow_type = FLOW_TYPES.get(type(request), WORKFLOW_TYPE)
                 handle = await env.client.start_workflow(workflow_type, request, id=f"history-{name}",
                                                          task_queue=TASK_QUEUE)
                 reviewed: str | None = None
