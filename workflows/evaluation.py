@@ -6,13 +6,12 @@ to a few short items, and an unparsable reply scored as DeerFlow scores one (all
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from workflows.models import Usage
+from workflows.reply_json import reply_json
 from workflows.report_metrics import ReportMetrics, grade
 
 EVALUATOR_WORKFLOW = "ReportEvaluationWorkflow"
@@ -25,7 +24,6 @@ CRITERIA = {"factual_accuracy": 0.25, "completeness": 0.20, "coherence": 0.20, "
             "citation_quality": 0.10, "writing_quality": 0.10}
 MAX_ITEMS = 5
 MAX_ITEM_CHARS = 500
-_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
 class EvaluateRequest(BaseModel):
@@ -84,10 +82,8 @@ def _items(value: Any) -> list[str]:
 
 
 def _json_object(reply: str) -> dict[str, Any] | None:
-    fenced = _FENCED.search(reply)
-    text = fenced.group(1) if fenced else reply[reply.find("{"):reply.rfind("}") + 1]
     try:
-        value = json.loads(text)
+        value = reply_json(reply)
     except ValueError:
         return None
     return value if isinstance(value, dict) else None

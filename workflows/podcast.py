@@ -8,15 +8,15 @@ the model writes.
 
 from __future__ import annotations
 
-import json
 import re
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import MAX_CONTENT_CHARS
 from workflows.models import Usage
+from workflows.reply_json import reply_json
 
 PODCAST_WORKFLOW = "PodcastWorkflow"
 WRITER_REPORT_CHARS = 60_000
@@ -25,7 +25,6 @@ MAX_LINE_CHARS = 1_000  # DeerFlow sends at most 1,024 characters per speech req
 NO_VOICE = "NoVoice"
 NO_VOICE_MESSAGE = ("No text-to-speech voice is configured (set DEERFLOW_TTS_URL to an OpenAI-compatible "
                     "/v1 endpoint); the podcast script is still available.")
-_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 _MARKUP = re.compile(r"[*_`#>]+|!?\[([^\]]*)\]\([^)]*\)")
 
 Speaker = Literal["male", "female"]
@@ -75,10 +74,8 @@ def _plain(text: str) -> str:
 
 def script_from_reply(reply: str) -> Script:
     """The writer's JSON reply as a bounded ``Script``; ``NoScript`` when nothing is speakable."""
-    fenced = _FENCED.search(reply)
-    text = fenced.group(1) if fenced else reply[reply.find("{"):reply.rfind("}") + 1]
     try:
-        value: Any = json.loads(text)
+        value = reply_json(reply)
     except ValueError as error:
         raise NoScript(f"the script writer's reply is not JSON ({error})") from None
     raw = value.get("lines") if isinstance(value, dict) else None

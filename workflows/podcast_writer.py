@@ -18,8 +18,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import JOIN_AUDIO, SPEAK, execute
     from workflows.artefact import ArtefactRef
-    from workflows.model_calls import chat
-    from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.model_calls import ask
+    from workflows.models import Usage
     from workflows.podcast import (
         NO_VOICE,
         PODCAST_WORKFLOW,
@@ -44,11 +44,10 @@ class PodcastWorkflow:
     async def run(self, raw: RawValue) -> PodcastResult:
         request = decode_input(raw, PodcastRequest, workflow.payload_converter())
         usage = Usage()
-        turn = ChatRequest(prompt="podcast_script_writer",
-                           messages=[ChatMessage(role="user", content=request.content[:WRITER_REPORT_CHARS])])
-        response = await chat(turn, usage, summary="podcast script writer")
+        reply = await ask("podcast_script_writer", request.content[:WRITER_REPORT_CHARS], usage,
+                          "podcast script writer")
         try:
-            script = script_from_reply(response.message.content)
+            script = script_from_reply(reply)
         except NoScript as error:
             raise ApplicationError(str(error), type="NoScript", non_retryable=True) from None
         lines = [SpeechRequest(text=line.paragraph, speaker=line.speaker) for line in script.lines]

@@ -11,8 +11,8 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.model_calls import chat
-    from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.model_calls import ask
+    from workflows.models import Usage
     from workflows.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
     from workflows.run_input import decode_input
 
@@ -23,7 +23,6 @@ class ProseWriterWorkflow:
     async def run(self, raw: RawValue) -> ProseResult:
         request = decode_input(raw, ProseRequest, workflow.payload_converter())
         usage = Usage()
-        turn = ChatRequest(prompt=f"prose/{request.option.value}",
-                           messages=[ChatMessage(role="user", content=request.message())])
-        response = await chat(turn, usage, summary=f"prose writer · {request.option.value}")
-        return ProseResult(text=response.message.content, usage=usage)
+        text = await ask(f"prose/{request.option.value}", request.message(), usage,
+                         f"prose writer · {request.option.value}")
+        return ProseResult(text=text, usage=usage)

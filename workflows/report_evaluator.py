@@ -22,8 +22,8 @@ with workflow.unsafe.imports_passed_through():
         combine,
         parse_judgement,
     )
-    from workflows.model_calls import chat
-    from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.model_calls import ask
+    from workflows.models import Usage
     from workflows.report_metrics import compute_metrics, metrics_score
     from workflows.run_input import decode_input
 
@@ -38,13 +38,12 @@ class ReportEvaluationWorkflow:
         usage = Usage()
         judged: LlmEvaluation | None = None
         if request.use_llm:
-            turn = ChatRequest(prompt="report_judge", messages=[ChatMessage(role="user", content=(
-                f"Original research query: {request.query}\nReport style: {style}\n\nReport to evaluate:\n\n"
-                f"{request.content[:JUDGE_REPORT_CHARS]}"))])
+            message = (f"Original research query: {request.query}\nReport style: {style}\n\nReport to evaluate:\n\n"
+                       f"{request.content[:JUDGE_REPORT_CHARS]}")
             try:
-                response = await chat(turn, usage, summary="report judge")
+                reply = await ask("report_judge", message, usage, "report judge")
             except ActivityError:
                 workflow.logger.warning("The report judge failed; answering with the metrics alone")
             else:
-                judged = parse_judgement(response.message.content)
+                judged = parse_judgement(reply)
         return combine(metrics, metrics_score(metrics, style), judged, usage)

@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import RENDER_SLIDES, execute
     from workflows.artefact import ArtefactRef
-    from workflows.model_calls import chat
-    from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.model_calls import ask
+    from workflows.models import Usage
     from workflows.run_input import decode_input
     from workflows.slides import (
         COMPOSER_REPORT_CHARS,
@@ -34,11 +34,10 @@ class SlideComposerWorkflow:
     async def run(self, raw: RawValue) -> SlidesResult:
         request = decode_input(raw, SlidesRequest, workflow.payload_converter())
         usage = Usage()
-        turn = ChatRequest(prompt="ppt_composer", prompt_vars={"locale": request.locale},
-                           messages=[ChatMessage(role="user", content=request.content[:COMPOSER_REPORT_CHARS])])
-        response = await chat(turn, usage, summary="slide composer")
+        reply = await ask("ppt_composer", request.content[:COMPOSER_REPORT_CHARS], usage, "slide composer",
+                          {"locale": request.locale})
         try:
-            deck = deck_from_reply(response.message.content)
+            deck = deck_from_reply(reply)
         except NoDeck as error:
             raise ApplicationError(str(error), type="NoDeck", non_retryable=True) from None
         pptx = await execute(RENDER_SLIDES, deck, ArtefactRef)

@@ -7,8 +7,6 @@ that names the problem, so a rendered file always has real content and a bounded
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, StrictStr
@@ -16,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import MAX_CONTENT_CHARS
 from workflows.models import Usage
+from workflows.reply_json import reply_json
 
 SLIDES_WORKFLOW = "SlideComposerWorkflow"
 PPTX_MEDIA_TYPE = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
@@ -27,7 +26,6 @@ MAX_ROWS = 12
 MAX_TITLE = 150
 MAX_TEXT = 300
 MAX_CELL = 100
-_FENCED = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
 
 
 class SlidesRequest(BaseModel):
@@ -99,10 +97,8 @@ def _slide(value: Any) -> Slide | None:
 
 def deck_from_reply(reply: str) -> Deck:
     """The composer's JSON reply as a bounded ``Deck``; ``NoDeck`` if it has no usable slide."""
-    fenced = _FENCED.search(reply)
-    text = fenced.group(1) if fenced else reply[reply.find("{"):reply.rfind("}") + 1]
     try:
-        value = json.loads(text)
+        value = reply_json(reply)
     except ValueError as error:
         raise NoDeck(f"the composer's reply is not JSON ({error})") from None
     if not isinstance(value, dict) or not isinstance(value.get("slides"), list):
