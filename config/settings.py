@@ -281,6 +281,12 @@ class Settings(BaseModel):
     tts_voice_male: str = Field(default="onyx", alias="DEERFLOW_TTS_VOICE_MALE")
     tts_voice_female: str = Field(default="nova", alias="DEERFLOW_TTS_VOICE_FEMALE")
     tts_timeout: float = Field(default=60.0, gt=0, le=600, alias="DEERFLOW_TTS_TIMEOUT")
+    # DeerFlow's Volcengine TTS settings, used when DEERFLOW_TTS_URL is unset (its podcast voices).
+    volcengine_tts_appid: str | None = Field(default=None, alias="VOLCENGINE_TTS_APPID")
+    volcengine_tts_access_token: str | None = Field(default=None, alias="VOLCENGINE_TTS_ACCESS_TOKEN")
+    volcengine_tts_cluster: str = Field(default="volcano_tts", alias="VOLCENGINE_TTS_CLUSTER")
+    volcengine_tts_url: str = Field(default="https://openspeech.bytedance.com/api/v1/tts", pattern=r"^https?://",
+                                    alias="DEERFLOW_VOLCENGINE_TTS_URL")
     # The content flows' request bodies (a whole report: evaluation, slides, podcast, prose edits).
     web_max_content_bytes: int = Field(default=1024 * 1024, ge=64 * 1024, le=16 * 1024 * 1024,
                                        alias="DEERFLOW_WEB_MAX_CONTENT_BYTES")

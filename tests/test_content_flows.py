@@ -6,6 +6,7 @@ on the same text once, by hand), so a drift from its formula shows here.
 
 from __future__ import annotations
 
+import base64
 import io
 import json
 import uuid
@@ -231,3 +232,23 @@ def test_a_script_is_bounded_and_plain() -> None:
     assert len(script.lines) == MAX_LINES and len(script.lines[1].paragraph) == MAX_LINE_CHARS
     with pytest.raises(NoScript):
         script_from_reply('{"lines": [{"speaker": "male", "paragraph": "  "}]}')
+
+
+async def test_deerflows_volcengine_settings_give_the_voices(
+        time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None]) -> None:
+    def volcengine(seen: Seen) -> Reply:
+        body = seen.json()
+        clip = f"<{body['audio']['voice_type']}>".encode()
+        return Reply(body={"code": 3000, "message": "Success", "data": base64.b64encode(clip).decode()})
+
+    with FakeHTTPServer(volcengine) as tts:
+        configure_worker(worker_settings.model_copy(update={
+            "volcengine_tts_appid": "app-1", "volcengine_tts_access_token": "volc-token-0123456789",
+            "volcengine_tts_url": f"{tts.base_url}/api/v1/tts"}))
+        result = await _podcast(time_worker)
+    assert await artefacts.get(worker_settings, result.audio) == b"".join(
+        b"<BV002_streaming>" if line.speaker == "male" else b"<BV001_streaming>" for line in result.script.lines)
+    first = tts.requests[0]
+    assert first.headers["authorization"] == "Bearer;volc-token-0123456789"
+    assert first.json()["app"] == {"appid": "app-1", "token": "volc-token-0123456789", "cluster": "volcano_tts"}
+    assert first.json()["request"]["text"] == result.script.lines[0].paragraph

@@ -24,7 +24,8 @@ MAX_LINES = 40
 MAX_LINE_CHARS = 1_000  # DeerFlow sends at most 1,024 characters per speech request
 NO_VOICE = "NoVoice"
 NO_VOICE_MESSAGE = ("No text-to-speech voice is configured (set DEERFLOW_TTS_URL to an OpenAI-compatible "
-                    "/v1 endpoint); the podcast script is still available.")
+                    "/v1 endpoint, or VOLCENGINE_TTS_APPID and VOLCENGINE_TTS_ACCESS_TOKEN); the podcast script "
+                    "is still available.")
 _MARKUP = re.compile(r"[*_`#>]+|!?\[([^\]]*)\]\([^)]*\)")
 
 Speaker = Literal["male", "female"]
