@@ -21,6 +21,7 @@ from offline.model_server import FakeModelServer, Fault
 from storage import artefacts
 from tests.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support import SAMPLE_REPORT
+from workflows.artefact import ArtefactRef
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult, parse_judgement
 from workflows.models import TASK_QUEUE
 from workflows.podcast import (
@@ -252,3 +253,9 @@ async def test_deerflows_volcengine_settings_give_the_voices(
     assert first.headers["authorization"] == "Bearer;volc-token-0123456789"
     assert first.json()["app"] == {"appid": "app-1", "token": "volc-token-0123456789", "cluster": "volcano_tts"}
     assert first.json()["request"]["text"] == result.script.lines[0].paragraph
+
+
+def test_an_inline_file_survives_json() -> None:
+    """With DEERFLOW_PAYLOAD_STORE=none the bytes travel in the payload: MP3 is not UTF-8."""
+    ref = ArtefactRef(size=3, inline=b"\xff\xfb\x00")
+    assert ArtefactRef.model_validate_json(ref.model_dump_json()) == ref

@@ -7,10 +7,13 @@ is no store, and the bytes travel inline, as every other payload then does.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class ArtefactRef(BaseModel):
+    # Audio and decks are binary: JSON carries them as base64 (pydantic's default, UTF-8, fails on them).
+    model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
+
     claim: dict[str, str] = Field(default_factory=dict)  # the store's claim (empty: inline)
     size: int = Field(ge=0)
     inline: bytes | None = None
