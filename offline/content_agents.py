@@ -87,7 +87,7 @@ def _report_sections(report: str) -> tuple[str, list[dict[str, object]]]:
         elif stripped.startswith("## "):
             current = {"title": _plain(stripped[3:]), "bullets": []}
             slides.append(current)
-        elif current is None or not stripped or stripped.startswith("!["):
+        elif current is None or not stripped or stripped.startswith(("![", "#")):  # deeper headings: no bullets
             continue
         elif stripped.startswith("|"):
             cells = _cells(stripped)
@@ -114,7 +114,9 @@ def ppt_composer(system: str, user: str) -> str:
 def podcast_script_writer(system: str, user: str) -> str:
     """Two hosts walk through the report's sections: he names each one, she gives its points."""
     title, sections = _report_sections(user)
-    lines = [{"speaker": "male", "paragraph": f"Hello Deer! Welcome back. Today: {title or 'a new report'}."},
+    topic = (title or "a new report").rstrip(".")
+    lines = [{"speaker": "male", "paragraph": f"Hello Deer! Welcome back. Today: {topic}"
+              f"{'' if topic.endswith(('?', '!')) else '.'}"},
              {"speaker": "female", "paragraph": "Glad to be here. Let's go through what the research found."}]
     for section in sections[:8]:
         bullets = section["bullets"] if isinstance(section["bullets"], list) else []
