@@ -77,10 +77,11 @@ async def speech(client: Client, settings: Settings, body: Any) -> Response:
 
 
 def prose_data(text: str) -> str:
-    """One ``data:`` event as DeerFlow's editor reads it. Its parser splits events on a blank line
+    r"""One ``data:`` event as DeerFlow's editor reads it. Its parser splits events on a blank line
     and lines on "\n" and keeps one data line, so a line break cannot travel as "\n": it goes as
     "\r", which that parser leaves in the text and Markdown reads as a line ending."""
-    return f"data: {text.replace(chr(13) + chr(10), chr(13)).replace(chr(10), chr(13))}\n\n"
+    line = text.replace("\r\n", "\r").replace("\n", "\r")
+    return f"data: {line}\n\n"
 
 
 async def prose(client: Client, hub: TokenHub, body: Any) -> AsyncIterator[str]:
