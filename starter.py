@@ -10,6 +10,8 @@
     python starter.py serve         # the web front end on http://127.0.0.1:8000/
     python starter.py blobs gc [--dry-run] [--older-than DAYS]   # blobs of runs the server no longer keeps
     python starter.py codec-server  # decodes payloads for the Web UI and the temporal CLI
+    python starter.py evaluate ID [--llm]   # grade a finished run's report (DeerFlow's metrics)
+    python starter.py slides ID -o deck.pptx | podcast ID -o talk.mp3   # the report as a deck, a podcast
     python starter.py down          # stop the embedded dev server and worker
 """
 
@@ -27,7 +29,7 @@ from typing import NoReturn
 from pydantic import TypeAdapter, ValidationError
 from temporalio.service import RPCError
 
-from cli import blobs, commands
+from cli import blobs, commands, content
 from cli.connection import CliError
 from runtime.build_info import add_version_argument
 from runtime.connection import TemporalConnectionError
@@ -186,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     down.set_defaults(handler=commands.down)
 
     blobs.add_parser(sub)
+    content.add_parsers(sub)
     return parser
 
 

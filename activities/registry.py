@@ -23,6 +23,8 @@ from activities.retrieval import RetrievalActivities
 from activities.retry_window import RetryWindowInterceptor
 from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
+from activities.slides import SlideActivities
+from activities.speech import SpeechActivities
 from config.settings import Settings
 from runtime.message_payloads import worker_client
 from runtime.workflow_runner import workflow_runner
@@ -41,9 +43,12 @@ def queue_activities(
     ``served``: the queues this worker serves (the run config tells runs which it runs beside them)."""
     sandbox = sandbox or SandboxActivities(settings)
     mcp = McpActivities(settings)
+    speech = SpeechActivities(settings)
     model = [ChatActivity(settings).chat]
     tools = [SearchActivities(settings).web_search, CrawlActivities(settings).crawl_tool,
-             RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool]
+             RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool,
+             SlideActivities(settings).render_slides,
+             speech.speak, speech.join_audio]
     python = [sandbox.python_repl_tool]
     run_config = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config]
     return {"main": [*model, *tools, *python, *run_config], "model": model, "tools": tools, "sandbox": python}

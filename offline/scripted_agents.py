@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from offline import content_agents
 from offline.report_styles import ReportParts, render_report
 from offline.search_server import tokenize
 
@@ -30,7 +31,8 @@ AGENT_TOOLS = (
 )
 # Turns without tools (the analyst, the reporter, any agent's final summarising turn) are told
 # apart by the role their prompt opens with.
-ROLE_RE = re.compile(r"^You are an? (researcher|coder|analyst|reporter|prompt enhancer)\b", re.MULTILINE)
+ROLE_RE = re.compile(r"^You are an? (researcher|coder|analyst|reporter|prompt enhancer|report judge|prose writer"
+                     r"|presentation composer|podcast script writer)\b", re.MULTILINE)
 LOCALE_RE = re.compile(r"Locale:\s*([A-Za-z]{2,3}-[A-Za-z]{2,4})")
 MAX_STEPS_RE = re.compile(r"at most\s+(\d+)\s+steps", re.IGNORECASE)
 STYLE_RE = re.compile(r"Report style:\s*([A-Za-z_]+)")
@@ -863,9 +865,20 @@ def plain_chat(body: dict[str, Any]) -> ScriptedReply:
     return ScriptedReply(content=text)
 
 
+def _content(body: dict[str, Any], agent: Callable[[str, str], str]) -> ScriptedReply:
+    """A content flow's agent (offline/content_agents.py): system text and the last user message in, text out."""
+    messages = body.get("messages") or []
+    users = _users(messages)
+    return ScriptedReply(content=agent(system_text(messages), text_of(users[-1].get("content")) if users else ""))
+
+
 AGENTS: dict[str, Callable[[dict[str, Any]], ScriptedReply]] = {
     "coordinator": coordinator, "planner": planner, "researcher": researcher, "coder": coder,
     "analyst": analyst, "reporter": reporter, "prompt_enhancer": prompt_enhancer,
+    "report_judge": lambda body: _content(body, content_agents.report_judge),
+    "prose_writer": lambda body: _content(body, content_agents.prose_writer),
+    "presentation_composer": lambda body: _content(body, content_agents.ppt_composer),
+    "podcast_script_writer": lambda body: _content(body, content_agents.podcast_script_writer),
 }
 
 

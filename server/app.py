@@ -27,7 +27,7 @@ from activities.resource_roots import ResourcePolicy
 from activities.token_stream import PATH as TOKEN_STREAM_PATH
 from config.settings import Settings
 from offline.providers import offline_parts
-from server import sse
+from server import content, sse
 from server.chat import ChatTurns, problem
 from server.enhance import enhance
 from server.live import Ingest, TokenHub
@@ -152,6 +152,8 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
         Route("/api/rag/resources", endpoint(rag_resources), methods=["GET"]),
         Route("/api/rag/upload", endpoint(rag_upload), methods=["POST"]),
         Route("/api/prompt/enhance", endpoint(prompt_enhance), methods=["POST"]),
+        *content.routes(client, settings, hub, endpoint, lambda stream: StreamingResponse(
+            streams.bounded(stream, "content"), media_type="text/event-stream", headers=SSE_HEADERS)),
         Route("/api/runs", endpoint(list_runs), methods=["GET"]),
         Route("/api/runs", endpoint(start_run), methods=["POST"]),
         Route("/api/runs/{run:str}", endpoint(show), methods=["GET"]),

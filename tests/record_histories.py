@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import sys
 from pathlib import Path
@@ -25,9 +26,16 @@ from config.settings import load_settings
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities
-from tests.support import QUESTION
+from tests.fake_http import FakeHTTPServer, Reply
+from tests.support import QUESTION, SAMPLE_REPORT
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ReportStyle, ResearchRequest, RunStatus
+from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
+from workflows.mcp_checker import MCP_CHECK_WORKFLOW
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, MCPListRequest, Phase, ReportStyle, ResearchRequest, RunStatus
+from workflows.podcast import PODCAST_WORKFLOW, PodcastRequest, SpeechRequest
+from workflows.prose import PROSE_WORKFLOW, ProseOption, ProseRequest
+from workflows.slides import SLIDES_WORKFLOW, SlidesRequest
+from workflows.speech import SPEECH_WORKFLOW
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 # Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
@@ -52,7 +60,31 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "no_research_review": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], [Fault.no_research_plan()]),
     # DeerFlow's prompt enhancer, its own small workflow (POST /api/prompt/enhance).
     "prompt_enhance": (EnhanceRequest(prompt="solar panels on school roofs", report_style=ReportStyle.NEWS), [], []),
+    # The content flows (server/content.py), each its own small workflow.
+    "report_evaluation": (EvaluateRequest(content=SAMPLE_REPORT, query="tidal power", report_style="news",
+                                          use_llm=True), [], []),
+    "prose_fix": (ProseRequest(prompt="tides rise  twice a day. they are predictable.", option=ProseOption.FIX),
+                      [], []),
+    "slides": (SlidesRequest(content=SAMPLE_REPORT), [], []),
+    # Recorded without DEERFLOW_TTS_URL: the script, and the note that no voice is configured.
+    "podcast_no_voice": (PodcastRequest(content=SAMPLE_REPORT), [], []),
+    # With a voice (SETTINGS below): one speak activity per line, then join_audio.
+    "podcast": (PodcastRequest(content=SAMPLE_REPORT), [], []),
+    "speech": (SpeechRequest(text="Hello Deer"), [], []),
+    "mcp_check": (MCPListRequest(server_name="calc", agent="researcher"), [], []),
 }
+# Scenarios that need an operator setting, by env name; "{tts}" is the fake speech server's base URL.
+SETTINGS: dict[str, dict[str, str]] = {
+    "podcast": {"DEERFLOW_TTS_URL": "{tts}/v1"},
+    "speech": {"DEERFLOW_TTS_URL": "{tts}/v1"},
+    "mcp_check": {"MCP_SERVERS": json.dumps({"calc": {"transport": "stdio", "command": sys.executable,
+                                                      "args": [str(Path(__file__).with_name("mcp_test_server.py"))]}})},
+}
+# The small workflows, by their request's type; the rest are research runs.
+FLOW_TYPES: dict[type, str] = {EnhanceRequest: ENHANCER_WORKFLOW, EvaluateRequest: EVALUATOR_WORKFLOW,
+                               ProseRequest: PROSE_WORKFLOW, SlidesRequest: SLIDES_WORKFLOW,
+                               PodcastRequest: PODCAST_WORKFLOW, SpeechRequest: SPEECH_WORKFLOW,
+                               MCPListRequest: MCP_CHECK_WORKFLOW}
 
 
 async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
@@ -70,19 +102,23 @@ async def record(names: list[str]) -> None:
 
     providers = start_offline_providers()
     assert providers.model is not None, "record with the offline model (unset OPENAI_API_KEY)"
-    settings = load_settings({**os.environ, **providers.overrides, "DEERFLOW_MAX_TOOL_CALLS_PER_TURN": "4",
-                              "DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT": "2"})
-    sandbox = SandboxActivities(settings)
+    base = {**os.environ, **providers.overrides, "DEERFLOW_MAX_TOOL_CALLS_PER_TURN": "4",
+            "DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT": "2", "DEERFLOW_PAYLOAD_STORE": "none"}
+    sandbox = SandboxActivities(load_settings(base))
+    fakes = contextlib.ExitStack()
+    speech = fakes.enter_context(  # a fake voice: two MP3 sync bytes and the line's start
+        FakeHTTPServer(lambda seen: Reply(body=b"\xff\xfb" + seen.json()["input"][:8].encode())))
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
     )
     try:
-        async with running(build_workers(env.client, settings, sandbox=sandbox)):
-            for name in names:
+        for name in names:
+            overrides = {key: value.replace("{tts}", speech.base_url) for key, value in SETTINGS.get(name, {}).items()}
+            async with running(build_workers(env.client, load_settings({**base, **overrides}), sandbox=sandbox)):
                 request, feedback, faults = SCENARIOS[name]
                 providers.model.inject(*faults)
-                workflow_type = ENHANCER_WORKFLOW if isinstance(request, EnhanceRequest) else WORKFLOW_TYPE
+                workflow_type = FLOW_TYPES.get(type(request), WORKFLOW_TYPE)
                 handle = await env.client.start_workflow(workflow_type, request, id=f"history-{name}",
                                                          task_queue=TASK_QUEUE)
                 reviewed: str | None = None
@@ -101,6 +137,7 @@ async def record(names: list[str]) -> None:
     finally:
         await env.shutdown()
         providers.stop()
+        fakes.close()
 
 
 if __name__ == "__main__":

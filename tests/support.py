@@ -21,6 +21,32 @@ from workflows.status_view import OFFLINE_NOTICE
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 OFFLINE_REPORT = f"> {OFFLINE_NOTICE}\n\n# "  # how a saved report the offline model wrote begins
 
+# A short report in DeerFlow's shape for the content flows: title, key points, overview, a table,
+# an image, analysis, and citations from three sites (one cited twice).
+SAMPLE_REPORT = """# Tidal power in 2030
+
+## Key Points
+- Tidal stream turbines produce predictable power [EMEC](https://www.emec.org.uk/tidal).
+- Costs fell by a third since 2018 [ORE](https://ore.catapult.org.uk/costs).
+
+## Overview
+Tidal energy uses the rise and fall of the sea. It is predictable years ahead.
+
+![A turbine](https://example.org/turbine.png)
+
+## Detailed Analysis
+| Site | Capacity (MW) |
+|---|---|
+| MeyGen | 6 |
+| Paimpol | 2 |
+
+Output is steady but sites are few [EMEC](https://emec.org.uk/sites).
+
+## Key Citations
+- [EMEC](https://www.emec.org.uk/tidal)
+- [ORE Catapult](https://ore.catapult.org.uk/costs)
+"""
+
 STARTED: list[WorkflowHandle] = []  # runs for conftest to terminate after the test
 
 

@@ -42,6 +42,7 @@ from workflows.activity_options import (
 )
 from workflows.agent_loop import run_agent
 from workflows.agents import AgentSpec
+from workflows.artefact import ArtefactRef
 from workflows.models import (
     ChatMessage,
     ChatRequest,
@@ -61,7 +62,9 @@ from workflows.models import (
     ToolCall,
     Usage,
 )
+from workflows.podcast import SpeechRequest
 from workflows.queues import queue_name
+from workflows.slides import Deck, Slide
 from workflows.tools import ToolContext, crawl_key
 
 SAMPLE_INPUTS: dict[str, Any] = {
@@ -72,6 +75,9 @@ SAMPLE_INPUTS: dict[str, Any] = {
     "python_repl_tool": PythonRequest(code="print(1)"),
     "mcp_list_tools": MCPListRequest(server_name="github", agent="researcher"),
     "mcp_call_tool": MCPCallRequest(server_name="github", tool="search_code"),
+    "render_slides": Deck(title="Tides", slides=[Slide(title="Why", bullets=["Predictable"])]),
+    "speak": SpeechRequest(text="Hello Deer", speaker="female"),
+    "join_audio": [ArtefactRef(size=1, inline=b"x")],
     "load_run_config": [],
 }
 

@@ -28,7 +28,8 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 
 def test_the_reference_scenarios_are_recorded() -> None:
     assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
-            "no_research_review", "prompt_enhance"} <= {
+            "no_research_review", "prompt_enhance", "report_evaluation", "prose_fix", "slides",
+            "podcast_no_voice", "podcast", "speech", "mcp_check"} <= {
         path.stem for path in RECORDED}
 
 

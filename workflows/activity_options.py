@@ -37,6 +37,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.artefact import ArtefactRef
     from workflows.models import (
         ChatRequest,
         CrawlRequest,
@@ -47,7 +48,9 @@ with workflow.unsafe.imports_passed_through():
         RunConfig,
         SearchRequest,
     )
+    from workflows.podcast import SpeechRequest
     from workflows.queues import QueueKind, queue_name
+    from workflows.slides import Deck
 
 InputT = TypeVar("InputT")
 ResultT = TypeVar("ResultT")
@@ -185,6 +188,23 @@ MCP_CALL_TOOL: ActivityOptions[MCPCallRequest] = ActivityOptions(
     summary=lambda request: f"mcp: {summary_text(request.server_name)}.{summary_text(request.tool)}",
     queue="tools",
 )
+# The content flows' own work (workflows/slide_composer.py, workflows/podcast.py).
+RENDER_SLIDES: ActivityOptions[Deck] = ActivityOptions(
+    "render_slides", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=5),
+    heartbeat_timeout=None, retry=RetryPolicy(maximum_attempts=3),
+    summary=lambda deck: f"render_slides · {len(deck.slides)} slide(s)", queue="tools",
+)
+SPEAK: ActivityOptions[SpeechRequest] = ActivityOptions(
+    "speak", start_to_close=timedelta(seconds=90), schedule_to_close=timedelta(minutes=6),
+    heartbeat_timeout=None,
+    retry=RetryPolicy(maximum_attempts=4, non_retryable_error_types=["NoVoice", "SpeechRefused"]),
+    summary=lambda line: f"speak · {line.speaker} · {summary_text(line.text)}", queue="tools",
+)
+JOIN_AUDIO: ActivityOptions[list[ArtefactRef]] = ActivityOptions(
+    "join_audio", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=5),
+    heartbeat_timeout=None, retry=RetryPolicy(maximum_attempts=3),
+    summary=lambda clips: f"join_audio · {len(clips)} clip(s)", queue="tools",
+)
 LOAD_RUN_CONFIG: ActivityOptions[list[str]] = ActivityOptions(
     "load_run_config", start_to_close=timedelta(seconds=30), schedule_to_close=None,
     heartbeat_timeout=None, retry=None,  # reads settings and checks paths: nothing to heartbeat
@@ -193,7 +213,8 @@ LOAD_RUN_CONFIG: ActivityOptions[list[str]] = ActivityOptions(
 
 ACTIVITY_OPTIONS: dict[str, ActivityOptions[Any]] = {
     options.name: options
-    for options in (CHAT, WEB_SEARCH, LOCAL_SEARCH, CRAWL, PYTHON, MCP_LIST_TOOLS, MCP_CALL_TOOL, LOAD_RUN_CONFIG)
+    for options in (CHAT, WEB_SEARCH, LOCAL_SEARCH, CRAWL, PYTHON, MCP_LIST_TOOLS, MCP_CALL_TOOL, RENDER_SLIDES,
+                    SPEAK, JOIN_AUDIO, LOAD_RUN_CONFIG)
 }
 
 

@@ -24,3 +24,11 @@ async def chat(request: ChatRequest, usage: Usage, summary: str | None = None) -
 async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None) -> ChatMessage:
     """Run one model turn (see :func:`chat`) and return its message."""
     return (await chat(request, usage, summary)).message
+
+
+async def ask(prompt: str, content: str, usage: Usage, summary: str, prompt_vars: dict[str, str] | None = None,
+              ) -> str:
+    """One tool-less turn of the content flows: prompt ``prompt``, one user message, the reply's text."""
+    request = ChatRequest(prompt=prompt, prompt_vars=prompt_vars or {},
+                          messages=[ChatMessage(role="user", content=content)])
+    return (await chat(request, usage, summary)).message.content

@@ -1,0 +1,180 @@
+"""The content flows' endpoints: DeerFlow's report evaluation, prose editing, slides, podcast and
+speech, each one a small workflow the server starts and waits for.
+
+The server validates a body with the workflow's own request model before it starts anything (a
+400 naming the field), reads at most the operator's content cap (``DEERFLOW_WEB_MAX_CONTENT_BYTES``;
+more is a 400 too), and gives each run an execution timeout, so a run nobody waits for any more
+ends on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from temporalio.client import Client, WorkflowHandle
+
+from activities.token_stream import Delta
+from config.settings import Settings
+from server.feed import FeedItem
+from server.flows import flow_id, flow_result, read_content, start_flow
+from server.live import TokenHub
+from server.mcp_check import metadata
+from server.security import RequestError, read_json
+from storage import artefacts
+from workflows.artefact import ArtefactRef
+from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
+from workflows.podcast import NO_VOICE_MESSAGE, PODCAST_WORKFLOW, PodcastRequest, PodcastResult, TTSRequest
+from workflows.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
+from workflows.slides import PPTX_MEDIA_TYPE, SLIDES_WORKFLOW, SlidesRequest, SlidesResult
+from workflows.speech import SPEECH_WORKFLOW
+
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+async def evaluate(client: Client, body: Any) -> dict[str, Any]:
+    """``POST /api/report/evaluate``: DeerFlow's metrics, score and grade (+ the judge with ``use_llm``)."""
+    request = EvaluateRequest.model_validate(body)
+    handle = await start_flow(client, EVALUATOR_WORKFLOW, request, EvaluationResult, "report evaluation")
+    return (await flow_result(handle, "report evaluation")).answer()
+
+
+async def slides(client: Client, settings: Settings, body: Any) -> Response:
+    """``POST /api/ppt/generate``: the ``.pptx`` file itself, as DeerFlow answers."""
+    request = SlidesRequest.model_validate(body)
+    handle = await start_flow(client, SLIDES_WORKFLOW, request, SlidesResult, "slide composer")
+    result = await flow_result(handle, "slide composer")
+    return Response(await artefacts.get(settings, result.pptx), media_type=PPTX_MEDIA_TYPE,
+                    headers={"Content-Disposition": 'attachment; filename="presentation.pptx"'})
+
+
+async def podcast(client: Client, settings: Settings, body: Any) -> Response:
+    """``POST /api/podcast/generate``: the MP3 DeerFlow's UI plays. Without a voice: a 503 whose
+    ``detail`` says so (the UI shows it), with the script in ``script`` (``starter.py podcast`` too)."""
+    request = PodcastRequest.model_validate(body)
+    handle = await start_flow(client, PODCAST_WORKFLOW, request, PodcastResult, "podcast")
+    result = await flow_result(handle, "podcast")
+    if result.audio is None:
+        return JSONResponse({"detail": result.note, "script": result.script.model_dump()}, status_code=503)
+    return Response(await artefacts.get(settings, result.audio), media_type="audio/mp3")
+
+
+async def speech(client: Client, settings: Settings, body: Any) -> Response:
+    """``POST /api/tts``: one text read aloud (as DeerFlow, its first characters), as ``audio/mp3``."""
+    request = TTSRequest.model_validate(body)
+    handle = await start_flow(client, SPEECH_WORKFLOW, request.speech(), ArtefactRef, "speech")
+    try:
+        audio = await flow_result(handle, "speech")
+    except RequestError as error:
+        raise RequestError(str(error), 503 if NO_VOICE_MESSAGE in str(error) else error.status) from error
+    return Response(await artefacts.get(settings, audio), media_type="audio/mp3",
+                    headers={"Content-Disposition": "attachment; filename=tts_output.mp3"})
+
+
+def prose_data(text: str) -> str:
+    r"""One ``data:`` event as DeerFlow's editor reads it. Its parser splits events on a blank line
+    and lines on "\n" and keeps one data line, so a line break cannot travel as "\n": it goes as
+    "\r", which that parser leaves in the text and Markdown reads as a line ending."""
+    line = text.replace("\r\n", "\r").replace("\n", "\r")
+    return f"data: {line}\n\n"
+
+
+async def prose(client: Client, hub: TokenHub, body: Any) -> AsyncIterator[str]:
+    """``POST /api/prose/generate``: validated and started here (a bad body is a 400, nothing
+    started); the returned stream carries the model's token previews, then the rest of the text."""
+    request = ProseRequest.model_validate(body)
+    workflow_id = flow_id("prose writer")
+    subscription = contextlib.ExitStack()
+    queue = subscription.enter_context(hub.subscribe(workflow_id))  # before the start: no early token missed
+    try:
+        handle = await start_flow(client, PROSE_WORKFLOW, request, ProseResult, "prose writer", workflow_id)
+    except BaseException:
+        subscription.close()
+        raise
+    return _prose_stream(handle, queue, subscription)
+
+
+class _Preview:
+    """What the editor was shown of the first attempt's stream: a gapless prefix of its text."""
+
+    def __init__(self) -> None:
+        self.shown, self.stream, self.live = "", "", True
+
+    def take(self, delta: Delta | FeedItem | None) -> str:
+        """The part of ``delta`` to send ("" for none); a retry or a gap ends the preview."""
+        if not isinstance(delta, Delta) or not self.live or not delta.text:
+            return ""
+        self.stream = self.stream or delta.stream_id
+        if delta.stream_id != self.stream or delta.offset != len(self.shown):
+            self.live = False
+            return ""
+        self.shown += delta.text
+        return delta.text
+
+    def rest(self, text: str) -> str:
+        """The final text after what was shown (all of it, after a break, if that was not its start)."""
+        return text[len(self.shown):] if text.startswith(self.shown) else f"\n\n{text}"
+
+
+async def _prose_stream(handle: WorkflowHandle[Any, ProseResult], queue: asyncio.Queue[Delta | FeedItem | None],
+                        subscription: contextlib.ExitStack) -> AsyncIterator[str]:
+    """Previews of the first attempt while they are a gapless prefix; then the final text's rest."""
+    with subscription:
+        result = asyncio.create_task(flow_result(handle, "prose writer"))
+        preview = _Preview()
+        try:
+            while not result.done():
+                getter = asyncio.create_task(queue.get())
+                await asyncio.wait({getter, result}, return_when=asyncio.FIRST_COMPLETED)
+                if not getter.done():
+                    getter.cancel()
+                    break
+                if piece := preview.take(getter.result()):
+                    yield prose_data(piece)
+            while not queue.empty():  # previews that arrived with the result
+                if piece := preview.take(queue.get_nowait()):
+                    yield prose_data(piece)
+            text = (await result).text
+        except RequestError as error:
+            yield f"event: error\ndata: {' '.join(str(error).split())}\n\n"
+            return
+        finally:
+            result.cancel()
+        if rest := preview.rest(text):
+            yield prose_data(rest)
+
+
+def routes(client: Client, settings: Settings, hub: TokenHub, endpoint: Callable[[Handler], Handler],
+           event_stream: Callable[[AsyncIterator[str]], Response]) -> list[Route]:
+    """The content flows' routes; ``endpoint`` is the app's JSON wrapper (errors as ``detail``)."""
+    cap = settings.web_max_content_bytes
+
+    async def report_evaluate(request: Request) -> Any:
+        return await evaluate(client, await read_content(request, cap))
+
+    async def prose_generate(request: Request) -> Any:
+        return event_stream(await prose(client, hub, await read_content(request, cap)))
+
+    async def ppt_generate(request: Request) -> Any:
+        return await slides(client, settings, await read_content(request, cap))
+
+    async def podcast_generate(request: Request) -> Any:
+        return await podcast(client, settings, await read_content(request, cap))
+
+    async def tts(request: Request) -> Any:
+        return await speech(client, settings, await read_content(request, cap))
+
+    async def mcp_metadata(request: Request) -> Any:
+        return await metadata(client, settings, await read_json(request, settings.web_max_body_bytes))
+
+    return [Route("/api/report/evaluate", endpoint(report_evaluate), methods=["POST"]),
+            Route("/api/prose/generate", endpoint(prose_generate), methods=["POST"]),
+            Route("/api/ppt/generate", endpoint(ppt_generate), methods=["POST"]),
+            Route("/api/podcast/generate", endpoint(podcast_generate), methods=["POST"]),
+            Route("/api/tts", endpoint(tts), methods=["POST"]),
+            Route("/api/mcp/server/metadata", endpoint(mcp_metadata), methods=["POST"])]

@@ -1,0 +1,57 @@
+"""Starting a content flow's small workflow from a request, and waiting for its answer.
+
+Shared by the content endpoints (server/content.py) and the MCP check (server/mcp_check.py): each
+run gets an execution timeout, so a run nobody waits for any more ends on its own, and a failed
+or late run is a JSON error naming why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+
+from server.security import RequestError, read_json
+from workflows.errors import failure_message
+from workflows.models import TASK_QUEUE
+
+R = TypeVar("R", bound=BaseModel)
+# How long a request waits for its flow, and how long the flow's run may take at all.
+WAIT = timedelta(seconds=300)
+
+
+async def read_content(request: Request, max_bytes: int) -> Any:
+    """The body as JSON; one beyond the operator's cap is a bad request (400), nothing started."""
+    try:
+        return await read_json(request, max_bytes)
+    except RequestError as error:
+        if error.status == 413:
+            raise RequestError(f"the request is over the operator's cap of {max_bytes} bytes "
+                               "(DEERFLOW_WEB_MAX_CONTENT_BYTES)", 400) from error
+        raise
+
+
+def flow_id(label: str) -> str:
+    return f"{label.replace(' ', '-')}-{uuid.uuid4().hex[:16]}"
+
+
+async def start_flow(client: Client, workflow: str, request: BaseModel, result_type: type[R], label: str,
+                     workflow_id: str | None = None) -> WorkflowHandle[Any, R]:
+    return await client.start_workflow(
+        workflow, request, id=workflow_id or flow_id(label), task_queue=TASK_QUEUE, result_type=result_type,
+        execution_timeout=WAIT, static_summary=f"{label.capitalize()} (web)")
+
+
+async def flow_result(handle: WorkflowHandle[Any, R], label: str) -> R:
+    """The run's result; a failed run is a 502 naming why, one that takes too long a 504."""
+    try:
+        return await asyncio.wait_for(handle.result(), WAIT.total_seconds())
+    except WorkflowFailureError as error:
+        raise RequestError(f"the {label} failed: {failure_message(error.cause)}", 502) from error
+    except TimeoutError as error:
+        raise RequestError(f"the {label} did not answer in time (is a worker running?)", 504) from error

@@ -1,0 +1,78 @@
+"""``POST /api/mcp/server/metadata``: DeerFlow's "add MCP server" check, for the operator's servers only.
+
+DeerFlow starts whatever program or URL the request names (when ENABLE_MCP_SERVER_CONFIGURATION
+is set). Here a request never defines a server: it may name one from the operator's table
+(config/mcp_servers.py), and a definition it sends must agree with the operator's (transport,
+command, args, url); the tools are listed by ``McpServerCheckWorkflow`` through the same
+``mcp_list_tools`` activity a research run uses. Anything else is a 403 whose ``detail`` DeerFlow's
+dialog shows. The answer echoes only what the request sent, never the operator's env or headers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from temporalio.client import Client
+
+from config.settings import Settings
+from server.flows import flow_result, start_flow
+from server.security import RequestError
+from workflows.mcp_checker import MCP_CHECK_WORKFLOW
+from workflows.mcp_naming import MCP_TOOL_PREFIX, sanitize_name_part
+from workflows.models import MCPListRequest, MCPToolList
+
+NOT_CONFIGURED = ("Only MCP servers the operator configured can be added here (MCP_SERVERS in conf.yaml or "
+                  "the environment); {reason}")
+
+
+class MetadataRequest(BaseModel):
+    """DeerFlow's body (its UI adds ``name``); values are only compared, never used."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: StrictStr | None = Field(default=None, max_length=200)
+    transport: Literal["stdio", "sse", "streamable_http"]
+    command: StrictStr | None = Field(default=None, max_length=4096)
+    args: list[StrictStr] | None = Field(default=None, max_length=256)
+    url: StrictStr | None = Field(default=None, max_length=4096)
+    env: dict[StrictStr, StrictStr] | None = Field(default=None, max_length=256)
+    headers: dict[StrictStr, StrictStr] | None = Field(default=None, max_length=256)
+    timeout_seconds: int | None = Field(default=None, ge=1, le=3600)
+    sse_read_timeout: int | None = Field(default=None, ge=1, le=3600)
+
+
+def _refused(reason: str) -> RequestError:
+    return RequestError(NOT_CONFIGURED.format(reason=reason), 403)
+
+
+def operator_server_for(request: MetadataRequest, settings: Settings) -> tuple[str, str | None]:
+    """The operator's server the request names, and the agent to list it for; 403 otherwise."""
+    name = request.name or ""
+    server = settings.mcp_servers.get(name)
+    if server is None:
+        raise _refused(f"{name!r} is not one of them." if name else "the request names no server.")
+    sent = {"transport": request.transport, "command": request.command, "args": request.args, "url": request.url}
+    for field, value in sent.items():
+        if value not in (None, []) and value != getattr(server, field):
+            raise _refused(f"the request's {field} differs from the operator's definition of {name!r}.")
+    return name, (server.add_to_agents[0] if server.add_to_agents else None)
+
+
+def _tool(server: str, spec_name: str, description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    prefix = f"{MCP_TOOL_PREFIX}{sanitize_name_part(server)}_"
+    return {"name": spec_name.removeprefix(prefix), "description": description, "inputSchema": schema}
+
+
+async def metadata(client: Client, settings: Settings, body: Any) -> dict[str, Any]:
+    request = MetadataRequest.model_validate(body)
+    name, agent = operator_server_for(request, settings)
+    tools: list[dict[str, Any]] = []
+    if agent is not None:
+        handle = await start_flow(client, MCP_CHECK_WORKFLOW, MCPListRequest(server_name=name, agent=agent),
+                                  MCPToolList,
+                                  "mcp check")
+        listed = await flow_result(handle, "MCP server check")
+        tools = [_tool(name, spec.name, spec.description, spec.parameters) for spec in listed.tools]
+    return {**request.model_dump(exclude={"name", "timeout_seconds", "sse_read_timeout"}), "name": name,
+            "tools": tools}

@@ -1,0 +1,217 @@
+"""The content flows' endpoints over HTTP, in DeerFlow's request and response shapes.
+
+The real API server on loopback, the session's worker (time-skipping server, real activities,
+the offline model), a fake OpenAI-compatible speech server on loopback, and the MCP test server
+as the operator's. Token previews reach the API server's hub as in production (the worker posts
+them to ``/internal/token-stream``), so the prose stream is the model's tokens as they come.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from pptx import Presentation
+from temporalio.client import Client
+
+from config.mcp_servers import MCPServerConfig
+from config.settings import Settings
+from offline.content_agents import prose_writer
+from offline.model_server import FakeModelServer
+from tests.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support import SAMPLE_REPORT
+from tests.web_server import api_server
+from workflows.podcast import NO_VOICE_MESSAGE
+from workflows.slides import PPTX_MEDIA_TYPE
+
+pytestmark = pytest.mark.timeout(90)
+TOKEN = "content-stream-token-0123456789ab"
+MCP_SCRIPT = str(Path(__file__).with_name("mcp_test_server.py"))
+CAP = 64 * 1024
+METRICS = {"word_count", "citation_count", "unique_sources", "image_count", "section_count",
+           "section_coverage_score", "sections_found", "sections_missing", "has_title", "has_key_points",
+           "has_overview", "has_citations_section"}
+
+
+def _speech(seen: Seen) -> Reply:
+    body = seen.json()
+    return Reply(body=f"[{body['voice']}:{body['input'][:12]}]".encode(), headers={"Content-Type": "audio/mpeg"})
+
+
+@pytest.fixture
+def tts() -> AsyncIterator[FakeHTTPServer]:
+    with FakeHTTPServer(_speech) as server:
+        yield server
+
+
+@pytest.fixture
+async def base(time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None],
+               tts: FakeHTTPServer) -> AsyncIterator[str]:
+    """The API server, and the worker's settings: previews to it, the fake voice, one MCP server."""
+    calc = MCPServerConfig(transport="stdio", command=sys.executable, args=[MCP_SCRIPT])
+    settings = worker_settings.model_copy(update={
+        "web_token": None, "token_stream_token": TOKEN, "web_max_content_bytes": CAP, "mcp_servers": {"calc": calc}})
+    async with api_server(time_worker, settings) as url:
+        configure_worker(settings.model_copy(update={
+            "token_stream_url": f"{url}/internal/token-stream", "tts_url": f"{tts.base_url}/v1",
+            "tts_api_key": "tts-key-0123456789"}))
+        yield url
+
+
+async def post(base: str, path: str, body: object) -> httpx.Response:
+    async with httpx.AsyncClient(timeout=60) as http:
+        return await http.post(f"{base}{path}", json=body)
+
+
+def deerflow_sse(text: str) -> list[tuple[str, str | None]]:
+    """Events as DeerFlow's ``fetchStream`` parses them: blocks on a blank line, lines on "\\n",
+    ``key: value`` with the space, the last data line kept."""
+    events = []
+    for block in text.split("\n\n"):
+        if not block.strip():
+            continue
+        event, data = "message", None
+        for line in block.split("\n"):
+            key, sep, value = line.partition(": ")
+            if not sep:
+                continue
+            if key == "event":
+                event = value
+            elif key == "data":
+                data = value
+        events.append((event, data))
+    return events
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+async def test_evaluation_answers_deerflows_shape(base: str, model_server: FakeModelServer) -> None:
+    response = await post(base, "/api/report/evaluate", {"content": SAMPLE_REPORT, "query": "tidal power",
+                                                          "report_style": "news", "use_llm": False})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert set(answer["metrics"]) == METRICS and (answer["score"], answer["grade"]) == (5.92, "C")
+    assert answer["llm_evaluation"] is None and model_server.requests_for("report_judge") == []
+    judged = (await post(base, "/api/report/evaluate", {"content": SAMPLE_REPORT, "query": "tidal power",
+                                                         "report_style": "news", "use_llm": True})).json()
+    assert set(judged["llm_evaluation"]["scores"]) == {"factual_accuracy", "completeness", "coherence", "relevance",
+                                                       "citation_quality", "writing_quality"}
+    assert judged["summary"].startswith(f"Report Grade: {judged['grade']}") and judged["score"] != 5.92
+
+
+@pytest.mark.parametrize(("path", "body", "problem"), [
+    ("/api/report/evaluate", {"content": "x" * (CAP + 10), "query": "q"}, "over the operator's cap"),
+    ("/api/report/evaluate", {"content": 42, "query": "q"}, "content"),
+    ("/api/report/evaluate", {"content": "# t", "query": "q", "use_llm": "yes"}, "use_llm"),
+    ("/api/report/evaluate", ["not", "an", "object"], "dictionary"),
+    ("/api/prose/generate", {"prompt": "text", "option": "summarise"}, "option"),
+    ("/api/prose/generate", {"prompt": "text", "option": "zap"}, "zap needs a command"),
+    ("/api/prose/generate", {"prompt": "", "option": "fix"}, "prompt"),
+    ("/api/ppt/generate", {"content": ["a"]}, "content"),
+    ("/api/ppt/generate", {"content": "# t", "locale": "../../etc"}, "locale"),
+    ("/api/podcast/generate", {"content": "x" * (CAP + 10)}, "over the operator's cap"),
+    ("/api/podcast/generate", {}, "content"),
+    ("/api/tts", {"text": "hi", "encoding": "ogg"}, "encoding"),
+    ("/api/mcp/server/metadata", {"name": "calc", "transport": "carrier-pigeon"}, "transport"),
+])
+async def test_bad_input_is_a_400_and_starts_nothing(base: str, time_worker: Client, monkeypatch: pytest.MonkeyPatch,
+                                                     path: str, body: object, problem: str) -> None:
+    started: list[object] = []
+
+    async def start_workflow(*args: object, **kwargs: object) -> None:
+        started.append(args)
+
+    monkeypatch.setattr(time_worker, "start_workflow", start_workflow)
+    response = await post(base, path, body)
+    assert response.status_code == 400 and problem in response.json()["detail"], response.text
+    assert started == []
+
+
+# ---------------------------------------------------------------- prose
+
+
+async def test_prose_streams_the_models_tokens_as_deerflows_editor_reads_them(
+        base: str, model_server: FakeModelServer) -> None:
+    prompt = " ".join(f"Tide gauges at site {n} show the water rising twice a day." for n in range(8))
+    model_server.piece_seconds = 0.05
+    try:
+        async with httpx.AsyncClient(timeout=60) as http, http.stream(
+                "POST", f"{base}/api/prose/generate", json={"prompt": prompt, "option": "longer", "command": ""},
+        ) as response:
+            assert response.status_code == 200 and response.headers["content-type"].startswith("text/event-stream")
+            text = "".join([chunk async for chunk in response.aiter_text()])
+    finally:
+        model_server.piece_seconds = 0.0
+    events = deerflow_sse(text)
+    assert len(events) >= 4 and all(event == "message" and data for event, data in events)  # token by token
+    # Line breaks travel as "\r" (DeerFlow's parser would cut an event at "\n"); nothing lost or doubled.
+    expected = prose_writer("Task: longer", f"Text:\n{prompt}").replace("\n", "\r")
+    assert "".join(data or "" for _, data in events) == expected and "\r\r" in expected
+
+
+# ---------------------------------------------------------------- slides and podcast
+
+
+async def test_ppt_generate_returns_the_deck(base: str) -> None:
+    response = await post(base, "/api/ppt/generate", {"content": SAMPLE_REPORT, "locale": "en-US"})
+    assert response.status_code == 200 and response.headers["content-type"] == PPTX_MEDIA_TYPE, response.text
+    deck = Presentation(io.BytesIO(response.content))
+    assert [slide.shapes.title.text for slide in deck.slides][:2] == ["Tidal power in 2030", "Key Points"]
+
+
+async def test_podcast_is_the_joined_mp3_of_both_voices(base: str, tts: FakeHTTPServer) -> None:
+    response = await post(base, "/api/podcast/generate", {"content": SAMPLE_REPORT})
+    assert response.status_code == 200 and response.headers["content-type"] == "audio/mp3", response.text
+    assert response.content.startswith(b"[onyx:Hello Deer! ][nova:Glad to be h]")
+    assert len(tts.requests) == response.content.count(b"[")
+    assert {seen.headers["authorization"] for seen in tts.requests} == {"Bearer tts-key-0123456789"}
+
+
+async def test_tts_reads_the_text(base: str, tts: FakeHTTPServer) -> None:
+    response = await post(base, "/api/tts", {"text": "Hello there, deer", "encoding": "mp3", "speed_ratio": 1.0})
+    assert response.status_code == 200 and response.content == b"[onyx:Hello there,]", response.text
+
+
+async def test_without_a_voice_the_ui_is_told_and_gets_the_script(
+        base: str, worker_settings: Settings, configure_worker: Callable[[Settings], None]) -> None:
+    configure_worker(worker_settings)  # no DEERFLOW_TTS_URL
+    response = await post(base, "/api/podcast/generate", {"content": SAMPLE_REPORT})
+    assert response.status_code == 503 and response.json()["detail"] == NO_VOICE_MESSAGE
+    assert response.json()["script"]["lines"][0]["speaker"] == "male"
+    spoken = await post(base, "/api/tts", {"text": "hello"})
+    assert spoken.status_code == 503 and NO_VOICE_MESSAGE in spoken.json()["detail"]
+
+
+# ---------------------------------------------------------------- MCP check
+
+
+async def test_an_operator_server_is_listed_in_deerflows_shape(base: str) -> None:
+    response = await post(base, "/api/mcp/server/metadata", {
+        "name": "calc", "transport": "stdio", "command": sys.executable, "args": [MCP_SCRIPT], "env": {}})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["transport"], answer["command"], answer["args"]) == ("stdio", sys.executable, [MCP_SCRIPT])
+    add = next(tool for tool in answer["tools"] if tool["name"] == "add")
+    assert add["inputSchema"]["properties"].keys() == {"a", "b"} and add["description"]
+
+
+@pytest.mark.parametrize("body", [
+    {"name": "evil", "transport": "stdio", "command": "touch", "args": ["{marker}"]},
+    {"name": "calc", "transport": "stdio", "command": "touch", "args": ["{marker}"]},
+    {"name": "calc", "transport": "stdio", "args": ["{marker}"]},
+    {"name": "calc", "transport": "sse", "url": "http://127.0.0.2:9/sse"},
+    {"transport": "stdio", "command": "touch", "args": ["{marker}"]},
+])
+async def test_a_server_the_request_defines_is_refused_and_never_started(base: str, tmp_path: Path,
+                                                                       body: dict) -> None:
+    marker = tmp_path / "started"
+    body = json.loads(json.dumps(body).replace("{marker}", str(marker)))
+    response = await post(base, "/api/mcp/server/metadata", body)
+    assert response.status_code == 403 and "operator configured" in response.json()["detail"], response.text
+    assert not marker.exists()

@@ -1,0 +1,81 @@
+"""``starter.py evaluate|slides|podcast ID`` on a finished run, against the time-skipping server.
+
+The commands' own code (finding the finished report, starting the flow, writing the file, the
+one-line refusal) runs as the CLI runs it; only the connection is the test's worker client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from pptx import Presentation
+from temporalio.client import Client
+
+from cli import content
+from cli.connection import CliError
+from config.settings import Settings
+from tests.fake_http import FakeHTTPServer, Reply
+from tests.support import QUESTION
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.podcast import NO_VOICE_MESSAGE
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture(scope="module")
+async def finished(time_worker: Client) -> str:
+    run = f"research-cli-{uuid.uuid4().hex[:8]}"
+    await time_worker.execute_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True,
+                                                                      max_step_num=1),
+                                       id=run, task_queue=TASK_QUEUE, result_type=ResearchResult)
+    return run
+
+
+@pytest.fixture(autouse=True)
+def cli_on_worker(time_worker: Client, worker_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def connect(**_: object) -> Client:
+        return time_worker
+
+    monkeypatch.setattr(content, "connect", connect)
+    monkeypatch.setattr(content, "load_settings", lambda: worker_settings)
+
+
+async def test_evaluate_prints_grade_metrics_and_the_models_view(finished: str,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    assert await content.evaluate_command(argparse.Namespace(id=finished, style="academic", llm=True)) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Grade ") and "citations" in out and "Missing: " in out and "Model's scores: " in out
+
+
+async def test_slides_writes_a_deck(finished: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    deck = tmp_path / "deck.pptx"
+    assert await content.slides_command(argparse.Namespace(id=finished, output=str(deck))) == 0
+    slides = Presentation(str(deck)).slides
+    assert len(slides) >= 3 and f"Wrote {deck} ({len(slides)} slides" in capsys.readouterr().out
+
+
+async def test_podcast_without_a_voice_says_so_and_keeps_the_script(finished: str, tmp_path: Path) -> None:
+    with pytest.raises(CliError) as refused:
+        await content.podcast_command(argparse.Namespace(id=finished, output=str(tmp_path / "talk.mp3")))
+    assert str(refused.value).startswith(NO_VOICE_MESSAGE) and "talk.txt" in str(refused.value)
+    assert (tmp_path / "talk.txt").read_text().startswith("Male: Hello Deer!")
+    assert not (tmp_path / "talk.mp3").exists()
+
+
+async def test_podcast_with_a_voice_writes_the_mp3(finished: str, tmp_path: Path, worker_settings: Settings,
+                                                   configure_worker: Callable[[Settings], None]) -> None:
+    with FakeHTTPServer(lambda seen: Reply(body=b"\xff\xfbclip")) as tts:
+        configure_worker(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1"}))
+        assert await content.podcast_command(argparse.Namespace(id=finished, output=str(tmp_path / "t.mp3"))) == 0
+    assert (tmp_path / "t.mp3").read_bytes() == b"\xff\xfbclip" * len(tts.requests)
+
+
+async def test_a_run_without_a_report_is_one_line(time_worker: Client) -> None:
+    with pytest.raises(CliError, match="No research run with ID 'nope'"):
+        await content.evaluate_command(argparse.Namespace(id="nope", style="academic", llm=False))
+
+

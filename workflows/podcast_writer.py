@@ -1,0 +1,63 @@
+"""``PodcastWorkflow``: DeerFlow's podcast, from a report to one MP3.
+
+The script writer (one ``chat`` turn, prompt ``podcast_script_writer``) writes a two-voice script
+in a bounded JSON shape; each line is spoken by its own ``speak`` activity (concurrently, so the
+tools queue's limit paces them), which writes its clip to the blob store; ``join_audio`` joins
+the clips in order into one MP3 there, as DeerFlow joins its chunks. Without a voice configured
+the first ``speak`` fails with ``NoVoice`` and the run ends with the script and a note saying so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import JOIN_AUDIO, SPEAK, execute
+    from workflows.artefact import ArtefactRef
+    from workflows.model_calls import ask
+    from workflows.models import Usage
+    from workflows.podcast import (
+        NO_VOICE,
+        PODCAST_WORKFLOW,
+        WRITER_REPORT_CHARS,
+        NoScript,
+        PodcastRequest,
+        PodcastResult,
+        SpeechRequest,
+        script_from_reply,
+    )
+    from workflows.run_input import decode_input
+
+
+def _no_voice(error: ActivityError) -> str | None:
+    cause = error.cause
+    return str(cause.message) if isinstance(cause, ApplicationError) and cause.type == NO_VOICE else None
+
+
+@workflow.defn(name=PODCAST_WORKFLOW)
+class PodcastWorkflow:
+    @workflow.run
+    async def run(self, raw: RawValue) -> PodcastResult:
+        request = decode_input(raw, PodcastRequest, workflow.payload_converter())
+        usage = Usage()
+        reply = await ask("podcast_script_writer", request.content[:WRITER_REPORT_CHARS], usage,
+                          "podcast script writer")
+        try:
+            script = script_from_reply(reply)
+        except NoScript as error:
+            raise ApplicationError(str(error), type="NoScript", non_retryable=True) from None
+        lines = [SpeechRequest(text=line.paragraph, speaker=line.speaker) for line in script.lines]
+        try:
+            first = await execute(SPEAK, lines[0], ArtefactRef)  # alone: without a voice, no other starts
+            rest = await asyncio.gather(*(execute(SPEAK, line, ArtefactRef) for line in lines[1:]))
+        except ActivityError as error:
+            note = _no_voice(error)
+            if note is None:
+                raise
+            return PodcastResult(script=script, note=note, usage=usage)
+        audio = await execute(JOIN_AUDIO, [first, *rest], ArtefactRef)
+        return PodcastResult(script=script, audio=audio, usage=usage)

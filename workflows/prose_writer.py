@@ -1,0 +1,28 @@
+"""``ProseWriterWorkflow``: DeerFlow's "Ask AI" edits (continue, improve, shorter, longer, fix, zap).
+
+One ``chat`` turn with the option's prompt. The API server streams the turn's token previews to
+the editor as they come (server/content.py) and then the rest of the final text, so the durable
+answer is the run's result while the editor still sees the text grow.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.model_calls import ask
+    from workflows.models import Usage
+    from workflows.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
+    from workflows.run_input import decode_input
+
+
+@workflow.defn(name=PROSE_WORKFLOW)
+class ProseWriterWorkflow:
+    @workflow.run
+    async def run(self, raw: RawValue) -> ProseResult:
+        request = decode_input(raw, ProseRequest, workflow.payload_converter())
+        usage = Usage()
+        text = await ask(f"prose/{request.option.value}", request.message(), usage,
+                         f"prose writer · {request.option.value}")
+        return ProseResult(text=text, usage=usage)

@@ -1,0 +1,44 @@
+"""``SlideComposerWorkflow``: DeerFlow's presentation, from a report to a ``.pptx``.
+
+The composer (one ``chat`` turn, prompt ``ppt_composer``) writes the slides as JSON in a bounded
+schema (workflows/slides.py); the ``render_slides`` activity writes the file with python-pptx.
+The activity writes the file to the blob store; history holds only its reference. A composer
+reply with no usable slide fails the run, naming why.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import RawValue
+from temporalio.exceptions import ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import RENDER_SLIDES, execute
+    from workflows.artefact import ArtefactRef
+    from workflows.model_calls import ask
+    from workflows.models import Usage
+    from workflows.run_input import decode_input
+    from workflows.slides import (
+        COMPOSER_REPORT_CHARS,
+        SLIDES_WORKFLOW,
+        NoDeck,
+        SlidesRequest,
+        SlidesResult,
+        deck_from_reply,
+    )
+
+
+@workflow.defn(name=SLIDES_WORKFLOW)
+class SlideComposerWorkflow:
+    @workflow.run
+    async def run(self, raw: RawValue) -> SlidesResult:
+        request = decode_input(raw, SlidesRequest, workflow.payload_converter())
+        usage = Usage()
+        reply = await ask("ppt_composer", request.content[:COMPOSER_REPORT_CHARS], usage, "slide composer",
+                          {"locale": request.locale})
+        try:
+            deck = deck_from_reply(reply)
+        except NoDeck as error:
+            raise ApplicationError(str(error), type="NoDeck", non_retryable=True) from None
+        pptx = await execute(RENDER_SLIDES, deck, ArtefactRef)
+        return SlidesResult(deck=deck, pptx=pptx, usage=usage)

@@ -1,0 +1,25 @@
+"""``SpeechWorkflow``: DeerFlow's ``POST /api/tts``, one ``speak`` activity as a workflow.
+
+The same activity the podcast uses, so the endpoint has its retries and shows in the Web UI,
+and the audio goes to the blob store like every other content flow's file.
+"""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.common import RawValue
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import SPEAK, execute
+    from workflows.artefact import ArtefactRef
+    from workflows.podcast import SpeechRequest
+    from workflows.run_input import decode_input
+
+SPEECH_WORKFLOW = "SpeechWorkflow"
+
+
+@workflow.defn(name=SPEECH_WORKFLOW)
+class SpeechWorkflow:
+    @workflow.run
+    async def run(self, raw: RawValue) -> ArtefactRef:
+        return await execute(SPEAK, decode_input(raw, SpeechRequest, workflow.payload_converter()), ArtefactRef)
