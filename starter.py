@@ -29,6 +29,7 @@ from temporalio.service import RPCError
 
 from cli import blobs, commands
 from cli.connection import CliError
+from config.settings import ConfigError
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.encryption import EncryptionConfigError
@@ -193,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
         code = asyncio.run(handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
+    except ConfigError as error:  # one line per bad value, not a traceback
+        for problem in error.problems:
+            print(f"Error: {problem}", file=sys.stderr)
+        return 2
     except (CliError, EmbeddedError, TemporalConnectionError, EncryptionConfigError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return error.exit_code if isinstance(error, CliError) else 2

@@ -93,14 +93,19 @@ FORMAT_REFUSED = {400, 422}
 
 
 def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
+    endpoint = settings.model_endpoint(tier)
+    # verify_ssl: false (DeerFlow's, for a self-signed endpoint) needs a client of our own.
+    insecure = {} if endpoint.verify_ssl else {
+        "http_async_client": httpx.AsyncClient(verify=False, timeout=settings.llm_request_timeout)}
     return _GuardedChatOpenAI(
         model=settings.model_name(tier),
-        base_url=settings.openai_base_url,
-        api_key=settings.openai_api_key or "offline",
-        max_retries=0,
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key or "offline",
+        max_retries=endpoint.max_retries,
         timeout=settings.llm_request_timeout,
         stream_usage=True,
         max_tokens=max_tokens,
+        **insecure,
     )
 
 

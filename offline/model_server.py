@@ -222,6 +222,10 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self.send_error_json(404, f"Unknown path {self.path}")
             return
+        expected = self.server.owner.api_key
+        if expected is not None and self.headers.get("Authorization") != f"Bearer {expected}":
+            self.send_error_json(401, "Incorrect API key provided.")  # as OpenAI answers a wrong key
+            return
         try:
             body = json.loads(raw or b"{}")
         except ValueError as exc:
@@ -240,7 +244,10 @@ class FakeModelServer:
     """The offline model on a background thread; also a context manager (start/stop)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0,
-                 *, ignore_tools: bool = False, n_ctx: int | None = None, piece_seconds: float = 0.0) -> None:
+                 *, ignore_tools: bool = False, n_ctx: int | None = None, piece_seconds: float = 0.0,
+                 api_key: str | None = None) -> None:
+        # A key every chat request must carry, as a real provider's (None: any key, or none, will do).
+        self.api_key = api_key
         self.latency_seconds = latency_seconds
         # A window, as llama-server's ``-c``: reported by /v1/models, and a longer prompt is refused.
         self.n_ctx = n_ctx
