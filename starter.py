@@ -29,7 +29,7 @@ from temporalio.service import RPCError
 
 from cli import blobs, commands
 from cli.connection import CliError
-from config.settings import ConfigError
+from config.settings import ConfigError, load_settings
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.encryption import EncryptionConfigError
@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build_parser().parse_args(argv, namespace=args)  # inside the try: `--help | head` closes the pipe too
         handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
+        load_settings()  # checked before any command starts a server or a worker: a bad value stops here
         code = asyncio.run(handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
