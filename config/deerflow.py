@@ -133,8 +133,8 @@ def conf_values(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
             _search_engine(value, values, problems)
         elif key == "ENABLE_WEB_SEARCH":
             if value is not True:
-                problems.append("ENABLE_WEB_SEARCH: runs always search the web here; remove it "
-                                "(SEARCH_API chooses the provider)")
+                problems.append("ENABLE_WEB_SEARCH: web search is chosen per run here (the request's "
+                                "enable_web_search, default true); remove it")
         elif key in OWN_KEYS:
             if value:
                 values[OWN_KEYS[key]] = value
