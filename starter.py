@@ -11,6 +11,7 @@
     python starter.py blobs gc [--dry-run] [--older-than DAYS]   # blobs of runs the server no longer keeps
     python starter.py codec-server  # decodes payloads for the Web UI and the temporal CLI
     python starter.py down          # stop the embedded dev server and worker
+    python starter.py config        # the effective configuration, where each value came from; checks it
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import NoReturn
 from pydantic import TypeAdapter, ValidationError
 from temporalio.service import RPCError
 
-from cli import blobs, commands
+from cli import blobs, commands, config_view
 from cli.connection import CliError
 from config.settings import ConfigError, load_settings
 from runtime.connection import TemporalConnectionError
@@ -178,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="listen beyond loopback without DEERFLOW_CODEC_TOKEN: only where the port is "
                             "published on the host's loopback alone (as docker-compose.yml does)")
     codec.set_defaults(handler=codec_command)
+
+    config = sub.add_parser("config", help="print the effective configuration and where each value came from")
+    config.set_defaults(handler=config_view.show)
 
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)

@@ -436,12 +436,21 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
     ``conf.yaml`` are read as DeerFlow reads them (config/deerflow.py). Raises :class:`ConfigError`
     with one line per problem (a refused DeerFlow key, a bad value), never a traceback's worth.
     """
-    process_env = os.environ if environ is None else environ
-    env = {**read_env_file(env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")),
-           **{name: value for name, value in process_env.items() if value}}
+    return load_settings_with_sources(environ, conf_path, env_file)[0]
+
+
+def load_settings_with_sources(environ: Mapping[str, str] | None = None, conf_path: Path | None = None,
+                               env_file: Path | None = None) -> tuple[Settings, dict[str, str]]:
+    """:func:`load_settings`, and where each value given came from, by env name: "environment",
+    the ``.env`` file's path or the ``conf.yaml`` file's path (a name absent: the default)."""
+    process_env = {name: value for name, value in (os.environ if environ is None else environ).items() if value}
+    dotenv_path = env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")
+    dotenv = read_env_file(dotenv_path)
+    env = {**dotenv, **process_env}
     problems = env_problems(env)
+    conf_file = conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml")
     try:
-        conf = conf_values(conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml"), env)
+        conf = conf_values(conf_file, env)
     except ConfigError as error:
         problems += error.problems
         conf = {}
@@ -449,13 +458,24 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
         env["DEERFLOW_WEB_ALLOWED_ORIGINS"] = env["ALLOWED_ORIGINS"]
     env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
     from_env = {name: env[name] for name in env_names if env.get(name)}
+
+    def origin(name: str) -> str | None:
+        return "environment" if name in process_env else str(dotenv_path) if name in dotenv else None
+
+    sources = {**dict.fromkeys(conf, str(conf_file)),
+               **{name: origin(name) or f"{origin('ALLOWED_ORIGINS')} (as ALLOWED_ORIGINS)" for name in from_env}}
     try:
         settings = Settings(**{**conf, **from_env})
     except ValidationError as error:
         problems += validation_problems(error)
     if problems:
         raise ConfigError(problems)
-    return settings
+    return settings, sources
+
+
+def is_secret(name: str) -> bool:
+    """Whether the setting ``name`` holds a credential, never printed."""
+    return any(word in name.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
 
 
 def validation_problems(error: ValidationError) -> list[str]:
@@ -465,8 +485,7 @@ def validation_problems(error: ValidationError) -> list[str]:
     for problem in error.errors(include_url=False):
         name = ".".join(str(part) for part in problem["loc"]) or "settings"
         value = problem.get("input")
-        shown = "***" if any(word in name.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD")) \
-            else repr(value)[:80]
+        shown = "***" if is_secret(name) else repr(value)[:80]
         message = str(problem["msg"]).removeprefix("Value error, ")
         lines.append(f"{name}={shown}: {message}")
     return lines

@@ -48,3 +48,18 @@ def test_each_problem_of_a_deerflow_set_up_is_its_own_line(tmp_path: Path) -> No
     assert [line.split(" ERROR root: ")[-1].split(":")[0] for line in lines] == [
         "LANGSMITH_API_KEY=***", str(tmp_path / "conf.yaml"), str(tmp_path / "conf.yaml"), "SEARCH_API='infoquest'"]
     assert "ls-secret" not in "\n".join(lines)
+
+
+def test_config_prints_each_value_with_its_source_and_masks_secrets(tmp_path: Path) -> None:
+    (tmp_path / "absent.env").write_text("SEARCH_API=brave_search\nBRAVE_SEARCH_API_KEY=brave-secret\n")
+    conf = "BASIC_MODEL:\n  base_url: http://127.0.0.1:9/v1\n  model: users-model\n  api_key: $ARK_KEY\n"
+    code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, ARK_KEY="ark-secret", LLM_MAX_CONCURRENCY="3")
+    assert code == 0, lines
+    conf_path, env_path = tmp_path / "conf.yaml", tmp_path / "absent.env"
+    assert {f"BASIC_MODEL = users-model  ({conf_path})", f"OPENAI_API_KEY = ***  ({conf_path})",
+            f"SEARCH_API = brave  ({env_path})", f"BRAVE_SEARCH_API_KEY = ***  ({env_path})",
+            "LLM_MAX_CONCURRENCY = 3  (environment)", "SEARCH_MAX_CONCURRENCY = 4  (default)"} <= set(lines)
+    assert "secret" not in "\n".join(lines)
+    code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, LLM_MAX_CONCURRENCY="3")  # $ARK_KEY unset
+    assert (code, lines) == (2, [f"Error: {conf_path}: BASIC_MODEL.api_key: $ARK_KEY is not set in the environment "
+                                 "or .env"])
