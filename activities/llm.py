@@ -12,6 +12,7 @@ running into the request timeout and being retried with the identical request.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 from typing import Any
@@ -92,11 +93,17 @@ SCHEMAS = {"plan": plan_json_schema}
 FORMAT_REFUSED = {400, 422}
 
 
+@functools.cache
+def _unverified_client(timeout: float) -> httpx.AsyncClient:
+    """One shared client per timeout, as langchain-openai caches its default ones: a client per call
+    would leave its connections open until garbage collection."""
+    return httpx.AsyncClient(verify=False, timeout=timeout)
+
+
 def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
     endpoint = settings.model_endpoint(tier)
     # verify_ssl: false (DeerFlow's, for a self-signed endpoint) needs a client of our own.
-    insecure = {} if endpoint.verify_ssl else {
-        "http_async_client": httpx.AsyncClient(verify=False, timeout=settings.llm_request_timeout)}
+    insecure = {} if endpoint.verify_ssl else {"http_async_client": _unverified_client(settings.llm_request_timeout)}
     return _GuardedChatOpenAI(
         model=settings.model_name(tier),
         base_url=endpoint.base_url,
