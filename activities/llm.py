@@ -310,7 +310,7 @@ class ModelActivities:
         model = settings.model_name(request.model_tier.value)
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
         tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
-        limit = await self.windows.window(settings, model)
+        limit = await self.windows.window(settings, model, request.model_tier.value)
         for retrimmed in (False, True):
             messages = _within_budget(settings, request, system_prompt, tools, limit)
             cap = output_cap(settings, request, limit)
@@ -325,7 +325,7 @@ class ModelActivities:
                 if retrimmed or smaller is None:
                     raise context_exceeded(overflow, limit, retrimmed) from None
                 if overflow.window is not None:
-                    self.windows.learn(settings, model, overflow.window)
+                    self.windows.learn(settings, model, overflow.window, request.model_tier.value)
                 # Trimming to a window no smaller than the refused one could not help: shrink anyway.
                 limit = smaller if smaller < limit else limit * 3 // 4
                 activity.logger.warning("The provider refused the %s request as over its context window (%s); "

@@ -11,6 +11,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities.context_window import ContextWindows
 from activities.llm import ModelActivities, _client
 from config.settings import ConfigError, load_settings
 from offline.model_server import FakeModelServer
@@ -165,3 +166,14 @@ async def test_verify_ssl_false_reaches_a_self_signed_endpoint_and_true_refuses_
         with pytest.raises(ApplicationError, match=r"(?i)certificate|connect"):
             await ActivityEnvironment().run(ModelActivities(verified).chat, COORDINATOR)
         assert len(server.requests) == 1
+
+
+async def test_the_reasoning_models_window_is_asked_of_its_own_endpoint_with_its_own_key(tmp_path: Path) -> None:
+    with FakeModelServer(api_key="basic-key", n_ctx=4000) as basic, \
+            FakeModelServer(api_key="think-key", n_ctx=9000) as thinker:
+        conf = (f"BASIC_MODEL:\n  base_url: {basic.base_url}\n  model: b\n  api_key: basic-key\n"
+                f"REASONING_MODEL:\n  base_url: {thinker.base_url}\n  model: t\n  api_key: think-key\n")
+        settings = load_settings(_conf(tmp_path, conf))
+        windows = ContextWindows()
+        assert await windows.window(settings, "t", "reasoning") == 9000
+        assert await windows.window(settings, "b", "basic") == 4000
