@@ -13,6 +13,7 @@
     python starter.py evaluate ID [--llm]   # grade a finished run's report (DeerFlow's metrics)
     python starter.py slides ID -o deck.pptx | podcast ID -o talk.mp3   # the report as a deck, a podcast
     python starter.py down          # stop the embedded dev server and worker
+    python starter.py config        # the effective configuration, where each value came from; checks it
 """
 
 from __future__ import annotations
@@ -29,8 +30,9 @@ from typing import NoReturn
 from pydantic import TypeAdapter, ValidationError
 from temporalio.service import RPCError
 
-from cli import blobs, commands, content
+from cli import blobs, commands, config_view, content
 from cli.connection import CliError
+from config.settings import ConfigError, load_settings
 from runtime.build_info import add_version_argument
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
@@ -184,6 +186,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_version_argument(codec)
     codec.set_defaults(handler=codec_command)
 
+    config = sub.add_parser("config", help="print the effective configuration and where each value came from")
+    config.set_defaults(handler=config_view.show)
+
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
     down.set_defaults(handler=commands.down)
 
@@ -197,9 +202,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         build_parser().parse_args(argv, namespace=args)  # inside the try: `--help | head` closes the pipe too
         handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
+        load_settings()  # checked before any command starts a server or a worker: a bad value stops here
         code = asyncio.run(handler(args))
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
+    except ConfigError as error:  # one line per bad value, not a traceback
+        for problem in error.problems:
+            print(f"Error: {problem}", file=sys.stderr)
+        return 2
     except (CliError, EmbeddedError, TemporalConnectionError, EncryptionConfigError) as error:
         print(f"Error: {error}", file=sys.stderr)
         return error.exit_code if isinstance(error, CliError) else 2

@@ -5,9 +5,9 @@
 ``--queues`` serves a subset, so operators scale and isolate each kind (docker-compose runs
 ``keyed``, i.e. main,model,tools, in one service with the keys, and ``sandbox`` in another with the
 sandbox's privileges and no key).
-With no OPENAI_API_KEY it serves the bundled offline demonstration providers itself. It connects
-as ``runtime.connection`` resolves Temporal's environment configuration (address, namespace, TLS,
-API key, profile), like every other client.
+With no model configured (env, .env or conf.yaml) it serves the bundled offline demonstration
+providers itself. It connects as ``runtime.connection`` resolves Temporal's environment
+configuration (address, namespace, TLS, API key, profile), like every other client.
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import os
 import signal
 from datetime import timedelta
 from typing import NoReturn
@@ -32,8 +31,8 @@ from activities.registry import build_workers, running
 from activities.scrub_interceptor import SecretScrubbingInterceptor
 from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
 from activities.tool_metrics import ToolMetricsInterceptor
-from config.settings import Settings, load_settings
-from offline.providers import offline_banner, start_offline_providers
+from config.settings import ConfigError, Settings, load_settings
+from offline.providers import offline_banner, start_offline_providers, with_overrides
 from runtime.build_info import add_version_argument, build_label, code_digest, metric_labels, worker_identity
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
@@ -78,13 +77,16 @@ async def main(argv: list[str] | None = None) -> None:
     queues: tuple[QueueKind, ...] = parser.parse_args(argv).queues
     # Settings are built once, here, and handed to everything that needs them; the offline
     # providers add the settings that point at them instead of rewriting the environment.
-    providers = start_offline_providers()
-    settings = load_settings({**os.environ, **providers.overrides})
+    # The offline decision is made from the loaded settings, so a model configured only in
+    # conf.yaml or .env counts.
+    configured = load_settings()
+    providers = start_offline_providers(configured)
+    settings = with_overrides(configured, providers.overrides)
     configure_logging(settings)
     scrubber = SecretScrubber.for_settings(settings)
     for handler in logging.getLogger().handlers:
         handler.addFilter(ScrubbingLogFilter(scrubber))
-    banner = offline_banner(os.environ)
+    banner = offline_banner(configured)
     if banner is not None:
         logging.warning(banner)
     connection = load_connection()
@@ -201,6 +203,10 @@ def run() -> NoReturn:
     """The ``deerflow-worker`` console script and ``python worker.py``."""
     try:
         asyncio.run(main())
+    except ConfigError as error:  # one line per problem, no traceback
+        for problem in error.problems:
+            logging.error("%s", problem)
+        exit_now(2)
     except (TemporalConnectionError, EncryptionConfigError) as error:
         logging.error("%s", error)
         exit_now(2)

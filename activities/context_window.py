@@ -24,7 +24,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.context_budget import token_limit_for
-from config.settings import Settings
+from config.settings import ModelEndpoint, Settings
 
 MODELS_TIMEOUT_SECONDS = 5.0
 _MAXIMUM = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)
@@ -105,24 +105,26 @@ class ContextWindows:
     def __init__(self) -> None:
         self._known: dict[tuple[str, str], int | None] = {}
 
-    async def window(self, settings: Settings, model: str) -> int:
-        """The window to budget for: TOKEN_LIMIT, else the provider's, else inferred from the name."""
+    async def window(self, settings: Settings, model: str, tier: str = "basic") -> int:
+        """The window to budget for: TOKEN_LIMIT, else the provider's (``tier``'s own endpoint),
+        else inferred from the name."""
         if settings.token_limit is not None:
             return token_limit_for(model, settings.token_limit)
-        key = (settings.openai_base_url or "", model)
+        endpoint = settings.model_endpoint(tier)
+        key = (endpoint.base_url or "", model)
         if key not in self._known:
-            self._known[key] = await _ask_provider(settings, model)
+            self._known[key] = await _ask_provider(endpoint, model)
         return token_limit_for(model, self._known[key])
 
-    def learn(self, settings: Settings, model: str, window: int) -> None:
-        self._known[(settings.openai_base_url or "", model)] = window
+    def learn(self, settings: Settings, model: str, window: int, tier: str = "basic") -> None:
+        self._known[(settings.model_endpoint(tier).base_url or "", model)] = window
 
 
-async def _ask_provider(settings: Settings, model: str) -> int | None:
-    base = (settings.openai_base_url or "https://api.openai.com/v1").rstrip("/")
-    headers = {"Authorization": f"Bearer {settings.openai_api_key}"} if settings.openai_api_key else {}
+async def _ask_provider(endpoint: ModelEndpoint, model: str) -> int | None:
+    base = (endpoint.base_url or "https://api.openai.com/v1").rstrip("/")
+    headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
     try:
-        async with httpx.AsyncClient(timeout=MODELS_TIMEOUT_SECONDS) as client:
+        async with httpx.AsyncClient(timeout=MODELS_TIMEOUT_SECONDS, verify=endpoint.verify_ssl) as client:
             response = await client.get(f"{base}/models", headers=headers)
             response.raise_for_status()
             window = _reported_window(response.json(), model)

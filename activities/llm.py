@@ -12,6 +12,7 @@ running into the request timeout and being retried with the identical request.
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import timedelta
 from typing import Any
@@ -92,15 +93,26 @@ SCHEMAS = {"plan": plan_json_schema}
 FORMAT_REFUSED = {400, 422}
 
 
+@functools.cache
+def _unverified_client(timeout: float) -> httpx.AsyncClient:
+    """One shared client per timeout, as langchain-openai caches its default ones: a client per call
+    would leave its connections open until garbage collection."""
+    return httpx.AsyncClient(verify=False, timeout=timeout)
+
+
 def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
+    endpoint = settings.model_endpoint(tier)
+    # verify_ssl: false (DeerFlow's, for a self-signed endpoint) needs a client of our own.
+    insecure = {} if endpoint.verify_ssl else {"http_async_client": _unverified_client(settings.llm_request_timeout)}
     return _GuardedChatOpenAI(
         model=settings.model_name(tier),
-        base_url=settings.openai_base_url,
-        api_key=settings.openai_api_key or "offline",
-        max_retries=0,
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key or "offline",
+        max_retries=endpoint.max_retries,
         timeout=settings.llm_request_timeout,
         stream_usage=True,
         max_tokens=max_tokens,
+        **insecure,
     )
 
 
@@ -298,7 +310,7 @@ class ModelActivities:
         model = settings.model_name(request.model_tier.value)
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
         tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
-        limit = await self.windows.window(settings, model)
+        limit = await self.windows.window(settings, model, request.model_tier.value)
         for retrimmed in (False, True):
             messages = _within_budget(settings, request, system_prompt, tools, limit)
             cap = output_cap(settings, request, limit)
@@ -313,7 +325,7 @@ class ModelActivities:
                 if retrimmed or smaller is None:
                     raise context_exceeded(overflow, limit, retrimmed) from None
                 if overflow.window is not None:
-                    self.windows.learn(settings, model, overflow.window)
+                    self.windows.learn(settings, model, overflow.window, request.model_tier.value)
                 # Trimming to a window no smaller than the refused one could not help: shrink anyway.
                 limit = smaller if smaller < limit else limit * 3 // 4
                 activity.logger.warning("The provider refused the %s request as over its context window (%s); "

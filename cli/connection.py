@@ -9,11 +9,11 @@ it and reports clearly when it cannot, rather than answering with a new, empty s
 
 from __future__ import annotations
 
-import os
 import sys
 
 from temporalio.client import Client
 
+from config.settings import load_settings
 from offline.providers import offline_banner
 from runtime.connection import connect as connect_client
 from runtime.connection import load_connection
@@ -64,7 +64,7 @@ async def revive_worker(client: Client) -> None:
 
 
 def _announce_worker() -> None:
-    banner = offline_banner(os.environ)
+    banner = offline_banner(load_settings())  # the worker decides from the same files and variables
     if banner is not None:
         print(banner, file=sys.stderr)
     print(f"Starting a background worker (logs in {state_dir() / 'worker.log'})…", file=sys.stderr)

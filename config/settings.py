@@ -17,13 +17,15 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
+from config.deerflow import SEARCH_API_NAMES, ConfigError, conf_values, env_problems, read_env_file
 from config.mcp_servers import MCPServerConfig, ServerName
 from config.model_prices import ModelPrice, default_price
 
 DEFAULT_RECURSION_LIMIT = 25
+# The providers activities/search_providers registers (SEARCH_API), checked at start, not per search.
+SEARCH_APIS = ("tavily", "brave", "duckduckgo", "serper", "searx", "arxiv", "wikipedia")
 
 
 class Settings(BaseModel):
@@ -40,12 +42,24 @@ class Settings(BaseModel):
     # The model's context window in tokens; None: inferred from the model name
     # (activities.context_budget.token_limit_for). conf.yaml: BASIC_MODEL.token_limit.
     token_limit: int | None = Field(default=None, alias="TOKEN_LIMIT")
+    # DeerFlow's model blocks (config/deerflow.py): TLS verification (false: a self-signed
+    # endpoint) and the client's own retries of one call, before Temporal retries the activity.
+    # The reasoning model has its own endpoint and key; unset, the basic model's.
+    llm_verify_ssl: bool = Field(default=True, alias="LLM_VERIFY_SSL")
+    llm_max_retries: int = Field(default=0, ge=0, le=10, alias="LLM_MAX_RETRIES")
+    reasoning_base_url: str | None = Field(default=None, alias="REASONING_BASE_URL")
+    reasoning_api_key: str | None = Field(default=None, alias="REASONING_API_KEY")
+    reasoning_verify_ssl: bool | None = Field(default=None, alias="REASONING_VERIFY_SSL")
+    reasoning_max_retries: int | None = Field(default=None, ge=0, le=10, alias="REASONING_MAX_RETRIES")
 
     # Search.
     search_api: str = Field(default="tavily", alias="SEARCH_API")
     tavily_api_key: str | None = Field(default=None, alias="TAVILY_API_KEY")
     tavily_base_url: str | None = Field(default=None, alias="TAVILY_BASE_URL")
     search_content_chars: int = Field(default=2000, alias="SEARCH_CONTENT_CHARS")
+    # DeerFlow's SEARCH_ENGINE.include_domains / exclude_domains (Tavily only; comma-separated in env).
+    search_include_domains: list[str] = Field(default_factory=list, alias="SEARCH_INCLUDE_DOMAINS")
+    search_exclude_domains: list[str] = Field(default_factory=list, alias="SEARCH_EXCLUDE_DOMAINS")
     # Per-request timeout of the search provider's HTTP call (tavily-python caps it at 120 s).
     search_timeout_seconds: float = Field(default=20.0, gt=0, alias="SEARCH_TIMEOUT_SECONDS")
     # The other SEARCH_API providers. An unset base URL means the provider's public endpoint.
@@ -112,7 +126,21 @@ class Settings(BaseModel):
             return json.loads(value)
         return value
 
-    @field_validator("mcp_allow_hosts", "crawl_allow_hosts", mode="before")
+    @field_validator("search_api", mode="before")
+    @classmethod
+    def _search_api_name(cls, value: Any) -> Any:
+        """DeerFlow's names for the same providers (``brave_search``) mean ours."""
+        return SEARCH_API_NAMES.get(value, value) if isinstance(value, str) else value
+
+    @field_validator("search_api")
+    @classmethod
+    def _known_search_api(cls, value: str) -> str:
+        if value not in SEARCH_APIS:
+            raise ValueError(f"{value!r} is not a search provider; use one of {', '.join(SEARCH_APIS)}")
+        return value
+
+    @field_validator("mcp_allow_hosts", "crawl_allow_hosts", "search_include_domains", "search_exclude_domains",
+                     mode="before")
     @classmethod
     def _split_hosts(cls, value: Any) -> Any:
         return _comma_separated(value, lambda host: host.lower())
@@ -427,6 +455,30 @@ class Settings(BaseModel):
             return self.reasoning_model
         return self.basic_model
 
+    def model_endpoint(self, tier: str) -> ModelEndpoint:
+        """Where ``tier``'s calls go: the reasoning model's own block where it gives a value."""
+        basic = ModelEndpoint(base_url=self.openai_base_url, api_key=self.openai_api_key,
+                              verify_ssl=self.llm_verify_ssl, max_retries=self.llm_max_retries)
+        if tier != "reasoning" or not self.reasoning_model:
+            return basic
+        return ModelEndpoint(
+            base_url=self.reasoning_base_url or basic.base_url, api_key=self.reasoning_api_key or basic.api_key,
+            verify_ssl=basic.verify_ssl if self.reasoning_verify_ssl is None else self.reasoning_verify_ssl,
+            max_retries=basic.max_retries if self.reasoning_max_retries is None else self.reasoning_max_retries)
+
+    def model_configured(self) -> bool:
+        """Whether the operator named a model provider (env, .env or conf.yaml); else the offline demo."""
+        return bool(self.openai_api_key or self.openai_base_url)
+
+
+class ModelEndpoint(BaseModel):
+    """One model tier's endpoint, key and client options."""
+
+    base_url: str | None
+    api_key: str | None
+    verify_ssl: bool
+    max_retries: int
+
 
 def _comma_separated(value: Any, clean: Callable[[str], str] = lambda item: item) -> Any:
     """An env value's comma-separated items, stripped, blanks dropped and each ``clean``ed;
@@ -436,41 +488,67 @@ def _comma_separated(value: Any, clean: Callable[[str], str] = lambda item: item
     return [clean(item.strip()) for item in value.split(",") if item.strip()]
 
 
-def _conf_yaml_values(path: Path) -> dict[str, Any]:
-    """Map DeerFlow's ``conf.yaml`` (BASIC_MODEL / REASONING_MODEL blocks) to our env names."""
-    if not path.is_file():
-        return {}
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    values: dict[str, Any] = {}
-    basic = data.get("BASIC_MODEL") or {}
-    if basic.get("base_url"):
-        values["OPENAI_BASE_URL"] = basic["base_url"]
-    if basic.get("api_key"):
-        values["OPENAI_API_KEY"] = basic["api_key"]
-    if basic.get("model"):
-        values["BASIC_MODEL"] = basic["model"]
-    if basic.get("token_limit"):
-        values["TOKEN_LIMIT"] = basic["token_limit"]
-    if data.get("RESOURCE_ROOTS"):
-        values["DEERFLOW_RESOURCE_ROOTS"] = data["RESOURCE_ROOTS"]
-    if data.get("MCP_SERVERS"):
-        values["MCP_SERVERS"] = data["MCP_SERVERS"]
-    reasoning = data.get("REASONING_MODEL") or {}
-    if reasoning.get("model"):
-        values["REASONING_MODEL"] = reasoning["model"]
-    return values
-
-
-def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | None = None) -> Settings:
-    """Env vars win over ``conf.yaml`` (``conf_path``, else ``DEERFLOW_CONF``, else ``./conf.yaml``).
+def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | None = None,
+                  env_file: Path | None = None) -> Settings:
+    """Env vars win over ``.env`` (``env_file``, else ``DEERFLOW_ENV_FILE``, else ``./.env``), which
+    wins over ``conf.yaml`` (``conf_path``, else ``DEERFLOW_CONF``, else ``./conf.yaml``).
 
     An empty variable counts as unset: compose's ``${VAR:-}`` produces them for every option the
-    operator did not give. ``environ`` defaults to the process's environment.
+    operator did not give. ``environ`` defaults to the process's environment. ``.env`` and
+    ``conf.yaml`` are read as DeerFlow reads them (config/deerflow.py). Raises :class:`ConfigError`
+    with one line per problem (a refused DeerFlow key, a bad value), never a traceback's worth.
     """
-    env = os.environ if environ is None else environ
-    conf = _conf_yaml_values(conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml"))
+    return load_settings_with_sources(environ, conf_path, env_file)[0]
+
+
+def load_settings_with_sources(environ: Mapping[str, str] | None = None, conf_path: Path | None = None,
+                               env_file: Path | None = None) -> tuple[Settings, dict[str, str]]:
+    """:func:`load_settings`, and where each value given came from, by env name: "environment",
+    the ``.env`` file's path or the ``conf.yaml`` file's path (a name absent: the default)."""
+    process_env = {name: value for name, value in (os.environ if environ is None else environ).items() if value}
+    dotenv_path = env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")
+    dotenv = read_env_file(dotenv_path)
+    env = {**dotenv, **process_env}
+    problems = env_problems(env)
+    conf_file = conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml")
+    try:
+        conf = conf_values(conf_file, env)
+    except ConfigError as error:
+        problems += error.problems
+        conf = {}
+    if "ALLOWED_ORIGINS" in env and "DEERFLOW_WEB_ALLOWED_ORIGINS" not in env:  # DeerFlow's CORS list
+        env["DEERFLOW_WEB_ALLOWED_ORIGINS"] = env["ALLOWED_ORIGINS"]
     env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
     from_env = {name: env[name] for name in env_names if env.get(name)}
-    return Settings(**{**conf, **from_env})
 
+    def origin(name: str) -> str | None:
+        return "environment" if name in process_env else str(dotenv_path) if name in dotenv else None
+
+    sources = {**dict.fromkeys(conf, str(conf_file)),
+               **{name: origin(name) or f"{origin('ALLOWED_ORIGINS')} (as ALLOWED_ORIGINS)" for name in from_env}}
+    try:
+        settings = Settings(**{**conf, **from_env})
+    except ValidationError as error:
+        problems += validation_problems(error)
+    if problems:
+        raise ConfigError(problems)
+    return settings, sources
+
+
+def is_secret(name: str) -> bool:
+    """Whether the setting ``name`` holds a credential, never printed."""
+    return any(word in name.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
+
+
+def validation_problems(error: ValidationError) -> list[str]:
+    """One line per invalid value: the setting's env name, what is wrong, and the value given
+    (masked for secrets)."""
+    lines = []
+    for problem in error.errors(include_url=False):
+        name = ".".join(str(part) for part in problem["loc"]) or "settings"
+        value = problem.get("input")
+        shown = "***" if is_secret(name) else repr(value)[:80]
+        message = str(problem["msg"]).removeprefix("Value error, ")
+        lines.append(f"{name}={shown}: {message}")
+    return lines
 

@@ -207,6 +207,8 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         """``/v1/models`` and ``/health`` so readiness probes and SDK model listing work."""
         if self.path.rstrip("/") in ("/v1/models", "/models"):
+            if not self.authorized():
+                return
             model: dict[str, Any] = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}
             if self.server.owner.n_ctx:  # as llama-server reports its window
                 model["meta"] = {"n_ctx": self.server.owner.n_ctx, "n_ctx_train": 8 * self.server.owner.n_ctx}
@@ -222,12 +224,23 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") not in ("/v1/chat/completions", "/chat/completions"):
             self.send_error_json(404, f"Unknown path {self.path}")
             return
+        if not self.authorized():
+            return
         try:
             body = json.loads(raw or b"{}")
         except ValueError as exc:
             self.send_error_json(400, f"Request body is not JSON: {exc}")
             return
         self.server.owner._serve(self, body)
+
+    def authorized(self) -> bool:
+        """Whether the request carries the server's key, if it has one; else it is answered 401, as
+        OpenAI answers a wrong key."""
+        expected = self.server.owner.api_key
+        if expected is None or self.headers.get("Authorization") == f"Bearer {expected}":
+            return True
+        self.send_error_json(401, "Incorrect API key provided.")
+        return False
 
     def send_error_json(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         """An OpenAI-shaped error body, whose ``type``/``code`` the SDK maps to its exception classes."""
@@ -240,7 +253,10 @@ class FakeModelServer:
     """The offline model on a background thread; also a context manager (start/stop)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0,
-                 *, ignore_tools: bool = False, n_ctx: int | None = None, piece_seconds: float = 0.0) -> None:
+                 *, ignore_tools: bool = False, n_ctx: int | None = None, piece_seconds: float = 0.0,
+                 api_key: str | None = None) -> None:
+        # A key every chat request must carry, as a real provider's (None: any key, or none, will do).
+        self.api_key = api_key
         self.latency_seconds = latency_seconds
         # A window, as llama-server's ``-c``: reported by /v1/models, and a longer prompt is refused.
         self.n_ctx = n_ctx

@@ -1,6 +1,7 @@
 """Starts the bundled offline providers: the demonstration model and the local search corpus.
 
-A user evaluating the product may have no API keys. With no ``OPENAI_API_KEY`` the worker serves
+A user evaluating the product may have no API keys. With no model configured (no key and no
+endpoint, in the environment, ``.env`` or ``conf.yaml``: the loaded ``Settings`` decide) the worker serves
 these fakes on loopback and builds its settings with the overrides that point at them, so the
 same code path (real ``langchain-openai`` and ``tavily-python`` clients over HTTP) runs with or
 without keys. The environment itself is left as it is.
@@ -12,17 +13,19 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 
 OFFLINE_BANNER = (
-    "OFFLINE DEMONSTRATION MODEL: no OPENAI_API_KEY is set, so a deterministic built-in model and a "
-    "small bundled search corpus stand in for real providers. Set OPENAI_API_KEY (and TAVILY_API_KEY) "
-    "for real research."
+    "OFFLINE DEMONSTRATION MODEL: no model is configured (no OPENAI_API_KEY or OPENAI_BASE_URL, and no "
+    "BASIC_MODEL api_key or base_url in conf.yaml), so a deterministic built-in model and a small bundled "
+    "search corpus stand in for real providers. Configure a model (and TAVILY_API_KEY) for real research."
 )
 OFFLINE_MODEL_BANNER = (
-    "OFFLINE DEMONSTRATION MODEL: no OPENAI_API_KEY is set, so a deterministic built-in model stands in "
-    "for a real one (searches are real). Set OPENAI_API_KEY for real research."
+    "OFFLINE DEMONSTRATION MODEL: no model is configured (no OPENAI_API_KEY or OPENAI_BASE_URL, and no "
+    "BASIC_MODEL api_key or base_url in conf.yaml), so a deterministic built-in model stands in for a real "
+    "one (searches are real). Configure a model for real research."
 )
 OFFLINE_SEARCH_BANNER = (
     "OFFLINE SEARCH CORPUS: the model is real, but no TAVILY_API_KEY is set, so searches read a small "
@@ -72,15 +75,15 @@ class OfflineProviders:
                 server.stop()
 
 
-def offline_parts(environ: Mapping[str, str]) -> tuple[bool, bool]:
-    """Which providers ``environ`` leaves to the bundled fakes: (the model, the search)."""
-    return (not environ.get("OPENAI_API_KEY"),
-            not environ.get("TAVILY_API_KEY") and environ.get("SEARCH_API", "tavily") == "tavily")
+def offline_parts(settings: Settings) -> tuple[bool, bool]:
+    """Which providers ``settings`` leave to the bundled fakes: (the model, the search)."""
+    return (not settings.model_configured(),
+            not settings.tavily_api_key and settings.search_api == "tavily")
 
 
-def offline_banner(environ: Mapping[str, str]) -> str | None:
-    """What a worker on ``environ`` must say at start, and the CLI when it starts one; None: all real."""
-    match offline_parts(environ):
+def offline_banner(settings: Settings) -> str | None:
+    """What a worker on ``settings`` must say at start, and the CLI when it starts one; None: all real."""
+    match offline_parts(settings):
         case (True, True):
             return OFFLINE_BANNER
         case (True, False):
@@ -90,15 +93,15 @@ def offline_banner(environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def start_offline_providers(environ: Mapping[str, str] = os.environ) -> OfflineProviders:
-    """Serve whichever providers ``environ`` has no key for, and say which settings point at them.
+def start_offline_providers(settings: Settings, environ: Mapping[str, str] = os.environ) -> OfflineProviders:
+    """Serve whichever providers ``settings`` name none for, and say which settings point at them.
 
-    ``DEERFLOW_OFFLINE_MODEL_LATENCY`` / ``DEERFLOW_OFFLINE_SEARCH_LATENCY`` (seconds) make the
-    fakes answer as slowly as real providers do, for demos, crash drills and benchmarks.
+    ``DEERFLOW_OFFLINE_MODEL_LATENCY`` / ``DEERFLOW_OFFLINE_SEARCH_LATENCY`` (seconds, in ``environ``)
+    make the fakes answer as slowly as real providers do, for demos, crash drills and benchmarks.
     """
     model = search = None
     overrides: dict[str, str] = {}
-    offline_model, offline_search = offline_parts(environ)
+    offline_model, offline_search = offline_parts(settings)
     if offline_model:
         model = FakeModelServer(latency_seconds=float(environ.get("DEERFLOW_OFFLINE_MODEL_LATENCY", "0"))).start()
         overrides.update(model_env(model))
@@ -107,3 +110,9 @@ def start_offline_providers(environ: Mapping[str, str] = os.environ) -> OfflineP
         search = FakeSearchServer(latency_seconds=latency).start()
         overrides.update(search_env(search))
     return OfflineProviders(model=model, search=search, overrides=overrides)
+
+
+def with_overrides(settings: Settings, overrides: Mapping[str, str]) -> Settings:
+    """``settings`` with ``overrides`` (by env name, as :class:`OfflineProviders` gives them) applied."""
+    names = {field.alias: name for name, field in Settings.model_fields.items()}
+    return Settings.model_validate({**settings.model_dump(), **{names[key]: value for key, value in overrides.items()}})

@@ -6,7 +6,6 @@ results), so a restarted server loses nothing.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -88,7 +87,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
         return {"rag": {"provider": settings.rag_provider or None},
                 "models": {"basic": [settings.basic_model],
                            "reasoning": [settings.reasoning_model] if settings.reasoning_model else []},
-                "offline_demo": any(offline_parts(os.environ))}
+                "offline_demo": any(offline_parts(settings))}
 
     async def rag_resources(request: Request) -> Any:
         query = request.query_params.get("query", "").lower()

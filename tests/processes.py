@@ -99,7 +99,9 @@ class WorkerProcess:
         return [*nice, sys.executable, str(script)]
 
     def start(self) -> WorkerProcess:
-        env = {**without_provider_settings(os.environ), "TEMPORAL_ADDRESS": self.address, **self.env}
+        # No .env either (unless the test gives one): a developer's real keys there must not reach it.
+        env = {**without_provider_settings(os.environ), "DEERFLOW_ENV_FILE": os.devnull,
+               "TEMPORAL_ADDRESS": self.address, **self.env}
         log = self.log_path.open("ab")
         self.process = subprocess.Popen(self.command(self.repo / "worker.py"), cwd=self.repo, env=env,
                                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)

@@ -100,7 +100,7 @@ async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
 async def record(names: list[str]) -> None:
     from tests.conftest import TEST_SERVER as test_server
 
-    providers = start_offline_providers()
+    providers = start_offline_providers(load_settings())
     assert providers.model is not None, "record with the offline model (unset OPENAI_API_KEY)"
     base = {**os.environ, **providers.overrides, "DEERFLOW_MAX_TOOL_CALLS_PER_TURN": "4",
             "DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT": "2", "DEERFLOW_PAYLOAD_STORE": "none"}

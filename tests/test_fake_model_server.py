@@ -446,3 +446,12 @@ def test_module_runs_in_the_foreground() -> None:
     finally:
         process.terminate()
         process.wait(timeout=5)
+
+
+def test_a_server_with_a_key_refuses_requests_without_it() -> None:
+    body = {"model": "m", "messages": [{"role": "user", "content": "hello"}]}
+    with FakeModelServer(api_key="right") as server:
+        wrong = httpx.post(f"{server.base_url}/chat/completions", json=body, headers={"Authorization": "Bearer wrong"})
+        right = httpx.post(f"{server.base_url}/chat/completions", json=body, headers={"Authorization": "Bearer right"})
+    assert wrong.status_code == 401 and wrong.json()["error"]["code"] == "invalid_api_key"
+    assert right.status_code == 200 and len(server.requests) == 1

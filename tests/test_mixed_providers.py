@@ -42,7 +42,7 @@ from workflows.status_view import OFFLINE_MODEL_NOTICE, OFFLINE_NOTICE, OFFLINE_
     ({"OPENAI_API_KEY": "sk-real", "SEARCH_API": "duckduckgo"}, None),  # a keyless real search
 ], ids=["all-offline", "real-model", "real-search", "all-real", "keyless-search"])
 def test_the_banner_names_the_bundled_providers(environ: dict[str, str], banner: str | None) -> None:
-    assert offline_banner(environ) == banner
+    assert offline_banner(load_settings(environ)) == banner
 
 
 def test_the_cli_announces_a_worker_with_the_offline_corpus(monkeypatch: pytest.MonkeyPatch,
@@ -55,7 +55,7 @@ def test_the_cli_announces_a_worker_with_the_offline_corpus(monkeypatch: pytest.
 
 
 def test_a_worker_with_a_real_model_serves_the_corpus_and_says_so_in_its_settings() -> None:
-    providers = start_offline_providers({"OPENAI_API_KEY": "sk-real"})
+    providers = start_offline_providers(load_settings({"OPENAI_API_KEY": "sk-real"}))
     try:
         assert providers.model is None and providers.search is not None
         settings = load_settings(environ={"OPENAI_API_KEY": "sk-real", **providers.overrides})

@@ -25,7 +25,7 @@ from activities.search import (
     cap_text,
     parse_retry_after,
 )
-from config.settings import load_settings
+from config.settings import ConfigError, load_settings
 from offline.search_server import FakeSearchServer, Fault
 from workflows.models import SearchRequest, SearchResponse
 
@@ -186,13 +186,28 @@ async def test_unreachable_server_is_retryable(search_env: dict[str, str]) -> No
     assert error.type == UNAVAILABLE and not error.non_retryable
 
 
-async def test_unknown_provider_is_a_config_error(search_env: dict[str, str]) -> None:
+def test_an_unknown_provider_is_refused_at_start(search_env: dict[str, str]) -> None:
+    # Before: accepted at start, then every search of every run failed with a config error.
     use_setting(search_env, "SEARCH_API", "altavista")
 
-    error = await search_error(search_env)
+    with pytest.raises(ConfigError) as caught:
+        load_settings(environ=search_env)
 
-    assert error.type == CONFIG_ERROR and error.non_retryable
-    assert "altavista" in error.message and "tavily" in error.message
+    [line] = caught.value.problems
+    assert line.startswith("SEARCH_API='altavista': ") and "tavily" in line
+
+
+async def test_deerflows_domain_filters_reach_tavily(search_env: dict[str, str], server: FakeSearchServer,
+                                                      tmp_path: Path) -> None:
+    conf = tmp_path / "conf.yaml"
+    conf.write_text("SEARCH_ENGINE:\n  engine: tavily\n  include_domains: [example.org]\n"
+                    "  exclude_domains:\n    - spam.example\n")
+    use_setting(search_env, "DEERFLOW_CONF", str(conf))
+
+    await run_search(search_env, "solar power")
+
+    sent = server.requests[-1]["body"]
+    assert (sent["include_domains"], sent["exclude_domains"]) == (["example.org"], ["spam.example"])
 
 
 async def test_faults_are_consumed_in_order(search_env: dict[str, str], server: FakeSearchServer) -> None:

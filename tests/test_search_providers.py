@@ -24,7 +24,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.search import CONFIG_ERROR, RATE_LIMITED, UNAVAILABLE, SearchActivities, supported_providers
 from activities.search_providers.wikipedia import WikipediaSearch
-from config.settings import Settings, load_settings
+from config.settings import SEARCH_APIS, ConfigError, Settings, load_settings
 from tests import fake_http
 from tests.fake_http import FakeHTTPServer, LoopbackGuard, Reply, Seen, is_loopback, loopback_only
 from workflows.models import SearchRequest, SearchResponse
@@ -796,13 +796,15 @@ async def test_duckduckgo_202_ratelimit_page_is_a_rate_limit(
 
 
 @pytest.mark.usefixtures("loopback_only")
-async def test_unknown_provider_lists_every_supported_name(tmp_path: Path) -> None:
-    error = await search_error({"DEERFLOW_CONF": str(tmp_path / "absent.yaml"), "SEARCH_API": "altavista"})
+def test_unknown_provider_is_refused_at_start_listing_every_supported_name(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"DEERFLOW_CONF": str(tmp_path / "absent.yaml"), "SEARCH_API": "altavista"})
 
-    assert error.type == CONFIG_ERROR and error.non_retryable
     for name in ("tavily", "duckduckgo", "brave", "serper", "searx", "arxiv", "wikipedia"):
-        assert name in error.message
-    assert set(supported_providers()) == {"tavily", "duckduckgo", "brave", "serper", "searx", "arxiv", "wikipedia"}
+        assert name in str(caught.value)
+    # The names checked at start are exactly the registered providers.
+    assert set(supported_providers()) == set(SEARCH_APIS) == {
+        "tavily", "duckduckgo", "brave", "serper", "searx", "arxiv", "wikipedia"}
 
 
 def test_loopback_predicate() -> None:

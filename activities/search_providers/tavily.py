@@ -66,6 +66,9 @@ class TavilySearch:
                     max_results=min(max(request.max_results, 1), TAVILY_MAX_RESULTS),
                     include_raw_content=False,
                     include_images=False,
+                    # DeerFlow's SEARCH_ENGINE domain filters (None: tavily-python leaves them out).
+                    include_domains=self._settings.search_include_domains or None,
+                    exclude_domains=self._settings.search_exclude_domains or None,
                     timeout=self._settings.search_timeout_seconds,
                 )
             except Exception as exc:

@@ -1,0 +1,65 @@
+"""A bad value is one line naming it and exit code 2 in every entry point (issue #21): the worker,
+the CLI, the API server and the codec server. It used to be a traceback of 25 to 35 lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from offline.providers import without_provider_settings
+from tests.processes import REPO_DIR
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def run(tmp_path: Path, args: list[str], conf: str | None = None, **env: str) -> tuple[int, list[str]]:
+    """``args`` run as a user runs them, with ``env``; the exit code and the non-empty output lines."""
+    conf_path = tmp_path / "conf.yaml"
+    if conf is not None:
+        conf_path.write_text(conf)
+    environ = {**without_provider_settings(os.environ), "DEERFLOW_HOME": str(tmp_path / "home"),
+               "DEERFLOW_CONF": str(conf_path), "DEERFLOW_ENV_FILE": str(tmp_path / "absent.env"),
+               "TEMPORAL_ADDRESS": "127.0.0.2:9", **env}
+    done = subprocess.run([sys.executable, *args], cwd=REPO_DIR, env=environ, capture_output=True, text=True,
+                          timeout=90, check=False, stdin=subprocess.DEVNULL)
+    return done.returncode, [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(("args", "name", "value"), [
+    (["worker.py"], "LLM_MAX_CONCURRENCY", "abc"),
+    (["starter.py", "list"], "DEERFLOW_WEB_ALLOWED_ORIGINS", '["http://localhost:3000"]'),
+    (["starter.py", "serve", "--port", "9"], "DEERFLOW_WEB_MAX_STREAMS", "0"),
+    (["starter.py", "codec-server", "--port", "9"], "DEERFLOW_CODEC_MAX_BODY_BYTES", "1"),
+], ids=["worker", "cli", "api-server", "codec-server"])
+def test_a_bad_value_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], name: str, value: str) -> None:
+    code, lines = run(tmp_path, args, **{name: value})
+    assert (code, len(lines)) == (2, 1), lines
+    assert f"{name}={value!r}" in lines[0]
+
+
+def test_each_problem_of_a_deerflow_set_up_is_its_own_line(tmp_path: Path) -> None:
+    conf = "BASIC_MODEL:\n  model: m\n  api_key: $NOT_SET\n  platform: google_aistudio\n"
+    code, lines = run(tmp_path, ["worker.py"], conf=conf, SEARCH_API="infoquest", LANGSMITH_API_KEY="ls-secret")
+    assert code == 2
+    assert [line.split(" ERROR root: ")[-1].split(":")[0] for line in lines] == [
+        "LANGSMITH_API_KEY=***", str(tmp_path / "conf.yaml"), str(tmp_path / "conf.yaml"), "SEARCH_API='infoquest'"]
+    assert "ls-secret" not in "\n".join(lines)
+
+
+def test_config_prints_each_value_with_its_source_and_masks_secrets(tmp_path: Path) -> None:
+    (tmp_path / "absent.env").write_text("SEARCH_API=brave_search\nBRAVE_SEARCH_API_KEY=brave-secret\n")
+    conf = "BASIC_MODEL:\n  base_url: http://127.0.0.1:9/v1\n  model: users-model\n  api_key: $ARK_KEY\n"
+    code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, ARK_KEY="ark-secret", LLM_MAX_CONCURRENCY="3")
+    assert code == 0, lines
+    conf_path, env_path = tmp_path / "conf.yaml", tmp_path / "absent.env"
+    assert {f"BASIC_MODEL = users-model  ({conf_path})", f"OPENAI_API_KEY = ***  ({conf_path})",
+            f"SEARCH_API = brave  ({env_path})", f"BRAVE_SEARCH_API_KEY = ***  ({env_path})",
+            "LLM_MAX_CONCURRENCY = 3  (environment)", "SEARCH_MAX_CONCURRENCY = 4  (default)"} <= set(lines)
+    assert "secret" not in "\n".join(lines)
+    code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, LLM_MAX_CONCURRENCY="3")  # $ARK_KEY unset
+    assert (code, lines) == (2, [f"Error: {conf_path}: BASIC_MODEL.api_key: $ARK_KEY is not set in the environment "
+                                 "or .env"])
