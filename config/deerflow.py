@@ -49,7 +49,6 @@ REFUSED_ENV: dict[str, str] = {
     "INFOQUEST_API_KEY": "InfoQuest is not a search provider here: use SEARCH_API=tavily, brave_search, "
                          "duckduckgo, serper, searx, arxiv or wikipedia" + _REMOVE,
     "JINA_API_KEY": "pages are fetched by the built-in crawler, not Jina" + _REMOVE,
-    "VOLCENGINE_TTS_": "podcast generation (text to speech) is not part of this project" + _REMOVE,
     "LANGSMITH_": "tracing here is OpenTelemetry: set OTEL_EXPORTER_OTLP_ENDPOINT instead",
     "LANGCHAIN_VERBOSE": "model requests are logged by the worker's logging, not LangChain's" + _REMOVE,
     "LANGCHAIN_DEBUG": "model requests are logged by the worker's logging, not LangChain's" + _REMOVE,
@@ -59,11 +58,11 @@ REFUSED_ENV: dict[str, str] = {
     **{prefix: "only RAG_PROVIDER=local or ragflow is supported" + _REMOVE
        for prefix in ("VIKINGDB_", "DIFY_", "MOI_", "MILVUS_", "QDRANT_")},
 }
+TRUE_WORDS = frozenset({"1", "true", "yes", "y", "on"})
 # Keys refused only with these values: DeerFlow's defaults are what happens here anyway.
 REFUSED_VALUES: dict[str, tuple[set[str], str]] = {
-    "DEBUG": ({"1", "true", "yes", "y", "on"}, "set LOG_LEVEL=DEBUG for debug logging"),
     "ENABLE_MCP_SERVER_CONFIGURATION": (
-        {"1", "true", "yes", "y", "on"},
+        set(TRUE_WORDS),
         "MCP servers come only from the operator's MCP_SERVERS (conf.yaml); requests pick them by name"),
     "ENABLE_PYTHON_REPL": (
         {"0", "false", "no", "n", "off"},

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 
-from config.deerflow import SEARCH_API_NAMES, ConfigError, conf_values, env_problems, read_env_file
+from config.deerflow import SEARCH_API_NAMES, TRUE_WORDS, ConfigError, conf_values, env_problems, read_env_file
 from config.mcp_servers import MCPServerConfig, ServerName
 from config.model_prices import ModelPrice, default_price
 
@@ -516,8 +516,12 @@ def load_settings_with_sources(environ: Mapping[str, str] | None = None, conf_pa
     except ConfigError as error:
         problems += error.problems
         conf = {}
-    if "ALLOWED_ORIGINS" in env and "DEERFLOW_WEB_ALLOWED_ORIGINS" not in env:  # DeerFlow's CORS list
+    # DeerFlow's names for two of ours: its CORS list, and DEBUG=True for debug logging.
+    aliases = {"DEERFLOW_WEB_ALLOWED_ORIGINS": "ALLOWED_ORIGINS", "LOG_LEVEL": "DEBUG"}
+    if "ALLOWED_ORIGINS" in env and "DEERFLOW_WEB_ALLOWED_ORIGINS" not in env:
         env["DEERFLOW_WEB_ALLOWED_ORIGINS"] = env["ALLOWED_ORIGINS"]
+    if env.get("DEBUG", "").strip().lower() in TRUE_WORDS and "LOG_LEVEL" not in env:
+        env["LOG_LEVEL"] = "DEBUG"
     env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
     from_env = {name: env[name] for name in env_names if env.get(name)}
 
@@ -525,7 +529,7 @@ def load_settings_with_sources(environ: Mapping[str, str] | None = None, conf_pa
         return "environment" if name in process_env else str(dotenv_path) if name in dotenv else None
 
     sources = {**dict.fromkeys(conf, str(conf_file)),
-               **{name: origin(name) or f"{origin('ALLOWED_ORIGINS')} (as ALLOWED_ORIGINS)" for name in from_env}}
+               **{name: origin(name) or f"{origin(aliases[name])} (as {aliases[name]})" for name in from_env}}
     try:
         settings = Settings(**{**conf, **from_env})
     except ValidationError as error:

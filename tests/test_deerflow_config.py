@@ -123,14 +123,18 @@ def test_deerflow_env_example_keys_without_a_meaning_here_are_refused_one_line_e
     with pytest.raises(ConfigError) as caught:
         load_settings({"DEERFLOW_ENV_FILE": str(env_file), "DEERFLOW_CONF": str(tmp_path / "absent.yaml")})
     refused = [line.split("=", 1)[0] for line in caught.value.problems]
-    assert refused == ["DEBUG", "ENABLE_PYTHON_REPL", "INFOQUEST_API_KEY", "VOLCENGINE_TTS_ACCESS_TOKEN",
-                       "VOLCENGINE_TTS_APPID"]
+    assert refused == ["ENABLE_PYTHON_REPL", "INFOQUEST_API_KEY"]  # DEBUG and VOLCENGINE_TTS_* are honoured
     assert "infoquest-xxx" not in str(caught.value)  # a key's value is never echoed
     env_file.write_text("AGENT_RECURSION_LIMIT=30\nALLOWED_ORIGINS=http://localhost:3001\nSEARCH_API=tavily\n"
                         "APP_ENV=development\nDEBUG=False\nENABLE_PYTHON_REPL=true\n")
     settings = load_settings({"DEERFLOW_ENV_FILE": str(env_file), "DEERFLOW_CONF": str(tmp_path / "absent.yaml")})
     assert settings.agent_recursion_limit == 30
     assert settings.web_allowed_origins == ["http://localhost:3001"]  # DeerFlow's CORS list
+    assert settings.log_level == "INFO"  # DEBUG=False
+    env_file.write_text("DEBUG=True\nVOLCENGINE_TTS_APPID=app\nVOLCENGINE_TTS_ACCESS_TOKEN=tok\n")
+    settings = load_settings({"DEERFLOW_ENV_FILE": str(env_file), "DEERFLOW_CONF": str(tmp_path / "absent.yaml")})
+    assert settings.log_level == "DEBUG"  # DeerFlow's debug logging
+    assert (settings.volcengine_tts_appid, settings.volcengine_tts_access_token) == ("app", "tok")  # podcast voice
 
 
 @pytest.mark.parametrize(("conf", "key"), [
