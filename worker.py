@@ -38,7 +38,7 @@ from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.encryption import EncryptionConfigError, keys_summary
 from runtime.health import probe_server, worker_readiness
-from runtime.logs import configure_logging
+from runtime.logs import TEXT_FORMAT, configure_logging
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
@@ -77,6 +77,8 @@ async def main(argv: list[str] | None = None) -> None:
     queues: tuple[QueueKind, ...] = parser.parse_args(argv).queues
     # Settings are built once, here, and handed to everything that needs them; the offline
     # providers add the settings that point at them instead of rewriting the environment.
+    # Until the settings say otherwise (and for their own problems), records go out as text.
+    logging.basicConfig(level=logging.INFO, format=TEXT_FORMAT)
     # The offline decision is made from the loaded settings, so a model configured only in
     # conf.yaml or .env counts.
     configured = load_settings()

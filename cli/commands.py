@@ -393,8 +393,8 @@ async def status(args: argparse.Namespace) -> int:
     ended = ended_label(description.status)
     running = description.status == WorkflowExecutionStatus.RUNNING
     retries = retries_of(description.raw_description) if running else []
-    task_attempt = description.raw_description.pending_workflow_task.attempt
-    if running and task_attempt > 1:  # the query would wait on that task; say what its worker said
+    task_attempt = description.raw_description.pending_workflow_task.attempt if running else 0
+    if task_attempt > 1:  # the query would wait on that task; say what its worker said
         raise CliError(f"Run {args.id} waits: its workflow task failed on a worker and is being retried (attempt "
                        f"{task_attempt}); the worker said: {await _task_failure(handle)}")
     try:

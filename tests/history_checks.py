@@ -161,8 +161,8 @@ def event_time(event: HistoryEvent) -> datetime:
 
 def _identity(event: HistoryEvent) -> str:
     if event.event_type == COMPLETED:
-        return event.activity_task_completed_event_attributes.identity
-    return event.workflow_task_completed_event_attributes.identity
+        return process_of(event.activity_task_completed_event_attributes.identity)
+    return process_of(event.workflow_task_completed_event_attributes.identity)
 
 
 def first_progress(history: WorkflowHistory, since: datetime, identity: str | None = None) -> HistoryEvent | None:
@@ -179,8 +179,14 @@ def first_progress(history: WorkflowHistory, since: datetime, identity: str | No
 
 
 def worker_identity(pid: int) -> str:
-    """The identity the Temporal SDK gives a worker process by default."""
+    """The process part of a worker's identity, ``pid@hostname`` (see :func:`process_of`)."""
     return f"{pid}@{socket.gethostname()}"
+
+
+def process_of(identity: str) -> str:
+    """The worker process an identity names: our workers append their build to the SDK's
+    ``pid@hostname`` (runtime/build_info.py), which tells processes apart; the build does not."""
+    return identity.split(" ", 1)[0]
 
 
 async def wait_for_poller(client: Client, identity: str, timeout: float = 90.0) -> None:
@@ -194,7 +200,7 @@ async def wait_for_poller(client: Client, identity: str, timeout: float = 90.0) 
                                        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW)
     while True:
         response = await client.workflow_service.describe_task_queue(request)
-        if any(poller.identity == identity for poller in response.pollers):
+        if any(process_of(poller.identity) == identity for poller in response.pollers):
             return
         if time.monotonic() > deadline:
             raise TimeoutError(f"no poller with identity {identity!r} after {timeout} s")

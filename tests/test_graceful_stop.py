@@ -39,6 +39,7 @@ from tests.history_checks import (
     WORKFLOW_TASK_COMPLETED,
     activity_events,
     event_time,
+    process_of,
     retried_activities,
     retry_causes,
     wait_for_poller,
@@ -143,7 +144,7 @@ def planner_activity(history: WorkflowHistory, held_since: datetime) -> str:
 def first_workflow_task_after(history: WorkflowHistory, event_id: int) -> tuple[str, datetime]:
     for event in history.events:
         if event.event_id > event_id and event.event_type == WORKFLOW_TASK_COMPLETED:
-            return event.workflow_task_completed_event_attributes.identity, event_time(event)
+            return process_of(event.workflow_task_completed_event_attributes.identity), event_time(event)
     raise AssertionError(f"no workflow task completed after event {event_id}")
 
 
@@ -174,7 +175,7 @@ async def test_sigterm_lets_the_model_call_in_flight_finish_and_the_run_moves_on
 
     a, b = identity_of(first), identity_of(second)
     later_history = await later.fetch_history()
-    assert {event.workflow_task_completed_event_attributes.identity for event in later_history.events
+    assert {process_of(event.workflow_task_completed_event_attributes.identity) for event in later_history.events
             if event.event_type == WORKFLOW_TASK_COMPLETED} == {b}, "the stopping worker took new work"
     history = await handle.fetch_history()
     planner = planner_activity(history, held_since)
@@ -183,8 +184,8 @@ async def test_sigterm_lets_the_model_call_in_flight_finish_and_the_run_moves_on
     [completed] = [event for event in events if event.event_type == COMPLETED]
     # The call in flight finished where it ran, in its first attempt: the model was paid once.
     assert started.activity_task_started_event_attributes.attempt == 1
-    assert started.activity_task_started_event_attributes.identity == a
-    assert completed.activity_task_completed_event_attributes.identity == a
+    assert process_of(started.activity_task_started_event_attributes.identity) == a
+    assert process_of(completed.activity_task_completed_event_attributes.identity) == a
     # One per run: the held call was not made again.
     assert len(model_server.requests_for("planner")) == planner_calls + 2
     assert retried_activities(history) == {}
@@ -195,7 +196,7 @@ async def test_sigterm_lets_the_model_call_in_flight_finish_and_the_run_moves_on
     print(f"A drained in {drained_seconds:.1f} s (the call was held {HELD_SECONDS:.0f} s); "
           f"B took the run {hand_over:.1f} s after A exited and B polled")
     assert hand_over < HAND_OVER_LIMIT_SECONDS
-    workflow_tasks = [event.workflow_task_completed_event_attributes.identity for event in history.events
+    workflow_tasks = [process_of(event.workflow_task_completed_event_attributes.identity) for event in history.events
                       if event.event_type == WORKFLOW_TASK_COMPLETED and event.event_id > completed.event_id]
     assert set(workflow_tasks) == {b}
 
@@ -225,7 +226,7 @@ async def test_a_second_signal_stops_at_once_and_hands_the_call_back(
     [(activity_id, (kind, attempt))] = retried_activities(history).items()
     assert (kind, attempt) == ("chat", 2)
     [completed] = [event for event in activity_events(history)[activity_id] if event.event_type == COMPLETED]
-    assert completed.activity_task_completed_event_attributes.identity == identity_of(second)
+    assert process_of(completed.activity_task_completed_event_attributes.identity) == identity_of(second)
     assert not any(event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_TIMED_OUT for event in history.events)
 
 
@@ -250,4 +251,4 @@ async def test_a_call_outlasting_the_grace_is_cancelled_and_retried_elsewhere(
     [(activity_id, (kind, attempt))] = retried_activities(history).items()
     [completed] = [event for event in activity_events(history)[activity_id] if event.event_type == COMPLETED]
     assert (kind, attempt) == ("chat", 2)
-    assert completed.activity_task_completed_event_attributes.identity == identity_of(second)
+    assert process_of(completed.activity_task_completed_event_attributes.identity) == identity_of(second)

@@ -17,7 +17,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.history_checks import activity_events, wait_for_poller, worker_identity
+from tests.history_checks import activity_events, process_of, wait_for_poller, worker_identity
 from tests.processes import DevServer, WorkerProcess
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
@@ -65,7 +65,7 @@ async def test_thirty_runs_on_three_workers_survive_one_killed_under_load(
             assert [event.event_type for event in run].count(COMPLETED) == 1, run
     assert len({frozenset(activity_counts(events).items()) for events in per_run}) == 1, \
         "every run issued the same activities as the others: none lost, none repeated"
-    ran_by = Counter(event.activity_task_started_event_attributes.identity
+    ran_by = Counter(process_of(event.activity_task_started_event_attributes.identity)
                      for events in per_run for run in events.values() for event in run
                      if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED)
     assert set(identities) <= set(ran_by), f"every worker ran activities: {ran_by}"

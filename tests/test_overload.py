@@ -30,7 +30,14 @@ from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from tests.crash_drill import wait_until
-from tests.history_checks import COMPLETED, activity_events, completed_once_problems, wait_for_poller, worker_identity
+from tests.history_checks import (
+    COMPLETED,
+    activity_events,
+    completed_once_problems,
+    process_of,
+    wait_for_poller,
+    worker_identity,
+)
 from tests.processes import BusyLoops, DevServer, WorkerProcess
 from tests.support import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
@@ -46,7 +53,7 @@ RUN_TIMEOUT = 150.0
 
 def completers(events: list[HistoryEvent]) -> set[str]:
     """The identities of the workers that completed these activity events."""
-    return {event.activity_task_completed_event_attributes.identity for event in events
+    return {process_of(event.activity_task_completed_event_attributes.identity) for event in events
             if event.event_type == COMPLETED}
 
 

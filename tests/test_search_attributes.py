@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -25,7 +24,7 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
 from runtime.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
-from tests.processes import REPO_DIR, DevServer, WorkerProcess
+from tests.processes import DevServer, WorkerProcess
 from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ReportStyle, ResearchRequest, ResearchResult
 from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
@@ -109,17 +108,6 @@ async def test_unreachable_operator_service_returns_false(bare_server: DevServer
 
     client.operator_service.list_search_attributes = unavailable  # type: ignore[method-assign]
     assert await ensure_search_attributes(client) is False
-
-
-def test_compose_registers_every_key() -> None:
-    """docker-compose.yml spells the names out for the temporal CLI; keep them in step with the code."""
-    compose = yaml.safe_load((REPO_DIR / "docker-compose.yml").read_text(encoding="utf-8"))
-    service = compose["services"]["register-search-attributes"]
-    script = " ".join(service["command"])
-    for key in ALL_KEYS:
-        assert f"--name {key.name} --type Keyword" in script
-    assert service["depends_on"]["temporal"]["condition"] == "service_healthy"
-    assert service["restart"] == "no"
 
 
 async def test_worker_registers_them_and_runs_set_them(tmp_path: Path) -> None:
