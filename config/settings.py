@@ -28,6 +28,10 @@ DEFAULT_RECURSION_LIMIT = 25
 SEARCH_APIS = ("tavily", "brave", "duckduckgo", "serper", "searx", "arxiv", "wikipedia")
 
 
+# OpenAI's own endpoint: the default of openai-python and of docker-compose.yml (model_configured).
+OPENAI_PUBLIC_BASE_URL = "https://api.openai.com/v1"
+
+
 class Settings(BaseModel):
     """Built by ``load_settings`` from env and conf.yaml; fields are named by their env vars."""
 
@@ -467,8 +471,15 @@ class Settings(BaseModel):
             max_retries=basic.max_retries if self.reasoning_max_retries is None else self.reasoning_max_retries)
 
     def model_configured(self) -> bool:
-        """Whether the operator named a model provider (env, .env or conf.yaml); else the offline demo."""
-        return bool(self.openai_api_key or self.openai_base_url)
+        """Whether the operator named a model provider (env, .env or conf.yaml); else the offline demo.
+
+        A key names one; so does an endpoint without a key (a local server), except OpenAI's own
+        public one, which answers nothing without a key: docker-compose.yml passes it as the default
+        so that an empty value never reaches openai-python, and that alone must not send a keyless
+        worker to the internet instead of the demo.
+        """
+        return bool(self.openai_api_key or
+                    (self.openai_base_url and self.openai_base_url.rstrip("/") != OPENAI_PUBLIC_BASE_URL))
 
 
 class ModelEndpoint(BaseModel):

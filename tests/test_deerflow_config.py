@@ -181,3 +181,17 @@ async def test_the_reasoning_models_window_is_asked_of_its_own_endpoint_with_its
         windows = ContextWindows()
         assert await windows.window(settings, "t", "reasoning") == 9000
         assert await windows.window(settings, "b", "basic") == 4000
+
+
+@pytest.mark.parametrize(("env", "configured"), [
+    ({}, False),
+    ({"OPENAI_API_KEY": "sk-x"}, True),
+    ({"OPENAI_BASE_URL": "http://127.0.0.1:8080/v1"}, True),  # a local server needs no key
+    # compose's default endpoint without a key: the demo, never a keyless request to the internet
+    ({"OPENAI_BASE_URL": "https://api.openai.com/v1/"}, False),
+    ({"OPENAI_BASE_URL": "https://api.openai.com/v1", "OPENAI_API_KEY": "sk-x"}, True),
+])
+def test_a_model_is_configured_by_a_key_or_by_an_endpoint_of_the_operators(
+        tmp_path: Path, env: dict[str, str], configured: bool) -> None:
+    files = {"DEERFLOW_ENV_FILE": str(tmp_path / "absent.env"), "DEERFLOW_CONF": str(tmp_path / "absent.yaml")}
+    assert load_settings({**files, **env}).model_configured() is configured
