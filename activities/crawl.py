@@ -63,6 +63,7 @@ from activities.body_decoder import ACCEPT_ENCODING, BodyDecoder, EncodingRefuse
 from activities.heartbeat import heartbeating
 from activities.isolated import Limits, run_isolated
 from activities.limits import provider_slot
+from activities.retry_pacing import paced_retries
 from activities.tool_metrics import count_crawl_bytes
 from config.settings import Settings
 from workflows.models import CrawlRequest, CrawlResult
@@ -168,6 +169,7 @@ class CrawlActivities:
 
     @activity.defn(name="crawl_tool")
     @heartbeating
+    @paced_retries
     async def crawl_tool(self, request: CrawlRequest) -> CrawlResult:
         """Fetch ``request.url`` behind the SSRF guards and return its main content as markdown.
 

@@ -6,6 +6,10 @@ start-to-close timeout. The interval is derived from the heartbeat timeout the w
 the activity with (``workflows/activity_options.py``), like the SDK's ``contrib/openai_agents``
 does, so the two cannot drift apart: several beats fit in one timeout, and the SDK sends at most
 one per 80% of it anyway.
+
+Every beat repeats the details the attempt started with: a beat replaces the details the server
+keeps for the next attempt, and those carry the count of the provider's failures so far
+(activities/retry_pacing.py), which a lost attempt must not erase.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ def heartbeat_interval(heartbeat_timeout: timedelta | None) -> float:
 
 
 async def _beat_forever(interval: float) -> None:
+    details = activity.info().heartbeat_details
     while True:
-        activity.heartbeat()
+        activity.heartbeat(*details)
         await asyncio.sleep(interval)
 
 

@@ -10,6 +10,7 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeating
 from activities.lazy import load
+from activities.retry_pacing import paced_retries
 from activities.secret_scrubber import SecretScrubber
 from config.settings import Settings
 from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList
@@ -25,6 +26,7 @@ class McpActivities:
 
     @activity.defn(name="mcp_list_tools")
     @heartbeating
+    @paced_retries
     async def mcp_list_tools(self, request: MCPListRequest) -> MCPToolList:
         """The server's tools for ``request.agent``, as ToolSpecs named ``mcp_<server>_<tool>``."""
         mcp_tools = await load("activities.mcp_tools")

@@ -19,6 +19,7 @@ from activities.chat_activity import ChatActivity
 from activities.crawl import CrawlActivities
 from activities.mcp_activities import McpActivities
 from activities.retrieval import RetrievalActivities
+from activities.retry_window import RetryWindowInterceptor
 from activities.run_config import RunConfigActivities
 from activities.search import SearchActivities
 from config.settings import Settings
@@ -67,10 +68,12 @@ def build_workers(
     The main queue's worker also runs the workflow. ``activities``: built by the caller with
     :func:`queue_activities` when it needs to reach them (the tests swap their settings).
     ``worker_options`` go to every worker; the sandbox's worker gets no workflow and no keyed activity.
+    Every worker ends the retries of lost attempts after the operator's window (after ``interceptors``).
     """
     if activities is None:
         activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox,
                                       served=kinds)
+    interceptors = [*interceptors, RetryWindowInterceptor(settings.worker_retry_window)]
     workers = []
     for kind in QUEUE_KINDS:
         if kind not in kinds:

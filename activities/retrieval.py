@@ -48,6 +48,7 @@ from activities.doc_index import DB_FILENAME, DocumentStore, Hit, StoreUnavailab
 from activities.heartbeat import heartbeating
 from activities.provider_registry import ProviderRegistry
 from activities.resource_roots import ResourcePolicy, resolve
+from activities.retry_pacing import paced_retries
 from activities.search import parse_retry_after, trim_response
 from config.settings import Settings
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
@@ -455,6 +456,7 @@ class RetrievalActivities:
 
     @activity.defn(name="local_search_tool")
     @heartbeating
+    @paced_retries
     async def local_search_tool(self, request: LocalSearchRequest) -> SearchResponse:
         """Search the run's resources with the configured retriever; at most ``max_results``, text capped."""
         retriever = get_retriever(self.settings)  # first, so a bad RAG_PROVIDER is reported on any query

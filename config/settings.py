@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -320,6 +321,19 @@ class Settings(BaseModel):
     # and a worker starting on the same machine fails those of dead processes at once, so they are
     # retried without waiting for their heartbeat timeouts. Off: no journal and no reclaim.
     reclaim_lost_attempts: bool = Field(default=True, alias="DEERFLOW_RECLAIM_LOST_ATTEMPTS")
+    # How long a call whose attempts keep being lost with their workers (heartbeat timeouts, crashes,
+    # shutdowns) is retried before its run fails (activities/retry_window.py); the provider's own
+    # errors are bounded by count instead. Seconds, or an ISO 8601 duration (PT6H).
+    worker_retry_window: timedelta = Field(default=timedelta(hours=6), gt=timedelta(0),
+                                           alias="DEERFLOW_WORKER_RETRY_WINDOW")
+
+    @field_validator("worker_retry_window", mode="before")
+    @classmethod
+    def _seconds_or_iso(cls, value: Any) -> Any:
+        """A plain number is seconds, as in every other duration setting; pydantic would refuse it as text."""
+        if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+            return float(value)
+        return value
 
     @field_validator("web_allowed_origins", "codec_allowed_origins", mode="before")
     @classmethod

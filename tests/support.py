@@ -29,10 +29,10 @@ def run_id(prefix: str = "test") -> str:
     return f"{prefix}-{uuid.uuid4().hex[:8]}"
 
 
-async def start(client: Client, **fields: object) -> WorkflowHandle:
+async def start(client: Client, *, task_queue: str = TASK_QUEUE, **fields: object) -> WorkflowHandle:
     """Start a run on :data:`QUESTION` (``fields`` override the request), terminated after the test."""
     request = ResearchRequest.model_validate({"question": QUESTION, **fields})
-    handle = await client.start_workflow(WORKFLOW_TYPE, request, id=run_id(), task_queue=TASK_QUEUE,
+    handle = await client.start_workflow(WORKFLOW_TYPE, request, id=run_id(), task_queue=task_queue,
                                          result_type=ResearchResult)
     STARTED.append(handle)
     return handle

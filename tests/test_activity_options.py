@@ -148,6 +148,30 @@ async def test_a_raised_failure_waits_its_kinds_back_off(raised: Exception, dela
     assert str(raised) in str(error)
 
 
+@pytest.mark.parametrize(("earlier", "final", "beat"), [
+    ([], False, [(1,)]), ([4], False, [(5,)]), ([5], True, []),  # the 6th of chat's 6 is final
+    (["junk"], False, [(1,)]),  # details it did not write count as none
+])
+async def test_the_providers_failures_are_counted_across_attempts_and_the_last_is_final(
+        earlier: list[Any], final: bool, beat: list[tuple[int]]) -> None:
+    """The count comes from the heartbeat details the attempt started with and leaves in a beat."""
+    raised = ApplicationError("HTTP 503: overloaded", type="ModelProviderUnavailable")
+
+    @paced_retries
+    async def chat() -> None:
+        raise raised
+
+    environment = _attempt("chat", 9)  # attempts lost with their workers count for nothing
+    environment.info = replace(environment.info, heartbeat_details=earlier)
+    beats: list[Any] = []
+    environment.on_heartbeat = lambda *details: beats.append(details)
+    with pytest.raises(ApplicationError) as caught:
+        await environment.run(chat)
+    assert caught.value.non_retryable == final
+    assert (caught.value.message, caught.value.type) == (raised.message, raised.type)
+    assert beats == beat
+
+
 async def test_a_kind_without_a_failure_back_off_raises_as_it_would() -> None:
     raised = ApplicationError("unreachable", type="CrawlUnavailable")
 
@@ -209,6 +233,21 @@ async def test_an_activity_beats_at_the_interval_of_its_scheduled_timeout(
     await environment.run(slow)
     assert time.monotonic() - started < 3
     assert at_least <= len(beats) <= at_most
+
+
+async def test_every_beat_repeats_the_details_the_attempt_started_with() -> None:
+    """A lost attempt must not erase the provider failures counted by the attempts before it."""
+    @heartbeating
+    async def slow() -> None:
+        await asyncio.sleep(1.2)
+
+    environment = ActivityEnvironment()
+    environment.info = replace(ActivityEnvironment.default_info(), heartbeat_timeout=timedelta(seconds=1),
+                               heartbeat_details=[2])
+    beats: list[Any] = []
+    environment.on_heartbeat = lambda *details: beats.append(details)
+    await environment.run(slow)
+    assert len(beats) >= 2 and set(beats) == {(2,)}
 
 
 # ------------------------------------------------------------------------------ summaries

@@ -14,6 +14,15 @@ The summary is the line the Web UI shows for the activity in the run's event his
 are built from model-chosen text (queries, URLs), so they are cut to one short line, carry a
 URL's host only (never its path, query or credentials) and have link and HTML syntax escaped.
 Building one never raises: a malformed URL must not fail a workflow task.
+
+Two kinds of retry, bounded apart (issue #19). An attempt lost with its worker (a heartbeat or
+start-to-close timeout, a crash reclaimed as ``WorkerLost``, a shutdown) says nothing about the
+provider, and a starved or restarted worker may lose many in a row: kinds with
+``provider_attempts`` schedule with unlimited attempts and no schedule-to-close, so only the
+operator's ``DEERFLOW_WORKER_RETRY_WINDOW`` ends those retries (activities/retry_window.py). A
+failure the activity raises itself (a 5xx, a refused connection) is the provider's: the activity
+counts those across attempts and makes the kind's ``provider_attempts``-th final
+(activities/retry_pacing.py), so a provider that stays down still ends the run with its error.
 """
 
 from __future__ import annotations
@@ -107,6 +116,10 @@ class ActivityOptions(Generic[InputT]):
     queue: QueueKind = "main"
     # Set where ``retry``'s initial interval is LOST_ATTEMPT_RETRY: the back-off for raised failures.
     failure_backoff: Backoff | None = None
+    # Attempts that end with a failure the activity raised (the provider's errors); the last is
+    # made final. Set: ``retry`` has no attempt limit and the kind no schedule-to-close, since lost
+    # attempts are bounded by the operator's retry window instead. None: ``retry`` counts every attempt.
+    provider_attempts: int | None = None
 
 
 # The patch that moved each kind off the main queue; runs recorded before it stay there.
@@ -118,38 +131,39 @@ QUEUE_PATCHES: dict[QueueKind, str] = {
 
 
 CHAT: ActivityOptions[ChatRequest] = ActivityOptions(
-    "chat", start_to_close=timedelta(minutes=5), schedule_to_close=timedelta(minutes=20),
+    "chat", start_to_close=timedelta(minutes=5), schedule_to_close=None,
     heartbeat_timeout=QUICK_HEARTBEAT_TIMEOUT,
-    # Bounded in count and in total time, so a provider that stays down ends the run with its error
-    # instead of retrying for ever. 429s wait as long as the provider asks (Retry-After).
+    # The provider's errors end the run after 6 attempts with its message, instead of retrying for
+    # ever; 429s wait as long as the provider asks (Retry-After). Lost attempts: the retry window.
     retry=RetryPolicy(initial_interval=LOST_ATTEMPT_RETRY, backoff_coefficient=2.0,
-                      maximum_interval=timedelta(seconds=60), maximum_attempts=6,
+                      maximum_interval=timedelta(seconds=60),
                       non_retryable_error_types=["ModelProviderError", "PromptError"]),
     summary=lambda request: summary_text(request.prompt), queue="model",
-    failure_backoff=Backoff(timedelta(seconds=2), 2.0, timedelta(seconds=60)),
+    failure_backoff=Backoff(timedelta(seconds=2), 2.0, timedelta(seconds=60)), provider_attempts=6,
 )
-_SEARCH_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20),
-                            maximum_attempts=4)
 WEB_SEARCH: ActivityOptions[SearchRequest] = ActivityOptions(
-    "web_search", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=4),
+    "web_search", start_to_close=timedelta(seconds=60), schedule_to_close=None,
     heartbeat_timeout=QUICK_HEARTBEAT_TIMEOUT,
-    retry=RetryPolicy(initial_interval=LOST_ATTEMPT_RETRY, maximum_interval=timedelta(seconds=20),
-                      maximum_attempts=4),
+    retry=RetryPolicy(initial_interval=LOST_ATTEMPT_RETRY, maximum_interval=timedelta(seconds=20)),
     summary=lambda request: f"web_search: {summary_text(request.query)}", queue="tools",
-    failure_backoff=Backoff(timedelta(seconds=1), 2.0, timedelta(seconds=20)),
+    failure_backoff=Backoff(timedelta(seconds=1), 2.0, timedelta(seconds=20)), provider_attempts=4,
 )
 LOCAL_SEARCH: ActivityOptions[LocalSearchRequest] = ActivityOptions(
-    "local_search_tool", start_to_close=timedelta(minutes=10), schedule_to_close=timedelta(minutes=15),
-    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=_SEARCH_RETRY,
+    "local_search_tool", start_to_close=timedelta(minutes=10), schedule_to_close=None,
+    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=20)),
     summary=lambda request: f"local_search_tool: {summary_text(request.query)}", queue="tools",
+    provider_attempts=4,
 )
 CRAWL: ActivityOptions[CrawlRequest] = ActivityOptions(
-    "crawl_tool", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=4),
+    "crawl_tool", start_to_close=timedelta(seconds=60), schedule_to_close=None,
     heartbeat_timeout=HEARTBEAT_TIMEOUT,
-    retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10),
-                      maximum_attempts=3),
-    summary=lambda request: f"crawl_tool: {url_host(request.url)}", queue="tools",
+    retry=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=10)),
+    summary=lambda request: f"crawl_tool: {url_host(request.url)}", queue="tools", provider_attempts=3,
 )
+# The sandbox's run and an MCP call may have done their work before their attempt was lost (run
+# the code, reached a tool with side effects): they keep a small count of attempts of any cause.
+# A run goes on without them: their failure is a tool message to the model.
 PYTHON: ActivityOptions[PythonRequest] = ActivityOptions(
     "python_repl_tool", start_to_close=timedelta(seconds=120), schedule_to_close=timedelta(minutes=5),
     heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=RetryPolicy(maximum_attempts=2),
@@ -159,9 +173,9 @@ PYTHON: ActivityOptions[PythonRequest] = ActivityOptions(
 MCP_LIST_TOOLS: ActivityOptions[MCPListRequest] = ActivityOptions(
     "mcp_list_tools", start_to_close=timedelta(seconds=90), schedule_to_close=None,
     heartbeat_timeout=HEARTBEAT_TIMEOUT,
-    retry=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["MCPConfigError"]),
+    retry=RetryPolicy(non_retryable_error_types=["MCPConfigError"]),
     summary=lambda request: f"mcp tools: {summary_text(request.server_name)} for {summary_text(request.agent)}",
-    queue="tools",
+    queue="tools", provider_attempts=3,
 )
 MCP_CALL_TOOL: ActivityOptions[MCPCallRequest] = ActivityOptions(
     "mcp_call_tool", start_to_close=timedelta(seconds=150), schedule_to_close=None,
