@@ -8,6 +8,9 @@ unchanged except that every ``Worker(...)`` it builds gets extra keyword argumen
 * ``BENCH_UNSANDBOXED=1`` -> ``workflow_runner=UnsandboxedWorkflowRunner()``
 * ``BENCH_DISABLE_EAGER_ACTIVITIES=1`` -> ``disable_eager_activity_execution=True``
 * ``BENCH_METRICS_PORT`` -> a Prometheus endpoint on 127.0.0.1 (e.g. ``temporal_sticky_cache_size``)
+* ``BENCH_RESOURCE_TUNER=<cpu target>`` -> the SDK's resource-based tuner (memory target 0.9) in place
+  of the product's fixed activity slots per queue
+* ``BENCH_NICE`` -> the worker's niceness, set before it starts a thread (``bench/starved_worker.py``)
 
 The cache size and sandbox concurrency are no longer knobs here: they are the product's
 ``DEERFLOW_MAX_CACHED_WORKFLOWS`` and ``DEERFLOW_SANDBOX_QUEUE_CONCURRENCY`` (a knob would be
@@ -17,7 +20,6 @@ overridden by the value the product passes).
 from __future__ import annotations
 
 import asyncio
-import functools
 import os
 import sys
 from pathlib import Path
@@ -26,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerTuner
 
 import worker
 from activities import registry
@@ -47,10 +49,20 @@ def knobs() -> dict[str, Any]:
     return extra
 
 
+def tuned_worker(*args: Any, **kwargs: Any) -> Worker:
+    """``Worker`` with the knobs; the resource-based tuner replaces the fixed activity slots."""
+    if os.environ.get("BENCH_RESOURCE_TUNER"):
+        kwargs.pop("max_concurrent_activities", None)
+        kwargs["tuner"] = WorkerTuner.create_resource_based(
+            target_memory_usage=0.9, target_cpu_usage=float(os.environ["BENCH_RESOURCE_TUNER"]))
+    return Worker(*args, **{**kwargs, **knobs()})
+
+
 if __name__ == "__main__":
+    os.nice(int(os.environ.get("BENCH_NICE", "0")))
     if os.environ.get("BENCH_METRICS_PORT"):
         metrics = PrometheusConfig(bind_address=f"127.0.0.1:{os.environ['BENCH_METRICS_PORT']}")
         Runtime.set_default(Runtime(telemetry=TelemetryConfig(metrics=metrics)))
-    registry.Worker = functools.partial(Worker, **knobs())  # type: ignore[misc]
+    registry.Worker = tuned_worker  # type: ignore[misc,assignment]
     asyncio.run(worker.main())
     exit_now(0)

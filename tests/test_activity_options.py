@@ -107,6 +107,10 @@ def test_every_kind_has_every_option() -> None:
             seen_every = max(heartbeat_interval(options.heartbeat_timeout),
                              min(0.8 * options.heartbeat_timeout, HEARTBEAT_THROTTLE).total_seconds())
             assert options.heartbeat_timeout.total_seconds() - seen_every >= 2.0
+        if options.provider_attempts is not None:
+            # Lost attempts are bounded by the operator's retry window alone: no count, no deadline.
+            assert options.retry is not None and options.retry.maximum_attempts == 0
+            assert options.schedule_to_close is None and options.provider_attempts >= 2
         if options.failure_backoff is not None:
             # Only a lost attempt is retried at once; the policy's later intervals still grow.
             assert options.retry is not None and options.retry.initial_interval == LOST_ATTEMPT_RETRY
