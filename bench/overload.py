@@ -30,9 +30,9 @@ What is reported per setting, from each run's history once every run has ended (
 whether each completed exactly once (one completion per activity, per model turn, and exactly one
 reporter turn); wall time (first run started to last run closed); retries by cause (see
 ``tests/history_checks.retries_by_cause``: history records only the failure before each activity's
-last attempt); activities given up by cause; and the peak RSS of the worker and of its replacement
-(each with its children: the sandbox's fork server). Exit status 1 unless every run of every
-setting completed with its report, exactly once.
+last attempt); activities given up by cause; the machine's load average at the kill; and the peak
+RSS of the worker and of its replacement (alone and with its children: the extraction fork server,
+the sandbox). Exit status 1 unless every run of every setting completed with its report, exactly once.
 """
 
 from __future__ import annotations
@@ -213,7 +213,7 @@ def report(outcome: Outcomes, args: argparse.Namespace) -> None:
     print(f"  activities given up (no retry left): {counts(outcome.given_up)}")
     print(f"  failed runs: {counts(outcome.failures)}")
     print(f"  activities scheduled per run: {counts(outcome.activities)}")
-    print(f"  peak RSS: {rss(outcome)} (the process / with its children: the sandbox's fork server)")
+    print(f"  peak RSS: {rss(outcome)} (the process / with its children)")
 
 
 async def main() -> None:
