@@ -30,9 +30,9 @@ What is reported per setting, from each run's history once every run has ended (
 whether each completed exactly once (one completion per activity, per model turn, and exactly one
 reporter turn); wall time (first run started to last run closed); retries by cause (see
 ``tests/history_checks.retries_by_cause``: history records only the failure before each activity's
-last attempt); activities given up by cause; and the peak RSS of the worker and of its replacement
-(each with its children: the sandbox's fork server). Exit status 1 unless every run of every
-setting completed with its report, exactly once.
+last attempt); activities given up by cause; the machine's load average at the kill; and the peak
+RSS of the worker and of its replacement (alone and with its children: the extraction fork server,
+the sandbox). Exit status 1 unless every run of every setting completed with its report, exactly once.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import httpx
-from harness import RssSampler, Stack, bench_stack, header, run_main
+from harness import Memory, RssSampler, Stack, bench_stack, header, run_main
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from runtime.shutdown import exit_now
@@ -91,7 +91,7 @@ class Outcomes:
     retries: Counter[str] = field(default_factory=Counter)
     given_up: Counter[str] = field(default_factory=Counter)
     activities: Counter[int] = field(default_factory=Counter)  # activities scheduled per run -> runs
-    peak_rss: tuple[float, float] = (0.0, 0.0)  # MiB: the worker, its replacement (with children)
+    peak: tuple[Memory, Memory] | None = None  # the worker's, its replacement's
 
     @property
     def met(self) -> bool:
@@ -170,18 +170,27 @@ async def run_setting(setting: Setting, args: argparse.Namespace) -> Outcomes:
                 stack.worker.start()
                 replacement = samplers.enter_context(RssSampler(stack.worker.pid))
                 await stack.until_worker_polls(timeout=args.timeout)
-                outcomes = Outcomes(setting.name, args.runs, loops.count, 0.0, killed - began, calls,
-                                    time.monotonic() - killed, load)
+                outcomes = Outcomes(setting.name, args.runs, loops.count, loop_seconds=0.0, kill_at=killed - began,
+                                    calls_at_kill=calls, replacement_polls_after=time.monotonic() - killed,
+                                    load_at_kill=load)
                 print(f"[{setting.name}] {args.runs} runs started; worker killed {outcomes.kill_at:.1f} s in, after "
-                      f"{calls} model calls; its replacement polled {outcomes.replacement_polls_after:.1f} s later",
-                      flush=True)
+                      f"{calls} model calls (load average {load:.1f}); its replacement polled "
+                      f"{outcomes.replacement_polls_after:.1f} s later", flush=True)
                 await until_ended(stack, began + args.timeout)
             outcomes.loop_seconds = loops.ended_at - loops.started_at
-            outcomes.peak_rss = (first.peak().tree_rss, replacement.peak().tree_rss)
+            outcomes.peak = (first.peak(), replacement.peak())
             await read_runs(stack, ids, outcomes)
         finally:
             serve.kill()
     return outcomes
+
+
+def rss(outcome: Outcomes) -> str:
+    if outcome.peak is None:
+        return "-"
+    worker, replacement = outcome.peak
+    return (f"worker {worker.main_rss:.0f} / {worker.tree_rss:.0f} MiB, "
+            f"replacement {replacement.main_rss:.0f} / {replacement.tree_rss:.0f} MiB")
 
 
 def counts(counter: Counter[str] | Counter[int]) -> str:
@@ -204,7 +213,7 @@ def report(outcome: Outcomes, args: argparse.Namespace) -> None:
     print(f"  activities given up (no retry left): {counts(outcome.given_up)}")
     print(f"  failed runs: {counts(outcome.failures)}")
     print(f"  activities scheduled per run: {counts(outcome.activities)}")
-    print(f"  peak RSS (MiB, with children): worker {outcome.peak_rss[0]:.0f}, replacement {outcome.peak_rss[1]:.0f}")
+    print(f"  peak RSS: {rss(outcome)} (the process / with its children)")
 
 
 async def main() -> None:
@@ -216,12 +225,12 @@ async def main() -> None:
         report(outcome, args)
         outcomes.append(outcome)
     print("\n| Setting | Completed with report | Failed | No report | Running | Once | Wall | Retries by cause "
-          "| Given up | Peak RSS (worker / replacement) |")
-    print("|---|---:|---:|---:|---:|---|---:|---|---|---:|")
+          "| Given up | Load at kill | Peak RSS |")
+    print("|---|---:|---:|---:|---:|---|---:|---|---|---:|---|")
     for o in outcomes:
         print(f"| {o.setting} | {o.reports}/{o.runs} | {o.failed} | {o.no_report} | {o.running} "
               f"| {'yes' if not o.not_once else 'NO'} | {o.wall_seconds:.0f} s | {counts(o.retries)} "
-              f"| {counts(o.given_up)} | {o.peak_rss[0]:.0f} / {o.peak_rss[1]:.0f} MiB |")
+              f"| {counts(o.given_up)} | {o.load_at_kill:.1f} | {rss(o)} |")
     if not all(outcome.met for outcome in outcomes):
         print("\nNot every run completed with its report, exactly once.", flush=True)
         exit_now(1)  # every process this bench started has been stopped (bench_stack, finally)

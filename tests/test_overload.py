@@ -40,6 +40,7 @@ from tests.history_checks import (
 )
 from tests.processes import BusyLoops, DevServer, WorkerProcess
 from tests.support import QUESTION, run_id
+from workflows.errors import failure_message
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
 
 pytestmark = pytest.mark.timeout(240)
@@ -74,15 +75,16 @@ async def test_starved_worker_killed_mid_load_loses_no_run(dev_server: DevServer
                 await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True),
                                             id=run_id("overload"), task_queue=TASK_QUEUE, result_type=ResearchResult)
                 for _ in range(RUNS)]
-            await wait_until(lambda: len(model.requests) >= RUNS * MODEL_CALLS_PER_RUN // 3,
+            ended = asyncio.ensure_future(
+                asyncio.gather(*(handle.result() for handle in handles), return_exceptions=True))
+            await wait_until(lambda: len(model.requests) >= RUNS * MODEL_CALLS_PER_RUN // 3 or ended.done(),
                              "a third of the model calls", timeout=RUN_TIMEOUT)
             workers[0].kill()
             workers.append(WorkerProcess(dev_server.address, tmp_path / "second.log", env=env,
                                          niceness=WORKER_NICENESS).start())
-            results = await asyncio.wait_for(
-                asyncio.gather(*(handle.result() for handle in handles), return_exceptions=True), RUN_TIMEOUT)
-        failed = [f"{handle.id}: {result!r}" for handle, result in zip(handles, results, strict=True)
-                  if not isinstance(result, ResearchResult)]
+            results = await asyncio.wait_for(ended, RUN_TIMEOUT)
+        failed = [f"{handle.id}: {failure_message(getattr(result, 'cause', None) or result)}"
+                  for handle, result in zip(handles, results, strict=True) if not isinstance(result, ResearchResult)]
         assert not failed, f"runs failed: {failed}"
         assert all(result.outcome is Outcome.REPORT and result.report.strip() for result in results)
         histories = [await handle.fetch_history() for handle in handles]
