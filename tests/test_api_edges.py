@@ -67,6 +67,10 @@ def served(dev_server: DevServer, worker: WorkerProcess, folder: Path) -> Iterat
     port = free_port()
     server = ServeProcess(dev_server.address, port, folder / "serve.log", folder / "home",
                           env={"DEERFLOW_RESOURCE_ROOTS": str(resources), "DEERFLOW_TOKEN_STREAM_TOKEN": TOKEN})
+    # Its start-up lines may land just after the port opens; the tests read only what follows them.
+    deadline = time.monotonic() + 30
+    while b"Uvicorn running" not in (folder / "serve.log").read_bytes() and time.monotonic() < deadline:
+        time.sleep(0.05)
     yield Served(f"http://127.0.0.1:{port}", folder / "serve.log", resources / "uploads")
     server.kill()
 
