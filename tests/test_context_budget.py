@@ -32,7 +32,8 @@ from activities.context_budget import (
 )
 from activities.llm import ModelActivities
 from activities.prompts import render_prompt
-from config.settings import Settings, _conf_yaml_values
+from config.deerflow import conf_values
+from config.settings import Settings
 from offline.model_server import FakeModelServer
 from tests.conftest import settings_with
 from workflows.models import ChatMessage, ChatRequest, ToolCall
@@ -197,8 +198,8 @@ def test_a_configured_token_limit_wins() -> None:
 def test_token_limit_setting_from_env_and_conf_yaml(tmp_path: Path) -> None:
     conf = tmp_path / "conf.yaml"
     conf.write_text("BASIC_MODEL:\n  model: qwen-max\n  token_limit: 24000\n", encoding="utf-8")
-    assert _conf_yaml_values(conf)["TOKEN_LIMIT"] == 24000
-    assert Settings(**_conf_yaml_values(conf)).token_limit == 24000
+    assert conf_values(conf, {})["TOKEN_LIMIT"] == 24000
+    assert Settings(**conf_values(conf, {})).token_limit == 24000
     assert Settings(TOKEN_LIMIT="9000").token_limit == 9000
     assert Settings().token_limit is None
     assert Settings(TOKEN_LIMIT="lots").token_limit is None  # a typo falls back to inference

@@ -82,7 +82,8 @@ def test_memory_limit_is_enforced_by_the_kernel() -> None:
 
 def test_children_run_at_lower_priority() -> None:
     """So heavy extraction yields the CPU to the worker's own event loop and threads."""
-    assert run_blocking(niceness, b"", (), [10], ROOMY).values == [os.nice(0) + isolated.CHILD_NICENESS]
+    # The kernel caps niceness at 19 (a worker already at nice 15 cannot go 10 lower in priority).
+    assert run_blocking(niceness, b"", (), [10], ROOMY).values == [min(19, os.nice(0) + isolated.CHILD_NICENESS)]
 
 
 def test_an_answer_over_the_size_limit_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
