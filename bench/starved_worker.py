@@ -22,7 +22,7 @@ from collections import Counter
 
 from harness import REPO, bench_stack, header, run_main, start_run
 
-from tests.history_checks import activity_events, retry_causes, start_attempts
+from tests.history_checks import activity_events, retries_by_cause, start_attempts
 from tests.support import QUESTION
 from workflows.models import ResearchRequest
 
@@ -61,12 +61,9 @@ async def main() -> None:
         highest = 1
         for handle in handles:
             history = await handle.fetch_history()
-            causes = retry_causes(history)
-            for activity_id, events in activity_events(history).items():
-                for attempt in start_attempts(events):
-                    highest = max(highest, attempt)
-                    if attempt > 1:
-                        lost[causes[activity_id]] += attempt - 1
+            lost += retries_by_cause(history)
+            highest = max([highest, *(attempt for events in activity_events(history).values()
+                                      for attempt in start_attempts(events))])
         print(f"{args.runs} runs, worker at nice {args.nice} beside {args.busy} busy loops for {starved_for:.0f} s, "
               f"tuner {'resource-based, CPU ' + str(args.tuner) if args.tuner is not None else 'none (fixed slots)'}: "
               f"{args.runs - len(failed)} completed, {len(failed)} failed "
