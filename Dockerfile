@@ -14,6 +14,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY workflows ./workflows
 COPY activities ./activities
+COPY hosting ./hosting
 COPY config ./config
 COPY offline ./offline
 COPY cli ./cli

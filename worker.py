@@ -22,16 +22,16 @@ from typing import NoReturn
 from temporalio.client import Client
 from temporalio.worker import Interceptor
 
-from activities.inflight_journal import InflightJournal
-from activities.isolated import start_fork_server
-from activities.journal_interceptor import InflightJournalInterceptor
-from activities.lazy import MODEL_MODULE, load, preload
-from activities.reclaim import hand_back, open_journal, reclaim_at_start, settled
-from activities.registry import build_workers, running
-from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.secret_scrubber import ScrubbingLogFilter, SecretScrubber
-from activities.tool_metrics import ToolMetricsInterceptor
+from activities.guards.secret_scrubber import ScrubbingLogFilter, SecretScrubber
+from activities.support.isolated import start_fork_server
+from activities.support.lazy import MODEL_MODULE, load, preload
+from activities.support.tool_metrics import ToolMetricsInterceptor
 from config.settings import ConfigError, Settings, load_settings
+from hosting.inflight_journal import InflightJournal
+from hosting.journal_interceptor import InflightJournalInterceptor
+from hosting.reclaim import hand_back, open_journal, reclaim_at_start, settled
+from hosting.registry import build_workers, running
+from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from offline.providers import offline_banner, start_offline_providers, with_overrides
 from runtime.build_info import add_version_argument, build_label, code_digest, metric_labels, worker_identity
 from runtime.connection import TemporalConnectionError, connect, load_connection
@@ -105,7 +105,7 @@ async def main(argv: list[str] | None = None) -> None:
     # load_run_config hands each run this answer, recording it in history for replay.
     search_attributes_enabled = await ensure_search_attributes(client)
     # Each attempt's task token is journalled while it runs, so a successor of this process can
-    # fail what it lost at once (activities/reclaim.py); outermost, so an attempt's end is its last.
+    # fail what it lost at once (hosting/reclaim.py); outermost, so an attempt's end is its last.
     journal = open_journal(settings, client)
     interceptors: list[Interceptor] = [] if journal is None else [InflightJournalInterceptor(journal)]
     # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.

@@ -16,7 +16,7 @@ from typing import Literal
 
 from temporalio import activity
 
-from activities.retrieval import check_resources
+from activities.documents.retrieval import check_resources
 from config.settings import Settings
 from workflows.models import RunConfig
 from workflows.queues import QUEUE_KINDS, QueueKind

@@ -5,7 +5,7 @@ Run from the repository root: ``.venv/bin/python bench/extract_cost.py`` (under 
 Why it is measured this way: the crawler used to extract in threads of the default executor
 (decode, lxml pass and trafilatura, each a ``to_thread`` hop), which cannot be stopped when a
 page runs over its budget. It now forks a child from a fork server per page
-(``activities/isolated.py``). The difference per page is the fork, the pipe round trips and the
+(``activities/support/isolated.py``). The difference per page is the fork, the pipe round trips and the
 child's exit, so the same article-like pages go through both paths, warm, in turns, and the
 medians are compared. The fork server's one-off start (it imports trafilatura, lxml and pypdf)
 is timed separately, since a worker pays it once.
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from harness import header, html_page, median, ms, run_main
 
-from activities.crawl import FetchedPage, _trafilatura_markdown, decode_body, extract_within_budget, prepare_html
+from activities.web.crawl import FetchedPage, _trafilatura_markdown, decode_body, extract_within_budget, prepare_html
 
 ROUNDS = 20
 MAX_CHARS = 20_000

@@ -1,4 +1,4 @@
-"""In-flight journal cost: what journalling each attempt's task token (activities/inflight_journal.py) adds.
+"""In-flight journal cost: what journalling each attempt's task token (hosting/inflight_journal.py) adds.
 
 Run from the repository root: ``.venv/bin/python bench/journal_cost.py`` (a few seconds).
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from harness import header, run_main, verdict
 
-from activities.inflight_journal import InflightJournal, ProcessStamp
+from hosting.inflight_journal import InflightJournal, ProcessStamp
 
 ATTEMPTS = 20_000
 OPEN = 64

@@ -31,7 +31,7 @@ from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerTuner
 
 import worker
-from activities import registry
+from hosting import registry
 from runtime.shutdown import exit_now
 
 

@@ -30,7 +30,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.resource_roots import ResourcePolicy
+from activities.documents.resource_roots import ResourcePolicy
 from cli.connection import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from cli.render import ended_label, plan_text, review_help, status_text
 from cli.terminal import printable, printable_json

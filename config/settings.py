@@ -44,7 +44,7 @@ class Settings(BaseModel):
     reasoning_model: str | None = Field(default=None, alias="REASONING_MODEL")
     llm_request_timeout: float = Field(default=120.0, alias="LLM_REQUEST_TIMEOUT")
     # The model's context window in tokens; None: inferred from the model name
-    # (activities.context_budget.token_limit_for). conf.yaml: BASIC_MODEL.token_limit.
+    # (activities.model.context_budget.token_limit_for). conf.yaml: BASIC_MODEL.token_limit.
     token_limit: int | None = Field(default=None, alias="TOKEN_LIMIT")
     # DeerFlow's model blocks (config/deerflow.py): TLS verification (false: a self-signed
     # endpoint) and the client's own retries of one call, before Temporal retries the activity.
@@ -83,7 +83,7 @@ class Settings(BaseModel):
     ragflow_api_key: str | None = Field(default=None, alias="RAGFLOW_API_KEY")
 
     # Resource roots: the only folders whose files a run's ``resources`` may name
-    # (activities/resource_roots.py). Unset: ``<home>/resources``, a folder that holds nothing but
+    # (activities/documents/resource_roots.py). Unset: ``<home>/resources``, a folder that holds nothing but
     # what someone put there to be searched. Env: paths separated by os.pathsep (":" on Linux, like
     # PATH); conf.yaml: ``RESOURCE_ROOTS`` as a list. ``conf_path`` is protected like the home.
     resource_roots: list[Path] | None = Field(default=None, alias="DEERFLOW_RESOURCE_ROOTS")
@@ -104,7 +104,7 @@ class Settings(BaseModel):
     # Crawl guard: hosts (or IPs) that may be fetched even though they are not public.
     crawl_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_CRAWL_ALLOW_HOSTS")
     crawl_max_chars: int = Field(default=20_000, alias="DEERFLOW_CRAWL_MAX_CHARS")
-    # Page and PDF extraction runs in child processes (activities/isolated.py): how many at once
+    # Page and PDF extraction runs in child processes (activities/support/isolated.py): how many at once
     # per worker, and each one's address-space limit. Each is also killed at its time budget.
     extract_max_concurrency: int = Field(default=8, ge=1, alias="DEERFLOW_EXTRACT_MAX_CONCURRENCY")
     extract_max_memory_mb: int = Field(default=1024, ge=256, alias="DEERFLOW_EXTRACT_MAX_MEMORY_MB")
@@ -119,7 +119,7 @@ class Settings(BaseModel):
     )
     # Hosts, IPs or CIDR networks MCP URLs may reach although they are not public (as the crawler's).
     mcp_allow_hosts: list[str] = Field(default_factory=list, alias="DEERFLOW_MCP_ALLOW_HOSTS")
-    # Extra worker variables whose values the secret scrubber (activities/secret_scrubber.py) removes
+    # Extra worker variables whose values the secret scrubber (activities/guards/secret_scrubber.py) removes
     # from activity output, beyond the key/token/secret/password settings it finds by itself.
     secret_env_names: list[str] = Field(default_factory=list, alias="DEERFLOW_SECRET_ENV_NAMES")
 
@@ -155,7 +155,7 @@ class Settings(BaseModel):
     def _split_names(cls, value: Any) -> Any:
         return _comma_separated(value)
 
-    # Per-provider concurrency inside one worker process (see activities/limits.py).
+    # Per-provider concurrency inside one worker process (see activities/support/limits.py).
     llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
     search_max_concurrency: int = Field(default=4, ge=1, alias="SEARCH_MAX_CONCURRENCY")
     crawl_max_concurrency: int = Field(default=4, ge=1, alias="CRAWL_MAX_CONCURRENCY")
@@ -310,7 +310,7 @@ class Settings(BaseModel):
                                    alias="DEERFLOW_WEB_THREAD_PREFIX")
     # Event streams open at once; each holds a long poll on Temporal while its page is open.
     web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
-    # The podcast's voices (activities/speech.py): an OpenAI-compatible /v1/audio/speech endpoint
+    # The podcast's voices (activities/content/speech.py): an OpenAI-compatible /v1/audio/speech endpoint
     # (base URL up to /v1), its key, model and one voice per speaker. Unset: no voice, script only.
     tts_url: str | None = Field(default=None, pattern=r"^https?://", alias="DEERFLOW_TTS_URL")
     tts_api_key: str | None = Field(default=None, alias="DEERFLOW_TTS_API_KEY")
@@ -376,7 +376,7 @@ class Settings(BaseModel):
         """The operator's price for ``model``, else the default table's; None: unpriced."""
         return self.model_prices.get(model) or default_price(model)
 
-    # Token previews (issue #14; activities/token_stream.py, server/live.py): the chat activity
+    # Token previews (issue #14; activities/model/token_stream.py, server/live.py): the chat activity
     # publishes its reply as it is generated to the API server's /internal/token-stream, best
     # effort and never durable. Unset URL: the sink the local `serve` announces under <home>
     # (the embedded default). The token is the shared secret between workers and API servers; a
@@ -390,13 +390,13 @@ class Settings(BaseModel):
     token_stream_max_pending: int = Field(default=65_536, ge=1024, le=4 * 1024 * 1024,
                                           alias="DEERFLOW_TOKEN_STREAM_MAX_PENDING")
 
-    # Reclaiming a dead worker's attempts (activities/inflight_journal.py, activities/reclaim.py):
+    # Reclaiming a dead worker's attempts (hosting/inflight_journal.py, hosting/reclaim.py):
     # each worker process journals the task tokens of its attempts in flight under <home>/inflight,
     # and a worker starting on the same machine fails those of dead processes at once, so they are
     # retried without waiting for their heartbeat timeouts. Off: no journal and no reclaim.
     reclaim_lost_attempts: bool = Field(default=True, alias="DEERFLOW_RECLAIM_LOST_ATTEMPTS")
     # How long a call whose attempts keep being lost with their workers (heartbeat timeouts, crashes,
-    # shutdowns) is retried before its run fails (activities/retry_window.py); the provider's own
+    # shutdowns) is retried before its run fails (hosting/retry_window.py); the provider's own
     # errors are bounded by count instead. Seconds, or an ISO 8601 duration (PT6H).
     worker_retry_window: timedelta = Field(default=timedelta(hours=6), gt=timedelta(0),
                                            alias="DEERFLOW_WORKER_RETRY_WINDOW")

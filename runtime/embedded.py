@@ -49,7 +49,7 @@ WORKER_START_SECONDS = 60.0
 # and the next workflow task: 15-25 ms of each dispatch on this machine against 4-5 ms with these
 # pragmas or in memory (bench/dispatch_jump.py). WAL with synchronous=NORMAL stays consistent and
 # keeps every commit across a killed server; only a power cut or kernel crash may lose the last few
-# commits, as with DEERFLOW_HOME's document index (activities/doc_index.py).
+# commits, as with DEERFLOW_HOME's document index (activities/documents/index.py).
 DEV_SERVER_STORAGE_FLAGS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
 
 

@@ -1,6 +1,6 @@
 """When a process started, from ``/proc``: what tells a live process from a dead one with its pid reused.
 
-The front door (runtime/embedded.py) and the in-flight journals (activities/inflight_journal.py)
+The front door (runtime/embedded.py) and the in-flight journals (hosting/inflight_journal.py)
 both record a pid with this stamp and later ask whether that very process still runs.
 """
 

@@ -38,7 +38,7 @@ def install_tracer_provider(processor: SpanProcessor) -> TracerProvider:
 
     OpenTelemetry allows one global provider per process (a second ``set_tracer_provider`` is
     ignored with a warning), which is also what the contrib interceptor and the model-call spans
-    (activities/model_telemetry.py) use; tests install theirs with an in-memory exporter, and shut
+    (activities/model/telemetry.py) use; tests install theirs with an in-memory exporter, and shut
     the returned provider down when done.
     """
     from opentelemetry import trace

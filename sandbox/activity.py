@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.heartbeat import heartbeating
+from activities.support.heartbeat import heartbeating
 from config.settings import Settings
 from sandbox.errors import SandboxStartError, sandbox_error
 from sandbox.runner import ISOLATED, PLAIN, SandboxLimits, clamp_timeout, execute

@@ -21,9 +21,9 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
-from activities.doc_extract import SUPPORTED_SUFFIXES
-from activities.resource_roots import ResourcePolicy
-from activities.token_stream import PATH as TOKEN_STREAM_PATH
+from activities.documents.extract import SUPPORTED_SUFFIXES
+from activities.documents.resource_roots import ResourcePolicy
+from activities.model.token_stream import PATH as TOKEN_STREAM_PATH
 from config.settings import Settings
 from offline.providers import offline_parts
 from server import content, sse
@@ -128,7 +128,7 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
         return await enhance(client, await read_json(request, limit))
 
     async def token_stream(request: Request) -> Response:
-        """Workers' token previews (activities/token_stream.py): shared token, size-capped, no reply body."""
+        """Workers' token previews (activities/model/token_stream.py): shared token, size-capped, no reply body."""
         if not hub.authorised(request.headers.get("authorization")):
             return JSONResponse({"detail": "token previews need the shared token"}, status_code=401)
         try:

@@ -19,7 +19,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client, WorkflowHandle
 
-from activities.token_stream import Delta
+from activities.model.token_stream import Delta
 from config.settings import Settings
 from server.feed import FeedItem
 from server.flows import flow_id, flow_result, read_content, start_flow

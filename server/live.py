@@ -1,6 +1,6 @@
 """Token previews in the API server: taken from workers, handed to the pages following the run.
 
-Workers post previews to ``/internal/token-stream`` (activities/token_stream.py) with the shared
+Workers post previews to ``/internal/token-stream`` (activities/model/token_stream.py) with the shared
 token. The hub keeps no state beyond the streams open right now: a preview reaches the pages that
 follow its run at that moment, and is gone. Each stream then merges previews into the durable
 feed (:func:`with_previews`). A preview message has the id of its attempt's stream and
@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from activities.token_stream import Delta
+from activities.model.token_stream import Delta
 from config.settings import Settings
 from server.feed import FeedItem
 

@@ -14,8 +14,8 @@ from typing import Any
 
 import uvicorn
 
-from activities.token_stream import PATH as TOKEN_STREAM_PATH
-from activities.token_stream import announce
+from activities.model.token_stream import PATH as TOKEN_STREAM_PATH
+from activities.model.token_stream import announce
 from cli.connection import CliError, connect
 from config.settings import Settings, load_settings
 from runtime.converter import data_converter

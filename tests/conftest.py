@@ -18,10 +18,10 @@ import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.registry import build_workers, queue_activities, running
-from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.secret_scrubber import SecretScrubber
+from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings, load_settings
+from hosting.registry import build_workers, queue_activities, running
+from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer

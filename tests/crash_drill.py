@@ -17,9 +17,9 @@ from pathlib import Path
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.inflight_journal import SUFFIX, read_journal
-from activities.reclaim import journal_directory
 from config.settings import load_settings
+from hosting.inflight_journal import SUFFIX, read_journal
+from hosting.reclaim import journal_directory
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
@@ -123,7 +123,7 @@ class Recovery:
 
 
 def journalled_tokens(pid: int) -> list[bytes]:
-    """The task tokens worker process ``pid`` journalled as in flight (activities/inflight_journal.py)."""
+    """The task tokens worker process ``pid`` journalled as in flight (hosting/inflight_journal.py)."""
     journals = [contents for contents in map(read_journal, journal_directory(load_settings()).glob(f"*{SUFFIX}"))
                 if contents is not None and contents.stamp.pid == pid]
     return [token for contents in journals for token in contents.tokens]

@@ -21,8 +21,8 @@ from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from activities.registry import build_workers, running
 from config.settings import load_settings
+from hosting.registry import build_workers, running
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities

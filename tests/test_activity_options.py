@@ -24,9 +24,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
-from activities import chat_activity
-from activities.heartbeat import heartbeat_interval, heartbeating
-from activities.retry_pacing import paced_retries
+from activities.model import chat as chat_activity
+from activities.support.heartbeat import heartbeat_interval, heartbeating
+from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from tests.support import start
 from workflows.activity_options import (

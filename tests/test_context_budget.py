@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.context_budget import (
+from activities.model.context_budget import (
     MESSAGE_OVERHEAD,
     REQUEST_OVERHEAD,
     count_message_tokens,
@@ -30,8 +30,8 @@ from activities.context_budget import (
     output_reserve,
     token_limit_for,
 )
-from activities.llm import ModelActivities
-from activities.prompts import render_prompt
+from activities.model.llm import ModelActivities
+from activities.model.prompts import render_prompt
 from config.deerflow import conf_values
 from config.settings import Settings
 from offline.model_server import FakeModelServer

@@ -16,7 +16,7 @@ exactly while that request is in flight, and can count every model call the run 
 the one lost with the dead worker. Nothing else is slowed down.
 
 Time: a killed worker's in-flight model call or search is failed by the replacement worker as
-soon as it polls, from the dead worker's in-flight journal (activities/reclaim.py), and retried
+soon as it polls, from the dead worker's in-flight journal (hosting/reclaim.py), and retried
 0.1 s later; without the journal, the heartbeat timeout (4 s, ``workflows/activity_options.py``)
 would end it. The replacement's start-up takes 3-8 s on a loaded 2-core machine. So the replacement
 worker of one test is handed to the next (``WorkerSlot``) instead of starting afresh.
@@ -36,7 +36,7 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.service import RPCError
 
-from activities.reclaim import WORKER_LOST
+from hosting.reclaim import WORKER_LOST
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault

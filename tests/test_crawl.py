@@ -37,7 +37,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import crawl, isolated, url_guard
+from activities.guards import url_guard
+from activities.support import isolated
+from activities.web import crawl
 from config.settings import Settings
 from tests.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 from workflows.models import CrawlRequest, CrawlResult

@@ -11,8 +11,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.context_window import ContextWindows
-from activities.llm import ModelActivities, _client
+from activities.model.context_window import ContextWindows
+from activities.model.llm import ModelActivities, _client
 from config.settings import ConfigError, load_settings
 from offline.model_server import FakeModelServer
 from offline.providers import OFFLINE_SEARCH_BANNER, offline_banner, offline_parts

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from activities import doc_extract, isolated
+from activities.documents import extract as doc_extract
+from activities.support import isolated
 from config.settings import Settings
 from tests.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 

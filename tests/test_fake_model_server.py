@@ -22,7 +22,7 @@ import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 from langchain_openai import ChatOpenAI
 
-from activities.prompts import PROMPTS_DIR, render_prompt
+from activities.model.prompts import PROMPTS_DIR, render_prompt
 from offline.model_server import FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
 from workflows.agents import ANALYST, CODER, RESEARCHER, agent_for

@@ -73,7 +73,7 @@ async def test_a_model_that_stays_down_ends_the_run_with_a_clear_error(
         await handle.result()
     message = failure_message(failed.value.cause)
     assert "planning" in message and "HTTP 503" in message and "upstream overloaded" in message
-    assert await max_attempt(handle) == 6  # bounded by the provider's attempts (activities/retry_pacing.py)
+    assert await max_attempt(handle) == 6  # bounded by the provider's attempts (activities/support/retry_pacing.py)
 
 
 async def test_search_5xx_is_retried_and_the_step_gets_its_results(

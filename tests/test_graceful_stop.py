@@ -28,7 +28,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowHistory
 from temporalio.service import RPCError
 
-from activities.reclaim import WORKER_LOST
+from hosting.reclaim import WORKER_LOST
 from offline.model_server import FakeModelServer, Fault
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer

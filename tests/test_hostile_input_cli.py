@@ -13,8 +13,8 @@ import time
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from activities.registry import build_workers, running
 from config.settings import Settings
+from hosting.registry import build_workers, running
 from tests.processes import DevServer, starter
 from tests.support import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE

@@ -208,7 +208,7 @@ def test_the_installed_console_scripts_run_the_cli_and_the_worker(image: Image) 
         result = subprocess.run([str(image.script(script)), "--help"], cwd=image.venv, capture_output=True,
                                 text=True, timeout=120, check=False)
         assert result.returncode == 0 and usage in result.stdout, (script, result.stdout, result.stderr)
-    templates = ("from activities.prompts import PROMPTS_DIR as d; "
+    templates = ("from activities.model.prompts import PROMPTS_DIR as d; "
                  "print(d, *sorted(str(p.relative_to(d)) for p in d.rglob('*.md')))")
     result = subprocess.run([str(image.python), "-I", "-c", templates], cwd=image.venv, capture_output=True,
                             text=True, timeout=120, check=False)

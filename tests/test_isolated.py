@@ -1,4 +1,4 @@
-"""``activities.isolated``: jobs in killable child processes, with kernel-enforced limits.
+"""``activities.support.isolated``: jobs in killable child processes, with kernel-enforced limits.
 
 The jobs are module-level functions of this file, so the fork server imports them by name.
 """
@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from activities import isolated
-from activities.isolated import Limits, Outcome, run_blocking, run_isolated
+from activities.support import isolated
+from activities.support.isolated import Limits, Outcome, run_blocking, run_isolated
 from config.settings import Settings
 
 MB = 1024 * 1024

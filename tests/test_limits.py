@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from activities.limits import provider_slot
+from activities.support.limits import provider_slot
 from config.settings import Settings
 
 

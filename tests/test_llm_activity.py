@@ -12,8 +12,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm import ModelActivities
-from activities.prompts import render_prompt
+from activities.model.llm import ModelActivities
+from activities.model.prompts import render_prompt
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with

@@ -33,10 +33,10 @@ from pydantic import ValidationError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-import activities.mcp_tools as mcp_tools
-import activities.url_guard as url_guard
-from activities.mcp_activities import McpActivities
-from activities.mcp_tools import (
+import activities.guards.url_guard as url_guard
+import activities.mcp.tools as mcp_tools
+from activities.mcp.calls import McpActivities
+from activities.mcp.tools import (
     CONFIG_ERROR,
     MAX_RESULT_CHARS,
     UNAVAILABLE,

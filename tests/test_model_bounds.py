@@ -11,7 +11,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm import ModelActivities
+from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault, requested_output_cap
 from tests.conftest import settings_with

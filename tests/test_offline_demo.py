@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from activities.prompts import render_prompt
+from activities.model.prompts import render_prompt
 from cli.commands import _write_report
 from offline.scripted_agents import respond, sentences
 from offline.search_server import DEFAULT_CORPUS, SearchIndex

@@ -30,8 +30,8 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
-from activities.registry import build_workers, running
 from config.settings import Settings
+from hosting.registry import build_workers, running
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
 from runtime.encryption import KeylessGuard
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError

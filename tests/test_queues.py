@@ -13,9 +13,9 @@ from collections.abc import Callable
 import pytest
 from temporalio.client import Client, WorkflowHistory
 
-from activities.registry import build_workers
 from activities.run_config import main_queue_kinds
 from config.settings import Settings
+from hosting.registry import build_workers
 from tests.conftest import settings_with
 from tests.history_checks import activity_events
 from tests.support import start

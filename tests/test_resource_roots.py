@@ -17,9 +17,9 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.doc_index import _read
-from activities.resource_roots import REPOSITORY, ResourcePolicy
-from activities.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, RetrievalActivities
+from activities.documents.index import _read
+from activities.documents.resource_roots import REPOSITORY, ResourcePolicy
+from activities.documents.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, RetrievalActivities
 from activities.run_config import RunConfigActivities
 from cli.commands import _request
 from cli.connection import CliError

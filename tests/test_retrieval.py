@@ -24,10 +24,10 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities import doc_extract
-from activities.doc_chunk import chunk_text
-from activities.doc_index import DB_FILENAME
-from activities.retrieval import (
+from activities.documents import extract as doc_extract
+from activities.documents.chunk import chunk_text
+from activities.documents.index import DB_FILENAME
+from activities.documents.retrieval import (
     CONFIG_ERROR,
     RATE_LIMITED,
     RESOURCE_NOT_FOUND,

@@ -17,7 +17,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.search import (
+from activities.web.search import (
     CONFIG_ERROR,
     RATE_LIMITED,
     UNAVAILABLE,

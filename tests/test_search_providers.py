@@ -22,8 +22,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.search import CONFIG_ERROR, RATE_LIMITED, UNAVAILABLE, SearchActivities, supported_providers
-from activities.search_providers.wikipedia import WikipediaSearch
+from activities.web.search import CONFIG_ERROR, RATE_LIMITED, UNAVAILABLE, SearchActivities, supported_providers
+from activities.web.search_providers.wikipedia import WikipediaSearch
 from config.settings import SEARCH_APIS, ConfigError, Settings, load_settings
 from tests import fake_http
 from tests.fake_http import FakeHTTPServer, LoopbackGuard, Reply, Seen, is_loopback, loopback_only

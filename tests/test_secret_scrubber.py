@@ -16,10 +16,10 @@ import pytest
 from temporalio.exceptions import ApplicationError, CancelledError
 from temporalio.worker import ActivityInboundInterceptor, ActivityOutboundInterceptor, ExecuteActivityInput
 
-from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.secret_scrubber import REDACTED, ScrubbingLogFilter, SecretScrubber, secret_values
+from activities.guards.secret_scrubber import REDACTED, ScrubbingLogFilter, SecretScrubber, secret_values
 from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
+from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from workflows.models import MCPCallResult
 
 KEY = "sk-test-openai-0123456789"

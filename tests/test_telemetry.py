@@ -22,12 +22,12 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from activities.registry import build_workers, running
-from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.secret_scrubber import SecretScrubber
-from activities.tool_metrics import TOOLS, ToolMetricsInterceptor
+from activities.guards.secret_scrubber import SecretScrubber
+from activities.support.tool_metrics import TOOLS, ToolMetricsInterceptor
 from config.model_prices import default_price
 from config.settings import Settings, load_settings
+from hosting.registry import build_workers, running
+from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from runtime.converter import data_converter
 from runtime.metrics import metrics_runtime
 from runtime.tracing import install_tracer_provider, tracing_interceptor

@@ -22,8 +22,8 @@ from temporalio.runtime import Runtime
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
-from activities.model_telemetry import model_call_telemetry
-from activities.tool_metrics import ToolMetricsInterceptor, count_crawl_bytes
+from activities.model.telemetry import model_call_telemetry
+from activities.support.tool_metrics import ToolMetricsInterceptor, count_crawl_bytes
 from config.settings import Settings, load_settings
 from runtime.metrics import metrics_runtime
 from tests.fake_http import FakeHTTPServer, Reply

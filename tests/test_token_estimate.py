@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from activities.context_budget import (
+from activities.model.context_budget import (
     ENGLISH_CENTRIC,
     LARGE_CJK_VOCABULARY,
     TOOL_PREAMBLE_OVERHEAD,

@@ -19,9 +19,9 @@ import uvicorn
 from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm import ModelActivities
-from activities.secret_scrubber import SecretScrubber
-from activities.token_stream import ANNOUNCEMENT, PATH, Delta, Publisher, Sink, announce, configured_sink
+from activities.guards.secret_scrubber import SecretScrubber
+from activities.model.llm import ModelActivities
+from activities.model.token_stream import ANNOUNCEMENT, PATH, Delta, Publisher, Sink, announce, configured_sink
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer, Fault
 from server import serve

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm import ModelActivities
+from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with

@@ -14,8 +14,8 @@ from temporalio.client import Client, WorkflowFailureError
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.llm import ModelActivities, classify_provider_error
-from activities.tool_support import refuses_tools
+from activities.model.llm import ModelActivities, classify_provider_error
+from activities.model.tool_support import refuses_tools
 from cli.render import status_text
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault

@@ -11,8 +11,8 @@ import socket
 
 import pytest
 
-from activities import url_guard
-from activities.url_guard import (
+from activities.guards import url_guard
+from activities.guards.url_guard import (
     AllowList,
     HostNotFound,
     UrlRefused,

@@ -18,12 +18,12 @@ import openai
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from activities.llm import MAX_FAILURE_MESSAGE_CHARS, classify_provider_error
-from activities.registry import build_workers, running
-from activities.scrub_interceptor import SecretScrubbingInterceptor
-from activities.secret_scrubber import SecretScrubber
+from activities.guards.secret_scrubber import SecretScrubber
+from activities.model.llm import MAX_FAILURE_MESSAGE_CHARS, classify_provider_error
 from cli.render import status_text
 from cli.watch import Watcher
+from hosting.registry import build_workers, running
+from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from offline.model_server import FakeModelServer, Fault
 from runtime.retries import retries_of
 from server.live import TokenHub

@@ -21,7 +21,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
-from activities.registry import build_workers, queue_activities, running
+from hosting.registry import build_workers, queue_activities, running
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
 from tests.support import start

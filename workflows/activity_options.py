@@ -3,7 +3,7 @@
 Every activity the workflow schedules goes through ``execute`` with one entry of this table, so
 a kind's limits are read in one place instead of at each call site. The heartbeat *interval* is
 not here: each activity derives it from the heartbeat timeout it was scheduled with
-(``activities/heartbeat.py``), so the two cannot drift apart.
+(``activities/support/heartbeat.py``), so the two cannot drift apart.
 
 Each kind names the queue it runs on (``workflows/queues.py``). Runs recorded before a kind had
 its own queue keep scheduling it on the run's main queue: the queue is part of each scheduling
@@ -19,10 +19,10 @@ Two kinds of retry, bounded apart (issue #19). An attempt lost with its worker (
 start-to-close timeout, a crash reclaimed as ``WorkerLost``, a shutdown) says nothing about the
 provider, and a starved or restarted worker may lose many in a row: kinds with
 ``provider_attempts`` schedule with unlimited attempts and no schedule-to-close, so only the
-operator's ``DEERFLOW_WORKER_RETRY_WINDOW`` ends those retries (activities/retry_window.py). A
+operator's ``DEERFLOW_WORKER_RETRY_WINDOW`` ends those retries (hosting/retry_window.py). A
 failure the activity raises itself (a 5xx, a refused connection) is the provider's: the activity
 counts those across attempts and makes the kind's ``provider_attempts``-th final
-(activities/retry_pacing.py), so a provider that stays down still ends the run with its error.
+(activities/support/retry_pacing.py), so a provider that stays down still ends the run with its error.
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ ResultT = TypeVar("ResultT")
 # A call in flight on a dead worker is retried after this long instead of its start-to-close.
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # Model calls and web searches only wait on the network, beating from the event loop
-# (activities/heartbeat.py), and the worker sends a received beat on within
-# HEARTBEAT_THROTTLE (activities/registry.py): a lost one is noticed in 3-4 s, and a live one is
+# (activities/support/heartbeat.py), and the worker sends a received beat on within
+# HEARTBEAT_THROTTLE (hosting/registry.py): a lost one is noticed in 3-4 s, and a live one is
 # declared lost only if its worker's event loop stalls for about 3 s. Measured beside two busy
 # loops (bench/crash_cost.py --false-alarms): the longest gap between beats was 1.2-2.5 s, and a
 # 3 s timeout (2 s of stall) lost one call in three runs. Kinds that run CPU work, tools with side
@@ -68,9 +68,9 @@ QUICK_HEARTBEAT_TIMEOUT = timedelta(seconds=4)
 HEARTBEAT_THROTTLE = timedelta(seconds=1)
 # The first retry of an attempt the server gave up on (its worker died): the policy's initial
 # interval. Failures the activity raises itself keep their kind's ``failure_backoff`` instead
-# (activities/retry_pacing.py), so a provider that is down is not hammered. Nothing failed on the
+# (activities/support/retry_pacing.py), so a provider that is down is not hammered. Nothing failed on the
 # provider's side when a worker died, so there is nothing to wait for. A worker restarted on the
-# same machine fails its dead predecessor's attempts itself (activities/reclaim.py) with this delay.
+# same machine fails its dead predecessor's attempts itself (hosting/reclaim.py) with this delay.
 LOST_ATTEMPT_RETRY = timedelta(milliseconds=100)
 SUMMARY_MAX_CHARS = 80
 _MARKUP = str.maketrans({char: "\\" + char for char in "\\[]<>`"})

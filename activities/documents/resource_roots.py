@@ -1,0 +1,82 @@
+"""Which files a run's ``resources`` may name: only files under an operator-configured root.
+
+Why it is built this way:
+
+* A request is untrusted, and ``resources`` used to name any file the worker could read, so a
+  private file could reach the model, the history and the report. Only the operator decides
+  which folders hold documents (``DEERFLOW_RESOURCE_ROOTS``, default ``<DEERFLOW_HOME>/resources``).
+* Containment is checked on the *real* path (``..``, relative parts and symlinks resolved), so a
+  symlink inside a root that points outside it is refused like the file it points at.
+* Some places are never resources, whatever the roots: the worker's state (``DEERFLOW_HOME``:
+  dev-server database, blobs, index), its code (the repository), its ``conf.yaml`` and
+  ``/proc`` (``/proc/self/environ`` holds the worker's secrets). A root configured *inside*
+  one of them (the default root is inside the home) still works; a root that contains one
+  does not open it. Hidden files and folders below a root are refused too, as the folder walk
+  skips them.
+* The same policy is asked by the run's start (``load_run_config``), by every search
+  (``local_search_tool``) and by the CLI before it starts a run, so all three give one message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from config.settings import Settings
+
+REPOSITORY = Path(__file__).resolve().parents[2]
+ALWAYS_PROTECTED = (Path("/proc"),)
+
+
+@dataclass(frozen=True)
+class ResourcePolicy:
+    """The roots resources must be under, and the places that are never resources."""
+
+    roots: tuple[Path, ...]
+    protected: tuple[Path, ...]
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ResourcePolicy:
+        protected = (settings.home, REPOSITORY, settings.conf_path, *ALWAYS_PROTECTED)
+        return cls(
+            roots=tuple(settings.allowed_resource_roots()),
+            protected=tuple(path.expanduser().resolve() for path in protected),
+        )
+
+    def allows(self, path: Path) -> bool:
+        """Whether the real (resolved) ``path`` may be read as a resource."""
+        return any(self._allowed_under(root, path) for root in self.roots)
+
+    def _allowed_under(self, root: Path, path: Path) -> bool:
+        if not path.is_relative_to(root):
+            return False
+        if any(part.startswith(".") for part in path.relative_to(root).parts):
+            return False
+        # A protected place is closed unless the root itself lies strictly inside it.
+        return not any(path.is_relative_to(place) and not _strictly_inside(root, place) for place in self.protected)
+
+    def may_hold_allowed_files(self, folder: Path) -> bool:
+        """Whether walking the real ``folder`` could find an allowed file (prunes the walk)."""
+        return self.allows(folder) or any(root.is_relative_to(folder) for root in self.roots)
+
+    def refusal(self, resource: str) -> str:
+        """The message for a refused resource: what it was, where resources may be, what to do."""
+        roots = ", ".join(str(root) for root in self.roots) or "none configured"
+        return (
+            f"Resource {resource!r} is outside the worker's resource roots ({roots}), so it cannot be "
+            "used. Copy it under one of them, or add its folder to DEERFLOW_RESOURCE_ROOTS (or "
+            "RESOURCE_ROOTS in conf.yaml) on the worker and restart it. Hidden files and the worker's "
+            "own state, code and configuration are never resources."
+        )
+
+
+def resolve(text: str) -> Path | None:
+    """The absolute, symlink-free path ``text`` names (it need not exist); None for a symlink loop."""
+    try:
+        return Path(text).expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop, or an unreadable parent
+        return None
+
+
+def _strictly_inside(path: Path, place: Path) -> bool:
+    return path != place and path.is_relative_to(place)

@@ -1,0 +1,379 @@
+"""The ``chat`` activity: one model turn through ``langchain_openai.ChatOpenAI``.
+
+ChatOpenAI speaks to any OpenAI-compatible endpoint. The client's own retries are switched off:
+Temporal retries the activity instead, durably, and this module decides which provider errors
+are worth retrying (408/409/429/5xx and network failures) and which are final (other 4xx),
+honouring the provider's Retry-After.
+
+Every call sends an output cap (``max_tokens``, per agent from settings): a model that loops
+stops there, and its reply comes back marked ``truncated`` for the workflow to handle, instead of
+running into the request timeout and being retried with the identical request.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import timedelta
+from typing import Any
+
+import httpx
+import openai
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import ToolMessage as LcToolMessage
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatResult
+from langchain_openai import ChatOpenAI
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.model import token_stream
+from activities.model.context_budget import (
+    count_request_tokens,
+    count_tool_tokens,
+    fit_to_budget,
+    output_reserve,
+    script_weights_for,
+    token_limit_for,
+)
+from activities.model.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
+from activities.model.prompts import render_prompt
+from activities.model.telemetry import model_call_telemetry
+from activities.model.tool_support import IGNORED, PROBE_MAX_TOKENS, ToolSupport, refuses_tools, tools_refused
+from activities.support.limits import provider_slot
+from config.settings import Settings
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+from workflows.plan_parsing import plan_json_schema
+from workflows.tools import HANDOFF_TO_PLANNER
+
+RETRYABLE_STATUS = {408, 409, 429}
+
+
+def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Remove from ``message`` the tool calls whose arguments are JSON but not a JSON object.
+
+    langchain parses such arguments and then fails validating its own ``AIMessage`` (``args``
+    must be a dict), which would fail the whole model turn on every retry. Taken out here, they
+    come back as invalid tool calls, which the agent loop answers with an error the model reads.
+    """
+    kept, rejected = [], []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        raw = function.get("arguments")
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            parsed = {}  # not JSON at all: langchain reports it as an invalid tool call itself
+        if parsed is None or isinstance(parsed, dict):
+            kept.append(call)
+        else:
+            rejected.append(invalid_tool_call(name=function.get("name"), args=str(raw), id=call.get("id"),
+                                              error="arguments must be a JSON object"))
+    if rejected:
+        message["tool_calls"] = kept or None
+    return rejected
+
+
+class _GuardedChatOpenAI(ChatOpenAI):
+    """``ChatOpenAI`` that turns non-object tool-call arguments into invalid tool calls."""
+
+    def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
+        data = response if isinstance(response, dict) else response.model_dump(warnings=False)
+        rejected = [_non_object_calls(choice.get("message") or {}) for choice in data.get("choices") or []]
+        if not any(rejected):
+            return super()._create_chat_result(response, generation_info)
+        result = super()._create_chat_result(data, generation_info)
+        for generation, calls in zip(result.generations, rejected, strict=False):
+            generation.message.invalid_tool_calls.extend(calls)  # type: ignore[attr-defined]
+        return result
+
+
+SCHEMAS = {"plan": plan_json_schema}
+# Statuses with which providers refuse a ``response_format`` they do not support.
+FORMAT_REFUSED = {400, 422}
+
+
+@functools.cache
+def _unverified_client(timeout: float) -> httpx.AsyncClient:
+    """One shared client per timeout, as langchain-openai caches its default ones: a client per call
+    would leave its connections open until garbage collection."""
+    return httpx.AsyncClient(verify=False, timeout=timeout)
+
+
+def _client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
+    endpoint = settings.model_endpoint(tier)
+    # verify_ssl: false (DeerFlow's, for a self-signed endpoint) needs a client of our own.
+    insecure = {} if endpoint.verify_ssl else {"http_async_client": _unverified_client(settings.llm_request_timeout)}
+    return _GuardedChatOpenAI(
+        model=settings.model_name(tier),
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key or "offline",
+        max_retries=endpoint.max_retries,
+        timeout=settings.llm_request_timeout,
+        stream_usage=True,
+        max_tokens=max_tokens,
+        **insecure,
+    )
+
+
+def output_cap(settings: Settings, request: ChatRequest, window: int | None = None) -> int:
+    """The agent's cap from settings, held under the reply's reserve in the context window
+    (``window``, else the one settings and the model's name give)."""
+    window = window or token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
+    return min(settings.max_output_tokens(request.prompt), output_reserve(window))
+
+
+def _response_formats(settings: Settings, request: ChatRequest) -> list[dict[str, Any] | None]:
+    """The ``response_format`` values to try, best first: the schema, then plain JSON mode."""
+    if not request.json_mode:
+        return [None]
+    plain = {"type": "json_object"}
+    if request.response_schema is None or settings.llm_structured_output != "json_schema":
+        return [plain]
+    schema = {"name": request.response_schema, "schema": SCHEMAS[request.response_schema](), "strict": False}
+    return [{"type": "json_schema", "json_schema": schema}, plain]
+
+
+def _to_langchain(system_prompt: str, messages: list[ChatMessage]) -> list[BaseMessage]:
+    converted: list[BaseMessage] = [SystemMessage(content=system_prompt)]
+    for message in messages:
+        if message.role == "system":
+            converted.append(SystemMessage(content=message.content))
+        elif message.role == "user":
+            converted.append(HumanMessage(content=message.content, name=message.name))
+        elif message.role == "tool":
+            converted.append(LcToolMessage(content=message.content, tool_call_id=message.tool_call_id or ""))
+        else:
+            converted.append(
+                AIMessage(
+                    content=message.content,
+                    tool_calls=[
+                        {"id": call.id, "name": call.name, "args": call.arguments, "type": "tool_call"}
+                        for call in message.tool_calls
+                    ],
+                )
+            )
+    return converted
+
+
+def _within_budget(settings: Settings, request: ChatRequest, system_prompt: str,
+                   tools: list[dict[str, Any]], limit: int) -> list[ChatMessage]:
+    """The request's messages trimmed to the model's context window (see ``context_budget``).
+
+    Trimming happens here, not in the workflow, so history keeps every tool output in full and
+    a change of model or ``TOKEN_LIMIT`` applies to the next turn of a running workflow.
+    """
+    model = settings.model_name(request.model_tier.value)
+    reserve = output_reserve(limit)
+    weights = script_weights_for(model)
+    tools_tokens = count_tool_tokens(tools, weights)
+    messages = fit_to_budget(system_prompt, request.messages, tools_tokens, limit, reserve, weights)
+    if messages != request.messages:
+        activity.logger.info(
+            "Trimmed the %s prompt from ~%d to ~%d estimated tokens (%d of %d messages kept) to fit "
+            "%s's %d-token window with %d tokens reserved for the reply",
+            request.prompt, count_request_tokens(system_prompt, request.messages, tools_tokens, weights),
+            count_request_tokens(system_prompt, messages, tools_tokens, weights), len(messages), len(request.messages),
+            model, limit, reserve,
+        )
+    return messages
+
+
+def _tool_calls(reply: AIMessage) -> list[ToolCall]:
+    calls = [
+        ToolCall(id=call.get("id") or f"call_{index}", name=call["name"], arguments=call.get("args") or {})
+        for index, call in enumerate(reply.tool_calls)
+    ]
+    for call in reply.invalid_tool_calls:
+        if str(call.get("args")).strip() == "null":
+            # JSON null: no arguments. A streamed reply (token previews) reports it as invalid, where
+            # the whole reply's parse reads it as an empty object; both must mean the same call.
+            calls.append(ToolCall(id=call.get("id") or f"call_{len(calls)}", name=call.get("name") or "unknown",
+                                  arguments={}))
+            continue
+        calls.append(
+            ToolCall(
+                id=call.get("id") or f"invalid_{len(calls)}",
+                name=call.get("name") or "unknown",
+                invalid_arguments=str(call.get("args")),
+            )
+        )
+    return calls
+
+
+def _usage(reply: AIMessage) -> Usage:
+    meta: dict[str, Any] = dict(reply.usage_metadata or {})
+    return Usage(
+        llm_calls=1,
+        input_tokens=int(meta.get("input_tokens", 0)),
+        output_tokens=int(meta.get("output_tokens", 0)),
+        total_tokens=int(meta.get("total_tokens", 0)),
+    )
+
+
+def _retry_after(error: openai.APIStatusError) -> timedelta | None:
+    value = error.response.headers.get("retry-after")
+    try:
+        seconds = float(value) if value is not None else None
+    except ValueError:
+        return None
+    return timedelta(seconds=min(seconds, 300)) if seconds and seconds > 0 else None
+
+
+# A failure message's length: the server keeps an activity's last failure only while the whole
+# failure (message and stack trace) is within its size limit, and a provider may echo a whole
+# prompt. Every real provider message seen so far is far shorter.
+MAX_FAILURE_MESSAGE_CHARS = 2_000
+
+
+def _bounded(text: str) -> str:
+    """``text`` as it is, or its head and tail around a mark when it is over the failure's budget."""
+    if len(text) <= MAX_FAILURE_MESSAGE_CHARS:
+        return text
+    head = MAX_FAILURE_MESSAGE_CHARS * 3 // 4
+    return f"{text[:head]} […] {text[head - MAX_FAILURE_MESSAGE_CHARS:]}"
+
+
+def _provider_message(error: openai.APIStatusError) -> str:
+    body = error.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return _bounded(str(inner["message"]))
+    return _bounded(error.message)
+
+
+def classify_provider_error(error: Exception) -> ApplicationError:
+    """Sort a provider failure into a retryable or a final ``ApplicationError``."""
+    if isinstance(error, openai.APIStatusError):
+        status = error.status_code
+        message = f"Model provider returned HTTP {status}: {_provider_message(error)}"
+        if refuses_tools(message):  # retrying cannot help; say what would
+            return tools_refused(message)
+        if status in RETRYABLE_STATUS or status >= 500:
+            return ApplicationError(
+                message, type="ModelProviderUnavailable", next_retry_delay=_retry_after(error)
+            )
+        return ApplicationError(message, type="ModelProviderError", non_retryable=True)
+    if isinstance(error, openai.APITimeoutError | httpx.TimeoutException):
+        return ApplicationError(f"Model provider timed out: {_bounded(str(error))}", type="ModelProviderUnavailable")
+    if isinstance(error, openai.APIConnectionError | httpx.TransportError):
+        return ApplicationError(f"Model provider unreachable: {_bounded(str(error))}", type="ModelProviderUnavailable")
+    if isinstance(error, json.JSONDecodeError | openai.APIResponseValidationError):
+        return ApplicationError(f"Model provider sent a malformed response: {_bounded(str(error))}",
+                                type="ModelBadResponse")
+    return ApplicationError(f"Model call failed: {type(error).__name__}: {_bounded(str(error))}",
+                            type="ModelCallFailed")
+
+
+def _cut_chain(error: Exception) -> ApplicationError:
+    """The provider failure as one ``ApplicationError`` without its cause chain (raise it ``from None``).
+
+    langchain's, openai's and httpx's chained exceptions carry tracebacks that, serialised as the
+    failure's causes, exceed the server's failure size limit: the server then keeps only "Failure
+    exceeds size limit." and the provider's message is lost from ``describe`` and the Web UI. The
+    message says what happened; the chain goes to the worker's log.
+    """
+    activity.logger.warning("Model call failed", exc_info=error)
+    return classify_provider_error(error)
+
+
+class _Overflowed(Exception):
+    """The provider refused the request as longer than its context window."""
+
+    def __init__(self, overflow: Overflow) -> None:
+        super().__init__(overflow.message)
+        self.overflow = overflow
+
+
+class ModelActivities:
+    """The model turn, built with the worker's settings (endpoint, key, model names, limits)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.tool_support = ToolSupport()
+        self.windows = ContextWindows()
+
+    async def _require_tools(self, request: ChatRequest) -> None:
+        """Fail the call when a reply without a handoff comes from a provider that ignores tools
+        (``activities/model/tool_support.py``); a provider that honours them keeps its direct reply."""
+        probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        async with provider_slot("llm", self.settings.llm_max_concurrency):
+            supported = await self.tool_support.check(probe)
+        if supported is False:
+            raise ApplicationError(IGNORED, type="ModelToolsUnsupported", non_retryable=True)
+
+    @activity.defn(name="chat")
+    @model_call_telemetry
+    async def chat(self, request: ChatRequest) -> ChatResponse:
+        settings = self.settings
+        model = settings.model_name(request.model_tier.value)
+        system_prompt = render_prompt(request.prompt, request.prompt_vars)
+        tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
+        limit = await self.windows.window(settings, model, request.model_tier.value)
+        for retrimmed in (False, True):
+            messages = _within_budget(settings, request, system_prompt, tools, limit)
+            cap = output_cap(settings, request, limit)
+            try:
+                reply = await self._complete(request, system_prompt, messages, tools, cap)
+                break
+            except _Overflowed as overflowed:
+                overflow = overflowed.overflow
+                weights = script_weights_for(model)
+                estimated = count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights)
+                smaller = retrim_limit(overflow, estimated)
+                if retrimmed or smaller is None:
+                    raise context_exceeded(overflow, limit, retrimmed) from None
+                if overflow.window is not None:
+                    self.windows.learn(settings, model, overflow.window, request.model_tier.value)
+                # Trimming to a window no smaller than the refused one could not help: shrink anyway.
+                limit = smaller if smaller < limit else limit * 3 // 4
+                activity.logger.warning("The provider refused the %s request as over its context window (%s); "
+                                        "trimming to %d tokens for one more try", request.prompt, overflow.message,
+                                        limit)
+        content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
+        calls = _tool_calls(reply)
+        finish_reason = (reply.response_metadata or {}).get("finish_reason")
+        truncated = finish_reason == "length"
+        if not content.strip() and not calls and not truncated:
+            # An empty completion is a provider glitch more often than a model decision: retry it.
+            raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
+        if not calls and any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools):
+            await self._require_tools(request)
+        if truncated:
+            activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
+        return ChatResponse(
+            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
+            finish_reason=finish_reason, truncated=truncated, output_cap=cap,
+        )
+
+    async def _complete(self, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
+                        tools: list[dict[str, Any]], cap: int) -> AIMessage:
+        """One completion, with the planner's response formats tried best first; every provider
+        failure is sorted (``classify_provider_error``), a context overflow raised for the caller."""
+        settings = self.settings
+        client: Any = _client(settings, request.model_tier.value, cap)
+        if tools:
+            client = client.bind_tools(tools)
+        formats = _response_formats(settings, request)
+        for index, response_format in enumerate(formats):
+            # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
+            # which raises on finish_reason "length" and would lose a reply cut at its cap.
+            runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
+            try:
+                async with provider_slot("llm", settings.llm_max_concurrency):
+                    return await token_stream.invoke(runnable, _to_langchain(system_prompt, messages),
+                                                      request.prompt, settings)
+            except openai.APIStatusError as error:
+                overflow = overflow_of(error)
+                if overflow is not None:  # a 400 too, but not about the format
+                    raise _Overflowed(overflow) from None
+                if error.status_code in FORMAT_REFUSED and index + 1 < len(formats):
+                    activity.logger.warning("The provider refused response_format %s (%s); trying %s",
+                                            response_format and response_format["type"], _provider_message(error),
+                                            formats[index + 1])
+                    continue
+                raise _cut_chain(error) from None
+            except Exception as error:  # every provider failure is sorted, none escapes unclassified
+                raise _cut_chain(error) from None
+        raise AssertionError("unreachable: the last format's failure is raised")

@@ -1,0 +1,59 @@
+"""Heartbeats for activities that wait on the outside world.
+
+An activity with a heartbeat timeout is declared lost as soon as its worker stops heartbeating,
+so a call in flight on a crashed worker is retried within seconds instead of after its whole
+start-to-close timeout. The interval is derived from the heartbeat timeout the workflow scheduled
+the activity with (``workflows/activity_options.py``), like the SDK's ``contrib/openai_agents``
+does, so the two cannot drift apart: several beats fit in one timeout, and the SDK sends at most
+one per 80% of it anyway.
+
+Every beat repeats the details the attempt started with: a beat replaces the details the server
+keeps for the next attempt, and those carry the count of the provider's failures so far
+(activities/support/retry_pacing.py), which a lost attempt must not erase.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import ParamSpec, TypeVar
+
+from temporalio import activity
+
+BEATS_PER_TIMEOUT = 5
+MIN_INTERVAL_SECONDS = 0.5
+# Without a heartbeat timeout nobody waits for beats, but they still carry cancellation to the activity.
+INTERVAL_WITHOUT_TIMEOUT_SECONDS = 2.0
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def heartbeat_interval(heartbeat_timeout: timedelta | None) -> float:
+    """Seconds between beats for an activity scheduled with ``heartbeat_timeout``."""
+    if not heartbeat_timeout:
+        return INTERVAL_WITHOUT_TIMEOUT_SECONDS
+    return max(MIN_INTERVAL_SECONDS, heartbeat_timeout.total_seconds() / BEATS_PER_TIMEOUT)
+
+
+async def _beat_forever(interval: float) -> None:
+    details = activity.info().heartbeat_details
+    while True:
+        activity.heartbeat(*details)
+        await asyncio.sleep(interval)
+
+
+def heartbeating(fn: Callable[P, Awaitable[R]]) -> Callable[P, Awaitable[R]]:
+    """Heartbeat in the background while ``fn`` runs (place it under ``@activity.defn``)."""
+
+    @functools.wraps(fn)
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        beater = asyncio.create_task(_beat_forever(heartbeat_interval(activity.info().heartbeat_timeout)))
+        try:
+            return await fn(*args, **kwargs)
+        finally:
+            beater.cancel()
+
+    return wrapper

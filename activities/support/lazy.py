@@ -1,0 +1,29 @@
+"""Heavy activity code imported on first use, off the event loop, instead of at worker start.
+
+langchain, the openai SDK and the MCP SDK take seconds to import (``python -X importtime
+worker.py``). A worker that replaces a dead one must poll at once, since the front door and the
+crashed runs wait for it; so the activities that need them import them here, in a thread, where
+the event loop (polls, heartbeats, other activities) keeps running. ``preload`` does the same
+right after the worker starts polling, so the first call rarely waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+from types import ModuleType
+
+# Every module an activity imports through ``load``: what ``preload`` warms.
+MODEL_MODULE = "activities.model.llm"
+LAZY_MODULES = (MODEL_MODULE, "activities.mcp.tools")
+
+
+async def load(name: str) -> ModuleType:
+    """The module ``name``, imported in a thread if it is not yet (the import lock makes a
+    concurrent second import wait for the first, never run twice)."""
+    return await asyncio.to_thread(importlib.import_module, name)
+
+
+async def preload() -> None:
+    for name in LAZY_MODULES:
+        await load(name)

@@ -1,0 +1,114 @@
+"""What each task queue's worker registers, bound to the objects that hold their settings.
+
+The worker, the tests, the history recorder and the benchmarks all build their workers with
+:func:`build_workers`, so a new activity or queue is registered in one place. The main queue
+keeps every activity for runs recorded before their kind had a queue of its own
+(workflows/queues.py): on a worker that cannot contain the code, python_repl_tool refuses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.worker import Interceptor, Worker
+
+from activities.content.slides import SlideActivities
+from activities.content.speech import SpeechActivities
+from activities.documents.retrieval import RetrievalActivities
+from activities.mcp.calls import McpActivities
+from activities.model.chat import ChatActivity
+from activities.run_config import RunConfigActivities
+from activities.web.crawl import CrawlActivities
+from activities.web.search import SearchActivities
+from config.settings import Settings
+from hosting.retry_window import RetryWindowInterceptor
+from runtime.message_payloads import worker_client
+from runtime.workflow_runner import workflow_runner
+from sandbox.activity import SandboxActivities
+from workflows.activity_options import HEARTBEAT_THROTTLE
+from workflows.catalog import WORKFLOWS
+from workflows.models import TASK_QUEUE
+from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
+
+
+def queue_activities(
+    settings: Settings, *, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None,
+    served: Collection[QueueKind] = QUEUE_KINDS,
+) -> dict[QueueKind, list[Callable[..., Any]]]:
+    """Each queue's activities. ``sandbox``: the worker's one sandbox (probed once), if it has one;
+    ``served``: the queues this worker serves (the run config tells runs which it runs beside them)."""
+    sandbox = sandbox or SandboxActivities(settings)
+    mcp = McpActivities(settings)
+    speech = SpeechActivities(settings)
+    model = [ChatActivity(settings).chat]
+    tools = [SearchActivities(settings).web_search, CrawlActivities(settings).crawl_tool,
+             RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool,
+             SlideActivities(settings).render_slides,
+             speech.speak, speech.join_audio]
+    python = [sandbox.python_repl_tool]
+    run_config = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config]
+    return {"main": [*model, *tools, *python, *run_config], "model": model, "tools": tools, "sandbox": python}
+
+
+def queue_concurrency(settings: Settings, kind: QueueKind) -> int:
+    """How many activities of ``kind``'s queue one worker runs at once."""
+    return {
+        "main": settings.main_queue_concurrency,
+        "model": settings.model_queue_concurrency or settings.llm_max_concurrency,
+        "tools": settings.tools_queue_concurrency,
+        "sandbox": settings.sandbox_queue_concurrency,
+    }[kind]
+
+
+def build_workers(
+    client: Client, settings: Settings, kinds: Collection[QueueKind] = QUEUE_KINDS, *,
+    main_queue: str = TASK_QUEUE, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None,
+    interceptors: Sequence[Interceptor] = (), activities: dict[QueueKind, list[Callable[..., Any]]] | None = None,
+    **worker_options: Any,
+) -> list[Worker]:
+    """One worker per queue kind in ``kinds``, each with its own concurrency limit.
+
+    The main queue's worker also runs the workflow. ``activities``: built by the caller with
+    :func:`queue_activities` when it needs to reach them (the tests swap their settings).
+    ``worker_options`` go to every worker; the sandbox's worker gets no workflow and no keyed activity.
+    Every worker ends the retries of lost attempts after the operator's window (after ``interceptors``).
+    """
+    if activities is None:
+        activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox,
+                                      served=kinds)
+    interceptors = [*interceptors, RetryWindowInterceptor(settings.worker_retry_window)]
+    client = worker_client(client)  # a broken message is refused, not a failed workflow task
+    workers = []
+    for kind in QUEUE_KINDS:
+        if kind not in kinds:
+            continue
+        options: dict[str, Any] = {"max_cached_workflows": settings.max_cached_workflows,
+                                   "max_heartbeat_throttle_interval": HEARTBEAT_THROTTLE, **worker_options}
+        if kind == "main":
+            options["workflows"] = list(WORKFLOWS)
+            options.setdefault("workflow_runner", workflow_runner())
+        workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
+                              interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
+                              **options))
+    return workers
+
+
+@contextlib.asynccontextmanager
+async def running(workers: Sequence[Worker]) -> AsyncIterator[None]:
+    """Run ``workers`` together; leaving the block shuts them down gracefully, all at once.
+
+    At once: each worker polls no more from the start of its shutdown, but waits for its activities
+    in flight (up to its ``graceful_shutdown_timeout``). Shut down one after another, the others
+    would keep taking new tasks meanwhile, the main queue's worker new workflow tasks included.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        for worker in workers:
+            await stack.enter_async_context(worker)
+        try:
+            yield
+        finally:
+            await asyncio.gather(*(worker.shutdown() for worker in workers))
