@@ -49,8 +49,8 @@ from harness import (
 from temporalio.api.batch.v1 import BatchOperationTermination
 from temporalio.api.workflowservice.v1 import StartBatchOperationRequest
 
-from tests.processes import free_port
-from tests.support import QUESTION
+from tests.support.processes import free_port
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
 
 LATENCY = 0.05

@@ -46,15 +46,15 @@ from offline.search_server import Fault as SearchFault
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
-from tests.crash_drill import Recovery, WorkerSlot, kill_and_recover, wait_until
-from tests.history_checks import (
+from tests.support.crash_drill import Recovery, WorkerSlot, kill_and_recover, wait_until
+from tests.support.history_checks import (
     activity_types,
     assert_not_rerun,
     retried_activities,
     retry_causes,
 )
-from tests.processes import DevServer
-from tests.support import QUESTION
+from tests.support.processes import DevServer
+from tests.support.runs import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 HELD_OPEN_SECONDS = 30.0

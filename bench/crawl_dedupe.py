@@ -28,7 +28,7 @@ from harness import (
 )
 
 from offline.scripted_agents import respond
-from tests.support import QUESTION
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
 
 PAGES = 3

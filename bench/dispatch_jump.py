@@ -38,8 +38,8 @@ from temporalio.worker import Worker
 
 from runtime.connection import connect_when_ready
 from runtime.embedded import DEV_SERVER_STORAGE_FLAGS, free_port
-from tests.processes import TEMPORAL_CLI, wait_for_port
-from tests.support import QUESTION
+from tests.support.processes import TEMPORAL_CLI, wait_for_port
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
 
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED

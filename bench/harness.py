@@ -43,7 +43,7 @@ from offline.search_server import Document, FakeSearchServer, SearchIndex
 from runtime.converter import data_converter
 from runtime.embedded import process_polls
 from runtime.shutdown import exit_now
-from tests.processes import DevServer, WorkerProcess
+from tests.support.processes import DevServer, WorkerProcess
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 REPO = Path(__file__).resolve().parent.parent
@@ -335,7 +335,7 @@ def html_page(title: str, size: int) -> bytes:
 
 
 def page_index(base_url: str, paths: Iterable[str]) -> SearchIndex:
-    """A search index whose every document is a loopback page, all relevant to :data:`tests.support.QUESTION`.
+    """A search index whose every document is a loopback page, all relevant to :data:`tests.support.runs.QUESTION`.
 
     Put it in ``stack.search.index``; the worker needs :data:`CRAWL_LOOPBACK` to read the pages.
     """

@@ -52,7 +52,7 @@ from temporalio.client import WorkflowHistory
 from offline.search_server import SearchIndex
 from storage.gc import payloads_in
 from storage.subtrees import references_in
-from tests.support import QUESTION
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
 
 PAGES = 20

@@ -54,7 +54,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Worker
 
-from tests.support import QUESTION
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
 
 MODEL_LATENCY = 1.0

@@ -50,9 +50,9 @@ from harness import Memory, RssSampler, Stack, bench_stack, header, run_main
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 
 from runtime.shutdown import exit_now
-from tests.history_checks import SCHEDULED, completed_once_problems, given_up, retries_by_cause
-from tests.processes import BusyLoops, ServeProcess, free_port
-from tests.support import QUESTION
+from tests.support.history_checks import SCHEDULED, completed_once_problems, given_up, retries_by_cause
+from tests.support.processes import BusyLoops, ServeProcess, free_port
+from tests.support.runs import QUESTION
 from workflows.errors import failure_message
 from workflows.models import Outcome, ResearchResult
 

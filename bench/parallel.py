@@ -18,7 +18,7 @@ from datetime import datetime
 
 from harness import Stack, bench_stack, header, median, run_main, timed_run, verdict
 
-from tests.support import QUESTION
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest, RunStatus, StepType
 
 MODEL_LATENCY = 1.0

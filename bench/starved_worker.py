@@ -22,8 +22,8 @@ from collections import Counter
 
 from harness import REPO, bench_stack, header, run_main, start_run
 
-from tests.history_checks import activity_events, retries_by_cause, start_attempts
-from tests.support import QUESTION
+from tests.support.history_checks import activity_events, retries_by_cause, start_attempts
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
 
 

@@ -21,7 +21,7 @@ import time
 
 from harness import REPO, BenchWorker, bench_stack, header, run_main, start_run
 
-from tests.support import QUESTION
+from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
 
 MODEL_LATENCY, SEARCH_LATENCY = 0.5, 0.05

@@ -31,8 +31,8 @@ from temporalio.api.enums.v1 import EventType
 
 from config.settings import load_settings
 from storage.gc import payloads_in
-from tests.processes import free_port
-from tests.web_server import api_server
+from tests.support.processes import free_port
+from tests.support.web_server import api_server
 
 LATENCY = 0.5
 PIECE = 0.15

@@ -29,8 +29,8 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
 from sandbox.activity import SandboxActivities
-from tests.processes import DevServer
-from tests.support import STARTED
+from tests.support.processes import DevServer
+from tests.support.runs import STARTED
 
 SCRIPTS = Path(sysconfig.get_path("scripts"))
 TEMPORAL_CLI = SCRIPTS / "temporal"

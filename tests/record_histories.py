@@ -26,8 +26,8 @@ from hosting.registry import build_workers, running
 from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities
-from tests.fake_http import FakeHTTPServer, Reply
-from tests.support import QUESTION, SAMPLE_REPORT
+from tests.support.fake_http import FakeHTTPServer, Reply
+from tests.support.runs import QUESTION, SAMPLE_REPORT
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
 from workflows.mcp_checker import MCP_CHECK_WORKFLOW
@@ -74,11 +74,12 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "mcp_check": (MCPListRequest(server_name="calc", agent="researcher"), [], []),
 }
 # Scenarios that need an operator setting, by env name; "{tts}" is the fake speech server's base URL.
+MCP_TEST_SERVER = str(Path(__file__).parent / "support" / "mcp_test_server.py")
 SETTINGS: dict[str, dict[str, str]] = {
     "podcast": {"DEERFLOW_TTS_URL": "{tts}/v1"},
     "speech": {"DEERFLOW_TTS_URL": "{tts}/v1"},
     "mcp_check": {"MCP_SERVERS": json.dumps({"calc": {"transport": "stdio", "command": sys.executable,
-                                                      "args": [str(Path(__file__).with_name("mcp_test_server.py"))]}})},
+                                                      "args": [MCP_TEST_SERVER]}})},
 }
 # The small workflows, by their request's type; the rest are research runs.
 FLOW_TYPES: dict[type, str] = {EnhanceRequest: ENHANCER_WORKFLOW, EvaluateRequest: EVALUATOR_WORKFLOW,

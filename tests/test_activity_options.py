@@ -28,7 +28,7 @@ from activities.model import chat as chat_activity
 from activities.support.heartbeat import heartbeat_interval, heartbeating
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
-from tests.support import start
+from tests.support.runs import start
 from workflows.activity_options import (
     ACTIVITY_OPTIONS,
     CHAT,

@@ -21,8 +21,8 @@ from config.settings import Settings, load_settings
 from runtime.embedded import has_worker
 from server.chat import ChatStreamRequest
 from server.security import RequestError, check_bind
-from tests.processes import DevServer, WorkerProcess
-from tests.web_server import api_server, parse_sse
+from tests.support.processes import DevServer, WorkerProcess
+from tests.support.web_server import api_server, parse_sse
 from workflows.models import RunStatus
 
 pytestmark = pytest.mark.timeout(120)

@@ -23,15 +23,15 @@ from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 from offline.content_agents import prose_writer
 from offline.model_server import FakeModelServer
-from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.support import SAMPLE_REPORT
-from tests.web_server import api_server
+from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.runs import SAMPLE_REPORT
+from tests.support.web_server import api_server
 from workflows.podcast import NO_VOICE_MESSAGE
 from workflows.slides import PPTX_MEDIA_TYPE
 
 pytestmark = pytest.mark.timeout(90)
 TOKEN = "content-stream-token-0123456789ab"
-MCP_SCRIPT = str(Path(__file__).with_name("mcp_test_server.py"))
+MCP_SCRIPT = str(Path(__file__).parent / "support" / "mcp_test_server.py")
 CAP = 64 * 1024
 METRICS = {"word_count", "citation_count", "unique_sources", "image_count", "section_count",
            "section_coverage_score", "sections_found", "sections_missing", "has_title", "has_key_points",

@@ -16,8 +16,8 @@ from temporalio.client import Client
 
 from config.settings import load_settings
 from runtime.embedded import has_worker
-from tests.processes import DevServer, WorkerProcess
-from tests.web_server import api_server, parse_sse
+from tests.support.processes import DevServer, WorkerProcess
+from tests.support.web_server import api_server, parse_sse
 
 pytestmark = pytest.mark.timeout(120)
 

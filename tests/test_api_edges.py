@@ -24,9 +24,9 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from config.settings import load_settings
 from server.app import create_app
 from server.security import MAX_JSON_DEPTH
-from tests.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker
-from tests.support import STARTED
-from tests.web_server import parse_sse
+from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker
+from tests.support.runs import STARTED
+from tests.support.web_server import parse_sse
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, RunStatus
 
 pytestmark = pytest.mark.timeout(180)

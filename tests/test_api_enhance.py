@@ -16,9 +16,9 @@ from config.settings import load_settings
 from offline.model_server import FakeModelServer, Fault
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
-from tests.processes import DevServer, start_worker
-from tests.support import run_id
-from tests.web_server import api_server
+from tests.support.processes import DevServer, start_worker
+from tests.support.runs import run_id
+from tests.support.web_server import api_server
 from workflows.enhance import ENHANCER_WORKFLOW, MAX_PROMPT_CHARS, enhanced_text
 from workflows.models import TASK_QUEUE
 

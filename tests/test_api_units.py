@@ -17,7 +17,7 @@ from server.chat import feedback_text, problem
 from server.feed import parse_position
 from server.security import Guard, RequestError, check_bind, is_loopback
 from server.threads import run_count
-from tests.web_server import parse_sse
+from tests.support.web_server import parse_sse
 
 
 async def _slow(chunks: list[str], pause: float) -> AsyncIterator[str]:

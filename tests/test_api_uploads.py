@@ -15,7 +15,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from config.settings import load_settings
-from tests.web_server import api_server
+from tests.support.web_server import api_server
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -31,9 +31,9 @@ from runtime.converter import blob_root, data_converter, prepare_payload_store, 
 from storage.gc import REFERENCE_TYPE, Unreadable, payloads_in, reference_of
 from storage.s3 import S3Client
 from storage.subtrees import SubtreeDriver, references_in
-from tests.processes import DevServer, starter
-from tests.s3_support import aws_only_on_loopback, moto_server
-from tests.support import run_id
+from tests.support.processes import DevServer, starter
+from tests.support.runs import run_id
+from tests.support.s3_support import aws_only_on_loopback, moto_server
 
 MARGIN = timedelta(seconds=2)
 SHARED = 60_000  # the activity result both runs store: one blob in the content-addressed store

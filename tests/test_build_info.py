@@ -13,7 +13,7 @@ import sys
 import tomllib
 
 from runtime import build_info
-from tests.processes import REPO_DIR
+from tests.support.processes import REPO_DIR
 
 ENTRY_POINTS = (["worker.py"], ["starter.py"], ["starter.py", "serve"], ["starter.py", "codec-server"])
 

@@ -28,8 +28,8 @@ from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import blob_root
 from tests.conftest import settings_with
-from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.support import start
+from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.runs import start
 from workflows.models import Outcome
 
 CANARY = "sk-CANARY-"
@@ -38,7 +38,7 @@ SECRETS = {
     for name in ("OPENAI_API_KEY", "TAVILY_API_KEY", "BRAVE_SEARCH_API_KEY", "SERPER_API_KEY", "RAGFLOW_API_KEY",
                  "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "MCP_CANARY_TOKEN")
 }
-SERVER_SCRIPT = Path(__file__).with_name("mcp_test_server.py")
+SERVER_SCRIPT = Path(__file__).parent / "support" / "mcp_test_server.py"
 # The coder's program: print every environment value it can reach (STATS_CODE is str.format'ed).
 LEAKY_CODE = """
 import os

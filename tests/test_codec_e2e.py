@@ -38,10 +38,10 @@ from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
 from runtime.encryption import encryption_codec
 from storage.subtrees import references_in
-from tests.cdp import Page, chromium_path, open_page
-from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.processes import REPO_DIR, DevServer, free_port, start_worker, wait_for_port
-from tests.support import QUESTION, run_id
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.processes import REPO_DIR, DevServer, free_port, start_worker, wait_for_port
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 

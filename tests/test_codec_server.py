@@ -24,7 +24,7 @@ from runtime.converter import data_converter
 from runtime.encryption import ENCODING
 from server.codec import create_codec_app
 from server.security import MAX_JSON_DEPTH
-from tests.processes import REPO_DIR
+from tests.support.processes import REPO_DIR
 from workflows.models import ResearchRequest
 
 KEY = base64.b64encode(os.urandom(32)).decode()

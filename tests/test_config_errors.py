@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from offline.providers import without_provider_settings
-from tests.processes import REPO_DIR
+from tests.support.processes import REPO_DIR
 
 pytestmark = pytest.mark.timeout(120)
 

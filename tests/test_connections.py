@@ -1,7 +1,7 @@
 """Connections through Temporal's environment configuration: TLS, mutual TLS, API keys and profiles.
 
 The live tests put Debian's nginx in front of a dev server as a TLS-terminating gRPC proxy (see
-tests/tls_proxy.py), so the real SDK, worker.py and starter.py meet real handshakes on loopback.
+tests/support/tls_proxy.py), so the real SDK, worker.py and starter.py meet real handshakes on loopback.
 They are skipped only where nginx is not installed (``.ci/run`` installs it).
 """
 
@@ -33,9 +33,9 @@ from runtime.connection import (
     load_connection,
 )
 from runtime.embedded import has_worker
-from tests.processes import REPO_DIR, DevServer, free_port
-from tests.support import OFFLINE_REPORT, run_id
-from tests.tls_proxy import NGINX, NginxGrpcProxy, Pki, make_pki
+from tests.support.processes import REPO_DIR, DevServer, free_port
+from tests.support.runs import OFFLINE_REPORT, run_id
+from tests.support.tls_proxy import NGINX, NginxGrpcProxy, Pki, make_pki
 
 API_KEY = "test-key-0123456789"
 requires_nginx = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (.ci/run installs it)")

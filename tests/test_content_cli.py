@@ -18,8 +18,8 @@ from temporalio.client import Client
 from cli import content
 from cli.connection import CliError
 from config.settings import Settings
-from tests.fake_http import FakeHTTPServer, Reply
-from tests.support import QUESTION
+from tests.support.fake_http import FakeHTTPServer, Reply
+from tests.support.runs import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.podcast import NO_VOICE_MESSAGE
 

@@ -19,8 +19,8 @@ from temporalio.client import Client, WorkflowFailureError
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from storage import artefacts
-from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.support import SAMPLE_REPORT
+from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.runs import SAMPLE_REPORT
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult, parse_judgement
 from workflows.models import TASK_QUEUE

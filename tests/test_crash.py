@@ -40,8 +40,8 @@ from hosting.reclaim import WORKER_LOST
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.crash_drill import RUN_TIMEOUT, Recovery, WorkerSlot, kill_and_recover, wait_until
-from tests.history_checks import (
+from tests.support.crash_drill import RUN_TIMEOUT, Recovery, WorkerSlot, kill_and_recover, wait_until
+from tests.support.history_checks import (
     activity_types,
     assert_not_rerun,
     completed_activity_ids,
@@ -50,8 +50,8 @@ from tests.history_checks import (
     retried_activities,
     retry_causes,
 )
-from tests.processes import DevServer
-from tests.support import QUESTION, run_id
+from tests.support.processes import DevServer
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 
 RESUME_LIMIT = timedelta(seconds=30)

@@ -41,7 +41,7 @@ from activities.guards import url_guard
 from activities.support import isolated
 from activities.web import crawl
 from config.settings import Settings
-from tests.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
+from tests.support.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 from workflows.models import CrawlRequest, CrawlResult
 
 MB = 1024 * 1024

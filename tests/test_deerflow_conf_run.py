@@ -11,8 +11,8 @@ import pytest
 from temporalio.client import Client
 
 from offline.model_server import FakeModelServer
-from tests.processes import DevServer, start_worker
-from tests.support import start
+from tests.support.processes import DevServer, start_worker
+from tests.support.runs import start
 from workflows.models import RunStatus
 
 pytestmark = pytest.mark.timeout(180)

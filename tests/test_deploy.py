@@ -25,8 +25,8 @@ from temporalio.client import Client, WorkflowHistory
 
 from config.settings import load_settings
 from offline.providers import without_provider_settings
-from tests.processes import REPO_DIR, DevServer, start_worker
-from tests.support import QUESTION, awaiting_review, run_id, wait_for
+from tests.support.processes import REPO_DIR, DevServer, start_worker
+from tests.support.runs import QUESTION, awaiting_review, run_id, wait_for
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 ANCHOR = "        self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))\n"

@@ -10,7 +10,7 @@ import pytest
 from activities.documents import extract as doc_extract
 from activities.support import isolated
 from config.settings import Settings
-from tests.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
+from tests.support.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 
 SETTINGS = Settings()  # the default extraction limits
 

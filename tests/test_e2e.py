@@ -24,9 +24,9 @@ from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from storage.subtrees import ENCODING as SUBTREES
-from tests.history_checks import activity_events
-from tests.processes import REPO_DIR, DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
-from tests.support import OFFLINE_REPORT, QUESTION, run_id
+from tests.support.history_checks import activity_events
+from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
+from tests.support.runs import OFFLINE_REPORT, QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
 
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from runtime import embedded
-from tests.processes import free_port, wait_for_port
+from tests.support.processes import free_port, wait_for_port
 
 
 def journal_mode(db: Path) -> str:

@@ -16,7 +16,7 @@ from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
 from tests.conftest import settings_with
-from tests.support import start
+from tests.support.runs import start
 from workflows.errors import failure_message
 from workflows.models import Outcome
 

@@ -38,8 +38,8 @@ from cli.connection import CliError
 from cli.render import status_text
 from cli.watch import Described, Watcher, render_status
 from runtime import build_info, embedded
-from tests.processes import REPO_DIR, free_port
-from tests.support import OFFLINE_REPORT
+from tests.support.processes import REPO_DIR, free_port
+from tests.support.runs import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
 from workflows.status_view import OFFLINE_NOTICE
 

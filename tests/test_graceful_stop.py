@@ -32,8 +32,8 @@ from hosting.reclaim import WORKER_LOST
 from offline.model_server import FakeModelServer, Fault
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
-from tests.crash_drill import RUN_TIMEOUT, wait_until
-from tests.history_checks import (
+from tests.support.crash_drill import RUN_TIMEOUT, wait_until
+from tests.support.history_checks import (
     COMPLETED,
     STARTED,
     WORKFLOW_TASK_COMPLETED,
@@ -45,8 +45,8 @@ from tests.history_checks import (
     wait_for_poller,
     worker_identity,
 )
-from tests.processes import DevServer, WorkerProcess
-from tests.support import QUESTION, run_id
+from tests.support.processes import DevServer, WorkerProcess
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 HELD_SECONDS = 10.0  # the planner's call; > 2x the model call's heartbeat timeout (4 s)

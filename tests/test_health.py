@@ -19,7 +19,7 @@ from temporalio.worker import Worker
 
 from runtime.embedded import free_port
 from runtime.health import probe_server, temporal_problem, with_probes, worker_readiness
-from tests.processes import DevServer
+from tests.support.processes import DevServer
 
 
 @activity.defn

@@ -19,7 +19,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 from storage.subtrees import ENCODING as SUBTREES
-from tests.support import STARTED, run_id
+from tests.support.runs import STARTED, run_id
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,

@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from config.settings import Settings
 from hosting.registry import build_workers, running
-from tests.processes import DevServer, starter
-from tests.support import run_id
+from tests.support.processes import DevServer, starter
+from tests.support.runs import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
 
 DEEP = "[" * 3000 + "]" * 3000

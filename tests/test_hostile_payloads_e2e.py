@@ -40,8 +40,8 @@ from storage.filesystem import FileSystemStorageDriver
 from storage.gc import ENCODED_REFERENCE_MARKER, FROM_CLIENTS, REFERENCE_TYPE, payloads_in, reference_of
 from storage.subtrees import ENCODING as SUBTREES
 from storage.subtrees import references_in
-from tests.processes import REPO_DIR, DevServer, WorkerProcess, start_worker
-from tests.support import QUESTION, run_id
+from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, start_worker
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Awaiting, Outcome, ResearchRequest, ResearchResult, RunStatus
 
 pytestmark = pytest.mark.timeout(240)

@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from offline.model_server import FakeModelServer
-from tests.support import awaiting_review, start, wait_for
+from tests.support.runs import awaiting_review, start, wait_for
 from workflows.errors import failure_message
 from workflows.models import Outcome, Phase, ReviewOutcome, RunStatus, StepState
 

@@ -12,8 +12,8 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.processes import DevServer, start_worker, starter, wait_for_cli_status
-from tests.support import QUESTION, run_id
+from tests.support.processes import DevServer, start_worker, starter, wait_for_cli_status
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
 
 # (the --input value, what `starter.py status` must then say)

@@ -3,7 +3,7 @@
 Why: the Dockerfile copies sources by name, so a package in pyproject.toml that is missing from its
 COPY lines (server/ was) breaks ``pip install .`` in the image, and a module the image lacks breaks
 a service only when it starts. Reading the Dockerfile's text proves neither; this replays the build
-(tests/image_replay.py) and starts each service's own command from the replayed image against a dev
+(tests/support/image_replay.py) and starts each service's own command from the replayed image against a dev
 server, with the service's compose environment (its Temporal address and payload store pointed here).
 """
 
@@ -31,7 +31,7 @@ from temporalio.client import Client
 from config.settings import load_settings
 from runtime.converter import data_converter
 from runtime.embedded import free_port
-from tests.image_replay import (
+from tests.support.image_replay import (
     COMPOSE,
     ROOT,
     Image,
@@ -42,9 +42,9 @@ from tests.image_replay import (
     service_command,
     service_environment,
 )
-from tests.processes import TEMPORAL_CLI
-from tests.prometheus_text import scrape
-from tests.support import QUESTION, awaiting_review, run_id, wait_for
+from tests.support.processes import TEMPORAL_CLI
+from tests.support.prometheus_text import scrape
+from tests.support.runs import QUESTION, awaiting_review, run_id, wait_for
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
 from workflows.queues import QUEUE_KINDS, queue_name
 

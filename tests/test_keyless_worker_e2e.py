@@ -24,8 +24,8 @@ from temporalio.service import RPCError
 from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
-from tests.processes import REPO_DIR, DevServer, start_worker
-from tests.support import QUESTION, run_id
+from tests.support.processes import REPO_DIR, DevServer, start_worker
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Awaiting, Outcome, ResearchRequest, ResearchResult, RunStatus
 
 pytestmark = pytest.mark.timeout(240)

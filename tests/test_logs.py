@@ -10,7 +10,7 @@ import json
 import subprocess
 import sys
 
-from tests.processes import REPO_DIR
+from tests.support.processes import REPO_DIR
 
 SCRIPT = """
 import logging

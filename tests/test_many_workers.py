@@ -17,9 +17,9 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.history_checks import activity_events, process_of, wait_for_poller, worker_identity
-from tests.processes import DevServer, WorkerProcess
-from tests.support import QUESTION, run_id
+from tests.support.history_checks import activity_events, process_of, wait_for_poller, worker_identity
+from tests.support.processes import DevServer, WorkerProcess
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 RUNS = 30

@@ -1,4 +1,4 @@
-"""The MCP activities against a real MCP server (``tests/mcp_test_server.py``) over every transport.
+"""The MCP activities against a real MCP server (``tests/support/mcp_test_server.py``) over every transport.
 
 Why this way: what can go wrong lies in how the genuine SDK client spawns, talks to and tears down
 a genuine server (environment, cancellation, process groups, HTTP sessions), which a mock of the
@@ -45,7 +45,7 @@ from activities.mcp.tools import (
 )
 from config.mcp_servers import MCPServerConfig
 from config.settings import load_settings
-from tests.mcp_test_server import server as test_mcp_server
+from tests.support.mcp_test_server import server as test_mcp_server
 from workflows.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
 from workflows.models import (
     MCP_SETTINGS_REMOVED,
@@ -57,7 +57,7 @@ from workflows.models import (
     ResearchRequest,
 )
 
-SERVER_SCRIPT = Path(__file__).with_name("mcp_test_server.py")
+SERVER_SCRIPT = Path(__file__).parent / "support" / "mcp_test_server.py"
 TOOLS = {"add", "echo_env", "echo_header", "fail", "leak", "slow"}
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 

@@ -28,7 +28,7 @@ from offline.providers import (
     start_offline_providers,
 )
 from tests.conftest import settings_with
-from tests.support import start
+from tests.support.runs import start
 from workflows.models import Phase, ResearchResult, RunStatus
 from workflows.progress import current_details
 from workflows.status_view import OFFLINE_MODEL_NOTICE, OFFLINE_NOTICE, OFFLINE_SEARCH_NOTICE, offline_notice

@@ -29,8 +29,8 @@ from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
-from tests.crash_drill import wait_until
-from tests.history_checks import (
+from tests.support.crash_drill import wait_until
+from tests.support.history_checks import (
     COMPLETED,
     activity_events,
     completed_once_problems,
@@ -38,8 +38,8 @@ from tests.history_checks import (
     wait_for_poller,
     worker_identity,
 )
-from tests.processes import BusyLoops, DevServer, WorkerProcess
-from tests.support import QUESTION, run_id
+from tests.support.processes import BusyLoops, DevServer, WorkerProcess
+from tests.support.runs import QUESTION, run_id
 from workflows.errors import failure_message
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
 

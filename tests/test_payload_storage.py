@@ -39,9 +39,9 @@ from storage.gc import payloads_in
 from storage.s3 import S3Client, ensure_bucket, s3_driver
 from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
 from tests.conftest import TEST_SERVER
-from tests.processes import free_port
-from tests.s3_support import aws_only_on_loopback, moto_server
-from tests.support import QUESTION, run_id
+from tests.support.processes import free_port
+from tests.support.runs import QUESTION, run_id
+from tests.support.s3_support import aws_only_on_loopback, moto_server
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 from workflows.undecodable import PayloadConverter

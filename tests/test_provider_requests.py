@@ -16,7 +16,7 @@ from temporalio.client import Client
 from config.settings import Settings
 from offline.model_server import FakeModelServer
 from tests.conftest import settings_with
-from tests.support import start
+from tests.support.runs import start
 from workflows.models import Outcome
 
 

@@ -179,7 +179,7 @@ async def test_a_low_priority_worker_contains_code_at_its_own_niceness(mode: San
     worker_niceness = min(19, os.getpriority(os.PRIO_PROCESS, 0) + 15)
     code = "import os\nprint(os.getpriority(os.PRIO_PROCESS, 0), os.getuid())"
     process = await asyncio.create_subprocess_exec(
-        "nice", "-n", "15", sys.executable, "-m", "tests.sandbox_driver", cwd=REPO_DIR,
+        "nice", "-n", "15", sys.executable, "-m", "tests.support.sandbox_driver", cwd=REPO_DIR,
         stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     stdout, stderr = await asyncio.wait_for(process.communicate(json.dumps([code]).encode()), 120)
     assert process.returncode == 0, stderr.decode()[-3000:]

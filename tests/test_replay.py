@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 
 import starter
 from runtime.workflow_runner import workflow_runner
-from tests.history_checks import HISTORIES, load, most_pending, tool_batches
+from tests.support.history_checks import HISTORIES, load, most_pending, tool_batches
 from workflows.catalog import WORKFLOWS
 from workflows.models import ChatMessage, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow

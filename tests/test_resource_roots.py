@@ -26,8 +26,8 @@ from cli.connection import CliError
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
 from tests.conftest import settings_with
-from tests.history_checks import activity_events
-from tests.support import start
+from tests.support.history_checks import activity_events
+from tests.support.runs import start
 from workflows.errors import failure_message
 from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
 

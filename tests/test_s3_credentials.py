@@ -3,7 +3,7 @@
 moto on loopback, with IAM authentication switched on once a user (long-term keys) and a role
 (temporary keys with a session token) exist: a request with a wrong key, a wrong secret or a
 missing session token is refused as AWS would refuse it. Large payloads go through the real data
-converter. Nothing here leaves 127.0.0.1 (tests/s3_support.py), and nothing tries the EC2
+converter. Nothing here leaves 127.0.0.1 (tests/support/s3_support.py), and nothing tries the EC2
 instance metadata address.
 """
 
@@ -26,8 +26,8 @@ from config.settings import Settings
 from runtime.converter import data_converter, prepare_payload_store
 from storage.gc import BlobGcError, collect_s3
 from storage.s3 import S3Client
-from tests.s3_support import aws_only_on_loopback, moto_server
-from tests.support import run_id
+from tests.support.runs import run_id
+from tests.support.s3_support import aws_only_on_loopback, moto_server
 
 ALLOW_S3 = json.dumps({"Version": "2012-10-17",
                        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]})

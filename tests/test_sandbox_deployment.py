@@ -66,7 +66,7 @@ def cap_names(mask: str) -> set[str]:
 
 def run_driver(command: list[str], snippets: list[str], env: dict[str, str], cwd: Path = REPO_DIR) -> dict[str, Any]:
     """Start the stand-in worker; ``WORKER_PID`` in a snippet becomes its pid (setpriv execs it)."""
-    process = subprocess.Popen([*command, "-m", "tests.sandbox_driver"], cwd=cwd, env=env,
+    process = subprocess.Popen([*command, "-m", "tests.support.sandbox_driver"], cwd=cwd, env=env,
                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     stdout, stderr = process.communicate(json.dumps(snippets).replace("WORKER_PID", str(process.pid)), timeout=120)
     assert process.returncode == 0, f"the worker died (rc {process.returncode}): {stderr[-3000:]}"

@@ -24,8 +24,8 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
 from runtime.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
-from tests.processes import DevServer, WorkerProcess
-from tests.support import run_id
+from tests.support.processes import DevServer, WorkerProcess
+from tests.support.runs import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ReportStyle, ResearchRequest, ResearchResult
 from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
 

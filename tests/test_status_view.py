@@ -9,7 +9,7 @@ from rich.console import Console
 
 from cli.render import status_text
 from cli.watch import render_status
-from tests.status_samples import T0, at, sample_status
+from tests.support.status_samples import T0, at, sample_status
 from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus
 from workflows.progress import current_details
 

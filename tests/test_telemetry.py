@@ -32,9 +32,9 @@ from runtime.converter import data_converter
 from runtime.metrics import metrics_runtime
 from runtime.tracing import install_tracer_provider, tracing_interceptor
 from tests.conftest import TEST_SERVER, settings_with
-from tests.processes import free_port
-from tests.prometheus_text import scrape, total
-from tests.support import QUESTION, run_id
+from tests.support.processes import free_port
+from tests.support.prometheus_text import scrape, total
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 # Whole numbers of USD per million tokens: each call's cost in micro-USD is then exact.

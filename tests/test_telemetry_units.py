@@ -26,9 +26,9 @@ from activities.model.telemetry import model_call_telemetry
 from activities.support.tool_metrics import ToolMetricsInterceptor, count_crawl_bytes
 from config.settings import Settings, load_settings
 from runtime.metrics import metrics_runtime
-from tests.fake_http import FakeHTTPServer, Reply
-from tests.processes import free_port
-from tests.prometheus_text import samples, scrape, total
+from tests.support.fake_http import FakeHTTPServer, Reply
+from tests.support.processes import free_port
+from tests.support.prometheus_text import samples, scrape, total
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, MCPCallRequest, PythonResult, Usage
 
 SETTINGS = load_settings({"MCP_SERVERS": '{"github": {"transport": "stdio", "command": "npx"}}'})

@@ -21,7 +21,7 @@ from cli.commands import _write_report
 from cli.render import plan_text, status_text
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, render_status
-from tests.status_samples import T0, ScriptedRun, handle, sample_status
+from tests.support.status_samples import T0, ScriptedRun, handle, sample_status
 from workflows.models import Awaiting, Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
 
 CLEAR, TITLE, CLIPBOARD = "\x1b[2J", "\x1b]0;pwned\x07", "\x1b]52;c;cm0gLXJmIH4=\x1b\\"

@@ -29,9 +29,9 @@ from server.app import create_app
 from server.feed import FeedItem
 from server.live import Previews, TokenHub
 from tests.conftest import settings_with
-from tests.fake_http import FakeHTTPServer, Reply
-from tests.processes import free_port
-from tests.support import start
+from tests.support.fake_http import FakeHTTPServer, Reply
+from tests.support.processes import free_port
+from tests.support.runs import start
 from tests.test_llm_activity import COORDINATOR
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome
 

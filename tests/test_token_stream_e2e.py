@@ -20,8 +20,8 @@ from offline.model_server import FakeModelServer, Fault
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
 from server.threads import workflow_id
-from tests.processes import DevServer, WorkerProcess, start_worker
-from tests.web_server import api_server, parse_sse
+from tests.support.processes import DevServer, WorkerProcess, start_worker
+from tests.support.web_server import api_server, parse_sse
 
 pytestmark = pytest.mark.timeout(120)
 TOKEN = "stream-token-for-e2e-0123456789ab"

@@ -20,7 +20,7 @@ from cli.render import status_text
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
-from tests.support import QUESTION, start
+from tests.support.runs import QUESTION, start
 from workflows.errors import failure_message
 from workflows.models import ChatMessage, ChatRequest, Outcome, Phase, RunStatus
 from workflows.tools import HANDOFF_TO_PLANNER

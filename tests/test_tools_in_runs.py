@@ -16,9 +16,9 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from tests.conftest import settings_with
-from tests.fake_http import FakeHTTPServer, Reply, Seen
-from tests.history_checks import activity_types
-from tests.support import start
+from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.history_checks import activity_types
+from tests.support.runs import start
 from workflows.models import Outcome
 
 ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"
@@ -135,7 +135,7 @@ async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
     configure_worker: Callable[[Settings], None],
 ) -> None:
     calculator = {"transport": "stdio", "command": str(Path(sys.executable).parent / "python"),
-                  "args": [str(Path(__file__).parent / "mcp_test_server.py")], "enabled_tools": ["add"]}
+                  "args": [str(Path(__file__).parent / "support" / "mcp_test_server.py")], "enabled_tools": ["add"]}
     configure_worker(settings_with(provider_env, MCP_SERVERS=json.dumps({"calc": calculator})))  # the operator's table
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, mcp_servers=["calc"])
     result = await handle.result()

@@ -18,8 +18,8 @@ import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from runtime.embedded import free_port
-from tests.fake_http import FakeHTTPServer, Reply
-from tests.processes import REPO_DIR
+from tests.support.fake_http import FakeHTTPServer, Reply
+from tests.support.processes import REPO_DIR
 
 EXPORT_ONE_SPAN = textwrap.dedent("""
     from opentelemetry import trace

@@ -25,9 +25,9 @@ from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
-from tests.processes import DevServer, WorkerProcess
-from tests.status_samples import T0, ScriptedRun, at, handle, sample_status
-from tests.support import run_id
+from tests.support.processes import DevServer, WorkerProcess
+from tests.support.runs import run_id
+from tests.support.status_samples import T0, ScriptedRun, at, handle, sample_status
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,

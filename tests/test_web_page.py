@@ -18,11 +18,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from config.settings import load_settings
-from tests.cdp import Page, chromium_path, open_page
-from tests.fake_http import FakeHTTPServer, Reply
-from tests.processes import DevServer, start_worker
-from tests.support import run_id
-from tests.web_server import api_server
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.fake_http import FakeHTTPServer, Reply
+from tests.support.processes import DevServer, start_worker
+from tests.support.runs import run_id
+from tests.support.web_server import api_server
 from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
 
 CHROMIUM = chromium_path()

@@ -16,8 +16,8 @@ import httpx
 import pytest
 from temporalio.client import Client
 
-from tests.cdp import Page, chromium_path, open_page
-from tests.processes import DevServer, ServeProcess, WorkerProcess, free_port, wait_for_worker
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, wait_for_worker
 from workflows.models import Phase, RunStatus
 
 CHROMIUM = chromium_path()

@@ -17,9 +17,9 @@ from temporalio.worker import Worker
 
 from config.settings import load_settings
 from server.live import TokenHub
-from tests.cdp import Page, chromium_path, open_page
-from tests.support import run_id
-from tests.web_server import api_server
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.runs import run_id
+from tests.support.web_server import api_server
 from workflows.models import (
     WORKFLOW_TYPE,
     ChatMessage,

@@ -3,7 +3,7 @@
 Why a browser: the README tells people to approve plans from the Web UI (Send a Signal,
 ``plan_feedback``, ``"[ACCEPTED]"``). That only works if the run shows up as waiting there, the
 UI offers our signal, and the JSON string it sends is what the workflow accepts. Headless Debian
-Chromium is driven over the DevTools protocol (tests/cdp.py); nothing is downloaded.
+Chromium is driven over the DevTools protocol (tests/support/cdp.py); nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
-from tests.cdp import Page, chromium_path, open_page
-from tests.processes import DevServer, start_worker
-from tests.support import run_id
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.processes import DevServer, start_worker
+from tests.support.runs import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunStatus
 
 CHROMIUM = chromium_path()

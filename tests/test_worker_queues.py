@@ -19,10 +19,10 @@ import pytest
 from temporalio.client import Client
 
 from offline.providers import without_provider_settings
-from tests.history_checks import activity_events
-from tests.processes import REPO_DIR, DevServer, free_port
-from tests.prometheus_text import scrape, total
-from tests.support import QUESTION, run_id
+from tests.support.history_checks import activity_events
+from tests.support.processes import REPO_DIR, DevServer, free_port
+from tests.support.prometheus_text import scrape, total
+from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.queues import queue_name
 

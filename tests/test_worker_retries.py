@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from hosting.registry import build_workers, queue_activities, running
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
-from tests.support import start
+from tests.support.runs import start
 from workflows.activity_options import CHAT
 from workflows.errors import failure_message
 from workflows.models import ChatRequest, ChatResponse, Outcome

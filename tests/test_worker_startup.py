@@ -18,8 +18,8 @@ from pathlib import Path
 from temporalio.client import Client
 
 from runtime import embedded
-from tests.processes import REPO_DIR, DevServer, WorkerProcess, wait_for_worker
-from tests.support import run_id
+from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, wait_for_worker
+from tests.support.runs import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 
 # Each costs seconds of start-up; the activities that need them import them on first use.

@@ -19,7 +19,7 @@ from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
 from tests.conftest import settings_with
-from tests.support import awaiting_review, start, wait_for
+from tests.support.runs import awaiting_review, start, wait_for
 from workflows.errors import failure_message
 from workflows.models import (
     Outcome,

@@ -28,7 +28,7 @@ from temporalio.worker import Worker, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, _runner
 
 from runtime.workflow_runner import workflow_runner
-from tests.context_probe import CONTEXT_PROBE_QUEUE, ContextProbe, echo
+from tests.support.context_probe import CONTEXT_PROBE_QUEUE, ContextProbe, echo
 
 
 class RecordingCodec(PayloadCodec, WithSerializationContext):

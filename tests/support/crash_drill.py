@@ -23,7 +23,7 @@ from hosting.reclaim import journal_directory
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
-from tests.history_checks import (
+from tests.support.history_checks import (
     COMPLETED,
     activity_events,
     activity_types,
@@ -33,8 +33,8 @@ from tests.history_checks import (
     wait_for_poller,
     worker_identity,
 )
-from tests.lost_attempt import LostAttempt, watch_lost_attempt
-from tests.processes import WorkerProcess
+from tests.support.lost_attempt import LostAttempt, watch_lost_attempt
+from tests.support.processes import WorkerProcess
 from workflows.models import ResearchResult
 
 RUN_TIMEOUT = 120.0  # a run on the offline fakes finishes well within this, kill included

@@ -232,7 +232,7 @@ def most_pending(history: WorkflowHistory) -> int:
     return peak
 
 
-HISTORIES = Path(__file__).resolve().parent / "histories"
+HISTORIES = Path(__file__).resolve().parents[1] / "histories"
 
 
 def load(path: Path) -> WorkflowHistory:

@@ -17,7 +17,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.client import WorkflowHandle, WorkflowHistory
 
-from tests.history_checks import COMPLETED, STARTED, activity_events, event_time
+from tests.support.history_checks import COMPLETED, STARTED, activity_events, event_time
 
 SAMPLE_SECONDS = 0.05
 

@@ -22,7 +22,7 @@ from temporalio.client import Client
 from offline.providers import without_provider_settings
 from runtime.embedded import DEV_SERVER_STORAGE_FLAGS, free_port, has_worker
 
-REPO_DIR = Path(__file__).resolve().parent.parent
+REPO_DIR = Path(__file__).resolve().parents[2]
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
 
 

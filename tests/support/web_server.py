@@ -14,7 +14,7 @@ from temporalio.client import Client
 from config.settings import Settings
 from server.app import create_app
 from server.live import TokenHub
-from tests.processes import free_port
+from tests.support.processes import free_port
 
 
 @contextlib.asynccontextmanager
