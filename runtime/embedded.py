@@ -21,6 +21,7 @@ import contextlib
 import fcntl
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -88,11 +89,41 @@ def is_listening(address: str, timeout: float = 0.5) -> bool:
         return False
 
 
+EPHEMERAL_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+FIXED_PORTS = range(10_000, 32_768)  # below Linux's default ephemeral range, above most services
+
+
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now (the kernel's choice), for a server started next."""
-    with socket.socket() as sock:
+    """A port nothing listens on now, for a server started next, chosen *outside* the kernel's
+    ephemeral range.
+
+    Why not the kernel's own choice (bind to port 0): the dev server picks the ports of its
+    internal services (history, matching, worker) that way at its start, and the kernel readily
+    hands out a port it just gave us and we released. The dev server then binds its worker service
+    to our codec's or its own front end's port and panics ("bind: address already in use"), which
+    failed embedded starts on a busy host. A port outside the ephemeral range is never handed out
+    by bind(0), so the two choices cannot meet.
+    """
+    low, high = _ephemeral_range()
+    candidates = [port for port in FIXED_PORTS if not low <= port <= high]
+    for port in random.sample(candidates, k=min(50, len(candidates))):
+        with socket.socket() as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # every sampled port taken: fall back to the kernel's choice
         sock.bind((host, 0))
         return int(sock.getsockname()[1])
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = EPHEMERAL_RANGE_FILE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32_768, 60_999  # Linux's default
 
 
 def _start_time(pid: int) -> str | None:
