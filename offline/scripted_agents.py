@@ -21,7 +21,7 @@ from typing import Any
 
 from offline import content_agents
 from offline.report_styles import ReportParts, render_report
-from offline.search_server import tokenize
+from offline.search_index import tokenize
 
 # Tools that only one agent is offered. MCP tools may be offered beside them, so one match decides.
 AGENT_TOOLS = (
