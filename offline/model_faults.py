@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from offline.scripted_agents import ScriptedReply
+from offline.agent_text import ScriptedReply
 
 INVALID_TOOL_ARGS = '{"query": "unterminated'
 NON_JSON_PLAN = "I cannot produce a plan right now."

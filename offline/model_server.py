@@ -22,9 +22,10 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from offline.agent_text import text_of
 from offline.loopback_http import send_json, serve_in_thread, shut_down
 from offline.model_faults import Fault, apply_fault, requested_output_cap
-from offline.scripted_agents import detect_agent, respond, text_of
+from offline.scripted_agents import detect_agent, respond
 
 MODEL_NAME = "deerflow-offline"
 ERROR_TYPES = {

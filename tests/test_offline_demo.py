@@ -20,7 +20,8 @@ import pytest
 
 from activities.model.prompts import render_prompt
 from cli.commands import _write_report
-from offline.scripted_agents import respond, sentences
+from offline.agent_text import sentences
+from offline.scripted_agents import respond
 from offline.search_index import DEFAULT_CORPUS, SearchIndex
 from workflows.messages import background_message, reporter_messages, step_task
 from workflows.models import (
