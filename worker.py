@@ -32,7 +32,7 @@ from hosting.journal_interceptor import InflightJournalInterceptor
 from hosting.reclaim import hand_back, open_journal, reclaim_at_start, settled
 from hosting.registry import build_workers, running
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
-from offline.providers import offline_banner, start_offline_providers, with_overrides
+from offline.providers import OfflineProviders, offline_banner, start_offline_providers, with_overrides
 from runtime.build_info import add_version_argument, build_label, code_digest, metric_labels, worker_identity
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
@@ -68,15 +68,23 @@ STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
 HAND_BACK_SECONDS = 5.0
 
 
-async def main(argv: list[str] | None = None) -> None:
+def parse_args(argv: list[str] | None) -> tuple[QueueKind, ...]:
+    """The queues to serve, from the command line (``--version`` prints the build and exits)."""
     parser = argparse.ArgumentParser(description="The deerflow-temporal worker.")
     parser.add_argument("--queues", type=parse_queues, default=QUEUE_KINDS, metavar="KINDS",
                         help="comma-separated: main (the workflow), model, tools, sandbox (the coder's Python), "
                              "or the presets all (default) and keyed (main,model,tools)")
     add_version_argument(parser)
     queues: tuple[QueueKind, ...] = parser.parse_args(argv).queues
-    # Settings are built once, here, and handed to everything that needs them; the offline
-    # providers add the settings that point at them instead of rewriting the environment.
+    return queues
+
+
+def load_worker_settings() -> tuple[Settings, OfflineProviders, SecretScrubber]:
+    """The worker's settings, the offline providers it serves, and the scrubber of its secrets.
+
+    Settings are built once, here, and handed to everything that needs them; the offline
+    providers add the settings that point at them instead of rewriting the environment.
+    """
     # Until the settings say otherwise (and for their own problems), records go out as text.
     logging.basicConfig(level=logging.INFO, format=TEXT_FORMAT)
     # The offline decision is made from the loaded settings, so a model configured only in
@@ -91,6 +99,27 @@ async def main(argv: list[str] | None = None) -> None:
     banner = offline_banner(configured)
     if banner is not None:
         logging.warning(banner)
+    return settings, providers, scrubber
+
+
+def activity_interceptors(settings: Settings, scrubber: SecretScrubber, journal: InflightJournal | None,
+                          metrics: bool) -> list[Interceptor]:
+    """The interceptors around every activity attempt, outermost first."""
+    # Each attempt's task token is journalled while it runs, so a successor of this process can
+    # fail what it lost at once (hosting/reclaim.py); outermost, so an attempt's end is its last.
+    interceptors: list[Interceptor] = [] if journal is None else [InflightJournalInterceptor(journal)]
+    # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.
+    interceptors.append(SecretScrubbingInterceptor(scrubber))
+    if metrics:
+        interceptors.append(ToolMetricsInterceptor(settings))
+        logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
+    return interceptors
+
+
+async def main(argv: list[str] | None = None) -> None:
+    """Serve the chosen queues until a stop signal (see :func:`on_stop_signals`)."""
+    queues = parse_args(argv)
+    settings, providers, scrubber = load_worker_settings()
     connection = load_connection()
     await prepare_payload_store(settings)
     # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the
@@ -104,15 +133,8 @@ async def main(argv: list[str] | None = None) -> None:
     # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
     search_attributes_enabled = await ensure_search_attributes(client)
-    # Each attempt's task token is journalled while it runs, so a successor of this process can
-    # fail what it lost at once (hosting/reclaim.py); outermost, so an attempt's end is its last.
     journal = open_journal(settings, client)
-    interceptors: list[Interceptor] = [] if journal is None else [InflightJournalInterceptor(journal)]
-    # Every activity's output and failures are scrubbed of the worker's secrets before they leave it.
-    interceptors.append(SecretScrubbingInterceptor(scrubber))
-    if runtime is not None:
-        interceptors.append(ToolMetricsInterceptor(settings))
-        logging.info("Serving Prometheus metrics at http://%s/metrics", settings.metrics_address)
+    interceptors = activity_interceptors(settings, scrubber, journal, metrics=runtime is not None)
     sandbox = SandboxActivities(settings)
     grace = timedelta(seconds=settings.worker_shutdown_grace)
     identity = worker_identity(digest)

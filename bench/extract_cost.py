@@ -19,7 +19,9 @@ from collections.abc import Awaitable, Callable
 
 from harness import header, html_page, median, ms, run_main
 
-from activities.web.crawl import FetchedPage, _trafilatura_markdown, decode_body, extract_within_budget, prepare_html
+from activities.web.decode import decode_body
+from activities.web.extract import _trafilatura_markdown, extract_within_budget, prepare_html
+from activities.web.fetch import FetchedPage
 
 ROUNDS = 20
 MAX_CHARS = 20_000

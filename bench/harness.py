@@ -39,7 +39,8 @@ from config.settings import load_settings
 from offline.loopback_http import send_body, serve_in_thread, shut_down
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env, without_provider_settings
-from offline.search_server import Document, FakeSearchServer, SearchIndex
+from offline.search_index import Document, SearchIndex
+from offline.search_server import FakeSearchServer
 from runtime.converter import data_converter
 from runtime.embedded import process_polls
 from runtime.shutdown import exit_now

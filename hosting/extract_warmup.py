@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import gc
 
-from activities.web.crawl import _page_job
+from activities.web.extract import _page_job
 
 _SAMPLE = b"<html><head><title>Warm-up</title></head><body><p>A short page to warm the extractors.</p></body></html>"
 

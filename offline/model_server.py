@@ -2,9 +2,9 @@
 
 Without an ``OPENAI_API_KEY`` the product points ``ChatOpenAI`` at this server, which plays
 every DeerFlow agent (see ``offline.scripted_agents``) well enough for a real end-to-end run.
-Tests use the same server with fault injection (:class:`Fault`) to prove the workflow survives
-HTTP errors, timeouts, truncated bodies and bad model output. Standard library only, so it can
-run anywhere the worker runs, and it binds to loopback by default.
+Tests use the same server with fault injection (:class:`Fault`, in ``offline.model_faults``) to
+prove the workflow survives HTTP errors, timeouts, truncated bodies and bad model output. Standard
+library only, so it can run anywhere the worker runs, and it binds to loopback by default.
 
 Run it in the foreground with ``python -m offline.model_server --port 18080``.
 """
@@ -14,22 +14,20 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import re
 import socket
 import sys
 import threading
 import time
 import traceback
-from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from offline.agent_text import text_of
 from offline.loopback_http import send_json, serve_in_thread, shut_down
-from offline.scripted_agents import ScriptedReply, detect_agent, respond, text_of
+from offline.model_faults import Fault, apply_fault, requested_output_cap
+from offline.scripted_agents import detect_agent, respond
 
 MODEL_NAME = "deerflow-offline"
-INVALID_TOOL_ARGS = '{"query": "unterminated'
-NON_JSON_PLAN = "I cannot produce a plan right now."
 ERROR_TYPES = {
     400: ("invalid_request_error", "invalid_request"),
     401: ("invalid_request_error", "invalid_api_key"),
@@ -37,106 +35,9 @@ ERROR_TYPES = {
     404: ("invalid_request_error", "model_not_found"),
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
-FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
-                         "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
-                         "no_research_plan", "context_overflow"})
-# What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
-LOOP_SENTENCE = "Solar power is a clean source of energy. "
 # How long a loop without max_tokens "generates": past any test's LLM_REQUEST_TIMEOUT.
 ENDLESS_SECONDS = 3600.0
 STREAM_PIECE = 64  # characters per streamed content delta
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One injected misbehaviour, consumed by the next matching request.
-
-    ``agent`` restricts the fault to requests for that DeerFlow agent; other requests pass it by,
-    so a test can break "the planner's next call" without counting the calls before it.
-    """
-
-    kind: str
-    status_code: int = 500
-    message: str | None = None
-    retry_after: float | None = None
-    seconds: float = 0.0
-    agent: str | None = None
-    arguments: str = INVALID_TOOL_ARGS  # the raw argument text of ``invalid_tool_args``
-    count: int = 1  # how many calls ``tool_call_flood`` makes
-    n_ctx: int = 0  # the window ``context_overflow`` names
-
-    def __post_init__(self) -> None:
-        # A typo in a test's fault kind would otherwise silently behave like "no fault".
-        if self.kind not in FAULT_KINDS:
-            raise ValueError(f"unknown fault kind {self.kind!r}; expected one of {sorted(FAULT_KINDS)}")
-
-    @classmethod
-    def status(cls, code: int, message: str | None = None, *, retry_after: float | None = None,
-               agent: str | None = None) -> Fault:
-        """HTTP ``code`` with an OpenAI-style error body (and ``Retry-After`` if given)."""
-        return cls("status", status_code=code, message=message, retry_after=retry_after, agent=agent)
-
-    @classmethod
-    def timeout(cls, seconds: float, *, agent: str | None = None) -> Fault:
-        """Sleep ``seconds`` before answering, so the client's read timeout fires first."""
-        return cls("timeout", seconds=seconds, agent=agent)
-
-    @classmethod
-    def truncated(cls, *, agent: str | None = None) -> Fault:
-        """Promise a longer body than is sent, then close: the client sees a cut-off response
-        (a streamed call: the server hangs up halfway through the deltas)."""
-        return cls("truncated", agent=agent)
-
-    @classmethod
-    def empty(cls, *, agent: str | None = None) -> Fault:
-        """A completion with empty content and no tool calls."""
-        return cls("empty", agent=agent)
-
-    @classmethod
-    def invalid_tool_args(cls, *, arguments: str = INVALID_TOOL_ARGS, agent: str | None = None) -> Fault:
-        """The tool call the agent would make, with these raw arguments (by default not JSON)."""
-        return cls("invalid_tool_args", arguments=arguments, agent=agent)
-
-    @classmethod
-    def tool_call_flood(cls, count: int, *, agent: str | None = None) -> Fault:
-        """The agent's first tool call, repeated ``count`` times in one reply."""
-        return cls("tool_call_flood", count=count, agent=agent)
-
-    @classmethod
-    def non_json_plan(cls, *, agent: str | None = "planner") -> Fault:
-        """The planner answers with prose that no JSON repair can turn into a plan."""
-        return cls("non_json_plan", agent=agent)
-
-    @classmethod
-    def loop(cls, *, agent: str | None = None) -> Fault:
-        """The model repeats one sentence until ``max_tokens`` (finish_reason "length"), or, when the
-        request sends no cap, for ever: the client's read timeout ends it, as on a real server."""
-        return cls("loop", agent=agent)
-
-    @classmethod
-    def plan_without_title(cls, *, agent: str | None = "planner") -> Fault:
-        """The planner's plan as JSON, but without its ``title`` (what a small model wrote)."""
-        return cls("plan_without_title", agent=agent)
-
-    @classmethod
-    def empty_plan(cls, *, agent: str | None = "planner") -> Fault:
-        """The planner's plan with no steps, still claiming it needs research."""
-        return cls("empty_plan", agent=agent)
-
-    @classmethod
-    def no_research_plan(cls, *, agent: str | None = "planner") -> Fault:
-        """The planner claims it has enough context already (``has_enough_context: true``), no steps."""
-        return cls("no_research_plan", agent=agent)
-
-    @classmethod
-    def context_overflow(cls, n_ctx: int, *, agent: str | None = None) -> Fault:
-        """llama-server's 400 ``exceed_context_size_error`` naming the window ``n_ctx``."""
-        return cls("context_overflow", n_ctx=n_ctx, agent=agent)
-
-    @classmethod
-    def malformed_plan(cls, *, agent: str | None = "planner") -> Fault:
-        """The planner's plan in ```json fences with trailing commas and single-quoted keys."""
-        return cls("malformed_plan", agent=agent)
 
 
 def approx_tokens(text: str) -> int:
@@ -154,12 +55,6 @@ def _prompt_text(messages: list[dict[str, Any]]) -> str:
     return "".join(parts)
 
 
-def requested_output_cap(body: dict[str, Any]) -> int | None:
-    """The request's output cap, by either of the names OpenAI's API has used for it."""
-    cap = body.get("max_completion_tokens") or body.get("max_tokens")
-    return int(cap) if cap else None
-
-
 def forced_tool(body: dict[str, Any]) -> str | None:
     """The tool a request's ``tool_choice`` forces ("required": the first offered), or None."""
     choice = body.get("tool_choice")
@@ -169,19 +64,6 @@ def forced_tool(body: dict[str, Any]) -> str | None:
     if choice == "required" and tools:
         return str(tools[0]["function"]["name"])
     return None
-
-
-def _edit_plan(content: str, drop: tuple[str, ...] = (), **changes: Any) -> str:
-    """The scripted plan (JSON) with the ``drop`` keys removed and ``changes`` applied."""
-    plan = {key: value for key, value in json.loads(content).items() if key not in drop}
-    return json.dumps({**plan, **changes}, ensure_ascii=False)
-
-
-def _mangle_plan(content: str) -> str:
-    """Fenced JSON with single-quoted keys and trailing commas: broken, but json_repair fixes it."""
-    broken = re.sub(r'(?m)^(\s*)"(\w+)":', r"\1'\2':", content)
-    broken = re.sub(r"([^\s\[{,])(\n\s*[}\]])", r"\1,\2", broken)
-    return f"Here is the plan:\n\n```json\n{broken}\n```"
 
 
 class _Server(ThreadingHTTPServer):
@@ -376,7 +258,7 @@ class FakeModelServer:
         if forced is not None and not calls:  # the server's grammar makes the model call it
             content, calls = "", [("call_forced", forced, "{}")]
         if fault is not None:
-            content, calls = self._apply_fault(fault, reply, content, calls, body)
+            content, calls = apply_fault(fault, reply, content, calls, body)
         completion = self._completion(number, body, content, calls)
         if fault is not None and fault.kind == "loop":
             completion["choices"][0]["finish_reason"] = "length"
@@ -387,36 +269,6 @@ class FakeModelServer:
         else:
             send_json(handler, 200, completion)
 
-    @staticmethod
-    def _apply_fault(fault: Fault, reply: ScriptedReply, content: str,
-                     calls: list[tuple[str, str, str]], body: dict[str, Any]
-                     ) -> tuple[str, list[tuple[str, str, str]]]:
-        if fault.kind == "empty":
-            return "", []
-        if fault.kind == "invalid_tool_args":
-            if calls:
-                return "", [(cid, name, fault.arguments) for cid, name, _ in calls]
-            tools = body.get("tools") or []
-            if tools:  # the agent would have answered; break a call to its first tool instead
-                return "", [("call_1", tools[0]["function"]["name"], fault.arguments)]
-            return content, calls
-        if fault.kind == "tool_call_flood" and calls:
-            _, name, arguments = calls[0]
-            return "", [(f"call_flood_{index}", name, arguments) for index in range(fault.count)]
-        if fault.kind == "non_json_plan":
-            return NON_JSON_PLAN, []
-        if fault.kind == "malformed_plan":
-            return _mangle_plan(reply.content), []
-        if fault.kind == "plan_without_title":
-            return _edit_plan(reply.content, drop=("title",)), []
-        if fault.kind == "empty_plan":
-            return _edit_plan(reply.content, steps=[], has_enough_context=False), []
-        if fault.kind == "no_research_plan":
-            return _edit_plan(reply.content, steps=[], has_enough_context=True), []
-        if fault.kind == "loop":
-            cap = requested_output_cap(body) or 0
-            return (LOOP_SENTENCE * (cap * 4 // len(LOOP_SENTENCE) + 1))[:cap * 4], []
-        return content, calls
 
     @staticmethod
     def _completion(number: int, body: dict[str, Any], content: str,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-import offline.scripted_agents as scripted_agents
+import offline.step_agents as step_agents
 from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
@@ -97,7 +97,7 @@ def leaky_world(
         with FakeSearchServer(corpus_path=corpus, api_key=SECRETS["TAVILY_API_KEY"]) as engine:
             for name, value in SECRETS.items():  # the worker's environment: MCP's ${VAR}s, the scrubber
                 monkeypatch.setenv(name, value)
-            monkeypatch.setattr(scripted_agents, "STATS_CODE", LEAKY_CODE)
+            monkeypatch.setattr(step_agents, "STATS_CODE", LEAKY_CODE)
             configure_worker(settings_with(provider_env, **SECRETS, TAVILY_BASE_URL=engine.base_url,
                                            DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1",
                                            MCP_SERVERS=json.dumps({"leaky": mcp_server})))

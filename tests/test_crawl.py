@@ -39,7 +39,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.guards import url_guard
 from activities.support import isolated
-from activities.web import crawl
+from activities.web import crawl, decode, extract, fetch
 from config.settings import Settings
 from tests.support.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 from workflows.models import CrawlRequest, CrawlResult
@@ -383,8 +383,8 @@ class Network:
 @pytest.fixture(autouse=True)
 def sealed_network(monkeypatch: pytest.MonkeyPatch) -> Network:
     network = Network([], [], [])
-    real_transport = crawl.build_transport
-    monkeypatch.setattr(crawl, "build_transport", lambda: LoopbackOnlyTransport(real_transport(), network.requests))
+    real_transport = fetch.build_transport
+    monkeypatch.setattr(fetch, "build_transport", lambda: LoopbackOnlyTransport(real_transport(), network.requests))
 
     async def fake_resolve(host: str, port: int) -> list[str]:
         network.lookups.append(host)
@@ -487,7 +487,7 @@ async def test_malformed_html_still_gives_text(site: Site) -> None:
 
 async def test_slow_extraction_falls_back_to_plain_text(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
     """trafilatura over its time budget (a 430 KB table takes it ~4 s): plain text, without waiting."""
-    monkeypatch.setattr(crawl, "EXTRACT_BUDGET_SECONDS", 0.5)
+    monkeypatch.setattr(extract, "EXTRACT_BUDGET_SECONDS", 0.5)
     started = time.monotonic()
     result = await run(site.url("/big-table"))
     assert time.monotonic() - started < 2.5
@@ -500,7 +500,7 @@ async def test_slow_pdf_is_stopped_at_its_budget_and_leaves_nothing_running(
     site: Site, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """8 pages sharing one 150k-operator stream (~75 s of pypdf): stopped at 1 s, CPU use stops."""
-    monkeypatch.setattr(crawl, "EXTRACT_BUDGET_SECONDS", 1.0)
+    monkeypatch.setattr(extract, "EXTRACT_BUDGET_SECONDS", 1.0)
     started = time.monotonic()
     error = await crawl_error(site.url("/slow.pdf"), "CrawlFailed")
     assert time.monotonic() - started < 3
@@ -685,7 +685,7 @@ async def test_streamed_huge_body_is_cut_off_at_the_cap(site: Site) -> None:
 
 
 async def test_slow_drip_is_abandoned_at_the_deadline(site: Site, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(crawl, "FETCH_DEADLINE_SECONDS", 2.0)
+    monkeypatch.setattr(fetch, "FETCH_DEADLINE_SECONDS", 2.0)
     environment = ActivityEnvironment()
     beats: list[Any] = []
     environment.on_heartbeat = lambda *details: beats.append(details)
@@ -728,7 +728,7 @@ async def test_offered_encodings_are_decoded(site: Site, path: str) -> None:
 
 
 async def test_only_offered_encodings_are_asked_for() -> None:
-    async with crawl._client() as client:
+    async with fetch._client() as client:
         assert client.headers["accept-encoding"] == "gzip, deflate"
 
 
@@ -745,7 +745,7 @@ async def test_gzip_bomb_stops_at_the_cap_with_bounded_memory(site: Site) -> Non
         tracemalloc.stop()
     reason = "page larger than 5 MB once decompressed; stopped reading"
     assert error.message == f"Refused to crawl {site.url('/bomb-gzip')}: {reason}"
-    assert peak < crawl.MAX_PAGE_BYTES + 2 * MB, f"peak {peak:,} bytes"
+    assert peak < fetch.MAX_PAGE_BYTES + 2 * MB, f"peak {peak:,} bytes"
     assert site.log.stream_aborted.wait(5), "the server never saw the connection closed"
     assert site.log.stream_sent < 1 * MB  # ~5 KB of gzip is 5 MB of zeros; the rest was never read
 
@@ -872,7 +872,7 @@ def trust_test_ca(tls_site: TlsSite, sealed_network: Network, monkeypatch: pytes
     """The crawler trusts the test CA, and ``secure.test``/``other.test`` resolve to 127.0.0.1."""
     context = ssl.create_default_context(cafile=str(tls_site.ca_file))
     monkeypatch.setattr(
-        crawl,
+        fetch,
         "build_transport",
         lambda: LoopbackOnlyTransport(
             httpx.AsyncHTTPTransport(verify=context, retries=0, trust_env=False), sealed_network.requests
@@ -912,7 +912,7 @@ def test_prepare_html_drops_invisible_elements() -> None:
         "<h1>Heading</h1><p>First <b>bold</b> paragraph.</p><table><tr><td>c1</td><td>c2</td></tr></table>"
         "</body></html>"
     )
-    prepared = crawl.prepare_html(document, 1000)
+    prepared = extract.prepare_html(document, 1000)
     assert prepared.title == "A page"
     for hidden in ("SECRETJS", "COMMENTTEXT", "NOSCRIPTTEXT", "color:red"):
         assert hidden not in prepared.markup
@@ -922,13 +922,13 @@ def test_prepare_html_drops_invisible_elements() -> None:
 
 def test_prepare_html_bounds_its_work(monkeypatch: pytest.MonkeyPatch) -> None:
     document = "<html><body>" + "<p>word</p>" * 5000 + "</body></html>"
-    monkeypatch.setattr(crawl, "EXTRACT_INPUT_CHARS", 1000)
-    prepared = crawl.prepare_html(document, 100)
+    monkeypatch.setattr(extract, "EXTRACT_INPUT_CHARS", 1000)
+    prepared = extract.prepare_html(document, 100)
     assert len(prepared.markup) == 1000
     assert 100 <= len(prepared.plain_text) <= 250
-    monkeypatch.setattr(crawl, "MAX_WALK_EVENTS", 10)
+    monkeypatch.setattr(extract, "MAX_WALK_EVENTS", 10)
     # 10 events: <body> start, then start/end of <p> four and a half times.
-    assert crawl.prepare_html(document, 100).plain_text == "\n".join(["word"] * 5)
+    assert extract.prepare_html(document, 100).plain_text == "\n".join(["word"] * 5)
 
 
 @pytest.mark.parametrize(
@@ -941,7 +941,7 @@ def test_prepare_html_bounds_its_work(monkeypatch: pytest.MonkeyPatch) -> None:
     ],
 )
 def test_charset_precedence(body: bytes, header: str | None, expected: str) -> None:
-    assert expected in crawl.decode_body(body, header)
+    assert expected in decode.decode_body(body, header)
 
 
 def test_cut_at_break_cuts_at_a_boundary() -> None:

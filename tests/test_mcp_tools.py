@@ -34,15 +34,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 import activities.guards.url_guard as url_guard
-import activities.mcp.tools as mcp_tools
+import activities.mcp.session as mcp_session
 from activities.mcp.calls import McpActivities
-from activities.mcp.tools import (
-    CONFIG_ERROR,
-    MAX_RESULT_CHARS,
-    UNAVAILABLE,
-    UNKNOWN_TOOL,
-    format_content,
-)
+from activities.mcp.checks import CONFIG_ERROR, UNAVAILABLE, UNKNOWN_TOOL
+from activities.mcp.tools import MAX_RESULT_CHARS, format_content
 from config.mcp_servers import MCPServerConfig
 from config.settings import load_settings
 from tests.support.mcp_test_server import server as test_mcp_server
@@ -145,9 +140,9 @@ class TransportRecorder:
 @pytest.fixture
 def recorder(monkeypatch: pytest.MonkeyPatch) -> TransportRecorder:
     fake = TransportRecorder()
-    monkeypatch.setattr(mcp_tools, "stdio_client", fake.factory("stdio"))
-    monkeypatch.setattr(mcp_tools, "sse_client", fake.factory("sse"))
-    monkeypatch.setattr(mcp_tools, "streamable_http_client", fake.factory("streamable_http"))
+    monkeypatch.setattr(mcp_session, "stdio_client", fake.factory("stdio"))
+    monkeypatch.setattr(mcp_session, "sse_client", fake.factory("sse"))
+    monkeypatch.setattr(mcp_session, "streamable_http_client", fake.factory("streamable_http"))
     return fake
 
 
@@ -430,7 +425,7 @@ async def test_exposed_name_is_accepted_too(mcp_env: dict[str, str], http_server
 async def test_call_timeout_is_retryable(
     mcp_env: dict[str, str], http_server: HttpServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(mcp_tools, "CALL_TIMEOUT_SECONDS", 0.3)
+    monkeypatch.setattr(mcp_session, "CALL_TIMEOUT_SECONDS", 0.3)
     register(mcp_env, http_server.config(), "web")
     request = MCPCallRequest(server_name="web", tool="slow", arguments={"seconds": 2})
 

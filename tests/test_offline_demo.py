@@ -20,8 +20,9 @@ import pytest
 
 from activities.model.prompts import render_prompt
 from cli.commands import _write_report
-from offline.scripted_agents import respond, sentences
-from offline.search_server import DEFAULT_CORPUS, SearchIndex
+from offline.agent_text import sentences
+from offline.scripted_agents import respond
+from offline.search_index import DEFAULT_CORPUS, SearchIndex
 from workflows.messages import background_message, reporter_messages, step_task
 from workflows.models import (
     ChatMessage,

@@ -24,7 +24,8 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.web.search import CONFIG_ERROR, RATE_LIMITED, UNAVAILABLE, SearchActivities, supported_providers
 from activities.web.search_providers.wikipedia import WikipediaSearch
-from config.settings import SEARCH_APIS, ConfigError, Settings, load_settings
+from config.groups.search import SEARCH_APIS
+from config.settings import ConfigError, Settings, load_settings
 from tests.support import fake_http
 from tests.support.fake_http import FakeHTTPServer, LoopbackGuard, Reply, Seen, is_loopback, loopback_only
 from workflows.models import SearchRequest, SearchResponse

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from config.settings import ConfigError, load_settings
+from config.settings import ConfigError, Settings, load_settings
 from offline.providers import start_offline_providers
 
 
@@ -57,3 +57,20 @@ def test_an_allowed_origin_that_no_browser_sends_is_refused_by_name(value: str) 
 def test_allowed_origins_are_a_comma_separated_list() -> None:
     origins = load_settings({"DEERFLOW_WEB_ALLOWED_ORIGINS": "http://localhost:3000/, http://[::1]:3001"})
     assert origins.web_allowed_origins == ["http://localhost:3000", "http://[::1]:3001"]
+
+
+def test_every_groups_list_settings_are_split_once_composed() -> None:
+    """Each group splits its own comma-separated lists; composed into one ``Settings``, none is lost."""
+    settings = load_settings(environ={"DEERFLOW_CRAWL_ALLOW_HOSTS": "Wiki.Test, 10.0.0.0/8",
+                                      "DEERFLOW_MCP_ALLOW_HOSTS": "MCP.Test", "SEARCH_INCLUDE_DOMAINS": "A.Test",
+                                      "DEERFLOW_SECRET_ENV_NAMES": "My_Key,Other"})
+    assert settings.crawl_allow_hosts == ["wiki.test", "10.0.0.0/8"]
+    assert settings.mcp_allow_hosts == ["mcp.test"]
+    assert settings.search_include_domains == ["a.test"]
+    assert settings.secret_env_names == ["My_Key", "Other"]
+
+
+def test_no_two_settings_groups_name_a_validator_alike() -> None:
+    """Pydantic keys validators by name, so a second group's ``_split_hosts`` would hide the first's."""
+    composed = Settings.__pydantic_decorators__.field_validators
+    assert len(composed) == sum(len(group.__pydantic_decorators__.field_validators) for group in Settings.__bases__)

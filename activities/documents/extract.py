@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from activities.support.isolated import Limits, run_blocking
-from activities.web.crawl import decode_body, prepare_html
+from activities.web.decode import decode_body
+from activities.web.extract import prepare_html
 from config.settings import Settings
 
 if TYPE_CHECKING:

@@ -406,14 +406,22 @@ def fit_to_budget(
     state = _Conversation.of(messages, fixed, allowed, weights)
     if state.overflow <= 0:
         return list(messages)
+    _trim(state, messages, budget=max(0, allowed - fixed))
+    return [message for message in state.messages if message is not None]
 
+
+def _trim(state: _Conversation, messages: list[ChatMessage], budget: int) -> None:
+    """Trim ``state`` in :func:`fit_to_budget`'s order until it fits (or nothing is left to trim).
+
+    ``budget`` is what the messages may take once the system prompt, the tool schemas and the
+    output reserve are paid for; the excerpt floor of a tool output scales with it.
+    """
     units = _units(messages)
     task = next((index for index, message in enumerate(messages) if message.role == "user"), None)
     last_unit = units[-1]
     middle = [unit for unit in units if unit is not last_unit and task not in unit]
     middle_tool_turns = [unit for unit in middle
                          if len(unit) > 1 or messages[unit[0]].role == "tool" or messages[unit[0]].tool_calls]
-    budget = max(0, allowed - fixed)
     tool_floor = min(TOOL_EXCERPT_MAX, max(TOOL_EXCERPT_MIN, budget // 16))
 
     # 1. tool outputs, oldest first, to the excerpt floor.
@@ -437,4 +445,3 @@ def fit_to_budget(
         state.shrink(index, LAST_RESORT_TOKENS)
     if task is not None:
         state.shrink(task, LAST_RESORT_TOKENS)
-    return [message for message in state.messages if message is not None]

@@ -24,7 +24,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.model.context_budget import token_limit_for
-from config.settings import ModelEndpoint, Settings
+from config.groups.model import ModelEndpoint
+from config.settings import Settings
 
 MODELS_TIMEOUT_SECONDS = 5.0
 _MAXIMUM = re.compile(r"maximum context length is (\d+)", re.IGNORECASE)

@@ -52,7 +52,7 @@ from config.settings import Settings
 
 # Imported once by the fork server, so each child starts with them loaded (the last one also
 # runs a small extraction, for what trafilatura loads only on first use).
-PRELOAD = ["activities.web.crawl", "activities.documents.extract", "pypdf", "hosting.extract_warmup"]
+PRELOAD = ["activities.web.extract", "activities.documents.extract", "pypdf", "hosting.extract_warmup"]
 CHILD_NICENESS = 10
 # A child's messages are JSON, not pickle: a child that hostile input took over must not be
 # able to run code in the worker by what it sends back, nor send it more than this.

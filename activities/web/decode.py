@@ -1,21 +1,30 @@
-"""Decoding an HTTP body's ``Content-Encoding`` with the output counted as it is produced.
+"""Decoding a crawled body: its ``Content-Encoding`` (bounded, as it streams in), then its charset.
 
-Why not let httpx decode: its decoders inflate each network chunk whole (``decompress(data)``
-without a bound), so 64 KB of gzip becomes up to 64 MB before anyone counts it, and it decodes
-any coding it knows (zstd, br when their packages are installed, stacked ``gzip, gzip``) whether
-or not the client offered it. Here the crawler reads the raw bytes and decodes them itself:
+**Content-Encoding.** Why not let httpx decode: its decoders inflate each network chunk whole
+(``decompress(data)`` without a bound), so 64 KB of gzip becomes up to 64 MB before anyone counts
+it, and it decodes any coding it knows (zstd, br when their packages are installed, stacked
+``gzip, gzip``) whether or not the client offered it. Here the crawler reads the raw bytes and
+decodes them itself:
 
 * Only the codings in :data:`OFFERED_ENCODINGS` are decoded, one layer at most. A response with
   any other coding, or with codings stacked, is refused by its header, before its body is read.
 * ``zlib.decompressobj(...).decompress(data, max_length)`` yields at most :data:`PIECE_BYTES` at
   a time, keeping the rest of the input in ``unconsumed_tail``, so the caller can count every
   piece and stop at its cap with no more than one piece past it in memory.
+
+**Charset** (:func:`decode_body`, run in the extraction child): the BOM, then the Content-Type
+charset, then ``<meta charset>`` or the XML declaration, then a guess, then UTF-8; labels that
+WHATWG treats as their supersets are decoded as the superset.
 """
 
 from __future__ import annotations
 
+import codecs
+import re
 import zlib
 from collections.abc import Iterator
+
+import charset_normalizer
 
 # What the crawler sends as Accept-Encoding, and so all it will decode. brotli and zstd are left
 # out: their decoders here either are not installed or cannot bound their output per call.
@@ -81,3 +90,61 @@ class BodyDecoder:
         except zlib.error:
             return zlib.decompressobj(-zlib.MAX_WBITS)
         return self._inflater
+
+
+# ------------------------------------------------------------------------------------ charset
+
+META_SCAN_BYTES = 4096
+# WHATWG treats these labels as their supersets; decoding with the strict codec garbles text.
+CHARSET_SUPERSETS = {
+    "iso-8859-1": "cp1252",
+    "iso8859-1": "cp1252",
+    "latin1": "cp1252",
+    "latin-1": "cp1252",
+    "us-ascii": "cp1252",
+    "ascii": "cp1252",
+    "gb2312": "gb18030",
+    "gbk": "gb18030",
+}
+_META_CHARSET = re.compile(rb"<meta[^>]*?charset\s*=\s*[\"']?\s*([a-z0-9_:.\-]+)", re.IGNORECASE)
+_XML_ENCODING = re.compile(rb"<\?xml[^>]*encoding\s*=\s*[\"']([a-z0-9_:.\-]+)", re.IGNORECASE)
+
+
+def _codec(label: str | None) -> str | None:
+    """A Python codec name for a charset label, or None if unknown."""
+    if not label:
+        return None
+    label = label.strip().strip("\"'").lower()
+    label = CHARSET_SUPERSETS.get(label, label)
+    try:
+        return codecs.lookup(label).name
+    except LookupError:
+        return None
+
+
+def _bom_codec(body: bytes) -> str | None:
+    for bom, name in (
+        (codecs.BOM_UTF8, "utf-8-sig"),
+        (codecs.BOM_UTF16_LE, "utf-16"),
+        (codecs.BOM_UTF16_BE, "utf-16"),
+    ):
+        if body.startswith(bom):
+            return name
+    return None
+
+
+def _declared_in_document(body: bytes) -> str | None:
+    head = body[:META_SCAN_BYTES]
+    match = _META_CHARSET.search(head) or _XML_ENCODING.search(head)
+    return match.group(1).decode("ascii") if match else None
+
+
+def decode_body(body: bytes, header_charset: str | None) -> str:
+    """Decode: BOM, then the Content-Type charset, then ``<meta charset>``, then a guess, then UTF-8."""
+    for codec in (_bom_codec(body), _codec(header_charset), _codec(_declared_in_document(body))):
+        if codec:
+            return body.decode(codec, errors="replace")
+    guess = charset_normalizer.from_bytes(body).best()
+    if guess is not None and _codec(guess.encoding):
+        return body.decode(guess.encoding, errors="replace")
+    return body.decode("utf-8", errors="replace")

@@ -1,0 +1,22 @@
+"""What every settings group shares: the model configuration and the comma-separated env lists."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class SettingsGroup(BaseModel):
+    """A group of settings; fields are named by their env vars (the alias), or by name in tests."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+
+def comma_separated(value: Any, clean: Callable[[str], str] = lambda item: item) -> Any:
+    """An env value's comma-separated items, stripped, blanks dropped and each ``clean``ed;
+    a value that is already a list (conf.yaml, a test) passes through."""
+    if not isinstance(value, str):
+        return value
+    return [clean(item.strip()) for item in value.split(",") if item.strip()]

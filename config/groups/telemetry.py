@@ -1,0 +1,56 @@
+"""Traces, metrics, probes, model prices and logging."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from pydantic import Field, ValidationInfo, field_validator
+
+from config.groups.base import SettingsGroup
+from config.model_prices import ModelPrice, default_price
+
+
+class TelemetrySettings(SettingsGroup):
+    """What the worker and the servers export about themselves (runtime/tracing.py, metrics.py, logs.py)."""
+
+    # Traces and metrics (runtime/tracing.py, runtime/metrics.py). Traces are exported over OTLP
+    # only when the standard OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the other
+    # OTEL_* variables itself); unset, no tracing code is even imported. The worker serves
+    # Prometheus metrics (the SDK's and ours) on DEERFLOW_METRICS_ADDRESS (host:port) when set.
+    # DEERFLOW_MODEL_PRICES: USD per million tokens, JSON {"model": {"input": 0.5, "output": 1.5}},
+    # merged over the defaults in config/model_prices.py; a model in neither costs 0, labelled unpriced.
+    otel_exporter_otlp_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
+    # OTLP's transport: http/protobuf (the default) or grpc; OTEL_EXPORTER_OTLP_TRACES_PROTOCOL wins.
+    # The exporters read the other OTEL_EXPORTER_OTLP_* variables (headers, timeout, certificates)
+    # and the SDK OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER(_ARG) themselves.
+    otel_exporter_otlp_protocol: Literal["http/protobuf", "grpc"] = Field(default="http/protobuf",
+                                                                        alias="OTEL_EXPORTER_OTLP_PROTOCOL")
+    otel_exporter_otlp_traces_protocol: Literal["http/protobuf", "grpc"] | None = Field(
+        default=None, alias="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+    metrics_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
+                                        alias="DEERFLOW_METRICS_ADDRESS")
+    # The worker's liveness and readiness probes (runtime/health.py), host:port; unset: none.
+    health_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
+                                       alias="DEERFLOW_HEALTH_ADDRESS")
+    model_prices: dict[str, ModelPrice] = Field(default_factory=dict, alias="DEERFLOW_MODEL_PRICES")
+    # Logging of the worker, API server and codec server (runtime/logs.py): level, and text or one JSON
+    # object per line with the run's ids.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(default="INFO", alias="LOG_LEVEL")
+    log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _any_case(cls, value: object, info: ValidationInfo) -> object:
+        if not isinstance(value, str):
+            return value
+        return value.strip().upper() if info.field_name == "log_level" else value.strip().lower()
+
+    @field_validator("model_prices", mode="before")
+    @classmethod
+    def _parse_model_prices(cls, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    def model_price(self, model: str) -> ModelPrice | None:
+        """The operator's price for ``model``, else the default table's; None: unpriced."""
+        return self.model_prices.get(model) or default_price(model)

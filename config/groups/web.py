@@ -1,0 +1,96 @@
+"""The front doors' servers: the embedded dev server, the codec server, the API server
+(``starter.py serve``) and the token previews it relays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from pydantic import Field, field_validator
+
+from config.groups.base import SettingsGroup, comma_separated
+
+
+class WebSettings(SettingsGroup):
+    """What cli/, server/ and runtime/embedded.py bind, accept and allow."""
+
+    # The front door (cli/, runtime/embedded.py). The embedded dev server's Web UI port; tests and a
+    # second checkout choose another so that two embedded servers can run side by side.
+    ui_port: int = Field(default=8233, ge=1, le=65535, alias="DEERFLOW_UI_PORT")
+    # Where the front door runs the embedded dev server when no Temporal address is configured
+    # (TEMPORAL_ADDRESS or a profile's address, which are only ever connected to). Loopback only.
+    embedded_address: str = Field(default="127.0.0.1:7233", alias="DEERFLOW_EMBEDDED_ADDRESS",
+                                  pattern=r"^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\]):\d{1,5}$")
+
+    # The codec server (server/codec.py) serves the Web UI and the `temporal` CLI: beyond loopback it
+    # needs the token; browsers need their origin listed (unset: the embedded Web UI's,
+    # http://127.0.0.1:<DEERFLOW_UI_PORT> and localhost). The embedded default starts it on
+    # DEERFLOW_CODEC_PORT (unset: a free port).
+    codec_token: str | None = Field(default=None, alias="DEERFLOW_CODEC_TOKEN")
+    codec_allowed_origins: list[str] | None = Field(default=None, alias="DEERFLOW_CODEC_ALLOWED_ORIGINS")
+    codec_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024,
+                                      alias="DEERFLOW_CODEC_MAX_BODY_BYTES")
+    codec_port: int | None = Field(default=None, ge=1, le=65535, alias="DEERFLOW_CODEC_PORT")
+
+    def codec_origins(self) -> list[str]:
+        """The browser origins the codec server answers: the operator's, else the embedded Web UI's."""
+        if self.codec_allowed_origins is not None:
+            return self.codec_allowed_origins
+        return [f"http://127.0.0.1:{self.ui_port}", f"http://localhost:{self.ui_port}"]
+
+    # The web front end (server/): `starter.py serve`. A bind beyond loopback needs the token
+    # (sent as `Authorization: Bearer ...`); browsers on other origins (DeerFlow's UI) need their
+    # origin listed. Runs it starts for DeerFlow threads get workflow ids under the prefix, so a
+    # thread id can only ever address runs the server itself started for that thread.
+    web_token: str | None = Field(default=None, alias="DEERFLOW_WEB_TOKEN")
+    web_allowed_origins: list[str] = Field(default_factory=lambda: ["http://localhost:3000"],
+                                           alias="DEERFLOW_WEB_ALLOWED_ORIGINS")
+    web_max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024,
+                                    alias="DEERFLOW_WEB_MAX_BODY_BYTES")
+    web_thread_prefix: str = Field(default="deerflow-web-", pattern=r"^[A-Za-z0-9_.-]{1,40}$",
+                                   alias="DEERFLOW_WEB_THREAD_PREFIX")
+    # Event streams open at once; each holds a long poll on Temporal while its page is open.
+    web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
+    # The content flows' request bodies (a whole report: evaluation, slides, podcast, prose edits).
+    web_max_content_bytes: int = Field(default=1024 * 1024, ge=64 * 1024, le=16 * 1024 * 1024,
+                                       alias="DEERFLOW_WEB_MAX_CONTENT_BYTES")
+    # DeerFlow's RAG upload (server/uploads.py): where uploaded .md/.txt files go (inside a
+    # resource root; unset: uploads/ in the first root), and the caps per file and for the folder.
+    web_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_UPLOAD_DIR")
+    web_upload_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
+                                      alias="DEERFLOW_WEB_UPLOAD_MAX_BYTES")
+    web_upload_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1024,
+                                            alias="DEERFLOW_WEB_UPLOAD_MAX_TOTAL_BYTES")
+
+    # Token previews (issue #14; activities/model/token_stream.py, server/live.py): the chat activity
+    # publishes its reply as it is generated to the API server's /internal/token-stream, best
+    # effort and never durable. Unset URL: the sink the local `serve` announces under <home>
+    # (the embedded default). The token is the shared secret between workers and API servers; a
+    # server with none makes a new one at each start and announces it. Off: no streaming at all.
+    token_stream: bool = Field(default=True, alias="DEERFLOW_TOKEN_STREAM")
+    token_stream_url: str | None = Field(default=None, pattern=r"^https?://", alias="DEERFLOW_TOKEN_STREAM_URL")
+    token_stream_token: str | None = Field(default=None, alias="DEERFLOW_TOKEN_STREAM_TOKEN")
+    # Seconds one publish may take before the rest of that reply goes unpublished.
+    token_stream_timeout: float = Field(default=0.5, gt=0, le=10, alias="DEERFLOW_TOKEN_STREAM_TIMEOUT")
+    # Characters waiting for a slow sink before the rest of that reply goes unpublished.
+    token_stream_max_pending: int = Field(default=65_536, ge=1024, le=4 * 1024 * 1024,
+                                          alias="DEERFLOW_TOKEN_STREAM_MAX_PENDING")
+
+    @field_validator("web_allowed_origins", "codec_allowed_origins", mode="before")
+    @classmethod
+    def _split_origins(cls, value: Any) -> Any:
+        return comma_separated(value, lambda origin: origin.rstrip("/"))
+
+    @field_validator("web_allowed_origins")
+    @classmethod
+    def _origins_are_origins(cls, value: list[str]) -> list[str]:
+        """A browser sends ``scheme://host[:port]`` and CORS compares it exactly, so anything else
+        (a JSON list, a path) would allow nothing while looking configured: refuse it by name."""
+        for origin in value:
+            parts = urlsplit(origin)
+            if parts.scheme not in ("http", "https") or not parts.netloc or parts.path or parts.query \
+                    or parts.fragment or any(c in parts.netloc for c in "\"' ,"):
+                raise ValueError(f"{origin!r} is not an origin like http://localhost:3000 "
+                                 "(DEERFLOW_WEB_ALLOWED_ORIGINS is a comma-separated list)")
+        return value

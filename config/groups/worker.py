@@ -1,0 +1,76 @@
+"""The worker process: concurrency per provider and per queue, a run's limits, the offline
+providers, and how lost attempts are reclaimed and a stopping worker drains."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from config.groups.base import SettingsGroup
+
+
+class WorkerSettings(SettingsGroup):
+    """What ``worker.py`` and the workflow's run configuration read (hosting/, workflows/queues.py)."""
+
+    # Per-provider concurrency inside one worker process (see activities/support/limits.py).
+    llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
+    search_max_concurrency: int = Field(default=4, ge=1, alias="SEARCH_MAX_CONCURRENCY")
+    crawl_max_concurrency: int = Field(default=4, ge=1, alias="CRAWL_MAX_CONCURRENCY")
+    # Activities one worker runs at once per task queue (workflows/queues.py). A worker takes no
+    # more tasks than it can run, so the rest wait on the server for another worker. The model
+    # queue defaults to LLM_MAX_CONCURRENCY: a slot held while waiting on the provider semaphore
+    # would be a task another worker could have run.
+    main_queue_concurrency: int = Field(default=32, ge=1, le=10_000, alias="DEERFLOW_MAIN_QUEUE_CONCURRENCY")
+    model_queue_concurrency: int | None = Field(default=None, ge=1, le=10_000, alias="DEERFLOW_MODEL_QUEUE_CONCURRENCY")
+    tools_queue_concurrency: int = Field(default=16, ge=1, le=10_000, alias="DEERFLOW_TOOLS_QUEUE_CONCURRENCY")
+    sandbox_queue_concurrency: int = Field(default=2, ge=1, le=1_000, alias="DEERFLOW_SANDBOX_QUEUE_CONCURRENCY")
+    # Model and tool calls of a run whose workflow worker also serves the model / tools queues go on
+    # the run's main queue, so the server hands each one straight back to that worker with the
+    # workflow task that asked for it (eager dispatch: no queue hop, ~25 ms less per call here).
+    # false: every kind on its own queue, so separately scaled model / tools workers share the work.
+    eager_activities: bool = Field(default=True, alias="DEERFLOW_EAGER_ACTIVITIES")
+
+    # Continue a run as new once its history has this many events (unset: when the server suggests).
+    continue_as_new_after_events: int | None = Field(default=None, ge=10, alias="DEERFLOW_CONTINUE_AS_NEW_EVENTS")
+
+    # Workflow runs kept in the worker's cache. A paused run in the cache costs about 220 KiB; an
+    # evicted one costs nothing until its next task, when it replays (bench/README.md).
+    max_cached_workflows: int = Field(default=1000, ge=0, alias="DEERFLOW_MAX_CACHED_WORKFLOWS")
+
+    # What one model reply can make a run do (issue #8): tool calls run per model turn (the rest
+    # are answered "dropped"), and activities one run keeps in flight at once. Both stay far below
+    # the server's 2,000 pending activities per run, past which a run is stuck for good.
+    max_tool_calls_per_turn: int = Field(default=16, ge=1, le=256, alias="DEERFLOW_MAX_TOOL_CALLS_PER_TURN")
+    max_activities_in_flight: int = Field(default=32, ge=1, le=500, alias="DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT")
+
+    # Set by the worker when it serves the bundled offline demonstration providers: the model
+    # (DEERFLOW_OFFLINE_DEMO), the search corpus (DEERFLOW_OFFLINE_SEARCH), or both.
+    offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
+    offline_search: bool = Field(default=False, alias="DEERFLOW_OFFLINE_SEARCH")
+
+    # Reclaiming a dead worker's attempts (hosting/inflight_journal.py, hosting/reclaim.py):
+    # each worker process journals the task tokens of its attempts in flight under <home>/inflight,
+    # and a worker starting on the same machine fails those of dead processes at once, so they are
+    # retried without waiting for their heartbeat timeouts. Off: no journal and no reclaim.
+    reclaim_lost_attempts: bool = Field(default=True, alias="DEERFLOW_RECLAIM_LOST_ATTEMPTS")
+    # How long a call whose attempts keep being lost with their workers (heartbeat timeouts, crashes,
+    # shutdowns) is retried before its run fails (hosting/retry_window.py); the provider's own
+    # errors are bounded by count instead. Seconds, or an ISO 8601 duration (PT6H).
+    worker_retry_window: timedelta = Field(default=timedelta(hours=6), gt=timedelta(0),
+                                           alias="DEERFLOW_WORKER_RETRY_WINDOW")
+
+    @field_validator("worker_retry_window", mode="before")
+    @classmethod
+    def _seconds_or_iso(cls, value: Any) -> Any:
+        """A plain number is seconds, as in every other duration setting; pydantic would refuse it as text."""
+        if isinstance(value, str) and value.strip().replace(".", "", 1).isdigit():
+            return float(value)
+        return value
+    # Seconds a worker told to stop (SIGTERM, SIGINT) waits for its activities in flight to finish,
+    # polling no more, before it cancels them to be retried elsewhere: a deploy must not pay for a
+    # model call twice. The default is the model call's start-to-close timeout (workflows/
+    # activity_options.py), so a call that could still succeed is never cut; docker-compose.yml's
+    # stop_grace_period is set a little above it. A second signal stops the worker at once.
+    worker_shutdown_grace: float = Field(default=300.0, ge=0, le=86_400, alias="DEERFLOW_WORKER_SHUTDOWN_GRACE")
