@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
 from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
+from workflows.status_view import OFFLINE_NOTICE
 
 CHROMIUM = chromium_path()
 pytestmark = [
@@ -106,6 +108,18 @@ DANGEROUS = """(root) => [...root.querySelectorAll('*')].flatMap((e) => {
   return found;
 })"""
 
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+EXPORT_POLICY = "default-src 'none'; img-src data:; base-uri 'none'; form-action 'none'"
+# An exported document's policy, every attribute by which it would fetch something (a link's href
+# only on a click), and its first paragraph's text.
+LOADS = """(doc) => ({
+  policy: doc.querySelector('meta[http-equiv="Content-Security-Policy"]').content,
+  loads: [...doc.querySelectorAll('*')].flatMap((e) => ['src', 'srcset', 'poster', 'background', 'data', 'href']
+    .filter((name) => e.hasAttribute(name) && !(e.tagName === 'A' && name === 'href'))
+    .map((name) => `${e.tagName} ${name}=${e.getAttribute(name)}`)),
+  first: doc.body.firstElementChild.innerText.trim(),
+})"""
+
 CAPTURE_EXPORTS = """window.__exports = [];
 const original = URL.createObjectURL;
 URL.createObjectURL = (blob) => {
@@ -119,8 +133,21 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
     try:
         await page.navigate(f"{base}/")
         await page.wait_for("typeof DOMPurify !== 'undefined' && typeof marked !== 'undefined'", what="vendored libs")
-        await type_into(page, "#question", "What are the prospects of solid-state batteries for electric vehicles?")
+        # A refused start says why on the page (no alert); the next start clears the notice and the box.
+        await type_into(page, "#question", "   ")
         await press(page, "#new-run button[type=submit]")
+        refused = await page.wait_for("!document.getElementById('start-notice').hidden && "
+                                      "document.getElementById('start-notice').textContent", what="the refusal")
+        assert "blank" in refused
+        await page.evaluate("document.getElementById('question').value = ''; true")
+        await type_into(page, "#question", QUESTION)
+        await press(page, "#new-run button[type=submit]")
+        await page.wait_for("window.deerflowPage.state.run", what="the run to start")
+        assert await page.evaluate("document.getElementById('question').value") == ""
+        assert await page.evaluate("document.getElementById('start-notice').hidden")
+        # The run list names the run by its question.
+        await page.wait_for(f"[...document.querySelectorAll('#runs li')].some((li) => li.innerText.startsWith("
+                            f"{json.dumps(QUESTION)}))", what="the run listed by its question")
 
         await page.wait_for("!document.getElementById('review').hidden", 60, what="the plan to await review")
         first_title = await page.evaluate("document.getElementById('plan-title').textContent")
@@ -145,6 +172,15 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
             "[...document.querySelectorAll('#plan-steps li')].every((li) => li.innerText.includes('done'))"
         )
         await page.wait_for(every_step_done, 30, what="every step shown done")
+        # Findings and step previews are rendered markdown; every tool call row says what it did.
+        assert await page.evaluate("document.querySelector('#activity details .md strong, #activity details .md h2')"
+                                   " !== null && document.querySelector('#plan-steps .finding') !== null")
+        for box in ("activity", "plan-steps"):
+            shown = await page.evaluate(f"document.getElementById('{box}').innerText")
+            assert "**" not in shown and not re.search(r"(?m)^#+ ", shown), shown
+        rows = await page.evaluate("[...document.querySelectorAll('#activity > li')].map((li) => li.innerText)")
+        assert not [line for line in rows if line.rstrip().endswith(":")], rows
+        assert any("handed the question to the planner: " in line for line in rows), rows
 
         await page.evaluate(CAPTURE_EXPORTS)
         await press(page, "#export-md")
@@ -152,8 +188,13 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         exports = await page.wait_for("window.__exports.length === 2 && window.__exports", what="both exports")
         kinds = {kind: text for kind, text in exports}
         report = await page.evaluate("window.deerflowPage.state.report")
-        assert kinds["text/markdown"] == report
+        # The offline model wrote it: both exports say so first, as `starter.py report` does.
+        assert kinds["text/markdown"] == f"> {OFFLINE_NOTICE}\n\n{report}"
         assert kinds["text/html"].startswith("<!doctype html>") and "<h1" in kinds["text/html"]
+        exported = await page.evaluate(f"({LOADS})(new DOMParser().parseFromString({json.dumps(kinds['text/html'])},"
+                                       " 'text/html'))")
+        assert exported["policy"] == EXPORT_POLICY and exported["loads"] == [], exported
+        assert exported["first"] == OFFLINE_NOTICE
         await page.screenshot(tmp_path / "report.png")
     except Exception:
         await page.screenshot(tmp_path / "failure.png")
