@@ -82,21 +82,6 @@ async def page() -> AsyncIterator[Page]:
         yield opened
 
 
-async def press(page: Page, selector: str) -> None:
-    """A real mouse click at the element's centre, once it is visible."""
-    box = await page.wait_for(
-        f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-        if (!e || e.offsetParent === null) return null; e.scrollIntoView({{block: 'center'}});
-        const b = e.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; }})()""",
-        what=selector)
-    await page.click_at(*box)
-
-
-async def type_into(page: Page, selector: str, text: str) -> None:
-    await press(page, selector)
-    await page.insert_text(text)
-
-
 # Markup in a subtree that could run code or load something: script-capable elements, event
 # handler attributes, javascript: URLs and inline styles.
 DANGEROUS = """(root) => [...root.querySelectorAll('*')].flatMap((e) => {
@@ -134,14 +119,14 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         await page.navigate(f"{base}/")
         await page.wait_for("typeof DOMPurify !== 'undefined' && typeof marked !== 'undefined'", what="vendored libs")
         # A refused start says why on the page (no alert); the next start clears the notice and the box.
-        await type_into(page, "#question", "   ")
-        await press(page, "#new-run button[type=submit]")
+        await page.type_into("#question", "   ")
+        await page.press("#new-run button[type=submit]")
         refused = await page.wait_for("!document.getElementById('start-notice').hidden && "
                                       "document.getElementById('start-notice').textContent", what="the refusal")
         assert "blank" in refused
         await page.evaluate("document.getElementById('question').value = ''; true")
-        await type_into(page, "#question", QUESTION)
-        await press(page, "#new-run button[type=submit]")
+        await page.type_into("#question", QUESTION)
+        await page.press("#new-run button[type=submit]")
         await page.wait_for("window.deerflowPage.state.run", what="the run to start")
         assert await page.evaluate("document.getElementById('question').value") == ""
         assert await page.evaluate("document.getElementById('start-notice').hidden")
@@ -154,13 +139,13 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         assert first_title and await page.evaluate("document.getElementById('plan-steps').children.length") == 3
         assert not await page.evaluate("document.getElementById('offline').hidden")  # the offline model says so
 
-        await type_into(page, "#edit-text", "add a step on charging infrastructure")
-        await press(page, "#edit-form button")
+        await page.type_into("#edit-text", "add a step on charging infrastructure")
+        await page.press("#edit-form button")
         await page.wait_for("document.getElementById('plan-version').textContent === 'v2' && "
                             "!document.getElementById('review').hidden", 60, what="the revised plan")
         assert await page.evaluate("document.getElementById('plan-title').textContent") != first_title
 
-        await press(page, "#accept")
+        await page.press("#accept")
         await page.wait_for("document.getElementById('citations').children.length > 0", 90, what="the report")
         report_links = await page.evaluate("[...document.querySelectorAll('#report a')].map((a) => a.href)")
         sources = await page.evaluate("[...document.querySelectorAll('#sources a')].map((a) => a.href)")
@@ -183,8 +168,8 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         assert any("handed the question to the planner: " in line for line in rows), rows
 
         await page.evaluate(CAPTURE_EXPORTS)
-        await press(page, "#export-md")
-        await press(page, "#export-html")
+        await page.press("#export-md")
+        await page.press("#export-html")
         exports = await page.wait_for("window.__exports.length === 2 && window.__exports", what="both exports")
         kinds = {kind: text for kind, text in exports}
         report = await page.evaluate("window.deerflowPage.state.report")
@@ -219,7 +204,7 @@ async def test_a_hostile_report_executes_nothing(base: str, hostile_run: Callabl
     await page.navigate(f"{base}/?run={await hostile_run(HOSTILE)}")
     await page.wait_for("document.querySelector('#report a') !== null", 30, what="the hostile report")
     await page.evaluate(CAPTURE_EXPORTS)
-    await press(page, "#export-html")
+    await page.press("#export-html")
     exported = await page.wait_for("window.__exports.length === 1 && window.__exports[0][1]", what="the export")
     # Every link a person could click, clicked.
     await page.evaluate("[...document.querySelectorAll('#report a, #report button')]"
@@ -269,8 +254,8 @@ async def test_an_exported_report_loads_nothing_remote(base: str, hostile_run: C
         await page.navigate(f"{base}/?run={await hostile_run(report)}")
         await page.wait_for("document.querySelector('#report img') !== null", 30, what="the report")
         await page.evaluate(CAPTURE_EXPORTS)
-        await press(page, "#export-md")
-        await press(page, "#export-html")
+        await page.press("#export-md")
+        await page.press("#export-html")
         exports = dict(await page.wait_for("window.__exports.length === 2 && window.__exports", what="both exports"))
         from_the_page = [seen.path for seen in beacon.requests]
 

@@ -542,19 +542,16 @@ function showEvaluation(answer) {
   const box = $("evaluation");
   const lines = [
     `Grade ${answer.grade} (${answer.score} of 10)`,
-    `${m.word_count} words · ${m.citation_count} citations from ${m.unique_sources} sources · ${m.image_count} images`,
+    [count(m.word_count, "word"), `${count(m.citation_count, "citation")} from ${count(m.unique_sources, "source")}`,
+      count(m.image_count, "image")].join(" · "),
     `Sections found: ${m.sections_found.join(", ") || "none"}`,
     `Sections missing: ${m.sections_missing.join(", ") || "none"}`,
   ];
   box.replaceChildren(...lines.map((line) => item("p", line)));
-  if (answer.llm_evaluation) {
+  if (answer.llm_evaluation) {  // the model's summary (markdown) has its strengths and suggestions
     const judged = answer.llm_evaluation;
-    if (answer.summary) box.append(item("p", answer.summary));
-    for (const [title, points] of [["Strengths", judged.strengths], ["Weaknesses", judged.weaknesses],
-      ["Suggestions", judged.suggestions]]) {
-      if (!points.length) continue;
-      box.append(item("h4", title), listOf(points));
-    }
+    if (answer.summary) box.append(markdownBlock(answer.summary));
+    else box.append(listOf([...judged.strengths, ...judged.weaknesses, ...judged.suggestions]));
   } else {
     const deeper = item("button", "Ask the model for its evaluation too");
     deeper.type = "button";
@@ -562,6 +559,10 @@ function showEvaluation(answer) {
     box.append(deeper);
   }
   box.hidden = false;
+}
+
+function count(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
 }
 
 function listOf(lines) {
