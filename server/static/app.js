@@ -1,7 +1,8 @@
 // Our research page. Plain script, no build step. Everything a model or a web page wrote
-// (plans, findings, tool output, the report) is untrusted: it is shown with textContent, and the
-// report's markdown goes through marked and then DOMPurify before it touches the DOM. The
-// server's Content-Security-Policy allows only this origin's scripts as a second line.
+// (plans, findings, tool output, the report) is untrusted: it is shown with textContent, and
+// markdown a model wrote (the report, findings, previews, the evaluation's summary) goes through
+// marked and then DOMPurify before it touches the DOM. The server's Content-Security-Policy
+// allows only this origin's scripts as a second line.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
