@@ -573,16 +573,19 @@ function listOf(lines) {
 }
 
 async function slides() {
+  const name = `${state.run}.pptx`;
   const response = await request("/api/ppt/generate", { content: state.report, locale: state.locale || "en-US" });
   if (!response.ok) throw await refusal(response);
-  download(`${state.run}.pptx`, await response.blob());
+  download(name, await response.blob());
   return "The slides were downloaded.";
 }
 
 // The podcast plays here and can be saved; without a voice the server says so (503) and sends
 // the script, which is shown instead.
 async function podcast() {
+  const run = state.run;
   const response = await request("/api/podcast/generate", { content: state.report });
+  if (state.run !== run) return "";  // another run is open now: its page is not this podcast's
   if (response.status === 503) {
     const answer = await response.json();
     if (answer.script) {
