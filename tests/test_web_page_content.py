@@ -22,7 +22,7 @@ from temporalio.client import Client
 from config.settings import Settings
 from offline.content_agents import prose_writer
 from tests.support.cdp import Page, chromium_path, open_page
-from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.fake_http import FakeHTTPServer, fake_speech
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import stand_in_runs
 from tests.support.web_server import api_server
@@ -50,14 +50,9 @@ URL.createObjectURL = (blob) => {
 true"""
 
 
-def _speech(seen: Seen) -> Reply:
-    body = seen.json()
-    return Reply(body=f"[{body['voice']}:{body['input'][:12]}]".encode(), headers={"Content-Type": "audio/mpeg"})
-
-
 @pytest.fixture
 def tts() -> Iterator[FakeHTTPServer]:
-    with FakeHTTPServer(_speech) as server:
+    with FakeHTTPServer(fake_speech) as server:
         yield server
 
 

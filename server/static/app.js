@@ -267,20 +267,7 @@ async function follow() {
       const response = await fetch(`/api/runs/${encodeURIComponent(id)}/events${query}`,
         { headers: headers(false), signal: controller.signal });
       if (!response.ok) throw new Error(`feed answered ${response.status}`);
-      const reader = response.body.getReader();
-      const decoder = new TextDecoder();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += decoder.decode(value, { stream: true });
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          if (handleBlock(id, block) === "end") return;
-        }
-      }
+      if (await eachBlock(response, (block) => handleBlock(id, block) === "end")) return;
       delay = 500;
     } catch (error) {
       if (controller.signal.aborted) return;
@@ -288,6 +275,24 @@ async function follow() {
     await new Promise((resolve) => setTimeout(resolve, delay));
     delay = Math.min(delay * 2, 5000);
     refresh().catch(() => {});
+  }
+}
+
+// The blocks of an event stream as they arrive, to `each` until it returns true (then true).
+async function eachBlock(response, each) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return false;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      if (each(block)) return true;
+    }
   }
 }
 
@@ -649,20 +654,11 @@ async function askProse(prompt) {
   if (!response.ok) throw await refusal(response);
   $("prose-text").textContent = "";
   $("prose-result").hidden = false;
-  const reader = response.body.getReader();
-  const decoder = new TextDecoder();
-  let buffer = "";
-  for (;;) {
-    const { value, done } = await reader.read();
-    if (done) break;
-    buffer += decoder.decode(value, { stream: true });
-    let end;
-    while ((end = buffer.indexOf("\n\n")) >= 0) {
-      const failed = proseBlock(buffer.slice(0, end));
-      buffer = buffer.slice(end + 2);
-      if (failed) throw new Error(failed);
-    }
-  }
+  await eachBlock(response, (block) => {
+    const failed = proseBlock(block);
+    if (failed) throw new Error(failed);
+    return false;
+  });
   return "";
 }
 
