@@ -93,6 +93,7 @@ DANGEROUS = """(root) => [...root.querySelectorAll('*')].flatMap((e) => {
   return found;
 })"""
 
+SCREENSHOTS = Path("/tmp/our-page")  # kept outside pytest's tmp dir for a person to look at
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 EXPORT_POLICY = "default-src 'none'; img-src data:; base-uri 'none'; form-action 'none'"
 # An exported document's policy, every attribute by which it would fetch something (a link's href
@@ -182,7 +183,9 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
                                        " 'text/html'))")
         assert exported["policy"] == EXPORT_POLICY and exported["loads"] == [], exported
         assert exported["first"] == OFFLINE_NOTICE
-        await page.screenshot(tmp_path / "report.png")
+        await page.evaluate("document.querySelectorAll('#activity details').forEach((d) => { d.open = true; }); true")
+        SCREENSHOTS.mkdir(exist_ok=True)
+        await page.screenshot(SCREENSHOTS / "research-run.png")
     except Exception:
         await page.screenshot(tmp_path / "failure.png")
         raise

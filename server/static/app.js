@@ -333,7 +333,7 @@ function showItem(kind, data) {
     const body = markdownBlock(data.content);
     const details = document.createElement("details");
     const summary = item("summary", "");
-    summary.append(item("span", data.agent, "agent"), item("span", ` ${firstLine(body.textContent)}`));
+    summary.append(item("span", data.agent, "agent"), item("span", ` ${firstLine(gist(body))}`));
     details.append(summary, body);
     activity.append(row(null, details));
   } else if (kind === "citations") {
@@ -373,6 +373,13 @@ const FINDING_PREVIEW_CHARS = 300;
 function wholeLines(preview) {
   if (preview.length < FINDING_PREVIEW_CHARS || preview.lastIndexOf("\n") <= 0) return preview;
   return `${preview.slice(0, preview.lastIndexOf("\n"))}\n\n…`;
+}
+
+// A finding's first words worth reading: its first block that is not a heading (findings open
+// with the same "Problem Statement" heading), else all of it.
+function gist(block) {
+  const first = block.querySelector(":scope > :not(h1, h2, h3, h4, h5, h6)");
+  return (first || block).textContent;
 }
 
 function firstLine(text) {
