@@ -543,9 +543,10 @@ async function flow(button, busy, work) {
   }
 }
 
+// The run's report style is not on record here: the report is held to DeerFlow's default sections.
 async function evaluate(useModel) {
-  const body = { content: state.report, query: state.questions.get(state.run) || "",
-    report_style: $("report-style").value, use_llm: useModel };
+  const body = { content: state.report, query: state.questions.get(state.run) || "", report_style: "default",
+    use_llm: useModel };
   showEvaluation(await api("/api/report/evaluate", body));
   return "";
 }
@@ -661,11 +662,13 @@ async function askProse(prompt) {
   if (!response.ok) throw await refusal(response);
   $("prose-text").textContent = "";
   $("prose-result").hidden = false;
+  $("prose-use").disabled = true;  // until the whole answer is in
   await eachBlock(response, (block) => {
     const failed = proseBlock(block);
     if (failed) throw new Error(failed);
     return false;
   });
+  $("prose-use").disabled = false;
   return "";
 }
 
