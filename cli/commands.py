@@ -40,6 +40,7 @@ from runtime.converter import data_converter
 from runtime.embedded import stop_embedded
 from runtime.history_export import self_contained
 from runtime.retries import retries_of
+from runtime.run_memo import question_memo
 from runtime.search_attributes import missing_search_attributes
 from workflows.errors import failure_message
 from workflows.models import (
@@ -328,7 +329,8 @@ async def run(args: argparse.Namespace) -> int:
     try:
         handle = await client.start_workflow(
             WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE, result_type=ResearchResult,
-            static_summary=f"Research: {request.question[:180]}", id_reuse_policy=reuse,
+            static_summary=f"Research: {request.question[:180]}", memo=question_memo(request.question),
+            id_reuse_policy=reuse,
         )
     except WorkflowAlreadyStartedError as error:
         raise CliError(await _id_taken(client.get_workflow_handle(run_id))) from error

@@ -174,8 +174,9 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
 
 # The page runs only its own scripts: model-written text that slipped past the sanitiser still
 # could not load or run code, or send data anywhere but this server.
+# The podcast plays from a blob: URL the page made of the server's MP3 (media-src).
 PAGE_POLICY = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-               "connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
+               "media-src blob:; connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
 def _resources(policy: ResourcePolicy, query: str) -> list[dict[str, str]]:

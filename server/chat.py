@@ -28,6 +28,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from config.settings import Settings
+from runtime.run_memo import question_memo
 from server import sse
 from server.feed import PAGE_ONLY, FeedItem, follow
 from server.live import Previews, TokenHub, with_previews
@@ -162,7 +163,7 @@ class ChatTurns:
         try:
             handle = await self.client.start_workflow(
                 WORKFLOW_TYPE, request, id=new_id, task_queue=TASK_QUEUE,
-                static_summary=f"Research (web): {request.question[:160]}")
+                static_summary=f"Research (web): {request.question[:160]}", memo=question_memo(request.question))
         except WorkflowAlreadyStartedError as error:
             raise RequestError("another question on this thread is starting; send it again") from error
         return new_id, handle.first_execution_run_id, None

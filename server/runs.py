@@ -18,6 +18,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
 from runtime.retries import retries_of
+from runtime.run_memo import question_memo, question_of
 from server import sse
 from server.feed import FeedItem, follow, parse_position
 from server.live import Previews, TokenHub, with_previews
@@ -81,6 +82,7 @@ class Runs:
                 status = await _status(self.client.get_workflow_handle(execution.id))
                 phase, awaiting = (status.phase.value, status.awaiting) if status else (None, None)
             runs.append({"id": execution.id, "status": execution.status.name.lower() if execution.status else "unknown",
+                         "question": await question_of(execution),
                          "phase": phase, "awaiting": awaiting if running else None,
                          "age_seconds": int((now - execution.start_time).total_seconds())})
         runs.sort(key=lambda r: (r["awaiting"] != "plan_feedback", r["status"] != "running", r["age_seconds"]))
@@ -92,7 +94,8 @@ class Runs:
         request = ResearchRequest.model_validate(body)
         run = workflow_id(self.prefix, f"page-{uuid.uuid4().hex[:16]}", 1)
         await self.client.start_workflow(WORKFLOW_TYPE, request, id=run, task_queue=TASK_QUEUE,
-                                         static_summary=f"Research (web): {request.question[:160]}")
+                                         static_summary=f"Research (web): {request.question[:160]}",
+                                         memo=question_memo(request.question))
         return run
 
     async def show(self, run: str) -> dict[str, Any]:

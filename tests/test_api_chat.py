@@ -336,6 +336,8 @@ async def test_run_list_puts_runs_awaiting_review_first_and_the_page_api_reviews
         waiting = [r["awaiting"] == "plan_feedback" for r in runs]
         assert waiting == sorted(waiting, reverse=True) and run in [r["id"] for r in runs if r["awaiting"]]
         assert any(r["id"] == f"{PREFIX}listed-done.1" and r["status"] == "completed" for r in runs)
+        # Each run is listed with its question, from the page and from DeerFlow's chat alike.
+        assert {r["question"] for r in runs if r["id"] in (run, f"{PREFIX}listed-done.1")} == {QUESTION}
         too_many = await http.post(f"{base}/api/runs", json={"question": QUESTION, "max_step_num": 999})
         assert too_many.status_code == 400 and "max_step_num" in too_many.json()["detail"]
         edited = await http.post(f"{base}/api/runs/{run}/review", json={"edit": "add a step on costs"})

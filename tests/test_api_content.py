@@ -23,7 +23,7 @@ from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 from offline.content_agents import prose_writer
 from offline.model_server import FakeModelServer
-from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.fake_http import FakeHTTPServer, fake_speech
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.web_server import api_server
 from workflows.podcast import NO_VOICE_MESSAGE
@@ -38,14 +38,9 @@ METRICS = {"word_count", "citation_count", "unique_sources", "image_count", "sec
            "has_overview", "has_citations_section"}
 
 
-def _speech(seen: Seen) -> Reply:
-    body = seen.json()
-    return Reply(body=f"[{body['voice']}:{body['input'][:12]}]".encode(), headers={"Content-Type": "audio/mpeg"})
-
-
 @pytest.fixture
 def tts() -> AsyncIterator[FakeHTTPServer]:
-    with FakeHTTPServer(_speech) as server:
+    with FakeHTTPServer(fake_speech) as server:
         yield server
 
 

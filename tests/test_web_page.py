@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
 from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
+from workflows.status_view import OFFLINE_NOTICE
 
 CHROMIUM = chromium_path()
 pytestmark = [
@@ -80,21 +82,6 @@ async def page() -> AsyncIterator[Page]:
         yield opened
 
 
-async def press(page: Page, selector: str) -> None:
-    """A real mouse click at the element's centre, once it is visible."""
-    box = await page.wait_for(
-        f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
-        if (!e || e.offsetParent === null) return null; e.scrollIntoView({{block: 'center'}});
-        const b = e.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; }})()""",
-        what=selector)
-    await page.click_at(*box)
-
-
-async def type_into(page: Page, selector: str, text: str) -> None:
-    await press(page, selector)
-    await page.insert_text(text)
-
-
 # Markup in a subtree that could run code or load something: script-capable elements, event
 # handler attributes, javascript: URLs and inline styles.
 DANGEROUS = """(root) => [...root.querySelectorAll('*')].flatMap((e) => {
@@ -104,6 +91,19 @@ DANGEROUS = """(root) => [...root.querySelectorAll('*')].flatMap((e) => {
     if (a.name.startsWith('on') || a.name === 'style' || /^\\s*javascript:/i.test(a.value)) found.push(a.name);
   }
   return found;
+})"""
+
+SCREENSHOTS = Path("/tmp/our-page")  # kept outside pytest's tmp dir for a person to look at
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+EXPORT_POLICY = "default-src 'none'; img-src data:; base-uri 'none'; form-action 'none'"
+# An exported document's policy, every attribute by which it would fetch something (a link's href
+# only on a click), and its first paragraph's text.
+LOADS = """(doc) => ({
+  policy: doc.querySelector('meta[http-equiv="Content-Security-Policy"]').content,
+  loads: [...doc.querySelectorAll('*')].flatMap((e) => ['src', 'srcset', 'poster', 'background', 'data', 'href']
+    .filter((name) => e.hasAttribute(name) && !(e.tagName === 'A' && name === 'href'))
+    .map((name) => `${e.tagName} ${name}=${e.getAttribute(name)}`)),
+  first: doc.body.firstElementChild.innerText.trim(),
 })"""
 
 CAPTURE_EXPORTS = """window.__exports = [];
@@ -118,22 +118,37 @@ true"""
 async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, tmp_path: Path) -> None:
     try:
         await page.navigate(f"{base}/")
-        await page.wait_for("typeof DOMPurify !== 'undefined' && typeof marked !== 'undefined'", what="vendored libs")
-        await type_into(page, "#question", "What are the prospects of solid-state batteries for electric vehicles?")
-        await press(page, "#new-run button[type=submit]")
+        # The page's own script (deferred, after the vendored ones) has set its handlers up.
+        await page.wait_for("typeof DOMPurify !== 'undefined' && typeof marked !== 'undefined' && "
+                            "window.deerflowPage !== undefined", what="the page's scripts")
+        # A refused start says why on the page (no alert); the next start clears the notice and the box.
+        await page.type_into("#question", "   ")
+        await page.press("#new-run button[type=submit]")
+        refused = await page.wait_for("!document.getElementById('start-notice').hidden && "
+                                      "document.getElementById('start-notice').textContent", what="the refusal")
+        assert "blank" in refused
+        await page.evaluate("document.getElementById('question').value = ''; true")
+        await page.type_into("#question", QUESTION)
+        await page.press("#new-run button[type=submit]")
+        await page.wait_for("window.deerflowPage.state.run", what="the run to start")
+        assert await page.evaluate("document.getElementById('question').value") == ""
+        assert await page.evaluate("document.getElementById('start-notice').hidden")
+        # The run list names the run by its question.
+        await page.wait_for(f"[...document.querySelectorAll('#runs li')].some((li) => li.innerText.startsWith("
+                            f"{json.dumps(QUESTION)}))", what="the run listed by its question")
 
         await page.wait_for("!document.getElementById('review').hidden", 60, what="the plan to await review")
         first_title = await page.evaluate("document.getElementById('plan-title').textContent")
         assert first_title and await page.evaluate("document.getElementById('plan-steps').children.length") == 3
         assert not await page.evaluate("document.getElementById('offline').hidden")  # the offline model says so
 
-        await type_into(page, "#edit-text", "add a step on charging infrastructure")
-        await press(page, "#edit-form button")
+        await page.type_into("#edit-text", "add a step on charging infrastructure")
+        await page.press("#edit-form button")
         await page.wait_for("document.getElementById('plan-version').textContent === 'v2' && "
                             "!document.getElementById('review').hidden", 60, what="the revised plan")
         assert await page.evaluate("document.getElementById('plan-title').textContent") != first_title
 
-        await press(page, "#accept")
+        await page.press("#accept")
         await page.wait_for("document.getElementById('citations').children.length > 0", 90, what="the report")
         report_links = await page.evaluate("[...document.querySelectorAll('#report a')].map((a) => a.href)")
         sources = await page.evaluate("[...document.querySelectorAll('#sources a')].map((a) => a.href)")
@@ -145,16 +160,32 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
             "[...document.querySelectorAll('#plan-steps li')].every((li) => li.innerText.includes('done'))"
         )
         await page.wait_for(every_step_done, 30, what="every step shown done")
+        # Findings and step previews are rendered markdown; every tool call row says what it did.
+        assert await page.evaluate("document.querySelector('#activity details .md strong, #activity details .md h2')"
+                                   " !== null && document.querySelector('#plan-steps .finding') !== null")
+        for box in ("activity", "plan-steps"):
+            shown = await page.evaluate(f"document.getElementById('{box}').innerText")
+            assert "**" not in shown and not re.search(r"(?m)^#+ ", shown), shown
+        rows = await page.evaluate("[...document.querySelectorAll('#activity > li')].map((li) => li.innerText)")
+        assert not [line for line in rows if line.rstrip().endswith(":")], rows
+        assert any("handed the question to the planner: " in line for line in rows), rows
 
         await page.evaluate(CAPTURE_EXPORTS)
-        await press(page, "#export-md")
-        await press(page, "#export-html")
+        await page.press("#export-md")
+        await page.press("#export-html")
         exports = await page.wait_for("window.__exports.length === 2 && window.__exports", what="both exports")
         kinds = {kind: text for kind, text in exports}
         report = await page.evaluate("window.deerflowPage.state.report")
-        assert kinds["text/markdown"] == report
+        # The offline model wrote it: both exports say so first, as `starter.py report` does.
+        assert kinds["text/markdown"] == f"> {OFFLINE_NOTICE}\n\n{report}"
         assert kinds["text/html"].startswith("<!doctype html>") and "<h1" in kinds["text/html"]
-        await page.screenshot(tmp_path / "report.png")
+        exported = await page.evaluate(f"({LOADS})(new DOMParser().parseFromString({json.dumps(kinds['text/html'])},"
+                                       " 'text/html'))")
+        assert exported["policy"] == EXPORT_POLICY and exported["loads"] == [], exported
+        assert exported["first"] == OFFLINE_NOTICE
+        await page.evaluate("document.querySelectorAll('#activity details').forEach((d) => { d.open = true; }); true")
+        SCREENSHOTS.mkdir(exist_ok=True)
+        await page.screenshot(SCREENSHOTS / "research-run.png")
     except Exception:
         await page.screenshot(tmp_path / "failure.png")
         raise
@@ -178,7 +209,7 @@ async def test_a_hostile_report_executes_nothing(base: str, hostile_run: Callabl
     await page.navigate(f"{base}/?run={await hostile_run(HOSTILE)}")
     await page.wait_for("document.querySelector('#report a') !== null", 30, what="the hostile report")
     await page.evaluate(CAPTURE_EXPORTS)
-    await press(page, "#export-html")
+    await page.press("#export-html")
     exported = await page.wait_for("window.__exports.length === 1 && window.__exports[0][1]", what="the export")
     # Every link a person could click, clicked.
     await page.evaluate("[...document.querySelectorAll('#report a, #report button')]"
@@ -228,8 +259,8 @@ async def test_an_exported_report_loads_nothing_remote(base: str, hostile_run: C
         await page.navigate(f"{base}/?run={await hostile_run(report)}")
         await page.wait_for("document.querySelector('#report img') !== null", 30, what="the report")
         await page.evaluate(CAPTURE_EXPORTS)
-        await press(page, "#export-md")
-        await press(page, "#export-html")
+        await page.press("#export-md")
+        await page.press("#export-html")
         exports = dict(await page.wait_for("window.__exports.length === 2 && window.__exports", what="both exports"))
         from_the_page = [seen.path for seen in beacon.requests]
 

@@ -1,12 +1,21 @@
 // Our research page. Plain script, no build step. Everything a model or a web page wrote
-// (plans, findings, tool output, the report) is untrusted: it is shown with textContent, and the
-// report's markdown goes through marked and then DOMPurify before it touches the DOM. The
-// server's Content-Security-Policy allows only this origin's scripts as a second line.
+// (plans, findings, tool output, the report) is untrusted: it is shown with textContent, and
+// markdown a model wrote (the report, findings, previews, the evaluation's summary) goes through
+// marked and then DOMPurify before it touches the DOM. The server's Content-Security-Policy
+// allows only this origin's scripts as a second line.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null,
-  retryTimer: null, previews: new Map() };
+  retryTimer: null, previews: new Map(), offlineNotice: null, locale: null, questions: new Map(), audio: null };
+const RUN_LIST_SECONDS = 5;
+// How a closed workflow ended (Temporal's status), in a reader's words.
+const ENDED = { completed: "finished", failed: "failed", canceled: "cancelled", terminated: "terminated",
+  timed_out: "timed out", continued_as_new: "continued as a new run" };
+// A completed run can still have ended without a report (its result's outcome says so).
+const OUTCOME = { report: "finished, with a research report",
+  direct_reply: "finished, with a direct reply (no research was done)",
+  failed: "failed", cancelled: "cancelled" };
 
 function headers(json) {
   const h = json ? { "Content-Type": "application/json" } : {};
@@ -15,16 +24,32 @@ function headers(json) {
   return h;
 }
 
-async function api(path, body) {
+// GET without a body, POST with one; a 401 asks for the token. The response is the caller's.
+async function request(path, body) {
   const response = await fetch(path, body === undefined ? { headers: headers(false) }
     : { method: "POST", headers: headers(true), body: JSON.stringify(body) });
   if (response.status === 401) {
     $("token-form").hidden = false;
     throw new Error("this server needs its token");
   }
-  const data = await response.json();
-  if (!response.ok) throw new Error(data.detail || response.statusText);
-  return data;
+  return response;
+}
+
+// The server's reason for a refusal (its JSON "detail"), else the status line.
+async function refusal(response) {
+  let detail = null;
+  try {
+    detail = (await response.json()).detail;
+  } catch {
+    // not JSON: the status line says enough
+  }
+  return new Error(detail || `${response.status} ${response.statusText}`);
+}
+
+async function api(path, body) {
+  const response = await request(path, body);
+  if (!response.ok) throw await refusal(response);
+  return response.json();
 }
 
 function item(tag, text, className) {
@@ -36,17 +61,34 @@ function item(tag, text, className) {
 
 // ------------------------------------------------------------------ runs list and new runs
 
+// The list shows each run by its question (its id for runs started without one on record) and
+// refreshes itself while the page is in view, so a run started elsewhere or one that ended shows.
+let listing = false;
+
 async function loadRuns() {
-  const { runs } = await api("/api/runs");
-  const list = $("runs");
-  list.replaceChildren(...runs.map((run) => {
-    const li = item("li", run.id, run.awaiting === "plan_feedback" ? "awaiting" : "");
-    const phase = run.awaiting ? `awaiting ${run.awaiting}` : (run.phase || run.status);
-    li.append(item("div", `${phase} · ${Math.round(run.age_seconds / 60)} min ago`, "phase"));
-    li.dataset.run = run.id;
-    li.addEventListener("click", () => openRun(run.id));
-    return li;
-  }));
+  if (listing) return;
+  listing = true;
+  try {
+    const { runs } = await api("/api/runs");
+    $("runs").replaceChildren(...runs.map(runItem));
+    if (state.questions.has(state.run)) $("run-title").textContent = state.questions.get(state.run);
+  } finally {
+    listing = false;
+  }
+}
+
+function runItem(run) {
+  if (run.question) state.questions.set(run.id, run.question);
+  const li = item("li", run.question || run.id);
+  li.classList.toggle("awaiting", run.awaiting === "plan_feedback");
+  li.classList.toggle("current", run.id === state.run);
+  li.title = run.id;
+  const how = run.status !== "running" ? (ENDED[run.status] || run.status)
+    : run.awaiting ? `awaiting ${run.awaiting}` : (run.phase || "running");
+  li.append(item("div", `${how} · ${Math.round(run.age_seconds / 60)} min ago`, "phase"));
+  li.dataset.run = run.id;
+  li.addEventListener("click", () => openRun(run.id));
+  return li;
 }
 
 async function loadConfig() {
@@ -69,13 +111,19 @@ $("new-run").addEventListener("submit", async (event) => {
     resources: [...$("resources").selectedOptions].map((o) => o.value),
   };
   if ($("locale").value) body.locale = $("locale").value;
+  const notice = $("start-notice");
+  notice.hidden = true;
+  let id;
   try {
-    const { id } = await api("/api/runs", body);
-    await openRun(id);
-    loadRuns();
+    ({ id } = await api("/api/runs", body));
   } catch (error) {
-    alert(`Could not start the run: ${error.message}`);
+    notice.textContent = `Could not start the run: ${error.message}`;
+    notice.hidden = false;
+    return;
   }
+  $("question").value = "";
+  await openRun(id);
+  loadRuns().catch(() => {});
 });
 
 $("token-form").addEventListener("submit", (event) => {
@@ -87,16 +135,25 @@ $("token-form").addEventListener("submit", (event) => {
 
 // ------------------------------------------------------------------ one run
 
+// Opening a run clears everything the last one showed: its plan, notices, errors and content flows.
 async function openRun(id) {
   if (state.feed) state.feed.abort();
+  clearTimeout(state.retryTimer);
   Object.assign(state, { run: id, after: null, report: "", sources: new Map(), lastStatus: null,
-    previews: new Map() });
-  for (const list of ["activity", "sources", "citations", "plan-steps"]) $(list).replaceChildren();
-  $("report").replaceChildren();
-  $("report-box").hidden = true;
-  $("review-message").textContent = "";
+    previews: new Map(), offlineNotice: null, locale: null });
+  for (const list of ["activity", "sources", "citations", "plan-steps", "podcast-script", "evaluation"]) {
+    $(list).replaceChildren();
+  }
+  for (const text of ["report", "review-message", "run-phase", "run-error", "run-retries", "usage", "flow-notice"]) {
+    $(text).replaceChildren();
+  }
+  for (const box of ["report-box", "plan", "review", "clarify", "run-error", "run-retries", "flows", "evaluation",
+    "podcast-box", "podcast-script", "editor"]) $(box).hidden = true;
+  forgetAudio();
   $("run").hidden = false;
-  $("run-title").textContent = id;
+  $("run-title").textContent = state.questions.get(id) || id;
+  $("run-title").title = id;
+  for (const li of $("runs").children) li.classList.toggle("current", li.dataset.run === id);
   await refresh();
   follow();
 }
@@ -112,9 +169,15 @@ async function refresh() {
   if (id !== state.run || asked !== refreshes) return;
   const status = shown.run;
   state.lastStatus = status;
+  // Only a running run can be reviewed or answered: a closed one's last status may still say it
+  // awaited a review when it was cancelled, terminated or timed out.
+  const running = shown.status === "running";
   const phase = status ? status.phase + (status.awaiting ? ` (awaiting ${status.awaiting})` : "") : shown.status;
-  $("run-phase").textContent = `Phase: ${phase}`;
+  const ended = endedWords(shown);
+  $("run-phase").textContent = running ? `Phase: ${phase}` : `Ended: ${ended}`;
+  $("run-phase").className = running ? "" : ended.startsWith("finished") ? "ended" : "ended badly";
   if (status) {  // the run knows which bundled providers served it
+    state.offlineNotice = shown.offline_notice;
     $("offline").hidden = !shown.offline_notice;
     if (shown.offline_notice) $("offline").textContent = shown.offline_notice;
   }
@@ -129,27 +192,37 @@ async function refresh() {
   if (status) {
     const u = status.usage;
     $("usage").textContent = `Model calls: ${u.llm_calls} · tokens: ${u.total_tokens} (${u.input_tokens} in, ${u.output_tokens} out)`;
-    showPlan(status);
-    $("clarify").hidden = status.awaiting !== "clarification_answer";
+    showPlan(status, running);
+    $("clarify").hidden = !running || status.awaiting !== "clarification_answer";
     $("clarify-question").textContent = status.question || "";
   }
+  if (!running) $("review").hidden = $("clarify").hidden = true;
   if (shown.result && shown.result.report && !state.report) showReport(shown.result.report);
+  if (shown.result) state.locale = shown.result.locale;
+  $("flows").hidden = !(shown.status === "completed" && state.report);
 }
 
-function showPlan(status) {
+function endedWords(shown) {
+  if (shown.status === "completed" && shown.result) return OUTCOME[shown.result.outcome] || ENDED.completed;
+  return ENDED[shown.status] || shown.status || "unknown";
+}
+
+function showPlan(status, running) {
   if (!status.plan) return;
   $("plan").hidden = false;
-  $("plan-version").textContent = `v${status.plan_history.length}`;
+  $("plan-version").textContent = status.plan_history.length ? `v${status.plan_history.length}` : "";
   $("plan-title").textContent = status.plan.title;
   $("plan-thought").textContent = status.plan.thought;
   $("plan-steps").replaceChildren(...status.plan.steps.map((step, i) => {
     const progress = status.steps[i];
     const li = item("li", `${step.title} — ${step.description}`);
     li.append(item("div", progress ? progress.state : "", "phase"));
-    if (progress && progress.finding_preview) li.append(item("div", `Finding: ${progress.finding_preview}`, "phase"));
+    if (progress && progress.finding_preview) {
+      li.append(item("div", "Finding:", "phase"), markdownBlock(wholeLines(progress.finding_preview), "finding"));
+    }
     return li;
   }));
-  $("review").hidden = status.awaiting !== "plan_feedback";
+  $("review").hidden = !running || status.awaiting !== "plan_feedback";
 }
 
 async function review(body) {
@@ -173,8 +246,9 @@ $("clarify-form").addEventListener("submit", async (event) => {
   try {
     await api(`/api/runs/${encodeURIComponent(state.run)}/answer`, { answer: $("clarify-answer").value });
     $("clarify-answer").value = "";
+    $("review-message").textContent = "";
   } catch (error) {
-    alert(`Not sent: ${error.message}`);
+    $("review-message").textContent = `Not sent: ${error.message}`;
   }
 });
 
@@ -193,20 +267,7 @@ async function follow() {
       const response = await fetch(`/api/runs/${encodeURIComponent(id)}/events${query}`,
         { headers: headers(false), signal: controller.signal });
       if (!response.ok) throw new Error(`feed answered ${response.status}`);
-      const reader = response.body.getReader();
-      const decoder = new TextDecoder();
-      let buffer = "";
-      for (;;) {
-        const { value, done } = await reader.read();
-        if (done) break;
-        buffer += decoder.decode(value, { stream: true });
-        let end;
-        while ((end = buffer.indexOf("\n\n")) >= 0) {
-          const block = buffer.slice(0, end);
-          buffer = buffer.slice(end + 2);
-          if (handleBlock(id, block) === "end") return;
-        }
-      }
+      if (await eachBlock(response, (block) => handleBlock(id, block) === "end")) return;
       delay = 500;
     } catch (error) {
       if (controller.signal.aborted) return;
@@ -214,6 +275,24 @@ async function follow() {
     await new Promise((resolve) => setTimeout(resolve, delay));
     delay = Math.min(delay * 2, 5000);
     refresh().catch(() => {});
+  }
+}
+
+// The blocks of an event stream as they arrive, to `each` until it returns true (then true).
+async function eachBlock(response, each) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return false;
+    buffer += decoder.decode(value, { stream: true });
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const block = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      if (each(block)) return true;
+    }
   }
 }
 
@@ -244,20 +323,19 @@ function handleBlock(id, block) {
 function showItem(kind, data) {
   const activity = $("activity");
   if (kind === "tool_calls") {
-    for (const call of data.tool_calls) {
-      const what = call.args.query || call.args.url || call.args.keywords || (call.args.code ? "Python code" : "");
-      const li = item("li", ` ${call.name}: ${what}`);
-      li.prepend(item("span", data.agent, "agent"));
-      activity.append(li);
-    }
+    for (const call of data.tool_calls) activity.append(row(data.agent, item("span", ` ${callText(call)}`)));
   } else if (kind === "tool_call_result") {
     sourcesFrom(data.content);
   } else if (kind === "message_chunk" && data.agent === "reporter") {
     showReport(data.content || "");
   } else if (kind === "message_chunk" && data.content && data.agent !== "planner") {
-    const li = item("li", ` ${data.content.slice(0, 240)}`);
-    li.prepend(item("span", data.agent, "agent"));
-    activity.append(li);
+    // A step's finding, rendered; folded to its first line so the list stays a list.
+    const body = markdownBlock(data.content);
+    const details = document.createElement("details");
+    const summary = item("summary", "");
+    summary.append(item("span", data.agent, "agent"), item("span", ` ${firstLine(gist(body))}`));
+    details.append(summary, body);
+    activity.append(row(null, details));
   } else if (kind === "citations") {
     $("citations").replaceChildren(...data.citations.map((c) => {
       const li = document.createElement("li");
@@ -270,14 +348,53 @@ function showItem(kind, data) {
   }
 }
 
+function row(agent, body) {
+  const li = document.createElement("li");
+  if (agent) li.append(item("span", agent, "agent"));
+  li.append(body);
+  return li;
+}
+
+// What a tool call did, in a line; a call without an argument worth showing is just its name.
+function callText(call) {
+  const args = call.args || {};
+  if (call.name === "handoff_to_planner") {
+    return args.research_topic ? `handed the question to the planner: ${args.research_topic}`
+      : "handed the question to the planner";
+  }
+  const what = args.query || args.url || args.keywords || args.question || (args.code ? "Python code" : "");
+  return what ? `${call.name}: ${what}` : call.name;
+}
+
+// A step's finding preview is its first characters (FINDING_PREVIEW_CHARS, workflows/research.py):
+// a cut preview loses its last, partial line, so no half-written "**" or link shows as raw markdown.
+const FINDING_PREVIEW_CHARS = 300;
+
+function wholeLines(preview) {
+  if (preview.length < FINDING_PREVIEW_CHARS || preview.lastIndexOf("\n") <= 0) return preview;
+  return `${preview.slice(0, preview.lastIndexOf("\n"))}\n\n…`;
+}
+
+// A finding's first words worth reading: its first block that is not a heading (findings open
+// with the same "Problem Statement" heading), else all of it.
+function gist(block) {
+  const first = block.querySelector(":scope > :not(h1, h2, h3, h4, h5, h6)");
+  return (first || block).textContent;
+}
+
+function firstLine(text) {
+  const line = text.trim().split("\n")[0].trim();
+  return line.length > 160 ? `${line.slice(0, 160)}…` : line;
+}
+
 // Token previews: a model turn's text as it is generated (no feed id: not durable, not resumed).
 // The feed's final message of that turn (same stream_id) replaces it; a retried attempt is another
 // stream, and the final message ends every attempt's preview of that turn.
 function showPreview(data) {
   let preview = state.previews.get(data.id);
   if (!preview) {
-    const li = item("li", "", "preview");
-    li.append(item("span", data.agent, "agent"), item("span", ""));
+    const li = row(data.agent, markdownBlock("", "live"));
+    li.className = "preview";
     if (data.agent !== "reporter") $("activity").append(li);
     preview = { li, text: "", agent: data.agent };
     state.previews.set(data.id, preview);
@@ -286,8 +403,10 @@ function showPreview(data) {
   if (preview.agent === "reporter") {
     $("report-box").hidden = false;
     $("report").innerHTML = sanitisedReportHtml(preview.text);
-  } else {
-    preview.li.lastChild.textContent = ` ${preview.text.slice(-240)}`;
+  } else {  // rendered as it grows; the box shows its latest lines
+    const block = markdownBlock(preview.text, "live");
+    preview.li.lastChild.replaceWith(block);
+    block.scrollTop = block.scrollHeight;
   }
 }
 
@@ -340,18 +459,31 @@ function sanitisedReportHtml(markdown) {
   return DOMPurify.sanitize(html, { ALLOWED_URI_REGEXP: /^(?:https?:|mailto:|#)/i, FORBID_TAGS: ["style", "form"], FORBID_ATTR: ["style"] });
 }
 
+// Model-written markdown as sanitised HTML in a <div class="md">, its links opening elsewhere.
+function markdownBlock(markdown, className) {
+  const block = document.createElement("div");
+  block.className = className ? `md ${className}` : "md";
+  block.innerHTML = sanitisedReportHtml(markdown);
+  return withSafeLinks(block);
+}
+
+function withSafeLinks(element) {
+  for (const a of element.querySelectorAll("a")) {
+    a.rel = "noopener noreferrer";
+    a.target = "_blank";
+  }
+  return element;
+}
+
 function showReport(markdown) {
   state.report = markdown;
   $("report-box").hidden = false;
   $("report").innerHTML = sanitisedReportHtml(markdown);
-  for (const a of $("report").querySelectorAll("a")) {
-    a.rel = "noopener noreferrer";
-    a.target = "_blank";
-  }
+  withSafeLinks($("report"));
 }
 
-function download(name, type, text) {
-  const url = URL.createObjectURL(new Blob([text], { type }));
+function download(name, blob) {
+  const url = URL.createObjectURL(blob);
   const a = document.createElement("a");
   a.href = url;
   a.download = name;
@@ -366,6 +498,11 @@ function download(name, type, text) {
 // wrote would tell their host that, when and where the report is read). Inline images still show.
 const EXPORT_POLICY = "default-src 'none'; img-src data:; base-uri 'none'; form-action 'none'";
 
+// An export by the offline demonstration model says so in its first line, as `starter.py report`'s.
+function exportedMarkdown() {
+  return state.offlineNotice ? `> ${state.offlineNotice}\n\n${state.report}` : state.report;
+}
+
 function exportedHtml() {
   const title = (state.lastStatus && state.lastStatus.plan && state.lastStatus.plan.title) || state.run;
   const doc = document.implementation.createHTMLDocument(title);
@@ -375,24 +512,205 @@ function exportedHtml() {
   policy.setAttribute("http-equiv", "Content-Security-Policy");
   policy.setAttribute("content", EXPORT_POLICY);
   doc.head.prepend(meta, policy);
-  doc.body.innerHTML = sanitisedReportHtml(state.report);
+  doc.body.innerHTML = sanitisedReportHtml(exportedMarkdown());
   return `<!doctype html>\n${doc.documentElement.outerHTML}`;
 }
 
-$("export-md").addEventListener("click", () => download(`${state.run}.md`, "text/markdown", state.report));
-$("export-html").addEventListener("click", () => download(`${state.run}.html`, "text/html", exportedHtml()));
-$("refresh").addEventListener("click", () => loadRuns());
+$("export-md").addEventListener("click",
+  () => download(`${state.run}.md`, new Blob([exportedMarkdown()], { type: "text/markdown" })));
+$("export-html").addEventListener("click",
+  () => download(`${state.run}.html`, new Blob([exportedHtml()], { type: "text/html" })));
+$("refresh").addEventListener("click", () => loadRuns().catch(() => {}));
+setInterval(() => {
+  if (!document.hidden) loadRuns().catch(() => {});
+}, RUN_LIST_SECONDS * 1000);
 
-async function start() {
+// ------------------------------------------------------------------ content flows of a finished report
+
+// Each button starts the server's small workflow for the report shown (edits included) and waits
+// for its answer; the button is disabled meanwhile, and the answer or the refusal is shown here.
+async function flow(button, busy, work) {
+  const run = state.run;
+  button.disabled = true;
+  $("flow-notice").textContent = busy;
   try {
-    await loadConfig();
-    await loadRuns();
-    const wanted = new URLSearchParams(location.search).get("run");
-    if (wanted) await openRun(wanted);
+    const done = await work();
+    if (state.run === run) $("flow-notice").textContent = done || "";
   } catch (error) {
-    $("run-error").textContent = error.message;
+    if (state.run === run) $("flow-notice").textContent = error.message;
+  } finally {
+    button.disabled = false;
   }
 }
 
-window.deerflowPage = { openRun, exportedHtml, sanitisedReportHtml, state };
+// The run's report style is not on record here: the report is held to DeerFlow's default sections.
+async function evaluate(useModel) {
+  const body = { content: state.report, query: state.questions.get(state.run) || "", report_style: "default",
+    use_llm: useModel };
+  showEvaluation(await api("/api/report/evaluate", body));
+  return "";
+}
+
+function showEvaluation(answer) {
+  const m = answer.metrics;
+  const box = $("evaluation");
+  const lines = [
+    `Grade ${answer.grade} (${answer.score} of 10)`,
+    [count(m.word_count, "word"), `${count(m.citation_count, "citation")} from ${count(m.unique_sources, "source")}`,
+      count(m.image_count, "image")].join(" · "),
+    `Sections found: ${m.sections_found.join(", ") || "none"}`,
+    `Sections missing: ${m.sections_missing.join(", ") || "none"}`,
+  ];
+  box.replaceChildren(...lines.map((line) => item("p", line)));
+  if (answer.llm_evaluation) {  // the model's summary (markdown) has its strengths and suggestions
+    const judged = answer.llm_evaluation;
+    if (answer.summary) box.append(markdownBlock(answer.summary));
+    else box.append(listOf([...judged.strengths, ...judged.weaknesses, ...judged.suggestions]));
+  } else {
+    const deeper = item("button", "Ask the model for its evaluation too");
+    deeper.type = "button";
+    deeper.addEventListener("click", () => flow(deeper, "The model is reading the report…", () => evaluate(true)));
+    box.append(deeper);
+  }
+  box.hidden = false;
+}
+
+function count(n, noun) {
+  return `${n} ${noun}${n === 1 ? "" : "s"}`;
+}
+
+function listOf(lines) {
+  const list = document.createElement("ul");
+  list.append(...lines.map((line) => item("li", line)));
+  return list;
+}
+
+async function slides() {
+  const name = `${state.run}.pptx`;
+  const response = await request("/api/ppt/generate", { content: state.report, locale: state.locale || "en-US" });
+  if (!response.ok) throw await refusal(response);
+  download(name, await response.blob());
+  return "The slides were downloaded.";
+}
+
+// The podcast plays here and can be saved; without a voice the server says so (503) and sends
+// the script, which is shown instead.
+async function podcast() {
+  const run = state.run;
+  const response = await request("/api/podcast/generate", { content: state.report });
+  if (state.run !== run) return "";  // another run is open now: its page is not this podcast's
+  if (response.status === 503) {
+    const answer = await response.json();
+    if (answer.script) {
+      $("podcast-script").replaceChildren(...answer.script.lines.map(
+        (line) => item("li", `${line.speaker === "female" ? "Host B" : "Host A"}: ${line.paragraph}`)));
+      $("podcast-script").hidden = false;
+    }
+    return answer.detail;
+  }
+  if (!response.ok) throw await refusal(response);
+  forgetAudio();
+  state.audio = URL.createObjectURL(await response.blob());
+  $("podcast-audio").src = state.audio;
+  $("podcast-download").href = state.audio;
+  $("podcast-download").download = `${state.run}.mp3`;
+  $("podcast-box").hidden = false;
+  return "";
+}
+
+function forgetAudio() {
+  if (!state.audio) return;
+  $("podcast-audio").removeAttribute("src");
+  $("podcast-download").removeAttribute("href");
+  URL.revokeObjectURL(state.audio);
+  state.audio = null;
+}
+
+$("evaluate").addEventListener("click", (event) => flow(event.target, "Evaluating the report…", () => evaluate(false)));
+$("slides").addEventListener("click", (event) => flow(event.target, "Composing the slides…", slides));
+$("podcast").addEventListener("click", (event) => flow(event.target, "Writing and recording the podcast…", podcast));
+
+// ------------------------------------------------------------------ editing the report
+
+// The report's markdown in a text box: edited by hand, or a selection (else all of it) given to
+// DeerFlow's prose writer, whose streamed answer replaces the selection (or follows it, for
+// "continue") when the person says so. Saved edits are the report the exports and flows use.
+const prose = { start: 0, end: 0, option: "improve", text: "" };
+
+$("edit-report").addEventListener("click", () => {
+  $("editor-text").value = state.report;
+  $("prose-result").hidden = true;
+  $("editor").hidden = false;
+  $("editor-text").focus();
+});
+$("prose-option").addEventListener("change", () => {
+  $("prose-command").hidden = $("prose-option").value !== "zap";
+});
+$("prose-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const box = $("editor-text");
+  const whole = box.selectionStart === box.selectionEnd;
+  Object.assign(prose, { start: whole ? 0 : box.selectionStart, end: whole ? box.value.length : box.selectionEnd,
+    option: $("prose-option").value, text: "" });
+  const button = event.target.querySelector("button");
+  flow(button, "The prose writer is writing…", () => askProse(box.value.slice(prose.start, prose.end)));
+});
+
+async function askProse(prompt) {
+  const response = await request("/api/prose/generate",
+    { prompt, option: prose.option, command: $("prose-command").value });
+  if (!response.ok) throw await refusal(response);
+  $("prose-text").textContent = "";
+  $("prose-result").hidden = false;
+  $("prose-use").disabled = true;  // until the whole answer is in
+  await eachBlock(response, (block) => {
+    const failed = proseBlock(block);
+    if (failed) throw new Error(failed);
+    return false;
+  });
+  $("prose-use").disabled = false;
+  return "";
+}
+
+// One event of the prose stream: text (its line breaks sent as "\r") or an error's message.
+function proseBlock(block) {
+  const lines = block.split("\n");
+  const data = lines.filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("");
+  if (lines.includes("event: error")) return data || "the prose writer failed";
+  prose.text += data.replaceAll("\r", "\n");
+  $("prose-text").textContent = prose.text;
+  return null;
+}
+
+$("prose-use").addEventListener("click", () => {
+  const box = $("editor-text");
+  const before = box.value.slice(0, prose.option === "continue" ? prose.end : prose.start);
+  const addition = prose.option === "continue" ? `${before.endsWith("\n") ? "" : " "}${prose.text}` : prose.text;
+  box.value = before + addition + box.value.slice(prose.end);
+  $("prose-result").hidden = true;
+});
+$("editor-save").addEventListener("click", () => {
+  showReport($("editor-text").value);
+  $("editor").hidden = true;
+  $("flow-notice").textContent = "Edits saved on this page: the exports and the buttons above use them.";
+});
+$("editor-cancel").addEventListener("click", () => {
+  $("editor").hidden = true;
+});
+
+// The run in the address opens even when the list cannot be read (a namespace without visibility).
+async function start() {
+  try {
+    await loadConfig();
+    const listed = loadRuns().catch(() => {});
+    const wanted = new URLSearchParams(location.search).get("run");
+    if (wanted) await openRun(wanted);
+    await listed;
+  } catch (error) {
+    $("run-error").textContent = error.message;
+    $("run-error").hidden = false;
+  }
+}
+
+window.deerflowPage = { openRun, exportedHtml, exportedMarkdown, sanitisedReportHtml, state };
 start();

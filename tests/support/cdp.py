@@ -113,6 +113,19 @@ class Page:
         for kind in ("mousePressed", "mouseReleased"):
             await self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
+    async def press(self, selector: str) -> None:
+        """A real mouse click at the element's centre, once it is visible."""
+        box = await self.wait_for(
+            f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
+            if (!e || e.offsetParent === null) return null; e.scrollIntoView({{block: 'center'}});
+            const b = e.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; }})()""",
+            what=selector)
+        await self.click_at(*box)
+
+    async def type_into(self, selector: str, text: str) -> None:
+        await self.press(selector)
+        await self.insert_text(text)
+
     async def screenshot(self, path: Path) -> Path:
         data = await self.send("Page.captureScreenshot", format="png")
         path.write_bytes(base64.b64decode(data["data"]))

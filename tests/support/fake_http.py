@@ -228,3 +228,10 @@ def loopback_only(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopbackGuard]:
     monkeypatch.setattr(HttpClient, "request", ddgs_request)
     yield guard
     assert not guard.violations, f"non-loopback traffic attempted: {guard.violations}"
+
+
+def fake_speech(seen: Seen) -> Reply:
+    """An OpenAI-compatible ``/v1/audio/speech`` whose "audio" is ``[voice:first 12 characters]``,
+    so a test sees which voice read which line, and in what order the clips were joined."""
+    body = seen.json()
+    return Reply(body=f"[{body['voice']}:{body['input'][:12]}]".encode(), headers={"Content-Type": "audio/mpeg"})

@@ -1,0 +1,66 @@
+"""A stand-in research run for page tests: what our page shows of a run, without running research.
+
+With a report it finishes at once; without one it awaits a plan review (as its ``status`` query
+says, even after it ended) until it is cancelled, terminated, timed out or signalled to fail: the
+state in which the page once offered "Accept" for a run that could take nothing any more.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.client import Client, WorkflowHandle
+from temporalio.exceptions import ApplicationError
+from temporalio.worker import Worker
+
+from runtime.run_memo import question_memo
+from tests.support.runs import run_id
+from workflows.models import WORKFLOW_TYPE, Awaiting, Phase, Plan, ResearchResult, RunStatus, Step
+
+QUEUE = "stand-in-runs"
+PLAN = Plan(title="Tidal power, step by step", steps=[Step(title="Turbines", description="What they produce")])
+FAILURE = "the stand-in's planner gave up"
+
+
+@workflow.defn(name=WORKFLOW_TYPE, sandboxed=False)  # the module imports test helpers
+class StandInRun:
+    def __init__(self) -> None:
+        self.finished = False
+        self.failing = False
+
+    @workflow.run
+    async def run(self, report: str) -> ResearchResult:
+        if not report:
+            await workflow.wait_condition(lambda: self.failing)
+            raise ApplicationError(FAILURE, non_retryable=True)
+        self.finished = True
+        return ResearchResult(report=report, plan=PLAN)
+
+    @workflow.signal
+    def fail(self) -> None:
+        self.failing = True
+
+    @workflow.query(name="status")
+    def status(self) -> RunStatus:
+        if self.finished:
+            return RunStatus(phase=Phase.COMPLETED, plan=PLAN)
+        return RunStatus(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK, plan=PLAN)
+
+
+StartStandIn = Callable[..., Awaitable[WorkflowHandle]]
+
+
+@contextlib.asynccontextmanager
+async def stand_in_runs(client: Client) -> AsyncIterator[StartStandIn]:
+    """``start(report, question=..., timeout=...)`` starts a stand-in run (with the question in its
+    memo, as every real starter sets it); its worker answers the page's queries until the block ends."""
+    async with Worker(client, task_queue=QUEUE, workflows=[StandInRun]):
+        async def start(report: str, question: str | None = None, timeout: float | None = None) -> WorkflowHandle:
+            return await client.start_workflow(
+                StandInRun.run, report, id=run_id("stand-in"), task_queue=QUEUE,
+                memo=question_memo(question) if question else None,
+                execution_timeout=timedelta(seconds=timeout) if timeout else None)
+        yield start

@@ -1,0 +1,152 @@
+"""Our page offers DeerFlow's content flows for a finished report, in headless Chromium: the
+evaluation (metrics, then the model's judgement), the slides as a .pptx download, the podcast to
+play and save (or, without a voice, the message and the script), and prose editing of the report.
+
+The session's worker on the time-skipping server runs the real content workflows against the fake
+model; a fake OpenAI-compatible speech server on loopback is the voice. The finished report is a
+stand-in run's (tests/support/stand_in_runs.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+
+import pytest
+from pptx import Presentation
+from temporalio.client import Client
+
+from config.settings import Settings
+from offline.content_agents import prose_writer
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.fake_http import FakeHTTPServer, fake_speech
+from tests.support.runs import SAMPLE_REPORT
+from tests.support.stand_in_runs import stand_in_runs
+from tests.support.web_server import api_server
+from workflows.podcast import NO_VOICE_MESSAGE
+from workflows.slides import PPTX_MEDIA_TYPE
+
+CHROMIUM = chromium_path()
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
+    pytest.mark.timeout(150),
+]
+TOKEN = "page-content-token-0123456789abcd"
+SCREENSHOTS = Path("/tmp/our-page")  # kept outside pytest's tmp dir for a person to look at
+SELECTED = "Tidal energy uses the rise and fall of the sea. It is predictable years ahead."
+# Every blob the page hands out (downloads, the podcast's audio) as [type, base64], and every
+# Content-Security-Policy refusal (a blocked player would be one).
+CAPTURE = """window.__blobs = []; window.__refused = [];
+document.addEventListener('securitypolicyviolation', (e) => window.__refused.push(e.violatedDirective));
+const original = URL.createObjectURL;
+URL.createObjectURL = (blob) => {
+  blob.arrayBuffer().then((b) => window.__blobs.push(
+    [blob.type, btoa(String.fromCharCode(...new Uint8Array(b)))]));
+  return original(blob);
+};
+true"""
+
+
+@pytest.fixture
+def tts() -> Iterator[FakeHTTPServer]:
+    with FakeHTTPServer(fake_speech) as server:
+        yield server
+
+
+@pytest.fixture
+async def base(time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None],
+               tts: FakeHTTPServer) -> AsyncIterator[str]:
+    """The API server; the worker's previews go to it, and its voice is the fake speech server."""
+    settings = worker_settings.model_copy(update={"web_token": None, "token_stream_token": TOKEN})
+    async with api_server(time_worker, settings) as url:
+        configure_worker(settings.model_copy(update={
+            "token_stream_url": f"{url}/internal/token-stream", "tts_url": f"{tts.base_url}/v1"}))
+        yield url
+
+
+@pytest.fixture
+async def finished(time_worker: Client) -> AsyncIterator[str]:
+    """A finished run with the sample report; its worker answers the page until the test ends."""
+    async with stand_in_runs(time_worker) as start:
+        handle = await start(SAMPLE_REPORT, question="What will tidal power deliver by 2030?")
+        await handle.result()
+        yield handle.id
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Page]:
+    async with open_page(CHROMIUM) as opened:
+        yield opened
+
+
+async def blob(page: Page, kind: str) -> bytes:
+    found = await page.wait_for(f"window.__blobs.find(([type]) => type === {json.dumps(kind)})", 60,
+                                what=f"a {kind} download")
+    return base64.b64decode(found[1])
+
+
+async def notice(page: Page) -> str:
+    """The flows' notice once the button is free again (its flow answered)."""
+    return await page.wait_for("!document.querySelector('#flows button[disabled]') && "
+                               "(document.getElementById('flow-notice').textContent || ' ')", 60, what="an answer")
+
+
+async def test_a_finished_report_offers_the_content_flows(
+        base: str, finished: str, page: Page, worker_settings: Settings,
+        configure_worker: Callable[[Settings], None]) -> None:
+    try:
+        await page.navigate(f"{base}/?run={finished}")
+        await page.wait_for("!document.getElementById('flows').hidden", 30, what="the content flows")
+        await page.evaluate(CAPTURE)
+
+        await page.press("#evaluate")
+        await page.wait_for("!document.getElementById('evaluation').hidden", 60, what="the evaluation")
+        metrics = await page.evaluate("document.getElementById('evaluation').innerText")
+        assert metrics.startswith("Grade ") and "words" in metrics and "Sections missing" in metrics, metrics
+        await page.press("#evaluation button")
+        await page.wait_for("document.querySelector('#evaluation .md strong') !== null", 60,
+                            what="the model's evaluation, rendered")
+        assert "**" not in await page.evaluate("document.getElementById('evaluation').innerText")
+
+        await page.press("#slides")
+        deck = Presentation(io.BytesIO(await blob(page, PPTX_MEDIA_TYPE)))
+        assert deck.slides[0].shapes.title.text == "Tidal power in 2030"
+
+        await page.press("#podcast")
+        audio = await blob(page, "audio/mp3")
+        assert audio.startswith(b"[onyx:Hello Deer! ]")
+        assert await page.evaluate("document.getElementById('podcast-audio').src.startsWith('blob:') && "
+                                   "document.getElementById('podcast-download').download.endsWith('.mp3')")
+        assert await notice(page) == " " and await page.evaluate("window.__refused") == []
+
+        configure_worker(worker_settings)  # no voice any more
+        await page.press("#podcast")
+        assert await notice(page) == NO_VOICE_MESSAGE
+        assert await page.evaluate("document.querySelectorAll('#podcast-script li').length") > 2
+
+        # Prose: a selection made shorter by the prose writer, used, and the edits saved.
+        await page.press("#edit-report")
+        start = SAMPLE_REPORT.index(SELECTED)
+        await page.evaluate(f"document.getElementById('editor-text').setSelectionRange({start}, "
+                            f"{start + len(SELECTED)}); "
+                            "document.getElementById('prose-option').value = 'shorter'; true")
+        await page.press("#prose-form button")
+        shorter = prose_writer("Task: shorter", f"Text:\n{SELECTED}")
+        assert await notice(page) == " "
+        assert await page.evaluate("document.getElementById('prose-text').textContent") == shorter
+        await page.press("#prose-use")
+        await page.press("#editor-save")
+        edited = SAMPLE_REPORT.replace(SELECTED, shorter)
+        assert await page.evaluate("window.deerflowPage.state.report") == edited
+        assert SELECTED not in await page.evaluate("document.getElementById('report').innerText")
+        await page.press("#export-md")
+        assert (await blob(page, "text/markdown")).decode() == edited  # the exports carry the edits
+        SCREENSHOTS.mkdir(exist_ok=True)
+        await page.screenshot(SCREENSHOTS / "content-flows.png")
+    except Exception:
+        SCREENSHOTS.mkdir(exist_ok=True)
+        await page.screenshot(SCREENSHOTS / "content-flows-failure.png")
+        raise

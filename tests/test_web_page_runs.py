@@ -1,0 +1,138 @@
+"""Our page in headless Chromium, around its runs: how a run ended, the list of runs, and a phone.
+
+Stand-in runs (tests/support/stand_in_runs.py) on the module's dev server: one that awaits a plan
+review until it is cancelled, terminated, failed or timed out, and one that finishes with a wide
+report. No research worker: nothing here needs one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+
+from config.settings import load_settings
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.runs import SAMPLE_REPORT
+from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn, stand_in_runs
+from tests.support.web_server import api_server
+
+CHROMIUM = chromium_path()
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
+    pytest.mark.timeout(120),
+]
+PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+SCREENSHOTS = Path("/tmp/our-page")  # kept outside pytest's tmp dir for a person to look at
+WIDE_REPORT = SAMPLE_REPORT + """
+| Site | Country | Capacity (MW) | Turbines | Operator | Commissioned | Notes on the grid connection |
+|---|---|---|---|---|---|---|
+| MeyGen | United Kingdom | 6 | 4 | SIMEC Atlantis Energy | 2016 | subsea export cables to the Ness of Quoys |
+
+A long address: https://example.org/a/very/long/path/that/does/not/break/anywhere/on/its/own/0123456789abcdef
+
+```
+print("a code line that is far wider than a phone's screen, and must scroll in its own box")
+```
+"""
+
+
+@pytest.fixture(scope="module")
+async def base(client: Client) -> AsyncIterator[str]:
+    async with api_server(client, load_settings().model_copy(update={"web_token": None})) as url:
+        yield url
+
+
+@pytest.fixture
+async def stand_in(client: Client) -> AsyncIterator[StartStandIn]:
+    async with stand_in_runs(client) as start:
+        yield start
+
+
+@pytest.fixture
+async def page() -> AsyncIterator[Page]:
+    async with open_page(CHROMIUM) as opened:
+        yield opened
+
+
+def shown(element: str) -> str:
+    return f"!document.getElementById('{element}').hidden"
+
+
+@pytest.mark.parametrize("ending", ["cancelled", "terminated", "failed", "timed out"])
+async def test_an_ended_run_says_how_and_offers_no_review(base: str, stand_in: StartStandIn, page: Page,
+                                                          ending: str) -> None:
+    handle = await stand_in("", timeout=6.0 if ending == "timed out" else None)
+    await page.navigate(f"{base}/?run={handle.id}")
+    if ending != "timed out":  # (that one may be over before the page has loaded)
+        await page.wait_for(shown("review"), what="the review offered while the run awaits it")
+        if ending == "cancelled":
+            await handle.cancel()
+        elif ending == "terminated":
+            await handle.terminate("an operator stopped it")
+        else:
+            await handle.signal(StandInRun.fail)
+    with contextlib.suppress(WorkflowFailureError):
+        await handle.result()
+    # The page left open finds out, and so does one opened afterwards.
+    for reload in (False, True):
+        if reload:
+            await page.navigate(f"{base}/?run={handle.id}")
+        said = await page.wait_for("document.getElementById('run-phase').textContent.startsWith('Ended:') && "
+                                   "document.getElementById('run-phase').textContent", 30, what="how it ended")
+        assert said == f"Ended: {ending}"
+        assert not await page.evaluate(shown("review")) and not await page.evaluate(shown("clarify"))
+        assert await page.evaluate(shown("plan"))  # the plan it awaited a review of is still there
+        error = await page.evaluate(f"{shown('run-error')} && document.getElementById('run-error').textContent")
+        assert error and (FAILURE in error if ending == "failed" else True), error
+
+
+async def test_the_run_list_refreshes_itself_and_names_runs_by_question(base: str, stand_in: StartStandIn,
+                                                                        page: Page) -> None:
+    await page.navigate(f"{base}/")
+    await page.wait_for("window.deerflowPage !== undefined", what="the page")
+    question = "How much power do tidal stream turbines produce?"
+    handle = await stand_in("", question=question)  # started elsewhere, after the page loaded
+    entry = (f"[...document.querySelectorAll('#runs li')].find((li) => li.title === {json.dumps(handle.id)})"
+             "?.innerText")
+    listed = await page.wait_for(f"{entry}?.includes('awaiting')", 20, what="the new run, unclicked")
+    listed = await page.evaluate(entry)
+    assert listed.startswith(question) and handle.id not in listed, listed
+    await handle.cancel()
+    await page.wait_for(f"{entry}?.includes('cancelled')", 20, what="its end, unclicked")
+    unnamed = await stand_in("")  # a run started without the question on record: its id
+    await page.wait_for(f"[...document.querySelectorAll('#runs li')].some((li) => li.innerText.startsWith("
+                        f"{json.dumps(unnamed.id)}))", 20, what="the run without a question")
+    await unnamed.cancel()
+
+
+# Controls (and the page itself) wider than the screen, or off its edges.
+OFF_SCREEN = """[...document.querySelectorAll('button, input, select, textarea, audio, summary')]
+  .filter((e) => e.offsetParent !== null)
+  .map((e) => [e.id || e.tagName, e.getBoundingClientRect()])
+  .filter(([, b]) => b.left < -0.5 || b.right > innerWidth + 0.5)
+  .map(([name, b]) => `${name}: ${b.left}..${b.right}`)
+  .concat(document.documentElement.scrollWidth > innerWidth ? [`page: ${document.documentElement.scrollWidth}`] : [])"""
+
+
+async def test_the_page_fits_a_phone(base: str, stand_in: StartStandIn, page: Page) -> None:
+    await page.send("Emulation.setDeviceMetricsOverride", **PHONE)
+    handle = await stand_in(WIDE_REPORT, question="What will tidal power deliver by 2030?")
+    await handle.result()
+    await page.navigate(f"{base}/?run={handle.id}")
+    await page.wait_for(shown("flows"), 30, what="the finished report and its buttons")
+    assert await page.evaluate("innerWidth") == PHONE["width"]
+    SCREENSHOTS.mkdir(exist_ok=True)
+    await page.screenshot(SCREENSHOTS / "phone-report.png")
+    assert await page.evaluate(OFF_SCREEN) == []
+    # The table's cells wrap; the code, which cannot, scrolls in its own box.
+    assert await page.evaluate("(() => { const e = document.querySelector('#report pre');"
+                               " return e.scrollWidth > e.clientWidth; })()")
+    await page.evaluate("document.getElementById('edit-report').click(); true")
+    await page.wait_for(shown("editor"), what="the editor")
+    await page.screenshot(SCREENSHOTS / "phone-editor.png")
+    assert await page.evaluate(OFF_SCREEN) == []
