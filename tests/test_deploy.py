@@ -29,11 +29,13 @@ from tests.support.processes import REPO_DIR, DevServer, start_worker
 from tests.support.runs import QUESTION, awaiting_review, run_id, wait_for
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
-ANCHOR = "        self._use_config(await execute(LOAD_RUN_CONFIG, list(request.resources), RunConfig))\n"
+CHANGED = Path("workflows") / "coordination.py"
+ANCHOR = ("    run.use_config(await execute(LOAD_RUN_CONFIG, list(run.request.resources), RunConfig, "
+          "routing=run.routing))\n")
 # A new command right after the run's first activity, i.e. before any review pause.
 NEW_COMMAND = "await workflow.sleep(0.001)"
-UNGUARDED = ANCHOR + f"        {NEW_COMMAND}\n"
-GUARDED = ANCHOR + f"        if workflow.patched('deploy-drill'):\n            {NEW_COMMAND}\n"
+UNGUARDED = ANCHOR + f"    {NEW_COMMAND}\n"
+GUARDED = ANCHOR + f"    if workflow.patched('deploy-drill'):\n        {NEW_COMMAND}\n"
 COPY_IGNORES = shutil.ignore_patterns(".git", ".venv", ".deerflow", "build", "tests", "bench", "__pycache__",
                                       "*.egg-info", "node_modules")
 
@@ -42,7 +44,7 @@ def build(tmp_path: Path, name: str, change: str) -> Path:
     """A checkout of the current code whose workflow issues one more command (build N+1)."""
     checkout = tmp_path / name
     shutil.copytree(REPO_DIR, checkout, ignore=COPY_IGNORES)
-    source = checkout / "workflows" / "research.py"
+    source = checkout / CHANGED
     text = source.read_text()
     assert text.count(ANCHOR) == 1, "the anchor line moved: update this test's ANCHOR"
     source.write_text(text.replace(ANCHOR, change))

@@ -16,9 +16,11 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with
 from tests.support.runs import awaiting_review, start, wait_for
+from workflows.coordination import DIRECT_REPLY_NOTE
 from workflows.models import Outcome, Phase, Plan, RunStatus
 from workflows.progress import current_details
-from workflows.research import DIRECT_REPLY_NOTE, NO_RESEARCH_NOTE, ZERO_FINDINGS_NOTE
+from workflows.reporter import ZERO_FINDINGS_NOTE
+from workflows.research import NO_RESEARCH_NOTE
 
 
 def reask_of(model_server: FakeModelServer) -> str:

@@ -29,17 +29,17 @@ from workflows.models import (
     ResearchRequest,
     ResearchResult,
     RunConfig,
-    RunContinuation,
-    RunState,
+    RunProgress,
     RunStatus,
     Step,
 )
 from workflows.run_input import parse_inputs
+from workflows.run_state import RunContinuation, RunState
 
 DEEP_JSON = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"[" * 3000 + b"]" * 3000))
 FORGED = RunState(
     plan=Plan(title="forged", steps=[Step(title="s")]), plan_iterations=1, locale="en-US", planner_messages=[],
-    observations=[], status=RunStatus(phase=Phase.RESEARCHING), config=RunConfig(agent_recursion_limit=1000),
+    observations=[], status=RunProgress(phase=Phase.RESEARCHING), config=RunConfig(agent_recursion_limit=1000),
 )
 
 # (start arguments, text the failure message must contain)

@@ -19,9 +19,11 @@ from temporalio.worker import Replayer
 import starter
 from runtime.workflow_runner import workflow_runner
 from tests.support.history_checks import HISTORIES, load, most_pending, tool_batches
+from workflows import research
 from workflows.catalog import WORKFLOWS
-from workflows.models import ChatMessage, ResearchRequest, ResearchResult
+from workflows.models import ResearchResult
 from workflows.research import DeepResearchWorkflow
+from workflows.research_run import ResearchRun
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
@@ -62,17 +64,19 @@ def test_edited_history_contains_both_review_signals() -> None:
 
 @workflow.defn(dynamic=True, sandboxed=False)
 class SkipsBackgroundInvestigation(DeepResearchWorkflow):
-    """A careless change: the background search is dropped without ``workflow.patched``."""
+    """A careless change: the background search is dropped without ``workflow.patched``
+    (``investigate`` is replaced in the workflow module, which this unsandboxed copy runs)."""
 
     @workflow.run
     async def run(self, inputs: Sequence[RawValue]) -> ResearchResult:
         return await super().run(inputs)
 
-    async def _investigate(self, topic: str, request: ResearchRequest) -> list[ChatMessage]:
-        return []
 
+async def test_a_non_deterministic_change_is_caught_by_replay(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def skip(_run: ResearchRun, _topic: str) -> None:
+        return None
 
-async def test_a_non_deterministic_change_is_caught_by_replay() -> None:
+    monkeypatch.setattr(research, "investigate", skip)
     replayer = Replayer(workflows=[SkipsBackgroundInvestigation], data_converter=pydantic_data_converter)
     result = await replayer.replay_workflow(load(HISTORIES / "accepted_plan.json"), raise_on_replay_failure=False)
     assert result.replay_failure is not None

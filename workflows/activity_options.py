@@ -8,7 +8,8 @@ not here: each activity derives it from the heartbeat timeout it was scheduled w
 Each kind names the queue it runs on (``workflows/queues.py``). Runs recorded before a kind had
 its own queue keep scheduling it on the run's main queue: the queue is part of each scheduling
 command, so the choice is behind a patch per move, and every worker keeps registering every
-activity on the main queue for those runs.
+activity on the main queue for those runs. A run may also keep a kind on its main queue by its
+config; each call passes that choice in (``QueueRouting``), read from nowhere else.
 
 The summary is the line the Web UI shows for the activity in the run's event history. Summaries
 are built from model-chosen text (queries, URLs), so they are cut to one short line, carry a
@@ -27,7 +28,7 @@ counts those across attempts and makes the kind's ``provider_attempts``-th final
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Generic, TypeVar
@@ -45,11 +46,10 @@ with workflow.unsafe.imports_passed_through():
         MCPCallRequest,
         MCPListRequest,
         PythonRequest,
-        RunConfig,
         SearchRequest,
     )
     from workflows.podcast import SpeechRequest
-    from workflows.queues import QueueKind, queue_name
+    from workflows.queues import QueueKind, QueueRouting, queue_name
     from workflows.slides import Deck
 
 InputT = TypeVar("InputT")
@@ -218,35 +218,28 @@ ACTIVITY_OPTIONS: dict[str, ActivityOptions[Any]] = {
 }
 
 
-def task_queue_for(options: ActivityOptions[Any]) -> str | None:
-    """The queue this run schedules ``options``' kind on; None: the run's own (main) queue."""
+def task_queue_for(options: ActivityOptions[Any], routing: QueueRouting) -> str | None:
+    """The queue this run schedules ``options``' kind on; None: the run's own (main) queue.
+
+    No patch guards ``routing``: it is data in the run's recorded config, empty in runs recorded
+    before it, so replay makes the same choice.
+    """
     if options.queue == "main" or not workflow.patched(QUEUE_PATCHES[options.queue]):
         return None
-    if options.queue in _main_queue_kinds():
+    if options.queue in routing.main_queue_kinds:
         return None
     return queue_name(options.queue, workflow.info().task_queue)
 
 
-def _main_queue_kinds() -> Collection[str]:
-    """The kinds the run's config puts on its main queue (``RunConfig.main_queue_kinds``).
-
-    Read from the workflow instance, which every call site would otherwise have to pass down. No
-    patch guards it: the choice is data in the run's recorded config, empty in runs recorded
-    before it, so replay makes the same choice. A workflow without a run config (the prompt
-    enhancer) keeps every kind on its own queue.
-    """
-    config = getattr(workflow.instance(), "run_config", None)
-    return config.main_queue_kinds if isinstance(config, RunConfig) else ()
-
-
 async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: type[ResultT], *,
-                  summary: str | None = None) -> ResultT:
-    """Run one activity with its kind's options; ``summary`` replaces the kind's default line."""
+                  routing: QueueRouting, summary: str | None = None) -> ResultT:
+    """Run one activity with its kind's options, on the queue ``routing`` picks for its kind;
+    ``summary`` replaces the kind's default line."""
     return await workflow.execute_activity(
         options.name,
         arg,
         result_type=result_type,
-        task_queue=task_queue_for(options),
+        task_queue=task_queue_for(options, routing),
         start_to_close_timeout=options.start_to_close,
         schedule_to_close_timeout=options.schedule_to_close,
         heartbeat_timeout=options.heartbeat_timeout,

@@ -45,14 +45,16 @@ async def run_agent(
     ``extra_tools`` are tools found at run time (MCP), routed through ``tool_context``. Each model
     turn and tool call holds one of the run's ``slots``; of one turn's tool calls only the first
     ``max_tool_calls`` run (None: all), and the model is told that the others were dropped.
-    Each turn's timeline line names the agent, the step (``tool_context.step_number``) and the turn.
+    Each turn's timeline line names the agent, the step (``tool_context.step_number``) and the turn;
+    turns and tool calls go where ``tool_context.routing`` sends them.
     """
     slots = slots or ActivitySlots(None)
     step = f" · step {tool_context.step_number}" if tool_context.step_number is not None else ""
 
     async def turn(request: ChatRequest, number: int) -> ChatMessage:
         async with slots.held():
-            return await call_model(request, usage, summary=f"{agent.name}{step} · turn {number}")
+            return await call_model(request, usage, summary=f"{agent.name}{step} · turn {number}",
+                                    routing=tool_context.routing)
 
     async def tool(call: ToolCall) -> str:
         async with slots.held():

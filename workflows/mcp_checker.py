@@ -16,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import MCP_LIST_TOOLS, execute
     from workflows.errors import failure_message
     from workflows.models import MCPListRequest, MCPToolList
+    from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
 
 MCP_CHECK_WORKFLOW = "McpServerCheckWorkflow"
@@ -27,7 +28,7 @@ class McpServerCheckWorkflow:
     async def run(self, raw: RawValue) -> MCPToolList:
         request = decode_input(raw, MCPListRequest, workflow.payload_converter())
         try:
-            return await execute(MCP_LIST_TOOLS, request, MCPToolList)
+            return await execute(MCP_LIST_TOOLS, request, MCPToolList, routing=OWN_QUEUES)
         except ActivityError as error:
             raise ApplicationError(f"MCP server {request.server_name} could not be listed: "
                                    f"{failure_message(error)}", type="McpUnavailable", non_retryable=True) from None

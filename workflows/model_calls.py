@@ -7,28 +7,32 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import CHAT, execute
     from workflows.models import ChatMessage, ChatRequest, ChatResponse, Usage
+    from workflows.queues import OWN_QUEUES, QueueRouting
 
 
-async def chat(request: ChatRequest, usage: Usage, summary: str | None = None) -> ChatResponse:
+async def chat(request: ChatRequest, usage: Usage, summary: str | None = None, *,
+               routing: QueueRouting) -> ChatResponse:
     """Run one model turn and add its token usage to ``usage``; the whole response, for callers
     that handle a reply cut at its output cap (``truncated``).
 
     ``summary`` is the turn's line in the timeline (e.g. "researcher · step 2 · turn 3"); without
     it the line is the prompt's name.
     """
-    response = await execute(CHAT, request, ChatResponse, summary=summary)
+    response = await execute(CHAT, request, ChatResponse, routing=routing, summary=summary)
     usage.add(response.usage)
     return response
 
 
-async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None) -> ChatMessage:
+async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None, *,
+                     routing: QueueRouting) -> ChatMessage:
     """Run one model turn (see :func:`chat`) and return its message."""
-    return (await chat(request, usage, summary)).message
+    return (await chat(request, usage, summary, routing=routing)).message
 
 
 async def ask(prompt: str, content: str, usage: Usage, summary: str, prompt_vars: dict[str, str] | None = None,
               ) -> str:
-    """One tool-less turn of the content flows: prompt ``prompt``, one user message, the reply's text."""
+    """One tool-less turn of the content flows: prompt ``prompt``, one user message, the reply's text.
+    The content flows have no run config, so the turn goes to the model's own queue."""
     request = ChatRequest(prompt=prompt, prompt_vars=prompt_vars or {},
                           messages=[ChatMessage(role="user", content=content)])
-    return (await chat(request, usage, summary)).message.content
+    return (await chat(request, usage, summary, routing=OWN_QUEUES)).message.content

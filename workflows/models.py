@@ -440,55 +440,38 @@ MAX_EVENTS = 200
 MAX_IGNORED_EVENTS = 10
 
 
-class RunStatus(BaseModel):
+class RunProgress(BaseModel):
+    """What a run records as it goes: its phase, its waits, its story, its steps' progress, its
+    usage and its ending. Kept in ``RunState.status``; the ``status`` query adds what the rest of the
+    state already holds (the plan, its count, the locale, the offline providers) to make a
+    ``RunStatus``, so nothing is kept twice."""
+
     phase: Phase
     awaiting: Awaiting | None = None  # what a person must send next
     awaiting_since: str | None = None
     review_deadline: str | None = None
     question: str | None = None  # the clarifying question, while one is pending
-    plan: Plan | None = None
-    plan_iterations: int = 0
     plan_history: list[PlanVersion] = Field(default_factory=list)
     clarification_rounds: int = 0
     started_at: str | None = None
     events: list[ProgressEvent] = Field(default_factory=list)
     steps: list[StepStatus] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    locale: str | None = None
     error: str | None = None
-    # A bundled offline provider serves the run: which ones in ``offline_providers`` ("model",
-    # "search"). Runs from before the list existed set only ``offline_demo``, meaning both.
-    offline_demo: bool = False
-    offline_providers: list[Literal["model", "search"]] = Field(default_factory=list)
     outcome: Outcome | None = None  # set when the run ends
     notes: list[str] = Field(default_factory=list)  # as ``ResearchResult.notes``, while the run goes on
 
 
-class RunState(BaseModel):
-    """Everything a run knows, in one serialisable object: the workflow keeps it on ``self``, the
-    ``status`` query shows its ``status``, and continue-as-new hands the whole of it to the next run.
+class RunStatus(RunProgress):
+    """The ``status`` query's answer, built from the run's state (workflows/run_state.py)."""
 
-    The field names are those of the checkpoint that earlier versions wrote, so a continuation
-    written by either version is read by the other.
-    """
-
-    status: RunStatus = Field(default_factory=lambda: RunStatus(phase=Phase.STARTING))
-    config: RunConfig = Field(default_factory=RunConfig)
-    plan: Plan | None = None  # the plan being reviewed or run; None until the planner wrote one
-    plan_iterations: int = 0  # plans accepted and run (DeerFlow's count; edits do not add to it)
-    locale: str = "en-US"
-    planner_messages: list[ChatMessage] = Field(default_factory=list)
-    observations: list[str] = Field(default_factory=list)  # findings of finished steps, in plan order
-
-
-class RunContinuation(BaseModel):
-    """The second start argument of a continued run: its checkpoint and the run that wrote it.
-
-    Accepted only when ``written_by_run_id`` is the run this one continues (workflows/run_input.py).
-    """
-
-    checkpoint: RunState
-    written_by_run_id: str
+    plan: Plan | None = None
+    plan_iterations: int = 0
+    locale: str | None = None
+    # A bundled offline provider serves the run: which ones in ``offline_providers`` ("model",
+    # "search"). Runs from before the list existed set only ``offline_demo``, meaning both.
+    offline_demo: bool = False
+    offline_providers: list[Literal["model", "search"]] = Field(default_factory=list)
 
 
 class ReviewOutcome(BaseModel):

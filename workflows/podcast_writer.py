@@ -30,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
         SpeechRequest,
         script_from_reply,
     )
+    from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
 
 
@@ -52,12 +53,13 @@ class PodcastWorkflow:
             raise ApplicationError(str(error), type="NoScript", non_retryable=True) from None
         lines = [SpeechRequest(text=line.paragraph, speaker=line.speaker) for line in script.lines]
         try:
-            first = await execute(SPEAK, lines[0], ArtefactRef)  # alone: without a voice, no other starts
-            rest = await asyncio.gather(*(execute(SPEAK, line, ArtefactRef) for line in lines[1:]))
+            # The first alone: without a voice, no other starts.
+            first = await execute(SPEAK, lines[0], ArtefactRef, routing=OWN_QUEUES)
+            rest = await asyncio.gather(*(execute(SPEAK, line, ArtefactRef, routing=OWN_QUEUES) for line in lines[1:]))
         except ActivityError as error:
             note = _no_voice(error)
             if note is None:
                 raise
             return PodcastResult(script=script, note=note, usage=usage)
-        audio = await execute(JOIN_AUDIO, [first, *rest], ArtefactRef)
+        audio = await execute(JOIN_AUDIO, [first, *rest], ArtefactRef, routing=OWN_QUEUES)
         return PodcastResult(script=script, audio=audio, usage=usage)

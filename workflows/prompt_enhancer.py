@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult, enhanced_text
     from workflows.model_calls import chat
     from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
 
 
@@ -30,5 +31,5 @@ class PromptEnhancerWorkflow:
                            prompt_vars={"CURRENT_TIME": workflow.now().isoformat(timespec="seconds"),
                                         "report_style": request.report_style.value},
                            messages=[ChatMessage(role="user", content=request.message())])
-        response = await chat(turn, usage, summary="prompt enhancer")
+        response = await chat(turn, usage, summary="prompt enhancer", routing=OWN_QUEUES)
         return EnhanceResult(result=enhanced_text(response.message.content, request.prompt), usage=usage)

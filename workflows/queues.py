@@ -16,6 +16,7 @@ bounds its own concurrency per queue.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 from workflows.models import TASK_QUEUE
@@ -23,6 +24,22 @@ from workflows.models import TASK_QUEUE
 QueueKind = Literal["main", "model", "tools", "sandbox"]
 QUEUE_KINDS: tuple[QueueKind, ...] = ("main", "model", "tools", "sandbox")
 _SUFFIXES: dict[QueueKind, str] = {"main": "", "model": "-model", "tools": "-tools", "sandbox": "-sandbox"}
+
+
+@dataclass(frozen=True)
+class QueueRouting:
+    """Which kinds of work a run schedules on its main queue rather than their own.
+
+    A research run takes it from its config (``RunConfig.main_queue_kinds``: the kinds the worker
+    that read the config serves beside the workflow) and hands it to every activity it starts.
+    Workflows without a run config, and a research run before its config arrives, keep every kind
+    on its own queue (``OWN_QUEUES``).
+    """
+
+    main_queue_kinds: frozenset[str] = frozenset()
+
+
+OWN_QUEUES = QueueRouting()
 
 
 def queue_name(kind: QueueKind, main_queue: str = TASK_QUEUE) -> str:

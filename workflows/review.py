@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from workflows.undecodable import Undecodable
 
@@ -24,6 +24,15 @@ class Feedback:
     @property
     def as_message(self) -> str:
         return ACCEPTED if self.accepted else f"{EDIT_PLAN} {self.edit}"
+
+
+@dataclass
+class Inbox:
+    """Accepted messages from people, waiting for the run's main method to take them. Filled only
+    while the run awaits a person, so it is always empty at a continue-as-new: it is not state."""
+
+    feedback: list[Feedback] = field(default_factory=list)
+    clarifications: list[str] = field(default_factory=list)
 
 
 def parse_feedback(raw: object) -> Feedback:

@@ -20,7 +20,8 @@ from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 from temporalio.exceptions import ApplicationError
 
-from workflows.models import ResearchRequest, RunContinuation
+from workflows.models import ResearchRequest
+from workflows.run_state import RunContinuation
 from workflows.undecodable import Undecodable
 
 INVALID_REQUEST = "InvalidRequest"

@@ -17,6 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.artefact import ArtefactRef
     from workflows.model_calls import ask
     from workflows.models import Usage
+    from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
     from workflows.slides import (
         COMPOSER_REPORT_CHARS,
@@ -40,5 +41,5 @@ class SlideComposerWorkflow:
             deck = deck_from_reply(reply)
         except NoDeck as error:
             raise ApplicationError(str(error), type="NoDeck", non_retryable=True) from None
-        pptx = await execute(RENDER_SLIDES, deck, ArtefactRef)
+        pptx = await execute(RENDER_SLIDES, deck, ArtefactRef, routing=OWN_QUEUES)
         return SlidesResult(deck=deck, pptx=pptx, usage=usage)

@@ -13,6 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import SPEAK, execute
     from workflows.artefact import ArtefactRef
     from workflows.podcast import SpeechRequest
+    from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
 
 SPEECH_WORKFLOW = "SpeechWorkflow"
@@ -22,4 +23,5 @@ SPEECH_WORKFLOW = "SpeechWorkflow"
 class SpeechWorkflow:
     @workflow.run
     async def run(self, raw: RawValue) -> ArtefactRef:
-        return await execute(SPEAK, decode_input(raw, SpeechRequest, workflow.payload_converter()), ArtefactRef)
+        return await execute(SPEAK, decode_input(raw, SpeechRequest, workflow.payload_converter()), ArtefactRef,
+                             routing=OWN_QUEUES)

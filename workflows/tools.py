@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         ToolCall,
         ToolSpec,
     )
+    from workflows.queues import OWN_QUEUES, QueueRouting
     from workflows.search_format import format_crawl_result, format_search_response
     from workflows.tool_format import format_python_result
 
@@ -84,17 +85,20 @@ class ToolContext:
     mcp_routes: dict[str, MCPServerChoice] = field(default_factory=dict)
     # The plan step (1-based) the agent works on, for the timeline's activity summaries.
     step_number: int | None = None
+    # Where the run schedules each kind of work; its model turns go there too (workflows/agent_loop.py).
+    routing: QueueRouting = OWN_QUEUES
 
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
 
-async def search(query: str, max_results: int) -> SearchResponse:
+async def search(query: str, max_results: int, routing: QueueRouting) -> SearchResponse:
     """The ``web_search`` activity; also used by the background investigation."""
-    return await execute(WEB_SEARCH, SearchRequest(query=query, max_results=max_results), SearchResponse)
+    return await execute(WEB_SEARCH, SearchRequest(query=query, max_results=max_results), SearchResponse,
+                         routing=routing)
 
 
 async def _web_search(arguments: dict[str, Any], context: ToolContext) -> str:
-    return format_search_response(await search(str(arguments["query"]), context.max_search_results))
+    return format_search_response(await search(str(arguments["query"]), context.max_search_results, context.routing))
 
 
 def crawl_key(url: str) -> str:
@@ -113,25 +117,25 @@ def crawl_key(url: str) -> str:
 async def _crawl(arguments: dict[str, Any], context: ToolContext) -> str:
     key = crawl_key(str(arguments["url"]))
     if key not in context.crawls:
-        context.crawls[key] = asyncio.ensure_future(_fetch_page(str(arguments["url"])))
+        context.crawls[key] = asyncio.ensure_future(_fetch_page(str(arguments["url"]), context.routing))
     return await asyncio.shield(context.crawls[key])
 
 
-async def _fetch_page(url: str) -> str:
-    return format_crawl_result(await execute(CRAWL, CrawlRequest(url=url), CrawlResult))
+async def _fetch_page(url: str, routing: QueueRouting) -> str:
+    return format_crawl_result(await execute(CRAWL, CrawlRequest(url=url), CrawlResult, routing=routing))
 
 
 async def _local_search(arguments: dict[str, Any], context: ToolContext) -> str:
     request = LocalSearchRequest(query=str(arguments["query"]), resources=list(context.resources),
                                  max_results=context.max_search_results)
-    return format_search_response(await execute(LOCAL_SEARCH, request, SearchResponse))
+    return format_search_response(await execute(LOCAL_SEARCH, request, SearchResponse, routing=context.routing))
 
 
 async def _python(arguments: dict[str, Any], context: ToolContext) -> str:
     request = PythonRequest(code=str(arguments["code"]))
     # Model-written code runs only on the sandbox worker (workflows/queues.py).
     summary = f"{PYTHON.name} · step {context.step_number}" if context.step_number is not None else None
-    result = await execute(PYTHON, request, PythonResult, summary=summary)
+    result = await execute(PYTHON, request, PythonResult, routing=context.routing, summary=summary)
     return format_python_result(result, timeout_seconds=request.timeout_seconds)
 
 
@@ -183,7 +187,7 @@ def tool_specs(names: tuple[str, ...]) -> list[ToolSpec]:
     return [TOOLS[name].spec for name in names]
 
 
-async def mcp_tools_for(agent_name: str, servers: list[MCPServerChoice]
+async def mcp_tools_for(agent_name: str, servers: list[MCPServerChoice], routing: QueueRouting,
                         ) -> tuple[list[ToolSpec], dict[str, MCPServerChoice]]:
     """List the MCP tools of every server the request picked, for this agent, once per step.
 
@@ -200,6 +204,7 @@ async def mcp_tools_for(agent_name: str, servers: list[MCPServerChoice]
                 MCP_LIST_TOOLS,
                 MCPListRequest(server_name=choice.name, agent=agent_name, enabled_tools=choice.enabled_tools),
                 MCPToolList,
+                routing=routing,
             )
         except ActivityError as error:
             workflow.logger.warning("MCP server %s unavailable: %s", choice.name, failure_message(error))
@@ -215,7 +220,7 @@ async def _mcp_call(call: ToolCall, context: ToolContext) -> str:
     choice = context.mcp_routes[call.name]
     request = MCPCallRequest(server_name=choice.name, tool=call.name, arguments=call.arguments,
                              enabled_tools=choice.enabled_tools)
-    result = await execute(MCP_CALL_TOOL, request, MCPCallResult)
+    result = await execute(MCP_CALL_TOOL, request, MCPCallResult, routing=context.routing)
     return f"Error: {result.content}" if result.is_error else result.content
 
 

@@ -1,0 +1,40 @@
+"""The reporter's turn: the report, with what a reader must know about it at its top."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.messages import reporter_messages
+    from workflows.model_calls import chat
+    from workflows.models import ChatRequest, Phase
+    from workflows.research_run import ResearchRun
+
+ZERO_FINDINGS_NOTE = ("This report was written with zero research findings: it rests on the model's "
+                      "own knowledge only.")
+
+
+async def write_report(run: ResearchRun) -> str:
+    """The reporter's text, with what a reader must know about it at its top (no research
+    needed, zero findings) and a mark where it was cut at the output cap."""
+    state = run.state
+    state.enter(Phase.REPORTING)
+    if not any(observation.strip() for observation in state.observations):
+        state.note(ZERO_FINDINGS_NOTE)
+    response = await chat(
+        ChatRequest(
+            prompt="reporter",
+            prompt_vars={**run.prompt_vars(state.report_locale), "report_style": run.request.report_style.value},
+            messages=reporter_messages(run.current_plan(), state.observations),
+        ),
+        state.status.usage,
+        summary="reporter",
+        routing=run.routing,
+    )
+    report = "".join(f"> **Note:** {note}\n\n" for note in state.status.notes) + response.message.content
+    if response.truncated:
+        cut = (f"The report was cut at the reporter's output cap of {response.output_cap} tokens "
+               "(LLM_AGENT_MAX_OUTPUT_TOKENS, reporter=…).")
+        state.note(cut)
+        report += f"\n\n> **Note:** {cut}"
+    return report

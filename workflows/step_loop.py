@@ -1,0 +1,89 @@
+"""The step loop: every unfinished step of the plan, each by its agent, in order (DeerFlow) or as
+their dependencies allow; a long run hands over to a fresh one between steps."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import NoReturn
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from workflows.agent_loop import run_agent
+    from workflows.agents import agent_for
+    from workflows.messages import step_task
+    from workflows.models import Phase, StepState
+    from workflows.research_run import ResearchRun
+    from workflows.run_state import RunContinuation
+    from workflows.scheduling import step_dependencies
+    from workflows.tools import ToolContext, mcp_tools_for
+
+
+async def run_steps(run: ResearchRun) -> None:
+    """Run every unfinished step of the plan: in order (DeerFlow), or as their dependencies allow."""
+    plan = run.current_plan()
+    run.state.enter(Phase.RESEARCHING)
+    pending = [index for index, step in enumerate(plan.steps) if step.execution_res is None]
+    if run.request.parallel_steps:
+        finished: set[int] = set(range(len(plan.steps))) - set(pending)
+
+        async def run_when_ready(index: int) -> None:
+            needs = step_dependencies(plan, index)
+            await workflow.wait_condition(lambda: needs <= finished)
+            await _run_step(run, index, context=needs)
+            finished.add(index)
+
+        await asyncio.gather(*(run_when_ready(index) for index in pending))
+    else:
+        for index in pending:
+            if _history_is_long(run):
+                _continue_as_new(run, [plan.steps[i].execution_res or "" for i in pending
+                                       if plan.steps[i].execution_res])
+            await _run_step(run, index)
+    # Observations keep plan order, however the steps interleaved.
+    run.state.observations.extend(plan.steps[index].execution_res or "" for index in pending)
+
+
+def _history_is_long(run: ResearchRun) -> bool:
+    """Hand over to a fresh run when the server suggests it, or past the configured length."""
+    info = workflow.info()
+    limit = run.state.config.continue_as_new_after_events
+    return info.is_continue_as_new_suggested() or (limit is not None and info.get_current_history_length() > limit)
+
+
+def _continue_as_new(run: ResearchRun, finished: list[str]) -> NoReturn:
+    """Hand the whole state to a fresh run, with the findings of this batch's finished steps
+    among its observations (the next run skips those steps). The request goes as the first
+    argument, as the run itself was started."""
+    state = run.state.model_copy(update={"observations": run.state.observations + finished})
+    continuation = RunContinuation(checkpoint=state, written_by_run_id=workflow.info().run_id)
+    workflow.continue_as_new(args=[run.request, continuation])
+
+
+async def _run_step(run: ResearchRun, index: int, context: set[int] | None = None) -> None:
+    request, state = run.request, run.state
+    plan, locale = run.current_plan(), state.report_locale
+    step = plan.steps[index]
+    status = state.status.steps[index]
+    status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
+    state.record("step_started", step.title, index)
+    agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources),
+                                     web=request.enable_web_search)
+    async with run.slots.held():
+        mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers, run.routing)
+    finding = await run_agent(
+        agent,
+        {**run.prompt_vars(locale), "tool_guidance": tool_guidance},
+        step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
+        state.config.agent_recursion_limit,
+        ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
+                    crawls=run.crawls, mcp_routes=mcp_routes, step_number=index + 1, routing=run.routing),
+        state.status.usage,
+        extra_tools=mcp_specs,
+        slots=run.slots,
+        max_tool_calls=state.config.max_tool_calls_per_turn,
+    )
+    step.execution_res = finding
+    status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
+    status.finding_preview = finding[:300]
+    state.record("step_done", step.title, index)
