@@ -31,12 +31,12 @@ from pydantic import TypeAdapter, ValidationError
 from temporalio.service import RPCError
 
 from cli import blobs, commands, config_view, content
-from cli.connection import CliError
 from config.settings import ConfigError, load_settings
 from runtime.build_info import add_version_argument
 from runtime.connection import TemporalConnectionError
 from runtime.embedded import EmbeddedError
 from runtime.encryption import EncryptionConfigError
+from runtime.front_door import CliError
 from runtime.shutdown import exit_now
 from workflows.models import ReportStyle
 

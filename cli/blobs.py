@@ -1,4 +1,4 @@
-"""``starter.py blobs gc``: delete the blobs of runs the Temporal server no longer keeps (storage/gc.py)."""
+"""``starter.py blobs gc``: delete the blobs of runs the Temporal server no longer keeps (runtime/blob_gc.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from datetime import datetime, timedelta
 
 from temporalio.client import Client
 
-from cli.connection import CliError, connect
 from cli.terminal import printable
 from config.settings import Settings, load_settings
+from runtime.blob_gc import BlobGcError, GcReport, collect_filesystem, collect_s3
 from runtime.converter import storage_driver
 from runtime.encryption import encryption_codec
+from runtime.front_door import CliError, connect
 from storage.filesystem import FileSystemStorageDriver
-from storage.gc import BlobGcError, GcReport, collect_filesystem, collect_s3
 
 # Below this a blob written by a run in flight, not yet named by its history, could go.
 MIN_MARGIN = timedelta(hours=1)

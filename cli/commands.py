@@ -30,14 +30,14 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.documents.resource_roots import ResourcePolicy
-from cli.connection import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from cli.render import ended_label, plan_text, review_help, status_text
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, WatchStats, watch
+from config.resources import ResourcePolicy
 from config.settings import load_settings
 from runtime.converter import data_converter
 from runtime.embedded import stop_embedded
+from runtime.front_door import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from runtime.history_export import self_contained
 from runtime.retries import retries_of
 from runtime.search_attributes import missing_search_attributes

@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
-from cli.connection import CliError, connect
 from cli.terminal import printable
 from config.settings import load_settings
-from storage import artefacts
+from runtime import artefacts
+from runtime.front_door import CliError, connect
 from workflows.errors import failure_message
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
 from workflows.models import TASK_QUEUE, Outcome, ReportStyle, ResearchResult

@@ -37,9 +37,9 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import NO_WORKER_ADVICE, CliError
 from cli.render import ended_label
 from cli.terminal import printable, printable_model
+from runtime.front_door import NO_WORKER_ADVICE, CliError
 from runtime.retries import retries_of
 from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.status_view import (

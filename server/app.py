@@ -21,11 +21,10 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
-from activities.documents.extract import SUPPORTED_SUFFIXES
-from activities.documents.resource_roots import ResourcePolicy
-from activities.model.token_stream import PATH as TOKEN_STREAM_PATH
+from config.resources import SUPPORTED_SUFFIXES, ResourcePolicy
 from config.settings import Settings
 from offline.providers import offline_parts
+from runtime.token_stream_format import PATH as TOKEN_STREAM_PATH
 from server import content, sse
 from server.chat import ChatTurns, problem
 from server.enhance import enhance

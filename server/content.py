@@ -19,14 +19,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model.token_stream import Delta
 from config.settings import Settings
+from runtime import artefacts
+from runtime.token_stream_format import Delta
 from server.feed import FeedItem
 from server.flows import flow_id, flow_result, read_content, start_flow
 from server.live import TokenHub
 from server.mcp_check import metadata
 from server.security import RequestError, read_json
-from storage import artefacts
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
 from workflows.podcast import NO_VOICE_MESSAGE, PODCAST_WORKFLOW, PodcastRequest, PodcastResult, TTSRequest

@@ -34,10 +34,10 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 import starter
 from cli import commands
-from cli.connection import CliError
 from cli.render import status_text
 from cli.watch import Described, Watcher, render_status
 from runtime import build_info, embedded
+from runtime.front_door import CliError
 from tests.support.processes import REPO_DIR, free_port
 from tests.support.runs import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step

@@ -18,13 +18,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.documents.index import _read
-from activities.documents.resource_roots import REPOSITORY, ResourcePolicy
 from activities.documents.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, RetrievalActivities
 from activities.run_config import RunConfigActivities
 from cli.commands import _request
-from cli.connection import CliError
+from config.resources import REPOSITORY, ResourcePolicy
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
+from runtime.front_door import CliError
 from tests.conftest import settings_with
 from tests.support.history_checks import activity_events
 from tests.support.runs import start
