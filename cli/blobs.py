@@ -31,16 +31,6 @@ def older_than(text: str) -> timedelta:
     return margin
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    blobs = sub.add_parser("blobs", help="the large-payload store: `blobs gc` deletes blobs of runs gone")
-    actions = blobs.add_subparsers(dest="blobs_command", required=True, metavar="gc")
-    gc = actions.add_parser("gc", help="delete the blobs of runs the server no longer keeps")
-    gc.add_argument("--older-than", type=older_than, default=timedelta(days=7), metavar="DAYS",
-                    help="only blobs older than this many days (default 7, at least 1 hour)")
-    gc.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-    gc.set_defaults(handler=blobs_gc)
-
-
 async def blobs_gc(args: argparse.Namespace) -> int:
     settings = load_settings()
     if storage_driver(settings) is None:

@@ -15,8 +15,8 @@ import pytest
 from rich.console import Console
 from temporalio.client import Client
 
-from cli.commands import _write_report
 from cli.render import status_text
+from cli.runs import _write_report
 from cli.watch import render_status
 from config.settings import Settings, load_settings
 from offline.providers import (

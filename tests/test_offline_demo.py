@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from activities.model.prompts import render_prompt
-from cli.commands import _write_report
+from cli.runs import _write_report
 from offline.scripted_agents import respond, sentences
 from offline.search_server import DEFAULT_CORPUS, SearchIndex
 from workflows.messages import background_message, reporter_messages, step_task
