@@ -9,9 +9,7 @@ import sys
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import (
-    WorkflowHistory,
-)
+from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter

@@ -6,10 +6,7 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-)
+from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from cli.render import ended_label
@@ -19,11 +16,7 @@ from cli.watch import WatchStats, watch
 from runtime.embedded import stop_embedded
 from runtime.front_door import CliError, connect, revive_worker
 from runtime.search_attributes import missing_search_attributes
-from workflows.models import (
-    WORKFLOW_TYPE,
-    Awaiting,
-    Phase,
-)
+from workflows.models import WORKFLOW_TYPE, Awaiting, Phase
 from workflows.visibility import AWAITING, PHASE
 
 

@@ -12,12 +12,7 @@ import uuid
 from pathlib import Path
 
 from pydantic import ValidationError
-from temporalio.client import (
-    Client,
-    WorkflowExecutionStatus,
-    WorkflowHandle,
-    WorkflowUpdateFailedError,
-)
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -31,14 +26,7 @@ from config.settings import load_settings
 from runtime import research_client
 from runtime.front_door import CliError, connect, revive_worker
 from workflows.errors import failure_message
-from workflows.models import (
-    Awaiting,
-    Phase,
-    ResearchRequest,
-    ResearchResult,
-    ReviewOutcome,
-    RunStatus,
-)
+from workflows.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.status_view import outcome_lines
 

@@ -11,11 +11,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import (
-    WorkflowExecutionStatus,
-    WorkflowFailureError,
-    WorkflowHandle,
-)
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -25,11 +21,7 @@ from runtime import research_client
 from runtime.front_door import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from runtime.retries import retries_of
 from workflows.errors import failure_message
-from workflows.models import (
-    Outcome,
-    ResearchResult,
-    RunStatus,
-)
+from workflows.models import Outcome, ResearchResult, RunStatus
 from workflows.status_view import offline_notice
 
 
