@@ -8,36 +8,47 @@ The workflow is registered as the dynamic workflow (its input validated in
 workflows/run_input.py); that changes how its *start* is decoded, not its handlers, so only the
 start goes by type name (``WORKFLOW_TYPE``).
 
-This module does I/O (it talks to the Temporal server): workflow code never imports it.
+The workflow class is imported on first use, not with this module: the CLI imports it, and every
+command but ``replay`` starts without the workflow's code (it may be reviving a dead worker;
+tests/test_worker_startup.py). This module does I/O (it talks to the Temporal server): workflow
+code never imports it.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import temporalio.workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
-from workflows.research import DeepResearchWorkflow
+
+if TYPE_CHECKING:
+    from workflows.research import DeepResearchWorkflow
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]
 # ``review_plan`` or ``answer_clarification``: a validated update that a person's text answers.
 Update = Callable[[WorkflowHandle[Any, Any], str], Awaitable[ReviewOutcome]]
 
 
-def _query_name(query: Any) -> str:
-    """A query handler's name as the SDK's ``handle.query`` reads it, for calls that take a name."""
-    definition = temporalio.workflow._QueryDefinition.from_fn(query)
+def _workflow() -> type[DeepResearchWorkflow]:
+    """The workflow class, whose handlers are the method references (imported on first use)."""
+    from workflows.research import DeepResearchWorkflow
+
+    return DeepResearchWorkflow
+
+
+@functools.cache
+def status_query_name() -> str:
+    """The ``status`` query's name as the SDK's ``handle.query`` reads it from the handler, for a
+    query sent through the raw service API (cli/watch.py: one attempt, no SDK retries)."""
+    definition = temporalio.workflow._QueryDefinition.from_fn(_workflow().status)
     if definition is None or definition.name is None:
-        raise TypeError(f"{query!r} is not a named workflow query")
+        raise TypeError("DeepResearchWorkflow.status is not a named workflow query")
     return definition.name
-
-
-# For a query sent through the raw service API (cli/watch.py: one attempt, no SDK retries).
-STATUS_QUERY = _query_name(DeepResearchWorkflow.status)
 
 
 async def start(client: Client, request: ResearchRequest, *, run_id: str, summary: str,
@@ -50,16 +61,16 @@ async def start(client: Client, request: ResearchRequest, *, run_id: str, summar
 
 async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
     """The ``status`` query: where the run stands (answered by a worker, even for a closed run)."""
-    return await handle.query(DeepResearchWorkflow.status)
+    return await handle.query(_workflow().status)
 
 
 async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str) -> ReviewOutcome:
     """The ``review_plan`` update (``[ACCEPTED]`` or ``[EDIT_PLAN] …``); its validator's refusal
     comes back as ``WorkflowUpdateFailedError``."""
-    return await handle.execute_update(DeepResearchWorkflow.review_plan, feedback)
+    return await handle.execute_update(_workflow().review_plan, feedback)
 
 
 async def answer_clarification(handle: WorkflowHandle[Any, Any], answer: str) -> ReviewOutcome:
     """The clarification update: the answer to the coordinator's question."""
-    return await handle.execute_update(DeepResearchWorkflow.answer_clarification, answer)
+    return await handle.execute_update(_workflow().answer_clarification, answer)
 
