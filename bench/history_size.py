@@ -50,7 +50,7 @@ from harness import (
 from temporalio.client import WorkflowHistory
 
 from offline.search_index import SearchIndex
-from storage.gc import payloads_in
+from runtime.blob_gc import payloads_in
 from storage.subtrees import references_in
 from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest

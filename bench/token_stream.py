@@ -30,7 +30,7 @@ from harness import SCHEDULED, Stack, bench_stack, header, run_main
 from temporalio.api.enums.v1 import EventType
 
 from config.settings import load_settings
-from storage.gc import payloads_in
+from runtime.blob_gc import payloads_in
 from tests.support.processes import free_port
 from tests.support.web_server import api_server
 

@@ -1,4 +1,4 @@
-"""``starter.py blobs gc``: delete the blobs of runs the Temporal server no longer keeps (storage/gc.py)."""
+"""``starter.py blobs gc``: delete the blobs of runs the Temporal server no longer keeps (runtime/blob_gc.py)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ from datetime import datetime, timedelta
 
 from temporalio.client import Client
 
-from cli.connection import CliError, connect
 from cli.terminal import printable
 from config.settings import Settings, load_settings
+from runtime.blob_gc import BlobGcError, GcReport, collect_filesystem, collect_s3
 from runtime.converter import storage_driver
 from runtime.encryption import encryption_codec
+from runtime.front_door import CliError, connect
 from storage.filesystem import FileSystemStorageDriver
-from storage.gc import BlobGcError, GcReport, collect_filesystem, collect_s3
 
 # Below this a blob written by a run in flight, not yet named by its history, could go.
 MIN_MARGIN = timedelta(hours=1)
@@ -29,16 +29,6 @@ def older_than(text: str) -> timedelta:
     if margin < MIN_MARGIN:
         raise argparse.ArgumentTypeError(f"{text!r} days is under the one-hour safety margin")
     return margin
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    blobs = sub.add_parser("blobs", help="the large-payload store: `blobs gc` deletes blobs of runs gone")
-    actions = blobs.add_subparsers(dest="blobs_command", required=True, metavar="gc")
-    gc = actions.add_parser("gc", help="delete the blobs of runs the server no longer keeps")
-    gc.add_argument("--older-than", type=older_than, default=timedelta(days=7), metavar="DAYS",
-                    help="only blobs older than this many days (default 7, at least 1 hour)")
-    gc.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-    gc.set_defaults(handler=blobs_gc)
 
 
 async def blobs_gc(args: argparse.Namespace) -> int:

@@ -14,36 +14,17 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
-from cli.connection import CliError, connect
 from cli.terminal import printable
 from config.settings import load_settings
-from storage import artefacts
+from runtime import artefacts
+from runtime.front_door import CliError, connect
 from workflows.errors import failure_message
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
-from workflows.models import TASK_QUEUE, Outcome, ReportStyle, ResearchResult
+from workflows.models import TASK_QUEUE, Outcome, ResearchResult
 from workflows.podcast import PODCAST_WORKFLOW, PodcastRequest, PodcastResult, script_text
 from workflows.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 R = TypeVar("R", bound=BaseModel)
-
-
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    evaluate = sub.add_parser("evaluate", help="grade a finished run's report (DeerFlow's metrics; --llm: the model's)")
-    evaluate.add_argument("id")
-    evaluate.add_argument("--style", choices=[s.value for s in ReportStyle], default=ReportStyle.ACADEMIC.value,
-                          help="the report style to judge it against (default: academic, as runs)")
-    evaluate.add_argument("--llm", action="store_true", help="also ask the model to judge it")
-    evaluate.set_defaults(handler=evaluate_command)
-
-    slides = sub.add_parser("slides", help="a finished run's report as a PowerPoint deck")
-    slides.add_argument("id")
-    slides.add_argument("-o", "--output", required=True, help="the .pptx file to write")
-    slides.set_defaults(handler=slides_command)
-
-    podcast = sub.add_parser("podcast", help="a finished run's report as a two-voice podcast (MP3)")
-    podcast.add_argument("id")
-    podcast.add_argument("-o", "--output", required=True, help="the .mp3 file to write")
-    podcast.set_defaults(handler=podcast_command)
 
 
 async def finished_report(client: Client, run_id: str) -> ResearchResult:

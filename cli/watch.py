@@ -37,9 +37,10 @@ from temporalio.client import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import NO_WORKER_ADVICE, CliError
 from cli.render import ended_label
 from cli.terminal import printable, printable_model
+from runtime.front_door import NO_WORKER_ADVICE, CliError
+from runtime.research_client import status_query_name
 from runtime.retries import retries_of
 from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.status_view import (
@@ -295,7 +296,7 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
     client = handle._client
     response = await client.workflow_service.query_workflow(
         QueryWorkflowRequest(namespace=client.namespace, execution=_execution(handle),
-                             query=WorkflowQuery(query_type="status")),
+                             query=WorkflowQuery(query_type=status_query_name())),
         retry=False, timeout=RPC_TIMEOUT,
     )
     if response.HasField("query_rejected"):

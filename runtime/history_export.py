@@ -14,8 +14,8 @@ from __future__ import annotations
 from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 
+from runtime.blob_gc import payloads_in
 from runtime.payload_steps import decode_payloads, encrypt_payloads
-from storage.gc import payloads_in
 
 
 async def self_contained(history: WorkflowHistory, converter: DataConverter) -> WorkflowHistory:

@@ -28,14 +28,14 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from config.settings import Settings
-from runtime.run_memo import question_memo
+from runtime import research_client
 from server import sse
 from server.feed import PAGE_ONLY, FeedItem, follow
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import ThreadError, checked_thread_id, latest_run, run_count, workflow_id
 from workflows.errors import failure_message
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ReviewOutcome, RunStatus
+from workflows.models import Awaiting, ResearchRequest
 
 
 class ChatResource(BaseModel):
@@ -152,35 +152,34 @@ class ChatTurns:
         if turn.interrupt_feedback:
             handle = await latest_run(self.client, self.prefix, turn.thread_id)
             feedback = feedback_text(turn.interrupt_feedback, turn.messages[-1].content)
-            return await self._send(handle, "review_plan", feedback)
+            return await self._send(handle, research_client.review_plan, feedback)
         count = await run_count(self.client, self.prefix, turn.thread_id)
         if count:
             handle = self.client.get_workflow_handle(workflow_id(self.prefix, turn.thread_id, count))
-            if await _awaits(handle, "clarification_answer"):
-                return await self._send(handle, "clarification_answer", turn.messages[-1].content)
+            if await _awaits(handle, Awaiting.CLARIFICATION):
+                return await self._send(handle, research_client.answer_clarification, turn.messages[-1].content)
         request = turn.research_request()
         new_id = workflow_id(self.prefix, turn.thread_id, count + 1)
         try:
-            handle = await self.client.start_workflow(
-                WORKFLOW_TYPE, request, id=new_id, task_queue=TASK_QUEUE,
-                static_summary=f"Research (web): {request.question[:160]}", memo=question_memo(request.question))
+            handle = await research_client.start(self.client, request, run_id=new_id,
+                                                 summary=f"Research (web): {request.question[:160]}")
         except WorkflowAlreadyStartedError as error:
             raise RequestError("another question on this thread is starting; send it again") from error
         return new_id, handle.first_execution_run_id, None
 
-    async def _send(self, handle: WorkflowHandle, update: str,
+    async def _send(self, handle: WorkflowHandle, update: research_client.Update,
                     value: str) -> tuple[str, str | None, tuple[int, int, int]]:
         description = await handle.describe()
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise RequestError("this thread's research run has already ended; ask a new question")
         seen = description.raw_description.workflow_execution_info.history_length
-        await handle.execute_update(update, value, result_type=ReviewOutcome)
+        await update(handle, value)
         return handle.id, description.run_id, (0, seen, 1 << 30)
 
 
-async def _awaits(handle: WorkflowHandle, what: str) -> bool:
+async def _awaits(handle: WorkflowHandle, what: Awaiting) -> bool:
     try:
-        status = await handle.query("status", result_type=RunStatus)
+        status = await research_client.status(handle)
     except RPCError:
         return False
     return status.awaiting == what

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 from starlette.requests import Request
@@ -19,22 +19,21 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from temporalio.client import Client, WorkflowHandle
 
-from activities.model.token_stream import Delta
 from config.settings import Settings
+from runtime import artefacts
+from runtime.token_stream_format import Delta
 from server.feed import FeedItem
 from server.flows import flow_id, flow_result, read_content, start_flow
 from server.live import TokenHub
 from server.mcp_check import metadata
 from server.security import RequestError, read_json
-from storage import artefacts
+from server.services import endpoint, services
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
 from workflows.podcast import NO_VOICE_MESSAGE, PODCAST_WORKFLOW, PodcastRequest, PodcastResult, TTSRequest
 from workflows.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
 from workflows.slides import PPTX_MEDIA_TYPE, SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 from workflows.speech import SPEECH_WORKFLOW
-
-Handler = Callable[[Request], Awaitable[Any]]
 
 
 async def evaluate(client: Client, body: Any) -> dict[str, Any]:
@@ -149,32 +148,45 @@ async def _prose_stream(handle: WorkflowHandle[Any, ProseResult], queue: asyncio
             yield prose_data(rest)
 
 
-def routes(client: Client, settings: Settings, hub: TokenHub, endpoint: Callable[[Handler], Handler],
-           event_stream: Callable[[AsyncIterator[str]], Response]) -> list[Route]:
-    """The content flows' routes; ``endpoint`` is the app's JSON wrapper (errors as ``detail``)."""
-    cap = settings.web_max_content_bytes
+def _cap(request: Request) -> int:
+    return services(request).settings.web_max_content_bytes
 
-    async def report_evaluate(request: Request) -> Any:
-        return await evaluate(client, await read_content(request, cap))
 
-    async def prose_generate(request: Request) -> Any:
-        return event_stream(await prose(client, hub, await read_content(request, cap)))
+async def report_evaluate(request: Request) -> Any:
+    return await evaluate(services(request).client, await read_content(request, _cap(request)))
 
-    async def ppt_generate(request: Request) -> Any:
-        return await slides(client, settings, await read_content(request, cap))
 
-    async def podcast_generate(request: Request) -> Any:
-        return await podcast(client, settings, await read_content(request, cap))
+async def prose_generate(request: Request) -> Any:
+    shared = services(request)
+    stream = await prose(shared.client, shared.hub, await read_content(request, _cap(request)))
+    return shared.event_stream(stream, "content")
 
-    async def tts(request: Request) -> Any:
-        return await speech(client, settings, await read_content(request, cap))
 
-    async def mcp_metadata(request: Request) -> Any:
-        return await metadata(client, settings, await read_json(request, settings.web_max_body_bytes))
+async def ppt_generate(request: Request) -> Any:
+    shared = services(request)
+    return await slides(shared.client, shared.settings, await read_content(request, _cap(request)))
 
-    return [Route("/api/report/evaluate", endpoint(report_evaluate), methods=["POST"]),
-            Route("/api/prose/generate", endpoint(prose_generate), methods=["POST"]),
-            Route("/api/ppt/generate", endpoint(ppt_generate), methods=["POST"]),
-            Route("/api/podcast/generate", endpoint(podcast_generate), methods=["POST"]),
-            Route("/api/tts", endpoint(tts), methods=["POST"]),
-            Route("/api/mcp/server/metadata", endpoint(mcp_metadata), methods=["POST"])]
+
+async def podcast_generate(request: Request) -> Any:
+    shared = services(request)
+    return await podcast(shared.client, shared.settings, await read_content(request, _cap(request)))
+
+
+async def tts(request: Request) -> Any:
+    shared = services(request)
+    return await speech(shared.client, shared.settings, await read_content(request, _cap(request)))
+
+
+async def mcp_metadata(request: Request) -> Any:
+    shared = services(request)
+    return await metadata(shared.client, shared.settings, await read_json(request, shared.body_limit))
+
+
+ROUTES = [
+    Route("/api/report/evaluate", endpoint(report_evaluate), methods=["POST"]),
+    Route("/api/prose/generate", endpoint(prose_generate), methods=["POST"]),
+    Route("/api/ppt/generate", endpoint(ppt_generate), methods=["POST"]),
+    Route("/api/podcast/generate", endpoint(podcast_generate), methods=["POST"]),
+    Route("/api/tts", endpoint(tts), methods=["POST"]),
+    Route("/api/mcp/server/metadata", endpoint(mcp_metadata), methods=["POST"]),
+]

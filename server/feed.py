@@ -28,7 +28,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
-from activities.model.token_stream import stream_id
+from runtime.token_stream_format import stream_id
 from workflows.models import (
     ChatRequest,
     ChatResponse,

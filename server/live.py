@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from activities.model.token_stream import Delta
 from config.settings import Settings
+from runtime.token_stream_format import Delta
 from server.feed import FeedItem
 
 # Deltas waiting for one slow page before that page misses some (and its previews stop).

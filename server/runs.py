@@ -17,15 +17,17 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureEr
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
+from runtime import research_client
 from runtime.retries import retries_of
-from runtime.run_memo import question_memo, question_of
+from runtime.run_memo import question_of
 from server import sse
 from server.feed import FeedItem, follow, parse_position
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import workflow_id
 from workflows.errors import failure_message
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.status_view import offline_notice, retry_line
 from workflows.visibility import AWAITING, PHASE
 
@@ -41,7 +43,7 @@ class ReviewBody(BaseModel):
     def feedback(self) -> str:
         if self.accept == bool(self.edit and self.edit.strip()):
             raise RequestError("send either accept: true or a non-empty edit")
-        return "[ACCEPTED]" if self.accept else f"[EDIT_PLAN] {self.edit}"
+        return ACCEPTED if self.accept else f"{EDIT_PLAN} {self.edit}"
 
 
 class AnswerBody(BaseModel):
@@ -82,10 +84,10 @@ class Runs:
                 status = await _status(self.client.get_workflow_handle(execution.id))
                 phase, awaiting = (status.phase.value, status.awaiting) if status else (None, None)
             runs.append({"id": execution.id, "status": execution.status.name.lower() if execution.status else "unknown",
-                         "question": await question_of(execution),
-                         "phase": phase, "awaiting": awaiting if running else None,
+                         "question": await question_of(execution), "phase": phase,
+                         "awaiting": awaiting if running else None,
                          "age_seconds": int((now - execution.start_time).total_seconds())})
-        runs.sort(key=lambda r: (r["awaiting"] != "plan_feedback", r["status"] != "running", r["age_seconds"]))
+        runs.sort(key=lambda r: (r["awaiting"] != Awaiting.PLAN_FEEDBACK, r["status"] != "running", r["age_seconds"]))
         return runs
 
     async def start(self, body: Any) -> str:
@@ -93,9 +95,8 @@ class Runs:
             raise RequestError("the page does not pick MCP servers; use the CLI")
         request = ResearchRequest.model_validate(body)
         run = workflow_id(self.prefix, f"page-{uuid.uuid4().hex[:16]}", 1)
-        await self.client.start_workflow(WORKFLOW_TYPE, request, id=run, task_queue=TASK_QUEUE,
-                                         static_summary=f"Research (web): {request.question[:160]}",
-                                         memo=question_memo(request.question))
+        await research_client.start(self.client, request, run_id=run,
+                                    summary=f"Research (web): {request.question[:160]}")
         return run
 
     async def show(self, run: str) -> dict[str, Any]:
@@ -117,11 +118,11 @@ class Runs:
 
     async def review(self, run: str, body: Any) -> ReviewOutcome:
         feedback = ReviewBody.model_validate(body).feedback()
-        return await (await self.handle(run)).execute_update("review_plan", feedback, result_type=ReviewOutcome)
+        return await research_client.review_plan(await self.handle(run), feedback)
 
     async def answer(self, run: str, body: Any) -> ReviewOutcome:
         answer = AnswerBody.model_validate(body).answer
-        return await (await self.handle(run)).execute_update("clarification_answer", answer, result_type=ReviewOutcome)
+        return await research_client.answer_clarification(await self.handle(run), answer)
 
     async def cancel(self, run: str) -> None:
         await (await self.handle(run)).cancel()
@@ -146,7 +147,7 @@ class Runs:
 
 async def _status(handle: WorkflowHandle) -> RunStatus | None:
     try:
-        return await handle.query("status", result_type=RunStatus)
+        return await research_client.status(handle)
     except RPCError:
         return None  # no worker to answer, or the run's history is gone
 

@@ -1,7 +1,7 @@
 """``starter.py serve`` and ``starter.py codec-server``: our HTTP servers on uvicorn.
 
 ``serve`` is the web front end, a Temporal client like the CLI: it connects the way the CLI does
-(cli/connection.py), so on the plain loopback default it starts the embedded dev server and a
+(runtime/front_door.py), so on the plain loopback default it starts the embedded dev server and a
 worker (with the offline demonstration model when no key is set). ``codec-server`` needs no
 Temporal connection, only the data converter's settings (blob store, encryption keys).
 """
@@ -14,13 +14,13 @@ from typing import Any
 
 import uvicorn
 
-from activities.model.token_stream import PATH as TOKEN_STREAM_PATH
-from activities.model.token_stream import announce
-from cli.connection import CliError, connect
 from config.settings import Settings, load_settings
 from runtime.converter import data_converter
+from runtime.front_door import CliError, connect
 from runtime.health import always_ready, temporal_problem, with_probes
 from runtime.logs import configure_logging
+from runtime.token_stream_format import PATH as TOKEN_STREAM_PATH
+from runtime.token_stream_format import announce
 from server.app import create_app
 from server.codec import create_codec_app
 from server.live import TokenHub

@@ -21,8 +21,7 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
-from activities.documents.resource_roots import ResourcePolicy
-from activities.documents.retrieval import uses_local_resources
+from config.resources import ResourcePolicy, uses_local_resources
 from config.settings import Settings
 from server.security import RequestError, read_body
 

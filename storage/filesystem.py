@@ -161,7 +161,7 @@ class FileSystemStorageDriver(StorageDriver):
     @staticmethod
     def _present(path: Path, size: int) -> bool:
         """Content-addressed: the same name means the same bytes. Refreshing the time tells
-        `blobs gc` (storage/gc.py) that a run in flight uses it again; if gc moved it aside
+        `blobs gc` (runtime/blob_gc.py) that a run in flight uses it again; if gc moved it aside
         meanwhile, utime fails and the blob is written anew."""
         try:
             if path.stat().st_size == size:

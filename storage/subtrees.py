@@ -15,7 +15,7 @@ subtrees still make one blob across processes; with random nonces every process 
 own copy. What that reveals, which blobs are equal, is what any deduplicating store reveals.
 
 One level only: a stored subtree is always fully expanded (it never holds a reference), so the
-blob collector (storage/gc.py) finds every subtree blob by reading history payloads alone. A
+blob collector (runtime/blob_gc.py) finds every subtree blob by reading history payloads alone. A
 payload that would still be over the whole-payload threshold after shrinking is left whole, so a
 marked payload never lands in the store itself. Marked payloads carry the encoding
 ``json/deerflow-subtrees``: decoding walks only those, so payloads without it (every history

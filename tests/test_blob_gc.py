@@ -1,4 +1,4 @@
-"""``blobs gc`` deletes the blobs of runs the server no longer keeps, and nothing else (storage/gc.py).
+"""``blobs gc`` deletes the blobs of runs the server no longer keeps, and nothing else (runtime/blob_gc.py).
 
 On the dev server, for both stores: run A finished and was deleted, run B is live (waiting for a
 signal), and a blob of an unknown run was written moments ago. After collection A's blobs are
@@ -26,9 +26,9 @@ from temporalio.worker import Worker
 
 from cli.blobs import collect, older_than
 from config.settings import Settings
+from runtime.blob_gc import REFERENCE_TYPE, Unreadable, payloads_in, reference_of
 from runtime.connection import connect_when_ready
 from runtime.converter import blob_root, data_converter, prepare_payload_store, storage_driver
-from storage.gc import REFERENCE_TYPE, Unreadable, payloads_in, reference_of
 from storage.s3 import S3Client
 from storage.subtrees import SubtreeDriver, references_in
 from tests.support.processes import DevServer, starter

@@ -23,8 +23,8 @@ from pathlib import Path
 import pytest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
-import cli.connection as front_door
 import runtime.connection as connection_module
+import runtime.front_door as front_door
 from offline.providers import without_provider_settings
 from runtime.connection import (
     TemporalConnectionError,

@@ -16,8 +16,8 @@ from pptx import Presentation
 from temporalio.client import Client
 
 from cli import content
-from cli.connection import CliError
 from config.settings import Settings
+from runtime.front_door import CliError
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.runs import QUESTION
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult

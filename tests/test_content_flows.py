@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowFailureError
 
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from storage import artefacts
+from runtime import artefacts
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.runs import SAMPLE_REPORT
 from workflows.artefact import ArtefactRef

@@ -33,11 +33,11 @@ from rich.console import Console
 from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 import starter
-from cli import commands
-from cli.connection import CliError
+from cli import history, operate, research, runs
 from cli.render import status_text
 from cli.watch import Described, Watcher, render_status
 from runtime import build_info, embedded
+from runtime.front_door import CliError
 from tests.support.processes import REPO_DIR, free_port
 from tests.support.runs import OFFLINE_REPORT
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
@@ -77,7 +77,7 @@ def test_review_timeout_takes_seconds_and_iso_8601(text: str, expected: timedelt
     ([], True, True), (["--no-web"], False, True), (["--no-background"], True, False),
 ])
 def test_web_and_background_flags_reach_the_request(flags: list[str], web: bool, background: bool) -> None:
-    request = commands._request(starter.build_parser().parse_args(["run", "q", *flags]))
+    request = research._request(starter.build_parser().parse_args(["run", "q", *flags]), "q")
     assert (request.enable_web_search, request.enable_background_investigation) == (web, background)
 
 
@@ -96,12 +96,12 @@ def test_a_bad_review_timeout_is_one_line_and_exit_2(text: str, capsys: pytest.C
     ("Café $(rm -rf ~); `x`", "research-cafe-rm-rf-x-"),
 ])
 def test_run_ids_are_readable_in_any_script_and_shell_safe(question: str, slug: str) -> None:
-    run_id = commands._run_id(question)
+    run_id = research._run_id(question)
     assert run_id.startswith(slug) and len(run_id) == len(slug) + 6, run_id
 
 
 def test_a_question_with_no_letters_gets_no_doubled_prefix() -> None:
-    run_id = commands._run_id("?!…")
+    run_id = research._run_id("?!…")
     assert run_id.startswith("research-") and "research-research" not in run_id and len(run_id) == 17
 
 
@@ -116,27 +116,27 @@ def test_blank_questions_are_refused(question: str) -> None:
     ("klingon", True), ("en_US", True), ("english", True), ("", True),
 ])
 def test_locales_that_are_not_bcp_47_are_warned_about(tag: str, warned: bool) -> None:
-    assert (commands.BCP47.fullmatch(tag) is None) is warned
+    assert (research.BCP47.fullmatch(tag) is None) is warned
 
 
 def test_the_question_comes_from_the_argument_stdin_or_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     long_question = "Why? " * 40_000  # 200 KB: more than one command-line argument may hold
     (tmp_path / "q.txt").write_text(long_question, encoding="utf-8")
-    assert commands._question(argparse.Namespace(question=None, question_file=str(tmp_path / "q.txt"))) == long_question
+    assert research._question(argparse.Namespace(question=None, question_file=str(tmp_path / "q.txt"))) == long_question
     monkeypatch.setattr(sys, "stdin", SimpleNamespace(read=lambda: long_question, isatty=lambda: False))
-    assert commands._question(argparse.Namespace(question="-", question_file=None)) == long_question
+    assert research._question(argparse.Namespace(question="-", question_file=None)) == long_question
     with pytest.raises(CliError, match="as an argument, as - to read it from stdin, or with --question-file"):
-        commands._question(argparse.Namespace(question="q", question_file=str(tmp_path / "q.txt")))
+        research._question(argparse.Namespace(question="q", question_file=str(tmp_path / "q.txt")))
     with pytest.raises(CliError, match="Cannot read the question file"):
-        commands._question(argparse.Namespace(question=None, question_file=str(tmp_path / "missing.txt")))
+        research._question(argparse.Namespace(question=None, question_file=str(tmp_path / "missing.txt")))
 
 
 def test_output_paths_are_checked_before_any_work(tmp_path: Path) -> None:
-    commands._check_output(str(tmp_path / "report.md"))
+    runs._check_output(str(tmp_path / "report.md"))
     with pytest.raises(CliError, match=r"the folder .* does not exist"):
-        commands._check_output(str(tmp_path / "nonexistent" / "r.md"))
+        runs._check_output(str(tmp_path / "nonexistent" / "r.md"))
     with pytest.raises(CliError, match="it is a directory"):
-        commands._check_output(str(tmp_path))
+        runs._check_output(str(tmp_path))
 
 
 def test_an_ended_run_says_how_it_ended_above_its_last_phase() -> None:
@@ -162,19 +162,19 @@ def test_the_live_panel_of_an_ended_run_says_how_it_ended_and_where_it_stood() -
 def test_replay_failures_are_one_readable_sentence() -> None:
     core = ('Workflow activation completion failed: Failure { failure: Some(Failure { message: "[TMPRL1100] '
             'Nondeterminism error: Activity type of scheduled event \'web_search\' does not match", source: "" }) }')
-    assert commands._failure_text(RuntimeError(core)) == (
+    assert history._failure_text(RuntimeError(core)) == (
         "[TMPRL1100] Nondeterminism error: Activity type of scheduled event 'web_search' does not match")
-    assert commands._failure_text(RuntimeError("\x1b[33mplain\x1b[0m text")) == "plain text"
+    assert history._failure_text(RuntimeError("\x1b[33mplain\x1b[0m text")) == "plain text"
 
 
 def test_a_history_file_replays_under_its_run_name_not_the_file_name() -> None:
     path = REPO_DIR / "tests" / "histories" / "accepted_plan.json"
     recorded = WorkflowHistory.from_json("", path.read_text())
     # This server version leaves workflow_id out of the started event: the file is named as such.
-    assert commands._history_run_name(recorded, str(path)) == f"the run in {path}"
+    assert history._history_run_name(recorded, str(path)) == f"the run in {path}"
     started = recorded.events[0].workflow_execution_started_event_attributes
     started.workflow_id = "research-rain-1a2b3c"
-    assert commands._history_run_name(recorded, str(path)) == "research-rain-1a2b3c"
+    assert history._history_run_name(recorded, str(path)) == "research-rain-1a2b3c"
 
 
 def test_ctrl_c_names_the_run_not_a_placeholder(monkeypatch: pytest.MonkeyPatch,
@@ -182,7 +182,7 @@ def test_ctrl_c_names_the_run_not_a_placeholder(monkeypatch: pytest.MonkeyPatch,
     async def interrupted(_args: argparse.Namespace) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(commands, "watch_run", interrupted)
+    monkeypatch.setattr(operate, "watch_run", interrupted)
     assert starter.main(["watch", "research-rain-1a2b3c"]) == 130
     assert "`python starter.py status research-rain-1a2b3c` shows it" in capsys.readouterr().err
 
@@ -203,10 +203,10 @@ async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
     async def later(_handle: Any) -> bool:
         return False
 
-    monkeypatch.setattr(commands, "Watcher", Watcher)
-    monkeypatch.setattr(commands, "_interactive_review", later)
+    monkeypatch.setattr(research, "Watcher", Watcher)
+    monkeypatch.setattr(research, "_interactive_review", later)
     handle = SimpleNamespace(id="research-rain", _client=None)
-    assert await commands._follow(handle, interactive=True, output="out/r.md") is None  # type: ignore[arg-type]
+    assert await research._follow(handle, interactive=True, output="out/r.md") is None  # type: ignore[arg-type]
     assert "Then, once the run is done: python starter.py report research-rain -o out/r.md" in capsys.readouterr().out
 
 
@@ -241,10 +241,10 @@ async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.Mo
     async def indexed(_client: Any) -> bool:
         return False
 
-    monkeypatch.setattr(commands, "connect", connect)
-    monkeypatch.setattr(commands, "_status", status)
-    monkeypatch.setattr(commands, "_has_search_attributes", indexed)
-    assert await commands.list_runs(argparse.Namespace(running=False, awaiting_review=False, limit=50)) == 0
+    monkeypatch.setattr(operate, "connect", connect)
+    monkeypatch.setattr(operate, "_status", status)
+    monkeypatch.setattr(operate, "_has_search_attributes", indexed)
+    assert await operate.list_runs(argparse.Namespace(running=False, awaiting_review=False, limit=50)) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4
     assert lines[1].split()[:3] == ["research-ok", "running", "researching"]

@@ -14,10 +14,10 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import WorkflowHistory
 
 from config.settings import Settings
+from runtime.blob_gc import payloads_in
 from runtime.converter import data_converter
 from runtime.encryption import ENCODING as ENCRYPTED
 from runtime.history_export import self_contained
-from storage.gc import payloads_in
 from storage.subtrees import ENCODING as SUBTREES
 from workflows.models import ChatMessage, ChatRequest
 

@@ -10,8 +10,8 @@ from collections.abc import Callable
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from cli.commands import EXIT_CODES
 from cli.render import plan_text, status_text
+from cli.runs import EXIT_CODES
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.conftest import settings_with

@@ -33,11 +33,11 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError
 
 from config.settings import load_settings
+from runtime.blob_gc import ENCODED_REFERENCE_MARKER, FROM_CLIENTS, REFERENCE_TYPE, payloads_in, reference_of
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter, with_driver
 from runtime.encryption import EncryptionCodec, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
-from storage.gc import ENCODED_REFERENCE_MARKER, FROM_CLIENTS, REFERENCE_TYPE, payloads_in, reference_of
 from storage.subtrees import ENCODING as SUBTREES
 from storage.subtrees import references_in
 from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, start_worker

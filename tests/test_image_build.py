@@ -192,7 +192,7 @@ async def until_polled(client: Client, process: subprocess.Popen[bytes], log: Pa
 def test_the_image_installs_the_project_from_its_copy_set(image: Image) -> None:
     # The install itself is the fixture's; what it put in site-packages is the whole product.
     script = ("import importlib, sys; sys.path.remove('') if '' in sys.path else None; "
-              "mods = ['worker', 'starter', 'server.serve', 'server.codec', 'server.app', 'cli.commands']; "
+              "mods = ['worker', 'starter', 'server.serve', 'server.codec', 'server.app', 'cli.research']; "
               "print(*[importlib.import_module(m).__file__ for m in mods], sep='\\n')")
     result = subprocess.run([str(image.python), "-c", script], cwd=image.venv, capture_output=True, text=True,
                             timeout=120, check=False)

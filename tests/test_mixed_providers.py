@@ -15,9 +15,8 @@ import pytest
 from rich.console import Console
 from temporalio.client import Client
 
-from cli import connection
-from cli.commands import _write_report
 from cli.render import status_text
+from cli.runs import _write_report
 from cli.watch import render_status
 from config.settings import Settings, load_settings
 from offline.providers import (
@@ -27,6 +26,7 @@ from offline.providers import (
     offline_banner,
     start_offline_providers,
 )
+from runtime import front_door as connection
 from tests.conftest import settings_with
 from tests.support.runs import start
 from workflows.models import Phase, ResearchResult, RunStatus

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from activities.model.prompts import render_prompt
-from cli.commands import _write_report
+from cli.runs import _write_report
 from offline.agent_text import sentences
 from offline.scripted_agents import respond
 from offline.search_index import DEFAULT_CORPUS, SearchIndex

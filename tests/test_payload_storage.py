@@ -32,10 +32,10 @@ from temporalio.worker import Replayer, Worker
 
 from config.settings import Settings
 from hosting.registry import build_workers, running
+from runtime.blob_gc import payloads_in
 from runtime.converter import data_converter, prepare_payload_store, storage_driver
 from runtime.encryption import KeylessGuard
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
-from storage.gc import payloads_in
 from storage.s3 import S3Client, ensure_bucket, s3_driver
 from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
 from tests.conftest import TEST_SERVER

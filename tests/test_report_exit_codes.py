@@ -2,7 +2,7 @@
 research report, 1 failed, 3 direct reply, 4 cancelled or terminated. Until then it exited 0 for a
 failed run, so a script took a failure for a report.
 
-In process, against a stand-in for the workflow handle: the decision lives in ``cli/commands.py``.
+In process, against a stand-in for the workflow handle: the decision lives in ``cli/runs.py``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import ApplicationError, CancelledError, TerminatedError
 
 import starter
-from cli import commands
+from cli import runs
 from workflows.models import Outcome, Phase, ResearchResult, RunStatus
 
 
@@ -37,7 +37,7 @@ class StubHandle:
             raise self.result_or_error
         return self.result_or_error
 
-    async def query(self, name: str, result_type: type) -> RunStatus:
+    async def query(self, query: object, result_type: type | None = None) -> RunStatus:
         return RunStatus(phase=Phase.COMPLETED)
 
 
@@ -50,8 +50,8 @@ def report_exit(monkeypatch: pytest.MonkeyPatch, handle: StubHandle) -> int:
     async def revive(_: object) -> None:
         return None
 
-    monkeypatch.setattr(commands, "connect", connect)
-    monkeypatch.setattr(commands, "revive_worker", revive)
+    monkeypatch.setattr(runs, "connect", connect)
+    monkeypatch.setattr(runs, "revive_worker", revive)
     return starter.main(["report", handle.id])
 
 
@@ -85,6 +85,6 @@ def test_run_follows_the_same_codes_for_a_run_cancelled_while_followed() -> None
     """``run`` reads the result through the same helper: a cancelled run is 4, a failed one 1."""
     for cause, code in ((CancelledError("cancelled"), 4), (TerminatedError("x"), 4), (ApplicationError("boom"), 1)):
         handle = StubHandle("r", WorkflowExecutionStatus.RUNNING, failure(cause))
-        with pytest.raises(commands.CliError) as raised:
-            asyncio.run(commands._result(handle))  # type: ignore[arg-type]
+        with pytest.raises(runs.CliError) as raised:
+            asyncio.run(runs._result(handle))  # type: ignore[arg-type]
         assert raised.value.exit_code == code

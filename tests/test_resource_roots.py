@@ -18,13 +18,13 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.documents.index import _read
-from activities.documents.resource_roots import REPOSITORY, ResourcePolicy
 from activities.documents.retrieval import RESOURCE_NOT_FOUND, RESOURCE_OUTSIDE_ROOTS, RetrievalActivities
 from activities.run_config import RunConfigActivities
-from cli.commands import _request
-from cli.connection import CliError
+from cli.research import _request
+from config.resources import REPOSITORY, ResourcePolicy
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
+from runtime.front_door import CliError
 from tests.conftest import settings_with
 from tests.support.history_checks import activity_events
 from tests.support.runs import start
@@ -224,10 +224,10 @@ def test_the_cli_refuses_outside_resources_and_says_what_to_do(layout: Path, mon
         monkeypatch.setenv(name, value)
     resource = str(layout / "root" / "link.md")
     with pytest.raises(CliError) as caught:
-        _request(cli_args([str(layout / "root" / "docs"), resource]))
+        _request(cli_args([str(layout / "root" / "docs"), resource]), "q")
     assert repr(resource) in str(caught.value)
     assert str((layout / "root").resolve()) in str(caught.value) and "DEERFLOW_RESOURCE_ROOTS" in str(caught.value)
-    accepted = _request(cli_args([str(layout / "root" / "docs")]))
+    accepted = _request(cli_args([str(layout / "root" / "docs")]), "q")
     assert accepted.resources == [str((layout / "root" / "docs").resolve())]
 
 

@@ -23,8 +23,8 @@ import pytest
 from temporalio.client import Client
 
 from config.settings import Settings
+from runtime.blob_gc import BlobGcError, collect_s3
 from runtime.converter import data_converter, prepare_payload_store
-from storage.gc import BlobGcError, collect_s3
 from storage.s3 import S3Client
 from tests.support.runs import run_id
 from tests.support.s3_support import aws_only_on_loopback, moto_server

@@ -23,11 +23,11 @@ from temporalio.converter import (
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
+from runtime.blob_gc import BlobGcError, _subtrees_of
 from runtime.converter import blob_root, data_converter
 from runtime.encryption import ENCODING as ENCRYPTED
 from runtime.encryption import KeylessGuard, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
-from storage.gc import BlobGcError, _subtrees_of
 from storage.subtrees import ENCODING, SubtreeCodec, references_in
 from workflows.models import ChatMessage, ChatRequest, ToolSpec
 

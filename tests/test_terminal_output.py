@@ -16,9 +16,9 @@ import pytest
 from rich.console import Console
 from temporalio.client import WorkflowExecutionStatus
 
-from cli import commands as commands_module
-from cli.commands import _write_report
+from cli import runs as commands_module
 from cli.render import plan_text, status_text
+from cli.runs import _write_report
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, render_status
 from tests.support.status_samples import T0, ScriptedRun, handle, sample_status

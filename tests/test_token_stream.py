@@ -21,9 +21,10 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.guards.secret_scrubber import SecretScrubber
 from activities.model.llm import ModelActivities
-from activities.model.token_stream import ANNOUNCEMENT, PATH, Delta, Publisher, Sink, announce, configured_sink
+from activities.model.token_stream import Publisher
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer, Fault
+from runtime.token_stream_format import ANNOUNCEMENT, PATH, Delta, Sink, announce, configured_sink
 from server import serve
 from server.app import create_app
 from server.feed import FeedItem

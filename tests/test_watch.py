@@ -19,12 +19,12 @@ from rich.console import Console
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import CliError
 from cli.watch import Watcher, WatchStats, clock_time, format_duration, render_status, watch
 from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
+from runtime.front_door import CliError
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.runs import run_id
 from tests.support.status_samples import T0, ScriptedRun, at, handle, sample_status

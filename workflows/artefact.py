@@ -1,6 +1,6 @@
 """A content flow's file (a slide deck, a podcast) by reference: where the blob store keeps it.
 
-Files are written to the blob store by the activity that makes them (storage/artefacts.py), so
+Files are written to the blob store by the activity that makes them (runtime/artefacts.py), so
 history holds this small reference, never the bytes. With ``DEERFLOW_PAYLOAD_STORE=none`` there
 is no store, and the bytes travel inline, as every other payload then does.
 """

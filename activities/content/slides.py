@@ -14,7 +14,7 @@ from typing import Any
 from temporalio import activity
 
 from config.settings import Settings
-from storage import artefacts
+from runtime import artefacts
 from workflows.artefact import ArtefactRef
 from workflows.slides import Deck, Slide
 

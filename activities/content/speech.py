@@ -22,7 +22,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
-from storage import artefacts
+from runtime import artefacts
 from workflows.artefact import ArtefactRef
 from workflows.podcast import NO_VOICE, NO_VOICE_MESSAGE, SpeechRequest
 

@@ -2,7 +2,7 @@
 
 Why it is built this way:
 
-* Only formats whose text can be read reliably are supported (:data:`SUPPORTED_SUFFIXES`);
+* Only formats whose text can be read reliably are supported (``SUPPORTED_SUFFIXES``, config/resources.py);
   anything else is skipped by the caller, not guessed at.
 * It takes the bytes rather than a path: the index reads each file once, hashes the bytes to
   decide whether anything changed, and only then pays for extraction.
@@ -31,14 +31,11 @@ from typing import TYPE_CHECKING
 from activities.support.isolated import Limits, run_blocking
 from activities.web.decode import decode_body
 from activities.web.extract import prepare_html
+from config.resources import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SUPPORTED_SUFFIXES
 from config.settings import Settings
 
 if TYPE_CHECKING:
     from pypdf import PageObject
-
-MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
-HTML_SUFFIXES = frozenset({".html", ".htm"})
-SUPPORTED_SUFFIXES = frozenset({*MARKDOWN_SUFFIXES, *HTML_SUFFIXES, ".txt", ".pdf"})
 
 MAX_TEXT_CHARS = 5_000_000  # of one document; more is cut (a 2,000-page PDF is ~5 M chars)
 MAX_TITLE_CHARS = 200

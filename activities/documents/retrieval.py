@@ -7,7 +7,7 @@ Why it is built this way:
   embedded SQLite FTS5 store (:mod:`activities.documents.index`); ``ragflow`` asks a RAGFlow server
   through its HTTP retrieval API, with resources as DeerFlow's ``rag://dataset/<id>`` URIs.
 * Local resources are checked before any work. A path outside the operator's resource roots
-  (:mod:`activities.documents.resource_roots`; checked on the real path, so ``..`` and symlinks cannot
+  (:mod:`config.resources`; checked on the real path, so ``..`` and symlinks cannot
   escape) fails with a non-retryable ``ResourceOutsideRoots`` before the file is even looked
   for, so the error says nothing about what exists outside. A path that does not exist is a
   mistake only a human can fix, so it fails at once with a non-retryable ``ResourceNotFound``.
@@ -45,11 +45,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities.documents import extract as doc_extract
 from activities.documents.index import DB_FILENAME, DocumentStore, Hit, StoreUnavailable
-from activities.documents.resource_roots import ResourcePolicy, resolve
 from activities.support.heartbeat import heartbeating
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from activities.web.search import parse_retry_after, trim_response
+from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources
 from config.settings import Settings
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
 
@@ -61,7 +61,6 @@ RESOURCE_OUTSIDE_ROOTS = "ResourceOutsideRoots"
 RATE_LIMITED = "RetrievalRateLimited"
 UNAVAILABLE = "RetrievalUnavailable"
 CONFIG_ERROR = "RetrievalConfigError"
-DEFAULT_PROVIDER = "local"
 
 MAX_FILES = 10_000  # supported files per search: more means a resource was picked by mistake
 MAX_WALK_ENTRIES = 200_000  # directory entries looked at per search, supported or not
@@ -125,7 +124,7 @@ class Retriever(Protocol):
         ...
 
 
-RETRIEVERS: ProviderRegistry[Retriever] = ProviderRegistry("RAG_PROVIDER", "retriever", DEFAULT_PROVIDER, config_error)
+RETRIEVERS: ProviderRegistry[Retriever] = ProviderRegistry("RAG_PROVIDER", "retriever", LOCAL_RETRIEVER, config_error)
 register_retriever = RETRIEVERS.register
 supported_retrievers = RETRIEVERS.names
 
@@ -146,7 +145,7 @@ class LocalResources:
     folders: list[Path]
 
 
-@register_retriever(DEFAULT_PROVIDER)
+@register_retriever(LOCAL_RETRIEVER)
 class LocalRetriever:
     """Files and folders on the worker, indexed into ``<DEERFLOW_HOME>/documents.sqlite3``."""
 
@@ -200,11 +199,6 @@ def resolve_resource(resource: str, policy: ResourcePolicy) -> Path:
     if not exists:
         raise resource_not_found(resource, path)
     return path
-
-
-def uses_local_resources(settings: Settings) -> bool:
-    """Whether resources are files under the resource roots (the local retriever), not RAGFlow URIs."""
-    return (settings.rag_provider.strip().lower() or DEFAULT_PROVIDER) == DEFAULT_PROVIDER
 
 
 def check_resources(resources: list[str], settings: Settings) -> None:

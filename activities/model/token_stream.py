@@ -3,7 +3,9 @@
 Why a side channel and not history: history stays the one record of a run (the feed is derived
 from it, server/feed.py). Tokens are a preview of a message history will hold in full a moment
 later, so they go, best effort, to a sink over HTTP: the API server's ``/internal/token-stream``
-(server/live.py), which hands them to the run's open pages. Nothing of them enters history.
+(server/live.py), which hands them to the run's open pages. Nothing of them enters history. The
+wire format the two share (``Delta``, the stream id, the sink's announcement) is
+runtime/token_stream_format.py.
 
 The sink is the operator's (``DEERFLOW_TOKEN_STREAM_URL`` and ``DEERFLOW_TOKEN_STREAM_TOKEN``), so
 workers and the API server may run on different machines; unset, it is the one a local
@@ -26,82 +28,23 @@ not previewed from there on; the sink's token travels only in the request's head
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import os
-import secrets
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import httpx
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
-from pydantic import BaseModel, Field
 from temporalio import activity
 
 from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings
+from runtime.token_stream_format import Sink, configured_sink
 
-ANNOUNCEMENT = "token-stream.json"
-PATH = "/internal/token-stream"
 # Publishes wait this long for more text before sending, so one request carries several tokens.
 COALESCE_SECONDS = 0.02
 _log = logging.getLogger(__name__)
 # Senders finishing after their activity returned; held so the loop does not collect them early.
 _finishing: set[asyncio.Task[None]] = set()
-
-
-class Sink(BaseModel):
-    """Where previews go: an HTTP endpoint and the bearer token it expects."""
-
-    url: str = Field(pattern=r"^https?://")
-    token: str = Field(min_length=16)
-
-
-class Delta(BaseModel):
-    """One published piece of a reply: ``text`` starts at character ``offset`` of the stream."""
-
-    workflow_id: str = Field(min_length=1, max_length=255)
-    run_id: str = Field(min_length=1, max_length=64)
-    activity_id: str = Field(min_length=1, max_length=64)
-    attempt: int = Field(ge=1)
-    agent: str = Field(max_length=64)
-    offset: int = Field(ge=0)
-    text: str
-
-    @property
-    def stream_id(self) -> str:
-        return stream_id(self.workflow_id, self.run_id, self.activity_id, self.attempt)
-
-
-def stream_id(workflow_id: str, run_id: str, activity_id: str, attempt: int) -> str:
-    """The preview's message id; the feed puts the same id on the final message (``stream_id``)."""
-    return f"{workflow_id}/live.{run_id}.{activity_id}.{attempt}"
-
-
-def announce(home: Path, url: str, token: str) -> Path:
-    """Tell local workers where this API server takes previews (owner-only file, atomic write)."""
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / ANNOUNCEMENT
-    temporary = home / f".{ANNOUNCEMENT}.{secrets.token_hex(4)}"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        json.dump({"url": url, "token": token}, file)
-    os.replace(temporary, path)
-    return path
-
-
-def configured_sink(settings: Settings) -> Sink | None:
-    """The operator's sink, else the one a local ``serve`` announced, else none."""
-    if not settings.token_stream:
-        return None
-    if settings.token_stream_url:
-        return Sink(url=settings.token_stream_url, token=settings.token_stream_token or "") \
-            if settings.token_stream_token and len(settings.token_stream_token) >= 16 else None
-    try:
-        return Sink.model_validate_json((settings.home / ANNOUNCEMENT).read_bytes())
-    except (OSError, ValueError):
-        return None
 
 
 class Publisher:

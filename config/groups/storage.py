@@ -20,7 +20,7 @@ class StorageSettings(SettingsGroup):
     home: Path = Field(default=Path(__file__).resolve().parents[2] / ".deerflow", alias="DEERFLOW_HOME")
 
     # Resource roots: the only folders whose files a run's ``resources`` may name
-    # (activities/documents/resource_roots.py). Unset: ``<home>/resources``, a folder that holds nothing but
+    # (config/resources.py). Unset: ``<home>/resources``, a folder that holds nothing but
     # what someone put there to be searched. Env: paths separated by os.pathsep (":" on Linux, like
     # PATH); conf.yaml: ``RESOURCE_ROOTS`` as a list. ``conf_path`` is protected like the home.
     resource_roots: list[Path] | None = Field(default=None, alias="DEERFLOW_RESOURCE_ROOTS")

@@ -1,4 +1,9 @@
-"""Connects the front door to Temporal, starting the embedded default only where that is safe.
+"""Connects a front door (the CLI, the API server) to Temporal, starting the embedded default only
+where that is safe.
+
+Both front doors connect the same way and report a problem the user can act on the same way
+(``CliError``, printed by starter.py without a traceback), so this lives below both of them:
+neither imports the other.
 
 The embedded dev server is started only when no address is configured (no TEMPORAL_ADDRESS, no
 profile address, no TLS, no API key) and nothing answers at its own loopback address

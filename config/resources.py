@@ -1,4 +1,5 @@
-"""Which files a run's ``resources`` may name: only files under an operator-configured root.
+"""Which files a run's ``resources`` may name: only documents of a readable format under an
+operator-configured root.
 
 Why it is built this way:
 
@@ -15,6 +16,10 @@ Why it is built this way:
   skips them.
 * The same policy is asked by the run's start (``load_run_config``), by every search
   (``local_search_tool``) and by the CLI before it starts a run, so all three give one message.
+  The API server lists and stores documents by it too, so it lives here, beside the settings,
+  and not in the worker's code (the front doors import none).
+* Only formats whose text can be read reliably are documents (:data:`SUPPORTED_SUFFIXES`); the
+  extraction (activities/documents/extract.py) reads them, the API server lists only them.
 """
 
 from __future__ import annotations
@@ -24,8 +29,13 @@ from pathlib import Path
 
 from config.settings import Settings
 
-REPOSITORY = Path(__file__).resolve().parents[2]
+REPOSITORY = Path(__file__).resolve().parents[1]
 ALWAYS_PROTECTED = (Path("/proc"),)
+MARKDOWN_SUFFIXES = frozenset({".md", ".markdown"})
+HTML_SUFFIXES = frozenset({".html", ".htm"})
+SUPPORTED_SUFFIXES = frozenset({*MARKDOWN_SUFFIXES, *HTML_SUFFIXES, ".txt", ".pdf"})
+# RAG_PROVIDER's default: resources are files under the roots (any other retriever takes URIs).
+LOCAL_RETRIEVER = "local"
 
 
 @dataclass(frozen=True)
@@ -68,6 +78,11 @@ class ResourcePolicy:
             "RESOURCE_ROOTS in conf.yaml) on the worker and restart it. Hidden files and the worker's "
             "own state, code and configuration are never resources."
         )
+
+
+def uses_local_resources(settings: Settings) -> bool:
+    """Whether resources are files under the resource roots (the local retriever), not RAGFlow URIs."""
+    return (settings.rag_provider.strip().lower() or LOCAL_RETRIEVER) == LOCAL_RETRIEVER
 
 
 def resolve(text: str) -> Path | None:

@@ -1,0 +1,228 @@
+"""The whole command line of ``starter.py``: every subcommand, its flags and its handler.
+
+Each handler takes the parsed arguments and returns an exit code (cli/main.py runs it). The web
+servers' handlers come from the entry point (``ServerCommands``): the CLI imports nothing of
+server/, and the web stack is imported only by the commands that serve.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import NoReturn
+
+from pydantic import TypeAdapter, ValidationError
+
+from cli import blobs, config_view, content, history, operate, research, runs
+from runtime.build_info import add_version_argument
+from workflows.models import ReportStyle
+
+Handler = Callable[[argparse.Namespace], Awaitable[int]]
+Subcommands = argparse._SubParsersAction
+
+
+@dataclass(frozen=True)
+class ServerCommands:
+    """``serve`` and ``codec-server``, handed in by starter.py (server/ is not the CLI's to import)."""
+
+    serve: Handler
+    codec_server: Handler
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from error
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _duration(text: str) -> timedelta:
+    """Seconds (``300``, ``1.5``) or ISO 8601 (``PT12H``, ``P3D``), as the README and ``--help`` promise."""
+    try:
+        value = (timedelta(seconds=float(text)) if re.fullmatch(r"\s*\d+(\.\d+)?\s*", text)
+                 else TypeAdapter(timedelta).validate_python(text.strip()))
+    except (ValidationError, OverflowError) as error:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration: give seconds (300) or ISO 8601 (PT12H, P3D)") from error
+    if value <= timedelta(0):
+        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line, exit code 2: the full usage is one ``--help`` away."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"Error: {message} (see `{self.prog} --help`)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def build_parser(servers: ServerCommands) -> argparse.ArgumentParser:
+    parser = _Parser(prog="starter.py", description="deerflow-temporal: durable deep research")
+    add_version_argument(parser)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run(sub)
+    _add_steering(sub)
+    _add_reading(sub)
+    _add_history(sub)
+    _add_servers(sub, servers)
+    _add_operations(sub)
+    _add_blobs(sub)
+    _add_content(sub)
+    return parser
+
+
+def _add_run(sub: Subcommands) -> None:
+    """Start a research run: the question and every flag of its request."""
+    run = sub.add_parser("run", help="start a research run and follow it")
+    run.add_argument("question", nargs="?", help="the question; - reads it from stdin")
+    run.add_argument("--question-file", metavar="FILE", help="read the question from this file (UTF-8)")
+    run.add_argument("--auto-accept", action="store_true", help="accept the plan without review")
+    run.add_argument("--report-style", choices=[style.value for style in ReportStyle])
+    run.add_argument("--locale", help="report locale, e.g. en-US or zh-CN (default: detected)")
+    run.add_argument("--max-steps", type=_positive, help="at most this many plan steps (default 3)")
+    run.add_argument("--max-plan-iterations", type=_positive, help="planning rounds (default 1)")
+    run.add_argument("--max-search-results", type=_positive, help="results per search (default 3)")
+    run.add_argument("--no-background", action="store_true", help="skip the background investigation")
+    run.add_argument("--no-web", action="store_true",
+                     help="research without the web: only --resource documents and MCP tools")
+    run.add_argument("--deep-thinking", action="store_true", help="plan with the reasoning model")
+    run.add_argument("--resource", action="append", default=[], metavar="PATH",
+                     help="a document or folder (md, txt, pdf, html) to research; repeatable")
+    run.add_argument("--parallel", action="store_true", help="run independent research steps concurrently")
+    run.add_argument("--clarify", action="store_true", help="let the coordinator ask clarifying questions")
+    run.add_argument("--review-timeout", metavar="DURATION", type=_duration,
+                     help="how long a review may wait, ISO 8601 (P7D, PT12H) or seconds (default P7D)")
+    run.add_argument("--review-timeout-action", choices=["accept", "cancel", "report"],
+                     help="what happens when the review deadline passes (default cancel)")
+    run.add_argument("--no-wait", action="store_true", help="print the run ID and return at once")
+    run.add_argument("-o", "--output", help="write the report to this file")
+    run.add_argument("--id", help="workflow ID for the run (default: derived from the question)")
+    run.add_argument("--force", action="store_true", help="reuse the --id of a run that has ended")
+    run.add_argument("-v", "--verbose", action="store_true", help="print the event-to-display delay at the end")
+    run.set_defaults(handler=research.run)
+
+
+def _add_steering(sub: Subcommands) -> None:
+    """Answer a run that waits for a person."""
+    review = sub.add_parser("review", help="accept or edit the plan of a paused run")
+    review.add_argument("id")
+    choice = review.add_mutually_exclusive_group(required=True)
+    choice.add_argument("--accept", action="store_true")
+    choice.add_argument("--edit", metavar="TEXT", help="what the planner should change")
+    review.set_defaults(handler=research.review)
+
+    answer = sub.add_parser("answer", help="answer the coordinator's clarifying question")
+    answer.add_argument("id")
+    answer.add_argument("text")
+    answer.set_defaults(handler=research.answer)
+
+
+def _add_reading(sub: Subcommands) -> None:
+    """Follow, read, list and cancel runs."""
+    watch = sub.add_parser("watch", help="follow a run live (a panel on a terminal, lines otherwise)")
+    watch.add_argument("id")
+    watch.add_argument("--plain", action="store_true", help="print changes as lines even on a terminal")
+    watch.add_argument("--stats", action="store_true", help="print the event-to-display delay at the end")
+    watch.set_defaults(handler=operate.watch_run)
+
+    status = sub.add_parser("status", help="show a run's phase, plan and progress")
+    status.add_argument("id")
+    status.add_argument("--json", action="store_true", help="machine-readable output")
+    status.set_defaults(handler=runs.status)
+
+    report = sub.add_parser("report", help="print the report of a finished run")
+    report.add_argument("id")
+    report.add_argument("-o", "--output", help="write the report to this file")
+    report.set_defaults(handler=runs.report)
+
+    listing = sub.add_parser("list", help="list research runs")
+    listing.add_argument("--running", action="store_true", help="only runs still in progress")
+    listing.add_argument("--awaiting-review", action="store_true", help="only runs waiting for a plan review")
+    listing.add_argument("--limit", type=_positive, default=50)
+    listing.set_defaults(handler=operate.list_runs)
+
+    cancel = sub.add_parser("cancel", help="cancel a run")
+    cancel.add_argument("id")
+    cancel.set_defaults(handler=operate.cancel)
+
+
+def _add_history(sub: Subcommands) -> None:
+    """A run's event history: export and replay."""
+    exported = sub.add_parser("history", help="export a run's event history as JSON (replayable)")
+    exported.add_argument("id")
+    exported.add_argument("-o", "--output", help="write it to this file (default: standard output)")
+    exported.add_argument("--raw", action="store_true",
+                         help="as the server holds it, blob-store references and all (replays only where the "
+                              "store is reachable); default: every reference resolved, so the file replays anywhere")
+    exported.set_defaults(handler=history.history)
+
+    replay = sub.add_parser("replay", help="replay a run's history against this code")
+    replay.add_argument("id", nargs="?")
+    replay.add_argument("--file", help="a history exported with `history` or the Web UI")
+    replay.set_defaults(handler=history.replay)
+
+
+def _add_servers(sub: Subcommands, servers: ServerCommands) -> None:
+    """Our web servers, on uvicorn."""
+    serve = sub.add_parser("serve", help="the web front end: our research page and DeerFlow's API")
+    serve.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_WEB_TOKEN")
+    serve.add_argument("--port", type=_positive, default=8000)
+    add_version_argument(serve)
+    serve.set_defaults(handler=servers.serve)
+
+    codec = sub.add_parser("codec-server", help="decode payloads (blob references, encryption) for the Web UI and CLI")
+    codec.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_CODEC_TOKEN")
+    codec.add_argument("--port", type=_positive, default=8081)
+    codec.add_argument("--no-token-on-private-network", action="store_true",
+                       help="listen beyond loopback without DEERFLOW_CODEC_TOKEN: only where the port is "
+                            "published on the host's loopback alone (as docker-compose.yml does)")
+    add_version_argument(codec)
+    codec.set_defaults(handler=servers.codec_server)
+
+
+def _add_operations(sub: Subcommands) -> None:
+    """The configuration and the embedded dev server."""
+    config = sub.add_parser("config", help="print the effective configuration and where each value came from")
+    config.set_defaults(handler=config_view.show)
+
+    down = sub.add_parser("down", help="stop the embedded dev server and worker")
+    down.set_defaults(handler=operate.down)
+
+
+def _add_content(sub: Subcommands) -> None:
+    """A finished run's report as something else: a grade, a deck, a podcast."""
+    evaluate = sub.add_parser("evaluate", help="grade a finished run's report (DeerFlow's metrics; --llm: the model's)")
+    evaluate.add_argument("id")
+    evaluate.add_argument("--style", choices=[s.value for s in ReportStyle], default=ReportStyle.ACADEMIC.value,
+                          help="the report style to judge it against (default: academic, as runs)")
+    evaluate.add_argument("--llm", action="store_true", help="also ask the model to judge it")
+    evaluate.set_defaults(handler=content.evaluate_command)
+
+    slides = sub.add_parser("slides", help="a finished run's report as a PowerPoint deck")
+    slides.add_argument("id")
+    slides.add_argument("-o", "--output", required=True, help="the .pptx file to write")
+    slides.set_defaults(handler=content.slides_command)
+
+    podcast = sub.add_parser("podcast", help="a finished run's report as a two-voice podcast (MP3)")
+    podcast.add_argument("id")
+    podcast.add_argument("-o", "--output", required=True, help="the .mp3 file to write")
+    podcast.set_defaults(handler=content.podcast_command)
+
+
+def _add_blobs(sub: Subcommands) -> None:
+    """The large-payload store (runtime/blob_gc.py)."""
+    store = sub.add_parser("blobs", help="the large-payload store: `blobs gc` deletes blobs of runs gone")
+    actions = store.add_subparsers(dest="blobs_command", required=True, metavar="gc")
+    gc = actions.add_parser("gc", help="delete the blobs of runs the server no longer keeps")
+    gc.add_argument("--older-than", type=blobs.older_than, default=timedelta(days=7), metavar="DAYS",
+                    help="only blobs older than this many days (default 7, at least 1 hour)")
+    gc.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
+    gc.set_defaults(handler=blobs.blobs_gc)

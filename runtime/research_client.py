@@ -1,0 +1,80 @@
+"""The research workflow's client contract, typed: start a run, read its status, review its plan,
+answer its question, by method references to ``DeepResearchWorkflow``'s handlers.
+
+Why method references and not names: the SDK takes each handler's name and result type from the
+workflow's own decorators, so a renamed handler or a changed result type is one edit in
+workflows/research.py, not a string to find in every client (the CLI, the API server, the tests).
+The workflow is registered as the dynamic workflow (its input validated in
+workflows/run_input.py); that changes how its *start* is decoded, not its handlers, so only the
+start goes by type name (``WORKFLOW_TYPE``).
+
+The workflow class is imported on first use, not with this module: the CLI imports it, and every
+command but ``replay`` starts without the workflow's code (it may be reviving a dead worker;
+tests/test_worker_startup.py). This module does I/O (it talks to the Temporal server): workflow
+code never imports it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import temporalio.workflow
+from temporalio.client import Client, WorkflowHandle
+from temporalio.common import WorkflowIDReusePolicy
+
+from runtime.run_memo import question_memo
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+
+if TYPE_CHECKING:
+    from workflows.research import DeepResearchWorkflow
+
+ResearchHandle = WorkflowHandle[Any, ResearchResult]
+# ``review_plan`` or ``answer_clarification``: a validated update that a person's text answers.
+Update = Callable[[WorkflowHandle[Any, Any], str], Awaitable[ReviewOutcome]]
+
+
+def _workflow() -> type[DeepResearchWorkflow]:
+    """The workflow class, whose handlers are the method references (imported on first use)."""
+    from workflows.research import DeepResearchWorkflow
+
+    return DeepResearchWorkflow
+
+
+@functools.cache
+def status_query_name() -> str:
+    """The ``status`` query's name as the SDK's ``handle.query`` reads it from the handler, for a
+    query sent through the raw service API (cli/watch.py: one attempt, no SDK retries)."""
+    definition = temporalio.workflow._QueryDefinition.from_fn(_workflow().status)
+    if definition is None or definition.name is None:
+        raise TypeError("DeepResearchWorkflow.status is not a named workflow query")
+    return definition.name
+
+
+async def start(client: Client, request: ResearchRequest, *, run_id: str, summary: str,
+                id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE) -> ResearchHandle:
+    """Start a research run on the workflow's task queue; ``summary`` is the Web UI's static summary.
+
+    The question goes into the memo as well: a listing returns memos for free, so the page names
+    each run by its question without a lookup per run."""
+    return await client.start_workflow(WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE,
+                                       result_type=ResearchResult, static_summary=summary,
+                                       memo=question_memo(request.question), id_reuse_policy=id_reuse_policy)
+
+
+async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
+    """The ``status`` query: where the run stands (answered by a worker, even for a closed run)."""
+    return await handle.query(_workflow().status)
+
+
+async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str) -> ReviewOutcome:
+    """The ``review_plan`` update (``[ACCEPTED]`` or ``[EDIT_PLAN] …``); its validator's refusal
+    comes back as ``WorkflowUpdateFailedError``."""
+    return await handle.execute_update(_workflow().review_plan, feedback)
+
+
+async def answer_clarification(handle: WorkflowHandle[Any, Any], answer: str) -> ReviewOutcome:
+    """The clarification update: the answer to the coordinator's question."""
+    return await handle.execute_update(_workflow().answer_clarification, answer)
+

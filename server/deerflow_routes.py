@@ -1,0 +1,86 @@
+"""DeerFlow's own endpoints, as its web UI calls them: the chat stream and its cancel, the
+configuration, the document resources and uploads, and the prompt enhancer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from config.resources import SUPPORTED_SUFFIXES, ResourcePolicy
+from offline.providers import offline_parts
+from server.enhance import enhance
+from server.security import RequestError, read_json
+from server.services import endpoint, services
+from server.threads import checked_thread_id, latest_run
+
+MAX_RESOURCES = 200
+
+
+async def chat_stream(request: Request) -> Response:
+    shared = services(request)
+    try:
+        body: Any = await read_json(request, shared.body_limit)
+    except RequestError as error:
+        body = error  # reported as the stream's error event, as DeerFlow's UI expects
+    thread = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
+    return shared.event_stream(shared.chat.stream(body, shared.keep_alive), thread)
+
+
+async def chat_cancel(request: Request) -> Any:
+    shared = services(request)
+    body = await read_json(request, shared.body_limit)
+    thread = checked_thread_id(str(body.get("thread_id", ""))) if isinstance(body, dict) else ""
+    handle = await latest_run(shared.client, shared.settings.web_thread_prefix, thread)
+    await handle.cancel()
+    return {"cancelled": handle.id}
+
+
+async def config(request: Request) -> Any:
+    settings = services(request).settings
+    return {"rag": {"provider": settings.rag_provider or None},
+            "models": {"basic": [settings.basic_model],
+                       "reasoning": [settings.reasoning_model] if settings.reasoning_model else []},
+            "offline_demo": any(offline_parts(settings))}
+
+
+async def rag_resources(request: Request) -> Any:
+    query = request.query_params.get("query", "").lower()
+    return {"resources": _resources(ResourcePolicy.from_settings(services(request).settings), query)}
+
+
+async def rag_upload(request: Request) -> Any:
+    return await services(request).uploads.store(request)
+
+
+async def prompt_enhance(request: Request) -> Any:
+    shared = services(request)
+    return await enhance(shared.client, await read_json(request, shared.body_limit))
+
+
+def _resources(policy: ResourcePolicy, query: str) -> list[dict[str, str]]:
+    """Documents under the operator's resource roots, as DeerFlow's Resource JSON (uri = path)."""
+    found: list[dict[str, str]] = []
+    for root in policy.roots:
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*")):
+            if len(found) >= MAX_RESOURCES:
+                return found
+            if path.is_file() and path.suffix.lower() in SUPPORTED_SUFFIXES and policy.allows(path.resolve()) \
+                    and query in path.name.lower():
+                found.append({"uri": str(path.resolve()), "title": path.name,
+                              "description": str(path.relative_to(root))})
+    return found
+
+
+ROUTES = [
+    Route("/api/chat/stream", chat_stream, methods=["POST"]),
+    Route("/api/chat/cancel", endpoint(chat_cancel), methods=["POST"]),
+    Route("/api/config", endpoint(config), methods=["GET"]),
+    Route("/api/rag/resources", endpoint(rag_resources), methods=["GET"]),
+    Route("/api/rag/upload", endpoint(rag_upload), methods=["POST"]),
+    Route("/api/prompt/enhance", endpoint(prompt_enhance), methods=["POST"]),
+]

@@ -1,0 +1,82 @@
+"""What the HTTP handlers share, built once per app and kept on ``app.state``.
+
+Why not closures: the route modules (server/deerflow_routes.py, run_routes.py, page_routes.py,
+content.py) hold small module-level handlers, each of which reads what it needs from the request's
+app; the app itself (server/app.py) only assembles them. The app holds no run state: everything it
+shows is read from Temporal, so a restarted server loses nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.service import RPCError
+
+from config.settings import Settings
+from server import sse
+from server.chat import ChatTurns, problem
+from server.live import TokenHub
+from server.runs import Runs
+from server.security import RequestError
+from server.threads import ThreadError
+from server.uploads import Uploads
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+Handler = Callable[[Request], Awaitable[Any]]
+
+
+@dataclass(frozen=True)
+class Services:
+    client: Client
+    settings: Settings
+    hub: TokenHub
+    chat: ChatTurns
+    runs: Runs
+    uploads: Uploads
+    streams: sse.StreamLimit
+    keep_alive: float
+
+    @classmethod
+    def build(cls, client: Client, settings: Settings, hub: TokenHub, keep_alive: float) -> Services:
+        return cls(client=client, settings=settings, hub=hub, chat=ChatTurns(client, settings, hub),
+                   runs=Runs(client, settings, hub), uploads=Uploads(settings),
+                   streams=sse.StreamLimit(settings.web_max_streams), keep_alive=keep_alive)
+
+    @property
+    def body_limit(self) -> int:
+        return self.settings.web_max_body_bytes
+
+    def event_stream(self, stream: AsyncIterator[str], key: str) -> StreamingResponse:
+        """An SSE response, counted against the operator's open-stream limit under ``key``."""
+        return StreamingResponse(self.streams.bounded(stream, key), media_type="text/event-stream",
+                                 headers=SSE_HEADERS)
+
+
+def services(request: Request) -> Services:
+    found: Services = request.app.state.services
+    return found
+
+
+def endpoint(handler: Handler) -> Callable[[Request], Awaitable[Response]]:
+    """JSON in and out; a refused request gets its reason and status, never a traceback."""
+    async def wrapped(request: Request) -> Response:
+        try:
+            result = await handler(request)
+        except RequestError as error:
+            return JSONResponse({"detail": str(error)}, status_code=error.status)
+        except ThreadError as error:
+            return JSONResponse({"detail": str(error)}, status_code=400)
+        except (ValidationError, WorkflowUpdateFailedError) as error:
+            return JSONResponse({"detail": problem(error)}, status_code=400)
+        except RPCError as error:
+            return JSONResponse({"detail": problem(error)}, status_code=502)
+        except WorkflowUpdateRPCTimeoutOrCancelledError as error:
+            return JSONResponse({"detail": problem(error)}, status_code=504)
+        return result if isinstance(result, Response) else JSONResponse(result)
+    return wrapped

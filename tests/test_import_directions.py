@@ -1,0 +1,81 @@
+"""Imports between the top-level packages run one way only, down the layers ARCHITECTURE.md draws.
+
+Why a test: an arrow back up (storage importing runtime while runtime imports storage, a front door
+importing worker code) is how the house turns into one room again, and nothing else notices it.
+Every product module's imports are read with ``ast`` (those inside functions too, as the lazy ones
+are real dependencies), so the order is checked on the code, not on what is imported at start-up.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO_DIR = Path(__file__).resolve().parent.parent
+NOT_PRODUCT = {"tests", "bench", "build", "deploy"}
+
+# Top to bottom. A package may import its own modules and those of any layer below its own, never
+# one above, nor a neighbour in its own layer (so the CLI and the API server never import each other).
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"worker", "starter"}),  # the entry points
+    frozenset({"cli", "server", "hosting"}),  # the front doors; the worker's plumbing
+    frozenset({"sandbox"}),  # the coder's Python, on its own queue
+    frozenset({"activities"}),  # all I/O of a run
+    frozenset({"runtime"}),  # what every client and the worker share
+    frozenset({"storage", "offline"}),  # the blob stores; the bundled fake model and corpus
+    frozenset({"config"}),  # settings and the operator's policies
+    frozenset({"workflows"}),  # deterministic, imports nothing of ours
+)
+LAYER_OF = {package: depth for depth, layer in enumerate(LAYERS) for package in layer}
+
+
+def product_modules() -> Iterator[Path]:
+    for path in sorted(REPO_DIR.rglob("*.py")):
+        parts = path.relative_to(REPO_DIR).parts
+        if parts[0] not in NOT_PRODUCT and not any(part.startswith(".") for part in parts):
+            yield path
+
+
+def top_level(path: Path) -> str:
+    return path.relative_to(REPO_DIR).parts[0].removesuffix(".py")
+
+
+def imported_names(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Every absolute import in the module, at any depth (relative ones stay in their package)."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module
+
+
+def violations(path: Path, source: str) -> list[str]:
+    """The imports of one module that point up the layers or sideways into a neighbour."""
+    package = top_level(path)
+    found = []
+    for line, name in imported_names(ast.parse(source)):
+        target = name.split(".")[0]
+        if target == package or target not in LAYER_OF:
+            continue  # its own package, or not ours (the standard library, a dependency)
+        if LAYER_OF[target] <= LAYER_OF[package]:
+            found.append(f"{path.relative_to(REPO_DIR)}:{line} imports {name} ({package} may not import {target})")
+    return found
+
+
+def test_every_top_level_package_has_a_layer() -> None:
+    packages = {top_level(path) for path in product_modules()}
+    assert packages - LAYER_OF.keys() == set(), "place the new package in LAYERS (and ARCHITECTURE.md)"
+
+
+def test_imports_run_down_the_layers_only() -> None:
+    found = [line for path in product_modules() for line in violations(path, path.read_text(encoding="utf-8"))]
+    assert found == [], "\n".join(found)
+
+
+def test_the_check_sees_imports_inside_functions_and_between_neighbours() -> None:
+    lazy = "def serve():\n    from cli.terminal import printable\n"
+    assert violations(REPO_DIR / "server" / "serve.py", lazy) == [
+        "server/serve.py:2 imports cli.terminal (server may not import cli)"]
+    assert violations(REPO_DIR / "storage" / "gc.py", "import runtime.encryption\n") != []
+    assert violations(REPO_DIR / "runtime" / "converter.py", "from storage import filesystem\n") == []
