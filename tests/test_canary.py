@@ -27,9 +27,9 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import blob_root
-from tests.conftest import settings_with
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from workflows.models import Outcome
 
 CANARY = "sk-CANARY-"

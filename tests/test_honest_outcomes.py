@@ -14,8 +14,8 @@ from cli.commands import EXIT_CODES
 from cli.render import plan_text, status_text
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
 from tests.support.runs import awaiting_review, start, wait_for
+from tests.support.settings import settings_with
 from workflows.models import Outcome, Phase, Plan, RunStatus
 from workflows.progress import current_details
 from workflows.research import DIRECT_REPLY_NOTE, NO_RESEARCH_NOTE, ZERO_FINDINGS_NOTE

@@ -27,8 +27,8 @@ from offline.providers import (
     offline_banner,
     start_offline_providers,
 )
-from tests.conftest import settings_with
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from workflows.models import Phase, ResearchResult, RunStatus
 from workflows.progress import current_details
 from workflows.status_view import OFFLINE_MODEL_NOTICE, OFFLINE_NOTICE, OFFLINE_SEARCH_NOTICE, offline_notice

@@ -15,8 +15,8 @@ from temporalio.client import Client
 
 from config.settings import Settings
 from offline.model_server import FakeModelServer
-from tests.conftest import settings_with
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from workflows.models import Outcome
 
 

@@ -16,9 +16,9 @@ from temporalio.client import Client, WorkflowHistory
 from activities.run_config import main_queue_kinds
 from config.settings import Settings
 from hosting.registry import build_workers
-from tests.conftest import settings_with
 from tests.support.history_checks import activity_events
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from worker import parse_queues
 from workflows.activity_options import HEARTBEAT_THROTTLE
 from workflows.models import TASK_QUEUE

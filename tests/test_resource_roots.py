@@ -25,9 +25,9 @@ from cli.commands import _request
 from cli.connection import CliError
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
-from tests.conftest import settings_with
 from tests.support.history_checks import activity_events
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from workflows.errors import failure_message
 from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
 

@@ -28,11 +28,11 @@ from server import serve
 from server.app import create_app
 from server.feed import FeedItem
 from server.live import Previews, TokenHub
-from tests.conftest import settings_with
+from tests.support.chat_requests import COORDINATOR
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import free_port
 from tests.support.runs import start
-from tests.test_llm_activity import COORDINATOR
+from tests.support.settings import settings_with
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome
 
 TOKEN = "stream-token-for-tests-0123456789"

@@ -17,9 +17,9 @@ from temporalio.testing import ActivityEnvironment
 from activities.run_config import RunConfigActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
 from tests.support.history_checks import most_pending, tool_batches
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from workflows.models import Outcome, RunConfig
 
 PER_TURN = 16

@@ -19,8 +19,8 @@ from activities.model.tool_support import refuses_tools
 from cli.render import status_text
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
 from tests.support.runs import QUESTION, start
+from tests.support.settings import settings_with
 from workflows.errors import failure_message
 from workflows.models import ChatMessage, ChatRequest, Outcome, Phase, RunStatus
 from workflows.tools import HANDOFF_TO_PLANNER

@@ -15,10 +15,10 @@ from temporalio.client import Client
 from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
-from tests.conftest import settings_with
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.history_checks import activity_types
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from workflows.models import Outcome
 
 ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"

@@ -18,8 +18,8 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.conftest import settings_with
 from tests.support.runs import awaiting_review, start, wait_for
+from tests.support.settings import settings_with
 from workflows.errors import failure_message
 from workflows.models import (
     Outcome,
