@@ -1,4 +1,4 @@
-"""Shared fixtures: Temporal test servers, the offline fake providers, and a worker.
+"""Shared fixtures: Temporal test servers, the offline fake providers, and workers.
 
 Everything talks to loopback only. The fake model and search servers are the same ones the
 offline demo uses; the activities are the real ones, with their real HTTP clients.
@@ -7,27 +7,26 @@ offline demo uses; the activities are the real ones, with their real HTTP client
 from __future__ import annotations
 
 import contextlib
+import functools
 import shutil
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings, load_settings
-from hosting.registry import build_workers, queue_activities, running
-from hosting.scrub_interceptor import SecretScrubbingInterceptor
+from hosting.registry import running
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
-from sandbox.activity import SandboxActivities
 from tests.support.isolation import isolate_this_process
 from tests.support.processes import TEST_SERVER, DevServer
 from tests.support.runs import STARTED
+from tests.support.workers import WorkerWith, harness_workers, own_worker
 
 _own_tmp = pytest.StashKey[str]()
 _exit_status = pytest.StashKey[int]()
@@ -94,40 +93,19 @@ async def time_env(worker_settings: Settings) -> AsyncIterator[WorkflowEnvironme
     await env.shutdown()
 
 
-_session_activities: list[Callable[..., object]] = []
-_session_interceptor: list[SecretScrubbingInterceptor] = []
-
-
 @pytest.fixture(scope="session")
 async def time_worker(time_env: WorkflowEnvironment, worker_settings: Settings) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
-    activities = queue_activities(worker_settings, sandbox=SandboxActivities(worker_settings))
-    _session_activities[:] = activities["main"]  # every activity object, whichever queue it serves
-    interceptors = [SecretScrubbingInterceptor(SecretScrubber.for_settings(worker_settings))]
-    _session_interceptor[:] = interceptors
-    async with running(build_workers(time_env.client, worker_settings, activities=activities,
-                                     interceptors=interceptors)):
+    async with running(harness_workers(time_env.client, worker_settings)):
         yield time_env.client
 
 
-@pytest.fixture
-def configure_worker(time_worker: Client, worker_settings: Settings) -> Iterator[Callable[[Settings], None]]:
-    """``configure_worker(settings)``: the session worker's activities, and its secret scrubber,
-    use ``settings`` (and the environment as it is now) until the test ends. The worker is shared
-    by the session, so a test that needs other settings swaps them in and out."""
-
-    def configure(settings: Settings) -> None:
-        scrubber = SecretScrubber.for_settings(settings)
-        for interceptor in _session_interceptor:
-            interceptor.scrubber = scrubber
-        for bound in _session_activities:
-            owner = bound.__self__  # type: ignore[attr-defined]
-            owner.settings = settings
-            if hasattr(owner, "scrubber"):
-                owner.scrubber = scrubber
-
-    yield configure
-    configure(worker_settings)
+@pytest.fixture(scope="session")
+def worker_with(time_env: WorkflowEnvironment) -> WorkerWith:
+    """``async with worker_with(settings) as client``: a worker of the test's own, built with
+    ``settings``, on a task queue of its own on the time-skipping server, until the block ends; runs
+    ``client`` starts go to it (tests/support/workers.py)."""
+    return functools.partial(own_worker, time_env.client)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
