@@ -17,8 +17,10 @@ $(VENV)/.installed: pyproject.toml
 demo: $(VENV)/.installed
 	$(PY) starter.py run "$(QUESTION)"
 
+# One module per process (--dist loadfile): a module's dev server and worker processes start once,
+# not once in each process.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

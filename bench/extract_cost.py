@@ -22,9 +22,11 @@ from harness import header, html_page, median, ms, run_main
 from activities.web.decode import decode_body
 from activities.web.extract import _trafilatura_markdown, extract_within_budget, prepare_html
 from activities.web.fetch import FetchedPage
+from config.settings import load_settings
 
 ROUNDS = 20
 MAX_CHARS = 20_000
+SETTINGS = load_settings()  # the child's limits, as the worker's
 
 
 async def in_threads(page: FetchedPage) -> tuple[str | None, str]:
@@ -37,7 +39,7 @@ async def in_threads(page: FetchedPage) -> tuple[str | None, str]:
 
 async def in_child(page: FetchedPage) -> tuple[str | None, str]:
     """The current path."""
-    return await extract_within_budget(page, MAX_CHARS)
+    return await extract_within_budget(page, MAX_CHARS, SETTINGS)
 
 
 async def timed(extract: Callable[[FetchedPage], Awaitable[tuple[str | None, str]]], page: FetchedPage) -> float:

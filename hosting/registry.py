@@ -73,7 +73,7 @@ def build_workers(
     """One worker per queue kind in ``kinds``, each with its own concurrency limit.
 
     The main queue's worker also runs the workflow. ``activities``: built by the caller with
-    :func:`queue_activities` when it needs to reach them (the tests swap their settings).
+    :func:`queue_activities` when it replaces one (tests/test_worker_retries.py stalls the chat).
     ``worker_options`` go to every worker; the sandbox's worker gets no workflow and no keyed activity.
     Every worker ends the retries of lost attempts after the operator's window (after ``interceptors``).
     """

@@ -1,4 +1,4 @@
-"""Shared fixtures: Temporal test servers, the offline fake providers, and a worker.
+"""Shared fixtures: Temporal test servers, the offline fake providers, and workers.
 
 Everything talks to loopback only. The fake model and search servers are the same ones the
 offline demo uses; the activities are the real ones, with their real HTTP clients.
@@ -7,54 +7,35 @@ offline demo uses; the activities are the real ones, with their real HTTP client
 from __future__ import annotations
 
 import contextlib
-import os
+import functools
 import shutil
-import sysconfig
-import tempfile
-from collections.abc import AsyncIterator, Callable, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings, load_settings
-from hosting.registry import build_workers, queue_activities, running
-from hosting.scrub_interceptor import SecretScrubbingInterceptor
+from hosting.registry import running
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
-from sandbox.activity import SandboxActivities
-from tests.support.processes import DevServer
+from tests.support.isolation import isolate_this_process
+from tests.support.processes import TEST_SERVER, DevServer
 from tests.support.runs import STARTED
+from tests.support.workers import WorkerWith, harness_workers, own_worker
 
-SCRIPTS = Path(sysconfig.get_path("scripts"))
-TEMPORAL_CLI = SCRIPTS / "temporal"
-TEST_SERVER = SCRIPTS / "temporal-test-server"
-REPO_DIR = Path(__file__).resolve().parent.parent
 _own_tmp = pytest.StashKey[str]()
-SANDBOX_UID_BASE = 64064  # above the default 64000, which tests/test_sandbox_deployment.py's worker keeps
+_exit_status = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each pytest process (``-n 2`` starts two) gets its own sandbox uid pool and temp directory.
-
-    tests/test_python_sandbox.py finds the sandbox processes left on the machine, asserts there are
-    none and kills them. Tests of one module run in both processes at once, so without this each
-    would see, and kill, the other's runs and start-up probe (a probe killed that way refuses the
-    sandbox for the rest of the session). The worker processes the tests start inherit both settings.
-    """
-    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
-    os.environ["DEERFLOW_SANDBOX_UID_BASE"] = str(SANDBOX_UID_BASE + 64 * index)
-    own_tmp = tempfile.mkdtemp(prefix=f"deerflow-tests-gw{index}-")
-    os.chmod(own_tmp, 0o1777)  # like /tmp: processes of other uids started by tests use it too
-    os.environ["TMPDIR"] = own_tmp
-    tempfile.tempdir = None  # gettempdir() reads TMPDIR again
-    config.stash[_own_tmp] = own_tmp
+    """Each pytest process (``-n 2`` starts two) gets its own sandbox uid pool and temp directory
+    (tests/support/isolation.py says why)."""
+    config.stash[_own_tmp] = isolate_this_process()
 
 
 @pytest.fixture(scope="session")
@@ -79,11 +60,6 @@ def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer)
 def worker_settings(provider_env: dict[str, str]) -> Settings:
     """The settings the session's worker and the activity tests are built with."""
     return load_settings(environ=provider_env)
-
-
-def settings_with(provider_env: dict[str, str], **overrides: str) -> Settings:
-    """The fakes' settings plus ``overrides`` (by env name), read as the worker would read them."""
-    return load_settings(environ={**provider_env, **overrides})
 
 
 @pytest.fixture(autouse=True)
@@ -111,61 +87,36 @@ async def _terminate_leftover_runs() -> AsyncIterator[None]:
 @pytest.fixture(scope="session")
 async def time_env(worker_settings: Settings) -> AsyncIterator[WorkflowEnvironment]:
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=data_converter(worker_settings), test_server_existing_path=str(TEST_SERVER)
+        data_converter=data_converter(worker_settings), test_server_existing_path=TEST_SERVER
     )
     yield env
     await env.shutdown()
 
 
-_session_activities: list[Callable[..., object]] = []
-_session_interceptor: list[SecretScrubbingInterceptor] = []
-
-
 @pytest.fixture(scope="session")
 async def time_worker(time_env: WorkflowEnvironment, worker_settings: Settings) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
-    activities = queue_activities(worker_settings, sandbox=SandboxActivities(worker_settings))
-    _session_activities[:] = activities["main"]  # every activity object, whichever queue it serves
-    interceptors = [SecretScrubbingInterceptor(SecretScrubber.for_settings(worker_settings))]
-    _session_interceptor[:] = interceptors
-    async with running(build_workers(time_env.client, worker_settings, activities=activities,
-                                     interceptors=interceptors)):
+    async with running(harness_workers(time_env.client, worker_settings)):
         yield time_env.client
 
 
-@pytest.fixture
-def configure_worker(time_worker: Client, worker_settings: Settings) -> Iterator[Callable[[Settings], None]]:
-    """``configure_worker(settings)``: the session worker's activities, and its secret scrubber,
-    use ``settings`` (and the environment as it is now) until the test ends. The worker is shared
-    by the session, so a test that needs other settings swaps them in and out."""
-
-    def configure(settings: Settings) -> None:
-        scrubber = SecretScrubber.for_settings(settings)
-        for interceptor in _session_interceptor:
-            interceptor.scrubber = scrubber
-        for bound in _session_activities:
-            owner = bound.__self__  # type: ignore[attr-defined]
-            owner.settings = settings
-            if hasattr(owner, "scrubber"):
-                owner.scrubber = scrubber
-
-    yield configure
-    configure(worker_settings)
-
-
-_exit_status = 0
+@pytest.fixture(scope="session")
+def worker_with(time_env: WorkflowEnvironment) -> WorkerWith:
+    """``async with worker_with(settings) as client``: a worker of the test's own, built with
+    ``settings``, on a task queue of its own on the time-skipping server, until the block ends; runs
+    ``client`` starts go to it (tests/support/workers.py)."""
+    return functools.partial(own_worker, time_env.client)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    global _exit_status
-    _exit_status = int(exitstatus)
+    session.config.stash[_exit_status] = int(exitstatus)
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Leave without interpreter finalization, which the SDK can crash (see runtime/shutdown.py)."""
     shutil.rmtree(config.stash[_own_tmp], ignore_errors=True)
-    exit_now(_exit_status)
+    exit_now(config.stash.get(_exit_status, 0))
 
 
 @pytest.fixture(scope="module")

@@ -27,7 +27,8 @@ from offline.model_server import Fault
 from offline.providers import start_offline_providers
 from sandbox.activity import SandboxActivities
 from tests.support.fake_http import FakeHTTPServer, Reply
-from tests.support.runs import QUESTION, SAMPLE_REPORT
+from tests.support.processes import TEST_SERVER
+from tests.support.runs import IGNORED_SIGNALS, QUESTION, SAMPLE_REPORT
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
 from workflows.mcp_checker import MCP_CHECK_WORKFLOW
@@ -38,9 +39,6 @@ from workflows.slides import SLIDES_WORKFLOW, SlidesRequest
 from workflows.speech import SPEECH_WORKFLOW
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-# Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
-# signal's arguments, sent to the plan under review, which stays under review.
-IGNORED_SIGNALS: list[Any] = [[42], ["nonsense"], [], ["[ACCEPTED]", "[ACCEPTED]"]]
 # name -> (start input, plan feedback to send, model faults to inject first)
 SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "accepted_plan": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], []),
@@ -99,8 +97,6 @@ async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
 
 
 async def record(names: list[str]) -> None:
-    from tests.conftest import TEST_SERVER as test_server
-
     providers = start_offline_providers(load_settings())
     assert providers.model is not None, "record with the offline model (unset OPENAI_API_KEY)"
     base = {**os.environ, **providers.overrides, "DEERFLOW_MAX_TOOL_CALLS_PER_TURN": "4",
@@ -111,7 +107,7 @@ async def record(names: list[str]) -> None:
         FakeHTTPServer(lambda seen: Reply(body=b"\xff\xfb" + seen.json()["input"][:8].encode())))
     HISTORIES.mkdir(exist_ok=True)
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=pydantic_data_converter, test_server_existing_path=str(test_server)
+        data_converter=pydantic_data_converter, test_server_existing_path=TEST_SERVER
     )
     try:
         for name in names:

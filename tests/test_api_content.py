@@ -8,10 +8,11 @@ them to ``/internal/token-stream``), so the prose stream is the model's tokens a
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -24,8 +25,10 @@ from config.settings import Settings
 from offline.content_agents import prose_writer
 from offline.model_server import FakeModelServer
 from tests.support.fake_http import FakeHTTPServer, fake_speech
+from tests.support.processes import free_port
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.web_server import api_server
+from tests.support.workers import WorkerWith
 from workflows.podcast import NO_VOICE_MESSAGE
 from workflows.slides import PPTX_MEDIA_TYPE
 
@@ -38,24 +41,49 @@ METRICS = {"word_count", "citation_count", "unique_sources", "image_count", "sec
            "has_overview", "has_citations_section"}
 
 
-@pytest.fixture
-def tts() -> AsyncIterator[FakeHTTPServer]:
+@pytest.fixture(scope="module")
+def tts() -> Iterator[FakeHTTPServer]:
     with FakeHTTPServer(fake_speech) as server:
         yield server
 
 
-@pytest.fixture
-async def base(time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None],
-               tts: FakeHTTPServer) -> AsyncIterator[str]:
-    """The API server, and the worker's settings: previews to it, the fake voice, one MCP server."""
+@pytest.fixture(autouse=True)
+def _fresh_tts(tts: FakeHTTPServer) -> None:
+    tts.requests.clear()
+
+
+def server_settings(worker_settings: Settings) -> Settings:
+    """The API server's settings: no login, the previews' token, the content cap, one MCP server."""
     calc = MCPServerConfig(transport="stdio", command=sys.executable, args=[MCP_SCRIPT])
-    settings = worker_settings.model_copy(update={
+    return worker_settings.model_copy(update={
         "web_token": None, "token_stream_token": TOKEN, "web_max_content_bytes": CAP, "mcp_servers": {"calc": calc}})
-    async with api_server(time_worker, settings) as url:
-        configure_worker(settings.model_copy(update={
+
+
+@contextlib.asynccontextmanager
+async def serving(worker_with: WorkerWith, settings: Settings,
+                  worker_settings: Callable[[str], Settings]) -> AsyncIterator[tuple[str, Client]]:
+    """The API server with ``settings``, and a worker of its own with ``worker_settings(server_url)``;
+    yields the server's URL and the client it starts runs with."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    async with worker_with(worker_settings(url)) as client, api_server(client, settings, port=port):
+        yield url, client
+
+
+@pytest.fixture(scope="module")
+async def served(worker_with: WorkerWith, worker_settings: Settings,
+                 tts: FakeHTTPServer) -> AsyncIterator[tuple[str, Client]]:
+    """The API server, and its worker's settings: previews to it, the fake voice, one MCP server."""
+    settings = server_settings(worker_settings)
+    async with serving(worker_with, settings, lambda url: settings.model_copy(update={
             "token_stream_url": f"{url}/internal/token-stream", "tts_url": f"{tts.base_url}/v1",
-            "tts_api_key": "tts-key-0123456789"}))
-        yield url
+            "tts_api_key": "tts-key-0123456789"})) as served:
+        yield served
+
+
+@pytest.fixture
+def base(served: tuple[str, Client]) -> str:
+    return served[0]
 
 
 async def post(base: str, path: str, body: object) -> httpx.Response:
@@ -115,14 +143,15 @@ async def test_evaluation_answers_deerflows_shape(base: str, model_server: FakeM
     ("/api/tts", {"text": "hi", "encoding": "ogg"}, "encoding"),
     ("/api/mcp/server/metadata", {"name": "calc", "transport": "carrier-pigeon"}, "transport"),
 ])
-async def test_bad_input_is_a_400_and_starts_nothing(base: str, time_worker: Client, monkeypatch: pytest.MonkeyPatch,
+async def test_bad_input_is_a_400_and_starts_nothing(served: tuple[str, Client], monkeypatch: pytest.MonkeyPatch,
                                                      path: str, body: object, problem: str) -> None:
+    base, client = served
     started: list[object] = []
 
     async def start_workflow(*args: object, **kwargs: object) -> None:
         started.append(args)
 
-    monkeypatch.setattr(time_worker, "start_workflow", start_workflow)
+    monkeypatch.setattr(client, "start_workflow", start_workflow)
     response = await post(base, path, body)
     assert response.status_code == 400 and problem in response.json()["detail"], response.text
     assert started == []
@@ -174,12 +203,12 @@ async def test_tts_reads_the_text(base: str, tts: FakeHTTPServer) -> None:
 
 
 async def test_without_a_voice_the_ui_is_told_and_gets_the_script(
-        base: str, worker_settings: Settings, configure_worker: Callable[[Settings], None]) -> None:
-    configure_worker(worker_settings)  # no DEERFLOW_TTS_URL
-    response = await post(base, "/api/podcast/generate", {"content": SAMPLE_REPORT})
+        worker_settings: Settings, worker_with: WorkerWith) -> None:
+    async with serving(worker_with, server_settings(worker_settings), lambda _: worker_settings) as (base, _):  # no TTS
+        response = await post(base, "/api/podcast/generate", {"content": SAMPLE_REPORT})
+        spoken = await post(base, "/api/tts", {"text": "hello"})
     assert response.status_code == 503 and response.json()["detail"] == NO_VOICE_MESSAGE
     assert response.json()["script"]["lines"][0]["speaker"] == "male"
-    spoken = await post(base, "/api/tts", {"text": "hello"})
     assert spoken.status_code == 503 and NO_VOICE_MESSAGE in spoken.json()["detail"]
 
 

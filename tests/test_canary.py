@@ -15,7 +15,7 @@ import base64
 import json
 import logging
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,10 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from runtime.converter import blob_root
-from tests.conftest import settings_with
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.models import Outcome
 
 CANARY = "sk-CANARY-"
@@ -71,11 +72,11 @@ def readable(history_json: str) -> str:
 
 
 @pytest.fixture
-def leaky_world(
-    configure_worker: Callable[[Settings], None], provider_env: dict[str, str], monkeypatch: pytest.MonkeyPatch,
-    tmp_path: Path,
-) -> Iterator[FakeHTTPServer]:
-    """Canary secrets, a leaking site and search engine, a leaking operator MCP server and coder."""
+async def leaky_world(
+    worker_with: WorkerWith, provider_env: dict[str, str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+) -> AsyncIterator[tuple[Client, FakeHTTPServer]]:
+    """Canary secrets, a leaking site and search engine, a leaking operator MCP server and coder,
+    and a worker holding the secrets."""
 
     def page(seen: Seen) -> Reply:
         body = "".join(f"<p>Paragraph {n}: heat pumps. Debug token {SECRETS['OPENAI_API_KEY']}.</p>" for n in range(20))
@@ -98,24 +99,25 @@ def leaky_world(
             for name, value in SECRETS.items():  # the worker's environment: MCP's ${VAR}s, the scrubber
                 monkeypatch.setenv(name, value)
             monkeypatch.setattr(step_agents, "STATS_CODE", LEAKY_CODE)
-            configure_worker(settings_with(provider_env, **SECRETS, TAVILY_BASE_URL=engine.base_url,
-                                           DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1",
-                                           MCP_SERVERS=json.dumps({"leaky": mcp_server})))
-            yield site
+            settings = settings_with(provider_env, **SECRETS, TAVILY_BASE_URL=engine.base_url,
+                                     DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1",
+                                     MCP_SERVERS=json.dumps({"leaky": mcp_server}))
+            async with worker_with(settings) as client:
+                yield client, site
     monkeypatch.undo()
 
 
 async def test_no_canary_leaves_the_worker(
-    time_worker: Client,
     worker_settings: Settings,
     model_server: FakeModelServer,
-    leaky_world: FakeHTTPServer,
+    leaky_world: tuple[Client, FakeHTTPServer],
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],
 ) -> None:
     caplog.set_level(logging.INFO)
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=3, mcp_servers=["leaky"])
+    client, site = leaky_world
+    handle = await start(client, auto_accept_plan=True, max_step_num=3, mcp_servers=["leaky"])
     result = await handle.result()
     history = readable((await handle.fetch_history()).to_json())
 
@@ -124,7 +126,7 @@ async def test_no_canary_leaves_the_worker(
     model_requests = json.dumps(model_server.requests, ensure_ascii=False)
     for activity in ("web_search", "crawl_tool", "mcp_call_tool", "python_repl_tool"):
         assert f'"name": "{activity}"' in history, activity
-    assert leaky_world.requests, "no page was crawled"
+    assert site.requests, "no page was crawled"
     assert (tmp_path / "crashed").exists(), "the MCP server never crashed"
     assert "could not research" in model_requests
 

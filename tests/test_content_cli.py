@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from config.settings import Settings
 from runtime.front_door import CliError
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.runs import QUESTION
+from tests.support.workers import WorkerWith
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.podcast import NO_VOICE_MESSAGE
 
@@ -35,13 +35,17 @@ async def finished(time_worker: Client) -> str:
     return run
 
 
-@pytest.fixture(autouse=True)
-def cli_on_worker(time_worker: Client, worker_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+def cli_connects_to(client: Client, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
     async def connect(**_: object) -> Client:
-        return time_worker
+        return client
 
     monkeypatch.setattr(content, "connect", connect)
-    monkeypatch.setattr(content, "load_settings", lambda: worker_settings)
+    monkeypatch.setattr(content, "load_settings", lambda: settings)
+
+
+@pytest.fixture(autouse=True)
+def cli_on_worker(time_worker: Client, worker_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli_connects_to(time_worker, worker_settings, monkeypatch)
 
 
 async def test_evaluate_prints_grade_metrics_and_the_models_view(finished: str,
@@ -67,10 +71,11 @@ async def test_podcast_without_a_voice_says_so_and_keeps_the_script(finished: st
 
 
 async def test_podcast_with_a_voice_writes_the_mp3(finished: str, tmp_path: Path, worker_settings: Settings,
-                                                   configure_worker: Callable[[Settings], None]) -> None:
+                                                   worker_with: WorkerWith, monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeHTTPServer(lambda seen: Reply(body=b"\xff\xfbclip")) as tts:
-        configure_worker(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1"}))
-        assert await content.podcast_command(argparse.Namespace(id=finished, output=str(tmp_path / "t.mp3"))) == 0
+        async with worker_with(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1"})) as client:
+            cli_connects_to(client, worker_settings, monkeypatch)
+            assert await content.podcast_command(argparse.Namespace(id=finished, output=str(tmp_path / "t.mp3"))) == 0
     assert (tmp_path / "t.mp3").read_bytes() == b"\xff\xfbclip" * len(tts.requests)
 
 

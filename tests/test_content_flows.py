@@ -10,7 +10,6 @@ import base64
 import io
 import json
 import uuid
-from collections.abc import Callable
 
 import pytest
 from pptx import Presentation
@@ -21,6 +20,7 @@ from offline.model_server import FakeModelServer, Fault
 from runtime import artefacts
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.runs import SAMPLE_REPORT
+from tests.support.workers import WorkerWith
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult, parse_judgement
 from workflows.models import TASK_QUEUE
@@ -194,11 +194,11 @@ async def _podcast(client: Client) -> PodcastResult:
 
 
 async def test_each_line_is_spoken_by_its_voice_and_joined_in_order(
-        time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None]) -> None:
+        worker_settings: Settings, worker_with: WorkerWith) -> None:
     with FakeHTTPServer(_speech) as tts:
-        configure_worker(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1",
-                                                            "tts_api_key": "tts-key-0123456789"}))
-        result = await _podcast(time_worker)
+        async with worker_with(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1",
+                                                                  "tts_api_key": "tts-key-0123456789"})) as client:
+            result = await _podcast(client)
     lines = result.script.lines
     assert len(lines) >= 4 and [line.speaker for line in lines[:2]] == ["male", "female"]
     audio = await artefacts.get(worker_settings, result.audio)
@@ -216,11 +216,11 @@ async def test_without_a_voice_the_script_comes_back_with_a_note(time_worker: Cl
 
 
 async def test_a_refusing_voice_fails_the_podcast_without_retries(
-        time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None]) -> None:
+        worker_settings: Settings, worker_with: WorkerWith) -> None:
     with FakeHTTPServer(lambda seen: Reply(status=401, body={"error": "bad key"})) as tts:
-        configure_worker(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1"}))
-        with pytest.raises(WorkflowFailureError) as failed:
-            await _podcast(time_worker)
+        async with worker_with(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1"})) as client:
+            with pytest.raises(WorkflowFailureError) as failed:
+                await _podcast(client)
     assert "answered 401" in str(failed.value.cause.cause) and len(tts.requests) == 1
 
 
@@ -236,17 +236,18 @@ def test_a_script_is_bounded_and_plain() -> None:
 
 
 async def test_deerflows_volcengine_settings_give_the_voices(
-        time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None]) -> None:
+        worker_settings: Settings, worker_with: WorkerWith) -> None:
     def volcengine(seen: Seen) -> Reply:
         body = seen.json()
         clip = f"<{body['audio']['voice_type']}>".encode()
         return Reply(body={"code": 3000, "message": "Success", "data": base64.b64encode(clip).decode()})
 
     with FakeHTTPServer(volcengine) as tts:
-        configure_worker(worker_settings.model_copy(update={
+        volcengine_voice = worker_settings.model_copy(update={
             "volcengine_tts_appid": "app-1", "volcengine_tts_access_token": "volc-token-0123456789",
-            "volcengine_tts_url": f"{tts.base_url}/api/v1/tts"}))
-        result = await _podcast(time_worker)
+            "volcengine_tts_url": f"{tts.base_url}/api/v1/tts"})
+        async with worker_with(volcengine_voice) as client:
+            result = await _podcast(client)
     assert await artefacts.get(worker_settings, result.audio) == b"".join(
         b"<BV002_streaming>" if line.speaker == "male" else b"<BV001_streaming>" for line in result.script.lines)
     first = tts.requests[0]

@@ -35,7 +35,7 @@ from activities.model.prompts import render_prompt
 from config.deerflow import conf_values
 from config.settings import Settings
 from offline.model_server import FakeModelServer
-from tests.conftest import settings_with
+from tests.support.settings import settings_with
 from workflows.models import ChatMessage, ChatRequest, ToolCall
 from workflows.tools import TOOLS
 

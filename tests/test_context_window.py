@@ -16,7 +16,7 @@ from activities.model.context_window import ContextWindows, Overflow, overflow_o
 from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault, requested_output_cap
-from tests.conftest import settings_with
+from tests.support.settings import settings_with
 from workflows.models import ChatMessage, ChatRequest, ChatResponse
 
 VARS = {"CURRENT_TIME": "now", "locale": "en-US", "report_style": "academic", "max_step_num": "2"}

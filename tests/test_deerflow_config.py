@@ -16,8 +16,8 @@ from activities.model.llm import ModelActivities, _client
 from config.settings import ConfigError, load_settings
 from offline.model_server import FakeModelServer
 from offline.providers import OFFLINE_SEARCH_BANNER, offline_banner, offline_parts
+from tests.support.chat_requests import COORDINATOR
 from tests.support.tls_proxy import make_pki
-from tests.test_llm_activity import COORDINATOR
 
 # DeerFlow's conf.yaml.example with every commented option uncommented (the Google block aside).
 DEERFLOW_CONF = """\

@@ -166,8 +166,8 @@ def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker:
         (["replay", "--file", "/nonexistent.json"], "Cannot read history file"),
     ],
 )
-def test_starter_bad_input_gets_a_clear_error(dev_server: DevServer, worker: WorkerProcess, args: list[str],
-                                              message: str) -> None:
+def test_starter_bad_input_gets_a_clear_error(dev_server: DevServer, args: list[str], message: str) -> None:
+    """No worker: each is refused by the CLI or the server before a worker could take part."""
     result = starter(dev_server, *args)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr

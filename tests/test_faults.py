@@ -5,26 +5,27 @@ Every run either completes, or ends with a clear error naming the cause; no retr
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.conftest import settings_with
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.errors import failure_message
 from workflows.models import Outcome
 
 
 @pytest.fixture
-def short_timeouts(provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> None:
-    """Client timeouts of about a second, so injected hangs cost little real time."""
-    configure_worker(settings_with(provider_env, LLM_REQUEST_TIMEOUT="1", SEARCH_TIMEOUT_SECONDS="1"))
+async def impatient(provider_env: dict[str, str], worker_with: WorkerWith) -> AsyncIterator[Client]:
+    """A worker whose client timeouts are about a second, so injected hangs cost little real time."""
+    async with worker_with(settings_with(provider_env, LLM_REQUEST_TIMEOUT="1", SEARCH_TIMEOUT_SECONDS="1")) as client:
+        yield client
 
 
 async def max_attempt(handle: WorkflowHandle) -> int:
@@ -39,12 +40,11 @@ async def max_attempt(handle: WorkflowHandle) -> int:
      Fault.truncated(), Fault.empty()],
     ids=["429-retry-after", "500", "503", "read-timeout", "truncated-body", "empty-completion"],
 )
-@pytest.mark.usefixtures("short_timeouts")
 async def test_a_transient_model_fault_mid_step_is_retried_and_the_run_completes(
-    time_worker: Client, model_server: FakeModelServer, fault: Fault
+    impatient: Client, model_server: FakeModelServer, fault: Fault
 ) -> None:
     model_server.inject(Fault(**{**fault.__dict__, "agent": "researcher"}))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    handle = await start(impatient, auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
     assert result.plan is not None and result.plan.steps[0].execution_res
@@ -88,12 +88,11 @@ async def test_search_5xx_is_retried_and_the_step_gets_its_results(
     assert await max_attempt(handle) == 3
 
 
-@pytest.mark.usefixtures("short_timeouts")
 async def test_search_that_keeps_timing_out_becomes_a_tool_error_and_the_run_reports(
-    time_worker: Client, search_server: FakeSearchServer
+    impatient: Client, search_server: FakeSearchServer
 ) -> None:
     search_server.inject(*[SearchFault.timeout(3) for _ in range(8)])
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    handle = await start(impatient, auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
     assert result.plan is not None

@@ -5,17 +5,17 @@ is handled on purpose, and an outcome without research says so in the status and
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from cli.render import plan_text, status_text
 from cli.runs import EXIT_CODES
-from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
 from tests.support.runs import awaiting_review, start, wait_for
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.coordination import DIRECT_REPLY_NOTE
 from workflows.models import Outcome, Phase, Plan, RunStatus
 from workflows.progress import current_details
@@ -63,28 +63,28 @@ async def test_two_unusable_plans_end_the_run_with_a_one_line_reason(
 
 
 @pytest.fixture
-def small_caps(provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> None:
-    """A short request timeout, so a reply that never ends would fail the test quickly."""
-    configure_worker(settings_with(provider_env, LLM_REQUEST_TIMEOUT="2",
-                                   LLM_AGENT_MAX_OUTPUT_TOKENS="planner=64,reporter=64"))
+async def small_caps(provider_env: dict[str, str], worker_with: WorkerWith) -> AsyncIterator[Client]:
+    """A worker with output caps of 64 tokens and a short request timeout, so a reply that never
+    ends would fail the test quickly."""
+    async with worker_with(settings_with(provider_env, LLM_REQUEST_TIMEOUT="2",
+                                         LLM_AGENT_MAX_OUTPUT_TOKENS="planner=64,reporter=64")) as client:
+        yield client
 
 
-@pytest.mark.usefixtures("small_caps")
 async def test_a_planner_looping_to_its_cap_is_re_asked_not_retried(
-    time_worker: Client, model_server: FakeModelServer
+    small_caps: Client, model_server: FakeModelServer
 ) -> None:
     model_server.inject(Fault.loop(agent="planner"))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    handle = await start(small_caps, auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT and result.plan is not None
     assert "cut at the output cap of 64 tokens" in reask_of(model_server)
     assert len(model_server.requests_for("planner")) == 2  # the loop once, then the re-ask
 
 
-@pytest.mark.usefixtures("small_caps")
-async def test_a_report_cut_at_its_cap_is_kept_and_marked(time_worker: Client, model_server: FakeModelServer) -> None:
+async def test_a_report_cut_at_its_cap_is_kept_and_marked(small_caps: Client, model_server: FakeModelServer) -> None:
     model_server.inject(Fault.loop(agent="reporter"))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
+    handle = await start(small_caps, auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
     assert result.report.startswith("Solar power is a clean source of energy.")

@@ -11,9 +11,8 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHandle
 
-from tests.record_histories import IGNORED_SIGNALS
 from tests.support.history_checks import HISTORIES, load
-from tests.support.runs import awaiting_review, start, wait_for
+from tests.support.runs import IGNORED_SIGNALS, awaiting_review, start, wait_for
 from workflows.models import MAX_IGNORED_EVENTS, Outcome, RunStatus
 
 # (signal, its arguments, text the ignored event must contain)

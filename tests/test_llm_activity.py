@@ -16,14 +16,10 @@ from activities.model.llm import ModelActivities
 from activities.model.prompts import render_prompt
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
+from tests.support.chat_requests import COORDINATOR
+from tests.support.settings import settings_with
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolSpec
-from workflows.tools import HANDOFF_TO_PLANNER, TOOLS
-
-COORDINATOR = ChatRequest(
-    prompt="coordinator", prompt_vars={"CURRENT_TIME": "now", "locale": "en-US"},
-    messages=[ChatMessage(role="user", content="How do tides work?")], tools=[HANDOFF_TO_PLANNER],
-)
+from workflows.tools import TOOLS
 
 
 async def run_chat(settings: Settings, request: ChatRequest) -> ChatResponse:

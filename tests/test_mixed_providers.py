@@ -7,18 +7,16 @@ the saved report say which bundled provider served it. Until then it said nothin
 from __future__ import annotations
 
 import io
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from rich.console import Console
-from temporalio.client import Client
 
 from cli.render import status_text
 from cli.runs import _write_report
 from cli.watch import render_status
-from config.settings import Settings, load_settings
+from config.settings import load_settings
 from offline.providers import (
     OFFLINE_BANNER,
     OFFLINE_MODEL_BANNER,
@@ -27,8 +25,9 @@ from offline.providers import (
     start_offline_providers,
 )
 from runtime import front_door as connection
-from tests.conftest import settings_with
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.models import Phase, ResearchResult, RunStatus
 from workflows.progress import current_details
 from workflows.status_view import OFFLINE_MODEL_NOTICE, OFFLINE_NOTICE, OFFLINE_SEARCH_NOTICE, offline_notice
@@ -65,13 +64,13 @@ def test_a_worker_with_a_real_model_serves_the_corpus_and_says_so_in_its_setting
 
 
 async def test_a_run_on_the_offline_corpus_says_so_in_status_details_watch_and_report(
-    time_worker: Client, configure_worker: Callable[[Settings], None], provider_env: dict[str, str],
-    tmp_path: Path,
+    worker_with: WorkerWith, provider_env: dict[str, str], tmp_path: Path,
 ) -> None:
-    configure_worker(settings_with(provider_env, DEERFLOW_OFFLINE_DEMO="", DEERFLOW_OFFLINE_SEARCH="1"))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
-    result = await handle.result()
-    status = await handle.query("status", result_type=RunStatus)
+    offline_search_only = settings_with(provider_env, DEERFLOW_OFFLINE_DEMO="", DEERFLOW_OFFLINE_SEARCH="1")
+    async with worker_with(offline_search_only) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=1)
+        result = await handle.result()
+        status = await handle.query("status", result_type=RunStatus)
     assert status.offline_demo and status.offline_providers == ["search"]
     assert offline_notice(status) == OFFLINE_SEARCH_NOTICE
     assert f"*{OFFLINE_SEARCH_NOTICE}*" in current_details(status)

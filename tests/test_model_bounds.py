@@ -14,7 +14,7 @@ from temporalio.testing import ActivityEnvironment
 from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault, requested_output_cap
-from tests.conftest import settings_with
+from tests.support.settings import settings_with
 from workflows.models import ChatMessage, ChatRequest, ChatResponse
 from workflows.plan_parsing import parse_plan
 

@@ -38,8 +38,7 @@ from runtime.encryption import KeylessGuard
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
 from storage.s3 import S3Client, ensure_bucket, s3_driver
 from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
-from tests.conftest import TEST_SERVER
-from tests.support.processes import free_port
+from tests.support.processes import TEST_SERVER, free_port
 from tests.support.runs import QUESTION, run_id
 from tests.support.s3_support import aws_only_on_loopback, moto_server
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
@@ -248,7 +247,7 @@ async def storage_env(blob_home: Path) -> AsyncIterator[WorkflowEnvironment]:
     """A time-skipping server whose client stores payloads under ``blob_home``."""
     converter = data_converter(settings_for(DEERFLOW_HOME=str(blob_home)))
     env = await WorkflowEnvironment.start_time_skipping(data_converter=converter,
-                                                        test_server_existing_path=str(TEST_SERVER))
+                                                        test_server_existing_path=TEST_SERVER)
     yield env
     await env.shutdown()
 

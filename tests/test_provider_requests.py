@@ -9,24 +9,21 @@ answers, because it recognises each agent by what the request offers, as it must
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 
-from temporalio.client import Client
-
-from config.settings import Settings
 from offline.model_server import FakeModelServer
-from tests.conftest import settings_with
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.models import Outcome
 
 
 async def test_no_request_of_a_whole_run_carries_a_marker_for_the_offline_fake(
-    time_worker: Client, configure_worker: Callable[[Settings], None], provider_env: dict[str, str],
-    model_server: FakeModelServer,
+    worker_with: WorkerWith, provider_env: dict[str, str], model_server: FakeModelServer,
 ) -> None:
-    configure_worker(settings_with(provider_env, OPENAI_API_KEY="sk-looks-real-0123456789", BASIC_MODEL="gpt-4o-mini",
-                                   DEERFLOW_OFFLINE_DEMO=""))
-    result = await (await start(time_worker, auto_accept_plan=True, max_step_num=1)).result()
+    settings = settings_with(provider_env, OPENAI_API_KEY="sk-looks-real-0123456789", BASIC_MODEL="gpt-4o-mini",
+                             DEERFLOW_OFFLINE_DEMO="")
+    async with worker_with(settings) as client:
+        result = await (await start(client, auto_accept_plan=True, max_step_num=1)).result()
     assert result.outcome is Outcome.REPORT
     agents = {agent for agent in ("coordinator", "planner", "researcher", "reporter")
               if model_server.requests_for(agent)}

@@ -37,7 +37,7 @@ from workflows.models import PythonRequest, PythonResult
 from workflows.tool_format import format_python_result
 
 REPO_DIR = Path(__file__).resolve().parent.parent
-OWN_UID_BASE = int(os.environ["DEERFLOW_SANDBOX_UID_BASE"])  # this pytest process's pool (tests/conftest.py)
+OWN_UID_BASE = int(os.environ["DEERFLOW_SANDBOX_UID_BASE"])  # this pytest process's pool (tests/support/isolation.py)
 OWN_TMP = tempfile.gettempdir()  # and its temp directory, where its runs' work directories live
 SECRET = "sk-secret-" + uuid.uuid4().hex[:8]
 # What sandbox/runner.py reports for a bootstrap that failed a step (sandbox/bootstrap.py's _report).

@@ -8,7 +8,6 @@ for another worker). A typo must fail at start, not leave a queue unserved.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
@@ -16,9 +15,10 @@ from temporalio.client import Client, WorkflowHistory
 from activities.run_config import main_queue_kinds
 from config.settings import Settings
 from hosting.registry import build_workers
-from tests.conftest import settings_with
 from tests.support.history_checks import activity_events
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from worker import parse_queues
 from workflows.activity_options import HEARTBEAT_THROTTLE
 from workflows.models import TASK_QUEUE
@@ -104,12 +104,13 @@ async def test_a_worker_serving_every_queue_gets_its_model_and_tool_calls_eagerl
 
 
 async def test_without_eager_activities_a_new_run_schedules_each_kind_on_its_queue(
-    time_worker: Client, configure_worker: Callable[[Settings], None], provider_env: dict[str, str]
+    worker_with: WorkerWith, provider_env: dict[str, str]
 ) -> None:
-    configure_worker(settings_with(provider_env, DEERFLOW_EAGER_ACTIVITIES="false"))
-    handle = await start(time_worker, auto_accept_plan=True)
-    await handle.result()
+    async with worker_with(settings_with(provider_env, DEERFLOW_EAGER_ACTIVITIES="false")) as client:
+        handle = await start(client, auto_accept_plan=True)
+        await handle.result()
     queues = scheduled_queues(await handle.fetch_history())
-    assert queues["chat"] == queue_name("model")
-    assert queues["web_search"] == queue_name("tools")
-    assert queues["python_repl_tool"] == queue_name("sandbox")
+    main = (await handle.describe()).task_queue  # the test worker's own
+    assert queues["chat"] == queue_name("model", main)
+    assert queues["web_search"] == queue_name("tools", main)
+    assert queues["python_repl_tool"] == queue_name("sandbox", main)

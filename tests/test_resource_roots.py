@@ -9,7 +9,7 @@ private file reaches the model, the history or the report.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -25,9 +25,10 @@ from config.resources import REPOSITORY, ResourcePolicy
 from config.settings import Settings, load_settings
 from offline.model_server import FakeModelServer
 from runtime.front_door import CliError
-from tests.conftest import settings_with
 from tests.support.history_checks import activity_events
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.errors import failure_message
 from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
 
@@ -61,10 +62,10 @@ def settings(layout: Path) -> Settings:
 
 
 @pytest.fixture
-def worker_layout(layout: Path, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> Path:
-    """``layout``, with the session worker configured for it."""
-    configure_worker(settings_with(provider_env, **layout_env(layout)))
-    return layout
+async def layout_worker(layout: Path, provider_env: dict[str, str], worker_with: WorkerWith) -> AsyncIterator[Client]:
+    """A worker configured for ``layout``."""
+    async with worker_with(settings_with(provider_env, **layout_env(layout))) as client:
+        yield client
 
 
 def refused_resources(tmp_path: Path) -> list[str]:
@@ -176,11 +177,10 @@ async def test_ragflow_resources_are_not_paths(layout: Path) -> None:
 
 
 async def test_a_run_naming_a_private_file_fails_at_once_and_leaks_nothing(
-    time_worker: Client, model_server: FakeModelServer, worker_layout: Path
+    layout_worker: Client, model_server: FakeModelServer, layout: Path
 ) -> None:
-    layout = worker_layout
     resource = str(layout / "root" / ".." / "private" / "secret.md")
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1, resources=[resource])
+    handle = await start(layout_worker, auto_accept_plan=True, max_step_num=1, resources=[resource])
     with pytest.raises(WorkflowFailureError) as caught:
         await handle.result()
     message = failure_message(caught.value.cause)
@@ -196,10 +196,9 @@ async def test_a_run_naming_a_private_file_fails_at_once_and_leaks_nothing(
 
 
 async def test_a_symlink_in_a_resource_folder_leaks_nothing_into_a_run(
-    time_worker: Client, model_server: FakeModelServer, worker_layout: Path
+    layout_worker: Client, model_server: FakeModelServer, layout: Path
 ) -> None:
-    layout = worker_layout
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1,
+    handle = await start(layout_worker, auto_accept_plan=True, max_step_num=1,
                          resources=[str(layout / "root" / "docs")])
     result = await handle.result()
     assert result.outcome is Outcome.REPORT

@@ -31,10 +31,10 @@ from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from runtime.converter import data_converter
 from runtime.metrics import metrics_runtime
 from runtime.tracing import install_tracer_provider, tracing_interceptor
-from tests.conftest import TEST_SERVER, settings_with
-from tests.support.processes import free_port
+from tests.support.processes import TEST_SERVER, free_port
 from tests.support.prometheus_text import scrape, total
 from tests.support.runs import QUESTION, run_id
+from tests.support.settings import settings_with
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 # Whole numbers of USD per million tokens: each call's cost in micro-USD is then exact.
@@ -59,7 +59,7 @@ async def traced_run(provider_env: dict[str, str]) -> AsyncIterator[TracedRun]:
                              DEERFLOW_METRICS_ADDRESS=f"127.0.0.1:{free_port()}", OPENAI_API_KEY=API_KEY)
     runtime = metrics_runtime(settings)
     env = await WorkflowEnvironment.start_time_skipping(
-        data_converter=data_converter(settings), test_server_existing_path=str(TEST_SERVER), runtime=runtime,
+        data_converter=data_converter(settings), test_server_existing_path=TEST_SERVER, runtime=runtime,
         interceptors=[tracing_interceptor()])
     interceptors = [SecretScrubbingInterceptor(SecretScrubber.for_settings(settings)), ToolMetricsInterceptor(settings)]
     try:

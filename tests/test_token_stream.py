@@ -9,7 +9,7 @@ import argparse
 import asyncio
 import dataclasses
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import cast
 
@@ -29,11 +29,12 @@ from server import serve
 from server.app import create_app
 from server.feed import FeedItem
 from server.live import Previews, TokenHub
-from tests.conftest import settings_with
+from tests.support.chat_requests import COORDINATOR
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import free_port
 from tests.support.runs import start
-from tests.test_llm_activity import COORDINATOR
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome
 
 TOKEN = "stream-token-for-tests-0123456789"
@@ -133,11 +134,10 @@ async def test_a_secret_in_the_reply_is_never_published(sink: FakeHTTPServer, pr
     assert published == "The key is "[:len(published)] and "sk-live" not in published
 
 
-async def test_a_run_with_its_sink_down_completes(provider_env: dict[str, str], time_worker: Client,
-                                                 configure_worker: Callable[[Settings], None]) -> None:
-    configure_worker(streaming(provider_env, f"http://127.0.0.2:{free_port()}/internal/token-stream"))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
-    result = await handle.result()
+async def test_a_run_with_its_sink_down_completes(provider_env: dict[str, str], worker_with: WorkerWith) -> None:
+    async with worker_with(streaming(provider_env, f"http://127.0.0.2:{free_port()}/internal/token-stream")) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=1)
+        result = await handle.result()
     assert result.outcome is Outcome.REPORT and result.report
 
 

@@ -14,14 +14,10 @@ from temporalio.testing import ActivityEnvironment
 from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
-from workflows.models import ChatMessage, ChatRequest, ToolCall
+from tests.support.chat_requests import COORDINATOR
+from tests.support.settings import settings_with
+from workflows.models import ToolCall
 from workflows.tools import HANDOFF_TO_PLANNER, ToolContext, run_tool_call
-
-COORDINATOR = ChatRequest(
-    prompt="coordinator", prompt_vars={"CURRENT_TIME": "now", "locale": "en-US"},
-    messages=[ChatMessage(role="user", content="How do tides work?")], tools=[HANDOFF_TO_PLANNER],
-)
 
 
 @pytest.mark.parametrize("arguments", ['["tides", "moon"]', '"tides"', "42", "true"])

@@ -7,7 +7,7 @@ cap bounds how many of the run's activities are pending at once.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator
 
 import pytest
 from pydantic import ValidationError
@@ -17,9 +17,10 @@ from temporalio.testing import ActivityEnvironment
 from activities.run_config import RunConfigActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
 from tests.support.history_checks import most_pending, tool_batches
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.models import Outcome, RunConfig
 
 PER_TURN = 16
@@ -27,18 +28,23 @@ IN_FLIGHT = 4
 
 
 @pytest.fixture
-def caps(provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> Settings:
-    settings = settings_with(provider_env, DEERFLOW_MAX_TOOL_CALLS_PER_TURN=str(PER_TURN),
-                             DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=str(IN_FLIGHT))
-    configure_worker(settings)
-    return settings
+def caps(provider_env: dict[str, str]) -> Settings:
+    return settings_with(provider_env, DEERFLOW_MAX_TOOL_CALLS_PER_TURN=str(PER_TURN),
+                         DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=str(IN_FLIGHT))
+
+
+@pytest.fixture
+async def capped(caps: Settings, worker_with: WorkerWith) -> AsyncIterator[Client]:
+    """A worker with the small caps."""
+    async with worker_with(caps) as client:
+        yield client
 
 
 async def test_a_flood_of_tool_calls_is_capped_and_the_run_completes(
-    time_worker: Client, model_server: FakeModelServer, caps: None
+    capped: Client, model_server: FakeModelServer
 ) -> None:
     model_server.inject(Fault.tool_call_flood(2_500, agent="researcher"))
-    handle = await start(time_worker, question="How do tides work?", auto_accept_plan=True, max_step_num=1)
+    handle = await start(capped, question="How do tides work?", auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
 
     assert result.outcome is Outcome.REPORT

@@ -5,7 +5,7 @@ genuine direct reply: the chat activity probes once per worker, endpoint and mod
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -19,8 +19,9 @@ from activities.model.tool_support import refuses_tools
 from cli.render import status_text
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
 from tests.support.runs import QUESTION, start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.errors import failure_message
 from workflows.models import ChatMessage, ChatRequest, Outcome, Phase, RunStatus
 from workflows.tools import HANDOFF_TO_PLANNER
@@ -92,15 +93,14 @@ def test_other_errors_are_not_taken_for_a_tools_refusal() -> None:
 
 
 async def test_a_run_on_a_provider_that_ignores_tools_fails_and_says_why_everywhere(
-    time_worker: Client, configure_worker: Callable[[Settings], None], provider_env: dict[str, str],
-    toolless: FakeModelServer, model_server: FakeModelServer,
+    worker_with: WorkerWith, provider_env: dict[str, str], toolless: FakeModelServer, model_server: FakeModelServer,
 ) -> None:
-    configure_worker(pointed_at(provider_env, toolless))
-    handle = await start(time_worker, auto_accept_plan=True)
-    with pytest.raises(WorkflowFailureError) as failed:
-        await handle.result()
+    async with worker_with(pointed_at(provider_env, toolless)) as client:
+        handle = await start(client, auto_accept_plan=True)
+        with pytest.raises(WorkflowFailureError) as failed:
+            await handle.result()
+        status = await handle.query("status", result_type=RunStatus)
     assert "The model provider ignores tools" in failure_message(failed.value.cause)
-    status = await handle.query("status", result_type=RunStatus)
     assert status.phase is Phase.FAILED and status.outcome is Outcome.FAILED
     assert status.error is not None and status.error.startswith("The model provider ignores tools")
     assert "Error: The model provider ignores tools" in status_text(handle.id, status)

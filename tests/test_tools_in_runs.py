@@ -5,29 +5,27 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from config.settings import Settings
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
-from tests.conftest import settings_with
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.history_checks import activity_types
 from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.models import Outcome
 
 ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"
 
 
 @pytest.fixture
-def documents(tmp_path: Path, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]) -> Path:
-    configure_worker(settings_with(provider_env, DEERFLOW_HOME=str(tmp_path / "home"),
-                                   DEERFLOW_RESOURCE_ROOTS=str(tmp_path / "docs")))
+def documents(tmp_path: Path) -> Path:
     folder = tmp_path / "docs"
     folder.mkdir()
     (folder / "sodium-ion.md").write_text(
@@ -38,10 +36,19 @@ def documents(tmp_path: Path, provider_env: dict[str, str], configure_worker: Ca
     return folder
 
 
+@pytest.fixture
+async def documents_worker(tmp_path: Path, provider_env: dict[str, str], documents: Path,
+                           worker_with: WorkerWith) -> AsyncIterator[Client]:
+    """A worker whose resource root is the ``documents`` folder."""
+    async with worker_with(settings_with(provider_env, DEERFLOW_HOME=str(tmp_path / "home"),
+                                         DEERFLOW_RESOURCE_ROOTS=str(documents))) as client:
+        yield client
+
+
 async def test_resources_are_searched_first_and_cited_in_the_report(
-    time_worker: Client, model_server: FakeModelServer, documents: Path
+    documents_worker: Client, model_server: FakeModelServer, documents: Path
 ) -> None:
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, resources=[str(documents)])
+    handle = await start(documents_worker, auto_accept_plan=True, max_step_num=2, resources=[str(documents)])
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
     researcher_first_turns = [body for body in model_server.requests_for("researcher")
@@ -61,13 +68,13 @@ async def test_resources_are_searched_first_and_cited_in_the_report(
 
 @pytest.mark.parametrize("with_documents", [True, False])
 async def test_without_the_web_nothing_is_searched_or_crawled(
-    time_worker: Client, model_server: FakeModelServer, search_server: FakeSearchServer, documents: Path,
+    documents_worker: Client, model_server: FakeModelServer, search_server: FakeSearchServer, documents: Path,
     with_documents: bool,
 ) -> None:
     """DeerFlow's ``enable_web_search: false``: the documents (if any) are the only source."""
     search_server.requests.clear()
     resources = [str(documents)] if with_documents else []
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, enable_web_search=False,
+    handle = await start(documents_worker, auto_accept_plan=True, max_step_num=2, enable_web_search=False,
                          resources=resources)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
@@ -84,10 +91,10 @@ async def test_without_the_web_nothing_is_searched_or_crawled(
 
 
 @pytest.fixture
-def loopback_corpus(
-    tmp_path: Path, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]
-) -> Iterator[FakeHTTPServer]:
-    """A site on 127.0.0.1 and a search engine whose every result points at it."""
+async def loopback_corpus(
+    tmp_path: Path, provider_env: dict[str, str], worker_with: WorkerWith
+) -> AsyncIterator[tuple[Client, FakeHTTPServer]]:
+    """A site on 127.0.0.1, a search engine whose every result points at it, and a worker searching there."""
     def page(seen: Seen) -> Reply:
         title = seen.path.strip("/").replace("-", " ").title()
         body = "".join(f"<p>Paragraph {n} of {title}: solid-state batteries and electric vehicles.</p>"
@@ -103,15 +110,16 @@ def loopback_corpus(
             for n in range(3)
         ]))
         with FakeSearchServer(corpus_path=corpus) as engine:
-            configure_worker(settings_with(provider_env, TAVILY_BASE_URL=engine.base_url,
-                                           DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1"))
-            yield site
+            async with worker_with(settings_with(provider_env, TAVILY_BASE_URL=engine.base_url,
+                                                 DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1")) as client:
+                yield client, site
 
 
 async def test_a_page_is_crawled_once_per_run_even_when_steps_revisit_it(
-    time_worker: Client, model_server: FakeModelServer, loopback_corpus: FakeHTTPServer
+    model_server: FakeModelServer, loopback_corpus: tuple[Client, FakeHTTPServer]
 ) -> None:
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, enable_background_investigation=False)
+    client, site = loopback_corpus
+    handle = await start(client, auto_accept_plan=True, max_step_num=2, enable_background_investigation=False)
     result = await handle.result()
     assert result.outcome is Outcome.REPORT
 
@@ -125,20 +133,20 @@ async def test_a_page_is_crawled_once_per_run_even_when_steps_revisit_it(
     asked = {json.loads(call["function"]["arguments"])["url"] for call in crawl_calls}
     assert len(asked) == 3
     assert len(crawl_activities) == 3, "each page once, although both research steps asked for all three"
-    assert sorted(seen.path for seen in loopback_corpus.requests) == [f"/battery-page-{n}" for n in range(3)]
+    assert sorted(seen.path for seen in site.requests) == [f"/battery-page-{n}" for n in range(3)]
     # both steps still got the page content
     assert result.plan is not None and all("Battery Page" in (s.execution_res or "") for s in result.plan.steps)
 
 
 async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
-    time_worker: Client, model_server: FakeModelServer, provider_env: dict[str, str],
-    configure_worker: Callable[[Settings], None],
+    model_server: FakeModelServer, provider_env: dict[str, str], worker_with: WorkerWith,
 ) -> None:
     calculator = {"transport": "stdio", "command": str(Path(sys.executable).parent / "python"),
                   "args": [str(Path(__file__).parent / "support" / "mcp_test_server.py")], "enabled_tools": ["add"]}
-    configure_worker(settings_with(provider_env, MCP_SERVERS=json.dumps({"calc": calculator})))  # the operator's table
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=2, mcp_servers=["calc"])
-    result = await handle.result()
+    # the operator's table
+    async with worker_with(settings_with(provider_env, MCP_SERVERS=json.dumps({"calc": calculator}))) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=2, mcp_servers=["calc"])
+        result = await handle.result()
     assert result.outcome is Outcome.REPORT
 
     history = await handle.fetch_history()

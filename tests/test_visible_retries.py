@@ -28,8 +28,8 @@ from offline.model_server import FakeModelServer, Fault
 from runtime.retries import retries_of
 from server.live import TokenHub
 from server.runs import Runs
-from tests.conftest import settings_with
 from tests.support.runs import QUESTION
+from tests.support.settings import settings_with
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, RunStatus
 from workflows.status_view import retry_line
 

@@ -10,9 +10,10 @@ stand-in run's (tests/support/stand_in_runs.py).
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
@@ -23,9 +24,11 @@ from config.settings import Settings
 from offline.content_agents import prose_writer
 from tests.support.cdp import Page, chromium_path, open_page
 from tests.support.fake_http import FakeHTTPServer, fake_speech
+from tests.support.processes import free_port
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import stand_in_runs
 from tests.support.web_server import api_server
+from tests.support.workers import WorkerWith
 from workflows.podcast import NO_VOICE_MESSAGE
 from workflows.slides import PPTX_MEDIA_TYPE
 
@@ -56,14 +59,22 @@ def tts() -> Iterator[FakeHTTPServer]:
         yield server
 
 
-@pytest.fixture
-async def base(time_worker: Client, worker_settings: Settings, configure_worker: Callable[[Settings], None],
-               tts: FakeHTTPServer) -> AsyncIterator[str]:
-    """The API server; the worker's previews go to it, and its voice is the fake speech server."""
+@contextlib.asynccontextmanager
+async def serving(worker_with: WorkerWith, worker_settings: Settings, voice: str | None) -> AsyncIterator[str]:
+    """The API server, and a worker of its own whose previews go to it and whose voice is ``voice``
+    (a speech endpoint, or None: no voice configured); yields the server's URL."""
     settings = worker_settings.model_copy(update={"web_token": None, "token_stream_token": TOKEN})
-    async with api_server(time_worker, settings) as url:
-        configure_worker(settings.model_copy(update={
-            "token_stream_url": f"{url}/internal/token-stream", "tts_url": f"{tts.base_url}/v1"}))
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    worker = settings.model_copy(update={"token_stream_url": f"{url}/internal/token-stream", "tts_url": voice})
+    async with worker_with(worker) as client, api_server(client, settings, port=port):
+        yield url
+
+
+@pytest.fixture
+async def base(worker_with: WorkerWith, worker_settings: Settings, tts: FakeHTTPServer) -> AsyncIterator[str]:
+    """The API server; the worker's previews go to it, and its voice is the fake speech server."""
+    async with serving(worker_with, worker_settings, f"{tts.base_url}/v1") as url:
         yield url
 
 
@@ -95,8 +106,7 @@ async def notice(page: Page) -> str:
 
 
 async def test_a_finished_report_offers_the_content_flows(
-        base: str, finished: str, page: Page, worker_settings: Settings,
-        configure_worker: Callable[[Settings], None]) -> None:
+        base: str, finished: str, page: Page, worker_settings: Settings, worker_with: WorkerWith) -> None:
     try:
         await page.navigate(f"{base}/?run={finished}")
         await page.wait_for("!document.getElementById('flows').hidden", 30, what="the content flows")
@@ -122,30 +132,33 @@ async def test_a_finished_report_offers_the_content_flows(
                                    "document.getElementById('podcast-download').download.endsWith('.mp3')")
         assert await notice(page) == " " and await page.evaluate("window.__refused") == []
 
-        configure_worker(worker_settings)  # no voice any more
-        await page.press("#podcast")
-        assert await notice(page) == NO_VOICE_MESSAGE
-        assert await page.evaluate("document.querySelectorAll('#podcast-script li').length") > 2
+        async with serving(worker_with, worker_settings, None) as quiet:  # no voice configured
+            await page.navigate(f"{quiet}/?run={finished}")
+            await page.wait_for("!document.getElementById('flows').hidden", 30, what="the content flows")
+            await page.evaluate(CAPTURE)
+            await page.press("#podcast")
+            assert await notice(page) == NO_VOICE_MESSAGE
+            assert await page.evaluate("document.querySelectorAll('#podcast-script li').length") > 2
 
-        # Prose: a selection made shorter by the prose writer, used, and the edits saved.
-        await page.press("#edit-report")
-        start = SAMPLE_REPORT.index(SELECTED)
-        await page.evaluate(f"document.getElementById('editor-text').setSelectionRange({start}, "
-                            f"{start + len(SELECTED)}); "
-                            "document.getElementById('prose-option').value = 'shorter'; true")
-        await page.press("#prose-form button")
-        shorter = prose_writer("Task: shorter", f"Text:\n{SELECTED}")
-        assert await notice(page) == " "
-        assert await page.evaluate("document.getElementById('prose-text').textContent") == shorter
-        await page.press("#prose-use")
-        await page.press("#editor-save")
-        edited = SAMPLE_REPORT.replace(SELECTED, shorter)
-        assert await page.evaluate("window.deerflowPage.state.report") == edited
-        assert SELECTED not in await page.evaluate("document.getElementById('report').innerText")
-        await page.press("#export-md")
-        assert (await blob(page, "text/markdown")).decode() == edited  # the exports carry the edits
-        SCREENSHOTS.mkdir(exist_ok=True)
-        await page.screenshot(SCREENSHOTS / "content-flows.png")
+            # Prose: a selection made shorter by the prose writer, used, and the edits saved.
+            await page.press("#edit-report")
+            start = SAMPLE_REPORT.index(SELECTED)
+            await page.evaluate(f"document.getElementById('editor-text').setSelectionRange({start}, "
+                                f"{start + len(SELECTED)}); "
+                                "document.getElementById('prose-option').value = 'shorter'; true")
+            await page.press("#prose-form button")
+            shorter = prose_writer("Task: shorter", f"Text:\n{SELECTED}")
+            assert await notice(page) == " "
+            assert await page.evaluate("document.getElementById('prose-text').textContent") == shorter
+            await page.press("#prose-use")
+            await page.press("#editor-save")
+            edited = SAMPLE_REPORT.replace(SELECTED, shorter)
+            assert await page.evaluate("window.deerflowPage.state.report") == edited
+            assert SELECTED not in await page.evaluate("document.getElementById('report').innerText")
+            await page.press("#export-md")
+            assert (await blob(page, "text/markdown")).decode() == edited  # the exports carry the edits
+            SCREENSHOTS.mkdir(exist_ok=True)
+            await page.screenshot(SCREENSHOTS / "content-flows.png")
     except Exception:
         SCREENSHOTS.mkdir(exist_ok=True)
         await page.screenshot(SCREENSHOTS / "content-flows-failure.png")

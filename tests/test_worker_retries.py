@@ -23,8 +23,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from hosting.registry import build_workers, queue_activities, running
 from offline.model_server import FakeModelServer, Fault
-from tests.conftest import settings_with
 from tests.support.runs import start
+from tests.support.settings import settings_with
 from workflows.activity_options import CHAT
 from workflows.errors import failure_message
 from workflows.models import ChatRequest, ChatResponse, Outcome

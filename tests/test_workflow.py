@@ -7,19 +7,17 @@ failing providers and failing tools.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
-from tests.conftest import settings_with
 from tests.support.runs import awaiting_review, start, wait_for
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.errors import failure_message
 from workflows.models import (
     Outcome,
@@ -194,12 +192,11 @@ async def test_search_down_is_reported_by_the_step_and_the_run_still_reports(
 
 
 async def test_recursion_limit_ends_the_step_with_a_summarising_turn(
-    time_worker: Client, model_server: FakeModelServer, provider_env: dict[str, str],
-    configure_worker: Callable[[Settings], None],
+    worker_with: WorkerWith, model_server: FakeModelServer, provider_env: dict[str, str],
 ) -> None:
-    configure_worker(settings_with(provider_env, AGENT_RECURSION_LIMIT="1"))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
-    result = await handle.result()
+    async with worker_with(settings_with(provider_env, AGENT_RECURSION_LIMIT="1")) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=1)
+        result = await handle.result()
     assert result.outcome is Outcome.REPORT
     researcher_calls = model_server.requests_for("researcher")
     assert len(researcher_calls) == 2
@@ -240,12 +237,13 @@ async def test_sequential_steps_are_the_default(time_worker: Client) -> None:
 
 
 async def test_a_long_history_continues_as_new_and_the_run_still_completes(
-    time_worker: Client, provider_env: dict[str, str], configure_worker: Callable[[Settings], None]
+    worker_with: WorkerWith, provider_env: dict[str, str]
 ) -> None:
-    configure_worker(settings_with(provider_env, DEERFLOW_CONTINUE_AS_NEW_EVENTS="40"))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=4)
-    result = await handle.result()  # follows the chain of continued runs
-    first_run = await time_worker.get_workflow_handle(handle.id, run_id=handle.result_run_id).fetch_history()
+    async with worker_with(settings_with(provider_env, DEERFLOW_CONTINUE_AS_NEW_EVENTS="40")) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=4)
+        result = await handle.result()  # follows the chain of continued runs
+        final = await client.get_workflow_handle(handle.id).query("status", result_type=RunStatus)
+    first_run = await client.get_workflow_handle(handle.id, run_id=handle.result_run_id).fetch_history()
     assert first_run.events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
     assert result.outcome is Outcome.REPORT and result.plan is not None
     assert all(step.execution_res for step in result.plan.steps)
@@ -253,6 +251,5 @@ async def test_a_long_history_continues_as_new_and_the_run_still_completes(
         marker = next(line for line in (step.execution_res or "").splitlines() if len(line.strip()) > 30).strip()
         assert marker[:60] in result.report
     assert result.usage.llm_calls >= 11  # usage carried across the continuations
-    final = await time_worker.get_workflow_handle(handle.id).query("status", result_type=RunStatus)
     assert any("continued as a new run" in event.message for event in final.events)
     assert len(final.plan_history) == 1

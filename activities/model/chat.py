@@ -40,5 +40,4 @@ class ChatActivity:
         """
         if self._model is None:
             self._model = (await load(MODEL_MODULE)).ModelActivities(self.settings)
-        self._model.settings = self.settings  # the settings this object holds now (tests swap them)
         return await self._model.chat(request)

@@ -125,7 +125,7 @@ async def invoke(runnable: Any, messages: list[BaseMessage], agent: str, setting
     info = activity.info()
     head = {"workflow_id": info.workflow_id or "", "run_id": info.workflow_run_id or "",
             "activity_id": info.activity_id, "attempt": info.attempt, "agent": agent}
-    # Built per call, like the settings it comes from: a worker's settings can be swapped (tests do).
+    # Built per call: its head names this call's run and attempt.
     publisher = Publisher(sink, head, SecretScrubber.for_settings(settings), settings)
     complete = False
     try:

@@ -24,6 +24,7 @@ from runtime.embedded import DEV_SERVER_STORAGE_FLAGS, free_port, has_worker
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
+TEST_SERVER = str(Path(sysconfig.get_path("scripts")) / "temporal-test-server")  # the time-skipping one
 
 
 def wait_for_port(port: int, timeout: float = 30.0) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable
+from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
 
@@ -46,6 +47,11 @@ Output is steady but sites are few [EMEC](https://emec.org.uk/sites).
 - [EMEC](https://www.emec.org.uk/tidal)
 - [ORE Catapult](https://ore.catapult.org.uk/costs)
 """
+
+# Signals a run must ignore (not a string, not the protocol, no input, two inputs): each is one
+# signal's arguments, sent to the plan under review, which stays under review. The recorded
+# history ``ignored_feedback`` sends them too (tests/record_histories.py).
+IGNORED_SIGNALS: list[Any] = [[42], ["nonsense"], [], ["[ACCEPTED]", "[ACCEPTED]"]]
 
 STARTED: list[WorkflowHandle] = []  # runs for conftest to terminate after the test
 
