@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from harness import header, html_page, median, ms, run_main
 
 from activities.web.decode import decode_body
-from activities.web.extract import _trafilatura_markdown, extract_within_budget, prepare_html
+from activities.web.extract import extract_within_budget, prepare_html, trafilatura_markdown
 from activities.web.fetch import FetchedPage
 from config.settings import load_settings
 
@@ -33,7 +33,7 @@ async def in_threads(page: FetchedPage) -> tuple[str | None, str]:
     """The former path: the same steps, each in the default executor."""
     text = await asyncio.to_thread(decode_body, page.body, page.charset)
     prepared = await asyncio.to_thread(prepare_html, text, MAX_CHARS)
-    markdown = await asyncio.to_thread(_trafilatura_markdown, prepared.markup, page.url)
+    markdown = await asyncio.to_thread(trafilatura_markdown, prepared.markup, page.url)
     return prepared.title, markdown or prepared.plain_text
 
 

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 from activities.support.isolated import Limits, run_blocking
 from activities.web.decode import decode_body
-from activities.web.extract import prepare_html
+from activities.web.extract import prepare_html, trafilatura_markdown
 from config.resources import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SUPPORTED_SUFFIXES
 from config.settings import Settings
 
@@ -120,28 +120,9 @@ def front_matter(text: str) -> str:
 def _html(document: str) -> tuple[str | None, str]:
     """(``<title>`` or first heading, main text) of an HTML document."""
     prepared = prepare_html(document, MAX_TEXT_CHARS)
-    main = _trafilatura_text(prepared.markup)
+    main = trafilatura_markdown(prepared.markup, include_links=False)
     text = main or prepared.plain_text
     return prepared.title or markdown_title(text), text
-
-
-def _trafilatura_text(markup: str) -> str | None:
-    """Main content as markdown (headings kept for titles and context), None if none found."""
-    import trafilatura  # here: only extraction children run this, so the worker never pays its import
-
-    try:
-        text = trafilatura.extract(
-            markup,
-            output_format="markdown",
-            include_links=False,
-            include_images=False,
-            include_tables=True,
-            include_comments=False,
-            favor_recall=True,
-        )
-    except Exception:  # trafilatura on odd markup: the lxml plain text is the fallback
-        return None
-    return text if text and text.strip() else None
 
 
 def _pdf(data: bytes) -> tuple[str | None, str]:

@@ -88,7 +88,7 @@ def _page_job(body: bytes, charset: str | None, kind: Kind, url: str, max_chars:
         return
     prepared = prepare_html(text, max_chars)
     yield prepared.title, prepared.plain_text
-    yield _trafilatura_markdown(prepared.markup, url)
+    yield trafilatura_markdown(prepared.markup, url)
 
 
 def _pdf_job(body: bytes, max_chars: int) -> Iterator[tuple[str | None, str]]:
@@ -136,8 +136,10 @@ def parse_html(document: str) -> lxml.html.HtmlElement | None:
     return tree
 
 
-def _trafilatura_markdown(markup: str, url: str) -> str | None:
-    """Main content as markdown, or None when trafilatura finds none (or fails)."""
+def trafilatura_markdown(markup: str, url: str | None = None, *, include_links: bool = True) -> str | None:
+    """Main content as markdown, or None when trafilatura finds none (or fails on hostile markup:
+    the caller falls back to plain text). Web pages keep their links (the agent may follow them);
+    local documents drop them (``activities/documents/extract.py``)."""
     import trafilatura  # here: only extraction children run this, so the worker never pays its import
 
     try:
@@ -145,13 +147,13 @@ def _trafilatura_markdown(markup: str, url: str) -> str | None:
             markup,
             url=url,
             output_format="markdown",
-            include_links=True,
+            include_links=include_links,
             include_tables=True,
             include_images=False,
             include_comments=False,
             favor_recall=True,
         )
-    except Exception:  # trafilatura on hostile markup; the caller falls back to plain text
+    except Exception:  # trafilatura on hostile markup
         return None
     return markdown if markdown and markdown.strip() else None
 
