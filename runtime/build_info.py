@@ -25,7 +25,7 @@ DISTRIBUTION = "deerflow-temporal"
 ROOT = Path(__file__).resolve().parent.parent
 # The product's top-level packages and scripts: what a process of it runs (never tests or benches).
 # tests/test_build_info.py checks these against pyproject.toml's packages and modules.
-PACKAGES = ("activities", "cli", "config", "offline", "prompts", "runtime", "sandbox", "server", "storage",
+PACKAGES = ("activities", "cli", "config", "hosting", "offline", "prompts", "runtime", "sandbox", "server", "storage",
             "workflows")
 MODULES = ("starter.py", "worker.py")
 SHORT = 12  # digits of the digest shown in identities, labels and --version
