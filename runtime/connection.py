@@ -148,10 +148,11 @@ def _is_unreachable(message: str) -> bool:
 
 
 def _is_reset(message: str) -> bool:
-    """The connection was reset: a dev server does this for a moment after opening its port, but
-    so may a TLS endpoint given plaintext, which is why resets are retried only briefly. A reset
-    that arrives while the client is still writing its first request shows as a broken pipe."""
-    return "ConnectionReset" in message or "BrokenPipe" in message
+    """The connection was reset or closed at once: a dev server does this for a moment after opening
+    its port, and a proxy or port-forward in front of a starting server closes cleanly instead, but
+    so may a TLS endpoint given plaintext, which is why these are retried only briefly. A reset that
+    arrives while the client is still writing its first request shows as a broken pipe."""
+    return any(sign in message for sign in ("ConnectionReset", "BrokenPipe", "connection closed"))
 
 
 def describe_failure(connection: Connection, error: Exception) -> str:
@@ -183,7 +184,7 @@ def describe_failure(connection: Connection, error: Exception) -> str:
             text = f"{address} requires authentication: set {_API_KEY} or a client certificate ({_CLIENT_CERT})."
     elif "h2 protocol error" in message or "FRAME_SIZE_ERROR" in message:
         text = f"{address} expects TLS: set TEMPORAL_TLS=true (tls), and {_CA} for a private CA."
-    elif not tls and ("connection closed" in message or _is_reset(message)):
+    elif not tls and _is_reset(message):
         # A TLS endpoint given plaintext either answers garbage (above) or just hangs up: which one
         # depends on timing, so both mean the same.
         text = (f"{address} closed the connection at once, as a TLS endpoint does with plaintext: "

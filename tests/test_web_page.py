@@ -120,7 +120,8 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         await page.navigate(f"{base}/")
         # The page's own script (deferred, after the vendored ones) has set its handlers up.
         await page.wait_for("typeof DOMPurify !== 'undefined' && typeof marked !== 'undefined' && "
-                            "window.deerflowPage !== undefined", what="the page's scripts")
+                            "window.deerflowPage !== undefined && window.deerflowPage.started",
+                            what="the page's scripts")
         # A refused start says why on the page (no alert); the next start clears the notice and the box.
         await page.type_into("#question", "   ")
         await page.press("#new-run button[type=submit]")

@@ -94,7 +94,7 @@ async def test_an_ended_run_says_how_and_offers_no_review(base: str, stand_in: S
 async def test_the_run_list_refreshes_itself_and_names_runs_by_question(base: str, stand_in: StartStandIn,
                                                                         page: Page) -> None:
     await page.navigate(f"{base}/")
-    await page.wait_for("window.deerflowPage !== undefined", what="the page")
+    await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
     question = "How much power do tidal stream turbines produce?"
     handle = await stand_in("", question=question)  # started elsewhere, after the page loaded
     entry = (f"[...document.querySelectorAll('#runs li')].find((li) => li.title === {json.dumps(handle.id)})"

@@ -712,5 +712,7 @@ async function start() {
   }
 }
 
-window.deerflowPage = { openRun, exportedHtml, exportedMarkdown, sanitisedReportHtml, state };
-start();
+// `started` tells a driver (and its tests) that the first layout shift (the offline banner, the run
+// list) is over, so what it clicks stays where it was measured.
+window.deerflowPage = { openRun, exportedHtml, exportedMarkdown, sanitisedReportHtml, state, started: false };
+start().finally(() => { window.deerflowPage.started = true; });

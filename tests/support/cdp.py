@@ -114,11 +114,17 @@ class Page:
             await self.send("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
 
     async def press(self, selector: str) -> None:
-        """A real mouse click at the element's centre, once it is visible."""
+        """A real mouse click at the element's centre, once it is visible, on top, and has stayed in
+        place for two polls: a banner or list that appears late moves what was measured, and the
+        click would land on something else (seen in CI on a loaded host)."""
         box = await self.wait_for(
             f"""(() => {{ const e = document.querySelector({json.dumps(selector)});
             if (!e || e.offsetParent === null) return null; e.scrollIntoView({{block: 'center'}});
-            const b = e.getBoundingClientRect(); return [b.x + b.width / 2, b.y + b.height / 2]; }})()""",
+            const b = e.getBoundingClientRect(); const x = b.x + b.width / 2, y = b.y + b.height / 2;
+            const hit = document.elementFromPoint(x, y);
+            if (!hit || !(hit === e || e.contains(hit) || (e.labels && [...e.labels].includes(hit)))) return null;
+            const at = `${{x}},${{y}}`; if (window.__pressAt !== at) {{ window.__pressAt = at; return null; }}
+            return [x, y]; }})()""",
             what=selector)
         await self.click_at(*box)
 
