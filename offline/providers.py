@@ -115,4 +115,4 @@ def with_overrides(settings: Settings, overrides: Mapping[str, str]) -> Settings
     names = {field.alias: name for name, field in Settings.model_fields.items()}
     changed = {names[key]: value for key, value in overrides.items()}
     updated = Settings.model_validate({**settings.model_dump(), **changed})
-    return updated.with_variables(settings.variables())
+    return updated.loaded_from(settings.variables(), settings.sources())
