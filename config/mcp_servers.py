@@ -6,8 +6,8 @@ can only pick servers from this table by name (``ResearchRequest.mcp_servers``) 
 tools; the activities look the definition up here, and no command, URL, env or header value ever
 enters a workflow input or history.
 
-``${VAR}`` placeholders in ``env`` and ``headers`` are filled from the worker's environment, and
-only here: request data is never expanded.
+``${VAR}`` placeholders in ``env`` and ``headers`` are filled from the worker's variables (its
+environment and ``.env``), and only here: request data is never expanded.
 """
 
 from __future__ import annotations
