@@ -180,7 +180,7 @@ def test_a_history_file_replays_under_its_run_name_not_the_file_name() -> None:
 
 def test_ctrl_c_names_the_run_not_a_placeholder(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    async def interrupted(_args: argparse.Namespace) -> int:
+    async def interrupted(_args: argparse.Namespace, _settings: Settings) -> int:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(operate, "watch_run", interrupted)
@@ -289,10 +289,10 @@ async def test_a_worker_started_before_the_code_changed_is_replaced(tmp_path: Pa
     try:
         record = {"pid": old.pid, "started": embedded._start_time(old.pid), "address": "a:1"}
         (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": build_info.code_digest()}))
-        assert await stack.ensure_worker(object(), "a:1")  # type: ignore[arg-type] is False  # same code: kept
+        assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]  # same code: kept
         assert old.poll() is None and started == []
         (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": "before the pull"}))
-        assert await stack.ensure_worker(object(), "a:1")  # type: ignore[arg-type] is True
+        assert await stack.ensure_worker(object(), "a:1") is True  # type: ignore[arg-type]
         assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
     finally:
         if old.poll() is None:
