@@ -1,6 +1,7 @@
 """The whole command line of ``starter.py``: every subcommand, its flags and its handler.
 
-Each handler takes the parsed arguments and returns an exit code (cli/main.py runs it). The web
+Each handler takes the parsed arguments and the settings cli/main.py loaded, and returns an exit
+code (cli/main.py runs it). The web
 servers' handlers come from the entry point (``ServerCommands``): the CLI imports nothing of
 server/, and the web stack is imported only by the commands that serve.
 """
@@ -18,10 +19,11 @@ from typing import NoReturn
 from pydantic import TypeAdapter, ValidationError
 
 from cli import blobs, config_view, content, history, operate, research, runs
+from config.settings import Settings
 from runtime.build_info import add_version_argument
 from workflows.models import ReportStyle
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
+Handler = Callable[[argparse.Namespace, Settings], Awaitable[int]]
 Subcommands = argparse._SubParsersAction
 
 

@@ -22,7 +22,7 @@ from cli.runs import EXIT_CODES, _check_output, _describe, _offline_notice, _res
 from cli.terminal import printable
 from cli.watch import Watcher
 from config.resources import ResourcePolicy
-from config.settings import load_settings
+from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect, revive_worker
 from workflows.errors import failure_message
@@ -65,8 +65,9 @@ def _question(args: argparse.Namespace) -> str:
     return str(args.question)
 
 
-def _request(args: argparse.Namespace, question: str) -> ResearchRequest:
-    """The request ``run``'s flags describe, for ``question`` (read by ``_question``)."""
+def _request(args: argparse.Namespace, question: str, settings: Settings) -> ResearchRequest:
+    """The request ``run``'s flags describe, for ``question`` (read by ``_question``); ``settings``
+    name the resource roots the worker will hold its resources to."""
     fields: dict[str, object] = {"question": question, "auto_accept_plan": args.auto_accept}
     if args.locale is not None and not BCP47.fullmatch(args.locale):
         print(f"Warning: --locale {printable(args.locale)!r} is not a BCP 47 language tag (like en-US or zh-CN); "
@@ -81,7 +82,7 @@ def _request(args: argparse.Namespace, question: str) -> ResearchRequest:
         # The worker resolves paths on its own machine: send them absolute, as the user meant them.
         fields["resources"] = [str(Path(path).resolve()) for path in args.resource]
         # The worker refuses resources outside its roots; say so before starting a run that would fail.
-        policy = ResourcePolicy.from_settings(load_settings())
+        policy = ResourcePolicy.from_settings(settings)
         refused = [path for path in args.resource if not policy.allows(Path(path).resolve())]
         if refused:
             raise CliError("\n".join(policy.refusal(path) for path in refused))
@@ -112,19 +113,20 @@ class RunInterrupted(Exception):
         self.run_id = run_id
 
 
-async def run(args: argparse.Namespace) -> int:
-    request = _request(args, _question(args))
+async def run(args: argparse.Namespace, settings: Settings) -> int:
+    request = _request(args, _question(args), settings)
     _check_output(args.output)
-    client = await connect()
+    client = await connect(settings)
     run_id = args.id or _run_id(request.question)
     try:
-        return await _start_and_follow(client, request, run_id, args)
+        return await _start_and_follow(client, request, run_id, args, settings)
     except asyncio.CancelledError:
         # asyncio.run's answer to Ctrl-C: the command's task is cancelled. The run is not; say which it is.
         raise RunInterrupted(run_id) from None
 
 
-async def _start_and_follow(client: Client, request: ResearchRequest, run_id: str, args: argparse.Namespace) -> int:
+async def _start_and_follow(client: Client, request: ResearchRequest, run_id: str, args: argparse.Namespace,
+                            settings: Settings) -> int:
     # A closed run's ID is taken too, unless --force: a second run would hide the first one's report.
     reuse = WorkflowIDReusePolicy.ALLOW_DUPLICATE if args.force else WorkflowIDReusePolicy.REJECT_DUPLICATE
     try:
@@ -137,7 +139,7 @@ async def _start_and_follow(client: Client, request: ResearchRequest, run_id: st
         print(run_id)
         return 0
     interactive = sys.stdin.isatty() and args.question != "-" and not request.auto_accept_plan
-    result = await _follow(handle, interactive=interactive, verbose=args.verbose, output=args.output)
+    result = await _follow(handle, settings, interactive=interactive, verbose=args.verbose, output=args.output)
     if result is None:
         return 0
     _write_report(result, args.output, await _offline_notice(handle))
@@ -156,7 +158,7 @@ async def _id_taken(handle: WorkflowHandle) -> str:
             "to start a new run under this ID (the old one stays in history).")
 
 
-async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = False,
+async def _follow(handle: WorkflowHandle, settings: Settings, interactive: bool, *, verbose: bool = False,
                   output: str | None = None) -> ResearchResult | None:
     """Show the run live until it ends; review plans and answer questions on a terminal.
 
@@ -164,7 +166,7 @@ async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = 
     named in the command that writes the report once the run is done.
     """
     client = handle._client  # the handle's client; the SDK exposes no public accessor
-    watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr, on_no_worker=lambda: revive_worker(client))
+    watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr, on_no_worker=lambda: revive_worker(client, settings))
     later = f"python starter.py report {handle.id}" + (f" -o {output}" if output else "")
     answered: tuple[str | None, int, int] | None = None
     while True:
@@ -237,16 +239,16 @@ async def _interactive_answer(handle: WorkflowHandle) -> bool:
     return True
 
 
-async def review(args: argparse.Namespace) -> int:
-    client = await connect()
+async def review(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
     feedback = ACCEPTED if args.accept else f"{EDIT_PLAN} {args.edit}"
     outcome = await _send_review(client.get_workflow_handle(args.id), feedback)
     print(outcome.message)
     return 0
 
 
-async def answer(args: argparse.Namespace) -> int:
-    client = await connect()
+async def answer(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
     outcome = await _send_answer(client.get_workflow_handle(args.id), args.text)
     print(outcome.message)
     return 0

@@ -49,6 +49,10 @@ class WorkerSettings(SettingsGroup):
     # (DEERFLOW_OFFLINE_DEMO), the search corpus (DEERFLOW_OFFLINE_SEARCH), or both.
     offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
     offline_search: bool = Field(default=False, alias="DEERFLOW_OFFLINE_SEARCH")
+    # Seconds each offline fake waits before it answers, as real providers do: for demos, crash
+    # drills and benchmarks, which need a run slow enough to interrupt.
+    offline_model_latency: float = Field(default=0.0, ge=0, le=600, alias="DEERFLOW_OFFLINE_MODEL_LATENCY")
+    offline_search_latency: float = Field(default=0.0, ge=0, le=600, alias="DEERFLOW_OFFLINE_SEARCH_LATENCY")
 
     # Reclaiming a dead worker's attempts (hosting/inflight_journal.py, hosting/reclaim.py):
     # each worker process journals the task tokens of its attempts in flight under <home>/inflight,
