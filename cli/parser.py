@@ -18,6 +18,7 @@ from typing import NoReturn
 from pydantic import TypeAdapter, ValidationError
 
 from cli import blobs, config_view, content, history, operate, research, runs
+from cli.actor import add_as_argument
 from runtime.build_info import add_version_argument
 from workflows.models import ReportStyle
 
@@ -107,6 +108,7 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--id", help="workflow ID for the run (default: derived from the question)")
     run.add_argument("--force", action="store_true", help="reuse the --id of a run that has ended")
     run.add_argument("-v", "--verbose", action="store_true", help="print the event-to-display delay at the end")
+    add_as_argument(run)
     run.set_defaults(handler=research.run)
 
 
@@ -117,11 +119,13 @@ def _add_steering(sub: Subcommands) -> None:
     choice = review.add_mutually_exclusive_group(required=True)
     choice.add_argument("--accept", action="store_true")
     choice.add_argument("--edit", metavar="TEXT", help="what the planner should change")
+    add_as_argument(review)
     review.set_defaults(handler=research.review)
 
     answer = sub.add_parser("answer", help="answer the coordinator's clarifying question")
     answer.add_argument("id")
     answer.add_argument("text")
+    add_as_argument(answer)
     answer.set_defaults(handler=research.answer)
 
 
@@ -151,6 +155,7 @@ def _add_reading(sub: Subcommands) -> None:
 
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("id")
+    add_as_argument(cancel)
     cancel.set_defaults(handler=operate.cancel)
 
 

@@ -14,6 +14,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflows.decisions import Decision
+
 TASK_QUEUE = "deep-research"
 WORKFLOW_TYPE = "DeepResearchWorkflow"
 
@@ -209,6 +211,7 @@ class ResearchResult(BaseModel):
     # What a reader must know about how the outcome came about, one line each: a direct reply, no
     # research needed, a report from zero findings, a report cut at the output cap.
     notes: list[str] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list)  # who reviewed, answered, cancelled
 
 
 # ---------------------------------------------------------------- chat messages and tools
@@ -422,7 +425,7 @@ class ProgressEvent(BaseModel):
     # "ignored": a signal the run dropped (bad or ill-timed), so its sender can see why.
     # "note": something a reader must know about the outcome (RunStatus.notes).
     kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error", "ignored",
-                  "note"]
+                  "note", "cancel"]
     message: str
     step_index: int | None = None
 
@@ -433,6 +436,7 @@ class PlanVersion(BaseModel):
     version: int
     plan: Plan
     feedback: str | None = None
+    review: Decision | None = None  # the person's verdict on this version, once given
 
 
 MAX_EVENTS = 200
@@ -460,6 +464,7 @@ class RunProgress(BaseModel):
     error: str | None = None
     outcome: Outcome | None = None  # set when the run ends
     notes: list[str] = Field(default_factory=list)  # as ``ResearchResult.notes``, while the run goes on
+    decisions: list[Decision] = Field(default_factory=list)  # who decided what, in order
 
 
 class RunStatus(RunProgress):

@@ -9,6 +9,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.status_view import (
         awaiting_commands,
         awaiting_headline,
+        decision_lines,
         ignored_lines,
         offline_notice,
         outcome_lines,
@@ -34,6 +35,9 @@ def current_details(status: RunStatus) -> str:
     if status.error:
         lines.append(f"\n**Error:** {status.error}")
     lines.extend(f"\n**{line}**" for line in outcome_lines(status))
+    if status.decisions:
+        lines.append("\n**Decided:**")
+        lines.extend(f"- {line}" for line in decision_lines(status.decisions))
     ignored = ignored_lines(status)
     if ignored:
         lines.append("\n**Ignored signals:**")

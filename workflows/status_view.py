@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from workflows.decisions import Decision
 from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
@@ -70,6 +71,15 @@ def offline_label(status: RunStatus) -> str | None:
 
 def utc_time(timestamp: str) -> str:
     return datetime.fromisoformat(timestamp).strftime("%Y-%m-%d %H:%M UTC")
+
+
+DECISION_LABEL = {"plan_review": "plan review", "clarification": "clarification", "cancel": "cancel"}
+
+
+def decision_lines(decisions: list[Decision], when: Callable[[str], str] = utc_time) -> list[str]:
+    """Who decided what, and when: ``2025-01-02 10:00 UTC plan review: [ACCEPTED] by alice (cli)``."""
+    return [f"{when(decision.at)} {DECISION_LABEL[decision.kind]}: {decision.decision} by {decision.by}"
+            for decision in decisions]
 
 
 def phase_label(phase: Phase) -> str:
