@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -56,6 +57,9 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "named_reviewers": (ResearchRequest(question=QUESTION),
                         [("[EDIT_PLAN] add a step on manufacturing costs", {"name": "alice", "via": "cli"}),
                          ("[ACCEPTED]", {"name": "bob", "via": "api"})], []),
+    # A budget crossed before the second step, nobody deciding within two hours: finish now.
+    "budget_timeout_finish": (ResearchRequest(question=QUESTION, auto_accept_plan=True, token_budget=7_000,
+                                              review_timeout=timedelta(hours=2)), [], []),
     # A plan without a title: the planner is asked once more, quoting the error (issue #11).
     "reasked_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                      [Fault.plan_without_title()]),

@@ -47,8 +47,8 @@ class Decision(BaseModel):
     """One decision a person made about a run; ``at`` is workflow time (ISO 8601)."""
 
     at: str
-    kind: Literal["plan_review", "clarification", "cancel"]
-    decision: str  # "[ACCEPTED]", "[EDIT_PLAN] …", the answer, "cancel"
+    kind: Literal["plan_review", "clarification", "cancel", "budget"]
+    decision: str  # "[ACCEPTED]", "[EDIT_PLAN] …", the answer, "cancel", "raise to 200,000 tokens"
     by: Actor
 
 

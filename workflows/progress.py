@@ -9,6 +9,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.status_view import (
         awaiting_commands,
         awaiting_headline,
+        budget_line,
         decision_lines,
         ignored_lines,
         offline_notice,
@@ -43,4 +44,6 @@ def current_details(status: RunStatus) -> str:
         lines.append("\n**Ignored signals:**")
         lines.extend(f"- {line}" for line in ignored)
     lines.append(f"\n**Usage:** {usage_line(status.usage)}")
+    if status.budget is not None:
+        lines.append(f"**Budget:** {budget_line(status)}")
     return "\n".join(lines)

@@ -21,6 +21,8 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.budget import parse_budget_decision
+    from workflows.budget_models import BudgetDecision
     from workflows.coordination import configure_and_coordinate, investigate
     from workflows.decisions import Actor, actor_of_cancel
     from workflows.errors import failure_message
@@ -145,6 +147,8 @@ class DeepResearchWorkflow:
                 return
             state.plan_iterations += 1
             await run_steps(run)
+            if state.status.budget is not None and state.status.budget.cut_short:
+                return  # a person (or the timeout) chose to finish at the budget: no more plans
 
     def _review_without_research(self, run: ResearchRun) -> bool:
         """Whether a plan that claims enough context goes to the person's review. A first plan
@@ -162,6 +166,7 @@ class DeepResearchWorkflow:
         result.usage = status.usage
         result.notes = list(status.notes)
         result.decisions = list(status.decisions)
+        result.budget = status.budget
         status.outcome = result.outcome
         status.error = result.error
         self._state.enter(Phase.FAILED if result.outcome is Outcome.FAILED else Phase.COMPLETED)
@@ -233,6 +238,27 @@ class DeepResearchWorkflow:
     def _validate_answer(self, answer: str, by: Actor | None = None) -> None:
         nonempty_answer(answer, by)
         self._ensure_awaiting(Awaiting.CLARIFICATION, self._inbox.clarifications)
+
+    @workflow.signal(name=Awaiting.BUDGET.value)
+    def budget(self, *inputs: object) -> None:
+        """A budget decision as a signal: ``{"action": "raise", "tokens": N}``, ``finish`` or ``cancel``."""
+        try:
+            decision = parse_budget_decision(*message_inputs(inputs), self._state.status.budget)
+            self._ensure_awaiting(Awaiting.BUDGET, self._inbox.budget)
+        except InvalidFeedback as error:
+            self._ignore(Awaiting.BUDGET, error)
+            return
+        self._inbox.budget.append(decision)
+
+    @workflow.update(name="decide_budget")
+    def decide_budget(self, decision: BudgetDecision, by: Actor | None = None) -> ReviewOutcome:
+        self._inbox.budget.append(parse_budget_decision(decision, by, self._state.status.budget))
+        return ReviewOutcome(accepted=True, message=f"Budget decision taken: {decision.as_text()}.")
+
+    @decide_budget.validator
+    def _validate_budget(self, decision: BudgetDecision, by: Actor | None = None) -> None:
+        parse_budget_decision(decision, by, self._state.status.budget)
+        self._ensure_awaiting(Awaiting.BUDGET, self._inbox.budget)
 
     @workflow.query(name="status")
     def status(self) -> RunStatus:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from workflows.budget_models import BudgetDecision
 from workflows.decisions import OUTSIDE, Actor, InvalidActor, actor_of
 from workflows.undecodable import Undecodable
 
@@ -44,6 +45,7 @@ class Inbox:
 
     feedback: list[Feedback] = field(default_factory=list)
     clarifications: list[Answer] = field(default_factory=list)
+    budget: list[tuple[BudgetDecision, Actor]] = field(default_factory=list)
 
 
 def parse_feedback(raw: object, by: object = None) -> Feedback:

@@ -108,7 +108,8 @@ class RunState(BaseModel):
             self.status.notes.append(note)
             self.record("note", note)
 
-    def decide(self, kind: Literal["plan_review", "clarification", "cancel"], decision: str, by: Actor) -> None:
+    def decide(self, kind: Literal["plan_review", "clarification", "cancel", "budget"], decision: str,
+               by: Actor) -> None:
         """A person's decision: kept with who made it (status, result), and told in the run's story;
         a plan review is also kept on the plan version it judged."""
         made = Decision(at=workflow.now().isoformat(), kind=kind, decision=decision, by=by)
