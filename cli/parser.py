@@ -98,6 +98,8 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--resource", action="append", default=[], metavar="PATH",
                      help="a document or folder (md, txt, pdf, html) to research; repeatable")
     run.add_argument("--parallel", action="store_true", help="run independent research steps concurrently")
+    run.add_argument("--token-budget", type=_positive, metavar="TOKENS",
+                     help="pause for a decision before a step that would spend more (at most the operator's maximum)")
     run.add_argument("--clarify", action="store_true", help="let the coordinator ask clarifying questions")
     run.add_argument("--review-timeout", metavar="DURATION", type=_duration,
                      help="how long a review may wait, ISO 8601 (P7D, PT12H) or seconds (default P7D)")
@@ -127,6 +129,16 @@ def _add_steering(sub: Subcommands) -> None:
     answer.add_argument("text")
     add_as_argument(answer)
     answer.set_defaults(handler=research.answer)
+
+    budget = sub.add_parser("budget", help="decide about a run paused at its token budget")
+    budget.add_argument("id")
+    decision = budget.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--raise", dest="raise_to", type=_positive, metavar="TOKENS",
+                          help="a new, higher budget (up to the operator's maximum)")
+    decision.add_argument("--finish", action="store_true", help="no more steps: report from what was found")
+    decision.add_argument("--cancel", action="store_true", help="end the run without a report")
+    add_as_argument(budget)
+    budget.set_defaults(handler=research.budget)
 
 
 def _add_reading(sub: Subcommands) -> None:

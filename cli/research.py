@@ -10,6 +10,7 @@ import sys
 import unicodedata
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
@@ -26,6 +27,7 @@ from config.resources import ResourcePolicy
 from config.settings import load_settings
 from runtime import research_client
 from runtime.front_door import CliError, connect, revive_worker
+from workflows.budget_models import BudgetAction, BudgetDecision
 from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
@@ -92,6 +94,8 @@ def _request(args: argparse.Namespace, question: str) -> ResearchRequest:
     if args.review_timeout_action:
         fields["review_timeout_action"] = args.review_timeout_action
     fields["parallel_steps"] = args.parallel
+    if args.token_budget:
+        fields["token_budget"] = args.token_budget
     fields["enable_clarification"] = args.clarify
     if args.no_background:
         fields["enable_background_investigation"] = False
@@ -258,6 +262,20 @@ async def answer(args: argparse.Namespace) -> int:
     return 0
 
 
+async def budget(args: argparse.Namespace) -> int:
+    client = await connect()
+    action = BudgetAction.RAISE if args.raise_to else BudgetAction.FINISH if args.finish else BudgetAction.CANCEL
+    decision = BudgetDecision(action=action, tokens=args.raise_to)
+    outcome = await _send_update(client.get_workflow_handle(args.id), _budget_update, decision, cli_actor(args),
+                                 "budget decision")
+    print(outcome.message)
+    return 0
+
+
+async def _budget_update(handle: WorkflowHandle, decision: BudgetDecision, by: Actor) -> ReviewOutcome:
+    return await research_client.decide_budget(handle, decision, by)
+
+
 async def _send_answer(handle: WorkflowHandle, answer: str, by: Actor) -> ReviewOutcome:
     return await _send_update(handle, research_client.answer_clarification, answer, by, "answer")
 
@@ -266,7 +284,7 @@ async def _send_review(handle: WorkflowHandle, feedback: str, by: Actor) -> Revi
     return await _send_update(handle, research_client.review_plan, feedback, by, "feedback")
 
 
-async def _send_update(handle: WorkflowHandle, update: research_client.Update, value: str, by: Actor,
+async def _send_update(handle: WorkflowHandle, update: research_client.Update, value: Any, by: Actor,
                        what: str) -> ReviewOutcome:
     """Send a validated update from ``by``; the workflow's validator's reason comes back as the error."""
     try:

@@ -25,6 +25,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 
 from runtime.run_memo import run_memo
+from workflows.budget_models import BudgetDecision
 from workflows.decisions import Actor, cancel_reason
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 
@@ -32,8 +33,8 @@ if TYPE_CHECKING:
     from workflows.research import DeepResearchWorkflow
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]
-# ``review_plan`` or ``answer_clarification``: a validated update that a person's text answers.
-Update = Callable[[WorkflowHandle[Any, Any], str, Actor], Awaitable[ReviewOutcome]]
+# ``review_plan``, ``answer_clarification`` or ``decide_budget``: a validated update a person sends.
+Update = Callable[[WorkflowHandle[Any, Any], Any, Actor], Awaitable[ReviewOutcome]]
 
 
 def _workflow() -> type[DeepResearchWorkflow]:
@@ -79,6 +80,11 @@ async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str, by: Actor
 async def answer_clarification(handle: WorkflowHandle[Any, Any], answer: str, by: Actor) -> ReviewOutcome:
     """The clarification update: the answer to the coordinator's question, from ``by``."""
     return await handle.execute_update(_workflow().answer_clarification, args=[answer, by])
+
+
+async def decide_budget(handle: WorkflowHandle[Any, Any], decision: BudgetDecision, by: Actor) -> ReviewOutcome:
+    """The ``decide_budget`` update for a run paused at its token budget: raise, finish or cancel."""
+    return await handle.execute_update(_workflow().decide_budget, args=[decision, by])
 
 
 async def cancel(handle: WorkflowHandle[Any, Any], by: Actor) -> None:

@@ -1,5 +1,5 @@
 """Our page's API over research runs (server/runs.py does the work): list, start, show, follow,
-review, answer and cancel."""
+review, answer, decide at the budget and cancel."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ async def answer(request: Request) -> Any:
     return outcome.model_dump()
 
 
+async def budget(request: Request) -> Any:
+    shared = services(request)
+    outcome = await shared.runs.budget(request.path_params["run"], await read_json(request, shared.body_limit),
+                                       principal(request))
+    return outcome.model_dump()
+
+
 async def cancel(request: Request) -> Any:
     await services(request).runs.cancel(request.path_params["run"], principal(request))
     return {"cancelled": request.path_params["run"]}
@@ -62,5 +69,6 @@ ROUTES = [
     Route("/api/runs/{run:str}/events", endpoint(run_events), methods=["GET"]),
     Route("/api/runs/{run:str}/review", endpoint(review), methods=["POST"]),
     Route("/api/runs/{run:str}/answer", endpoint(answer), methods=["POST"]),
+    Route("/api/runs/{run:str}/budget", endpoint(budget), methods=["POST"]),
     Route("/api/runs/{run:str}/cancel", endpoint(cancel), methods=["POST"]),
 ]

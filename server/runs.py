@@ -27,6 +27,7 @@ from server.feed import FeedItem, follow, parse_position
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import workflow_id
+from workflows.budget_models import BudgetDecision
 from workflows.errors import failure_message
 from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
@@ -133,6 +134,10 @@ class Runs:
         answer = AnswerBody.model_validate(body).answer
         return await research_client.answer_clarification(await self.handle(run, who, Act.DECIDE), answer,
                                                           who.actor)
+
+    async def budget(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
+        decision = BudgetDecision.model_validate(body)
+        return await research_client.decide_budget(await self.handle(run, who, Act.DECIDE), decision, who.actor)
 
     async def cancel(self, run: str, who: Principal) -> None:
         await research_client.cancel(await self.handle(run, who, Act.CANCEL), who.actor)

@@ -111,3 +111,23 @@ async def test_without_a_known_token_nothing_is_answered(base: str) -> None:
         assert (await http.get(f"{base}/api/runs")).status_code == 401
         wrong = await http.get(f"{base}/api/runs", headers={"Authorization": "Bearer alice-token-01234567890"})
         assert wrong.status_code == 401
+
+
+async def test_a_budget_pause_is_decided_through_the_api_by_a_reviewer(base: str) -> None:
+    async with httpx.AsyncClient(timeout=30) as http:
+        started = await http.post(f"{base}/api/runs", headers=as_("alice"),
+                                  json={"question": QUESTION, "auto_accept_plan": True, "token_budget": 7000})
+        run = started.json()["id"]
+        deadline = time.monotonic() + 60
+        while (await show(http, base, run, "alice"))["run"]["awaiting"] != "budget":
+            assert time.monotonic() < deadline, "the run never paused at its budget"
+            await asyncio.sleep(0.3)
+        viewer = await http.post(f"{base}/api/runs/{run}/budget", json={"action": "finish"}, headers=as_("vera"))
+        assert viewer.status_code == 403, viewer.text
+        finished = await http.post(f"{base}/api/runs/{run}/budget", json={"action": "finish"}, headers=as_("rita"))
+        assert finished.status_code == 200, finished.text
+        while (shown := await show(http, base, run, "alice"))["result"] is None:
+            assert time.monotonic() < deadline + 60, "the run never finished"
+            await asyncio.sleep(0.5)
+    assert shown["result"]["budget"]["cut_short"]
+    assert [(d["kind"], d["by"]["name"]) for d in shown["result"]["decisions"]] == [("budget", "rita")]
