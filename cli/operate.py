@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from cli.actor import cli_actor
 from cli.render import ended_label
 from cli.runs import _describe, _status
 from cli.terminal import printable
 from cli.watch import WatchStats, watch
 from config.settings import Settings
+from runtime import research_client
 from runtime.embedded import EmbeddedStack
 from runtime.front_door import CliError, connect, revive_worker
 from runtime.search_attributes import missing_search_attributes
@@ -92,7 +94,7 @@ async def cancel(args: argparse.Namespace, settings: Settings) -> int:
     ended = ended_label((await _describe(handle)).status)
     if ended is not None:
         raise CliError(f"Run {args.id} has already ended ({ended}); there is nothing to cancel.")
-    await handle.cancel()
+    await research_client.cancel(handle, cli_actor(args))
     print(f"Cancellation requested for {args.id}")
     return 0
 

@@ -10,6 +10,7 @@ import sys
 import unicodedata
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
@@ -17,6 +18,7 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from cli.actor import cli_actor
 from cli.render import ended_label, plan_text, review_help
 from cli.runs import EXIT_CODES, _check_output, _describe, _offline_notice, _result, _write_report
 from cli.terminal import printable
@@ -25,10 +27,12 @@ from config.resources import ResourcePolicy
 from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect, revive_worker
+from workflows.budget_models import BudgetAction, BudgetDecision
+from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import outcome_lines
+from workflows.status_view import decision_lines, outcome_lines
 
 
 def _run_id(question: str) -> str:
@@ -91,6 +95,8 @@ def _request(args: argparse.Namespace, question: str, settings: Settings) -> Res
     if args.review_timeout_action:
         fields["review_timeout_action"] = args.review_timeout_action
     fields["parallel_steps"] = args.parallel
+    if args.token_budget:
+        fields["token_budget"] = args.token_budget
     fields["enable_clarification"] = args.clarify
     if args.no_background:
         fields["enable_background_investigation"] = False
@@ -131,7 +137,8 @@ async def _start_and_follow(client: Client, request: ResearchRequest, run_id: st
     reuse = WorkflowIDReusePolicy.ALLOW_DUPLICATE if args.force else WorkflowIDReusePolicy.REJECT_DUPLICATE
     try:
         handle = await research_client.start(client, request, run_id=run_id, id_reuse_policy=reuse,
-                                             summary=f"Research: {request.question[:180]}")
+                                             summary=f"Research: {request.question[:180]}",
+                                             started_by=cli_actor(args))
     except WorkflowAlreadyStartedError as error:
         raise CliError(await _id_taken(client.get_workflow_handle(run_id))) from error
     print(f"Started research run {run_id}", file=sys.stderr)
@@ -139,12 +146,15 @@ async def _start_and_follow(client: Client, request: ResearchRequest, run_id: st
         print(run_id)
         return 0
     interactive = sys.stdin.isatty() and args.question != "-" and not request.auto_accept_plan
-    result = await _follow(handle, settings, interactive=interactive, verbose=args.verbose, output=args.output)
+    result = await _follow(handle, settings, cli_actor(args), interactive=interactive, verbose=args.verbose,
+                           output=args.output)
     if result is None:
         return 0
     _write_report(result, args.output, await _offline_notice(handle))
     for line in outcome_lines(RunStatus(phase=Phase.COMPLETED, outcome=result.outcome, notes=result.notes)):
         print(printable(line), file=sys.stderr)
+    for line in decision_lines(result.decisions):
+        print(printable(f"Decided: {line}"), file=sys.stderr)
     return EXIT_CODES.get(result.outcome, 0)
 
 
@@ -158,9 +168,9 @@ async def _id_taken(handle: WorkflowHandle) -> str:
             "to start a new run under this ID (the old one stays in history).")
 
 
-async def _follow(handle: WorkflowHandle, settings: Settings, interactive: bool, *, verbose: bool = False,
+async def _follow(handle: WorkflowHandle, settings: Settings, by: Actor, interactive: bool, *, verbose: bool = False,
                   output: str | None = None) -> ResearchResult | None:
-    """Show the run live until it ends; review plans and answer questions on a terminal.
+    """Show the run live until it ends; review plans and answer questions on a terminal (as ``by``).
 
     Returns None when the user leaves a plan or question waiting for later; ``output`` is then
     named in the command that writes the report once the run is done.
@@ -181,7 +191,7 @@ async def _follow(handle: WorkflowHandle, settings: Settings, interactive: bool,
             if not interactive:
                 print(f"Answer with: python starter.py answer {handle.id} \"…\"", file=sys.stderr)
                 continue
-            if not await _interactive_answer(handle):
+            if not await _interactive_answer(handle, by):
                 print(f"Answer later with: python starter.py answer {handle.id} \"…\"")
                 print(f"Then, once the run is done: {later}")
                 return None
@@ -191,7 +201,7 @@ async def _follow(handle: WorkflowHandle, settings: Settings, interactive: bool,
             print(plan_text(status.plan))
         if not interactive:
             print(review_help(handle.id), file=sys.stderr)
-        elif not await _interactive_review(handle):
+        elif not await _interactive_review(handle, by):
             print(review_help(handle.id))
             print(f"Then, once the run is done: {later}")
             return None
@@ -209,7 +219,7 @@ def _prompt_key(status: RunStatus) -> tuple[str | None, int, int]:
     return status.awaiting, len(status.plan_history), status.clarification_rounds
 
 
-async def _interactive_review(handle: WorkflowHandle) -> bool:
+async def _interactive_review(handle: WorkflowHandle, by: Actor) -> bool:
     """Ask on the terminal; returns False when the user leaves the plan waiting."""
     while True:
         answer = (await asyncio.to_thread(input, "Accept this plan? [a]ccept / [e]dit / [l]ater: ")).strip().lower()
@@ -226,46 +236,61 @@ async def _interactive_review(handle: WorkflowHandle) -> bool:
         else:
             print("Please answer a, e or l.")
             continue
-        outcome = await _send_review(handle, feedback)
+        outcome = await _send_review(handle, feedback, by)
         print(outcome.message)
         return True
 
 
-async def _interactive_answer(handle: WorkflowHandle) -> bool:
+async def _interactive_answer(handle: WorkflowHandle, by: Actor) -> bool:
     answer = (await asyncio.to_thread(input, "Your answer (empty to answer later): ")).strip()
     if not answer:
         return False
-    await _send_answer(handle, answer)
+    await _send_answer(handle, answer, by)
     return True
 
 
 async def review(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings)
     feedback = ACCEPTED if args.accept else f"{EDIT_PLAN} {args.edit}"
-    outcome = await _send_review(client.get_workflow_handle(args.id), feedback)
+    outcome = await _send_review(client.get_workflow_handle(args.id), feedback, cli_actor(args))
     print(outcome.message)
     return 0
 
 
 async def answer(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings)
-    outcome = await _send_answer(client.get_workflow_handle(args.id), args.text)
+    outcome = await _send_answer(client.get_workflow_handle(args.id), args.text, cli_actor(args))
     print(outcome.message)
     return 0
 
 
-async def _send_answer(handle: WorkflowHandle, answer: str) -> ReviewOutcome:
-    return await _send_update(handle, research_client.answer_clarification, answer, "answer")
+async def budget(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
+    action = BudgetAction.RAISE if args.raise_to else BudgetAction.FINISH if args.finish else BudgetAction.CANCEL
+    decision = BudgetDecision(action=action, tokens=args.raise_to)
+    outcome = await _send_update(client.get_workflow_handle(args.id), _budget_update, decision, cli_actor(args),
+                                 "budget decision")
+    print(outcome.message)
+    return 0
 
 
-async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
-    return await _send_update(handle, research_client.review_plan, feedback, "feedback")
+async def _budget_update(handle: WorkflowHandle, decision: BudgetDecision, by: Actor) -> ReviewOutcome:
+    return await research_client.decide_budget(handle, decision, by)
 
 
-async def _send_update(handle: WorkflowHandle, update: research_client.Update, value: str, what: str) -> ReviewOutcome:
-    """Send a validated update; the workflow's validator's reason comes back as the error."""
+async def _send_answer(handle: WorkflowHandle, answer: str, by: Actor) -> ReviewOutcome:
+    return await _send_update(handle, research_client.answer_clarification, answer, by, "answer")
+
+
+async def _send_review(handle: WorkflowHandle, feedback: str, by: Actor) -> ReviewOutcome:
+    return await _send_update(handle, research_client.review_plan, feedback, by, "feedback")
+
+
+async def _send_update(handle: WorkflowHandle, update: research_client.Update, value: Any, by: Actor,
+                       what: str) -> ReviewOutcome:
+    """Send a validated update from ``by``; the workflow's validator's reason comes back as the error."""
     try:
-        return await update(handle, value)
+        return await update(handle, value, by)
     except WorkflowUpdateFailedError as error:
         raise CliError(f"{what.capitalize()} rejected: {failure_message(error.cause)}") from error
     except RPCError as error:

@@ -33,7 +33,7 @@ logger = logging.getLogger(__name__)
 async def serve(args: argparse.Namespace, settings: Settings) -> int:
     configure_logging(settings)
     try:
-        check_bind(args.host, settings.web_token)
+        check_bind(args.host, bool(settings.web_token or settings.web_tokens))
     except RequestError as error:
         raise CliError(str(error)) from error
     client = await connect(settings)
@@ -60,7 +60,7 @@ async def serve_codec(args: argparse.Namespace, settings: Settings) -> int:
         # must listen on its own network, while the host publishes the port on its loopback alone. The
         # Host check still holds: without a token, only requests addressed to loopback are answered.
         if not args.no_token_on_private_network:
-            check_bind(args.host, settings.codec_token, setting="DEERFLOW_CODEC_TOKEN")
+            check_bind(args.host, bool(settings.codec_token), setting="DEERFLOW_CODEC_TOKEN")
     except RequestError as error:
         raise CliError(str(error)) from error
     app = create_codec_app(data_converter(settings), settings)  # a bad key stops it here, before it listens

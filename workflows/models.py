@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflows.budget_models import BudgetTimeoutAction, RunBudget
+from workflows.decisions import Decision
+
 TASK_QUEUE = "deep-research"
 WORKFLOW_TYPE = "DeepResearchWorkflow"
 
@@ -173,6 +176,9 @@ class ResearchRequest(BaseModel):
     max_clarification_rounds: int = Field(default=3, ge=1, le=10)
     # Beyond DeerFlow: run independent research steps concurrently (off for DeerFlow parity).
     parallel_steps: bool = False
+    # Tokens the run may spend (None: the operator's default); never above the operator's maximum.
+    token_budget: int | None = Field(default=None, ge=1)
+    budget_timeout_action: BudgetTimeoutAction = BudgetTimeoutAction.FINISH  # after review_timeout
 
 
 class Usage(BaseModel):
@@ -209,6 +215,8 @@ class ResearchResult(BaseModel):
     # What a reader must know about how the outcome came about, one line each: a direct reply, no
     # research needed, a report from zero findings, a report cut at the output cap.
     notes: list[str] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list)  # who reviewed, answered, cancelled
+    budget: RunBudget | None = None  # the token budget, where the run had one
 
 
 # ---------------------------------------------------------------- chat messages and tools
@@ -374,6 +382,8 @@ class RunConfig(BaseModel):
     # that read this config serves them beside the workflow: the server then dispatches each call
     # eagerly to the worker that asked for it. Empty (and in runs recorded before it): own queues.
     main_queue_kinds: list[Literal["model", "tools"]] = Field(default_factory=list)
+    token_budget_default: int | None = None  # the operator's per-run token budget (None: none)
+    token_budget_max: int | None = None  # and the most a request or a raise may have
 
 
 # ---------------------------------------------------------------- status query
@@ -386,6 +396,7 @@ class Phase(StrEnum):
     PLANNING = "planning"
     AWAITING_CLARIFICATION = "awaiting_clarification"
     AWAITING_REVIEW = "awaiting_review"
+    AWAITING_BUDGET = "awaiting_budget"
     RESEARCHING = "researching"
     REPORTING = "reporting"
     COMPLETED = "completed"
@@ -397,6 +408,7 @@ class Awaiting(StrEnum):
 
     PLAN_FEEDBACK = "plan_feedback"
     CLARIFICATION = "clarification_answer"
+    BUDGET = "budget"
 
 
 class StepState(StrEnum):
@@ -422,7 +434,7 @@ class ProgressEvent(BaseModel):
     # "ignored": a signal the run dropped (bad or ill-timed), so its sender can see why.
     # "note": something a reader must know about the outcome (RunStatus.notes).
     kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error", "ignored",
-                  "note"]
+                  "note", "cancel", "budget"]
     message: str
     step_index: int | None = None
 
@@ -433,6 +445,7 @@ class PlanVersion(BaseModel):
     version: int
     plan: Plan
     feedback: str | None = None
+    review: Decision | None = None  # the person's verdict on this version, once given
 
 
 MAX_EVENTS = 200
@@ -460,6 +473,8 @@ class RunProgress(BaseModel):
     error: str | None = None
     outcome: Outcome | None = None  # set when the run ends
     notes: list[str] = Field(default_factory=list)  # as ``ResearchResult.notes``, while the run goes on
+    budget: RunBudget | None = None  # None until the research starts
+    decisions: list[Decision] = Field(default_factory=list)  # who decided what, in order
 
 
 class RunStatus(RunProgress):
