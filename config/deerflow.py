@@ -37,7 +37,8 @@ MODEL_REFUSED = {
 SEARCH_ENGINE_KEYS = {"include_domains": "SEARCH_INCLUDE_DOMAINS", "exclude_domains": "SEARCH_EXCLUDE_DOMAINS",
                       "max_content_length_per_page": "SEARCH_CONTENT_CHARS"}
 # Our own top-level conf.yaml keys, by env name.
-OWN_KEYS = {"RESOURCE_ROOTS": "DEERFLOW_RESOURCE_ROOTS", "MCP_SERVERS": "MCP_SERVERS", "WEB_TOKENS": "DEERFLOW_WEB_TOKENS"}
+OWN_KEYS = {"RESOURCE_ROOTS": "DEERFLOW_RESOURCE_ROOTS", "MCP_SERVERS": "MCP_SERVERS",
+            "WEB_TOKENS": "DEERFLOW_WEB_TOKENS"}
 
 # DeerFlow's SEARCH_API names that differ from ours.
 SEARCH_API_NAMES = {"brave_search": "brave"}
