@@ -25,6 +25,7 @@ from offline.providers import (
     start_offline_providers,
 )
 from runtime import front_door as connection
+from runtime.embedded import EmbeddedStack
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
@@ -44,12 +45,8 @@ def test_the_banner_names_the_bundled_providers(environ: dict[str, str], banner:
     assert offline_banner(load_settings(environ)) == banner
 
 
-def test_the_cli_announces_a_worker_with_the_offline_corpus(monkeypatch: pytest.MonkeyPatch,
-                                                            capsys: pytest.CaptureFixture[str]) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-real")
-    monkeypatch.delenv("TAVILY_API_KEY", raising=False)
-    monkeypatch.delenv("SEARCH_API", raising=False)
-    connection._announce_worker()
+def test_the_cli_announces_a_worker_with_the_offline_corpus(capsys: pytest.CaptureFixture[str]) -> None:
+    connection._announce_worker(EmbeddedStack(load_settings({"OPENAI_API_KEY": "sk-real"})))
     assert OFFLINE_SEARCH_BANNER in capsys.readouterr().err
 
 

@@ -24,7 +24,7 @@ def panel_text(status: RunStatus) -> str:
 
 
 def test_awaiting_keeps_the_wire_values_of_the_old_strings() -> None:
-    assert [member.value for member in Awaiting] == ["plan_feedback", "clarification_answer"]
+    assert [member.value for member in Awaiting] == ["plan_feedback", "clarification_answer", "budget"]
     assert json.loads(REVIEW.model_dump_json())["awaiting"] == "plan_feedback"
     assert RunStatus.model_validate({"phase": "awaiting_review", "awaiting": "plan_feedback"}).awaiting \
         is Awaiting.PLAN_FEEDBACK

@@ -26,6 +26,7 @@ from hosting.registry import build_workers, running
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from offline.model_server import FakeModelServer, Fault
 from runtime.retries import retries_of
+from server.access import LOCAL
 from server.live import TokenHub
 from server.runs import Runs
 from tests.support.runs import QUESTION
@@ -86,7 +87,7 @@ async def test_a_retried_calls_failure_reaches_the_server_with_the_providers_mes
                 "The upstream model is overloaded; please retry later.")
         assert line in status_text(handle.id, status, retries=retries)
         settings = settings_with(provider_env)
-        shown = await Runs(worker, settings, TokenHub(settings)).show(handle.id)  # the web page's view
+        shown = await Runs(worker, settings, TokenHub(settings)).show(handle.id, LOCAL)  # the web page's view
         assert shown["retries"] == [retry_line(retries[0], status)] and line in shown["retries"][0]
         for live in (False, True):
             out = io.StringIO()
