@@ -55,6 +55,7 @@ async def run_agent(
             return await call_model(request, usage, summary=f"{agent.name}{step} · turn {number}")
 
     async def tool(call: ToolCall) -> str:
+        tool_context.ran.append(call.name)
         async with slots.held():
             return await run_tool_call(call, agent.tools, tool_context)
 

@@ -51,6 +51,7 @@ with workflow.unsafe.imports_passed_through():
         RunStatus,
         StepState,
         StepStatus,
+        StepType,
     )
     from workflows.plan_parsing import PlanParseError, parse_plan, require_steps
     from workflows.progress import current_details
@@ -83,6 +84,10 @@ NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough c
                     "research step ran.")
 ZERO_FINDINGS_NOTE = ("This report was written with zero research findings: it rests on the model's "
                       "own knowledge only.")
+# A research step whose agent ran no tool (a model that never calls them) says so (issue #24).
+NO_SEARCH_PATCH = "no-search-note"
+NO_SEARCH_NOTE = ("Research step {number} ({title}) made no search: the researcher called no tool, so its "
+                  "findings rest on the model's own knowledge.")
 CLARIFICATION_LIMIT_REACHED = (
     "You have asked enough clarifying questions. Do not ask another: hand the request off to the "
     "planner now with `handoff_to_planner`, using everything the user has said."
@@ -461,19 +466,22 @@ class DeepResearchWorkflow:
                                          web=request.enable_web_search)
         async with self._slots.held():
             mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers)
+        tools = ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
+                            crawls=self._crawls, mcp_routes=mcp_routes, step_number=index + 1)
         finding = await run_agent(
             agent,
             {**self._prompt_vars(locale), "tool_guidance": tool_guidance},
             step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
             self._state.config.agent_recursion_limit,
-            ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
-                        crawls=self._crawls, mcp_routes=mcp_routes, step_number=index + 1),
+            tools,
             self._status.usage,
             extra_tools=mcp_specs,
             slots=self._slots,
             max_tool_calls=self._state.config.max_tool_calls_per_turn,
         )
         step.execution_res = finding
+        if step.step_type is StepType.RESEARCH and agent.tools and not tools.ran and workflow.patched(NO_SEARCH_PATCH):
+            self._note(NO_SEARCH_NOTE.format(number=index + 1, title=step.title))
         status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
         status.finding_preview = finding[:300]
         self._event("step_done", step.title, index)

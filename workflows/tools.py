@@ -84,6 +84,8 @@ class ToolContext:
     mcp_routes: dict[str, MCPServerChoice] = field(default_factory=dict)
     # The plan step (1-based) the agent works on, for the timeline's activity summaries.
     step_number: int | None = None
+    # The tools the step's agent ran, by name, in order: a research step that ran none says so.
+    ran: list[str] = field(default_factory=list)
 
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
