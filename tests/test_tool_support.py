@@ -1,6 +1,7 @@
-"""A provider that ignores ``tools`` (llama-server with a chat template without tool support) or
-refuses them fails the run saying so (issue #11), while a provider that honours them keeps a
-genuine direct reply: the chat activity probes once per worker, endpoint and model.
+"""With LLM_TOOL_MODE=native, a provider that ignores ``tools`` (llama-server with a chat template
+without tool support) or refuses them fails the run saying so (issue #11), while a provider that
+honours them keeps a genuine direct reply: the chat activity probes once per worker, endpoint and
+model while its verdict lasts.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ def toolless() -> Iterator[FakeModelServer]:
 
 
 def pointed_at(provider_env: dict[str, str], server: FakeModelServer) -> Settings:
-    return settings_with(provider_env, OPENAI_BASE_URL=server.base_url)
+    """Native tool mode only: in ``auto`` (the default) such a provider is served in JSON mode
+    (tests/test_json_tool_mode.py)."""
+    return settings_with(provider_env, OPENAI_BASE_URL=server.base_url, LLM_TOOL_MODE="native")
 
 
 async def test_a_provider_that_ignores_tools_fails_the_coordinators_call_saying_so(

@@ -160,8 +160,12 @@ class ToolSupport:
         self._known: dict[tuple[str, str], tuple[float, ProbeAnswer]] = {}
 
     @staticmethod
-    def key(client: ChatOpenAI) -> tuple[str, str]:
-        return str(client.openai_api_base), client.model_name
+    def key_of(base_url: str, model: str) -> tuple[str, str]:
+        return base_url, model
+
+    @classmethod
+    def key(cls, client: ChatOpenAI) -> tuple[str, str]:
+        return cls.key_of(str(client.openai_api_base), client.model_name)
 
     def known(self, key: tuple[str, str]) -> Verdict | None:
         """The unexpired verdict for ``key``, if the worker has one."""
