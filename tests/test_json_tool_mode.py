@@ -225,8 +225,10 @@ async def test_fixing_the_server_fixes_the_next_run_without_restarting_the_worke
     with pytest.raises(ApplicationError):
         await chat(activities, COORDINATOR)
     toolless.ignore_tools = False  # the operator restarts llama-server with a tool template
-    response = await chat(activities, COORDINATOR)
-    assert response.message.tool_calls[0].name == "handoff_to_planner"
+    hello = COORDINATOR.model_copy(update={"messages": [ChatMessage(role="user", content="Hello!")]})
+    response = await chat(activities, hello)  # a genuine direct reply: probed afresh, not failed
+    assert response.message.content and not response.message.tool_calls
+    assert toolless.requests[-1]["tool_choice"] == "required"
 
 
 async def test_a_verdict_expires_and_the_provider_is_asked_natively_again(
