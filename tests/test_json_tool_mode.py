@@ -171,6 +171,15 @@ async def test_auto_falls_back_to_json_when_the_model_rambles_under_a_forced_cal
     assert activities.tool_support.known(key) is Verdict.RAMBLES
 
 
+async def test_auto_falls_back_to_json_when_the_server_refuses_tools_with_an_error(
+    provider_env: dict[str, str], model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault.status(500, "tools param requires --jinja flag", agent="coordinator"))
+    response = await chat(ModelActivities(pointed_at(provider_env, model_server)), COORDINATOR)
+    assert response.message.tool_calls[0].name == "handoff_to_planner" and response.usage.json_tool_calls == 1
+    assert "tools" not in model_server.requests[-1]
+
+
 async def test_text_before_a_call_is_still_a_call(provider_env: dict[str, str]) -> None:
     with FakeModelServer(tool_text="before") as server:
         response = await chat(ModelActivities(pointed_at(provider_env, server)), COORDINATOR)

@@ -311,10 +311,11 @@ class ModelActivities:
     async def chat(self, request: ChatRequest) -> ChatResponse:
         """One model turn, in the tool mode of ``LLM_TOOL_MODE`` (see ``activities/model/json_tools.py``).
 
-        ``auto`` asks natively until the provider proves not to call tools: a reply without a call
-        from a turn that offered tools is checked with a probe (``tool_support``), and when the
-        provider ignores tools or its model never reaches the call, the same turn is asked again in
-        JSON mode, as is every later turn while the worker's verdict lasts. Every call made here,
+        ``auto`` asks natively until the provider proves not to call tools: it refuses them with an
+        error, or a reply without a call from a turn that offered tools is checked with a probe
+        (``tool_support``) that finds the provider ignores tools or its model never reaches the
+        call. The same turn is then asked again in JSON mode, as is every later turn while the
+        worker's verdict lasts. Every call made here,
         the probe and a discarded native reply included, counts in the returned usage; a failure
         carries the usage spent so far in its details (``workflows/model_calls.py`` adds it).
         """
@@ -325,7 +326,15 @@ class ModelActivities:
         key = ToolSupport.key(probe)
         if mode == "json" or (mode == "auto" and self.tool_support.known(key) not in (None, Verdict.CALLS)):
             return await self._turn(request, json_mode=True)
-        response = await self._turn(request, json_mode=False)
+        try:
+            response = await self._turn(request, json_mode=False)
+        except ApplicationError as error:
+            if mode != "auto" or error.type != "ModelToolsUnsupported":
+                raise
+            activity.logger.warning("The provider refuses tools (%s): asking the %s in JSON tool mode",
+                                    error.message, request.prompt)
+            self.tool_support.remember(key, ProbeAnswer(Verdict.REFUSED, Usage()))
+            return await self._turn(request, json_mode=True)
         handoff = any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools)
         if response.message.tool_calls or not (mode == "auto" or handoff):
             return response

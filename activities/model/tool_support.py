@@ -175,6 +175,10 @@ class ToolSupport:
             return None
         return entry[1].verdict
 
+    def remember(self, key: tuple[str, str], answer: ProbeAnswer) -> None:
+        """Keep ``answer`` for ``key`` for ``ttl`` seconds."""
+        self._known[key] = (self.clock(), answer)
+
     def forget(self, key: tuple[str, str]) -> None:
         """Drop ``key``'s verdict: the next call that needs it probes again."""
         self._known.pop(key, None)
@@ -207,5 +211,5 @@ class ToolSupport:
         answer = ProbeAnswer(verdict, usage, template)
         activity.logger.info("Tool support of %s at %s: %s%s", key[1], key[0], verdict.value,
                              f" ({template})" if template else "")
-        self._known[key] = (self.clock(), answer)
+        self.remember(key, answer)
         return answer
