@@ -25,9 +25,11 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from tests.conftest import settings_with
+from tests.support.history_checks import HISTORIES, load
 from tests.support.runs import QUESTION, start
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome, RunConfig, RunStatus, ToolCall, ToolSpec
 from workflows.plan_parsing import plan_json_schema
+from workflows.research import NO_SEARCH_PATCH
 from workflows.tools import HANDOFF_TO_PLANNER, TOOLS
 
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -315,3 +317,13 @@ async def test_a_report_whose_research_step_made_no_search_says_so_at_its_top(
     result = await handle.result()
     assert result.report.startswith("> **Note:** Research step 1 (")
     assert "made no search" in result.report.split("\n\n")[0]
+
+
+def test_the_no_search_history_notes_the_step_behind_its_patch() -> None:
+    history = load(HISTORIES / "no_search_step.json")
+    patches = [json.loads(event.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+               for event in history.events if event.HasField("marker_recorded_event_attributes")]
+    assert NO_SEARCH_PATCH in patches
+    completed = history.events[-1].workflow_execution_completed_event_attributes
+    report = json.loads(completed.result.payloads[0].data)["report"]
+    assert report.startswith("> **Note:** Research step 1 (") and "made no search" in report.split("\n\n")[0]
