@@ -564,8 +564,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds to sleep before each answer")
     parser.add_argument("--piece-latency", type=float, default=0.0, help="seconds between streamed deltas")
     parser.add_argument("--verbose", action="store_true", help="log every request")
+    parser.add_argument("--ignore-tools", action="store_true", help="drop tools, as llama-server for a template "
+                        "without tool support")
+    parser.add_argument("--tool-text", choices=("before", "instead"), help="text before a call, or instead of it")
     args = parser.parse_args(argv)
-    server = FakeModelServer(args.host, args.port, args.latency, piece_seconds=args.piece_latency)
+    server = FakeModelServer(args.host, args.port, args.latency, piece_seconds=args.piece_latency,
+                             ignore_tools=args.ignore_tools, tool_text=args.tool_text)
     server.verbose = args.verbose
     print(server.base_url, flush=True)
     try:
