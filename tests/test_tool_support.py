@@ -117,10 +117,11 @@ async def test_small_talk_on_a_provider_with_tools_is_still_a_direct_reply(time_
 
 
 async def test_llama_servers_refusal_of_tools_through_the_fake_fails_the_call_at_once(
-    worker_settings: Settings, model_server: FakeModelServer
+    provider_env: dict[str, str], model_server: FakeModelServer
 ) -> None:
     model_server.inject(Fault.status(500, "tools param requires --jinja flag", agent="coordinator"))
     with pytest.raises(ApplicationError) as raised:
-        await ActivityEnvironment().run(ModelActivities(worker_settings).chat, coordinator(QUESTION))
+        await ActivityEnvironment().run(ModelActivities(pointed_at(provider_env, model_server)).chat,
+                                        coordinator(QUESTION))
     assert raised.value.type == "ModelToolsUnsupported" and raised.value.non_retryable
     assert "tools param requires --jinja flag" in raised.value.message
