@@ -91,7 +91,8 @@ async def main(args: argparse.Namespace) -> None:
             wall = time.perf_counter() - began
             status = await handle.query("status", result_type=RunStatus)
             history = await handle.fetch_history()
-            searches = count_activities(history, "web_search")[0] - int(request.enable_background_investigation)
+            background = int(request.enable_background_investigation and bool(status.plan_history))
+            searches = count_activities(history, "web_search")[0] - background
             crawls = count_activities(history, "crawl_tool")[0]
             usage = status.usage
             print(f"| {number} | {question} | {outcome} | {usage.llm_calls} ({usage.json_tool_calls}) | "

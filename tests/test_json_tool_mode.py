@@ -70,7 +70,7 @@ async def chat(activities: ModelActivities, request: ChatRequest) -> ChatRespons
 
 def unbounded(schema: Any, where: str = "$") -> list[str]:
     """The paths of every string without ``maxLength`` and array without ``maxItems`` (enum and
-    const values are bounded by themselves)."""
+    const values are bounded by themselves), or with one llama.cpp refuses in a grammar."""
     if isinstance(schema, list):
         return [path for index, item in enumerate(schema) for path in unbounded(item, f"{where}[{index}]")]
     if not isinstance(schema, dict):
@@ -81,6 +81,8 @@ def unbounded(schema: Any, where: str = "$") -> list[str]:
         found.append(where)
     if "array" in kinds and "maxItems" not in schema:
         found.append(where)
+    if any(schema.get(bound, 0) >= json_tools.LLAMA_CPP_REPETITION_LIMIT for bound in ("maxLength", "maxItems")):
+        found.append(f"{where} (over llama.cpp's limit)")
     return found + [path for key, value in schema.items() for path in unbounded(value, f"{where}.{key}")]
 
 

@@ -32,12 +32,17 @@ from workflows.models import ChatMessage, ToolCall, ToolSpec
 
 SCHEMA_NAME = "tool_action"
 FINAL_ACTION = "final_answer"
-# Bounds of the model's values: a search query, a URL or a topic is far shorter; code is the
-# longest argument an agent writes (python_repl_tool), and a step's answer is bounded by its cap.
-MAX_ARGUMENT_CHARS = 4_000
+# Bounds of the model's values. llama.cpp turns a schema into a grammar and refuses a repetition
+# of 2,000 or more (llama-grammar.cpp: MAX_REPETITION_THRESHOLD; the request fails "failed to parse
+# grammar", measured on llama-server), so every bound stays under it: a search query, a URL or a
+# topic is far shorter, and an answer of 2,000 characters is what a small model (the reason for JSON
+# mode) writes at its best.
+LLAMA_CPP_REPETITION_LIMIT = 2_000
+MAX_CHARS = LLAMA_CPP_REPETITION_LIMIT - 1
+MAX_ARGUMENT_CHARS = MAX_CHARS
 MAX_ARRAY_ITEMS = 16
-CHARS_PER_TOKEN = 3  # an answer's bound from its output cap: generous, so the cap still comes first
-MAX_ANSWER_CHARS = 24_000
+CHARS_PER_TOKEN = 3  # an answer's bound from a small output cap, which then still comes first
+MAX_ANSWER_CHARS = MAX_CHARS
 # A tool's output as the model reads it back: "Result of web_search (call_1):\n…".
 RESULT_HEADER = "Result of {name} ({call_id}):\n"
 RESULT_RE = re.compile(r"\AResult of (?P<name>[\w.-]+) \((?P<call_id>[^)\s]+)\):\n")
