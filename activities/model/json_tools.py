@@ -29,6 +29,7 @@ from typing import Any
 import json_repair
 
 from workflows.models import ChatMessage, ToolCall, ToolSpec
+from workflows.tools import HANDOFF_TO_PLANNER
 
 SCHEMA_NAME = "tool_action"
 FINAL_ACTION = "final_answer"
@@ -66,17 +67,29 @@ def bounded(schema: Any, max_chars: int = MAX_ARGUMENT_CHARS) -> Any:
     return copy
 
 
-def answer_chars(output_cap: int) -> int:
-    """The final answer's bound for a turn capped at ``output_cap`` tokens."""
-    return min(output_cap * CHARS_PER_TOKEN, MAX_ANSWER_CHARS)
+def may_answer(tools: list[ToolSpec]) -> bool:
+    """Whether a JSON-mode turn offering ``tools`` may answer instead of acting: not the coordinator's,
+    which must hand off. Measured on llama-server with SmolLM2-135M, a schema that also allowed an
+    answer had the coordinator answer 2 of 3 research questions itself (a "direct reply" each); the
+    issue's trial with the hand-off alone handed off 11 times of 11. The price: in JSON mode, small
+    talk is researched too."""
+    return not any(spec.name == HANDOFF_TO_PLANNER.name for spec in tools)
 
 
-def action_schema(tools: list[ToolSpec], max_answer_chars: int) -> dict[str, Any]:
-    """One action object: a call of one of ``tools`` with its (bounded) arguments, or the answer."""
+def answer_chars(tools: list[ToolSpec], output_cap: int) -> int | None:
+    """The final answer's bound for a turn capped at ``output_cap`` tokens; None where it may not answer."""
+    return min(output_cap * CHARS_PER_TOKEN, MAX_ANSWER_CHARS) if may_answer(tools) else None
+
+
+def action_schema(tools: list[ToolSpec], max_answer_chars: int | None) -> dict[str, Any]:
+    """One action object: a call of one of ``tools`` with its (bounded) arguments, or the answer
+    (none with ``max_answer_chars`` None)."""
     calls = [{"type": "object",
               "properties": {"action": {"const": spec.name},
                              "arguments": bounded(spec.parameters or {"type": "object", "properties": {}})},
               "required": ["action", "arguments"]} for spec in tools]
+    if max_answer_chars is None:
+        return {"anyOf": calls}
     final = {"type": "object",
              "properties": {"action": {"const": FINAL_ACTION},
                             "answer": {"type": "string", "maxLength": max_answer_chars}},
@@ -84,17 +97,19 @@ def action_schema(tools: list[ToolSpec], max_answer_chars: int) -> dict[str, Any
     return {"anyOf": [*calls, final]}
 
 
-def response_format(tools: list[ToolSpec], max_answer_chars: int) -> dict[str, Any]:
+def response_format(tools: list[ToolSpec], max_answer_chars: int | None) -> dict[str, Any]:
     return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": False,
                                                     "schema": action_schema(tools, max_answer_chars)}}
 
 
-def instructions(tools: list[ToolSpec]) -> str:
-    """What the system prompt gains in JSON mode: the tools, and how to call them with a reply."""
+def instructions(tools: list[ToolSpec], answers: bool = True) -> str:
+    """What the system prompt gains in JSON mode: the tools, and how to call them with a reply
+    (and to answer, where the turn may)."""
+    final = f'- to give your final answer: {{"action": "{FINAL_ACTION}", "answer": "<your whole answer>"}}'
     lines = ["", "", "# How to use tools",
              "You cannot call functions directly. Act by replying with exactly one JSON object, and nothing else:",
              '- to use a tool: {"action": "<tool name>", "arguments": {<the tool\'s arguments>}}',
-             f'- to give your final answer: {{"action": "{FINAL_ACTION}", "answer": "<your whole answer>"}}',
+             *([final] if answers else []),
              "One action per reply. The tool's output comes back in the next message, starting "
              '"Result of <tool name>". The tools:']
     for spec in tools:
