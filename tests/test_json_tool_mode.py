@@ -37,6 +37,7 @@ CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ me
 VARS = {"CURRENT_TIME": "now", "locale": "en-US"}
 COORDINATOR = ChatRequest(prompt="coordinator", prompt_vars=VARS, tools=[HANDOFF_TO_PLANNER],
                           messages=[ChatMessage(role="user", content=QUESTION)])
+TOOL_RESULT = ChatMessage(role="tool", tool_call_id="call_1", name="web_search", content="[]")
 STEP = "# Current Step\n\n## Title\n\nTides\n\n## Description\n\nHow tides work\n\n## Locale\n\nen-US"
 
 
@@ -136,10 +137,18 @@ def test_a_reply_that_is_no_action_object_is_content_and_bad_arguments_are_an_in
                                                                                                         "null"]}}}}})],
 ])
 def test_every_string_and_array_of_the_action_schema_is_bounded(tools: list[ToolSpec]) -> None:
-    schema = json_tools.action_schema(tools, json_tools.answer_chars(tools, 4096))
+    schema = json_tools.action_schema(tools, json_tools.answer_chars([TOOL_RESULT], 4096))
     assert unbounded(schema) == []
-    answers = HANDOFF_TO_PLANNER not in tools  # the coordinator must hand off
-    assert len(schema["anyOf"]) == len(tools) + answers  # each tool, and the final answer where allowed
+    assert len(schema["anyOf"]) == len(tools) + 1  # each tool and the final answer
+
+
+def test_a_json_mode_turn_acts_before_it_may_answer() -> None:
+    """A small model allowed to answer at once answers without research (measured on SmolLM2-135M)."""
+    first = json_tools.action_schema([HANDOFF_TO_PLANNER], json_tools.answer_chars([], 4096))
+    assert [option["properties"]["action"]["const"] for option in first["anyOf"]] == ["handoff_to_planner"]
+    assert json_tools.FINAL_ACTION not in json_tools.instructions([HANDOFF_TO_PLANNER], answers=False)
+    later = json_tools.answer_chars([ChatMessage(role="user", content="task"), TOOL_RESULT], 4096)
+    assert later == json_tools.MAX_ANSWER_CHARS
 
 
 def test_every_string_and_array_of_the_plan_schema_is_bounded() -> None:

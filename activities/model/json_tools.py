@@ -29,7 +29,6 @@ from typing import Any
 import json_repair
 
 from workflows.models import ChatMessage, ToolCall, ToolSpec
-from workflows.tools import HANDOFF_TO_PLANNER
 
 SCHEMA_NAME = "tool_action"
 FINAL_ACTION = "final_answer"
@@ -67,18 +66,18 @@ def bounded(schema: Any, max_chars: int = MAX_ARGUMENT_CHARS) -> Any:
     return copy
 
 
-def may_answer(tools: list[ToolSpec]) -> bool:
-    """Whether a JSON-mode turn offering ``tools`` may answer instead of acting: not the coordinator's,
-    which must hand off. Measured on llama-server with SmolLM2-135M, a schema that also allowed an
-    answer had the coordinator answer 2 of 3 research questions itself (a "direct reply" each); the
-    issue's trial with the hand-off alone handed off 11 times of 11. The price: in JSON mode, small
-    talk is researched too."""
-    return not any(spec.name == HANDOFF_TO_PLANNER.name for spec in tools)
+def may_answer(messages: list[ChatMessage]) -> bool:
+    """Whether a JSON-mode turn may answer instead of acting: only once the conversation holds a
+    tool's output, so a coordinator hands off (or asks) and a step agent searches (or runs code)
+    before it answers. Measured on llama-server with SmolLM2-135M, a schema that allowed an answer
+    at once had the coordinator answer 2 of 3 research questions itself, and the researcher answer
+    every step of two runs without a search. The price, in JSON mode only: small talk is researched."""
+    return any(message.role == "tool" for message in messages)
 
 
-def answer_chars(tools: list[ToolSpec], output_cap: int) -> int | None:
+def answer_chars(messages: list[ChatMessage], output_cap: int) -> int | None:
     """The final answer's bound for a turn capped at ``output_cap`` tokens; None where it may not answer."""
-    return min(output_cap * CHARS_PER_TOKEN, MAX_ANSWER_CHARS) if may_answer(tools) else None
+    return min(output_cap * CHARS_PER_TOKEN, MAX_ANSWER_CHARS) if may_answer(messages) else None
 
 
 def action_schema(tools: list[ToolSpec], max_answer_chars: int | None) -> dict[str, Any]:

@@ -143,7 +143,7 @@ def _response_formats(settings: Settings, request: ChatRequest, json_tools_cap: 
     if settings.llm_structured_output != "json_schema":
         return [plain]
     if json_tools_cap is not None:
-        return [json_tools.response_format(request.tools, json_tools.answer_chars(request.tools, json_tools_cap)),
+        return [json_tools.response_format(request.tools, json_tools.answer_chars(request.messages, json_tools_cap)),
                 plain]
     if request.response_schema is None:
         return [plain]
@@ -372,7 +372,7 @@ class ModelActivities:
         model = settings.model_name(request.model_tier.value)
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
         if json_mode:
-            system_prompt += json_tools.instructions(request.tools, answers=json_tools.may_answer(request.tools))
+            system_prompt += json_tools.instructions(request.tools, answers=json_tools.may_answer(request.messages))
             tools: list[dict[str, Any]] = []
         else:
             tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
