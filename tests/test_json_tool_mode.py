@@ -268,6 +268,20 @@ async def test_a_verdict_expires_and_the_provider_is_asked_natively_again(
     assert ["tools" in body for body in toolless.requests[4:]] == [True, True, False]  # probed afresh
 
 
+async def test_a_template_without_tool_support_means_ignored_even_when_the_model_rambles(
+    provider_env: dict[str, str]
+) -> None:
+    """SmolLM2-135M on llama-server with its own template: tools dropped, and the probe's text runs
+    to its cap; /props decides (measured)."""
+    with FakeModelServer(ignore_tools=True, chat_template=CHATML) as server:
+        server.inject(Fault.loop())  # the coordinator's text
+        server.inject(Fault.loop())  # the probe's text, to its cap: finish_reason "length"
+        with pytest.raises(ApplicationError) as raised:
+            await chat(ModelActivities(pointed_at(provider_env, server, "native")), COORDINATOR)
+    assert raised.value.message.startswith("The model provider ignores tools")
+    assert "supports_tools=false" in raised.value.message
+
+
 def test_props_name_the_template_and_its_tool_support() -> None:
     qwen = "<|im_start|>system\n{% if tools %}<tools></tools>{% endif %}<tool_call>\n"
     described = template_description({"chat_template": qwen, "model_path": "/m/qwen2.5-0.5b.gguf",

@@ -11,7 +11,8 @@ when such a reply comes back, one cheap probe asks the same endpoint and model f
 ``tool_choice`` makes compulsory, and its ``finish_reason`` says which case it is: a call (tools
 work, the reply stands), ``stop`` with text (tools are ignored), ``length`` (enforced, but the
 model does not call). For a negative answer llama-server's ``/props`` names the chat template and
-its capabilities, so the advice fits the set-up (issue #24).
+its capabilities, so the advice fits the set-up (issue #24); a template without tool support means
+"ignored" whatever the text's ending (a small model rambles to the cap with tools dropped too).
 
 The answer is kept per worker, endpoint and model for ``PROBE_TTL_SECONDS`` only, and a negative
 answer that failed a run is forgotten at once: an operator who fixes the server (a template with
@@ -106,7 +107,8 @@ class ProbeAnswer:
 
 
 def template_description(props: dict[str, Any]) -> str | None:
-    """llama-server's ``/props`` in a few words: the template's family, the model file, the caps."""
+    """llama-server's ``/props`` in a few words: the template's family, the model file, the caps
+    (None: no template in ``props``)."""
     text = props.get("chat_template")
     caps = props.get("chat_template_caps")
     if not isinstance(text, str) and not isinstance(caps, dict):
@@ -123,17 +125,24 @@ def template_description(props: dict[str, Any]) -> str | None:
     return description
 
 
-async def read_props(base_url: str, verify: bool) -> str | None:
-    """The template description from llama-server's ``/props`` beside ``base_url``; None for a
-    server without it (OpenAI, vLLM, Ollama) or one that does not answer in time."""
+async def read_props(base_url: str, verify: bool) -> dict[str, Any]:
+    """llama-server's ``/props`` beside ``base_url``; empty for a server without it (OpenAI, vLLM,
+    Ollama) or one that does not answer in time."""
     root = re.sub(r"/v1/?$", "", base_url.rstrip("/"))
     try:
         async with httpx.AsyncClient(timeout=PROPS_TIMEOUT_SECONDS, verify=verify) as client:
             response = await client.get(f"{root}/props")
         props = response.json() if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
-        return None
-    return template_description(props) if isinstance(props, dict) else None
+        return {}
+    return props if isinstance(props, dict) else {}
+
+
+def template_ignores_tools(props: dict[str, Any]) -> bool:
+    """Whether ``/props`` says the chat template has no tool support: then the server drops ``tools``,
+    however the model's text ended (SmolLM2-135M's own template: it rambles to the probe's cap)."""
+    caps = props.get("chat_template_caps")
+    return isinstance(caps, dict) and caps.get("supports_tools") is False
 
 
 def usage_of(reply: AIMessage) -> Usage:
@@ -207,7 +216,10 @@ class ToolSupport:
             return ProbeAnswer(None, usage)
         else:
             usage, verdict = usage_of(reply), verdict_of(reply)  # type: ignore[arg-type]
-        template = None if verdict is Verdict.CALLS else await read_props(key[0], verify)
+        props = {} if verdict is Verdict.CALLS else await read_props(key[0], verify)
+        if verdict is Verdict.RAMBLES and template_ignores_tools(props):
+            verdict = Verdict.IGNORED
+        template = template_description(props)
         answer = ProbeAnswer(verdict, usage, template)
         activity.logger.info("Tool support of %s at %s: %s%s", key[1], key[0], verdict.value,
                              f" ({template})" if template else "")
