@@ -57,6 +57,7 @@ async def run_agent(
                                     routing=tool_context.routing)
 
     async def tool(call: ToolCall) -> str:
+        tool_context.ran.append(call.name)
         async with slots.held():
             return await run_tool_call(call, agent.tools, tool_context)
 
