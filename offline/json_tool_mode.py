@@ -1,4 +1,5 @@
-"""How the offline model reads and writes JSON tool mode (``activities/model/json_tools.py``).
+"""How the offline model reads and writes JSON tool mode (``activities/model/json_tools.py``; the
+words both sides agree on are in ``workflows/json_tool_protocol.py``).
 
 A JSON-mode request offers no ``tools``: it describes them in its schema and system prompt, sends
 earlier calls as their JSON and tool outputs as "Result of …" user messages, and enforces one action
@@ -13,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from activities.model.json_tools import FINAL_ACTION, RESULT_RE, SCHEMA_NAME
 from offline.agent_text import ScriptedReply, text_of
+from workflows.json_tool_protocol import FINAL_ACTION, RESULT_RE, SCHEMA_NAME
 
 
 def is_action_request(body: dict[str, Any]) -> bool:

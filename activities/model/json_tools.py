@@ -23,15 +23,13 @@ Pure: the offline fake model (``offline/json_tool_mode.py``) reads the same prot
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import json_repair
 
+from workflows.json_tool_protocol import FINAL_ACTION, RESULT_HEADER, SCHEMA_NAME
 from workflows.models import ChatMessage, ToolCall, ToolSpec
 
-SCHEMA_NAME = "tool_action"
-FINAL_ACTION = "final_answer"
 # Bounds of the model's values. llama.cpp turns a schema into a grammar and refuses a repetition
 # of 2,000 or more (llama-grammar.cpp: MAX_REPETITION_THRESHOLD; the request fails "failed to parse
 # grammar", measured on llama-server), so every bound stays under it: a search query, a URL or a
@@ -43,9 +41,6 @@ MAX_ARGUMENT_CHARS = MAX_CHARS
 MAX_ARRAY_ITEMS = 16
 CHARS_PER_TOKEN = 3  # an answer's bound from a small output cap, which then still comes first
 MAX_ANSWER_CHARS = MAX_CHARS
-# A tool's output as the model reads it back: "Result of web_search (call_1):\n…".
-RESULT_HEADER = "Result of {name} ({call_id}):\n"
-RESULT_RE = re.compile(r"\AResult of (?P<name>[\w.-]+) \((?P<call_id>[^)\s]+)\):\n")
 
 
 def bounded(schema: Any, max_chars: int = MAX_ARGUMENT_CHARS) -> Any:
