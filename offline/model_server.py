@@ -289,6 +289,22 @@ class FakeModelServer:
             traceback.print_exc(file=sys.stderr)
             handler.send_error_json(500, f"Offline model failed: {exc!r}")
             return
+        content, calls, rambles = self._shaped(reply, body, fault, action_request)
+        completion = self._completion(number, body, content, calls)
+        if rambles or (fault is not None and fault.kind == "loop"):
+            completion["choices"][0]["finish_reason"] = "length"
+        if body.get("stream"):
+            self._send_stream(handler, completion, body, cut=fault is not None and fault.kind == "truncated")
+        elif fault is not None and fault.kind == "truncated":
+            self._send_truncated(handler, completion)
+        else:
+            send_json(handler, 200, completion)
+
+    def _shaped(self, reply: ScriptedReply, body: dict[str, Any], fault: Fault | None, action_request: bool,
+                ) -> tuple[str, list[tuple[str, str, str]], bool]:
+        """The agent's reply as this server lets the model write it: a forced call made, text before
+        or instead of a call (``tool_text``), the fault applied, one action object in JSON tool mode;
+        and whether the model rambled to its cap instead of calling."""
         content, calls = reply.content, [(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
                                          for c in reply.tool_calls]
         forced = forced_tool(body)
@@ -306,16 +322,7 @@ class FakeModelServer:
         if action_request:  # the schema allows one action object and nothing else
             content, calls = action_reply(ScriptedReply(content, tuple(
                 ScriptedToolCall(cid, name, _arguments(args)) for cid, name, args in calls))), []
-        completion = self._completion(number, body, content, calls)
-        if rambles or (fault is not None and fault.kind == "loop"):
-            completion["choices"][0]["finish_reason"] = "length"
-        if body.get("stream"):
-            self._send_stream(handler, completion, body, cut=fault is not None and fault.kind == "truncated")
-        elif fault is not None and fault.kind == "truncated":
-            self._send_truncated(handler, completion)
-        else:
-            send_json(handler, 200, completion)
-
+        return content, calls, rambles
 
     @staticmethod
     def _completion(number: int, body: dict[str, Any], content: str,
