@@ -6,7 +6,9 @@ A dev server and one real worker process (``worker.py``) are started here, the w
 the model server given (llama-server, vLLM, Ollama: anything OpenAI-compatible, on loopback) and
 at the bundled search corpus (``offline/search_server.py``, served here). Each run is a research
 run with the plan auto-accepted; afterwards its history is read for the calls it made and replayed
-against the current workflow code. One markdown table row a run, for ``docs/local-models.md``.
+against the current workflow code. The worker reaches the model through a recording proxy
+(``bench/recording_proxy.py``), so the row also says how many of the run's chat requests (the
+probe's included) carried an output cap. One markdown table row a run, for ``docs/local-models.md``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benches run as plain scripts
 
@@ -25,6 +28,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
 from bench.harness import BenchWorker, connect_when_healthy, count_activities, header, run_main
+from bench.recording_proxy import recording_proxy
 from config.settings import load_settings
 from offline.providers import search_env
 from offline.search_server import FakeSearchServer
@@ -64,8 +68,10 @@ async def main(args: argparse.Namespace) -> None:
         workdir = Path(tmp)
         search = FakeSearchServer().start()
         stop.callback(search.stop)
+        target = urlsplit(args.base_url)
+        proxy_url, seen = stop.enter_context(recording_proxy(f"{target.scheme}://{target.netloc}"))
         env = {"DEERFLOW_HOME": str(workdir / "home"), "DEERFLOW_PAYLOAD_STORE": "none",
-               "OPENAI_BASE_URL": args.base_url, "OPENAI_API_KEY": "local", "BASIC_MODEL": args.model,
+               "OPENAI_BASE_URL": proxy_url + target.path, "OPENAI_API_KEY": "local", "BASIC_MODEL": args.model,
                "LLM_TOOL_MODE": args.mode, "LLM_REQUEST_TIMEOUT": str(args.timeout), **search_env(search)}
         settings = load_settings({**os.environ, **env})
         server = DevServer(workdir / "temporal.db").start()
@@ -74,13 +80,13 @@ async def main(args: argparse.Namespace) -> None:
         stop.callback(worker.stop)
         converter = data_converter(settings)
         client = await connect_when_healthy(server.address, converter)
-        print("| run | question | outcome | model calls (JSON mode) | tokens | step searches | crawls | wall s "
-              "| replays |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| run | question | outcome | model calls (JSON mode) | capped requests | tokens | step searches "
+              "| crawls | wall s | replays |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for number in range(1, args.runs + 1):
             question = QUESTIONS[(number - 1) % len(QUESTIONS)]
             request = ResearchRequest(question=question, auto_accept_plan=True, max_step_num=args.steps)
-            began = time.perf_counter()
+            began, first = time.perf_counter(), len(seen)
             handle = await client.start_workflow(WORKFLOW_TYPE, request, id=f"local-{time.time_ns()}",
                                                  task_queue=TASK_QUEUE, result_type=ResearchResult)
             try:
@@ -94,9 +100,10 @@ async def main(args: argparse.Namespace) -> None:
             background = int(request.enable_background_investigation and bool(status.plan_history))
             searches = count_activities(history, "web_search")[0] - background
             crawls = count_activities(history, "crawl_tool")[0]
-            usage = status.usage
+            usage, requests = status.usage, seen[first:]
+            capped = sum(request.cap is not None for request in requests)
             print(f"| {number} | {question} | {outcome} | {usage.llm_calls} ({usage.json_tool_calls}) | "
-                  f"{usage.total_tokens:,} | {searches} | {crawls} | {wall:.0f} | "
+                  f"{capped}/{len(requests)} | {usage.total_tokens:,} | {searches} | {crawls} | {wall:.0f} | "
                   f"{'yes' if await replays(history, converter) else 'NO'} |", flush=True)
             if args.save:
                 args.save.mkdir(parents=True, exist_ok=True)
