@@ -24,22 +24,23 @@ from typing import NoReturn
 from cli import main as cli_main
 from cli.parser import ServerCommands
 from cli.parser import build_parser as build_cli_parser
+from config.settings import Settings
 from runtime.shutdown import exit_now
 
 
-async def serve_command(args: argparse.Namespace) -> int:
+async def serve_command(args: argparse.Namespace, settings: Settings) -> int:
     """``serve``. Its web stack (Starlette, uvicorn) is imported here, so that no other command, and no
     recovery from a dead worker (which every command can do), waits for it."""
     from server.serve import serve
 
-    return await serve(args)
+    return await serve(args, settings)
 
 
-async def codec_command(args: argparse.Namespace) -> int:
+async def codec_command(args: argparse.Namespace, settings: Settings) -> int:
     """``codec-server``, with the web stack imported here for the same reason as ``serve``."""
     from server.serve import serve_codec
 
-    return await serve_codec(args)
+    return await serve_codec(args, settings)
 
 
 def build_parser() -> argparse.ArgumentParser:

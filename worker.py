@@ -120,7 +120,7 @@ async def main(argv: list[str] | None = None) -> None:
     """Serve the chosen queues until a stop signal (see :func:`on_stop_signals`)."""
     queues = parse_args(argv)
     settings, providers, scrubber = load_worker_settings()
-    connection = load_connection()
+    connection = load_connection(settings)
     await prepare_payload_store(settings)
     # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the
     # client carries the tracing interceptor, and so do the workers built on it.

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from temporalio.client import Client
 
 from cli.terminal import printable
-from config.settings import Settings, load_settings
+from config.settings import Settings
 from runtime.blob_gc import BlobGcError, GcReport, collect_filesystem, collect_s3
 from runtime.converter import storage_driver
 from runtime.encryption import encryption_codec
@@ -31,12 +31,11 @@ def older_than(text: str) -> timedelta:
     return margin
 
 
-async def blobs_gc(args: argparse.Namespace) -> int:
-    settings = load_settings()
+async def blobs_gc(args: argparse.Namespace, settings: Settings) -> int:
     if storage_driver(settings) is None:
         print("DEERFLOW_PAYLOAD_STORE=none: there is no blob store to clean.")
         return 0
-    client = await connect(ensure_worker=False)
+    client = await connect(settings, ensure_worker=False)
     try:
         report = await collect(client, settings, min_age=args.older_than, dry_run=args.dry_run)
     except BlobGcError as error:

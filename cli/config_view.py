@@ -10,11 +10,12 @@ import argparse
 import json
 from typing import Any
 
-from config.settings import Settings, is_secret, load_settings_with_sources
+from config.settings import Settings, is_secret
 
 
-def lines(settings: Settings, sources: dict[str, str]) -> list[str]:
+def lines(settings: Settings) -> list[str]:
     """One ``NAME = value  (source)`` line per setting, in the settings' order."""
+    sources = settings.sources()
     out = []
     for name, field in Settings.model_fields.items():
         env_name = field.alias or name.upper()
@@ -29,7 +30,6 @@ def lines(settings: Settings, sources: dict[str, str]) -> list[str]:
     return out
 
 
-async def show(args: argparse.Namespace) -> int:
-    settings, sources = load_settings_with_sources()
-    print("\n".join(lines(settings, sources)))
+async def show(args: argparse.Namespace, settings: Settings) -> int:
+    print("\n".join(lines(settings)))
     return 0

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
 from cli.terminal import printable
-from config.settings import load_settings
+from config.settings import Settings
 from runtime import artefacts
 from runtime.front_door import CliError, connect
 from workflows.errors import failure_message
@@ -72,8 +72,8 @@ def evaluation_text(result: EvaluationResult) -> str:
     return printable("\n".join(lines))
 
 
-async def evaluate_command(args: argparse.Namespace) -> int:
-    client = await connect()
+async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
     result = await finished_report(client, args.id)
     query: Any = result.plan.title if result.plan else ""
     request = EvaluateRequest(content=result.report, query=query, report_style=args.style, use_llm=args.llm)
@@ -89,21 +89,21 @@ def _writable(output: str) -> Path:
     return path
 
 
-async def slides_command(args: argparse.Namespace) -> int:
+async def slides_command(args: argparse.Namespace, settings: Settings) -> int:
     path = _writable(args.output)
-    client = await connect()
+    client = await connect(settings)
     result = await finished_report(client, args.id)
     request = SlidesRequest(content=result.report, locale=result.locale)
     deck = await run_flow(client, SLIDES_WORKFLOW, request, SlidesResult, "slide-composer")
-    path.write_bytes(await artefacts.get(load_settings(), deck.pptx))
+    path.write_bytes(await artefacts.get(settings, deck.pptx))
     print(printable(f"Wrote {path} ({len(deck.deck.slides) + 1} slides: {deck.deck.title})"))
     return 0
 
 
-async def podcast_command(args: argparse.Namespace) -> int:
+async def podcast_command(args: argparse.Namespace, settings: Settings) -> int:
     """The MP3; without a voice, one line saying so, and the script beside the requested file."""
     path = _writable(args.output)
-    client = await connect()
+    client = await connect(settings)
     result = await finished_report(client, args.id)
     podcast = await run_flow(client, PODCAST_WORKFLOW, PodcastRequest(content=result.report), PodcastResult,
                              "podcast")
@@ -111,6 +111,6 @@ async def podcast_command(args: argparse.Namespace) -> int:
         script = path.with_suffix(".txt")
         script.write_text(script_text(podcast.script) + "\n", encoding="utf-8")
         raise CliError(printable(f"{podcast.note} Script written to {script}."))
-    path.write_bytes(await artefacts.get(load_settings(), podcast.audio))
+    path.write_bytes(await artefacts.get(settings, podcast.audio))
     print(printable(f"Wrote {path} ({len(podcast.script.lines)} lines spoken)"))
     return 0

@@ -16,15 +16,15 @@ from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, Telemetr
 
 from cli.runs import _check_output, _describe, _write_file
 from cli.terminal import printable
-from config.settings import load_settings
+from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.front_door import CliError, connect
 from runtime.history_export import self_contained
 
 
-async def history(args: argparse.Namespace) -> int:
+async def history(args: argparse.Namespace, settings: Settings) -> int:
     _check_output(args.output)
-    client = await connect(ensure_worker=False)
+    client = await connect(settings, ensure_worker=False)
     handle = client.get_workflow_handle(args.id)
     await _describe(handle)
     recorded = await handle.fetch_history()
@@ -49,7 +49,7 @@ async def _resolved(recorded: WorkflowHistory, converter: DataConverter, otherwi
                        f"Use the worker's DEERFLOW_HOME or S3 settings (and encryption keys), {otherwise}.") from error
 
 
-async def replay(args: argparse.Namespace) -> int:
+async def replay(args: argparse.Namespace, settings: Settings) -> int:
     if args.file:
         try:
             recorded = WorkflowHistory.from_json(args.id or "", Path(args.file).read_text())
@@ -57,7 +57,7 @@ async def replay(args: argparse.Namespace) -> int:
             raise CliError(f"Cannot read history file {args.file}: {error}") from error
         recorded = WorkflowHistory(args.id or _history_run_name(recorded, args.file), recorded.events)
     elif args.id:
-        client = await connect(ensure_worker=False)
+        client = await connect(settings, ensure_worker=False)
         handle = client.get_workflow_handle(args.id)
         await _describe(handle)
         recorded = await handle.fetch_history()
@@ -72,7 +72,7 @@ async def replay(args: argparse.Namespace) -> int:
     from runtime.workflow_runner import workflow_runner
     from workflows.catalog import WORKFLOWS
 
-    converter = data_converter(load_settings())
+    converter = data_converter(settings)
     recorded = await _resolved(recorded, converter, "or replay a file written by `starter.py history` (self-contained)")
     replayer = Replayer(workflows=list(WORKFLOWS), data_converter=worker_converter(converter), runtime=quiet,
                         workflow_runner=workflow_runner())

@@ -1,5 +1,8 @@
-"""Runs one command line: parse, check the settings, run the handler, and turn every error a user
-can act on into one line and an exit code (never a traceback)."""
+"""Runs one command line: parse, load the settings, run the handler with them, and turn every error
+a user can act on into one line and an exit code (never a traceback).
+
+The CLI's entry point: the settings are loaded here, once, and handed to the command; nothing
+below loads them again."""
 
 from __future__ import annotations
 
@@ -7,10 +10,10 @@ import argparse
 import asyncio
 import os
 import sys
-from collections.abc import Awaitable, Callable
 
 from temporalio.service import RPCError
 
+from cli.parser import Handler
 from cli.research import RunInterrupted
 from config.settings import ConfigError, load_settings
 from runtime.connection import TemporalConnectionError
@@ -23,9 +26,9 @@ def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
     args = argparse.Namespace()  # filled by parsing; the Ctrl-C hint reads the run ID from it
     try:
         parser.parse_args(argv, namespace=args)  # inside the try: `--help | head` closes the pipe too
-        handler: Callable[[argparse.Namespace], Awaitable[int]] = args.handler
-        load_settings()  # checked before any command starts a server or a worker: a bad value stops here
-        code = asyncio.run(handler(args))
+        handler: Handler = args.handler
+        settings = load_settings()  # before any command starts a server or a worker: a bad value stops here
+        code = asyncio.run(handler(args, settings))
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
     except ConfigError as error:  # one line per bad value, not a traceback

@@ -9,35 +9,38 @@ from datetime import UTC, datetime
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
+from cli.actor import cli_actor
 from cli.render import ended_label
 from cli.runs import _describe, _status
 from cli.terminal import printable
 from cli.watch import WatchStats, watch
-from runtime.embedded import stop_embedded
+from config.settings import Settings
+from runtime import research_client
+from runtime.embedded import EmbeddedStack
 from runtime.front_door import CliError, connect, revive_worker
 from runtime.search_attributes import missing_search_attributes
 from workflows.models import WORKFLOW_TYPE, Awaiting, Phase
 from workflows.visibility import AWAITING, PHASE
 
 
-async def watch_run(args: argparse.Namespace) -> int:
-    client = await connect()  # the status query needs a worker
+async def watch_run(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)  # the status query needs a worker
     stats = WatchStats()
     final = await watch(client.get_workflow_handle(args.id), live=sys.stdout.isatty() and not args.plain,
-                        out=sys.stdout, stats=stats, on_no_worker=lambda: revive_worker(client))
+                        out=sys.stdout, stats=stats, on_no_worker=lambda: revive_worker(client, settings))
     if args.stats:
         print(stats.summary(), file=sys.stderr)
     return 1 if final.phase is Phase.FAILED else 0
 
 
-async def list_runs(args: argparse.Namespace) -> int:
+async def list_runs(args: argparse.Namespace, settings: Settings) -> int:
     """Runs with how they stand (running, or how they ended), their phase and age.
 
     ``--awaiting-review`` filters by the DeerFlowAwaiting attribute. Where the namespace lacks our
     search attributes, the phase of each running run is read with the status query instead
     (slower, same answer). A row whose query fails says why; it never fails the list.
     """
-    client = await connect(ensure_worker=False)
+    client = await connect(settings, ensure_worker=False)
     now = datetime.now(UTC)
     query = f"WorkflowType = '{WORKFLOW_TYPE}'"
     if args.running or args.awaiting_review:
@@ -85,18 +88,18 @@ async def _has_search_attributes(client: Client) -> bool:
         return False
 
 
-async def cancel(args: argparse.Namespace) -> int:
-    client = await connect(ensure_worker=False)
+async def cancel(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings, ensure_worker=False)
     handle = client.get_workflow_handle(args.id)
     ended = ended_label((await _describe(handle)).status)
     if ended is not None:
         raise CliError(f"Run {args.id} has already ended ({ended}); there is nothing to cancel.")
-    await handle.cancel()
+    await research_client.cancel(handle, cli_actor(args))
     print(f"Cancellation requested for {args.id}")
     return 0
 
 
-async def down(args: argparse.Namespace) -> int:
-    stopped = stop_embedded()
+async def down(args: argparse.Namespace, settings: Settings) -> int:
+    stopped = EmbeddedStack(settings).stop()
     print(f"Stopped: {', '.join(stopped)}" if stopped else "Nothing to stop.")
     return 0

@@ -1,6 +1,7 @@
 """The whole command line of ``starter.py``: every subcommand, its flags and its handler.
 
-Each handler takes the parsed arguments and returns an exit code (cli/main.py runs it). The web
+Each handler takes the parsed arguments and the settings cli/main.py loaded, and returns an exit
+code (cli/main.py runs it). The web
 servers' handlers come from the entry point (``ServerCommands``): the CLI imports nothing of
 server/, and the web stack is imported only by the commands that serve.
 """
@@ -18,10 +19,12 @@ from typing import NoReturn
 from pydantic import TypeAdapter, ValidationError
 
 from cli import blobs, config_view, content, history, operate, research, runs
+from cli.actor import add_as_argument
+from config.settings import Settings
 from runtime.build_info import add_version_argument
 from workflows.models import ReportStyle
 
-Handler = Callable[[argparse.Namespace], Awaitable[int]]
+Handler = Callable[[argparse.Namespace, Settings], Awaitable[int]]
 Subcommands = argparse._SubParsersAction
 
 
@@ -97,6 +100,8 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--resource", action="append", default=[], metavar="PATH",
                      help="a document or folder (md, txt, pdf, html) to research; repeatable")
     run.add_argument("--parallel", action="store_true", help="run independent research steps concurrently")
+    run.add_argument("--token-budget", type=_positive, metavar="TOKENS",
+                     help="pause for a decision before a step that would spend more (at most the operator's maximum)")
     run.add_argument("--clarify", action="store_true", help="let the coordinator ask clarifying questions")
     run.add_argument("--review-timeout", metavar="DURATION", type=_duration,
                      help="how long a review may wait, ISO 8601 (P7D, PT12H) or seconds (default P7D)")
@@ -107,6 +112,7 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--id", help="workflow ID for the run (default: derived from the question)")
     run.add_argument("--force", action="store_true", help="reuse the --id of a run that has ended")
     run.add_argument("-v", "--verbose", action="store_true", help="print the event-to-display delay at the end")
+    add_as_argument(run)
     run.set_defaults(handler=research.run)
 
 
@@ -117,12 +123,24 @@ def _add_steering(sub: Subcommands) -> None:
     choice = review.add_mutually_exclusive_group(required=True)
     choice.add_argument("--accept", action="store_true")
     choice.add_argument("--edit", metavar="TEXT", help="what the planner should change")
+    add_as_argument(review)
     review.set_defaults(handler=research.review)
 
     answer = sub.add_parser("answer", help="answer the coordinator's clarifying question")
     answer.add_argument("id")
     answer.add_argument("text")
+    add_as_argument(answer)
     answer.set_defaults(handler=research.answer)
+
+    budget = sub.add_parser("budget", help="decide about a run paused at its token budget")
+    budget.add_argument("id")
+    decision = budget.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--raise", dest="raise_to", type=_positive, metavar="TOKENS",
+                          help="a new, higher budget (up to the operator's maximum)")
+    decision.add_argument("--finish", action="store_true", help="no more steps: report from what was found")
+    decision.add_argument("--cancel", action="store_true", help="end the run without a report")
+    add_as_argument(budget)
+    budget.set_defaults(handler=research.budget)
 
 
 def _add_reading(sub: Subcommands) -> None:
@@ -151,6 +169,7 @@ def _add_reading(sub: Subcommands) -> None:
 
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("id")
+    add_as_argument(cancel)
     cancel.set_defaults(handler=operate.cancel)
 
 

@@ -15,6 +15,8 @@ from workflows.status_view import (
     Retry,
     awaiting_commands,
     awaiting_headline,
+    budget_line,
+    decision_lines,
     ignored_lines,
     offline_notice,
     outcome_lines,
@@ -72,8 +74,11 @@ def status_text(run_id: str, status: RunStatus, ended: str | None = None, retrie
         version = f" (version {len(status.plan_history)})" if status.plan_history else ""
         lines.append(f"  Plan: {status.plan.title}{version}")
     lines.extend(f"  {step_line(step)}" for step in status.steps)
+    lines.extend(f"  Decided: {line}" for line in decision_lines(status.decisions))
     lines.extend(f"  Ignored: {line}" for line in ignored_lines(status))
     lines.append(f"  Usage: {usage_line(status.usage)}")
+    if status.budget is not None:
+        lines.append(f"  Budget: {budget_line(status)}")
     notice = offline_notice(status)
     if notice is not None:
         lines.append(f"  {notice}")

@@ -10,6 +10,7 @@ import sys
 import unicodedata
 import uuid
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
@@ -17,18 +18,21 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from cli.actor import cli_actor
 from cli.render import ended_label, plan_text, review_help
 from cli.runs import EXIT_CODES, _check_output, _describe, _offline_notice, _result, _write_report
 from cli.terminal import printable
 from cli.watch import Watcher
 from config.resources import ResourcePolicy
-from config.settings import load_settings
+from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect, revive_worker
+from workflows.budget_models import BudgetAction, BudgetDecision
+from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import outcome_lines
+from workflows.status_view import decision_lines, outcome_lines
 
 
 def _run_id(question: str) -> str:
@@ -65,8 +69,9 @@ def _question(args: argparse.Namespace) -> str:
     return str(args.question)
 
 
-def _request(args: argparse.Namespace, question: str) -> ResearchRequest:
-    """The request ``run``'s flags describe, for ``question`` (read by ``_question``)."""
+def _request(args: argparse.Namespace, question: str, settings: Settings) -> ResearchRequest:
+    """The request ``run``'s flags describe, for ``question`` (read by ``_question``); ``settings``
+    name the resource roots the worker will hold its resources to."""
     fields: dict[str, object] = {"question": question, "auto_accept_plan": args.auto_accept}
     if args.locale is not None and not BCP47.fullmatch(args.locale):
         print(f"Warning: --locale {printable(args.locale)!r} is not a BCP 47 language tag (like en-US or zh-CN); "
@@ -81,7 +86,7 @@ def _request(args: argparse.Namespace, question: str) -> ResearchRequest:
         # The worker resolves paths on its own machine: send them absolute, as the user meant them.
         fields["resources"] = [str(Path(path).resolve()) for path in args.resource]
         # The worker refuses resources outside its roots; say so before starting a run that would fail.
-        policy = ResourcePolicy.from_settings(load_settings())
+        policy = ResourcePolicy.from_settings(settings)
         refused = [path for path in args.resource if not policy.allows(Path(path).resolve())]
         if refused:
             raise CliError("\n".join(policy.refusal(path) for path in refused))
@@ -90,6 +95,8 @@ def _request(args: argparse.Namespace, question: str) -> ResearchRequest:
     if args.review_timeout_action:
         fields["review_timeout_action"] = args.review_timeout_action
     fields["parallel_steps"] = args.parallel
+    if args.token_budget:
+        fields["token_budget"] = args.token_budget
     fields["enable_clarification"] = args.clarify
     if args.no_background:
         fields["enable_background_investigation"] = False
@@ -112,24 +119,26 @@ class RunInterrupted(Exception):
         self.run_id = run_id
 
 
-async def run(args: argparse.Namespace) -> int:
-    request = _request(args, _question(args))
+async def run(args: argparse.Namespace, settings: Settings) -> int:
+    request = _request(args, _question(args), settings)
     _check_output(args.output)
-    client = await connect()
+    client = await connect(settings)
     run_id = args.id or _run_id(request.question)
     try:
-        return await _start_and_follow(client, request, run_id, args)
+        return await _start_and_follow(client, request, run_id, args, settings)
     except asyncio.CancelledError:
         # asyncio.run's answer to Ctrl-C: the command's task is cancelled. The run is not; say which it is.
         raise RunInterrupted(run_id) from None
 
 
-async def _start_and_follow(client: Client, request: ResearchRequest, run_id: str, args: argparse.Namespace) -> int:
+async def _start_and_follow(client: Client, request: ResearchRequest, run_id: str, args: argparse.Namespace,
+                            settings: Settings) -> int:
     # A closed run's ID is taken too, unless --force: a second run would hide the first one's report.
     reuse = WorkflowIDReusePolicy.ALLOW_DUPLICATE if args.force else WorkflowIDReusePolicy.REJECT_DUPLICATE
     try:
         handle = await research_client.start(client, request, run_id=run_id, id_reuse_policy=reuse,
-                                             summary=f"Research: {request.question[:180]}")
+                                             summary=f"Research: {request.question[:180]}",
+                                             started_by=cli_actor(args))
     except WorkflowAlreadyStartedError as error:
         raise CliError(await _id_taken(client.get_workflow_handle(run_id))) from error
     print(f"Started research run {run_id}", file=sys.stderr)
@@ -137,12 +146,15 @@ async def _start_and_follow(client: Client, request: ResearchRequest, run_id: st
         print(run_id)
         return 0
     interactive = sys.stdin.isatty() and args.question != "-" and not request.auto_accept_plan
-    result = await _follow(handle, interactive=interactive, verbose=args.verbose, output=args.output)
+    result = await _follow(handle, settings, cli_actor(args), interactive=interactive, verbose=args.verbose,
+                           output=args.output)
     if result is None:
         return 0
     _write_report(result, args.output, await _offline_notice(handle))
     for line in outcome_lines(RunStatus(phase=Phase.COMPLETED, outcome=result.outcome, notes=result.notes)):
         print(printable(line), file=sys.stderr)
+    for line in decision_lines(result.decisions):
+        print(printable(f"Decided: {line}"), file=sys.stderr)
     return EXIT_CODES.get(result.outcome, 0)
 
 
@@ -156,15 +168,15 @@ async def _id_taken(handle: WorkflowHandle) -> str:
             "to start a new run under this ID (the old one stays in history).")
 
 
-async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = False,
+async def _follow(handle: WorkflowHandle, settings: Settings, by: Actor, interactive: bool, *, verbose: bool = False,
                   output: str | None = None) -> ResearchResult | None:
-    """Show the run live until it ends; review plans and answer questions on a terminal.
+    """Show the run live until it ends; review plans and answer questions on a terminal (as ``by``).
 
     Returns None when the user leaves a plan or question waiting for later; ``output`` is then
     named in the command that writes the report once the run is done.
     """
     client = handle._client  # the handle's client; the SDK exposes no public accessor
-    watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr, on_no_worker=lambda: revive_worker(client))
+    watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr, on_no_worker=lambda: revive_worker(client, settings))
     later = f"python starter.py report {handle.id}" + (f" -o {output}" if output else "")
     answered: tuple[str | None, int, int] | None = None
     while True:
@@ -179,7 +191,7 @@ async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = 
             if not interactive:
                 print(f"Answer with: python starter.py answer {handle.id} \"…\"", file=sys.stderr)
                 continue
-            if not await _interactive_answer(handle):
+            if not await _interactive_answer(handle, by):
                 print(f"Answer later with: python starter.py answer {handle.id} \"…\"")
                 print(f"Then, once the run is done: {later}")
                 return None
@@ -189,7 +201,7 @@ async def _follow(handle: WorkflowHandle, interactive: bool, *, verbose: bool = 
             print(plan_text(status.plan))
         if not interactive:
             print(review_help(handle.id), file=sys.stderr)
-        elif not await _interactive_review(handle):
+        elif not await _interactive_review(handle, by):
             print(review_help(handle.id))
             print(f"Then, once the run is done: {later}")
             return None
@@ -207,7 +219,7 @@ def _prompt_key(status: RunStatus) -> tuple[str | None, int, int]:
     return status.awaiting, len(status.plan_history), status.clarification_rounds
 
 
-async def _interactive_review(handle: WorkflowHandle) -> bool:
+async def _interactive_review(handle: WorkflowHandle, by: Actor) -> bool:
     """Ask on the terminal; returns False when the user leaves the plan waiting."""
     while True:
         answer = (await asyncio.to_thread(input, "Accept this plan? [a]ccept / [e]dit / [l]ater: ")).strip().lower()
@@ -224,46 +236,61 @@ async def _interactive_review(handle: WorkflowHandle) -> bool:
         else:
             print("Please answer a, e or l.")
             continue
-        outcome = await _send_review(handle, feedback)
+        outcome = await _send_review(handle, feedback, by)
         print(outcome.message)
         return True
 
 
-async def _interactive_answer(handle: WorkflowHandle) -> bool:
+async def _interactive_answer(handle: WorkflowHandle, by: Actor) -> bool:
     answer = (await asyncio.to_thread(input, "Your answer (empty to answer later): ")).strip()
     if not answer:
         return False
-    await _send_answer(handle, answer)
+    await _send_answer(handle, answer, by)
     return True
 
 
-async def review(args: argparse.Namespace) -> int:
-    client = await connect()
+async def review(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
     feedback = ACCEPTED if args.accept else f"{EDIT_PLAN} {args.edit}"
-    outcome = await _send_review(client.get_workflow_handle(args.id), feedback)
+    outcome = await _send_review(client.get_workflow_handle(args.id), feedback, cli_actor(args))
     print(outcome.message)
     return 0
 
 
-async def answer(args: argparse.Namespace) -> int:
-    client = await connect()
-    outcome = await _send_answer(client.get_workflow_handle(args.id), args.text)
+async def answer(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
+    outcome = await _send_answer(client.get_workflow_handle(args.id), args.text, cli_actor(args))
     print(outcome.message)
     return 0
 
 
-async def _send_answer(handle: WorkflowHandle, answer: str) -> ReviewOutcome:
-    return await _send_update(handle, research_client.answer_clarification, answer, "answer")
+async def budget(args: argparse.Namespace, settings: Settings) -> int:
+    client = await connect(settings)
+    action = BudgetAction.RAISE if args.raise_to else BudgetAction.FINISH if args.finish else BudgetAction.CANCEL
+    decision = BudgetDecision(action=action, tokens=args.raise_to)
+    outcome = await _send_update(client.get_workflow_handle(args.id), _budget_update, decision, cli_actor(args),
+                                 "budget decision")
+    print(outcome.message)
+    return 0
 
 
-async def _send_review(handle: WorkflowHandle, feedback: str) -> ReviewOutcome:
-    return await _send_update(handle, research_client.review_plan, feedback, "feedback")
+async def _budget_update(handle: WorkflowHandle, decision: BudgetDecision, by: Actor) -> ReviewOutcome:
+    return await research_client.decide_budget(handle, decision, by)
 
 
-async def _send_update(handle: WorkflowHandle, update: research_client.Update, value: str, what: str) -> ReviewOutcome:
-    """Send a validated update; the workflow's validator's reason comes back as the error."""
+async def _send_answer(handle: WorkflowHandle, answer: str, by: Actor) -> ReviewOutcome:
+    return await _send_update(handle, research_client.answer_clarification, answer, by, "answer")
+
+
+async def _send_review(handle: WorkflowHandle, feedback: str, by: Actor) -> ReviewOutcome:
+    return await _send_update(handle, research_client.review_plan, feedback, by, "feedback")
+
+
+async def _send_update(handle: WorkflowHandle, update: research_client.Update, value: Any, by: Actor,
+                       what: str) -> ReviewOutcome:
+    """Send a validated update from ``by``; the workflow's validator's reason comes back as the error."""
     try:
-        return await update(handle, value)
+        return await update(handle, value, by)
     except WorkflowUpdateFailedError as error:
         raise CliError(f"{what.capitalize()} rejected: {failure_message(error.cause)}") from error
     except RPCError as error:

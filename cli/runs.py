@@ -17,6 +17,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cli.render import ended_label, status_text
 from cli.terminal import printable, printable_json
+from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from runtime.retries import retries_of
@@ -119,13 +120,13 @@ async def _result(handle: WorkflowHandle) -> ResearchResult:
                        exit_code=ENDED_EXIT_CODES.get(ended, EXIT_CODES[Outcome.FAILED])) from error
 
 
-async def status(args: argparse.Namespace) -> int:
+async def status(args: argparse.Namespace, settings: Settings) -> int:
     """The run's last status, headed by how it ended when it did not complete (cancelled, …).
 
     The query needs a worker even for a closed run (it replays the run to answer), so the
     embedded worker is revived first; where none answers, an ended run is still reported.
     """
-    client = await connect()
+    client = await connect(settings)
     handle = client.get_workflow_handle(args.id)
     description = await _describe(handle)
     ended = ended_label(description.status)
@@ -150,9 +151,9 @@ async def status(args: argparse.Namespace) -> int:
     return 0
 
 
-async def report(args: argparse.Namespace) -> int:
+async def report(args: argparse.Namespace, settings: Settings) -> int:
     _check_output(args.output)
-    client = await connect(ensure_worker=False)
+    client = await connect(settings, ensure_worker=False)
     handle = client.get_workflow_handle(args.id, result_type=ResearchResult)
     description = await _describe(handle)
     if description.status == WorkflowExecutionStatus.RUNNING:
@@ -163,6 +164,6 @@ async def report(args: argparse.Namespace) -> int:
         raise CliError(f"Run {args.id} was {ended} and has no report; `python starter.py status {args.id}` "
                        "shows where it stood.", exit_code=ENDED_EXIT_CODES.get(ended, EXIT_CODES[Outcome.FAILED]))
     result = await _result(handle)
-    await revive_worker(client)  # the status query of a closed run replays it on a worker
+    await revive_worker(client, settings)  # the status query of a closed run replays it on a worker
     _write_report(result, args.output, await _offline_notice(handle))
     return EXIT_CODES.get(result.outcome, 0)

@@ -68,6 +68,7 @@ STEP_STYLE = {StepState.PENDING: "dim", StepState.RUNNING: "bold cyan", StepStat
 PHASE_STYLE = {
     Phase.AWAITING_REVIEW: "bold black on yellow",
     Phase.AWAITING_CLARIFICATION: "bold black on yellow",
+    Phase.AWAITING_BUDGET: "bold black on yellow",
     Phase.COMPLETED: "bold green",
     Phase.FAILED: "bold red",
 }

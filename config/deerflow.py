@@ -53,6 +53,8 @@ REFUSED_ENV: dict[str, str] = {
     "LANGCHAIN_VERBOSE": "model requests are logged by the worker's logging, not LangChain's" + _REMOVE,
     "LANGCHAIN_DEBUG": "model requests are logged by the worker's logging, not LangChain's" + _REMOVE,
     "LANGGRAPH_CHECKPOINT_": "runs are durable in Temporal, which keeps every run's state" + _REMOVE,
+    "VOLCENGINE_TTS_VOICE_TYPE": "the podcast speaks with DeerFlow's own voice per speaker (BV002 male, BV001 "
+                                 "female); another voice needs DEERFLOW_TTS_URL" + _REMOVE,
     "RAGFLOW_RETRIEVAL_SIZE": "not supported here" + _REMOVE,
     "RAGFLOW_CROSS_LANGUAGES": "not supported here" + _REMOVE,
     **{prefix: "only RAG_PROVIDER=local or ragflow is supported" + _REMOVE

@@ -6,13 +6,12 @@ can only pick servers from this table by name (``ResearchRequest.mcp_servers``) 
 tools; the activities look the definition up here, and no command, URL, env or header value ever
 enters a workflow input or history.
 
-``${VAR}`` placeholders in ``env`` and ``headers`` are filled from the worker's environment, and
-only here: request data is never expanded.
+``${VAR}`` placeholders in ``env`` and ``headers`` are filled from the worker's variables (its
+environment and ``.env``), and only here: request data is never expanded.
 """
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Mapping
 from typing import Annotated, Literal
@@ -44,22 +43,21 @@ class MissingVariable(Exception):
     """A ``${VAR}`` placeholder names a variable the worker's environment does not set."""
 
     def __init__(self, key: str, name: str) -> None:
-        super().__init__(f"{key!r} refers to ${{{name}}}, but {name} is not set in the worker's environment")
+        super().__init__(f"{key!r} refers to ${{{name}}}, but {name} is not set in the worker's environment or .env")
         self.name = name
 
 
-def expand_placeholders(values: Mapping[str, str], environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """``values`` with every ``${VAR}`` replaced from the worker's environment.
+def expand_placeholders(values: Mapping[str, str], environ: Mapping[str, str]) -> dict[str, str]:
+    """``values`` with every ``${VAR}`` replaced from the worker's variables (``Settings.variables``).
 
     A missing or empty variable raises ``MissingVariable``: a literal ``${VAR}`` sent as a token, or
     a blank credential, would only fail confusingly at the server.
     """
-    env = os.environ if environ is None else environ
     expanded: dict[str, str] = {}
     for key, value in values.items():
 
         def substitute(match: re.Match[str], key: str = key) -> str:
-            found = env.get(match.group(1))
+            found = environ.get(match.group(1))
             if not found:
                 raise MissingVariable(key, match.group(1))
             return found
@@ -68,8 +66,7 @@ def expand_placeholders(values: Mapping[str, str], environ: Mapping[str, str] | 
     return expanded
 
 
-def placeholder_values(values: Mapping[str, str], environ: Mapping[str, str] | None = None) -> list[str]:
+def placeholder_values(values: Mapping[str, str], environ: Mapping[str, str]) -> list[str]:
     """The worker variables' values that ``${VAR}`` placeholders in ``values`` stand for."""
-    env = os.environ if environ is None else environ
     names = {name for value in values.values() for name in _PLACEHOLDER.findall(value)}
-    return [env[name] for name in sorted(names) if env.get(name)]
+    return [environ[name] for name in sorted(names) if environ.get(name)]

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import ValidationError
+from pydantic import PrivateAttr, ValidationError
 
 from config.deerflow import TRUE_WORDS, ConfigError, conf_values, env_problems, read_env_file
 from config.groups.crawl import CrawlSettings
@@ -46,6 +46,26 @@ class Settings(  # pydantic lists the last base's fields first: the model group 
 ):
     """Built by ``load_settings`` from env, ``.env`` and conf.yaml; fields are named by their env vars."""
 
+    _variables: dict[str, str] = PrivateAttr(default_factory=dict)
+    _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    def variables(self) -> Mapping[str, str]:
+        """The variables these settings were loaded from (the environment over ``.env``; none for
+        settings built directly). What MCP servers' ``${VAR}`` placeholders and the secret scrubber
+        read, so that a value in ``.env`` counts there as everywhere else and nothing reads the
+        process's environment a second time."""
+        return self._variables
+
+    def sources(self) -> Mapping[str, str]:
+        """Where each value given came from, by env name: "environment", the ``.env`` file's path or
+        the ``conf.yaml`` file's path (a name absent: the default). ``starter.py config`` shows them."""
+        return self._sources
+
+    def loaded_from(self, variables: Mapping[str, str], sources: Mapping[str, str]) -> Settings:
+        """These settings, remembering the variables and sources they were loaded from."""
+        self._variables, self._sources = dict(variables), dict(sources)
+        return self
+
 
 def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | None = None,
                   env_file: Path | None = None) -> Settings:
@@ -56,20 +76,15 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
     operator did not give. ``environ`` defaults to the process's environment. ``.env`` and
     ``conf.yaml`` are read as DeerFlow reads them (config/deerflow.py). Raises :class:`ConfigError`
     with one line per problem (a refused DeerFlow key, a bad value), never a traceback's worth.
+    The settings remember the variables and sources they were loaded from (``Settings.sources``).
     """
-    return load_settings_with_sources(environ, conf_path, env_file)[0]
-
-
-def load_settings_with_sources(environ: Mapping[str, str] | None = None, conf_path: Path | None = None,
-                               env_file: Path | None = None) -> tuple[Settings, dict[str, str]]:
-    """:func:`load_settings`, and where each value given came from, by env name: "environment",
-    the ``.env`` file's path or the ``conf.yaml`` file's path (a name absent: the default)."""
     process_env = {name: value for name, value in (os.environ if environ is None else environ).items() if value}
-    dotenv_path = env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")
+    dotenv_path = (env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")).absolute()
     dotenv = read_env_file(dotenv_path)
     env = {**dotenv, **process_env}
+    variables = dict(env)
     problems = env_problems(env)
-    conf_file = conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml")
+    conf_file = (conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml")).absolute()
     try:
         conf = conf_values(conf_file, env)
     except ConfigError as error:
@@ -90,12 +105,13 @@ def load_settings_with_sources(environ: Mapping[str, str] | None = None, conf_pa
     sources = {**dict.fromkeys(conf, str(conf_file)),
                **{name: origin(name) or f"{origin(aliases[name])} (as {aliases[name]})" for name in from_env}}
     try:
-        settings = Settings(**{**conf, **from_env})
+        files = {"DEERFLOW_CONF": conf_file, "DEERFLOW_ENV_FILE": dotenv_path}  # the ones read, absolute
+        settings = Settings(**{**conf, **from_env, **files}).loaded_from(variables, sources)
     except ValidationError as error:
         problems += validation_problems(error)
     if problems:
         raise ConfigError(problems)
-    return settings, sources
+    return settings
 
 
 def is_secret(name: str) -> bool:

@@ -9,7 +9,6 @@ without keys. The environment itself is left as it is.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -93,21 +92,20 @@ def offline_banner(settings: Settings) -> str | None:
     return None
 
 
-def start_offline_providers(settings: Settings, environ: Mapping[str, str] = os.environ) -> OfflineProviders:
+def start_offline_providers(settings: Settings) -> OfflineProviders:
     """Serve whichever providers ``settings`` name none for, and say which settings point at them.
 
-    ``DEERFLOW_OFFLINE_MODEL_LATENCY`` / ``DEERFLOW_OFFLINE_SEARCH_LATENCY`` (seconds, in ``environ``)
-    make the fakes answer as slowly as real providers do, for demos, crash drills and benchmarks.
+    ``DEERFLOW_OFFLINE_MODEL_LATENCY`` / ``DEERFLOW_OFFLINE_SEARCH_LATENCY`` (seconds) make the fakes
+    answer as slowly as real providers do, for demos, crash drills and benchmarks.
     """
     model = search = None
     overrides: dict[str, str] = {}
     offline_model, offline_search = offline_parts(settings)
     if offline_model:
-        model = FakeModelServer(latency_seconds=float(environ.get("DEERFLOW_OFFLINE_MODEL_LATENCY", "0"))).start()
+        model = FakeModelServer(latency_seconds=settings.offline_model_latency).start()
         overrides.update(model_env(model))
     if offline_search:
-        latency = float(environ.get("DEERFLOW_OFFLINE_SEARCH_LATENCY", "0"))
-        search = FakeSearchServer(latency_seconds=latency).start()
+        search = FakeSearchServer(latency_seconds=settings.offline_search_latency).start()
         overrides.update(search_env(search))
     return OfflineProviders(model=model, search=search, overrides=overrides)
 
@@ -115,4 +113,6 @@ def start_offline_providers(settings: Settings, environ: Mapping[str, str] = os.
 def with_overrides(settings: Settings, overrides: Mapping[str, str]) -> Settings:
     """``settings`` with ``overrides`` (by env name, as :class:`OfflineProviders` gives them) applied."""
     names = {field.alias: name for name, field in Settings.model_fields.items()}
-    return Settings.model_validate({**settings.model_dump(), **{names[key]: value for key, value in overrides.items()}})
+    changed = {names[key]: value for key, value in overrides.items()}
+    updated = Settings.model_validate({**settings.model_dump(), **changed})
+    return updated.loaded_from(settings.variables(), settings.sources())

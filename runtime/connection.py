@@ -26,7 +26,7 @@ from temporalio.envconfig import ClientConfigProfile, ClientConnectConfig, DataS
 from temporalio.runtime import Runtime
 from temporalio.service import TLSConfig
 
-from config.settings import Settings, load_settings
+from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.tracing import tracing_interceptors
 
@@ -111,8 +111,9 @@ def _tls_file_setting(profile: ClientConfigProfile, path: str | None) -> str:
     return "TEMPORAL_TLS_*_PATH"
 
 
-def load_connection(env: Mapping[str, str] | None = None) -> Connection:
-    """Resolve the connection from the environment (or ``env``) and the TOML profile, reading TLS files.
+def load_connection(settings: Settings, env: Mapping[str, str] | None = None) -> Connection:
+    """Resolve the connection from the environment (or ``env``) and the TOML profile, reading TLS files;
+    with no address there, the embedded dev server's (``settings``' ``DEERFLOW_EMBEDDED_ADDRESS``).
 
     Raises TemporalConnectionError for a missing config file or profile, a TOML error or an
     unreadable TLS file.
@@ -134,7 +135,7 @@ def load_connection(env: Mapping[str, str] | None = None) -> Connection:
         setting = _tls_file_setting(profile, error.filename)
         raise TemporalConnectionError(f"Cannot read {setting} {error.filename}: {error.strerror}.") from error
     configured = bool(profile.address)
-    address = profile.address if configured else load_settings(environ).embedded_address
+    address = profile.address if configured else settings.embedded_address
     return Connection(address=address, namespace=profile.namespace or DEFAULT_NAMESPACE,
                       profile=profile, connect_config=connect_config, configured=configured)
 
@@ -221,11 +222,9 @@ async def connect_when_ready(address: str, timeout: float = 30.0, **kwargs: Any)
 
 
 async def connect(
-    connection: Connection | None = None, settings: Settings | None = None, *, timeout: float = 30.0,
-    runtime: Runtime | None = None,
+    connection: Connection, settings: Settings, *, timeout: float = 30.0, runtime: Runtime | None = None,
 ) -> Client:
-    """A client for ``connection`` (default: from the environment) with the shared data converter,
-    built from ``settings`` (default: loaded from the environment, as the worker does).
+    """A client for ``connection`` with the shared data converter, built from the entry point's ``settings``.
 
     The client carries the tracing interceptor when ``settings`` enable traces (runtime/tracing.py),
     so the workers built on it do too; ``runtime`` (the worker's, with its metrics endpoint:
@@ -234,10 +233,8 @@ async def connect(
     Waits up to ``timeout`` seconds for a server that does not answer yet; raises
     TemporalConnectionError with a one-line explanation otherwise.
     """
-    connection = connection or load_connection()
     options: dict[str, Any] = {key: value for key, value in connection.connect_config.items() if key != "target_host"}
     options["namespace"] = connection.namespace
-    settings = settings or load_settings()
     converter = data_converter(settings)
     options["interceptors"] = tracing_interceptors(settings)
     if runtime is not None:

@@ -37,7 +37,7 @@ from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
-from config.settings import load_settings
+from config.settings import Settings
 from runtime.build_info import code_digest
 from runtime.process_info import start_ticks
 from runtime.search_attributes import dev_server_flags
@@ -56,12 +56,6 @@ DEV_SERVER_STORAGE_FLAGS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pra
 
 class EmbeddedError(RuntimeError):
     """The embedded server or worker could not be started."""
-
-
-def state_dir() -> Path:
-    path = load_settings().home.resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def temporal_cli() -> str:
@@ -145,23 +139,6 @@ def _start_time(pid: int) -> str | None:
     return None if ticks is None else str(ticks)
 
 
-def _spawn(name: str, command: list[str], address: str, env: dict[str, str] | None = None) -> int:
-    """Start a detached background process for ``address``, logging to ``.deerflow/<name>.log``.
-
-    It is recorded in ``<name>.pid`` with its start time and the address it serves: one state
-    directory may have served several addresses, and only a record for this one says anything.
-    """
-    log = (state_dir() / f"{name}.log").open("ab")
-    process = subprocess.Popen(
-        command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-        start_new_session=True, cwd=REPO_DIR, env=env,
-    )
-    record = {"pid": process.pid, "started": _start_time(process.pid) or "", "address": address,
-              "code": code_digest()}
-    (state_dir() / f"{name}.pid").write_text(json.dumps(record))
-    return process.pid
-
-
 @dataclass(frozen=True)
 class ProcessRecord:
     """What ``<name>.pid`` says about a background process the front door started."""
@@ -170,72 +147,6 @@ class ProcessRecord:
     started: str  # kernel start time: a reused pid has another
     address: str  # the Temporal address it was started for
     code: str  # code_digest() when it was started ("" in records of older versions)
-
-
-def _record(name: str) -> ProcessRecord | None:
-    try:
-        record = json.loads((state_dir() / f"{name}.pid").read_text())
-        return ProcessRecord(int(record["pid"]), str(record["started"]), str(record["address"]),
-                             str(record.get("code", "")))
-    except (OSError, ValueError, TypeError, KeyError):
-        return None  # none, or an unreadable or older-format file: nothing we can vouch for
-
-
-def recorded_process(name: str, address: str | None = None) -> int | None:
-    """The pid of the background ``name`` this front door started (for ``address``), if it still runs."""
-    record = _record(name)
-    if record is None or (address is not None and record.address != address):
-        return None
-    return record.pid if _start_time(record.pid) == record.started else None
-
-
-def start_codec_server(address: str, host: str, port: int | None = None) -> str:
-    """Start the codec server in the background (not waited for: the UI needs it only when opened).
-
-    It gets this environment, so it reads the same blob store and keys as the worker.
-    """
-    port = port or load_settings().codec_port or free_port(host)
-    env = {**os.environ, "DEERFLOW_HOME": str(state_dir())}
-    _spawn("codec", [sys.executable, str(REPO_DIR / "starter.py"), "codec-server", "--host", host, "--port", str(port)],
-           address, env=env)
-    return f"http://{host}:{port}"
-
-
-def revive_codec_server(address: str) -> bool:
-    """Restart our codec server if it died while our dev server runs; returns whether it did.
-
-    The UI's codec endpoint is fixed in the running dev server's flags, so it comes back on that port.
-    """
-    server = recorded_process("server", address)
-    if server is None or recorded_process("codec", address) is not None:
-        return False
-    try:
-        flags = Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
-        endpoint = flags[flags.index("--ui-codec-endpoint") + 1]
-    except (OSError, UnicodeDecodeError, ValueError, IndexError):
-        return False  # a server started before codec servers were (or not on Linux)
-    host, port = _split(endpoint.removeprefix("http://"))
-    start_codec_server(address, host, port)
-    return True
-
-
-def start_dev_server(address: str) -> str:
-    """Start the dev server (persistent db under .deerflow/) and its codec server; return the Web UI URL."""
-    host, port = _split(address)
-    ui_port = load_settings().ui_port
-    db = state_dir() / "temporal.db"
-    codec_endpoint = start_codec_server(address, host)
-    _spawn("server", address=address, command=[
-        temporal_cli(), "server", "start-dev", "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
-        "--db-filename", str(db), *DEV_SERVER_STORAGE_FLAGS, "--log-level", "error",
-        "--ui-codec-endpoint", codec_endpoint, *search_attribute_flags(),
-    ])
-    deadline = time.monotonic() + 30
-    while not is_listening(address):
-        if time.monotonic() > deadline:
-            raise EmbeddedError(f"The embedded Temporal server did not start; see {state_dir() / 'server.log'}")
-        time.sleep(0.2)
-    return f"http://{host}:{ui_port}"
 
 
 def search_attribute_flags() -> list[str]:
@@ -270,52 +181,6 @@ async def process_polls(client: Client, pid: int) -> bool:
     return any(identity.startswith(f"{pid}@") for identity in await _pollers(client))
 
 
-async def ensure_worker(client: Client, address: str, announce: Callable[[], None] = lambda: None) -> bool:
-    """Make sure a worker serves the embedded server at ``address``; returns whether one was started.
-
-    Our own worker is checked by its process, and replaced when the code changed since it started
-    (it is told to stop, and finishes what it runs while the new one takes the queue). Without our
-    record for this address, any poller is taken as the user's own worker (``python worker.py`` in
-    a terminal), which is left alone.
-    """
-    # One check-and-start at a time: commands run side by side after a crash must start one worker.
-    with (state_dir() / "worker.lock").open("w") as lock:
-        await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
-        record = _record("worker")
-        if record is not None and record.address == address:
-            pid = recorded_process("worker", address)
-            if pid is not None:
-                if record.code == code_digest():
-                    return False
-                print("The code changed since the background worker started: restarting it…", file=sys.stderr)
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(pid, signal.SIGTERM)
-        elif await has_worker(client):
-            return False
-        announce()
-        await start_worker(client, address)
-        return True
-
-
-async def start_worker(client: Client, address: str) -> None:
-    """Start ``worker.py`` in the background and wait until that very process polls the task queue.
-
-    It inherits this environment, so it resolves the same connection.
-    """
-    env = {**os.environ, "DEERFLOW_HOME": str(state_dir())}
-    pid = _spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], address, env=env)
-    log = state_dir() / "worker.log"
-    deadline = time.monotonic() + WORKER_START_SECONDS
-    while not await process_polls(client, pid):
-        if recorded_process("worker") is None:
-            raise EmbeddedError(f"The background worker exited at start: {_last_line(log)}\n"
-                                f"See {log}, or run `python worker.py` in a terminal to see why.")
-        if time.monotonic() > deadline:
-            raise EmbeddedError(f"The background worker did not poll within {WORKER_START_SECONDS:.0f} s; "
-                                f"see {log}, or run `python worker.py` in a terminal to see why.")
-        await asyncio.sleep(0.2)
-
-
 def _last_line(log: Path) -> str:
     try:
         lines = log.read_text(errors="replace").strip().splitlines()
@@ -328,29 +193,169 @@ def _last_line(log: Path) -> str:
 LEGACY_COMMANDS = {"worker": b"worker.py", "server": b"start-dev"}
 
 
-def _legacy_process(name: str) -> int | None:
-    """A pid from an older bare-pid file, if that pid still runs our command (not a reused pid)."""
-    try:
-        pid = int((state_dir() / f"{name}.pid").read_text().strip())
-        return pid if LEGACY_COMMANDS[name] in Path(f"/proc/{pid}/cmdline").read_bytes() else None
-    except (OSError, ValueError):
-        return None
+class EmbeddedStack:
+    """The dev server, its codec server and the background worker a front door runs for one
+    configuration: their records and logs live under its home (``DEERFLOW_HOME``), the Web UI is
+    on its ``DEERFLOW_UI_PORT``, and every process started here loads the same settings."""
 
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
 
-def stop_embedded() -> list[str]:
-    """Stop the background worker, codec server and dev server this front door started (never a reused pid)."""
-    stopped = []
-    for name in ("worker", "codec", "server"):
-        pid = recorded_process(name) or (_legacy_process(name) if name in LEGACY_COMMANDS else None)
-        if pid is not None:
-            try:
-                os.killpg(pid, signal.SIGTERM)
-                stopped.append(name)
-                if name == "worker":
-                    # At once (its second signal): the server stops with it, so its calls in flight
-                    # could not be reported; it hands them back and leaves (worker.py).
-                    os.killpg(pid, signal.SIGINT)
-            except ProcessLookupError:
-                pass
-        (state_dir() / f"{name}.pid").unlink(missing_ok=True)
-    return stopped
+    def state_dir(self) -> Path:
+        path = self.settings.home.resolve()
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def child_env(self) -> dict[str, str]:
+        """The environment of a process started here.
+
+        This process's own, as process plumbing rather than configuration: the child needs PATH,
+        the TEMPORAL_* connection (read by envconfig), the AWS credential chain. On top, where this
+        front door's settings came from, absolute: the child runs in the repository, and would
+        otherwise read another ``conf.yaml`` and ``.env`` than the command that started it.
+        """
+        return {**os.environ, "DEERFLOW_HOME": str(self.state_dir()),
+                "DEERFLOW_CONF": str(self.settings.conf_path), "DEERFLOW_ENV_FILE": str(self.settings.env_file)}
+
+    def _spawn(self, name: str, command: list[str], address: str) -> int:
+        """Start a detached background process for ``address``, logging to ``.deerflow/<name>.log``.
+
+        It is recorded in ``<name>.pid`` with its start time and the address it serves: one state
+        directory may have served several addresses, and only a record for this one says anything.
+        """
+        log = (self.state_dir() / f"{name}.log").open("ab")
+        process = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, cwd=REPO_DIR, env=self.child_env(),
+        )
+        record = {"pid": process.pid, "started": _start_time(process.pid) or "", "address": address,
+                  "code": code_digest()}
+        (self.state_dir() / f"{name}.pid").write_text(json.dumps(record))
+        return process.pid
+
+    def _record(self, name: str) -> ProcessRecord | None:
+        try:
+            record = json.loads((self.state_dir() / f"{name}.pid").read_text())
+            return ProcessRecord(int(record["pid"]), str(record["started"]), str(record["address"]),
+                                 str(record.get("code", "")))
+        except (OSError, ValueError, TypeError, KeyError):
+            return None  # none, or an unreadable or older-format file: nothing we can vouch for
+
+    def recorded_process(self, name: str, address: str | None = None) -> int | None:
+        """The pid of the background ``name`` this front door started (for ``address``), if it still runs."""
+        record = self._record(name)
+        if record is None or (address is not None and record.address != address):
+            return None
+        return record.pid if _start_time(record.pid) == record.started else None
+
+    def start_codec_server(self, address: str, host: str, port: int | None = None) -> str:
+        """Start the codec server in the background (not waited for: the UI needs it only when opened).
+
+        It loads the same settings, so it reads the same blob store and keys as the worker.
+        """
+        port = port or self.settings.codec_port or free_port(host)
+        self._spawn("codec", [sys.executable, str(REPO_DIR / "starter.py"), "codec-server", "--host", host,
+                              "--port", str(port)], address)
+        return f"http://{host}:{port}"
+
+    def revive_codec_server(self, address: str) -> bool:
+        """Restart our codec server if it died while our dev server runs; returns whether it did.
+
+        The UI's codec endpoint is fixed in the running dev server's flags, so it comes back on that port.
+        """
+        server = self.recorded_process("server", address)
+        if server is None or self.recorded_process("codec", address) is not None:
+            return False
+        try:
+            flags = Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
+            endpoint = flags[flags.index("--ui-codec-endpoint") + 1]
+        except (OSError, UnicodeDecodeError, ValueError, IndexError):
+            return False  # a server started before codec servers were (or not on Linux)
+        host, port = _split(endpoint.removeprefix("http://"))
+        self.start_codec_server(address, host, port)
+        return True
+
+    def start_dev_server(self, address: str) -> str:
+        """Start the dev server (persistent db under .deerflow/) and its codec server; return the Web UI URL."""
+        host, port = _split(address)
+        ui_port = self.settings.ui_port
+        db = self.state_dir() / "temporal.db"
+        codec_endpoint = self.start_codec_server(address, host)
+        self._spawn("server", address=address, command=[
+            temporal_cli(), "server", "start-dev", "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
+            "--db-filename", str(db), *DEV_SERVER_STORAGE_FLAGS, "--log-level", "error",
+            "--ui-codec-endpoint", codec_endpoint, *search_attribute_flags(),
+        ])
+        deadline = time.monotonic() + 30
+        while not is_listening(address):
+            if time.monotonic() > deadline:
+                log = self.state_dir() / "server.log"
+                raise EmbeddedError(f"The embedded Temporal server did not start; see {log}")
+            time.sleep(0.2)
+        return f"http://{host}:{ui_port}"
+
+    async def ensure_worker(self, client: Client, address: str, announce: Callable[[], None] = lambda: None) -> bool:
+        """Make sure a worker serves the embedded server at ``address``; returns whether one was started.
+
+        Our own worker is checked by its process, and replaced when the code changed since it started
+        (it is told to stop, and finishes what it runs while the new one takes the queue). Without our
+        record for this address, any poller is taken as the user's own worker (``python worker.py`` in
+        a terminal), which is left alone.
+        """
+        # One check-and-start at a time: commands run side by side after a crash must start one worker.
+        with (self.state_dir() / "worker.lock").open("w") as lock:
+            await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
+            record = self._record("worker")
+            if record is not None and record.address == address:
+                pid = self.recorded_process("worker", address)
+                if pid is not None:
+                    if record.code == code_digest():
+                        return False
+                    print("The code changed since the background worker started: restarting it…", file=sys.stderr)
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(pid, signal.SIGTERM)
+            elif await has_worker(client):
+                return False
+            announce()
+            await self.start_worker(client, address)
+            return True
+
+    async def start_worker(self, client: Client, address: str) -> None:
+        """Start ``worker.py`` in the background and wait until that very process polls the task queue."""
+        pid = self._spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], address)
+        log = self.state_dir() / "worker.log"
+        deadline = time.monotonic() + WORKER_START_SECONDS
+        while not await process_polls(client, pid):
+            if self.recorded_process("worker") is None:
+                raise EmbeddedError(f"The background worker exited at start: {_last_line(log)}\n"
+                                    f"See {log}, or run `python worker.py` in a terminal to see why.")
+            if time.monotonic() > deadline:
+                raise EmbeddedError(f"The background worker did not poll within {WORKER_START_SECONDS:.0f} s; "
+                                    f"see {log}, or run `python worker.py` in a terminal to see why.")
+            await asyncio.sleep(0.2)
+
+    def _legacy_process(self, name: str) -> int | None:
+        """A pid from an older bare-pid file, if that pid still runs our command (not a reused pid)."""
+        try:
+            pid = int((self.state_dir() / f"{name}.pid").read_text().strip())
+            return pid if LEGACY_COMMANDS[name] in Path(f"/proc/{pid}/cmdline").read_bytes() else None
+        except (OSError, ValueError):
+            return None
+
+    def stop(self) -> list[str]:
+        """Stop the background worker, codec server and dev server this front door started (never a reused pid)."""
+        stopped = []
+        for name in ("worker", "codec", "server"):
+            pid = self.recorded_process(name) or (self._legacy_process(name) if name in LEGACY_COMMANDS else None)
+            if pid is not None:
+                try:
+                    os.killpg(pid, signal.SIGTERM)
+                    stopped.append(name)
+                    if name == "worker":
+                        # At once (its second signal): the server stops with it, so its calls in flight
+                        # could not be reported; it hands them back and leaves (worker.py).
+                        os.killpg(pid, signal.SIGINT)
+                except ProcessLookupError:
+                    pass
+            (self.state_dir() / f"{name}.pid").unlink(missing_ok=True)
+        return stopped

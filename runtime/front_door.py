@@ -18,11 +18,11 @@ import sys
 
 from temporalio.client import Client
 
-from config.settings import load_settings
+from config.settings import Settings
 from offline.providers import offline_banner
 from runtime.connection import connect as connect_client
 from runtime.connection import load_connection
-from runtime.embedded import ensure_worker, is_listening, revive_codec_server, start_dev_server, state_dir
+from runtime.embedded import EmbeddedStack, is_listening
 
 NO_WORKER_ADVICE = ("no worker answers this run's queries. Start one with `python worker.py` "
                     "(same TEMPORAL_* settings)")
@@ -41,35 +41,38 @@ class CliError(Exception):
         self.exit_code = exit_code
 
 
-async def connect(*, ensure_worker: bool = True) -> Client:
-    """Connect as envconfig says; for the embedded default, start the dev server and a worker if missing."""
-    connection = load_connection()
+async def connect(settings: Settings, *, ensure_worker: bool = True) -> Client:
+    """Connect as envconfig says, with the entry point's ``settings``; for the embedded default,
+    start the dev server and a worker if missing."""
+    connection = load_connection(settings)
     embedded = connection.embedded
+    stack = EmbeddedStack(settings)
     if embedded and not is_listening(connection.address):
         print(f"No Temporal server at {connection.address}: starting the embedded dev server…", file=sys.stderr)
-        ui_url = start_dev_server(connection.address)
+        ui_url = stack.start_dev_server(connection.address)
         print(f"Temporal Web UI: {ui_url}", file=sys.stderr)
     elif embedded:
-        revive_codec_server(connection.address)  # the Web UI reads payloads through it
+        stack.revive_codec_server(connection.address)  # the Web UI reads payloads through it
     # Only a server we may have just started is worth waiting for; anything else answers or fails now.
-    client = await connect_client(connection, timeout=30.0 if embedded else 0.0)
+    client = await connect_client(connection, settings, timeout=30.0 if embedded else 0.0)
     if ensure_worker:
-        await revive_worker(client)
+        await revive_worker(client, settings)
     return client
 
 
-async def revive_worker(client: Client) -> None:
+async def revive_worker(client: Client, settings: Settings) -> None:
     """For the embedded server, start a background worker if ours is not running (e.g. it was killed).
 
     A no-op for any other deployment: its operator runs its workers.
     """
-    connection = load_connection()
+    connection = load_connection(settings)
     if connection.embedded:
-        await ensure_worker(client, connection.address, announce=_announce_worker)
+        stack = EmbeddedStack(settings)
+        await stack.ensure_worker(client, connection.address, announce=lambda: _announce_worker(stack))
 
 
-def _announce_worker() -> None:
-    banner = offline_banner(load_settings())  # the worker decides from the same files and variables
+def _announce_worker(stack: EmbeddedStack) -> None:
+    banner = offline_banner(stack.settings)  # the worker loads the same settings (EmbeddedStack.child_env)
     if banner is not None:
         print(banner, file=sys.stderr)
-    print(f"Starting a background worker (logs in {state_dir() / 'worker.log'})…", file=sys.stderr)
+    print(f"Starting a background worker (logs in {stack.state_dir() / 'worker.log'})…", file=sys.stderr)

@@ -24,15 +24,17 @@ import temporalio.workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 
-from runtime.run_memo import question_memo
+from runtime.run_memo import run_memo
+from workflows.budget_models import BudgetDecision
+from workflows.decisions import Actor, cancel_reason
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 
 if TYPE_CHECKING:
     from workflows.research import DeepResearchWorkflow
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]
-# ``review_plan`` or ``answer_clarification``: a validated update that a person's text answers.
-Update = Callable[[WorkflowHandle[Any, Any], str], Awaitable[ReviewOutcome]]
+# ``review_plan``, ``answer_clarification`` or ``decide_budget``: a validated update a person sends.
+Update = Callable[[WorkflowHandle[Any, Any], Any, Actor], Awaitable[ReviewOutcome]]
 
 
 def _workflow() -> type[DeepResearchWorkflow]:
@@ -52,15 +54,16 @@ def status_query_name() -> str:
     return definition.name
 
 
-async def start(client: Client, request: ResearchRequest, *, run_id: str, summary: str,
+async def start(client: Client, request: ResearchRequest, *, run_id: str, summary: str, started_by: Actor,
                 id_reuse_policy: WorkflowIDReusePolicy = WorkflowIDReusePolicy.ALLOW_DUPLICATE) -> ResearchHandle:
     """Start a research run on the workflow's task queue; ``summary`` is the Web UI's static summary.
 
-    The question goes into the memo as well: a listing returns memos for free, so the page names
-    each run by its question without a lookup per run."""
+    The question and who started it go into the memo as well: a listing returns memos for free,
+    so the page names each run by its question, and the API server shows each token its own runs,
+    without a lookup per run."""
     return await client.start_workflow(WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE,
                                        result_type=ResearchResult, static_summary=summary,
-                                       memo=question_memo(request.question), id_reuse_policy=id_reuse_policy)
+                                       memo=run_memo(request.question, started_by), id_reuse_policy=id_reuse_policy)
 
 
 async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
@@ -68,13 +71,23 @@ async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
     return await handle.query(_workflow().status)
 
 
-async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str) -> ReviewOutcome:
-    """The ``review_plan`` update (``[ACCEPTED]`` or ``[EDIT_PLAN] …``); its validator's refusal
-    comes back as ``WorkflowUpdateFailedError``."""
-    return await handle.execute_update(_workflow().review_plan, feedback)
+async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str, by: Actor) -> ReviewOutcome:
+    """The ``review_plan`` update (``[ACCEPTED]`` or ``[EDIT_PLAN] …``) from ``by``; its validator's
+    refusal comes back as ``WorkflowUpdateFailedError``."""
+    return await handle.execute_update(_workflow().review_plan, args=[feedback, by])
 
 
-async def answer_clarification(handle: WorkflowHandle[Any, Any], answer: str) -> ReviewOutcome:
-    """The clarification update: the answer to the coordinator's question."""
-    return await handle.execute_update(_workflow().answer_clarification, answer)
+async def answer_clarification(handle: WorkflowHandle[Any, Any], answer: str, by: Actor) -> ReviewOutcome:
+    """The clarification update: the answer to the coordinator's question, from ``by``."""
+    return await handle.execute_update(_workflow().answer_clarification, args=[answer, by])
+
+
+async def decide_budget(handle: WorkflowHandle[Any, Any], decision: BudgetDecision, by: Actor) -> ReviewOutcome:
+    """The ``decide_budget`` update for a run paused at its token budget: raise, finish or cancel."""
+    return await handle.execute_update(_workflow().decide_budget, args=[decision, by])
+
+
+async def cancel(handle: WorkflowHandle[Any, Any], by: Actor) -> None:
+    """Cancel the run, naming who did it in the request's reason (the run records it)."""
+    await handle.cancel(reason=cancel_reason(by))
 

@@ -1,21 +1,40 @@
-"""A research run's memo: its question, kept where a listing of runs carries it.
+"""A research run's memo: its question and who started it, kept where a listing of runs carries them.
 
 Our page's run list shows each run by its question. The workflow input holds it too, but reading
 it there costs a history fetch per run; a memo comes with ``list_workflows`` itself. Every starter
 of research runs (the page, DeerFlow's chat endpoint, ``starter.py run``) sets it; a run started
 before it existed has none and is listed by its id.
+
+Who started the run (``started_by``, an ``Actor``) decides which named API tokens may see and act on
+it (server/access.py); a run without one (started before, or by the ``temporal`` CLI) is seen only by
+roles that see every run.
 """
 
 from __future__ import annotations
 
-from temporalio.client import WorkflowExecution
+from typing import Any
+
+from pydantic import ValidationError
+from temporalio.client import WorkflowExecution, WorkflowExecutionDescription
+
+from workflows.decisions import Actor
 
 QUESTION = "question"
+STARTED_BY = "started_by"
 QUESTION_CHARS = 500  # a list entry, not the record: the input keeps the whole question
 
 
-def question_memo(question: str) -> dict[str, str]:
-    return {QUESTION: question[:QUESTION_CHARS]}
+def run_memo(question: str, started_by: Actor) -> dict[str, Any]:
+    return {QUESTION: question[:QUESTION_CHARS], STARTED_BY: started_by.model_dump(mode="json")}
+
+
+async def started_by(execution: WorkflowExecution | WorkflowExecutionDescription) -> Actor | None:
+    """Who started the run, as its memo says (None: it does not say)."""
+    value = await execution.memo_value(STARTED_BY, None)
+    try:
+        return Actor.model_validate(value) if value is not None else None
+    except ValidationError:
+        return None
 
 
 async def question_of(execution: WorkflowExecution) -> str | None:

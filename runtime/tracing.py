@@ -10,8 +10,8 @@ Tracing is on only when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. Off, this module
 from OpenTelemetry's SDK and adds no interceptor, so it costs nothing. The exporter is chosen by
 ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL`` (``http/protobuf`` or ``grpc``) and reads the other standard
 ``OTEL_EXPORTER_OTLP_*`` variables (headers, timeout) itself; the SDK's provider reads
-``OTEL_TRACES_SAMPLER`` and ``OTEL_RESOURCE_ATTRIBUTES``; ``OTEL_SERVICE_NAME`` names the service
-(default ``deerflow-temporal``).
+``OTEL_TRACES_SAMPLER`` and ``OTEL_RESOURCE_ATTRIBUTES``; the ``OTEL_SERVICE_NAME`` setting names the
+service (default ``deerflow-temporal``).
 
 A query made outside any span (``status``, ``watch`` and the page poll every second or so) is not
 traced: each would otherwise be a trace of its own and bury the runs' traces. A query made inside a
@@ -20,9 +20,9 @@ traced operation still is, under it.
 
 from __future__ import annotations
 
-import os
 from typing import TYPE_CHECKING, Any
 
+from config.groups.telemetry import SERVICE_NAME
 from config.settings import Settings
 
 if TYPE_CHECKING:
@@ -30,10 +30,7 @@ if TYPE_CHECKING:
     from opentelemetry.sdk.trace.export import SpanExporter
     from temporalio.contrib.opentelemetry import TracingInterceptor
 
-SERVICE_NAME = "deerflow-temporal"
-
-
-def install_tracer_provider(processor: SpanProcessor) -> TracerProvider:
+def install_tracer_provider(processor: SpanProcessor, service_name: str = SERVICE_NAME) -> TracerProvider:
     """Make an SDK tracer provider sending spans to ``processor`` the process's global one.
 
     OpenTelemetry allows one global provider per process (a second ``set_tracer_provider`` is
@@ -45,7 +42,7 @@ def install_tracer_provider(processor: SpanProcessor) -> TracerProvider:
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
 
-    resource = Resource.create({"service.name": os.environ.get("OTEL_SERVICE_NAME") or SERVICE_NAME})
+    resource = Resource.create({"service.name": service_name})
     provider = TracerProvider(resource=resource)
     provider.add_span_processor(processor)
     trace.set_tracer_provider(provider)
@@ -107,7 +104,7 @@ def tracing_interceptors(settings: Settings) -> list[TracingInterceptor]:
     if not _interceptors:
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-        install_tracer_provider(BatchSpanProcessor(span_exporter(settings)))
+        install_tracer_provider(BatchSpanProcessor(span_exporter(settings)), settings.otel_service_name)
         _interceptors.append(tracing_interceptor())
     return list(_interceptors)
 

@@ -29,7 +29,9 @@ from temporalio.service import RPCError
 
 from config.settings import Settings
 from runtime import research_client
+from runtime.run_memo import started_by
 from server import sse
+from server.access import Act, Principal
 from server.feed import PAGE_ONLY, FeedItem, follow
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
@@ -114,14 +116,14 @@ class ChatTurns:
         self.prefix = settings.web_thread_prefix
         self.hub = hub
 
-    async def stream(self, body: Any, keep_alive: float) -> AsyncIterator[str]:
+    async def stream(self, body: Any, keep_alive: float, who: Principal) -> AsyncIterator[str]:
         thread_id = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
         try:
             if isinstance(body, RequestError):
                 raise body
             turn = ChatStreamRequest.model_validate(body)
             checked_thread_id(turn.thread_id)
-            workflow, run_id, after = await self._begin(turn)
+            workflow, run_id, after = await self._begin(turn, who)
         except (RequestError, ThreadError, ValidationError, WorkflowUpdateFailedError,
                 WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as error:
             yield sse.event("error", {"thread_id": thread_id, "error": problem(error)})
@@ -147,33 +149,40 @@ class ChatTurns:
         except RPCError as error:  # the run goes on; the page can ask again
             yield sse.event("error", {"thread_id": thread_id, "error": f"the feed was interrupted: {error.message}"})
 
-    async def _begin(self, turn: ChatStreamRequest) -> tuple[str, str | None, tuple[int, int, int] | None]:
-        """The run to follow and from where: a new run from its start, or the newest after the feedback."""
+    async def _begin(self, turn: ChatStreamRequest, who: Principal,
+                     ) -> tuple[str, str | None, tuple[int, int, int] | None]:
+        """The run to follow and from where: a new run from its start, or the newest after the
+        feedback; each as far as ``who`` may (server/access.py)."""
         if turn.interrupt_feedback:
             handle = await latest_run(self.client, self.prefix, turn.thread_id)
             feedback = feedback_text(turn.interrupt_feedback, turn.messages[-1].content)
-            return await self._send(handle, research_client.review_plan, feedback)
+            return await self._send(handle, research_client.review_plan, feedback, who)
         count = await run_count(self.client, self.prefix, turn.thread_id)
         if count:
             handle = self.client.get_workflow_handle(workflow_id(self.prefix, turn.thread_id, count))
+            who.check(Act.SEE, await started_by(await handle.describe()))  # a thread is its first starter's
             if await _awaits(handle, Awaiting.CLARIFICATION):
-                return await self._send(handle, research_client.answer_clarification, turn.messages[-1].content)
+                return await self._send(handle, research_client.answer_clarification, turn.messages[-1].content,
+                                        who)
+        who.check_start()
         request = turn.research_request()
         new_id = workflow_id(self.prefix, turn.thread_id, count + 1)
         try:
             handle = await research_client.start(self.client, request, run_id=new_id,
-                                                 summary=f"Research (web): {request.question[:160]}")
+                                                 summary=f"Research (web): {request.question[:160]}",
+                                                 started_by=who.actor)
         except WorkflowAlreadyStartedError as error:
             raise RequestError("another question on this thread is starting; send it again") from error
         return new_id, handle.first_execution_run_id, None
 
-    async def _send(self, handle: WorkflowHandle, update: research_client.Update,
-                    value: str) -> tuple[str, str | None, tuple[int, int, int]]:
+    async def _send(self, handle: WorkflowHandle, update: research_client.Update, value: str,
+                    who: Principal) -> tuple[str, str | None, tuple[int, int, int]]:
         description = await handle.describe()
+        who.check(Act.DECIDE, await started_by(description))
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise RequestError("this thread's research run has already ended; ask a new question")
         seen = description.raw_description.workflow_execution_info.history_length
-        await update(handle, value)
+        await update(handle, value, who.actor)
         return handle.id, description.run_id, (0, seen, 1 << 30)
 
 

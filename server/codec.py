@@ -31,7 +31,7 @@ from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
 from runtime.payload_steps import decode_payloads, encrypt_payloads
-from server.security import Guard, RequestError, read_json
+from server.security import Guard, RequestError, read_json, single_token
 from storage.filesystem import PayloadStoreError
 
 # What the Web UI sends with each request (Authorization when it passes its access token).
@@ -84,7 +84,7 @@ def create_codec_app(converter: DataConverter, settings: Settings) -> Starlette:
             # Outermost, so refusals carry CORS headers too and the UI can show why.
             Middleware(CORSMiddleware, allow_origins=origins, allow_methods=["POST"], allow_headers=CODEC_HEADERS,
                        max_age=600),
-            Middleware(Guard, token=settings.codec_token, allowed_origins=origins, prefix="/",
+            Middleware(Guard, tokens=single_token(settings.codec_token, "codec"), allowed_origins=origins, prefix="/",
                        token_setting="DEERFLOW_CODEC_TOKEN", origins_setting="DEERFLOW_CODEC_ALLOWED_ORIGINS"),
         ],
     )

@@ -11,6 +11,9 @@ from starlette.routing import Route
 
 from config.resources import SUPPORTED_SUFFIXES, ResourcePolicy
 from offline.providers import offline_parts
+from runtime import research_client
+from runtime.run_memo import started_by
+from server.access import Act, principal
 from server.enhance import enhance
 from server.security import RequestError, read_json
 from server.services import endpoint, services
@@ -26,7 +29,7 @@ async def chat_stream(request: Request) -> Response:
     except RequestError as error:
         body = error  # reported as the stream's error event, as DeerFlow's UI expects
     thread = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
-    return shared.event_stream(shared.chat.stream(body, shared.keep_alive), thread)
+    return shared.event_stream(shared.chat.stream(body, shared.keep_alive, principal(request)), thread)
 
 
 async def chat_cancel(request: Request) -> Any:
@@ -34,7 +37,9 @@ async def chat_cancel(request: Request) -> Any:
     body = await read_json(request, shared.body_limit)
     thread = checked_thread_id(str(body.get("thread_id", ""))) if isinstance(body, dict) else ""
     handle = await latest_run(shared.client, shared.settings.web_thread_prefix, thread)
-    await handle.cancel()
+    who = principal(request)
+    who.check(Act.CANCEL, await started_by(await handle.describe()))
+    await research_client.cancel(handle, who.actor)
     return {"cancelled": handle.id}
 
 

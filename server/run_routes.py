@@ -1,5 +1,5 @@
 """Our page's API over research runs (server/runs.py does the work): list, start, show, follow,
-review, answer and cancel."""
+review, answer, decide at the budget and cancel."""
 
 from __future__ import annotations
 
@@ -10,45 +10,55 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from server import sse
+from server.access import principal
 from server.security import read_json
 from server.services import endpoint, services
 
 
 async def list_runs(request: Request) -> Any:
-    return {"runs": await services(request).runs.overview()}
+    return {"runs": await services(request).runs.overview(principal(request))}
 
 
 async def start_run(request: Request) -> Any:
     shared = services(request)
-    return {"id": await shared.runs.start(await read_json(request, shared.body_limit))}
+    return {"id": await shared.runs.start(await read_json(request, shared.body_limit), principal(request))}
 
 
 async def show(request: Request) -> Any:
-    return await services(request).runs.show(request.path_params["run"])
+    return await services(request).runs.show(request.path_params["run"], principal(request))
 
 
 async def run_events(request: Request) -> Response:
     shared = services(request)
     run = request.path_params["run"]
-    await shared.runs.handle(run)  # a refusal is a plain error before the stream starts
+    await shared.runs.handle(run, principal(request))  # a refusal is a plain error before the stream starts
     after = request.query_params.get("after") or request.headers.get("last-event-id")
     return shared.event_stream(sse.with_keep_alive(shared.runs.events(run, after), shared.keep_alive), run)
 
 
 async def review(request: Request) -> Any:
     shared = services(request)
-    outcome = await shared.runs.review(request.path_params["run"], await read_json(request, shared.body_limit))
+    outcome = await shared.runs.review(request.path_params["run"], await read_json(request, shared.body_limit),
+                                       principal(request))
     return outcome.model_dump()
 
 
 async def answer(request: Request) -> Any:
     shared = services(request)
-    outcome = await shared.runs.answer(request.path_params["run"], await read_json(request, shared.body_limit))
+    outcome = await shared.runs.answer(request.path_params["run"], await read_json(request, shared.body_limit),
+                                       principal(request))
+    return outcome.model_dump()
+
+
+async def budget(request: Request) -> Any:
+    shared = services(request)
+    outcome = await shared.runs.budget(request.path_params["run"], await read_json(request, shared.body_limit),
+                                       principal(request))
     return outcome.model_dump()
 
 
 async def cancel(request: Request) -> Any:
-    await services(request).runs.cancel(request.path_params["run"])
+    await services(request).runs.cancel(request.path_params["run"], principal(request))
     return {"cancelled": request.path_params["run"]}
 
 
@@ -59,5 +69,6 @@ ROUTES = [
     Route("/api/runs/{run:str}/events", endpoint(run_events), methods=["GET"]),
     Route("/api/runs/{run:str}/review", endpoint(review), methods=["POST"]),
     Route("/api/runs/{run:str}/answer", endpoint(answer), methods=["POST"]),
+    Route("/api/runs/{run:str}/budget", endpoint(budget), methods=["POST"]),
     Route("/api/runs/{run:str}/cancel", endpoint(cancel), methods=["POST"]),
 ]

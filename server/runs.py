@@ -1,8 +1,9 @@
 """Our page's API: list, start, inspect, review, answer, cancel and follow research runs.
 
-Any ``DeepResearchWorkflow`` run in the namespace can be opened (the CLI's too); an id naming a
-workflow of another type is answered as not found, so the server cannot be used to signal or
-cancel workflows that are not research runs.
+A ``DeepResearchWorkflow`` run in the namespace (the CLI's too) can be opened by whoever its
+starter and the caller's role allow (server/access.py); an id naming a run the caller may not see,
+or a workflow of another type, is answered as not found, so the server cannot be used to signal or
+cancel workflows that are not research runs, nor to learn which runs others started.
 """
 
 from __future__ import annotations
@@ -19,12 +20,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from config.settings import Settings
 from runtime import research_client
 from runtime.retries import retries_of
-from runtime.run_memo import question_of
+from runtime.run_memo import question_of, started_by
 from server import sse
+from server.access import Act, Principal
 from server.feed import FeedItem, follow, parse_position
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import workflow_id
+from workflows.budget_models import BudgetDecision
 from workflows.errors import failure_message
 from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
@@ -58,8 +61,9 @@ class Runs:
         self.hub = hub
         self.prefix = settings.web_thread_prefix
 
-    async def handle(self, run: str) -> WorkflowHandle:
-        """The research run with this workflow id; anything else is "not found"."""
+    async def handle(self, run: str, who: Principal, act: Act = Act.SEE) -> WorkflowHandle:
+        """The research run with this workflow id, if ``who`` may ``act`` on it; anything else is
+        "not found" (or, for a run ``who`` may see but not change, refused)."""
         if not 0 < len(run) <= 255:
             raise RequestError("no such research run", 404)
         handle = self.client.get_workflow_handle(run, result_type=ResearchResult)
@@ -71,12 +75,17 @@ class Runs:
             raise
         if description.workflow_type != WORKFLOW_TYPE:
             raise RequestError("no such research run", 404)
+        who.check(act, await started_by(description))
         return handle
 
-    async def overview(self) -> list[dict[str, Any]]:
+    async def overview(self, who: Principal) -> list[dict[str, Any]]:
+        """The latest runs ``who`` may see (of the latest ``MAX_LISTED``), those awaiting review first."""
         now = datetime.now(UTC)
         runs = []
         async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'", limit=MAX_LISTED):
+            starter = await started_by(execution)
+            if not who.may(Act.SEE, starter):
+                continue
             running = execution.status == WorkflowExecutionStatus.RUNNING
             phase = execution.typed_search_attributes.get(PHASE)
             awaiting = execution.typed_search_attributes.get(AWAITING) or None
@@ -85,22 +94,23 @@ class Runs:
                 phase, awaiting = (status.phase.value, status.awaiting) if status else (None, None)
             runs.append({"id": execution.id, "status": execution.status.name.lower() if execution.status else "unknown",
                          "question": await question_of(execution), "phase": phase,
-                         "awaiting": awaiting if running else None,
+                         "awaiting": awaiting if running else None, "started_by": str(starter) if starter else None,
                          "age_seconds": int((now - execution.start_time).total_seconds())})
         runs.sort(key=lambda r: (r["awaiting"] != Awaiting.PLAN_FEEDBACK, r["status"] != "running", r["age_seconds"]))
         return runs
 
-    async def start(self, body: Any) -> str:
+    async def start(self, body: Any, who: Principal) -> str:
+        who.check_start()
         if isinstance(body, dict) and "mcp_servers" in body:
             raise RequestError("the page does not pick MCP servers; use the CLI")
         request = ResearchRequest.model_validate(body)
         run = workflow_id(self.prefix, f"page-{uuid.uuid4().hex[:16]}", 1)
         await research_client.start(self.client, request, run_id=run,
-                                    summary=f"Research (web): {request.question[:160]}")
+                                    summary=f"Research (web): {request.question[:160]}", started_by=who.actor)
         return run
 
-    async def show(self, run: str) -> dict[str, Any]:
-        handle = await self.handle(run)
+    async def show(self, run: str, who: Principal) -> dict[str, Any]:
+        handle = await self.handle(run, who)
         description = await handle.describe()
         status = await _status(handle)
         shown: dict[str, Any] = {"id": run, "status": description.status.name.lower() if description.status else None,
@@ -116,16 +126,21 @@ class Runs:
                 shown["error"] = failure_message(error.cause)
         return shown
 
-    async def review(self, run: str, body: Any) -> ReviewOutcome:
+    async def review(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
         feedback = ReviewBody.model_validate(body).feedback()
-        return await research_client.review_plan(await self.handle(run), feedback)
+        return await research_client.review_plan(await self.handle(run, who, Act.DECIDE), feedback, who.actor)
 
-    async def answer(self, run: str, body: Any) -> ReviewOutcome:
+    async def answer(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
         answer = AnswerBody.model_validate(body).answer
-        return await research_client.answer_clarification(await self.handle(run), answer)
+        return await research_client.answer_clarification(await self.handle(run, who, Act.DECIDE), answer,
+                                                          who.actor)
 
-    async def cancel(self, run: str) -> None:
-        await (await self.handle(run)).cancel()
+    async def budget(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
+        decision = BudgetDecision.model_validate(body)
+        return await research_client.decide_budget(await self.handle(run, who, Act.DECIDE), decision, who.actor)
+
+    async def cancel(self, run: str, who: Principal) -> None:
+        await research_client.cancel(await self.handle(run, who, Act.CANCEL), who.actor)
 
     async def events(self, run: str, after: str | None) -> AsyncIterator[str]:
         """The run's whole feed after ``after`` (an item id), with ids, live until the run ends,

@@ -1,7 +1,9 @@
 """The API server's doors: where it may listen, who may call it, from which page, with how much.
 
-* A bind beyond loopback needs ``DEERFLOW_WEB_TOKEN``: the server then refuses every API call
-  without ``Authorization: Bearer <token>``. Without a token it listens on loopback only.
+* A bind beyond loopback needs a token (``DEERFLOW_WEB_TOKEN`` or named ``DEERFLOW_WEB_TOKENS``): the
+  server then refuses every API call without ``Authorization: Bearer <token>``, hands the handlers
+  the token's holder (server/access.py) and refuses a read-only holder's every change. Without a
+  token it listens on loopback only.
 * With no token, the Host header must name loopback, so a web page that rebinds its own DNS name
   to 127.0.0.1 cannot use the server (DNS rebinding).
 * A request that changes something and comes from a browser page (it has an Origin) must come
@@ -16,7 +18,9 @@ import hmac
 import ipaddress
 import json
 import logging
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
@@ -47,12 +51,45 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_bind(host: str, token: str | None, setting: str = "DEERFLOW_WEB_TOKEN") -> None:
+def check_bind(host: str, has_token: bool, setting: str = "DEERFLOW_WEB_TOKEN or DEERFLOW_WEB_TOKENS") -> None:
     """Refuse to listen beyond loopback without a token: the API starts runs and sends reviews, and
     the codec server (``setting`` DEERFLOW_CODEC_TOKEN) decrypts payloads."""
-    if not is_loopback(host) and not token:
+    if not is_loopback(host) and not has_token:
         raise RequestError(f"Listening on {host} needs {setting}: beyond loopback every API call "
                            "must carry that token (Authorization: Bearer …).")
+
+
+class Holder(Protocol):
+    """Whoever holds a token: a name for refusals, and whether it may only read."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def read_only(self) -> bool: ...
+
+
+@dataclass(frozen=True)
+class SharedSecret:
+    """The holder of a server's one shared token (the codec server's): may do all it serves."""
+
+    name: str
+    read_only: bool = False
+
+
+def single_token(token: str | None, name: str) -> dict[str, Holder]:
+    """The token table of a server with one shared token (None: no token, loopback only)."""
+    return {token: SharedSecret(name)} if token else {}
+
+
+def holder_of(tokens: Mapping[str, Holder], authorization: str) -> Holder | None:
+    """The holder of the ``Bearer`` token in ``authorization``; every token is compared, in constant
+    time, so the answer's timing says nothing about which one came close."""
+    found = None
+    for token, holder in tokens.items():
+        if hmac.compare_digest(authorization.encode(), f"Bearer {token}".encode()):
+            found = holder
+    return found
 
 
 def _host_name(host_header: str) -> str:
@@ -63,13 +100,15 @@ def _host_name(host_header: str) -> str:
 
 class Guard:
     """ASGI middleware applying the token, Host and Origin rules to every request under ``prefix``
-    (the API server's ``/api/``; all of the codec server's, whose token is DEERFLOW_CODEC_TOKEN)."""
+    (the API server's ``/api/``; all of the codec server's, whose token is DEERFLOW_CODEC_TOKEN).
+    ``tokens`` maps each token to its holder (empty: no token needed, loopback only); the holder
+    goes to the handlers as ``request.state.principal``."""
 
-    def __init__(self, app: ASGIApp, token: str | None, allowed_origins: list[str], prefix: str = "/api/",
-                 token_setting: str = "DEERFLOW_WEB_TOKEN",
+    def __init__(self, app: ASGIApp, tokens: Mapping[str, Holder], allowed_origins: list[str],
+                 prefix: str = "/api/", token_setting: str = "DEERFLOW_WEB_TOKEN",
                  origins_setting: str = "DEERFLOW_WEB_ALLOWED_ORIGINS") -> None:
         self.app = app
-        self.token = token
+        self.tokens = dict(tokens)
         self.allowed_origins = frozenset(allowed_origins)
         self.prefix = prefix
         self.token_setting = token_setting
@@ -80,19 +119,22 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = {key.decode("latin-1").lower(): value.decode("latin-1") for key, value in scope["headers"]}
-        problem = self._problem(scope["method"], headers)
+        holder = holder_of(self.tokens, headers.get("authorization", "")) if self.tokens else None
+        problem = self._problem(scope["method"], headers, holder)
         if problem is None:
+            scope.setdefault("state", {})["principal"] = holder
             await self.app(scope, receive, send)
             return
         status, message = problem
         await JSONResponse({"detail": message}, status_code=status)(scope, receive, send)
 
-    def _problem(self, method: str, headers: dict[str, str]) -> tuple[int, str] | None:
+    def _problem(self, method: str, headers: dict[str, str], holder: Holder | None) -> tuple[int, str] | None:
         host = headers.get("host", "")
-        if self.token is not None:
-            supplied = headers.get("authorization", "")
-            if not hmac.compare_digest(supplied.encode(), f"Bearer {self.token}".encode()):
+        if self.tokens:
+            if holder is None:
                 return 401, f"this server needs its token: Authorization: Bearer <{self.token_setting}>"
+            if holder.read_only and method != "GET":
+                return 403, f"the token {holder.name!r} may only read"
         elif _host_name(host).lower() not in LOOPBACK_NAMES:
             return 403, "this server answers only requests addressed to loopback (Host header)"
         origin = headers.get("origin")

@@ -3,7 +3,8 @@
 ``serve`` is the web front end, a Temporal client like the CLI: it connects the way the CLI does
 (runtime/front_door.py), so on the plain loopback default it starts the embedded dev server and a
 worker (with the offline demonstration model when no key is set). ``codec-server`` needs no
-Temporal connection, only the data converter's settings (blob store, encryption keys).
+Temporal connection, only the data converter's settings (blob store, encryption keys). Both get
+the settings the command line's entry point (cli/main.py) loaded.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from config.settings import Settings, load_settings
+from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.front_door import CliError, connect
 from runtime.health import always_ready, temporal_problem, with_probes
@@ -29,14 +30,13 @@ from server.security import RequestError, check_bind
 logger = logging.getLogger(__name__)
 
 
-async def serve(args: argparse.Namespace) -> int:
-    settings = load_settings()
+async def serve(args: argparse.Namespace, settings: Settings) -> int:
     configure_logging(settings)
     try:
-        check_bind(args.host, settings.web_token)
+        check_bind(args.host, bool(settings.web_token or settings.web_tokens))
     except RequestError as error:
         raise CliError(str(error)) from error
-    client = await connect()
+    client = await connect(settings)
     host = f"[{args.host}]" if ":" in args.host else args.host
     logger.info("Research page: http://%s:%s/   (DeerFlow's UI: API base http://%s:%s/api/)",
                 host, args.port, host, args.port)
@@ -53,15 +53,14 @@ async def serve(args: argparse.Namespace) -> int:
     return 0
 
 
-async def serve_codec(args: argparse.Namespace) -> int:
-    settings = load_settings()
+async def serve_codec(args: argparse.Namespace, settings: Settings) -> int:
     configure_logging(settings)
     try:
         # The operator's explicit choice (a command-line flag, trusted config): in compose the container
         # must listen on its own network, while the host publishes the port on its loopback alone. The
         # Host check still holds: without a token, only requests addressed to loopback are answered.
         if not args.no_token_on_private_network:
-            check_bind(args.host, settings.codec_token, setting="DEERFLOW_CODEC_TOKEN")
+            check_bind(args.host, bool(settings.codec_token), setting="DEERFLOW_CODEC_TOKEN")
     except RequestError as error:
         raise CliError(str(error)) from error
     app = create_codec_app(data_converter(settings), settings)  # a bad key stops it here, before it listens

@@ -14,6 +14,7 @@ import contextlib
 import json
 import os
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,8 @@ from workflows.slides import SLIDES_WORKFLOW, SlidesRequest
 from workflows.speech import SPEECH_WORKFLOW
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
-# name -> (start input, plan feedback to send, model faults to inject first)
+# name -> (start input, plan feedback to send (a list: signal arguments sent on the same plan; a
+# tuple: on the next plan), model faults to inject first)
 SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "accepted_plan": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], []),
     "edited_plan": (ResearchRequest(question=QUESTION),
@@ -51,6 +53,13 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "capped_tool_calls": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                           [Fault.tool_call_flood(12, agent="researcher")]),
     "ignored_feedback": (ResearchRequest(question=QUESTION), [*IGNORED_SIGNALS, "[ACCEPTED]"], []),
+    # Reviews that name their sender (workflows/decisions.py), each on its own plan: a tuple.
+    "named_reviewers": (ResearchRequest(question=QUESTION),
+                        [("[EDIT_PLAN] add a step on manufacturing costs", {"name": "alice", "via": "cli"}),
+                         ("[ACCEPTED]", {"name": "bob", "via": "api"})], []),
+    # A budget crossed before the second step, nobody deciding within two hours: finish now.
+    "budget_timeout_finish": (ResearchRequest(question=QUESTION, auto_accept_plan=True, token_budget=7_000,
+                                              review_timeout=timedelta(hours=2)), [], []),
     # A plan without a title: the planner is asked once more, quoting the error (issue #11).
     "reasked_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                      [Fault.plan_without_title()]),
@@ -128,7 +137,8 @@ async def record(names: list[str]) -> None:
                         await handle.signal("plan_feedback", args=message)
                         continue
                     reviewed = await _wait_for_review(handle, reviewed)
-                    await handle.signal("plan_feedback", message)
+                    arguments = list(message) if isinstance(message, tuple) else [message]
+                    await handle.signal("plan_feedback", args=arguments)
                 with contextlib.suppress(WorkflowFailureError):  # bad_request fails, as it must
                     await handle.result()
                 history = await handle.fetch_history()

@@ -68,11 +68,11 @@ def test_feedback_follows_deerflow_protocol() -> None:
 def test_binds_beyond_loopback_need_a_token(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
     if loopback:
-        check_bind(host, None)
+        check_bind(host, False)
     else:
         with pytest.raises(RequestError):
-            check_bind(host, None)
-        check_bind(host, "token")
+            check_bind(host, False)
+        check_bind(host, True)
 
 
 @pytest.mark.parametrize(("host", "allowed"), [
@@ -80,8 +80,8 @@ def test_binds_beyond_loopback_need_a_token(host: str, loopback: bool) -> None:
     ("evil.example:8000", False), ("127.0.0.1.evil.example", False), ("", False),
 ])
 def test_host_header_must_name_loopback_without_a_token(host: str, allowed: bool) -> None:
-    guard = Guard(app=None, token=None, allowed_origins=[])  # type: ignore[arg-type]
-    assert (guard._problem("GET", {"host": host}) is None) is allowed
+    guard = Guard(app=None, tokens={}, allowed_origins=[])  # type: ignore[arg-type]
+    assert (guard._problem("GET", {"host": host}, None) is None) is allowed
 
 
 def test_an_update_nobody_takes_is_explained() -> None:

@@ -88,6 +88,19 @@ def store_settings(request: pytest.FixtureRequest, tmp_path: Path,
     assert refused == []
 
 
+# The dev server deletes a closed run only once its transfer queue's ack level passes the delete
+# task, and it moves that level every 30 s by default: each deletion took 32-34 s. Moving it every
+# second makes it 4 s; what gc does with a deleted run is the same.
+FAST_DELETES = ["--dynamic-config-value", 'history.transferProcessorUpdateAckInterval="1s"']
+
+
+@pytest.fixture(scope="module")
+def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
+    server = DevServer(tmp_path_factory.mktemp("temporal") / "temporal.db", FAST_DELETES).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 async def store_client(dev_server: DevServer, store_settings: Settings) -> AsyncIterator[Client]:
     await prepare_payload_store(store_settings)
@@ -120,7 +133,7 @@ async def referenced(handle: WorkflowHandle, settings: Settings) -> set[str]:
 
 
 async def delete_run(client: Client, handle: WorkflowHandle) -> None:
-    """``temporal workflow delete``, then wait until the server no longer knows the run (10-30 s here)."""
+    """``temporal workflow delete``, then wait until the server no longer knows the run (about 4 s here)."""
     await client.workflow_service.delete_workflow_execution(DeleteWorkflowExecutionRequest(
         namespace=client.namespace, workflow_execution=WorkflowExecution(workflow_id=handle.id, run_id=handle.run_id)))
     for _ in range(600):

@@ -25,6 +25,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 
 import runtime.connection as connection_module
 import runtime.front_door as front_door
+from config.settings import Settings
 from offline.providers import without_provider_settings
 from runtime.connection import (
     TemporalConnectionError,
@@ -32,7 +33,7 @@ from runtime.connection import (
     describe_failure,
     load_connection,
 )
-from runtime.embedded import has_worker
+from runtime.embedded import EmbeddedStack, has_worker
 from tests.support.processes import REPO_DIR, DevServer, free_port
 from tests.support.runs import OFFLINE_REPORT, run_id
 from tests.support.tls_proxy import NGINX, NginxGrpcProxy, Pki, make_pki
@@ -47,14 +48,17 @@ def clean_env(**values: str) -> dict[str, str]:
     return {**env, **values}
 
 
+SETTINGS = Settings()  # the defaults: the embedded address 127.0.0.1:7233
+
+
 # --- Resolving the configuration (no network) -------------------------------------------------
 
 
 def test_the_default_is_the_plain_loopback_embedded_address() -> None:
-    connection = load_connection({})
+    connection = load_connection(SETTINGS, {})
     assert (connection.address, connection.namespace) == ("127.0.0.1:7233", "default")
     assert connection.embedded and not connection.configured
-    moved = load_connection({"DEERFLOW_EMBEDDED_ADDRESS": "127.0.0.1:7299"})
+    moved = load_connection(Settings(DEERFLOW_EMBEDDED_ADDRESS="127.0.0.1:7299"), {})
     assert moved.address == "127.0.0.1:7299" and moved.embedded
 
 
@@ -69,14 +73,14 @@ def test_the_default_is_the_plain_loopback_embedded_address() -> None:
     ({"TEMPORAL_TLS_SERVER_NAME": "localhost"}, False),
 ])
 def test_only_a_plain_loopback_address_counts_as_embedded(env: dict[str, str], plain: bool) -> None:
-    assert load_connection(env).plain_loopback is plain
+    assert load_connection(SETTINGS, env).plain_loopback is plain
 
 
 def test_a_profile_from_the_toml_file(tmp_path: Path) -> None:
     config = tmp_path / "temporal.toml"
     config.write_text('[profile.prod]\naddress = "temporal.example.com:7233"\nnamespace = "research"\n'
                       f'api_key = "{API_KEY}"\n')
-    connection = load_connection({"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "prod"})
+    connection = load_connection(SETTINGS, {"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "prod"})
     assert (connection.address, connection.namespace) == ("temporal.example.com:7233", "research")
     assert connection.connect_config["api_key"] == API_KEY and connection.secured
     assert API_KEY not in repr(connection) and API_KEY not in str(connection)
@@ -91,7 +95,7 @@ def test_a_profile_from_the_toml_file(tmp_path: Path) -> None:
 ])
 def test_bad_configuration_is_one_line_naming_the_setting(env: dict[str, str], setting: str) -> None:
     with pytest.raises(TemporalConnectionError) as raised:
-        load_connection(env)
+        load_connection(SETTINGS, env)
     assert setting in str(raised.value) and "\n" not in str(raised.value)
 
 
@@ -99,12 +103,12 @@ def test_a_bad_toml_file_is_one_line(tmp_path: Path) -> None:
     config = tmp_path / "temporal.toml"
     config.write_text("[profile.default\naddress = ")
     with pytest.raises(TemporalConnectionError, match="TEMPORAL_CONFIG_FILE") as raised:
-        load_connection({"TEMPORAL_CONFIG_FILE": str(config)})
+        load_connection(SETTINGS, {"TEMPORAL_CONFIG_FILE": str(config)})
     assert "\n" not in str(raised.value)
 
 
 def test_an_unrecognised_failure_is_one_line_without_the_api_key() -> None:
-    connection = load_connection({"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_API_KEY": API_KEY})
+    connection = load_connection(SETTINGS, {"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_API_KEY": API_KEY})
     error = RuntimeError(f"Failed client connect: odd failure\n  sent authorization: Bearer {API_KEY}")
     message = describe_failure(connection, error)
     assert message.startswith("Cannot connect to Temporal at 127.0.0.1:7233: Failed client connect: odd failure")
@@ -114,7 +118,7 @@ def test_an_unrecognised_failure_is_one_line_without_the_api_key() -> None:
 @pytest.mark.parametrize("alert", ["CertificateRequired", "BadCertificate", "UnknownCA"])
 def test_a_handshake_refusing_the_client_certificate_names_the_setting(alert: str) -> None:
     """Temporal's own mTLS frontends refuse in the handshake (nginx, tested live, answers 400 after it)."""
-    connection = load_connection({"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_TLS": "true"})
+    connection = load_connection(SETTINGS, {"TEMPORAL_ADDRESS": "127.0.0.1:7233", "TEMPORAL_TLS": "true"})
     error = RuntimeError("Failed client connect: Server connection error: tonic::transport::Error(Transport, "
                          f"ConnectError(Custom {{ kind: InvalidData, error: AlertReceived({alert}) }}))")
     assert "requires a client certificate (mutual TLS): set TEMPORAL_TLS_CLIENT_CERT_PATH" in describe_failure(
@@ -155,22 +159,21 @@ class Started(Exception):
 def no_embedded_start(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     calls: list[str] = []
 
-    def start(address: str) -> str:
+    def start(stack: EmbeddedStack, address: str) -> str:
         calls.append(address)
         raise Started(address)
 
-    monkeypatch.setattr(front_door, "start_dev_server", start)
+    monkeypatch.setattr(EmbeddedStack, "start_dev_server", start)
     for name in [key for key in os.environ if key.startswith("TEMPORAL_")]:
         monkeypatch.delenv(name)
     yield calls
 
 
 async def test_front_door_starts_the_embedded_server_only_where_no_address_is_configured(
-        no_embedded_start: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        no_embedded_start: list[str]) -> None:
     address = f"127.0.0.2:{free_port()}"  # nothing listens there
-    monkeypatch.setenv("DEERFLOW_EMBEDDED_ADDRESS", address)
     with pytest.raises(Started):
-        await front_door.connect()
+        await front_door.connect(Settings(DEERFLOW_EMBEDDED_ADDRESS=address))
     assert no_embedded_start == [address]
 
 
@@ -181,7 +184,7 @@ async def test_a_configured_loopback_address_that_does_not_answer_is_never_repla
     monkeypatch.setenv("TEMPORAL_ADDRESS", address)
     with pytest.raises(TemporalConnectionError, match=rf"No Temporal server answers at {re.escape(address)} "
                                                       r"\(TEMPORAL_ADDRESS, address\): check that the server"):
-        await front_door.connect()
+        await front_door.connect(SETTINGS)
     assert no_embedded_start == []
 
 
@@ -209,7 +212,7 @@ async def test_front_door_never_starts_a_server_for_a_secured_address(
     for name, value in secured.items():
         monkeypatch.setenv(name, value)
     with pytest.raises(TemporalConnectionError, match=r"No Temporal server answers at 127\.0\.0\.2"):
-        await front_door.connect()
+        await front_door.connect(SETTINGS)
     assert no_embedded_start == []
 
 
@@ -259,7 +262,7 @@ def mtls_env(proxy: NginxGrpcProxy, pki: Pki) -> dict[str, str]:
 
 
 async def describe(env: dict[str, str]) -> str:
-    client = await connect(load_connection(env), timeout=0)
+    client = await connect(load_connection(SETTINGS, env), SETTINGS, timeout=0)
     response = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace=client.namespace))
     return response.namespace_info.name
 
@@ -322,7 +325,7 @@ async def test_a_server_that_resets_connections_while_starting_is_waited_for(
     window is widened so a loaded host's slow attempts do not use it up."""
     monkeypatch.setattr(connection_module, "RESET_RETRY_SECONDS", 60.0)
     async with resetting_front(upstream.address, ready_after=1.5, clean_close=clean_close) as (address, front):
-        client = await connect(load_connection({"TEMPORAL_ADDRESS": address}), timeout=30)
+        client = await connect(load_connection(SETTINGS, {"TEMPORAL_ADDRESS": address}), SETTINGS, timeout=30)
         response = await client.workflow_service.describe_namespace(DescribeNamespaceRequest(namespace="default"))
     assert response.namespace_info.name == "default" and front.resets >= 1
 
@@ -334,7 +337,7 @@ async def test_resets_that_go_on_are_not_waited_out(monkeypatch: pytest.MonkeyPa
     async with resetting_front(None, clean_close=clean_close) as (address, front):
         started = time.monotonic()
         with pytest.raises(TemporalConnectionError) as raised:
-            await connect(load_connection({"TEMPORAL_ADDRESS": address}), timeout=120)
+            await connect(load_connection(SETTINGS, {"TEMPORAL_ADDRESS": address}), SETTINGS, timeout=120)
     assert time.monotonic() - started < 60  # gave up on the resets, not after the whole timeout
     assert front.resets >= 1
     assert "closed the connection at once" in str(raised.value) and "TEMPORAL_TLS=true" in str(raised.value)
@@ -413,7 +416,7 @@ async def test_a_toml_profile_with_tls_and_an_api_key(key_proxy: NginxGrpcProxy,
                       f'[profile.secure.tls]\nserver_ca_cert_path = "{pki.ca.cert}"\n')
     env = {"TEMPORAL_CONFIG_FILE": str(config), "TEMPORAL_PROFILE": "secure"}
     assert await describe(env) == "default"
-    assert not load_connection(env).plain_loopback
+    assert not load_connection(SETTINGS, env).plain_loopback
 
 
 # --- Every client: worker.py and starter.py over mutual TLS -----------------------------------
@@ -434,7 +437,7 @@ async def test_worker_and_cli_run_research_over_mutual_tls(mtls_proxy: NginxGrpc
                       f'server_ca_cert_path = "{pki.ca.cert}"\nclient_cert_path = "{pki.client.cert}"\n'
                       f'client_key_path = "{pki.client.key}"\n')
     cli_env = clean_env(TEMPORAL_CONFIG_FILE=str(config), TEMPORAL_PROFILE="mtls")
-    client = await connect(load_connection(mtls_env(mtls_proxy, pki)), timeout=0)
+    client = await connect(load_connection(SETTINGS, mtls_env(mtls_proxy, pki)), SETTINGS, timeout=0)
     log = tmp_path / "worker.log"
     with log.open("ab") as out:
         worker = subprocess.Popen([sys.executable, str(REPO_DIR / "worker.py")], cwd=REPO_DIR, env=worker_env,

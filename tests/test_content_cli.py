@@ -35,36 +35,39 @@ async def finished(time_worker: Client) -> str:
     return run
 
 
-def cli_connects_to(client: Client, settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    async def connect(**_: object) -> Client:
+def cli_connects_to(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    async def connect(*_: object, **__: object) -> Client:
         return client
 
     monkeypatch.setattr(content, "connect", connect)
-    monkeypatch.setattr(content, "load_settings", lambda: settings)
 
 
 @pytest.fixture(autouse=True)
-def cli_on_worker(time_worker: Client, worker_settings: Settings, monkeypatch: pytest.MonkeyPatch) -> None:
-    cli_connects_to(time_worker, worker_settings, monkeypatch)
+def cli_on_worker(time_worker: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli_connects_to(time_worker, monkeypatch)
 
 
-async def test_evaluate_prints_grade_metrics_and_the_models_view(finished: str,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    assert await content.evaluate_command(argparse.Namespace(id=finished, style="academic", llm=True)) == 0
+async def test_evaluate_prints_grade_metrics_and_the_models_view(
+        finished: str, worker_settings: Settings, capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(id=finished, style="academic", llm=True)
+    assert await content.evaluate_command(args, worker_settings) == 0
     out = capsys.readouterr().out
     assert out.startswith("Grade ") and "citations" in out and "Missing: " in out and "Model's scores: " in out
 
 
-async def test_slides_writes_a_deck(finished: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+async def test_slides_writes_a_deck(finished: str, tmp_path: Path, worker_settings: Settings,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     deck = tmp_path / "deck.pptx"
-    assert await content.slides_command(argparse.Namespace(id=finished, output=str(deck))) == 0
+    assert await content.slides_command(argparse.Namespace(id=finished, output=str(deck)), worker_settings) == 0
     slides = Presentation(str(deck)).slides
     assert len(slides) >= 3 and f"Wrote {deck} ({len(slides)} slides" in capsys.readouterr().out
 
 
-async def test_podcast_without_a_voice_says_so_and_keeps_the_script(finished: str, tmp_path: Path) -> None:
+async def test_podcast_without_a_voice_says_so_and_keeps_the_script(finished: str, tmp_path: Path,
+                                                                     worker_settings: Settings) -> None:
     with pytest.raises(CliError) as refused:
-        await content.podcast_command(argparse.Namespace(id=finished, output=str(tmp_path / "talk.mp3")))
+        await content.podcast_command(argparse.Namespace(id=finished, output=str(tmp_path / "talk.mp3")),
+                                      worker_settings)
     assert str(refused.value).startswith(NO_VOICE_MESSAGE) and "talk.txt" in str(refused.value)
     assert (tmp_path / "talk.txt").read_text().startswith("Male: Hello Deer!")
     assert not (tmp_path / "talk.mp3").exists()
@@ -74,13 +77,14 @@ async def test_podcast_with_a_voice_writes_the_mp3(finished: str, tmp_path: Path
                                                    worker_with: WorkerWith, monkeypatch: pytest.MonkeyPatch) -> None:
     with FakeHTTPServer(lambda seen: Reply(body=b"\xff\xfbclip")) as tts:
         async with worker_with(worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1"})) as client:
-            cli_connects_to(client, worker_settings, monkeypatch)
-            assert await content.podcast_command(argparse.Namespace(id=finished, output=str(tmp_path / "t.mp3"))) == 0
+            cli_connects_to(client, monkeypatch)
+            args = argparse.Namespace(id=finished, output=str(tmp_path / "t.mp3"))
+            assert await content.podcast_command(args, worker_settings) == 0
     assert (tmp_path / "t.mp3").read_bytes() == b"\xff\xfbclip" * len(tts.requests)
 
 
-async def test_a_run_without_a_report_is_one_line(time_worker: Client) -> None:
+async def test_a_run_without_a_report_is_one_line(time_worker: Client, worker_settings: Settings) -> None:
     with pytest.raises(CliError, match="No research run with ID 'nope'"):
-        await content.evaluate_command(argparse.Namespace(id="nope", style="academic", llm=False))
+        await content.evaluate_command(argparse.Namespace(id="nope", style="academic", llm=False), worker_settings)
 
 

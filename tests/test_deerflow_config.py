@@ -135,6 +135,10 @@ def test_deerflow_env_example_keys_without_a_meaning_here_are_refused_one_line_e
     settings = load_settings({"DEERFLOW_ENV_FILE": str(env_file), "DEERFLOW_CONF": str(tmp_path / "absent.yaml")})
     assert settings.log_level == "DEBUG"  # DeerFlow's debug logging
     assert (settings.volcengine_tts_appid, settings.volcengine_tts_access_token) == ("app", "tok")  # podcast voice
+    env_file.write_text("VOLCENGINE_TTS_VOICE_TYPE=BV700_V2_streaming\n")  # commented out in .env.example
+    with pytest.raises(ConfigError) as caught:
+        load_settings({"DEERFLOW_ENV_FILE": str(env_file), "DEERFLOW_CONF": str(tmp_path / "absent.yaml")})
+    assert [line.split("=", 1)[0] for line in caught.value.problems] == ["VOLCENGINE_TTS_VOICE_TYPE"]
 
 
 @pytest.mark.parametrize(("conf", "key"), [

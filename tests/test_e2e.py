@@ -64,6 +64,8 @@ def test_public_contract_with_the_temporal_cli(dev_server: DevServer, worker: Wo
     assert outcome["outcome"] == "report"
     assert outcome["plan"]["title"] == revised["plan"]["title"]
     assert all(step["execution_res"] for step in outcome["plan"]["steps"])
+    # The temporal CLI names no sender: both reviews are recorded as coming from outside our doors.
+    assert [decision["by"]["via"] for decision in outcome["decisions"]] == ["temporal", "temporal"]
 
 
 async def test_kill_9_during_a_researcher_step_then_a_new_worker_completes_the_run(
@@ -122,9 +124,10 @@ def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker:
     status = starter(dev_server, "status", workflow_id)
     assert "awaiting_review" in status.stdout and "Awaiting: plan_feedback" in status.stdout
 
-    accepted = starter(dev_server, "review", workflow_id, "--accept")
+    accepted = starter(dev_server, "review", workflow_id, "--accept", "--as", "carol")
     assert accepted.returncode == 0, accepted.stderr
     assert "accepted" in accepted.stdout.lower()
+    assert "plan review: [ACCEPTED] by carol (cli)" in starter(dev_server, "status", workflow_id).stdout
     again = starter(dev_server, "review", workflow_id, "--accept")
     assert again.returncode == 2 and "not waiting for" in again.stderr, again.stderr
 

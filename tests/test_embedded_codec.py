@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from config.settings import load_settings
 from runtime import embedded
 from tests.support.processes import free_port, wait_for_port
 
@@ -29,10 +30,11 @@ def test_the_embedded_server_reads_payloads_through_its_codec_server(
     monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
     monkeypatch.setenv("DEERFLOW_UI_PORT", str(ui_port))
     monkeypatch.delenv("DEERFLOW_CODEC_PORT", raising=False)
+    stack = embedded.EmbeddedStack(load_settings())  # as a front door loads them; its children load the same
     try:
-        embedded.start_dev_server(address)
-        server = embedded.recorded_process("server", address)
-        codec = embedded.recorded_process("codec", address)
+        stack.start_dev_server(address)
+        server = stack.recorded_process("server", address)
+        codec = stack.recorded_process("codec", address)
         assert server is not None and codec is not None
         command = Path(f"/proc/{server}/cmdline").read_bytes().split(b"\0")
         endpoint = command[command.index(b"--ui-codec-endpoint") + 1].decode()
@@ -42,17 +44,17 @@ def test_the_embedded_server_reads_payloads_through_its_codec_server(
         answer = httpx.post(f"{endpoint}/decode", json={"payloads": []}, headers={"Origin": ui})
         assert answer.status_code == 200 and answer.headers["access-control-allow-origin"] == ui
         assert json.loads((tmp_path / "codec.pid").read_text())["address"] == address
-        assert not embedded.revive_codec_server(address)  # it runs: nothing to do
+        assert not stack.revive_codec_server(address)  # it runs: nothing to do
         # WAL, not the server's rollback journal: a persistence write sits in every workflow task's dispatch
         assert journal_mode(tmp_path / "temporal.db") == "wal"
 
         os.killpg(codec, signal.SIGKILL)  # it died: the next command brings it back on the UI's port
-        while embedded.recorded_process("codec", address) is not None:
+        while stack.recorded_process("codec", address) is not None:
             time.sleep(0.05)
-        assert embedded.revive_codec_server(address)
-        assert embedded.recorded_process("codec", address) not in (None, codec)
+        assert stack.revive_codec_server(address)
+        assert stack.recorded_process("codec", address) not in (None, codec)
         wait_for_port(int(endpoint.rsplit(":", 1)[1]))
     finally:
-        stopped = embedded.stop_embedded()
+        stopped = stack.stop()
     assert sorted(stopped) == ["codec", "server"]
-    assert embedded.recorded_process("codec") is None
+    assert stack.recorded_process("codec") is None

@@ -36,6 +36,7 @@ import starter
 from cli import history, operate, research, runs
 from cli.render import status_text
 from cli.watch import Described, Watcher, render_status
+from config.settings import Settings
 from runtime import build_info, embedded
 from runtime.front_door import CliError
 from tests.support.processes import REPO_DIR, free_port
@@ -77,7 +78,7 @@ def test_review_timeout_takes_seconds_and_iso_8601(text: str, expected: timedelt
     ([], True, True), (["--no-web"], False, True), (["--no-background"], True, False),
 ])
 def test_web_and_background_flags_reach_the_request(flags: list[str], web: bool, background: bool) -> None:
-    request = research._request(starter.build_parser().parse_args(["run", "q", *flags]), "q")
+    request = research._request(starter.build_parser().parse_args(["run", "q", *flags]), "q", Settings())
     assert (request.enable_web_search, request.enable_background_investigation) == (web, background)
 
 
@@ -179,7 +180,7 @@ def test_a_history_file_replays_under_its_run_name_not_the_file_name() -> None:
 
 def test_ctrl_c_names_the_run_not_a_placeholder(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
-    async def interrupted(_args: argparse.Namespace) -> int:
+    async def interrupted(_args: argparse.Namespace, _settings: Settings) -> int:
         raise KeyboardInterrupt
 
     monkeypatch.setattr(operate, "watch_run", interrupted)
@@ -206,7 +207,8 @@ async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
     monkeypatch.setattr(research, "Watcher", Watcher)
     monkeypatch.setattr(research, "_interactive_review", later)
     handle = SimpleNamespace(id="research-rain", _client=None)
-    assert await research._follow(handle, interactive=True, output="out/r.md") is None  # type: ignore[arg-type]
+    assert await research._follow(handle, Settings(), interactive=True,  # type: ignore[arg-type]
+                                  output="out/r.md") is None
     assert "Then, once the run is done: python starter.py report research-rain -o out/r.md" in capsys.readouterr().out
 
 
@@ -230,7 +232,7 @@ async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.Mo
         def get_workflow_handle(self, workflow_id: str) -> Any:
             return SimpleNamespace(id=workflow_id)
 
-    async def connect(**_kwargs: Any) -> Client:
+    async def connect(_settings: Settings, **_kwargs: Any) -> Client:
         return Client()
 
     async def status(handle: Any) -> RunStatus:
@@ -244,7 +246,8 @@ async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.Mo
     monkeypatch.setattr(operate, "connect", connect)
     monkeypatch.setattr(operate, "_status", status)
     monkeypatch.setattr(operate, "_has_search_attributes", indexed)
-    assert await operate.list_runs(argparse.Namespace(running=False, awaiting_review=False, limit=50)) == 0
+    args = argparse.Namespace(running=False, awaiting_review=False, limit=50)
+    assert await operate.list_runs(args, Settings()) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4
     assert lines[1].split()[:3] == ["research-ok", "running", "researching"]
@@ -275,49 +278,49 @@ def test_the_code_digest_follows_the_product_code_not_tests(tmp_path: Path, monk
 async def test_a_worker_started_before_the_code_changed_is_replaced(tmp_path: Path,
                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     """After `git pull`, the old background worker would reject requests with new fields."""
-    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
+    stack = embedded.EmbeddedStack(Settings(DEERFLOW_HOME=tmp_path))
     started: list[str] = []
 
     async def start_worker(client: object, address: str) -> None:
         started.append(address)
 
-    monkeypatch.setattr(embedded, "start_worker", start_worker)
+    monkeypatch.setattr(stack, "start_worker", start_worker)
     old = subprocess.Popen(["sleep", "30"], start_new_session=True)
     try:
         record = {"pid": old.pid, "started": embedded._start_time(old.pid), "address": "a:1"}
         (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": build_info.code_digest()}))
-        assert await embedded.ensure_worker(object(), "a:1") is False  # same code: kept
+        assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]  # same code: kept
         assert old.poll() is None and started == []
         (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": "before the pull"}))
-        assert await embedded.ensure_worker(object(), "a:1") is True
+        assert await stack.ensure_worker(object(), "a:1") is True  # type: ignore[arg-type]
         assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
     finally:
         if old.poll() is None:
             old.kill()
 
 
-def test_only_the_recorded_process_counts_never_a_reused_pid(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
+def test_only_the_recorded_process_counts_never_a_reused_pid(tmp_path: Path) -> None:
+    stack = embedded.EmbeddedStack(Settings(DEERFLOW_HOME=tmp_path))
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
     started = embedded._start_time(sleeper.pid)
     assert started
     (tmp_path / "worker.pid").write_text(json.dumps({"pid": sleeper.pid, "started": started, "address": "a:1"}))
-    assert embedded.recorded_process("worker", "a:1") == sleeper.pid
-    assert embedded.recorded_process("worker", "b:2") is None  # a record for another server says nothing
+    assert stack.recorded_process("worker", "a:1") == sleeper.pid
+    assert stack.recorded_process("worker", "b:2") is None  # a record for another server says nothing
     # The same pid with another start time is some other process that reused the number: not ours,
     # so neither reported alive nor signalled by `down`.
     (tmp_path / "worker.pid").write_text(json.dumps({"pid": sleeper.pid, "started": "1", "address": "a:1"}))
-    assert embedded.recorded_process("worker") is None
-    assert embedded.stop_embedded() == []
+    assert stack.recorded_process("worker") is None
+    assert stack.stop() == []
     assert sleeper.poll() is None
     sleeper.kill()
     sleeper.wait()
     (tmp_path / "worker.pid").write_text(json.dumps({"pid": sleeper.pid, "started": started, "address": "a:1"}))
-    assert embedded.recorded_process("worker") is None  # dead
+    assert stack.recorded_process("worker") is None  # dead
     # A bare pid (older versions) is stopped only if that pid runs our command.
     other = subprocess.Popen(["sleep", "30"], start_new_session=True)
     (tmp_path / "worker.pid").write_text(str(other.pid))
-    assert embedded.stop_embedded() == []  # sleep is not worker.py
+    assert stack.stop() == []  # sleep is not worker.py
     assert other.poll() is None
     other.kill()
     other.wait()
@@ -326,7 +329,7 @@ def test_only_the_recorded_process_counts_never_a_reused_pid(tmp_path: Path, mon
     (tmp_path / "worker.pid").write_text(str(worker.pid))
     while b"worker.py" not in Path(f"/proc/{worker.pid}/cmdline").read_bytes():
         time.sleep(0.01)  # until the fork has become the new program
-    assert embedded.stop_embedded() == ["worker"]
+    assert stack.stop() == ["worker"]
     assert worker.wait(timeout=10) == -signal.SIGTERM
 
 

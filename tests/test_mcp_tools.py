@@ -172,8 +172,8 @@ async def test_stdio_call_round_trip(mcp_env: dict[str, str]) -> None:
 async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(mcp_env: dict[str, str],
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-worker-secret")
-    monkeypatch.setenv("MCP_TEST_SECRET", "s3cret")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-worker-secret")  # in the process: the child must not inherit it
+    mcp_env["MCP_TEST_SECRET"] = "s3cret"  # a worker variable the placeholder names
     env_file = tmp_path / "env-names"
     server = stdio_server(GREETING="hello ${MCP_TEST_SECRET}", MCP_TEST_ENV_FILE=str(env_file))
 
@@ -188,10 +188,10 @@ async def test_stdio_child_gets_expanded_env_but_not_worker_secrets(mcp_env: dic
 
 
 async def test_crashing_server_is_retryable_and_its_stderr_stays_on_the_worker(mcp_env: dict[str, str],
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture
 ) -> None:
     # The server prints a worker secret it was given (through its operator env) before dying.
-    monkeypatch.setenv("MCP_TEST_SECRET", "sk-stderr-secret-value")
+    mcp_env["MCP_TEST_SECRET"] = "sk-stderr-secret-value"
     code = "import os, sys; print('boom: missing module', os.environ['TOKEN'], file=sys.stderr); sys.exit(3)"
     server = MCPServerConfig(command=sys.executable, args=["-c", code], env={"TOKEN": "${MCP_TEST_SECRET}"})
 
@@ -375,10 +375,8 @@ def http_server(request: pytest.FixtureRequest) -> Iterator[HttpServer]:
         yield server
 
 
-async def test_http_round_trip_with_expanded_header(
-    mcp_env: dict[str, str], http_server: HttpServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("MCP_TEST_TOKEN", "t0ken")
+async def test_http_round_trip_with_expanded_header(mcp_env: dict[str, str], http_server: HttpServer) -> None:
+    mcp_env["MCP_TEST_TOKEN"] = "t0ken"
     server = http_server.config(headers={"Authorization": "Bearer ${MCP_TEST_TOKEN}"})
 
     listing = await list_tools(mcp_env, server, server_name="web")

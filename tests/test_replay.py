@@ -31,7 +31,7 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 def test_the_reference_scenarios_are_recorded() -> None:
     assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
             "no_research_review", "prompt_enhance", "report_evaluation", "prose_fix", "slides",
-            "podcast_no_voice", "podcast", "speech", "mcp_check"} <= {
+            "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish"} <= {
         path.stem for path in RECORDED}
 
 
@@ -60,6 +60,20 @@ def test_edited_history_contains_both_review_signals() -> None:
     signals = [event.workflow_execution_signaled_event_attributes.signal_name for event in history.events
                if event.HasField("workflow_execution_signaled_event_attributes")]
     assert signals == ["plan_feedback", "plan_feedback"]
+
+
+def test_the_named_reviewers_history_sends_each_review_with_its_sender() -> None:
+    history = load(HISTORIES / "named_reviewers.json")
+    senders = [len(event.workflow_execution_signaled_event_attributes.input.payloads) for event in history.events
+               if event.HasField("workflow_execution_signaled_event_attributes")]
+    assert senders == [2, 2]
+
+
+def test_the_budget_history_paused_on_a_durable_timer() -> None:
+    timers = [event.timer_started_event_attributes.start_to_fire_timeout.seconds
+              for event in load(HISTORIES / "budget_timeout_finish.json").events
+              if event.HasField("timer_started_event_attributes")]
+    assert timers == [2 * 3600]  # the budget decision's deadline (review_timeout PT2H)
 
 
 @workflow.defn(dynamic=True, sandboxed=False)

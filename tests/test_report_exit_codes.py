@@ -44,10 +44,10 @@ class StubHandle:
 def report_exit(monkeypatch: pytest.MonkeyPatch, handle: StubHandle) -> int:
     client = SimpleNamespace(get_workflow_handle=lambda run_id, result_type=None: handle)
 
-    async def connect(**_: object) -> Any:
+    async def connect(*_: object, **__: object) -> Any:
         return client
 
-    async def revive(_: object) -> None:
+    async def revive(*_: object) -> None:
         return None
 
     monkeypatch.setattr(runs, "connect", connect)

@@ -218,15 +218,14 @@ def cli_args(resources: list[str]) -> argparse.Namespace:
     )
 
 
-def test_the_cli_refuses_outside_resources_and_says_what_to_do(layout: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for name, value in layout_env(layout).items():  # the CLI reads its settings from its environment
-        monkeypatch.setenv(name, value)
+def test_the_cli_refuses_outside_resources_and_says_what_to_do(layout: Path) -> None:
+    settings = load_settings(environ=layout_env(layout))  # what the CLI's entry point loads
     resource = str(layout / "root" / "link.md")
     with pytest.raises(CliError) as caught:
-        _request(cli_args([str(layout / "root" / "docs"), resource]), "q")
+        _request(cli_args([str(layout / "root" / "docs"), resource]), "q", settings)
     assert repr(resource) in str(caught.value)
     assert str((layout / "root").resolve()) in str(caught.value) and "DEERFLOW_RESOURCE_ROOTS" in str(caught.value)
-    accepted = _request(cli_args([str(layout / "root" / "docs")]), "q")
+    accepted = _request(cli_args([str(layout / "root" / "docs")]), "q", settings)
     assert accepted.resources == [str((layout / "root" / "docs").resolve())]
 
 

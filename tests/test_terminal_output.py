@@ -21,6 +21,7 @@ from cli.render import plan_text, status_text
 from cli.runs import _write_report
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, render_status
+from config.settings import Settings
 from tests.support.status_samples import T0, ScriptedRun, handle, sample_status
 from workflows.models import Awaiting, Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
 
@@ -111,7 +112,7 @@ class FakeClient:
 @pytest.fixture
 def commands(monkeypatch: pytest.MonkeyPatch) -> object:
     """``starter.py`` commands against a completed run whose texts are all hostile."""
-    async def connect(**_: object) -> FakeClient:
+    async def connect(*_: object, **__: object) -> FakeClient:
         return FakeClient()
 
     async def status(_handle: object) -> RunStatus:
@@ -123,7 +124,7 @@ def commands(monkeypatch: pytest.MonkeyPatch) -> object:
     async def result(_handle: object) -> ResearchResult:
         return ResearchResult(report=HOSTILE)
 
-    async def revive_worker(_client: object) -> None:
+    async def revive_worker(_client: object, _settings: object) -> None:
         """No embedded worker to start: the run's status is the fake's."""
 
     fakes = (("connect", connect), ("_status", status), ("_describe", describe), ("_result", result),
@@ -136,14 +137,14 @@ def commands(monkeypatch: pytest.MonkeyPatch) -> object:
 async def test_status_and_report_commands_print_no_escapes(
     commands: object, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    await commands_module.status(argparse.Namespace(id="r1", json=False))
-    await commands_module.report(argparse.Namespace(id="r1", output=None))
+    await commands_module.status(argparse.Namespace(id="r1", json=False), Settings())
+    await commands_module.report(argparse.Namespace(id="r1", output=None), Settings())
     shown = capsys.readouterr().out
     assert_harmless(shown)
     assert shown.count(VISIBLE) >= 2
-    await commands_module.status(argparse.Namespace(id="r1", json=True))
+    await commands_module.status(argparse.Namespace(id="r1", json=True), Settings())
     shown = capsys.readouterr().out
     assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown and BIDI not in shown
     assert json.loads(shown)["plan"]["title"] == HOSTILE  # the same JSON value, escaped
-    await commands_module.report(argparse.Namespace(id="r1", output=str(tmp_path / "r.md")))
+    await commands_module.report(argparse.Namespace(id="r1", output=str(tmp_path / "r.md")), Settings())
     assert (tmp_path / "r.md").read_bytes().decode() == HOSTILE

@@ -221,7 +221,7 @@ async def test_serve_announces_its_sink_while_it_runs(monkeypatch: pytest.Monkey
     monkeypatch.setenv("DEERFLOW_HOME", str(tmp_path))
     announced: list[Sink | None] = []
 
-    async def no_temporal() -> Client:
+    async def no_temporal(_settings: Settings) -> Client:
         return cast(Client, None)
 
     async def serving(server: uvicorn.Server) -> None:
@@ -229,7 +229,7 @@ async def test_serve_announces_its_sink_while_it_runs(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(serve, "connect", no_temporal)
     monkeypatch.setattr(uvicorn.Server, "serve", serving)
-    assert await serve.serve(argparse.Namespace(host="127.0.0.1", port=8123)) == 0
+    assert await serve.serve(argparse.Namespace(host="127.0.0.1", port=8123), load_settings()) == 0
     [sink] = announced
     assert sink is not None and sink.url == "http://127.0.0.1:8123/internal/token-stream"
     assert not (tmp_path / ANNOUNCEMENT).exists(), "withdrawn when the server stops"

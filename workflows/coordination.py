@@ -99,6 +99,7 @@ async def _coordinate(run: ResearchRun) -> str:
 
 
 async def _await_clarification(run: ResearchRun, question: str) -> str:
+    """The person's answer to ``question`` (recorded with who gave it)."""
     state, answers = run.state, run.inbox.clarifications
     state.status.question = question
     run.await_person(Phase.AWAITING_CLARIFICATION, Awaiting.CLARIFICATION)
@@ -106,9 +107,9 @@ async def _await_clarification(run: ResearchRun, question: str) -> str:
     await run.wait_for_person(lambda: bool(answers), "clarification deadline")
     state.status.question = None
     answer = answers.pop(0)
-    state.record("clarification", f"Answered: {answer}")
+    state.decide("clarification", f"Answered: {answer.text}", answer.by)
     state.enter(Phase.COORDINATING)
-    return answer
+    return answer.text
 
 
 def _handoff(run: ResearchRun, arguments: dict | None, conversation: list[ChatMessage]) -> str:

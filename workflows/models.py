@@ -14,6 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from workflows.budget_models import BudgetTimeoutAction, RunBudget
+from workflows.decisions import Decision
+
 TASK_QUEUE = "deep-research"
 WORKFLOW_TYPE = "DeepResearchWorkflow"
 
@@ -173,6 +176,9 @@ class ResearchRequest(BaseModel):
     max_clarification_rounds: int = Field(default=3, ge=1, le=10)
     # Beyond DeerFlow: run independent research steps concurrently (off for DeerFlow parity).
     parallel_steps: bool = False
+    # Tokens the run may spend (None: the operator's default); never above the operator's maximum.
+    token_budget: int | None = Field(default=None, ge=1)
+    budget_timeout_action: BudgetTimeoutAction = BudgetTimeoutAction.FINISH  # after review_timeout
 
 
 class Usage(BaseModel):
@@ -211,6 +217,8 @@ class ResearchResult(BaseModel):
     # What a reader must know about how the outcome came about, one line each: a direct reply, no
     # research needed, a report from zero findings, a report cut at the output cap.
     notes: list[str] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list)  # who reviewed, answered, cancelled
+    budget: RunBudget | None = None  # the token budget, where the run had one
 
 
 # ---------------------------------------------------------------- chat messages and tools
@@ -379,6 +387,8 @@ class RunConfig(BaseModel):
     # LLM_TOOL_MODE of the worker that read this config: how its agents use tools (issue #24); the
     # turns actually made in JSON mode are counted in ``Usage.json_tool_calls``. None: runs from before.
     llm_tool_mode: Literal["native", "json", "auto"] | None = None
+    token_budget_default: int | None = None  # the operator's per-run token budget (None: none)
+    token_budget_max: int | None = None  # and the most a request or a raise may have
 
 
 # ---------------------------------------------------------------- status query
@@ -391,6 +401,7 @@ class Phase(StrEnum):
     PLANNING = "planning"
     AWAITING_CLARIFICATION = "awaiting_clarification"
     AWAITING_REVIEW = "awaiting_review"
+    AWAITING_BUDGET = "awaiting_budget"
     RESEARCHING = "researching"
     REPORTING = "reporting"
     COMPLETED = "completed"
@@ -402,6 +413,7 @@ class Awaiting(StrEnum):
 
     PLAN_FEEDBACK = "plan_feedback"
     CLARIFICATION = "clarification_answer"
+    BUDGET = "budget"
 
 
 class StepState(StrEnum):
@@ -427,7 +439,7 @@ class ProgressEvent(BaseModel):
     # "ignored": a signal the run dropped (bad or ill-timed), so its sender can see why.
     # "note": something a reader must know about the outcome (RunStatus.notes).
     kind: Literal["phase", "plan", "step_started", "step_done", "review", "clarification", "error", "ignored",
-                  "note"]
+                  "note", "cancel", "budget"]
     message: str
     step_index: int | None = None
 
@@ -438,6 +450,7 @@ class PlanVersion(BaseModel):
     version: int
     plan: Plan
     feedback: str | None = None
+    review: Decision | None = None  # the person's verdict on this version, once given
 
 
 MAX_EVENTS = 200
@@ -465,6 +478,8 @@ class RunProgress(BaseModel):
     error: str | None = None
     outcome: Outcome | None = None  # set when the run ends
     notes: list[str] = Field(default_factory=list)  # as ``ResearchResult.notes``, while the run goes on
+    budget: RunBudget | None = None  # None until the research starts
+    decisions: list[Decision] = Field(default_factory=list)  # who decided what, in order
 
 
 class RunStatus(RunProgress):

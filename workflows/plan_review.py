@@ -41,5 +41,5 @@ async def _await_review(run: ResearchRun) -> Feedback:
     else:
         await workflow.wait_condition(lambda: bool(inbox))
     feedback = inbox.pop(0)
-    run.state.record("review", feedback.as_message)
+    run.state.decide("plan_review", feedback.as_message, feedback.by)
     return feedback

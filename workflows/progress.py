@@ -9,6 +9,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.status_view import (
         awaiting_commands,
         awaiting_headline,
+        budget_line,
+        decision_lines,
         ignored_lines,
         offline_notice,
         outcome_lines,
@@ -34,9 +36,14 @@ def current_details(status: RunStatus) -> str:
     if status.error:
         lines.append(f"\n**Error:** {status.error}")
     lines.extend(f"\n**{line}**" for line in outcome_lines(status))
+    if status.decisions:
+        lines.append("\n**Decided:**")
+        lines.extend(f"- {line}" for line in decision_lines(status.decisions))
     ignored = ignored_lines(status)
     if ignored:
         lines.append("\n**Ignored signals:**")
         lines.extend(f"- {line}" for line in ignored)
     lines.append(f"\n**Usage:** {usage_line(status.usage)}")
+    if status.budget is not None:
+        lines.append(f"**Budget:** {budget_line(status)}")
     return "\n".join(lines)

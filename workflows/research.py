@@ -13,6 +13,7 @@ This module tells the story and takes people's messages; each stage is a module 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence, Sized
 
 from temporalio import workflow
@@ -20,7 +21,10 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.budget import parse_budget_decision
+    from workflows.budget_models import BudgetDecision
     from workflows.coordination import configure_and_coordinate, investigate
+    from workflows.decisions import Actor, actor_of_cancel
     from workflows.errors import failure_message
     from workflows.models import (
         WORKFLOW_TYPE,
@@ -40,8 +44,8 @@ with workflow.unsafe.imports_passed_through():
         Feedback,
         Inbox,
         InvalidFeedback,
+        message_inputs,
         nonempty_answer,
-        one_input,
         parse_feedback,
         refuse_undecodable,
     )
@@ -91,6 +95,9 @@ class DeepResearchWorkflow:
             return self._finish(ended.result)
         except ActivityError as error:  # a call that failed for good (bad key, provider down past all retries)
             raise self._failed(error) from error
+        except asyncio.CancelledError:
+            self._record_cancel()
+            raise
 
     def _accept(self, inputs: Sequence[RawValue]) -> tuple[ResearchRun, bool]:
         """The run, and whether it continues another (whose state it then takes over).
@@ -140,6 +147,8 @@ class DeepResearchWorkflow:
                 return
             state.plan_iterations += 1
             await run_steps(run)
+            if state.status.budget is not None and state.status.budget.cut_short:
+                return  # a person (or the timeout) chose to finish at the budget: no more plans
 
     def _review_without_research(self, run: ResearchRun) -> bool:
         """Whether a plan that claims enough context goes to the person's review. A first plan
@@ -156,10 +165,19 @@ class DeepResearchWorkflow:
         status = self._state.status
         result.usage = status.usage
         result.notes = list(status.notes)
+        result.decisions = list(status.decisions)
+        result.budget = status.budget
         status.outcome = result.outcome
         status.error = result.error
         self._state.enter(Phase.FAILED if result.outcome is Outcome.FAILED else Phase.COMPLETED)
         return result
+
+    def _record_cancel(self) -> None:
+        """Who cancelled the run (the reason our doors give a cancel request names them), kept in
+        its status; the run still ends cancelled, as Temporal and every client expect."""
+        reason = workflow.cancellation_reason()
+        if reason is not None:  # an inner task's cancellation is not a person's decision
+            self._state.decide("cancel", "cancel", actor_of_cancel(reason))
 
     def _failed(self, error: ActivityError) -> ApplicationError:
         """The run's failure, said in its status and in the error it ends with."""
@@ -180,7 +198,7 @@ class DeepResearchWorkflow:
     def plan_feedback(self, *inputs: object) -> None:
         """DeerFlow's protocol as a signal; a bad or ill-timed one never fails or wedges the run."""
         try:
-            parsed = parse_feedback(one_input(inputs))
+            parsed = parse_feedback(*message_inputs(inputs))
             self._ensure_awaiting(Awaiting.PLAN_FEEDBACK, self._inbox.feedback)
         except InvalidFeedback as error:
             self._ignore(Awaiting.PLAN_FEEDBACK, error)
@@ -188,17 +206,17 @@ class DeepResearchWorkflow:
         self._inbox.feedback.append(parsed)
 
     @workflow.update(name="review_plan")
-    def review_plan(self, feedback: str) -> ReviewOutcome:
-        parsed = parse_feedback(feedback)
+    def review_plan(self, feedback: str, by: Actor | None = None) -> ReviewOutcome:
+        parsed = parse_feedback(feedback, by)
         self._inbox.feedback.append(parsed)
         if parsed.accepted:
             return ReviewOutcome(accepted=True, message="Plan accepted; the research steps will run now.")
         return ReviewOutcome(accepted=False, message="Feedback sent to the planner; a revised plan will follow.")
 
     @review_plan.validator
-    def _validate_review(self, feedback: str) -> None:
+    def _validate_review(self, feedback: str, by: Actor | None = None) -> None:
         # Runs before the update is written to history: rejects it without a trace.
-        parse_feedback(feedback)
+        parse_feedback(feedback, by)
         self._ensure_awaiting(Awaiting.PLAN_FEEDBACK, self._inbox.feedback)
 
     @workflow.signal(name=Awaiting.CLARIFICATION.value)
@@ -207,19 +225,40 @@ class DeepResearchWorkflow:
             for value in inputs:  # a payload the worker could not decode says so first
                 refuse_undecodable(value)
             self._ensure_awaiting(Awaiting.CLARIFICATION, self._inbox.clarifications)
-            self._inbox.clarifications.append(nonempty_answer(one_input(inputs)))
+            self._inbox.clarifications.append(nonempty_answer(*message_inputs(inputs)))
         except InvalidFeedback as error:
             self._ignore(Awaiting.CLARIFICATION, error)
 
     @workflow.update(name=Awaiting.CLARIFICATION.value)
-    def answer_clarification(self, answer: str) -> ReviewOutcome:
-        self._inbox.clarifications.append(nonempty_answer(answer))
+    def answer_clarification(self, answer: str, by: Actor | None = None) -> ReviewOutcome:
+        self._inbox.clarifications.append(nonempty_answer(answer, by))
         return ReviewOutcome(accepted=True, message="Answer received; the coordinator continues.")
 
     @answer_clarification.validator
-    def _validate_answer(self, answer: str) -> None:
-        nonempty_answer(answer)
+    def _validate_answer(self, answer: str, by: Actor | None = None) -> None:
+        nonempty_answer(answer, by)
         self._ensure_awaiting(Awaiting.CLARIFICATION, self._inbox.clarifications)
+
+    @workflow.signal(name=Awaiting.BUDGET.value)
+    def budget(self, *inputs: object) -> None:
+        """A budget decision as a signal: ``{"action": "raise", "tokens": N}``, ``finish`` or ``cancel``."""
+        try:
+            decision = parse_budget_decision(*message_inputs(inputs), self._state.status.budget)
+            self._ensure_awaiting(Awaiting.BUDGET, self._inbox.budget)
+        except InvalidFeedback as error:
+            self._ignore(Awaiting.BUDGET, error)
+            return
+        self._inbox.budget.append(decision)
+
+    @workflow.update(name="decide_budget")
+    def decide_budget(self, decision: BudgetDecision, by: Actor | None = None) -> ReviewOutcome:
+        self._inbox.budget.append(parse_budget_decision(decision, by, self._state.status.budget))
+        return ReviewOutcome(accepted=True, message=f"Budget decision taken: {decision.as_text()}.")
+
+    @decide_budget.validator
+    def _validate_budget(self, decision: BudgetDecision, by: Actor | None = None) -> None:
+        parse_budget_decision(decision, by, self._state.status.budget)
+        self._ensure_awaiting(Awaiting.BUDGET, self._inbox.budget)
 
     @workflow.query(name="status")
     def status(self) -> RunStatus:

@@ -46,6 +46,7 @@ class ResearchRun:
         self.slots = ActivitySlots(state.config.max_activities_in_flight)
         # Crawls of this run by normalised URL (workflows/tools.py: ToolContext.crawls).
         self.crawls: dict[str, asyncio.Task[str]] = {}
+        self.budget_lock = asyncio.Lock()  # one budget pause at a time (workflows/budget.py)
 
     @property
     def routing(self) -> QueueRouting:

@@ -1,11 +1,14 @@
 """What people send a paused run: DeerFlow's plan-review protocol (``[ACCEPTED]`` or
-``[EDIT_PLAN] <what to change>``) and clarification answers, checked before the run acts on them."""
+``[EDIT_PLAN] <what to change>``) and clarification answers, checked before the run acts on them,
+each with who sent it (workflows/decisions.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from workflows.budget_models import BudgetDecision
+from workflows.decisions import OUTSIDE, Actor, InvalidActor, actor_of
 from workflows.undecodable import Undecodable
 
 ACCEPTED = "[ACCEPTED]"
@@ -20,10 +23,19 @@ class InvalidFeedback(ValueError):
 class Feedback:
     accepted: bool
     edit: str = ""  # what to change, when not accepted
+    by: Actor = OUTSIDE
 
     @property
     def as_message(self) -> str:
         return ACCEPTED if self.accepted else f"{EDIT_PLAN} {self.edit}"
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A clarification answer and who gave it."""
+
+    text: str
+    by: Actor = OUTSIDE
 
 
 @dataclass
@@ -32,23 +44,26 @@ class Inbox:
     while the run awaits a person, so it is always empty at a continue-as-new: it is not state."""
 
     feedback: list[Feedback] = field(default_factory=list)
-    clarifications: list[str] = field(default_factory=list)
+    clarifications: list[Answer] = field(default_factory=list)
+    budget: list[tuple[BudgetDecision, Actor]] = field(default_factory=list)
 
 
-def parse_feedback(raw: object) -> Feedback:
-    """Parse one feedback value; raises ``InvalidFeedback`` with a reason a person can act on."""
+def parse_feedback(raw: object, by: object = None) -> Feedback:
+    """Parse one feedback value and its sender; raises ``InvalidFeedback`` with a reason a person
+    can act on."""
     refuse_undecodable(raw)
+    sender = sender_of(by)
     if not isinstance(raw, str):
         raise InvalidFeedback(f"feedback must be a string, got {type(raw).__name__}")
     text = raw.strip()
     upper = text.upper()
     if upper.startswith(ACCEPTED):
-        return Feedback(accepted=True)
+        return Feedback(accepted=True, by=sender)
     if upper.startswith(EDIT_PLAN):
         edit = text[len(EDIT_PLAN):].strip()
         if not edit:
             raise InvalidFeedback("[EDIT_PLAN] needs a description of what to change")
-        return Feedback(accepted=False, edit=edit)
+        return Feedback(accepted=False, edit=edit, by=sender)
     raise InvalidFeedback(
         f"feedback must start with {ACCEPTED} or {EDIT_PLAN} <what to change>; got {text[:80]!r}"
     )
@@ -60,16 +75,26 @@ def refuse_undecodable(value: object) -> None:
         raise InvalidFeedback(value.reason)
 
 
-def one_input(inputs: Sequence[object]) -> object:
-    """The single value a signal must carry; the ``temporal`` CLI can send none or several."""
-    if len(inputs) != 1:
-        raise InvalidFeedback(f"expected one JSON string, got {len(inputs)} inputs")
-    return inputs[0]
+def sender_of(by: object) -> Actor:
+    """Who sent a message: the actor our front doors add, or from outside them when there is none."""
+    refuse_undecodable(by)
+    try:
+        return actor_of(by)
+    except InvalidActor as error:
+        raise InvalidFeedback(str(error)) from None
 
 
-def nonempty_answer(answer: object) -> str:
-    """A clarification answer: a string with some text in it."""
+def message_inputs(inputs: Sequence[object]) -> tuple[object, object]:
+    """The value a signal carries and its optional sender; the ``temporal`` CLI can send none or
+    several values."""
+    if not 1 <= len(inputs) <= 2:
+        raise InvalidFeedback(f"expected one JSON string (and optionally its sender), got {len(inputs)} inputs")
+    return inputs[0], inputs[1] if len(inputs) == 2 else None
+
+
+def nonempty_answer(answer: object, by: object = None) -> Answer:
+    """A clarification answer: a string with some text in it, and who gave it."""
     refuse_undecodable(answer)
     if not isinstance(answer, str) or not answer.strip():
         raise InvalidFeedback("a clarification answer must be a non-empty string")
-    return answer.strip()
+    return Answer(answer.strip(), sender_of(by))

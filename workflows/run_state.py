@@ -17,6 +17,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_serializer
 from temporalio import workflow
 
+from workflows.decisions import Actor, Decision
 from workflows.models import (
     MAX_EVENTS,
     MAX_IGNORED_EVENTS,
@@ -106,6 +107,16 @@ class RunState(BaseModel):
         if note not in self.status.notes:
             self.status.notes.append(note)
             self.record("note", note)
+
+    def decide(self, kind: Literal["plan_review", "clarification", "cancel", "budget"], decision: str,
+               by: Actor) -> None:
+        """A person's decision: kept with who made it (status, result), and told in the run's story;
+        a plan review is also kept on the plan version it judged."""
+        made = Decision(at=workflow.now().isoformat(), kind=kind, decision=decision, by=by)
+        self.status.decisions.append(made)
+        if kind == "plan_review" and self.status.plan_history:
+            self.status.plan_history[-1].review = made
+        self.record("review" if kind == "plan_review" else kind, f"{decision} (by {by})")
 
     def show_plan(self, plan: Plan, feedback: str | None) -> None:
         """Adopt ``plan``: the run's plan now, a new version in its history, its steps' progress."""

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from workflows.decisions import Decision
 from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
@@ -72,6 +73,16 @@ def utc_time(timestamp: str) -> str:
     return datetime.fromisoformat(timestamp).strftime("%Y-%m-%d %H:%M UTC")
 
 
+DECISION_LABEL = {"plan_review": "plan review", "clarification": "clarification", "cancel": "cancel",
+                  "budget": "budget"}
+
+
+def decision_lines(decisions: list[Decision], when: Callable[[str], str] = utc_time) -> list[str]:
+    """Who decided what, and when: ``2025-01-02 10:00 UTC plan review: [ACCEPTED] by alice (cli)``."""
+    return [f"{when(decision.at)} {DECISION_LABEL[decision.kind]}: {decision.decision} by {decision.by}"
+            for decision in decisions]
+
+
 def phase_label(phase: Phase) -> str:
     return phase.value.replace("_", " ")
 
@@ -84,6 +95,11 @@ def awaiting_headline(status: RunStatus, when: Callable[[str], str] = utc_time) 
             return f"Awaiting plan review{deadline}"
         case Awaiting.CLARIFICATION:
             return f"Awaiting an answer: {status.question or ''}"
+        case Awaiting.BUDGET:
+            budget = status.budget
+            expected = (f"; the next step is expected to cost {budget.expected_next_step:,} tokens, the rest of "
+                        f"the plan {budget.expected_rest or 0:,}") if budget and budget.expected_next_step else ""
+            return f"Awaiting a budget decision: {budget_line(status)}{expected}"
         case None:
             return None
 
@@ -102,12 +118,27 @@ def awaiting_commands(awaiting: Awaiting | None, run_id: str = "ID") -> list[str
             return [f'python starter.py answer {run_id} "your answer"',
                     f"temporal workflow signal --workflow-id {run_id} --name {awaiting.value} "
                     "--input '\"your answer\"'"]
+        case Awaiting.BUDGET:
+            return [f"python starter.py budget {run_id} --raise TOKENS",
+                    f"python starter.py budget {run_id} --finish",
+                    f"python starter.py budget {run_id} --cancel",
+                    f"temporal workflow signal --workflow-id {run_id} --name {awaiting.value} "
+                    """--input '{"action": "finish"}'"""]
         case None:
             return []
 
 
 def step_line(step: StepStatus) -> str:
     return f"{STEP_MARK[step.state]} {step.index + 1}. {step.title} ({step.step_type.value})"
+
+
+def budget_line(status: RunStatus) -> str:
+    """Spent and remaining of the run's token budget: ``12,000 of 50,000 tokens spent, 38,000 left``."""
+    budget, spent = status.budget, status.usage.total_tokens
+    if budget is None or budget.tokens is None:
+        return f"no token budget ({spent:,} tokens spent)"
+    cut = " (cut short)" if budget.cut_short else ""
+    return f"{spent:,} of {budget.tokens:,} tokens spent, {max(budget.tokens - spent, 0):,} left{cut}"
 
 
 def usage_line(usage: Usage) -> str:

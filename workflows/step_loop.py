@@ -11,6 +11,7 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from workflows.agent_loop import run_agent
     from workflows.agents import agent_for
+    from workflows.budget import within_budget
     from workflows.messages import step_task
     from workflows.models import Phase, StepState, StepType
     from workflows.research_run import ResearchRun
@@ -35,18 +36,22 @@ async def run_steps(run: ResearchRun) -> None:
         async def run_when_ready(index: int) -> None:
             needs = step_dependencies(plan, index)
             await workflow.wait_condition(lambda: needs <= finished)
-            await _run_step(run, index, context=needs)
+            if await within_budget(run, len(pending) - len(finished)):
+                await _run_step(run, index, context=needs)
             finished.add(index)
 
         await asyncio.gather(*(run_when_ready(index) for index in pending))
     else:
-        for index in pending:
+        for position, index in enumerate(pending):
             if _history_is_long(run):
                 _continue_as_new(run, [plan.steps[i].execution_res or "" for i in pending
                                        if plan.steps[i].execution_res])
+            if not await within_budget(run, len(pending) - position):
+                break
             await _run_step(run, index)
     # Observations keep plan order, however the steps interleaved.
-    run.state.observations.extend(plan.steps[index].execution_res or "" for index in pending)
+    run.state.observations.extend(plan.steps[index].execution_res or "" for index in pending
+                                  if plan.steps[index].execution_res is not None)  # not those cut at the budget
 
 
 def _history_is_long(run: ResearchRun) -> bool:
@@ -72,6 +77,7 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     status = state.status.steps[index]
     status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
     state.record("step_started", step.title, index)
+    spent_before = state.status.usage.total_tokens
     agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources),
                                      web=request.enable_web_search)
     async with run.slots.held():
@@ -94,4 +100,6 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
         state.note(NO_SEARCH_NOTE.format(number=index + 1, title=step.title))
     status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
     status.finding_preview = finding[:300]
+    if state.status.budget is not None:  # what a step costs, for the budget's expectations
+        state.status.budget.step_tokens.append(state.status.usage.total_tokens - spent_before)
     state.record("step_done", step.title, index)

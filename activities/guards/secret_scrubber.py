@@ -16,7 +16,6 @@ placeholders such as ``offline`` everywhere would mangle ordinary text and prote
 from __future__ import annotations
 
 import logging
-import os
 import re
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -36,8 +35,9 @@ class SecretScrubber:
 
     @classmethod
     def for_settings(cls, settings: Settings, environ: Mapping[str, str] | None = None) -> SecretScrubber:
-        """The scrubber for a worker built with ``settings`` and running in ``environ`` (default: its own)."""
-        return cls(secret_values(settings, os.environ if environ is None else environ))
+        """The scrubber for a worker built with ``settings`` and running in ``environ`` (default: the
+        variables the settings were loaded from, ``.env``'s included)."""
+        return cls(secret_values(settings, settings.variables() if environ is None else environ))
 
     def __init__(self, secrets: Iterable[str]) -> None:
         values = sorted({value for value in secrets if len(value) >= MIN_SECRET_CHARS}, key=len, reverse=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from temporalio.exceptions import ApplicationError
@@ -110,10 +111,11 @@ async def check_url(url: str | None, transport: str, allow_hosts: list[str]) -> 
     return url
 
 
-def expand(values: dict[str, str], what: str) -> dict[str, str]:
-    """The operator's ``${VAR}`` placeholders filled in; a missing variable is a config error."""
+def expand(values: dict[str, str], what: str, variables: Mapping[str, str]) -> dict[str, str]:
+    """The operator's ``${VAR}`` placeholders filled in from the worker's ``variables``; a missing
+    variable is a config error."""
     try:
-        return expand_placeholders(values)
+        return expand_placeholders(values, variables)
     except MissingVariable as exc:
         raise config_error(f"MCP {what} {exc}") from exc
 
@@ -135,7 +137,10 @@ def check_headers(headers: dict[str, str]) -> dict[str, str]:
 
 
 def child_environment(configured: dict[str, str]) -> dict[str, str]:
-    """The stdio server's environment: a few harmless worker variables plus what was configured."""
+    """The stdio server's environment: a few harmless worker variables plus what was configured.
+
+    Process plumbing, not configuration: a child needs the worker's own PATH, HOME and LANG, which
+    are not settings and which .env must not move, so they come from the process's environment."""
     base = {name: os.environ[name] for name in CHILD_ENV_VARS if os.environ.get(name)}
     return base | configured
 
@@ -175,8 +180,8 @@ async def plan_connection(server_name: str, server: MCPServerConfig, settings: S
     if server.transport == "stdio":
         command = check_command(server.command, settings.mcp_allowed_commands)
         args = check_args(list(server.args))
-        env = check_env(expand(server.env, "env entry"))
+        env = check_env(expand(server.env, "env entry", settings.variables()))
         return ConnectionPlan(server_name, "stdio", command=command, args=tuple(args), env=tuple(env.items()))
     url = await check_url(server.url, server.transport, settings.mcp_allow_hosts)
-    headers = check_headers(expand(server.headers, "header"))
+    headers = check_headers(expand(server.headers, "header", settings.variables()))
     return ConnectionPlan(server_name, server.transport, url=url, headers=tuple(headers.items()))

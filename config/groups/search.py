@@ -35,6 +35,8 @@ class SearchSettings(SettingsGroup):
     wikipedia_base_url: str | None = Field(default=None, alias="WIKIPEDIA_BASE_URL")  # .../w/api.php
     wikipedia_lang: str = Field(default="en", alias="WIKIPEDIA_LANG")  # used when WIKIPEDIA_BASE_URL is unset
     duckduckgo_base_url: str | None = Field(default=None, alias="DUCKDUCKGO_BASE_URL")  # the .../html/ page
+    # The proxy DuckDuckGo's client goes through (http://, https:// or socks5://; ddgs's own variable name).
+    ddgs_proxy: str | None = Field(default=None, alias="DDGS_PROXY")
 
     # Local documents / RAG: "local" (files indexed on the worker) or "ragflow".
     rag_provider: str = Field(default="local", alias="RAG_PROVIDER")

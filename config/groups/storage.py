@@ -25,6 +25,9 @@ class StorageSettings(SettingsGroup):
     # PATH); conf.yaml: ``RESOURCE_ROOTS`` as a list. ``conf_path`` is protected like the home.
     resource_roots: list[Path] | None = Field(default=None, alias="DEERFLOW_RESOURCE_ROOTS")
     conf_path: Path = Field(default=Path("conf.yaml"), alias="DEERFLOW_CONF")
+    # The .env file read. Both are set by load_settings to the files it read, absolute, so the
+    # processes a front door starts (cwd: the repository) read the same files (runtime/embedded.py).
+    env_file: Path = Field(default=Path(".env"), alias="DEERFLOW_ENV_FILE")
 
     @field_validator("resource_roots", mode="before")
     @classmethod

@@ -10,6 +10,8 @@ from pydantic import Field, ValidationInfo, field_validator
 from config.groups.base import SettingsGroup
 from config.model_prices import ModelPrice, default_price
 
+SERVICE_NAME = "deerflow-temporal"  # the traces' service.name unless OTEL_SERVICE_NAME gives one
+
 
 class TelemetrySettings(SettingsGroup):
     """What the worker and the servers export about themselves (runtime/tracing.py, metrics.py, logs.py)."""
@@ -23,11 +25,14 @@ class TelemetrySettings(SettingsGroup):
     otel_exporter_otlp_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     # OTLP's transport: http/protobuf (the default) or grpc; OTEL_EXPORTER_OTLP_TRACES_PROTOCOL wins.
     # The exporters read the other OTEL_EXPORTER_OTLP_* variables (headers, timeout, certificates)
-    # and the SDK OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER(_ARG) themselves.
+    # and the SDK OTEL_RESOURCE_ATTRIBUTES and OTEL_TRACES_SAMPLER(_ARG) themselves.
     otel_exporter_otlp_protocol: Literal["http/protobuf", "grpc"] = Field(default="http/protobuf",
                                                                         alias="OTEL_EXPORTER_OTLP_PROTOCOL")
     otel_exporter_otlp_traces_protocol: Literal["http/protobuf", "grpc"] | None = Field(
         default=None, alias="OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
+    # The traces' service.name. A setting (not left to the SDK's own reading of the environment) so
+    # that .env and conf.yaml name it like every other value.
+    otel_service_name: str = Field(default=SERVICE_NAME, min_length=1, alias="OTEL_SERVICE_NAME")
     metrics_address: str | None = Field(default=None, pattern=r"^\[?[A-Za-z0-9_.:-]+\]?:\d{1,5}$",
                                         alias="DEERFLOW_METRICS_ADDRESS")
     # The worker's liveness and readiness probes (runtime/health.py), host:port; unset: none.

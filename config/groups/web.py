@@ -3,13 +3,33 @@
 
 from __future__ import annotations
 
+import json
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from config.groups.base import SettingsGroup, comma_separated
+
+
+class Role(StrEnum):
+    """What a named API token may do beyond the runs it started (server/access.py)."""
+
+    REVIEWER = "reviewer"  # sees every run, and may review, answer and decide on any
+    VIEWER = "viewer"  # sees every run, changes nothing (starts no run either)
+    ADMIN = "admin"  # everything, on every run
+
+
+class NamedToken(BaseModel):
+    """One holder of the API: its name is what runs record as who started them and who decided."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
+    token: str = Field(min_length=16)
+    role: Role | None = None  # None: only the runs this token started
 
 
 class WebSettings(SettingsGroup):
@@ -44,6 +64,10 @@ class WebSettings(SettingsGroup):
     # origin listed. Runs it starts for DeerFlow threads get workflow ids under the prefix, so a
     # thread id can only ever address runs the server itself started for that thread.
     web_token: str | None = Field(default=None, alias="DEERFLOW_WEB_TOKEN")
+    # Named tokens with roles (JSON list in the env, a table in conf.yaml): [{"name": "alice",
+    # "token": "…", "role": "reviewer"}]. DEERFLOW_WEB_TOKEN, if set too, is one more: an admin
+    # named "operator". Either one makes every API call need a token.
+    web_tokens: list[NamedToken] = Field(default_factory=list, alias="DEERFLOW_WEB_TOKENS")
     web_allowed_origins: list[str] = Field(default_factory=lambda: ["http://localhost:3000"],
                                            alias="DEERFLOW_WEB_ALLOWED_ORIGINS")
     web_max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024,
@@ -76,6 +100,21 @@ class WebSettings(SettingsGroup):
     # Characters waiting for a slow sink before the rest of that reply goes unpublished.
     token_stream_max_pending: int = Field(default=65_536, ge=1024, le=4 * 1024 * 1024,
                                           alias="DEERFLOW_TOKEN_STREAM_MAX_PENDING")
+
+    @field_validator("web_tokens", mode="before")
+    @classmethod
+    def _parse_tokens(cls, value: Any) -> Any:
+        return json.loads(value) if isinstance(value, str) else value
+
+    @field_validator("web_tokens")
+    @classmethod
+    def _distinct_tokens(cls, value: list[NamedToken]) -> list[NamedToken]:
+        """Two holders with one name could not be told apart in the record; one token with two
+        names would make the record say whichever came first."""
+        for what, values in (("name", [t.name for t in value]), ("token", [t.token for t in value])):
+            if len(set(values)) != len(values):
+                raise ValueError(f"each DEERFLOW_WEB_TOKENS entry needs its own {what}")
+        return value
 
     @field_validator("web_allowed_origins", "codec_allowed_origins", mode="before")
     @classmethod

@@ -44,11 +44,19 @@ class WorkerSettings(SettingsGroup):
     # the server's 2,000 pending activities per run, past which a run is stuck for good.
     max_tool_calls_per_turn: int = Field(default=16, ge=1, le=256, alias="DEERFLOW_MAX_TOOL_CALLS_PER_TURN")
     max_activities_in_flight: int = Field(default=32, ge=1, le=500, alias="DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT")
+    # A run's token budget (workflows/budget.py): the default a run gets, and the most a request or a
+    # person's raise may give it. Unset: no budget unless the request sets one, and no maximum.
+    run_token_budget: int | None = Field(default=None, ge=1, alias="DEERFLOW_RUN_TOKEN_BUDGET")
+    run_token_budget_max: int | None = Field(default=None, ge=1, alias="DEERFLOW_RUN_TOKEN_BUDGET_MAX")
 
     # Set by the worker when it serves the bundled offline demonstration providers: the model
     # (DEERFLOW_OFFLINE_DEMO), the search corpus (DEERFLOW_OFFLINE_SEARCH), or both.
     offline_demo: bool = Field(default=False, alias="DEERFLOW_OFFLINE_DEMO")
     offline_search: bool = Field(default=False, alias="DEERFLOW_OFFLINE_SEARCH")
+    # Seconds each offline fake waits before it answers, as real providers do: for demos, crash
+    # drills and benchmarks, which need a run slow enough to interrupt.
+    offline_model_latency: float = Field(default=0.0, ge=0, le=600, alias="DEERFLOW_OFFLINE_MODEL_LATENCY")
+    offline_search_latency: float = Field(default=0.0, ge=0, le=600, alias="DEERFLOW_OFFLINE_SEARCH_LATENCY")
 
     # Reclaiming a dead worker's attempts (hosting/inflight_journal.py, hosting/reclaim.py):
     # each worker process journals the task tokens of its attempts in flight under <home>/inflight,

@@ -16,11 +16,13 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from runtime.run_memo import question_memo
+from runtime.run_memo import run_memo
 from tests.support.runs import run_id
+from workflows.decisions import Actor, Via
 from workflows.models import WORKFLOW_TYPE, Awaiting, Phase, Plan, ResearchResult, RunStatus, Step
 
 QUEUE = "stand-in-runs"
+STAND_IN = Actor(name="stand-in", via=Via.API)  # who the memo says started a stand-in run
 PLAN = Plan(title="Tidal power, step by step", steps=[Step(title="Turbines", description="What they produce")])
 FAILURE = "the stand-in's planner gave up"
 
@@ -61,6 +63,6 @@ async def stand_in_runs(client: Client) -> AsyncIterator[StartStandIn]:
         async def start(report: str, question: str | None = None, timeout: float | None = None) -> WorkflowHandle:
             return await client.start_workflow(
                 StandInRun.run, report, id=run_id("stand-in"), task_queue=QUEUE,
-                memo=question_memo(question) if question else None,
+                memo=run_memo(question, STAND_IN) if question else None,
                 execution_timeout=timedelta(seconds=timeout) if timeout else None)
         yield start

@@ -11,14 +11,13 @@ the result list. Two things keep it predictable here:
   blocks. ``_Engine.request`` keeps the status instead, so a 429 or DuckDuckGo's 202 rate-limit
   page becomes ``SearchRateLimited`` and a 403 block a ``SearchConfigError``.
 
-``DDGS_PROXY`` (read from the environment, as ddgs does) routes the requests through a proxy;
+``DDGS_PROXY`` (a setting, under ddgs' own variable name) routes the requests through a proxy;
 ``DUCKDUCKGO_BASE_URL`` moves the HTML endpoint (tests point it at a loopback fake).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 from typing import Any
 from urllib.parse import unquote, urlsplit
@@ -85,7 +84,7 @@ class DuckDuckGoSearch:
 
     def _engine(self) -> _Engine:
         try:
-            engine = _Engine(proxy=os.environ.get("DDGS_PROXY") or None, timeout=self._settings.search_timeout_seconds)
+            engine = _Engine(proxy=self._settings.ddgs_proxy, timeout=self._settings.search_timeout_seconds)
         except primp.BuilderError as exc:  # e.g. a malformed DDGS_PROXY
             raise config_error(f"DuckDuckGo's HTTP client could not be set up (check DDGS_PROXY): {exc}") from exc
         base_url = self._settings.duckduckgo_base_url
