@@ -72,7 +72,8 @@ async def main(args: argparse.Namespace) -> None:
         proxy_url, seen = stop.enter_context(recording_proxy(f"{target.scheme}://{target.netloc}"))
         env = {"DEERFLOW_HOME": str(workdir / "home"), "DEERFLOW_PAYLOAD_STORE": "none",
                "OPENAI_BASE_URL": proxy_url + target.path, "OPENAI_API_KEY": "local", "BASIC_MODEL": args.model,
-               "LLM_TOOL_MODE": args.mode, "LLM_REQUEST_TIMEOUT": str(args.timeout), **search_env(search)}
+               "LLM_TOOL_MODE": args.mode, "LLM_REQUEST_TIMEOUT": str(args.timeout), **search_env(search),
+               "PYTHONPATH": str(REPO / "bench" / "loopback_only")}  # crawls of made-up URLs stay on loopback
         settings = load_settings({**os.environ, **env})
         server = DevServer(workdir / "temporal.db").start()
         stop.callback(server.stop)

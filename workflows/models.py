@@ -191,11 +191,9 @@ class Usage(BaseModel):
     json_tool_calls: int = 0  # of ``llm_calls``, the tool-offering turns made in JSON tool mode (issue #24)
 
     def add(self, other: Usage) -> None:
-        self.llm_calls += other.llm_calls
-        self.json_tool_calls += other.json_tool_calls
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.total_tokens += other.total_tokens
+        """Every count of ``other`` added to this one's (all of them: a new count cannot be forgotten here)."""
+        for name in Usage.model_fields:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Outcome(StrEnum):
