@@ -37,7 +37,8 @@ MODEL_REFUSED = {
 SEARCH_ENGINE_KEYS = {"include_domains": "SEARCH_INCLUDE_DOMAINS", "exclude_domains": "SEARCH_EXCLUDE_DOMAINS",
                       "max_content_length_per_page": "SEARCH_CONTENT_CHARS"}
 # Our own top-level conf.yaml keys, by env name.
-OWN_KEYS = {"RESOURCE_ROOTS": "DEERFLOW_RESOURCE_ROOTS", "MCP_SERVERS": "MCP_SERVERS"}
+OWN_KEYS = {"RESOURCE_ROOTS": "DEERFLOW_RESOURCE_ROOTS", "MCP_SERVERS": "MCP_SERVERS",
+            "WEB_TOKENS": "DEERFLOW_WEB_TOKENS"}
 
 # DeerFlow's SEARCH_API names that differ from ours.
 SEARCH_API_NAMES = {"brave_search": "brave"}
@@ -158,6 +159,8 @@ def _expand(value: Any, key: str, env: Mapping[str, str], problems: list[str]) -
     if isinstance(value, dict):
         return {name: _expand(item, f"{key}.{name}" if key else str(name), env, problems)
                 for name, item in value.items()}
+    if isinstance(value, list):  # our own keys hold lists of tables (WEB_TOKENS: each token a $VAR)
+        return [_expand(item, f"{key}.{index}", env, problems) for index, item in enumerate(value)]
     if isinstance(value, str) and value.startswith("$"):
         if not env.get(value[1:]):
             problems.append(f"{key}: {value} is not set in the environment or .env")

@@ -38,6 +38,8 @@ def report_judge(system: str, user: str) -> str:
 
 
 _TASK = re.compile(r"^Task:\s*(\w+)", re.MULTILINE)
+CONTINUATION = (" The evidence gathered so far points the same way, and the sections that follow look at it in "
+                "more detail.")
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
 
 
@@ -48,10 +50,11 @@ def prose_writer(system: str, user: str) -> str:
     text, _, command = user.removeprefix("Text:\n").partition("\n\nCommand: ")
     text = text.strip()
     sentences = [s for s in _SENTENCE.split(" ".join(text.split())) if s]
-    first = sentences[0] if sentences else text
-    if option == "continue":
-        return f"Beyond {first.rstrip('.!?。！？').lower()}, the evidence so far points the same way."
+    if option == "continue":  # the text before the cursor, headings and all: carry on after its last sentence
+        return CONTINUATION
     if option == "shorter":
+        if len(sentences) == 1 and ", " in sentences[0]:  # one sentence: its last clause goes
+            return sentences[0].rsplit(", ", 1)[0] + "."
         return " ".join(sentences[:max(1, len(sentences) // 2)])
     if option == "longer":
         return (f"{text}\n\nIn more detail: {' '.join(sentences)} "

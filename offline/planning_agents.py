@@ -25,6 +25,8 @@ from offline.agent_text import (
     user_messages,
     zh_wanted,
 )
+from offline.plan_edits import Revision, angle_of, focuses, limit_note, revise
+from workflows.messages import ASKED
 
 MAX_STEPS_RE = re.compile(r"at most\s+(\d+)\s+steps", re.IGNORECASE)
 BACKGROUND_PREFIX = "background investigation results of user query:"
@@ -47,15 +49,6 @@ ANGLES = (
      ("company", "companies", "agency", "NASA", "researchers", "countries", "公司", "机构", "国家")),
 )
 ANGLE_ROUNDS = 3  # plans of up to 1 + 3 x 7 steps (ResearchRequest allows 20)
-# An edit request's wording around what it asks for: "add a step on running costs" -> "running costs".
-FOCUS_RE = re.compile(
-    r"^(?:please\s+)?(?:(?:also\s+)?(?:add|include|cover|insert)\s+(?:(?:a|an|another|one|new)\s+)?"
-    r"(?:(?:research\s+)?(?:step|section|part)s?\s+)?(?:on|about|covering|for|regarding|into|that covers)?\s*|"
-    r"(?:research|look\s+(?:at|into)|investigate|focus\s+on)\s+)(?:the\s+)?",
-    re.IGNORECASE,
-)
-ZH_FOCUS_RE = re.compile(r"^(?:请)?(?:再)?(?:增加|添加|加上?|补充)(?:一个|一步)?(?:关于)?|(?:的)?(?:步骤|部分|研究)$")
-
 SMALL_TALK = {
     "greeting": {"hi", "hello", "hey", "hi there", "hello there", "hey there", "good morning",
                  "good afternoon", "good evening", "greetings", "yo", "howdy", "how are you",
@@ -129,7 +122,9 @@ def coordinator(body: dict[str, Any]) -> ScriptedReply:
     if kind is not None or not last:
         lang = "zh" if is_chinese(last) else "en"
         return ScriptedReply(content=SMALL_TALK_REPLIES[(kind or "greeting", lang)])
-    topic = "\n".join(u for u in users if u and _small_talk_kind(u) is None)
+    said = [u for u in users if u and _small_talk_kind(u) is None]
+    # The question, and the answers to clarifying questions after it, as the planner's titles read.
+    topic = f"{said[0]} ({'; '.join(said[1:])})" if len(said) > 1 else "".join(said)
     locale = "zh-CN" if is_chinese(topic) else "en-US"
     if "ask_clarification" in offered_tools(body):
         clarifying = _clarifying_question(messages, topic)
@@ -145,8 +140,17 @@ def coordinator(body: dict[str, Any]) -> ScriptedReply:
 
 
 def subject_of(topic: str) -> str:
-    """The topic as a noun-ish phrase for titles: request verbs and end punctuation dropped."""
-    text = re.sub(r"\s+", " ", topic).strip()
+    """The topic as a noun-ish phrase for titles: request verbs and end punctuation dropped, the
+    whole question kept, and the answers to clarifying questions after it in parentheses."""
+    question, answers = clarified_parts(topic)
+    subject = _request_subject(question) or re.sub(r"\s+", " ", topic).strip()
+    qualifiers = [_whole_sentences(answer) for answer in answers]
+    qualifiers = [q for q in qualifiers if q]
+    return f"{subject} ({'; '.join(qualifiers)})" if qualifiers else subject
+
+
+def _request_subject(question: str) -> str:
+    text = re.sub(r"\s+", " ", question).strip()
     text = re.sub(r"^(请问|请|帮我|麻烦)?(研究一下|研究|调研|分析一下|分析|介绍一下|介绍)?(什么是)?", "", text)
     text = re.sub(
         r"^(please\s+)?((can|could|would) you\s+)?(research|investigate|explain|describe|summari[sz]e|"
@@ -156,8 +160,39 @@ def subject_of(topic: str) -> str:
     )
     text = re.sub(r"^(what|which|who)\s+(is|are|was|were)\s+(the\s+)?(?=\w+\s+\w+)", "", text,
                   flags=re.IGNORECASE)
-    text = shorten(text.rstrip("?.!？。！ "), 90) or topic.strip()
+    text = _whole_sentences(text)
     return text[:1].upper() + text[1:]
+
+
+# A request longer than this (a pasted brief) gives its titles only its first whole sentences; a
+# question of any usual length is kept whole, so no clause of it is lost from titles and searches.
+SUBJECT_CHARS = 400
+SENTENCE_RE = re.compile(r"[^.!?。！？]+(?:[.!?。！？]+|$)")
+
+
+def _whole_sentences(text: str) -> str:
+    """``text`` without its end punctuation; past :data:`SUBJECT_CHARS`, its leading whole sentences
+    that fit (at least the first, cut at a word only if that one alone is a page long)."""
+    text = re.sub(r"\s+", " ", text).strip()
+    if len(text) > SUBJECT_CHARS:
+        kept = ""
+        for sentence in SENTENCE_RE.findall(text):
+            if kept and len(kept) + len(sentence) > SUBJECT_CHARS:
+                break
+            kept += sentence
+        text = shorten(kept, 2 * SUBJECT_CHARS)
+    return text.rstrip("?.!？。！ ")
+
+
+# The planner's task after clarifying questions (workflows.messages.clarified_task): the question,
+# then each question asked and its answer.
+ASKED_RE = re.compile(r"\s*{}.*?{}(?=\n\n|\Z)\s*".format(*map(re.escape, ASKED.split("{}"))), re.DOTALL)
+
+
+def clarified_parts(topic: str) -> tuple[str, list[str]]:
+    """(the person's question, their answers to clarifying questions) of a planner's task."""
+    question, *answers = ASKED_RE.split(topic)
+    return question, [answer for answer in answers if answer.strip()]
 
 
 QUESTION_RE = re.compile(r"^(how|why|when|where|who|which|what|should|can|could|is|are|does|do|did|will|"
@@ -254,7 +289,7 @@ def _thought(request: PlanRequest, subject: str, zh: bool, question: bool, steps
         wants = f"The user asks: {subject}?" if question else f"The user wants to understand {mid_sentence(subject)}."
         thought = (f"{wants} I will research it in {len(steps)} "
                    f"step{'s' if len(steps) > 1 else ''}: "
-                   + "; ".join(s["title"] for s in steps) + ".")
+                   + "; ".join(mid_sentence(angle_of(s)) for s in steps) + ".")
     if request.background:
         thought += (f"背景调查找到了 {len(request.background)} 条资料。" if zh else
                     f" The background investigation found {len(request.background)} source(s).")
@@ -280,30 +315,22 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
     angles += [{**step, "title": f"{step['title']} ({2 + i // len(ANGLES)})"}
                for i, step in enumerate(angles * (ANGLE_ROUNDS - 1))]
     slots = n - 1 if n >= 3 else n
+    revision = Revision(steps=angles[:slots])
     if request.feedback:
-        extra = [_research_step(_focus(text, zh), subject, zh, f"按审阅者的要求：{text}" if zh else
-                                f"Address the reviewer's request: {text}") for text in request.feedback]
-        researched = extra[-1:] if slots == 1 else [angles[0], *extra[-(slots - 1):]]
+        requested = [_research_step(focus, subject, zh, f"按审阅者的要求：研究{focus}，并注明来源。" if zh else
+                                    f"As the reviewer asked: research {mid_sentence(focus)}, with sources.")
+                     for focus in focuses(request.feedback, zh)]
+        revision = revise(angles[:slots], requested, slots)
         title += "（修订版）" if zh else " (revised)"
-    else:
-        researched = angles[:slots]
+    researched = revision.steps
     if n >= 3:
         stats["depends_on"] = list(range(len(researched)))  # it summarises every research step
         steps = [*researched, stats]
     else:
         steps = researched
-    thought = _thought(request, subject, zh, question, steps)
+    thought = _thought(request, subject, zh, question, steps) + limit_note(revision, n, zh)
     return {"locale": locale, "has_enough_context": request.observed, "thought": thought, "title": title,
             "steps": steps}
-
-
-def _focus(feedback: str, zh: bool) -> str:
-    """What an edit request asks to research, as a step's angle: "add a step on running costs"
-    becomes "Running costs", so the request's wording never becomes a step title."""
-    text = re.sub(r"\s+", " ", feedback).strip().rstrip(".!?。！？")
-    focus = (ZH_FOCUS_RE.sub("", text) if zh else FOCUS_RE.sub("", text, count=1)).strip() or text
-    focus = shorten(focus, 60)
-    return focus[:1].upper() + focus[1:]
 
 
 def planner(body: dict[str, Any]) -> ScriptedReply:

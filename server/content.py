@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -83,10 +84,21 @@ def prose_data(text: str) -> str:
     return f"data: {line}\n\n"
 
 
+# DeerFlow's editor highlights the selection it sends to Ask AI and serialises that highlight with
+# it (``<mark data-color="#c1ecf970" style=...>``): the UI's marking, not the person's text, so the
+# model never sees it (a model that kept it would put raw tags into the answer the editor shows).
+HIGHLIGHT_RE = re.compile(r"</?mark\b[^>]*>", re.IGNORECASE)
+# DeerFlow's editor adds each event's text on a 16 ms timer and again once the stream ends, without
+# clearing what the timer still holds: a stream that ends within 16 ms of its last event shows that
+# text twice. Held open this long after the last event, the timer has run first.
+END_HOLD_SECONDS = 0.25
+
+
 async def prose(client: Client, hub: TokenHub, body: Any) -> AsyncIterator[str]:
     """``POST /api/prose/generate``: validated and started here (a bad body is a 400, nothing
     started); the returned stream carries the model's token previews, then the rest of the text."""
     request = ProseRequest.model_validate(body)
+    request = ProseRequest.model_validate({**request.model_dump(), "prompt": HIGHLIGHT_RE.sub("", request.prompt)})
     workflow_id = flow_id("prose writer")
     subscription = contextlib.ExitStack()
     queue = subscription.enter_context(hub.subscribe(workflow_id))  # before the start: no early token missed
@@ -146,6 +158,7 @@ async def _prose_stream(handle: WorkflowHandle[Any, ProseResult], queue: asyncio
             result.cancel()
         if rest := preview.rest(text):
             yield prose_data(rest)
+        await asyncio.sleep(END_HOLD_SECONDS)
 
 
 def _cap(request: Request) -> int:

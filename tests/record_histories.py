@@ -52,6 +52,9 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     # A researcher reply with more tool calls than DEERFLOW_MAX_TOOL_CALLS_PER_TURN (set below).
     "capped_tool_calls": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                           [Fault.tool_call_flood(12, agent="researcher")]),
+    # The same flood since BOUNDED_DROPS_PATCH: the dropped calls leave the conversation, one notice stays.
+    "bounded_dropped_calls": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
+                              [Fault.tool_call_flood(12, agent="researcher")]),
     "ignored_feedback": (ResearchRequest(question=QUESTION), [*IGNORED_SIGNALS, "[ACCEPTED]"], []),
     # Reviews that name their sender (workflows/decisions.py), each on its own plan: a tuple.
     "named_reviewers": (ResearchRequest(question=QUESTION),

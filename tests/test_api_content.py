@@ -12,6 +12,7 @@ import contextlib
 import io
 import json
 import sys
+import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -177,6 +178,35 @@ async def test_prose_streams_the_models_tokens_as_deerflows_editor_reads_them(
     # Line breaks travel as "\r" (DeerFlow's parser would cut an event at "\n"); nothing lost or doubled.
     expected = prose_writer("Task: longer", f"Text:\n{prompt}").replace("\n", "\r")
     assert "".join(data or "" for _, data in events) == expected and "\r\r" in expected
+
+
+SELECTION = "Tides rise twice a day, and they are predictable from the Moon's position."
+# What DeerFlow's editor sends for Ask AI on a selected list item: its highlight serialised with it.
+HIGHLIGHTED = f'- <mark data-color="#c1ecf970" style="background-color: #c1ecf970; color: inherit">{SELECTION}</mark>'
+
+
+async def test_ask_ai_on_a_selection_reaches_the_model_without_the_editors_highlight(
+        base: str, model_server: FakeModelServer) -> None:
+    response = await post(base, "/api/prose/generate", {"prompt": HIGHLIGHTED, "option": "improve", "command": ""})
+    assert response.status_code == 200, response.text
+    [sent] = model_server.requests_for("prose_writer")[-1:]
+    assert f"- {SELECTION}" in sent["messages"][-1]["content"] and "mark" not in sent["messages"][-1]["content"]
+    assert "<mark" not in "".join(data or "" for _, data in deerflow_sse(response.text))
+    only_marks = await post(base, "/api/prose/generate", {"prompt": "<mark></mark>", "option": "fix", "command": ""})
+    assert only_marks.status_code == 400 and "prompt" in only_marks.json()["detail"]
+
+
+async def test_the_stream_stays_open_until_deerflows_editor_has_taken_the_last_text(base: str) -> None:
+    """DeerFlow's editor shows the last event twice if the stream ends within 16 ms of it."""
+    arrivals: list[float] = []
+    async with httpx.AsyncClient(timeout=60) as http, http.stream(
+            "POST", f"{base}/api/prose/generate", json={"prompt": SELECTION, "option": "continue", "command": ""},
+    ) as response:
+        async for chunk in response.aiter_raw():
+            if chunk.strip():
+                arrivals.append(time.monotonic())
+        ended = time.monotonic()
+    assert arrivals and ended - arrivals[-1] >= 0.1
 
 
 # ---------------------------------------------------------------- slides and podcast

@@ -117,7 +117,7 @@ async def _prose(client: Client, request: object) -> ProseResult:
 
 
 @pytest.mark.parametrize(("option", "expected"), [
-    ("continue", "Beyond tides rise twice a day, the evidence so far points the same way."),
+    ("continue", "The evidence gathered so far points the same way"),
     ("shorter", "Tides rise twice a day."),
     ("fix", "Tides rise twice a day. They are predictable."),
     ("zap", "(as asked: make it a question)"),

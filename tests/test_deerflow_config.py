@@ -199,3 +199,13 @@ def test_a_model_is_configured_by_a_key_or_by_an_endpoint_of_the_operators(
         tmp_path: Path, env: dict[str, str], configured: bool) -> None:
     files = {"DEERFLOW_ENV_FILE": str(tmp_path / "absent.env"), "DEERFLOW_CONF": str(tmp_path / "absent.yaml")}
     assert load_settings({**files, **env}).model_configured() is configured
+
+
+def test_named_api_tokens_come_from_conf_yaml_with_their_tokens_from_the_environment(tmp_path: Path) -> None:
+    """An operator keeps the table in conf.yaml and the secrets in the environment (``$VAR``)."""
+    (tmp_path / "conf.yaml").write_text(
+        "WEB_TOKENS:\n  - {name: alice, token: $ALICE_TOKEN, role: reviewer}\n  - {name: bob, token: $BOB_TOKEN}\n")
+    settings = load_settings(environ={"ALICE_TOKEN": "a" * 20, "BOB_TOKEN": "b" * 20},
+                             conf_path=tmp_path / "conf.yaml", env_file=tmp_path / ".env")
+    assert [(t.name, t.token, t.role) for t in settings.web_tokens] == [
+        ("alice", "a" * 20, "reviewer"), ("bob", "b" * 20, None)]

@@ -41,6 +41,7 @@ from runtime import build_info, embedded
 from runtime.front_door import CliError
 from tests.support.processes import REPO_DIR, free_port
 from tests.support.runs import OFFLINE_REPORT
+from workflows.decisions import Actor
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
 from workflows.status_view import OFFLINE_NOTICE
 
@@ -201,13 +202,13 @@ async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
             return RunStatus(phase=Phase.AWAITING_REVIEW, awaiting="plan_feedback",
                              plan=Plan(title="Rain", steps=[Step(title="Clouds")]))
 
-    async def later(_handle: Any) -> bool:
+    async def later(_handle: Any, _by: Actor) -> bool:
         return False
 
     monkeypatch.setattr(research, "Watcher", Watcher)
     monkeypatch.setattr(research, "_interactive_review", later)
     handle = SimpleNamespace(id="research-rain", _client=None)
-    assert await research._follow(handle, Settings(), interactive=True,  # type: ignore[arg-type]
+    assert await research._follow(handle, Settings(), Actor(name="tester", via="cli"), interactive=True,  # type: ignore[arg-type]
                                   output="out/r.md") is None
     assert "Then, once the run is done: python starter.py report research-rain -o out/r.md" in capsys.readouterr().out
 

@@ -122,6 +122,9 @@ async def test_two_clarification_rounds_then_the_coordinator_hands_off(
     planner_task = model_server.requests_for("planner")[0]["messages"][1]["content"]
     for said in ("Tell me about batteries", "solid-state cells for cars", "Europe, the next five years"):
         assert said in planner_task
+    # The answers qualify the question in the plan's step titles, whole, and nothing else does.
+    subject = "Batteries (solid-state cells for cars; Europe, the next five years)"
+    assert result.plan is not None and all(step.title.endswith(f": {subject}") for step in result.plan.steps)
     assert (await handle.query("status", result_type=RunStatus)).clarification_rounds == 2
 
 

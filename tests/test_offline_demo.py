@@ -23,7 +23,7 @@ from cli.runs import _write_report
 from offline.agent_text import sentences
 from offline.scripted_agents import respond
 from offline.search_index import DEFAULT_CORPUS, SearchIndex
-from workflows.messages import background_message, reporter_messages, step_task
+from workflows.messages import background_message, clarified_task, reporter_messages, step_task
 from workflows.models import (
     ChatMessage,
     Phase,
@@ -259,3 +259,86 @@ def test_saved_reports_and_web_ui_details_carry_the_offline_label(tmp_path: Path
     assert saved.read_text().splitlines()[0] == f"> {OFFLINE_NOTICE}"
     _write_report(ResearchResult(report="# Heat pumps\n"), str(saved), notice=None)
     assert saved.read_text() == "# Heat pumps\n"
+
+
+# ---------------------------------------------------------------- the questions people ask
+
+REPO = Path(__file__).resolve().parent.parent
+SUGGESTED_IN_README = re.compile(r"these are answered \(our page suggests them too\):\n\n((?:- .+\n)+)")
+SUGGESTED_ON_PAGE = re.compile(r'<div id="suggestions" hidden>(.*?)</div>', re.DOTALL)
+
+
+def suggested_questions() -> tuple[list[str], list[str]]:
+    """(the quickstart's list, the page's buttons) of questions the bundled corpus answers."""
+    readme = SUGGESTED_IN_README.search((REPO / "README.md").read_text(encoding="utf-8"))
+    page = SUGGESTED_ON_PAGE.search((REPO / "server" / "static" / "index.html").read_text(encoding="utf-8"))
+    assert readme and page, "the quickstart and the page each suggest questions"
+    return ([line.removeprefix("- ") for line in readme.group(1).splitlines()],
+            re.findall(r'<button type="button">([^<]+)</button>', page.group(1)))
+
+
+def test_the_suggested_questions_are_ones_the_corpus_answers() -> None:
+    in_readme, on_page = suggested_questions()
+    assert len(on_page) >= 4 and set(on_page) <= set(in_readme)
+    for question in in_readme:
+        run = demo_run(question)
+        assert run.cited, question
+        assert not any(phrase in step.execution_res for step in run.plan.steps for phrase in NOTHING), question
+
+
+def _plan(topic: str, feedback: list[str] = (), max_steps: int = 3) -> Plan:
+    """The planner's plan for ``topic`` after each edit request in turn (an assistant plan between)."""
+    messages = [ChatMessage(role="user", content=topic)]
+    variables = {"locale": "en-US", "max_step_num": str(max_steps)}
+    for text in feedback:
+        previous = _ask("planner", messages, variables, json_mode=True).content
+        messages += [ChatMessage(role="assistant", content=previous),
+                     ChatMessage(role="user", name="feedback", content=f"[EDIT_PLAN] {text}")]
+    return Plan.model_validate_json(_ask("planner", messages, variables, json_mode=True).content)
+
+
+LONG_QUESTION = ("How do heat pumps compare with gas boilers for heating a home, and what do they cost to run "
+                 "in a cold climate compared with a modern condensing boiler?")
+
+
+def test_step_titles_and_searches_keep_the_whole_question() -> None:
+    whole = LONG_QUESTION.rstrip("?")
+    plan = _plan(LONG_QUESTION)
+    assert plan.title == LONG_QUESTION
+    assert all(step.title.endswith(f": {whole}") for step in plan.steps), [s.title for s in plan.steps]
+    task = ChatMessage(role="user", content=step_task(plan, plan.steps[0], "en-US"))
+    search = _ask("researcher", [task], {"locale": "en-US"}, tool_specs(("web_search",))).tool_calls[0]
+    assert search.arguments["query"] == whole
+    assert all(TOPICS[url] & {"home-heating"} for url in demo_run(LONG_QUESTION).cited)
+
+
+def test_an_edit_beyond_the_step_limit_says_what_made_room() -> None:
+    question = QUESTIONS[2][0]
+    planned = _plan(question)
+    revised = _plan(question, ["add a step on waste storage"])
+    assert [s.title.split(":")[0] for s in revised.steps] == [
+        "Background and key facts", "Waste storage", "Statistical summary of the findings"]
+    # The planned step the request replaced is named, and so is the limit that forced it out.
+    assert "at most 3 steps (max_step_num)" in revised.thought
+    assert f'"{planned.steps[1].title.split(":")[0].lower()}" was dropped' in revised.thought
+    # A longer plan gives up its last planned step, not the one before the request.
+    longer = _plan(question, ["add a step on waste storage"], max_steps=4)
+    assert [s.title.split(":")[0] for s in longer.steps][:3] == [
+        "Background and key facts", "Evidence, data and expert perspectives", "Waste storage"]
+    assert 'at most 4 steps (max_step_num), so the planned step on "costs, economics' in longer.thought
+    # A later edit keeps the earlier request when there is room, and says which one did not fit.
+    twice = _plan(question, ["add a step on waste storage", "add a step on running costs and another on jobs"])
+    assert [s.title.split(":")[0] for s in twice.steps][:2] == ["Running costs", "Jobs"]
+    assert 'the request for "waste storage" did not fit' in twice.thought
+
+
+def test_clarification_answers_qualify_the_question_in_step_titles() -> None:
+    exchange = [ChatMessage(role="user", content="What is the impact of AI on jobs?"),
+                ChatMessage(role="assistant", content="Which region (e.g. the EU) and time frame?"),
+                ChatMessage(role="user", content="The EU, next five years.")]
+    plan = Plan.model_validate_json(_ask("planner", [clarified_task(exchange)], {
+        "locale": "en-US", "max_step_num": "3"}, json_mode=True).content)
+    subject = "Impact of AI on jobs (The EU, next five years)"
+    assert [step.title.split(": ", 1)[1] for step in plan.steps] == [subject] * 3
+    handoff = _ask("coordinator", exchange, {"locale": "en-US"}, [HANDOFF_TO_PLANNER]).tool_calls[0]
+    assert handoff.arguments["research_topic"] == "What is the impact of AI on jobs? (The EU, next five years.)"

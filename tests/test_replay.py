@@ -20,6 +20,7 @@ import starter
 from runtime.workflow_runner import workflow_runner
 from tests.support.history_checks import HISTORIES, load, most_pending, tool_batches
 from workflows import research
+from workflows.agent_loop import BOUNDED_DROPS_PATCH
 from workflows.catalog import WORKFLOWS
 from workflows.models import ResearchResult
 from workflows.research import DeepResearchWorkflow
@@ -31,7 +32,8 @@ RECORDED = sorted(HISTORIES.glob("*.json"))
 def test_the_reference_scenarios_are_recorded() -> None:
     assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
             "no_research_review", "prompt_enhance", "report_evaluation", "prose_fix", "slides",
-            "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish"} <= {
+            "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish",
+            "bounded_dropped_calls"} <= {
         path.stem for path in RECORDED}
 
 
@@ -41,10 +43,18 @@ def test_a_bad_request_history_fails_the_run_in_its_first_task() -> None:
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds
 
 
-def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood() -> None:
-    history = load(HISTORIES / "capped_tool_calls.json")
+@pytest.mark.parametrize("name", ["capped_tool_calls", "bounded_dropped_calls"])
+def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood(name: str) -> None:
+    history = load(HISTORIES / f"{name}.json")
     assert max(tool_batches(history)) == 4  # of 12 calls; recorded with DEERFLOW_MAX_TOOL_CALLS_PER_TURN=4
     assert most_pending(history) <= 2  # and DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=2
+
+
+def test_the_bounded_history_carries_the_patch_marker() -> None:
+    patches = [payload.data for event in load(HISTORIES / "bounded_dropped_calls.json").events
+               if event.HasField("marker_recorded_event_attributes")
+               for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
+    assert any(f'"id":"{BOUNDED_DROPS_PATCH}"'.encode() in data for data in patches)
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])

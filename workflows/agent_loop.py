@@ -24,9 +24,22 @@ FINAL_ANSWER_REQUEST = (
 )
 
 
+# Runs recorded before it answered each dropped call with its own tool message: a reply with
+# thousands of calls then put thousands of messages into every later turn of the step, whose
+# preparation (trimming, the client's request encoding) blocked the worker's event loop long enough
+# under load to miss heartbeats, so the turn was retried for ever. Now the dropped calls leave the
+# conversation and one notice says so: a turn's size is bounded by the cap, not by the model.
+BOUNDED_DROPS_PATCH = "bounded-dropped-calls"
+
+
 def dropped_call_message(made: int, cap: int) -> str:
     return (f"Error: not run. Your reply made {made} tool calls; at most {cap} run per turn (the first {cap} "
             "ran). Make fewer calls at a time.")
+
+
+def dropped_calls_notice(made: int, cap: int) -> str:
+    return (f"Your last reply made {made} tool calls; at most {cap} run per turn, so only the first {cap} ran "
+            f"and the other {made - cap} were not run (they are left out above). Make fewer calls at a time.")
 
 
 async def run_agent(
@@ -71,14 +84,21 @@ async def run_agent(
             return reply.content
         ran = reply.tool_calls[:max_tool_calls]  # [:None] is every call
         outputs = list(await asyncio.gather(*(tool(call) for call in ran)))
+        answered, notice = reply.tool_calls, None
         if dropped := len(reply.tool_calls) - len(ran):
             workflow.logger.warning("Model made %d tool calls in one turn; ran the first %d",
                                     len(reply.tool_calls), len(ran))
-            outputs += [dropped_call_message(len(reply.tool_calls), len(ran))] * dropped
+            if workflow.patched(BOUNDED_DROPS_PATCH):
+                messages[-1] = reply.model_copy(update={"tool_calls": ran})
+                answered, notice = ran, dropped_calls_notice(len(reply.tool_calls), len(ran))
+            else:
+                outputs += [dropped_call_message(len(reply.tool_calls), len(ran))] * dropped
         messages.extend(
             ChatMessage(role="tool", content=output, tool_call_id=call.id, name=call.name)
-            for call, output in zip(reply.tool_calls, outputs, strict=True)
+            for call, output in zip(answered, outputs, strict=True)
         )
+        if notice is not None:
+            messages.append(ChatMessage(role="user", content=notice))
     messages.append(ChatMessage(role="user", content=FINAL_ANSWER_REQUEST))
     final = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
                                    model_tier=agent.model_tier), recursion_limit + 1)

@@ -11,7 +11,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import LOAD_RUN_CONFIG, execute
     from workflows.errors import failure_message
-    from workflows.messages import background_message
+    from workflows.messages import background_message, clarified_task
     from workflows.model_calls import call_model
     from workflows.models import Awaiting, ChatMessage, ChatRequest, Outcome, Phase, ResearchResult, RunConfig
     from workflows.research_run import ResearchRun, ReviewTimedOut, RunEnded
@@ -115,13 +115,10 @@ async def _await_clarification(run: ResearchRun, question: str) -> str:
 def _handoff(run: ResearchRun, arguments: dict | None, conversation: list[ChatMessage]) -> str:
     """Start the planner's conversation from the (clarified) request; returns the research topic."""
     arguments = arguments or {}
-    clarified = "\n\n".join(
-        message.content if message.role == "user" else f"(Assistant asked: {message.content})"
-        for message in conversation
-    )
+    task = clarified_task(conversation)
     run.state.locale = run.request.locale or str(arguments.get("locale") or DEFAULT_LOCALE)
-    run.state.planner_messages = [ChatMessage(role="user", content=clarified)]
-    return str(arguments.get("research_topic") or clarified)
+    run.state.planner_messages = [task]
+    return str(arguments.get("research_topic") or task.content)
 
 
 async def investigate(run: ResearchRun, topic: str) -> None:

@@ -19,6 +19,19 @@ REPORT_FORMAT_REMINDER = (
 )
 
 
+# How the planner's task marks each question the coordinator asked between the person's words
+# (the offline planner reads the layout back, to tell the question from the answers).
+ASKED = "(Assistant asked: {})"
+
+
+def clarified_task(conversation: list[ChatMessage]) -> ChatMessage:
+    """The planner's task after clarifying questions: the whole exchange, the person's words as
+    they were and each question asked in :data:`ASKED`'s parentheses."""
+    return ChatMessage(role="user", content="\n\n".join(
+        message.content if message.role == "user" else ASKED.format(message.content) for message in conversation
+    ))
+
+
 def background_message(response: SearchResponse) -> ChatMessage:
     return ChatMessage(
         role="user",

@@ -22,7 +22,7 @@ import math
 import re
 import string
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from workflows.models import ChatMessage
@@ -322,15 +322,21 @@ class _Conversation:
     fixed: int  # system prompt, tool schemas, request overhead
     allowed: int  # limit minus the output reserve
     weights: ScriptWeights
+    _tokens: int = field(init=False, default=0)  # content plus metadata tokens of the kept messages
 
     @classmethod
     def of(cls, messages: Sequence[ChatMessage], fixed: int, allowed: int, weights: ScriptWeights) -> _Conversation:
         return cls(list(messages), [count_tokens(message.content, weights) for message in messages],
                    [_metadata_tokens(message, weights) for message in messages], fixed, allowed, weights)
 
+    def __post_init__(self) -> None:
+        # Kept as a running total: summing both lists on every ``shrink`` made trimming quadratic
+        # in the number of messages.
+        self._tokens = sum(self.content_tokens) + sum(self.metadata_tokens)
+
     @property
     def overflow(self) -> int:
-        return self.fixed + sum(self.content_tokens) + sum(self.metadata_tokens) - self.allowed
+        return self.fixed + self._tokens - self.allowed
 
     def shrink(self, index: int, floor: int) -> None:
         """Cut message ``index`` by the overflow, but not below ``floor`` content tokens."""
@@ -344,10 +350,13 @@ class _Conversation:
             return
         content = excerpt(message.content, target, content_tokens, self.weights)
         self.messages[index] = message.model_copy(update={"content": content})
-        self.content_tokens[index] = count_tokens(content, self.weights)
+        shrunk = count_tokens(content, self.weights)
+        self._tokens -= content_tokens - shrunk
+        self.content_tokens[index] = shrunk
 
     def drop(self, unit: list[int]) -> None:
         for index in unit:
+            self._tokens -= self.content_tokens[index] + self.metadata_tokens[index]
             self.messages[index] = None
             self.content_tokens[index] = self.metadata_tokens[index] = 0
 

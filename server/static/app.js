@@ -94,6 +94,7 @@ function runItem(run) {
 async function loadConfig() {
   const config = await api("/api/config");
   $("offline").hidden = !config.offline_demo;
+  $("suggestions").hidden = !config.offline_demo;  // what the bundled corpus can answer
   const { resources } = await api("/api/rag/resources");
   $("resources").replaceChildren(...resources.map((r) => {
     const option = item("option", r.title);
@@ -125,6 +126,14 @@ $("new-run").addEventListener("submit", async (event) => {
   await openRun(id);
   loadRuns().catch(() => {});
 });
+
+// A suggested question fills the box (the person still chooses the options and starts it).
+for (const suggestion of document.querySelectorAll("#suggestions button")) {
+  suggestion.addEventListener("click", () => {
+    $("question").value = suggestion.textContent;
+    $("question").focus();
+  });
+}
 
 $("token-form").addEventListener("submit", (event) => {
   event.preventDefault();
