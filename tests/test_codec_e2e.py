@@ -131,8 +131,11 @@ async def finished(world: World, client: Client, tmp_path_factory: pytest.TempPa
 
 
 def report_phrase(result: ResearchResult) -> str:
-    """The report's longest line: text only the reporter wrote (checked below to be long)."""
-    line = max((line.strip() for line in (result.report or "").splitlines()), key=len)
+    """The report's longest line without quotes or backslashes: text only the reporter wrote
+    (checked below to be long), which reads the same raw and inside a JSON payload (a quoted line
+    would be escaped there, and neither finding it nor proving it absent would mean anything)."""
+    line = max((line.strip() for line in (result.report or "").splitlines() if not {'"', "\\"} & set(line)),
+               key=len)
     assert len(line) > 60, result.report
     return line
 
