@@ -3,6 +3,7 @@ review, answer, decide at the budget and cancel."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -10,9 +11,11 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from server import sse
-from server.access import principal
+from server.access import Principal, principal
+from server.runs import Runs
 from server.security import read_json
 from server.services import endpoint, services
+from workflows.models import ReviewOutcome
 
 
 async def list_runs(request: Request) -> Any:
@@ -36,25 +39,17 @@ async def run_events(request: Request) -> Response:
     return shared.event_stream(sse.with_keep_alive(shared.runs.events(run, after), shared.keep_alive), run)
 
 
-async def review(request: Request) -> Any:
-    shared = services(request)
-    outcome = await shared.runs.review(request.path_params["run"], await read_json(request, shared.body_limit),
-                                       principal(request))
-    return outcome.model_dump()
+# Runs.review, Runs.answer or Runs.budget: a person's decision on a run, taken from a JSON body.
+Decision = Callable[[Runs, str, Any, Principal], Awaitable[ReviewOutcome]]
 
 
-async def answer(request: Request) -> Any:
-    shared = services(request)
-    outcome = await shared.runs.answer(request.path_params["run"], await read_json(request, shared.body_limit),
-                                       principal(request))
-    return outcome.model_dump()
-
-
-async def budget(request: Request) -> Any:
-    shared = services(request)
-    outcome = await shared.runs.budget(request.path_params["run"], await read_json(request, shared.body_limit),
-                                       principal(request))
-    return outcome.model_dump()
+def decision(decide: Decision) -> Callable[[Request], Awaitable[Any]]:
+    """The route for one kind of decision: the body read within the limit, sent as the caller."""
+    async def route(request: Request) -> Any:
+        shared = services(request)
+        body = await read_json(request, shared.body_limit)
+        return (await decide(shared.runs, request.path_params["run"], body, principal(request))).model_dump()
+    return route
 
 
 async def cancel(request: Request) -> Any:
@@ -67,8 +62,8 @@ ROUTES = [
     Route("/api/runs", endpoint(start_run), methods=["POST"]),
     Route("/api/runs/{run:str}", endpoint(show), methods=["GET"]),
     Route("/api/runs/{run:str}/events", endpoint(run_events), methods=["GET"]),
-    Route("/api/runs/{run:str}/review", endpoint(review), methods=["POST"]),
-    Route("/api/runs/{run:str}/answer", endpoint(answer), methods=["POST"]),
-    Route("/api/runs/{run:str}/budget", endpoint(budget), methods=["POST"]),
+    Route("/api/runs/{run:str}/review", endpoint(decision(Runs.review)), methods=["POST"]),
+    Route("/api/runs/{run:str}/answer", endpoint(decision(Runs.answer)), methods=["POST"]),
+    Route("/api/runs/{run:str}/budget", endpoint(decision(Runs.budget)), methods=["POST"]),
     Route("/api/runs/{run:str}/cancel", endpoint(cancel), methods=["POST"]),
 ]
