@@ -84,8 +84,13 @@ async def _terminate_leftover_runs() -> AsyncIterator[None]:
             await handle.terminate("test finished")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def time_env(worker_settings: Settings) -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server per test module. The server stops skipping time while an activity is
+    in flight, and a run terminated mid-activity never releases that lock (its activity can no
+    longer complete), so one test's leftover run would leave every later test on a shared server
+    waiting out two-hour timeouts in real time (CI, 2026-11-27: two budget tests hung for 300 s).
+    A module's own server bounds that to the module, whose tests are written together."""
     env = await WorkflowEnvironment.start_time_skipping(
         data_converter=data_converter(worker_settings), test_server_existing_path=TEST_SERVER
     )
@@ -93,14 +98,14 @@ async def time_env(worker_settings: Settings) -> AsyncIterator[WorkflowEnvironme
     await env.shutdown()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 async def time_worker(time_env: WorkflowEnvironment, worker_settings: Settings) -> AsyncIterator[Client]:
     """A worker on the time-skipping server running the real workflow and real activities."""
     async with running(harness_workers(time_env.client, worker_settings)):
         yield time_env.client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def worker_with(time_env: WorkflowEnvironment) -> WorkerWith:
     """``async with worker_with(settings) as client``: a worker of the test's own, built with
     ``settings``, on a task queue of its own on the time-skipping server, until the block ends; runs
