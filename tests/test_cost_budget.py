@@ -15,23 +15,21 @@ import json
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
+from tests.support.budgets import decide as decide_as
+from tests.support.budgets import paused_for_budget, steps_run
 from tests.support.runs import start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.budget_models import BudgetAction, BudgetDecision
 from workflows.decisions import Actor, Via
 from workflows.errors import failure_message
-from workflows.models import Awaiting, Outcome, Phase, ResearchResult, RunStatus, StepState
+from workflows.models import Outcome, RunStatus, StepState
 from workflows.status_view import budget_line
 
 ALICE = Actor(name="alice", via=Via.CLI)
 OFFLINE_MODEL = "deerflow-offline-demo"
 PRICED = json.dumps({OFFLINE_MODEL: {"input": 1, "output": 1}})
 CROSSED_MID_RESEARCH = 0.007
-
-
-def paused_for_budget(status: RunStatus) -> bool:
-    return status.phase is Phase.AWAITING_BUDGET and status.awaiting is Awaiting.BUDGET
 
 
 async def paused(client: Client, **fields: object) -> tuple[WorkflowHandle, RunStatus]:
@@ -43,12 +41,7 @@ async def paused(client: Client, **fields: object) -> tuple[WorkflowHandle, RunS
 
 
 async def decide(handle: WorkflowHandle, decision: BudgetDecision) -> None:
-    await handle.execute_update("decide_budget", args=[decision, ALICE])
-
-
-def steps_run(result: ResearchResult) -> int:
-    assert result.plan is not None
-    return sum(step.execution_res is not None for step in result.plan.steps)
+    await decide_as(handle, decision, ALICE)
 
 
 async def test_a_cost_budget_pauses_the_run_and_a_raise_of_the_cost_runs_the_rest(
