@@ -107,7 +107,7 @@ async def _check(run: ResearchRun, budget: RunBudget, steps_left: int) -> bool:
         elif decision.action is BudgetAction.FINISH:
             _cut_short(run, "a person chose to finish now")
         else:
-            raise RunEnded(_cancelled(run, f"a person cancelled it at its {_limits(budget)}"))
+            raise RunEnded(_cancelled(run, "a person cancelled it"))
     return not budget.cut_short
 
 
@@ -163,5 +163,5 @@ def _cut_short(run: ResearchRun, why: str) -> None:
 def _cancelled(run: ResearchRun, why: str) -> ResearchResult:
     budget = run.state.status.budget
     assert budget is not None
-    return ResearchResult(report=f"The run was cancelled at its {_limits(budget).split(' (')[0]}: {why}.",
+    return ResearchResult(report=f"The run was cancelled at its {_limits(budget)}: {why}.",
                           plan=run.state.plan, locale=run.state.report_locale, outcome=Outcome.CANCELLED)

@@ -18,17 +18,7 @@ from datetime import datetime
 
 from workflows.budget_models import usd
 from workflows.decisions import Decision
-from workflows.models import (
-    Awaiting,
-    Outcome,
-    Phase,
-    ProgressEvent,
-    ResearchResult,
-    RunStatus,
-    StepState,
-    StepStatus,
-    Usage,
-)
+from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
 RECENT_IGNORED = 3  # ignored signals shown in a status summary; ``watch`` shows every event
@@ -140,7 +130,7 @@ def step_line(step: StepStatus) -> str:
     return f"{STEP_MARK[step.state]} {step.index + 1}. {step.title} ({step.step_type.value})"
 
 
-def budget_line(status: RunStatus | ResearchResult) -> str:
+def budget_line(status: RunStatus) -> str:
     """Spent and remaining of the run's budgets: ``12,000 of 50,000 tokens spent, 38,000 left; $0.0120
     of $0.0500 spent, $0.0380 left``, and whether the research was cut short at them."""
     budget, standing = status.budget, status.budget_standing
