@@ -45,6 +45,7 @@ from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from workflows.plan_parsing import plan_json_schema
 from workflows.tools import HANDOFF_TO_PLANNER
+from workflows.usage import call_usage
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -201,14 +202,12 @@ def _tool_calls(reply: AIMessage) -> list[ToolCall]:
     return calls
 
 
-def _usage(reply: AIMessage) -> Usage:
+def _usage(settings: Settings, model: str, reply: AIMessage) -> Usage:
+    """The call's tokens as the provider reported them, priced at the operator's price for ``model``."""
     meta: dict[str, Any] = dict(reply.usage_metadata or {})
-    return Usage(
-        llm_calls=1,
-        input_tokens=int(meta.get("input_tokens", 0)),
-        output_tokens=int(meta.get("output_tokens", 0)),
-        total_tokens=int(meta.get("total_tokens", 0)),
-    )
+    cached = int((meta.get("input_token_details") or {}).get("cache_read") or 0)
+    return call_usage(model, settings.price_quote(model), int(meta.get("input_tokens", 0)), cached,
+                      int(meta.get("output_tokens", 0)), int(meta.get("total_tokens", 0)))
 
 
 def _retry_after(error: openai.APIStatusError) -> timedelta | None:
@@ -343,8 +342,8 @@ class ModelActivities:
         if truncated:
             activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
         return ChatResponse(
-            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
-            finish_reason=finish_reason, truncated=truncated, output_cap=cap,
+            message=ChatMessage(role="assistant", content=content, tool_calls=calls),
+            usage=_usage(settings, model, reply), finish_reason=finish_reason, truncated=truncated, output_cap=cap,
         )
 
     async def _complete(self, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
