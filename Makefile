@@ -8,10 +8,18 @@ QUESTION ?= What are the prospects of solid-state batteries for electric vehicle
 
 .PHONY: demo test lint down
 
+# Bytecode is cached as in a plain checkout, even where the shell sets PYTHONDONTWRITEBYTECODE (this
+# machine's does): the suite starts hundreds of CLI and worker processes, and each would otherwise
+# compile every module of ours it imports again (0.1 s of CPU for a CLI command, 0.25 s for a worker).
+unexport PYTHONDONTWRITEBYTECODE
+
+# uv installs the same packages as pip from the same registry, downloading in parallel. Measured on a
+# fresh 2-core machine with other builds running (no cache): 0:50 and 22 s of CPU, against pip's 4:31
+# and 100 s. It compiles no bytecode ahead; each module is compiled on first import.
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet uv
+	$(PY) -m uv pip install --quiet --python $(PY) -e ".[test]"
 	touch $@
 
 demo: $(VENV)/.installed

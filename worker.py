@@ -206,8 +206,9 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
     Reclaiming a dead predecessor's attempts (so they are retried now) goes first: the imports below
     would hold up its few calls. The attempts it failed are retried at once, mostly here: a model
     call waits for the model libraries, which are imported first, and the rest (seconds of CPU: the
-    MCP SDK, the fork server) waits until those retries are done (at most 10 s), measured to take
-    0.6-1 s off the resume of a run killed mid-model-call (bench/crash_cost.py).
+    MCP SDK where an MCP server is configured, the fork server) waits until those retries are done
+    (at most 10 s), measured to take 0.6-1 s off the resume of a run killed mid-model-call
+    (bench/crash_cost.py).
 
     Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
     python_repl_tool call, the fork server (1-3 s) is started by the first extraction, and the model and
@@ -220,7 +221,7 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
         if reclaimed and journal is not None:
             await load(MODEL_MODULE)
             await settled(journal)
-        await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload())
+        await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload(settings))
 
 
 def run() -> NoReturn:

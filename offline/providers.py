@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from config.settings import Settings
-from offline.model_server import FakeModelServer
-from offline.search_server import FakeSearchServer
+
+if TYPE_CHECKING:  # imported where they start: the CLI reads the banner without the scripted agents
+    from offline.model_server import FakeModelServer
+    from offline.search_server import FakeSearchServer
 
 OFFLINE_BANNER = (
     "OFFLINE DEMONSTRATION MODEL: no model is configured (no OPENAI_API_KEY or OPENAI_BASE_URL, and no "
@@ -98,6 +101,9 @@ def start_offline_providers(settings: Settings) -> OfflineProviders:
     ``DEERFLOW_OFFLINE_MODEL_LATENCY`` / ``DEERFLOW_OFFLINE_SEARCH_LATENCY`` (seconds) make the fakes
     answer as slowly as real providers do, for demos, crash drills and benchmarks.
     """
+    from offline.model_server import FakeModelServer
+    from offline.search_server import FakeSearchServer
+
     model = search = None
     overrides: dict[str, str] = {}
     offline_model, offline_search = offline_parts(settings)

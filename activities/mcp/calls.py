@@ -10,7 +10,7 @@ from temporalio import activity
 
 from activities.guards.secret_scrubber import SecretScrubber
 from activities.support.heartbeat import heartbeating
-from activities.support.lazy import load
+from activities.support.lazy import MCP_MODULE, load
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList
@@ -29,12 +29,12 @@ class McpActivities:
     @paced_retries
     async def mcp_list_tools(self, request: MCPListRequest) -> MCPToolList:
         """The server's tools for ``request.agent``, as ToolSpecs named ``mcp_<server>_<tool>``."""
-        mcp_tools = await load("activities.mcp.tools")
+        mcp_tools = await load(MCP_MODULE)
         return await mcp_tools.list_tools(request, self.settings, self.scrubber)
 
     @activity.defn(name="mcp_call_tool")
     @heartbeating
     async def mcp_call_tool(self, request: MCPCallRequest) -> MCPCallResult:
         """Call one tool; the server's tool errors come back as ``is_error``."""
-        mcp_tools = await load("activities.mcp.tools")
+        mcp_tools = await load(MCP_MODULE)
         return await mcp_tools.call_tool(request, self.settings, self.scrubber)

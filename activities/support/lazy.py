@@ -13,9 +13,11 @@ import asyncio
 import importlib
 from types import ModuleType
 
-# Every module an activity imports through ``load``: what ``preload`` warms.
+from config.settings import Settings
+
+# Every module an activity imports through ``load``.
 MODEL_MODULE = "activities.model.llm"
-LAZY_MODULES = (MODEL_MODULE, "activities.mcp.tools")
+MCP_MODULE = "activities.mcp.tools"
 
 
 async def load(name: str) -> ModuleType:
@@ -24,6 +26,9 @@ async def load(name: str) -> ModuleType:
     return await asyncio.to_thread(importlib.import_module, name)
 
 
-async def preload() -> None:
-    for name in LAZY_MODULES:
-        await load(name)
+async def preload(settings: Settings) -> None:
+    """Warm the model libraries, and the MCP SDK only where the operator configured an MCP server:
+    with none, no MCP call can succeed, and its import would cost each worker seconds of CPU."""
+    await load(MODEL_MODULE)
+    if settings.mcp_servers:
+        await load(MCP_MODULE)
