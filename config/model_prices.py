@@ -1,4 +1,5 @@
-"""Default model prices, for the estimated-cost metric (runtime/metrics.py).
+"""Default model prices, for each call's estimated cost (a run's usage, ``starter.py costs`` and the
+metric, runtime/metrics.py).
 
 Why a table in code: an operator on a known model gets a sane estimate with no setting, and one on
 another model or with a negotiated rate overrides it (``DEERFLOW_MODEL_PRICES``). The figures are
@@ -21,6 +22,11 @@ class ModelPrice(BaseModel):
 
     def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
         return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
+
+    def cost_microusd(self, input_tokens: int, output_tokens: int) -> int:
+        """The cost in millionths of a USD: one call's figure in the run's usage and in the
+        ``deerflow_llm_cost_microusd`` metric alike (activities/model/telemetry.py reads it there)."""
+        return round(self.cost_usd(input_tokens, output_tokens) * 1_000_000)
 
 
 DEFAULT_PRICES: dict[str, ModelPrice] = {

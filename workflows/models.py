@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from workflows.budget_models import BudgetTimeoutAction, RunBudget
 from workflows.decisions import Decision
+from workflows.usage import Usage
 
 TASK_QUEUE = "deep-research"
 WORKFLOW_TYPE = "DeepResearchWorkflow"
@@ -179,21 +180,6 @@ class ResearchRequest(BaseModel):
     # Tokens the run may spend (None: the operator's default); never above the operator's maximum.
     token_budget: int | None = Field(default=None, ge=1)
     budget_timeout_action: BudgetTimeoutAction = BudgetTimeoutAction.FINISH  # after review_timeout
-
-
-class Usage(BaseModel):
-    """LLM usage, summed over a run."""
-
-    llm_calls: int = 0
-    input_tokens: int = 0
-    output_tokens: int = 0
-    total_tokens: int = 0
-
-    def add(self, other: Usage) -> None:
-        self.llm_calls += other.llm_calls
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.total_tokens += other.total_tokens
 
 
 class Outcome(StrEnum):

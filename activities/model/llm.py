@@ -40,11 +40,12 @@ from activities.model.context_window import ContextWindows, Overflow, context_ex
 from activities.model.prompts import render_prompt
 from activities.model.telemetry import model_call_telemetry
 from activities.model.tool_support import IGNORED, PROBE_MAX_TOKENS, ToolSupport, refuses_tools, tools_refused
-from activities.support.limits import provider_slot
+from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall
 from workflows.plan_parsing import plan_json_schema
 from workflows.tools import HANDOFF_TO_PLANNER
+from workflows.usage import ModelUsage, Usage
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -201,13 +202,17 @@ def _tool_calls(reply: AIMessage) -> list[ToolCall]:
     return calls
 
 
-def _usage(reply: AIMessage) -> Usage:
+def _usage(reply: AIMessage, settings: Settings, model: str) -> Usage:
+    """The call's tokens, also under ``model`` with their cost at the operator's price (None: unpriced)."""
     meta: dict[str, Any] = dict(reply.usage_metadata or {})
+    input_tokens, output_tokens = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
+    price = settings.model_price(model)
+    cost = price.cost_microusd(input_tokens, output_tokens) if price else None
     return Usage(
-        llm_calls=1,
-        input_tokens=int(meta.get("input_tokens", 0)),
-        output_tokens=int(meta.get("output_tokens", 0)),
+        llm_calls=1, input_tokens=input_tokens, output_tokens=output_tokens,
         total_tokens=int(meta.get("total_tokens", 0)),
+        by_model={model: ModelUsage(llm_calls=1, input_tokens=input_tokens, output_tokens=output_tokens,
+                                    cost_microusd=cost)},
     )
 
 
@@ -298,6 +303,7 @@ class ModelActivities:
         """Fail the call when a reply without a handoff comes from a provider that ignores tools
         (``activities/model/tool_support.py``); a provider that honours them keeps its direct reply."""
         probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        await spend_tokens(self.settings.llm_tokens_per_minute, PROBE_MAX_TOKENS)  # its prompt is a few words
         async with provider_slot("llm", self.settings.llm_max_concurrency):
             supported = await self.tool_support.check(probe)
         if supported is False:
@@ -343,8 +349,8 @@ class ModelActivities:
         if truncated:
             activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
         return ChatResponse(
-            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=_usage(reply),
-            finish_reason=finish_reason, truncated=truncated, output_cap=cap,
+            message=ChatMessage(role="assistant", content=content, tool_calls=calls),
+            usage=_usage(reply, settings, model), finish_reason=finish_reason, truncated=truncated, output_cap=cap,
         )
 
     async def _complete(self, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
@@ -356,11 +362,16 @@ class ModelActivities:
         if tools:
             client = client.bind_tools(tools)
         formats = _response_formats(settings, request)
+        weights = script_weights_for(settings.model_name(request.model_tier.value))
+        # What a provider counts against its tokens-per-minute quota when the request arrives: the
+        # prompt and the reply's cap (the reply's real length is known only afterwards).
+        quota_tokens = count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights) + cap
         for index, response_format in enumerate(formats):
             # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
             # which raises on finish_reason "length" and would lose a reply cut at its cap.
             runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
             try:
+                await spend_tokens(settings.llm_tokens_per_minute, quota_tokens)
                 async with provider_slot("llm", settings.llm_max_concurrency):
                     return await token_stream.invoke(runnable, _to_langchain(system_prompt, messages),
                                                       request.prompt, settings)

@@ -24,8 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
 from workflows.models import ChatRequest, ChatResponse
-
-MICRO = 1_000_000
+from workflows.usage import ModelUsage, Usage
 
 
 class _HasSettings(Protocol):
@@ -62,7 +61,7 @@ def model_call_telemetry(fn: Chat[S]) -> Chat[S]:
                                  "gen_ai.usage.output_tokens": usage.output_tokens,
                                  "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"]})
             _count_call(labels, "truncated" if response.truncated else "ok")
-            _count_usage(self.settings, labels, usage.input_tokens, usage.output_tokens)
+            _count_usage(labels, usage)
             return response
 
     return wrapper
@@ -74,12 +73,13 @@ def _count_call(labels: dict[str, Any], outcome: str) -> None:
         1, {**labels, "outcome": outcome})
 
 
-def _count_usage(settings: Settings, labels: dict[str, Any], input_tokens: int, output_tokens: int) -> None:
+def _count_usage(labels: dict[str, Any], usage: Usage) -> None:
+    """The call's tokens, and its cost as the run's usage records it (so ``starter.py costs`` and the
+    metric show the same figures: the chat activity prices the call once, activities/model/llm.py)."""
     meter = activity.metric_meter()
     tokens = meter.create_counter("deerflow_llm_tokens", "Tokens the provider reported, by model, agent and kind")
-    tokens.add(input_tokens, {**labels, "kind": "prompt"})
-    tokens.add(output_tokens, {**labels, "kind": "completion"})
-    price = settings.model_price(labels["model"])
-    cost = price.cost_usd(input_tokens, output_tokens) if price else 0.0
+    tokens.add(usage.input_tokens, {**labels, "kind": "prompt"})
+    tokens.add(usage.output_tokens, {**labels, "kind": "completion"})
+    cost = usage.by_model.get(labels["model"], ModelUsage()).cost_microusd
     meter.create_counter("deerflow_llm_cost_microusd", "Estimated cost in millionths of a USD, by model", "uUSD").add(
-        round(cost * MICRO), {"model": labels["model"], "priced": str(bool(price)).lower()})
+        cost or 0, {"model": labels["model"], "priced": str(cost is not None).lower()})
