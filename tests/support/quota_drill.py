@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client
 
+from runtime import research_client
 from tests.support.runs import QUESTION, run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.decisions import Actor, Via
+from workflows.models import ResearchRequest, ResearchResult
 
 
 @dataclass(frozen=True)
@@ -43,10 +45,14 @@ def measured_rate(arrivals: list[float], skip: float = 0.1) -> Rate:
     return Rate(len(times), last - first, times[last] - times[first], busiest)
 
 
+DRILL = Actor(name="quota-drill", via=Via.CLI)  # who started the drill's runs, as ``starter.py costs`` shows
+
+
 async def run_many(client: Client, runs: int, prefix: str, max_steps: int = 1) -> list[ResearchResult]:
-    """Start ``runs`` research runs at once (plans accepted) and wait for every result."""
+    """Start ``runs`` research runs at once (plans accepted), as the front doors start them, and wait
+    for every result."""
     request = ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=max_steps)
-    handles: list[WorkflowHandle[object, ResearchResult]] = await asyncio.gather(*(
-        client.start_workflow(WORKFLOW_TYPE, request, id=run_id(f"{prefix}-{index}"), task_queue=TASK_QUEUE,
-                              result_type=ResearchResult) for index in range(runs)))
+    handles = await asyncio.gather(*(
+        research_client.start(client, request, run_id=run_id(f"{prefix}-{index}"), summary=prefix, started_by=DRILL)
+        for index in range(runs)))
     return list(await asyncio.gather(*(handle.result() for handle in handles)))
