@@ -80,8 +80,8 @@ async def test_two_workers_together_keep_to_the_fleets_request_rate(client: Clie
     assert all(result.report for result in results), "every run completes under the cap"
     rate = measured_rate(fleet.model.arrivals)
     # Each worker capped on its own would let through 2R; uncapped, these runs send several times R.
-    # Below R is no breach: the server splits the rate among the queue's partitions, so a backlog of a
-    # few runs' calls leaves some partitions idle (bench/quota.py saturates it: within 2 % of R).
+    # Below R is no breach: with only a few runs' calls waiting the fleet runs somewhat under R (1.66
+    # of 2 here); bench/quota.py's 16 runs keep it saturated, within 10 % of R.
     assert rate.window_requests >= 10
     assert RATE * 0.5 <= rate.per_second <= RATE * 1.2, rate
     started = set()
