@@ -27,6 +27,9 @@ from workflows.models import WORKFLOW_TYPE, ResearchResult
 from workflows.usage import Usage
 
 READS_AT_ONCE = 8  # results and queries in flight while listing: the server's and the worker's share
+# A status query waits for a worker; one that died a moment ago is still listed as polling, and a
+# listing must not wait the server's whole query timeout for each of its runs.
+QUERY_SECONDS = 5.0
 _UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
@@ -47,8 +50,8 @@ async def run_usage(client: Client, execution: WorkflowExecution) -> Usage | Non
         except (RPCError, ValueError):
             return None
     try:
-        return (await research_client.status(handle)).usage
-    except (RPCError, ValueError):  # no worker to answer, or a status this build cannot read
+        return (await asyncio.wait_for(research_client.status(handle), QUERY_SECONDS)).usage
+    except (RPCError, ValueError, TimeoutError):  # no worker to answer, or a status this build cannot read
         return None
 
 
