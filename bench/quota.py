@@ -27,10 +27,18 @@ from tests.support.quota_drill import Rate, measured_rate, run_many
 TOLERANCE = 0.10
 
 
-async def measure(rate: float | None, runs: int, steps: int) -> tuple[Rate, int, float]:
+def partition_args(partitions: int | None) -> list[str]:
+    """The dev server's flags for ``partitions`` partitions per task queue (None: the server's default, 4)."""
+    if partitions is None:
+        return []
+    return [arg for kind in ("Read", "Write")
+            for arg in ("--dynamic-config-value", f"matching.numTaskqueue{kind}Partitions={partitions}")]
+
+
+async def measure(rate: float | None, runs: int, steps: int, partitions: int | None) -> tuple[Rate, int, float]:
     """The rate the fake model saw with the fleet capped at ``rate`` (None: uncapped), runs completed, wall."""
     worker_env = {"LLM_REQUESTS_PER_SECOND": str(rate)} if rate else {}
-    async with bench_stack(model_latency=0.2, worker_env=worker_env) as stack:
+    async with bench_stack(model_latency=0.2, worker_env=worker_env, server_args=partition_args(partitions)) as stack:
         env = {"DEERFLOW_HOME": str(stack.workdir / "home"), **worker_env, **offline_env(stack.model, stack.search)}
         second = BenchWorker(stack.server.address, stack.workdir / "worker-2.log", env, REPO / "worker.py").start()
         try:
@@ -50,11 +58,12 @@ def describe(label: str, rate: Rate, completed: int, runs: int, wall: float) -> 
           f"runs completed {completed}/{runs}", flush=True)
 
 
-async def main(rate: float, runs: int, steps: int) -> None:
-    header(f"bench/quota.py: {runs} runs, 2 workers, LLM_REQUESTS_PER_SECOND={rate:g}")
-    demand, completed, wall = await measure(None, runs, steps)
+async def main(rate: float, runs: int, steps: int, partitions: int | None) -> None:
+    header(f"bench/quota.py: {runs} runs, 2 workers, LLM_REQUESTS_PER_SECOND={rate:g}, "
+           f"{partitions or 'default'} partitions per queue")
+    demand, completed, wall = await measure(None, runs, steps, partitions)
     describe("uncapped (the demand)", demand, completed, runs, wall)
-    capped, completed, wall = await measure(rate, runs, steps)
+    capped, completed, wall = await measure(rate, runs, steps, partitions)
     describe(f"capped at {rate:g}/s", capped, completed, runs, wall)
     ratio = capped.per_second / rate
     print(f"measured/R = {ratio:.3f}; demand/R = {demand.per_second / rate:.2f}")
@@ -70,5 +79,6 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=4.0, help="the cap R, model requests per second")
     parser.add_argument("--runs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=2, help="max_step_num of each run")
+    parser.add_argument("--partitions", type=int, help="task queue partitions on the dev server (default: its own)")
     args = parser.parse_args()
-    run_main(main(args.rate, args.runs, args.steps))
+    run_main(main(args.rate, args.runs, args.steps, args.partitions))
