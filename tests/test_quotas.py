@@ -99,11 +99,11 @@ async def timed_chat(settings: Settings) -> float:
 async def test_a_model_call_waits_for_its_tokens_in_the_workers_bucket(
     provider_env: dict[str, str], model_server: FakeModelServer
 ) -> None:
-    """A call counts its prompt plus its output cap (4,096 here, about 5,000 in all). With 300,000
-    tokens a minute (5,000 a second) and the bucket just filled by other calls, it waits about a second."""
+    """A call counts its prompt plus its output cap (4,096 here, about 5,000 in all). With 100,000
+    tokens a minute (1,667 a second) and the bucket just filled by other calls, it waits about 3 s."""
     free = await timed_chat(settings_with(provider_env))  # also the first call's imports, out of the timing
     free = min(free, await timed_chat(settings_with(provider_env)))
-    await spend_tokens(300_000, 300_000)
-    quota = await timed_chat(settings_with(provider_env, LLM_TPM="300000"))
-    assert quota > free + 0.5, f"the call did not wait for its tokens ({quota:.2f} s against {free:.2f} s)"
+    await spend_tokens(100_000, 100_000)
+    quota = await timed_chat(settings_with(provider_env, LLM_TPM="100000"))
+    assert quota > free + 1.5, f"the call did not wait for its tokens ({quota:.2f} s against {free:.2f} s)"
     assert len(model_server.requests) == 3
