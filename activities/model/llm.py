@@ -283,6 +283,16 @@ def _cut_chain(error: Exception) -> ApplicationError:
     return classify_provider_error(error)
 
 
+def _quota_tokens(settings: Settings, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
+                  tools: list[dict[str, Any]], cap: int) -> int:
+    """What a provider counts against its tokens-per-minute quota when the request arrives: the prompt
+    and the reply's cap (the reply's real length is known only afterwards). 0 without a quota: no count."""
+    if settings.llm_tokens_per_minute is None:
+        return 0
+    weights = script_weights_for(settings.model_name(request.model_tier.value))
+    return count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights) + cap
+
+
 class _Overflowed(Exception):
     """The provider refused the request as longer than its context window."""
 
@@ -362,10 +372,7 @@ class ModelActivities:
         if tools:
             client = client.bind_tools(tools)
         formats = _response_formats(settings, request)
-        weights = script_weights_for(settings.model_name(request.model_tier.value))
-        # What a provider counts against its tokens-per-minute quota when the request arrives: the
-        # prompt and the reply's cap (the reply's real length is known only afterwards).
-        quota_tokens = count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights) + cap
+        quota_tokens = _quota_tokens(settings, request, system_prompt, messages, tools, cap)
         for index, response_format in enumerate(formats):
             # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
             # which raises on finish_reason "length" and would lose a reply cut at its cap.
