@@ -63,4 +63,6 @@ class RunConfigActivities:
             main_queue_kinds=main_queue_kinds(settings, self.served),
             token_budget_default=settings.run_token_budget,
             token_budget_max=settings.run_token_budget_max,
+            cost_budget_usd_default=settings.run_cost_budget_usd,
+            cost_budget_usd_max=settings.run_cost_budget_usd_max,
         )

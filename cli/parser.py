@@ -46,6 +46,17 @@ def _positive(text: str) -> int:
     return value
 
 
+def _usd(text: str) -> float:
+    """An amount in USD above zero: ``0.50``, ``12``."""
+    try:
+        value = float(text.removeprefix("$"))
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD") from error
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be above 0")
+    return value
+
+
 def _duration(text: str) -> timedelta:
     """Seconds (``300``, ``1.5``) or ISO 8601 (``PT12H``, ``P3D``), as the README and ``--help`` promise."""
     try:
@@ -102,6 +113,8 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--parallel", action="store_true", help="run independent research steps concurrently")
     run.add_argument("--token-budget", type=_positive, metavar="TOKENS",
                      help="pause for a decision before a step that would spend more (at most the operator's maximum)")
+    run.add_argument("--cost-budget", type=_usd, metavar="USD",
+                     help="the same in USD, at the operator's model prices (DEERFLOW_MODEL_PRICES)")
     run.add_argument("--clarify", action="store_true", help="let the coordinator ask clarifying questions")
     run.add_argument("--review-timeout", metavar="DURATION", type=_duration,
                      help="how long a review may wait, ISO 8601 (P7D, PT12H) or seconds (default P7D)")
@@ -132,11 +145,13 @@ def _add_steering(sub: Subcommands) -> None:
     add_as_argument(answer)
     answer.set_defaults(handler=research.answer)
 
-    budget = sub.add_parser("budget", help="decide about a run paused at its token budget")
+    budget = sub.add_parser("budget", help="decide about a run paused at its token or cost budget")
     budget.add_argument("id")
-    decision = budget.add_mutually_exclusive_group(required=True)
+    decision = budget.add_mutually_exclusive_group()  # one of them, or --raise-usd (research.budget checks)
     decision.add_argument("--raise", dest="raise_to", type=_positive, metavar="TOKENS",
-                          help="a new, higher budget (up to the operator's maximum)")
+                          help="a new, higher token budget (up to the operator's maximum)")
+    budget.add_argument("--raise-usd", type=_usd, metavar="USD",
+                        help="a new, higher cost budget (up to the operator's maximum); with or without --raise")
     decision.add_argument("--finish", action="store_true", help="no more steps: report from what was found")
     decision.add_argument("--cancel", action="store_true", help="end the run without a report")
     add_as_argument(budget)

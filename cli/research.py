@@ -97,6 +97,8 @@ def _request(args: argparse.Namespace, question: str, settings: Settings) -> Res
     fields["parallel_steps"] = args.parallel
     if args.token_budget:
         fields["token_budget"] = args.token_budget
+    if args.cost_budget:
+        fields["cost_budget_usd"] = args.cost_budget
     fields["enable_clarification"] = args.clarify
     if args.no_background:
         fields["enable_background_investigation"] = False
@@ -265,9 +267,12 @@ async def answer(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def budget(args: argparse.Namespace, settings: Settings) -> int:
+    raising = args.raise_to is not None or args.raise_usd is not None
+    if raising == bool(args.finish or args.cancel):
+        raise CliError("say one of --raise TOKENS and/or --raise-usd USD, --finish, --cancel")
     client = await connect(settings)
-    action = BudgetAction.RAISE if args.raise_to else BudgetAction.FINISH if args.finish else BudgetAction.CANCEL
-    decision = BudgetDecision(action=action, tokens=args.raise_to)
+    action = BudgetAction.RAISE if raising else BudgetAction.FINISH if args.finish else BudgetAction.CANCEL
+    decision = BudgetDecision(action=action, tokens=args.raise_to, cost_usd=args.raise_usd)
     outcome = await _send_update(client.get_workflow_handle(args.id), _budget_update, decision, cli_actor(args),
                                  "budget decision")
     print(outcome.message)

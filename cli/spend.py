@@ -12,14 +12,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from workflows.decisions import Actor
-from workflows.usage import ModelUsage, Usage
+from workflows.usage import COST_DIGITS, Usage
 
 NOT_RECORDED = "(not recorded)"  # a run started before the memo named its starter, or from outside our doors
 
 
-def usd(microusd: int) -> str:
-    """Millionths of a USD as dollars, to the hundredth of a cent: an offline run costs fractions of one."""
-    return f"${microusd / 1_000_000:,.4f}"
+def usd(amount: float) -> str:
+    """USD to the hundredth of a cent: an offline run costs fractions of one."""
+    return f"${amount:,.4f}"
 
 
 def cost_cell(usage: Usage | None) -> str:
@@ -27,13 +27,11 @@ def cost_cell(usage: Usage | None) -> str:
     has no price), ``… · unpriced``, ``… · no cost recorded`` (a run from before), or ``-`` (unknown)."""
     if usage is None:
         return "-"
-    cost = usage.cost_microusd
     if not usage.by_model:
         return f"{usage.total_tokens:,} tokens · no cost recorded"
-    unpriced = any(part.cost_microusd is None for part in usage.by_model.values())
-    if cost is None:
+    if len(usage.unpriced_models) == len(usage.by_model):
         return f"{usage.total_tokens:,} tokens · unpriced"
-    return f"{usage.total_tokens:,} tokens · {usd(cost)}{' + unpriced' if unpriced else ''}"
+    return f"{usage.total_tokens:,} tokens · {usd(usage.cost_usd)}{' + unpriced' if usage.unpriced_models else ''}"
 
 
 @dataclass
@@ -41,10 +39,19 @@ class Spend:
     """Runs, calls, tokens and cost under one heading (a model, or who started the runs)."""
 
     runs: int = 0
-    usage: ModelUsage = field(default_factory=ModelUsage)
+    llm_calls: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    priced: bool = False  # some of it had a price: else the cost says "unpriced"
 
-    def add(self, usage: ModelUsage) -> None:
-        self.usage.add(usage)
+    def add(self, llm_calls: int, input_tokens: int, output_tokens: int, cost_usd: float, priced: bool) -> None:
+        self.runs += 1
+        self.llm_calls += llm_calls
+        self.input_tokens += input_tokens
+        self.output_tokens += output_tokens
+        self.cost_usd = round(self.cost_usd + cost_usd, COST_DIGITS)
+        self.priced = self.priced or priced
 
 
 @dataclass
@@ -64,20 +71,13 @@ class SpendSummary:
             self.unknown += 1
             return
         starter = self.by_starter.setdefault(str(started_by) if started_by else NOT_RECORDED, Spend())
-        starter.runs += 1
-        starter.add(whole_run(usage))
+        starter.add(usage.llm_calls, usage.input_tokens, usage.output_tokens, usage.cost_usd,
+                    len(usage.unpriced_models) < len(usage.by_model))
         for model, part in usage.by_model.items():
-            spend = self.by_model.setdefault(model, Spend())
-            spend.runs += 1
-            spend.add(part)
+            self.by_model.setdefault(model, Spend()).add(part.llm_calls, part.input_tokens, part.output_tokens,
+                                                         part.cost_usd, part.price is not None)
         if not usage.by_model:
             self.untracked_tokens += usage.total_tokens
-
-
-def whole_run(usage: Usage) -> ModelUsage:
-    """A run's usage as one entry: its tokens, and the cost of its priced models."""
-    return ModelUsage(llm_calls=usage.llm_calls, input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
-                      cost_microusd=usage.cost_microusd)
 
 
 def summarise(runs: Iterable[tuple[Actor | None, Usage | None]]) -> SpendSummary:
@@ -88,13 +88,11 @@ def summarise(runs: Iterable[tuple[Actor | None, Usage | None]]) -> SpendSummary
 
 
 def _rows(title: str, spends: dict[str, Spend]) -> list[tuple[str, ...]]:
-    ordered = sorted(spends.items(), key=lambda item: (-(item[1].usage.cost_microusd or 0),
-                                                       -(item[1].usage.input_tokens + item[1].usage.output_tokens),
-                                                       item[0]))
+    ordered = sorted(spends.items(), key=lambda item: (-item[1].cost_usd,
+                                                       -(item[1].input_tokens + item[1].output_tokens), item[0]))
     return [(title, "RUNS", "CALLS", "TOKENS IN", "TOKENS OUT", "COST"), *[
-        (name, str(spend.runs), f"{spend.usage.llm_calls:,}", f"{spend.usage.input_tokens:,}",
-         f"{spend.usage.output_tokens:,}", usd(spend.usage.cost_microusd) if spend.usage.cost_microusd is not None
-         else "unpriced") for name, spend in ordered]]
+        (name, str(spend.runs), f"{spend.llm_calls:,}", f"{spend.input_tokens:,}", f"{spend.output_tokens:,}",
+         usd(spend.cost_usd) if spend.priced else "unpriced") for name, spend in ordered]]
 
 
 def summary_tables(summary: SpendSummary) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
@@ -103,8 +101,8 @@ def summary_tables(summary: SpendSummary) -> tuple[list[tuple[str, ...]], list[t
 
 
 def total_line(summary: SpendSummary) -> str:
-    cost = sum(spend.usage.cost_microusd or 0 for spend in summary.by_starter.values())
-    tokens = sum(spend.usage.input_tokens + spend.usage.output_tokens for spend in summary.by_starter.values())
+    cost = round(sum(spend.cost_usd for spend in summary.by_starter.values()), COST_DIGITS)
+    tokens = sum(spend.input_tokens + spend.output_tokens for spend in summary.by_starter.values())
     line = f"{summary.runs} runs · {tokens:,} tokens · {usd(cost)} estimated (priced models only)"
     if summary.unknown:
         line += f" · {summary.unknown} without a readable usage (closed without a result, no worker to replay)"

@@ -48,10 +48,12 @@ from workflows.status_view import (
     Retry,
     awaiting_commands,
     awaiting_headline,
+    budget_line,
     event_text,
     offline_label,
     phase_label,
     retry_line,
+    spent_line,
     usage_line,
 )
 
@@ -230,7 +232,7 @@ def render_status(status: RunStatus, run_id: str, now: datetime, *, note: str | 
         phase = ended[1].replace("_", " ")
     header.add_row("Phase", Text.assemble((phase, PHASE_STYLE.get(status.phase, "bold"))))
     header.add_row("Elapsed", _run_elapsed(status, now))
-    header.add_row("Usage", usage_line(status.usage))
+    header.add_row("Usage", usage_line(status.usage) + (f"\nBudget: {budget_line(status)}" if status.budget else ""))
     parts: list[RenderableType] = [header]
     if status.error:
         parts.append(Text(f"Error: {status.error}", style="bold red"))
@@ -481,8 +483,7 @@ class Watcher:
                               refresh=True)
         else:
             phase = f"last phase {last_phase}" if ended else status.phase.value
-            self._write(f"[{self.now().astimezone():%H:%M:%S}] run {closed}: {phase}, "
-                        f"{status.usage.llm_calls} model calls, {status.usage.total_tokens:,} tokens")
+            self._write(f"[{self.now().astimezone():%H:%M:%S}] run {closed}: {phase}, {spent_line(status)}")
         self.last = status
         return status
 

@@ -1,5 +1,5 @@
-"""Default model prices, for each call's estimated cost (a run's usage, ``starter.py costs`` and the
-metric, runtime/metrics.py).
+"""Default model prices, for each call's cost (workflows/usage.py): the run's budget, its result and
+the estimated-cost metric (runtime/metrics.py) all count the same figure.
 
 Why a table in code: an operator on a known model gets a sane estimate with no setting, and one on
 another model or with a negotiated rate overrides it (``DEERFLOW_MODEL_PRICES``). The figures are
@@ -11,34 +11,38 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from workflows.usage import PriceQuote
+
+OPERATOR_SOURCE = "DEERFLOW_MODEL_PRICES"
+LIST_SOURCE = "list price (config/model_prices.py)"
+
 
 class ModelPrice(BaseModel):
-    """USD per million prompt (input) and completion (output) tokens."""
+    """USD per million prompt (input), cached prompt and completion (output) tokens. Without
+    ``cached_input`` the provider's prompt-cache hits cost as much as other input."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     input: float = Field(ge=0)
     output: float = Field(ge=0)
+    cached_input: float | None = Field(default=None, ge=0)
 
-    def cost_usd(self, input_tokens: int, output_tokens: int) -> float:
-        return (input_tokens * self.input + output_tokens * self.output) / 1_000_000
-
-    def cost_microusd(self, input_tokens: int, output_tokens: int) -> int:
-        """The cost in millionths of a USD: one call's figure in the run's usage and in the
-        ``deerflow_llm_cost_microusd`` metric alike (activities/model/telemetry.py reads it there)."""
-        return round(self.cost_usd(input_tokens, output_tokens) * 1_000_000)
+    def quote(self, source: str) -> PriceQuote:
+        """The price as a call's usage records it, with where it came from."""
+        cached = self.input if self.cached_input is None else self.cached_input
+        return PriceQuote(input=self.input, cached_input=cached, output=self.output, source=source)
 
 
 DEFAULT_PRICES: dict[str, ModelPrice] = {
-    "gpt-4o": ModelPrice(input=2.50, output=10.00),
-    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60),
-    "gpt-4.1": ModelPrice(input=2.00, output=8.00),
-    "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60),
-    "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40),
-    "o3": ModelPrice(input=2.00, output=8.00),
-    "o4-mini": ModelPrice(input=1.10, output=4.40),
-    "deepseek-chat": ModelPrice(input=0.27, output=1.10),
-    "deepseek-reasoner": ModelPrice(input=0.55, output=2.19),
+    "gpt-4o": ModelPrice(input=2.50, output=10.00, cached_input=1.25),
+    "gpt-4o-mini": ModelPrice(input=0.15, output=0.60, cached_input=0.075),
+    "gpt-4.1": ModelPrice(input=2.00, output=8.00, cached_input=0.50),
+    "gpt-4.1-mini": ModelPrice(input=0.40, output=1.60, cached_input=0.10),
+    "gpt-4.1-nano": ModelPrice(input=0.10, output=0.40, cached_input=0.025),
+    "o3": ModelPrice(input=2.00, output=8.00, cached_input=0.50),
+    "o4-mini": ModelPrice(input=1.10, output=4.40, cached_input=0.275),
+    "deepseek-chat": ModelPrice(input=0.27, output=1.10, cached_input=0.07),
+    "deepseek-reasoner": ModelPrice(input=0.55, output=2.19, cached_input=0.14),
     "qwen-max": ModelPrice(input=1.60, output=6.40),
     "qwen-plus": ModelPrice(input=0.40, output=1.20),
 }

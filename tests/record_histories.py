@@ -63,6 +63,9 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     # A budget crossed before the second step, nobody deciding within two hours: finish now.
     "budget_timeout_finish": (ResearchRequest(question=QUESTION, auto_accept_plan=True, token_budget=7_000,
                                               review_timeout=timedelta(hours=2)), [], []),
+    # The same at a cost budget ($0.007 at one USD per million tokens: SETTINGS), since COST_BUDGET_PATCH.
+    "cost_budget_timeout_finish": (ResearchRequest(question=QUESTION, auto_accept_plan=True, cost_budget_usd=0.007,
+                                                   review_timeout=timedelta(hours=2)), [], []),
     # A plan without a title: the planner is asked once more, quoting the error (issue #11).
     "reasked_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                      [Fault.plan_without_title()]),
@@ -86,6 +89,8 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
 # Scenarios that need an operator setting, by env name; "{tts}" is the fake speech server's base URL.
 MCP_TEST_SERVER = str(Path(__file__).parent / "support" / "mcp_test_server.py")
 SETTINGS: dict[str, dict[str, str]] = {
+    "cost_budget_timeout_finish": {"DEERFLOW_MODEL_PRICES": json.dumps({"deerflow-offline-demo": {"input": 1,
+                                                                                                  "output": 1}})},
     "podcast": {"DEERFLOW_TTS_URL": "{tts}/v1"},
     "speech": {"DEERFLOW_TTS_URL": "{tts}/v1"},
     "mcp_check": {"MCP_SERVERS": json.dumps({"calc": {"transport": "stdio", "command": sys.executable,

@@ -10,20 +10,18 @@ from __future__ import annotations
 import pytest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
+from tests.support.budgets import decide as decide_as
+from tests.support.budgets import paused_for_budget, steps_run
 from tests.support.runs import start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.budget_models import BudgetAction, BudgetDecision
 from workflows.decisions import Actor, Via
 from workflows.errors import failure_message
-from workflows.models import Awaiting, Outcome, Phase, ResearchResult, RunStatus, StepState
+from workflows.models import Outcome, Phase, RunStatus, StepState
 
 ALICE = Actor(name="alice", via=Via.API)
 CROSSED_MID_RESEARCH = 7_000
-
-
-def paused_for_budget(status: RunStatus) -> bool:
-    return status.phase is Phase.AWAITING_BUDGET and status.awaiting is Awaiting.BUDGET
 
 
 async def paused(client: Client, **fields: object) -> tuple[WorkflowHandle, RunStatus]:
@@ -36,12 +34,7 @@ async def paused(client: Client, **fields: object) -> tuple[WorkflowHandle, RunS
 
 
 async def decide(handle: WorkflowHandle, decision: BudgetDecision) -> None:
-    await handle.execute_update("decide_budget", args=[decision, ALICE])
-
-
-def steps_run(result: ResearchResult) -> int:
-    assert result.plan is not None
-    return sum(step.execution_res is not None for step in result.plan.steps)
+    await decide_as(handle, decision, ALICE)
 
 
 async def test_raising_the_budget_runs_the_rest_of_the_plan(time_worker: Client) -> None:

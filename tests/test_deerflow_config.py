@@ -144,6 +144,7 @@ def test_deerflow_env_example_keys_without_a_meaning_here_are_refused_one_line_e
 @pytest.mark.parametrize(("conf", "key"), [
     ("BASIC_MODEL:\n  platform: google_aistudio\n  model: gemini-2.5-flash\n", "BASIC_MODEL.platform"),
     ("REASONING_MODEL:\n  model: t\n  token_limit: 150000\n", "REASONING_MODEL.token_limit"),
+    ("BASIC_MODEL:\n  model: m\n  temperature: 0.2\n", "BASIC_MODEL.temperature"),  # DeerFlow passes it on
     ("SEARCH_ENGINE:\n  engine: infoquest\n", "SEARCH_ENGINE.engine"),
     ("SEARCH_ENGINE:\n  search_depth: advanced\n", "SEARCH_ENGINE.search_depth"),
     ("CRAWLER_ENGINE:\n  engine: jina\n", "CRAWLER_ENGINE"),

@@ -21,6 +21,7 @@ from runtime.workflow_runner import workflow_runner
 from tests.support.history_checks import HISTORIES, load, most_pending, tool_batches
 from workflows import research
 from workflows.agent_loop import BOUNDED_DROPS_PATCH
+from workflows.budget import COST_BUDGET_PATCH
 from workflows.catalog import WORKFLOWS
 from workflows.models import ResearchResult
 from workflows.research import DeepResearchWorkflow
@@ -33,7 +34,7 @@ def test_the_reference_scenarios_are_recorded() -> None:
     assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
             "no_research_review", "prompt_enhance", "report_evaluation", "prose_fix", "slides",
             "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish",
-            "bounded_dropped_calls"} <= {
+            "bounded_dropped_calls", "cost_budget_timeout_finish"} <= {
         path.stem for path in RECORDED}
 
 
@@ -79,11 +80,16 @@ def test_the_named_reviewers_history_sends_each_review_with_its_sender() -> None
     assert senders == [2, 2]
 
 
-def test_the_budget_history_paused_on_a_durable_timer() -> None:
+@pytest.mark.parametrize("name", ["budget_timeout_finish", "cost_budget_timeout_finish"])
+def test_the_budget_histories_paused_on_a_durable_timer(name: str) -> None:
+    events = load(HISTORIES / f"{name}.json").events
     timers = [event.timer_started_event_attributes.start_to_fire_timeout.seconds
-              for event in load(HISTORIES / "budget_timeout_finish.json").events
-              if event.HasField("timer_started_event_attributes")]
+              for event in events if event.HasField("timer_started_event_attributes")]
     assert timers == [2 * 3600]  # the budget decision's deadline (review_timeout PT2H)
+    patches = [payload.data for event in events if event.HasField("marker_recorded_event_attributes")
+               for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
+    cost_paused = any(f'"id":"{COST_BUDGET_PATCH}"'.encode() in data for data in patches)
+    assert cost_paused == (name == "cost_budget_timeout_finish")
 
 
 @workflow.defn(dynamic=True, sandboxed=False)

@@ -215,6 +215,7 @@ def cli_args(resources: list[str]) -> argparse.Namespace:
         question="q", auto_accept=True, report_style=None, locale=None, max_steps=None, max_plan_iterations=None,
         max_search_results=None, resource=resources, review_timeout=None, review_timeout_action=None,
         parallel=False, clarify=False, no_background=False, no_web=False, deep_thinking=False, token_budget=None,
+        cost_budget=None,
     )
 
 

@@ -17,56 +17,45 @@ from temporalio.testing import ActivityEnvironment
 from activities.model.llm import ModelActivities
 from cli.costs import since_duration
 from cli.spend import NOT_RECORDED, cost_cell, summarise, summary_tables, total_line, usd
-from config.model_prices import ModelPrice
 from offline.model_server import FakeModelServer
 from tests.support.chat_requests import COORDINATOR
 from tests.support.settings import settings_with
 from workflows.decisions import Actor, Via
-from workflows.usage import ModelUsage, Usage
+from workflows.usage import PriceQuote, Usage, call_usage
 
 ALICE = Actor(name="alice", via=Via.CLI)
 BOB = Actor(name="bob", via=Via.API)
 
 
-def usage(**models: tuple[int, int, int | None]) -> Usage:
-    """A run's usage from (input, output, cost) per model, one call each, summed as the workflow sums it."""
+QUOTE = PriceQuote(input=1.0, cached_input=0.5, output=4.0, source="test")
+
+
+def usage(**models: tuple[int, int, float | None]) -> Usage:
+    """A run's usage from (input, output, cost; None: unpriced) per model, one call each, summed as the
+    workflow sums the chat activity's."""
     total = Usage()
     for model, (tokens_in, tokens_out, cost) in models.items():
-        part = ModelUsage(llm_calls=1, input_tokens=tokens_in, output_tokens=tokens_out, cost_microusd=cost)
-        total.add(Usage(llm_calls=1, input_tokens=tokens_in, output_tokens=tokens_out,
-                        total_tokens=tokens_in + tokens_out, by_model={model: part}))
+        call = call_usage(model, QUOTE if cost is not None else None, tokens_in, 0, tokens_out, tokens_in + tokens_out)
+        if cost is not None:  # the cost the test states, whatever QUOTE would say
+            call.cost_usd = call.by_model[model].cost_usd = cost
+        total.add(call)
     return total
 
 
-def test_usage_adds_up_per_model_and_keeps_unpriced_apart() -> None:
-    run = usage(**{"gpt-4o": (1000, 200, 4500)})
-    run.add(usage(**{"gpt-4o": (500, 100, 2250), "local-llama": (300, 30, None)}))
-    assert run.llm_calls == 3 and run.total_tokens == 2130
-    assert run.by_model["gpt-4o"] == ModelUsage(llm_calls=2, input_tokens=1500, output_tokens=300, cost_microusd=6750)
-    assert run.by_model["local-llama"].cost_microusd is None
-    assert run.cost_microusd == 6750
-    assert usage(**{"local-llama": (10, 1, None)}).cost_microusd is None
-
-
-def test_a_usage_survives_the_round_trip_through_json() -> None:
-    run = usage(**{"gpt-4o": (1000, 200, 4500), "local-llama": (300, 30, None)})
-    assert Usage.model_validate_json(run.model_dump_json()) == run
-    assert Usage.model_validate({"llm_calls": 2, "total_tokens": 10}).by_model == {}, "usage recorded before"
-
-
 def test_the_cost_cell_says_what_is_known() -> None:
-    assert cost_cell(usage(**{"gpt-4o": (1000, 200, 4500)})) == "1,200 tokens · $0.0045"
-    assert cost_cell(usage(**{"gpt-4o": (1000, 200, 4500), "x": (10, 0, None)})) == "1,210 tokens · $0.0045 + unpriced"
+    assert cost_cell(usage(**{"gpt-4o": (1000, 200, 0.0045)})) == "1,200 tokens · $0.0045"
+    assert cost_cell(usage(**{"gpt-4o": (1000, 200, 0.0045), "x": (10, 0, None)})) == \
+        "1,210 tokens · $0.0045 + unpriced"
     assert cost_cell(usage(**{"x": (10, 0, None)})) == "10 tokens · unpriced"
     assert cost_cell(Usage(llm_calls=1, total_tokens=42)) == "42 tokens · no cost recorded"
     assert cost_cell(None) == "-"
-    assert usd(12_345_678_900) == "$12,345.6789"
+    assert usd(12_345.6789) == "$12,345.6789"
 
 
 def test_the_summary_counts_spend_by_model_and_by_starter() -> None:
     summary = summarise([
-        (ALICE, usage(**{"gpt-4o": (1000, 200, 4500), "gpt-4o-mini": (2000, 100, 360)})),
-        (ALICE, usage(**{"gpt-4o-mini": (1000, 50, 180)})),
+        (ALICE, usage(**{"gpt-4o": (1000, 200, 0.0045), "gpt-4o-mini": (2000, 100, 0.00036)})),
+        (ALICE, usage(**{"gpt-4o-mini": (1000, 50, 0.00018)})),
         (BOB, usage(**{"local-llama": (700, 70, None)})),
         (None, Usage(llm_calls=1, input_tokens=9, output_tokens=1, total_tokens=10)),
         (BOB, None),
@@ -101,16 +90,14 @@ def test_since_refuses_anything_else(text: str) -> None:
         since_duration(text)
 
 
-async def test_the_chat_activity_prices_its_call_at_the_operators_price(
+async def test_the_summary_reads_the_cost_the_chat_activity_recorded(
     provider_env: dict[str, str], model_server: FakeModelServer
 ) -> None:
     prices = '{"deerflow-offline-demo": {"input": 2.5, "output": 10}}'
     response = await ActivityEnvironment().run(
         ModelActivities(settings_with(provider_env, DEERFLOW_MODEL_PRICES=prices)).chat, COORDINATOR)
-    tokens_in, tokens_out = response.usage.input_tokens, response.usage.output_tokens
-    assert tokens_in > 0 and tokens_out > 0
-    assert response.usage.by_model == {"deerflow-offline-demo": ModelUsage(
-        llm_calls=1, input_tokens=tokens_in, output_tokens=tokens_out,
-        cost_microusd=ModelPrice(input=2.5, output=10).cost_microusd(tokens_in, tokens_out))}
+    assert response.usage.cost_usd > 0
+    summary = summarise([(ALICE, response.usage)])
+    assert summary_tables(summary)[0][1][-1] == usd(response.usage.cost_usd)
     unpriced = await ActivityEnvironment().run(ModelActivities(settings_with(provider_env)).chat, COORDINATOR)
-    assert unpriced.usage.by_model["deerflow-offline-demo"].cost_microusd is None
+    assert summary_tables(summarise([(ALICE, unpriced.usage)]))[0][1][-1] == "unpriced"

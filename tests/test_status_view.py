@@ -10,8 +10,10 @@ from rich.console import Console
 from cli.render import status_text
 from cli.watch import render_status
 from tests.support.status_samples import T0, at, sample_status
+from workflows.budget_models import RunBudget
 from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus
 from workflows.progress import current_details
+from workflows.usage import PriceQuote, call_usage
 
 REVIEW = sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK, review_deadline=at(86400))
 IGNORED = ProgressEvent(at=at(30), kind="ignored", message="plan_feedback: feedback must be a string, got int")
@@ -47,3 +49,22 @@ def test_every_view_shows_an_ignored_signal_and_why() -> None:
 def test_views_without_ignored_signals_do_not_mention_them() -> None:
     for text in (current_details(REVIEW), status_text("r1", REVIEW)):
         assert "gnored" not in text
+
+
+def test_every_view_shows_spent_and_remaining_of_both_budgets_and_the_price_source() -> None:
+    price = PriceQuote(input=2.5, cached_input=1.25, output=10, source="DEERFLOW_MODEL_PRICES")
+    usage = call_usage("gpt-4o", price, 1_000, 0, 200, 1_200)
+    usage.add(call_usage("local-model", None, 800, 0, 0, 800))
+    paused = sample_status(phase=Phase.AWAITING_BUDGET, awaiting=Awaiting.BUDGET, usage=usage,
+                           budget=RunBudget(tokens=2_500, cost_usd=0.01, expected_next_step=900,
+                                            expected_next_step_usd=0.004, expected_rest=1_800,
+                                            expected_rest_usd=0.008))
+    line = "2,000 of 2,500 tokens spent, 500 left; $0.0045 of $0.0100 spent, $0.0055 left"
+    for text in (current_details(paused), status_text("r1", paused), panel_text(paused)):
+        flat = " ".join(text.replace("│", " ").split())  # the panel wraps long lines inside its border
+        assert line in flat, flat
+        assert "the rest of the plan 1,800 tokens ($0.0080)" in flat
+        assert "no price for local-model: its tokens count, its cost does not" in flat
+        assert "--raise-usd USD" in flat
+    assert "gpt-4o at $2.5 in, $1.25 cached in, $10 out per million tokens (DEERFLOW_MODEL_PRICES)" in \
+        status_text("r1", paused)

@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from activities.guards.secret_scrubber import SecretScrubber
 from activities.support.tool_metrics import TOOLS, ToolMetricsInterceptor
-from config.model_prices import default_price
+from config.model_prices import LIST_SOURCE, OPERATOR_SOURCE, ModelPrice, default_price
 from config.settings import Settings, load_settings
 from hosting.registry import build_workers, running
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
@@ -36,6 +36,7 @@ from tests.support.prometheus_text import scrape, total
 from tests.support.runs import QUESTION, run_id
 from tests.support.settings import settings_with
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.usage import PriceQuote, call_usage
 
 # Whole numbers of USD per million tokens: each call's cost in micro-USD is then exact.
 PRICES = {"input": 1, "output": 2}
@@ -132,6 +133,8 @@ def test_a_scrape_after_the_run_counts_its_model_calls_tokens_cost_and_tools(tra
     assert total(text, "deerflow_llm_tokens", model=model, kind="completion") == usage.output_tokens > 0
     expected_cost = usage.input_tokens * PRICES["input"] + usage.output_tokens * PRICES["output"]
     assert total(text, "deerflow_llm_cost_microusd", model=model, priced="true") == expected_cost
+    assert round(usage.cost_usd * 1_000_000) == expected_cost, "the run's cost is the metric's"
+    assert usage.by_model[model].price is not None and usage.by_model[model].price.source == "DEERFLOW_MODEL_PRICES"
     tools = {name: count for name, count in activities.items() if name in TOOLS}
     assert tools.get("web_search")
     for name, count in tools.items():
@@ -147,9 +150,19 @@ def test_a_scrape_after_the_run_counts_its_model_calls_tokens_cost_and_tools(tra
 
 def test_prices_come_from_the_operator_then_the_defaults_and_unknown_models_are_unpriced() -> None:
     operator = load_settings({"DEERFLOW_MODEL_PRICES": '{"gpt-4o": {"input": 1, "output": 1}}'})
-    assert operator.model_price("gpt-4o") == operator.model_prices["gpt-4o"]
-    assert operator.model_price("openai/gpt-4o-mini") == default_price("gpt-4o-mini") is not None
-    assert Settings().model_price("my-own-model") is None
+    assert operator.price_quote("gpt-4o") == PriceQuote(input=1, cached_input=1, output=1, source=OPERATOR_SOURCE)
+    listed = default_price("gpt-4o-mini")
+    assert listed is not None and operator.price_quote("openai/gpt-4o-mini") == listed.quote(LIST_SOURCE)
+    assert Settings().price_quote("my-own-model") is None
+
+
+def test_a_call_costs_its_fresh_input_cached_input_and_output_at_their_prices() -> None:
+    price = ModelPrice(input=2, output=8, cached_input=0.5).quote(OPERATOR_SOURCE)
+    usage = call_usage("m", price, input_tokens=1_000, cached_input_tokens=400, output_tokens=100, total_tokens=1_100)
+    assert usage.cost_usd == (600 * 2 + 400 * 0.5 + 100 * 8) / 1_000_000
+    unpriced = call_usage("free", None, 10, 0, 5, 15)
+    usage.add(unpriced)
+    assert usage.total_tokens == 1_115 and usage.cost_usd == 0.0022 and usage.unpriced_models == ["free"]
 
 
 def test_telemetry_is_off_without_its_settings() -> None:

@@ -66,6 +66,8 @@ async def test_a_bad_sender_is_refused_before_it_reaches_history(time_worker: Cl
     status = await handle.query("status", result_type=RunStatus)
     assert awaiting_review(status) and not status.decisions
     await handle.cancel()
+    with pytest.raises(WorkflowFailureError):  # wait for its end: a run terminated mid-activity stops
+        await asyncio.wait_for(handle.result(), 30)  # the time-skipping clock (tests/conftest.py)
 
 
 @pytest.mark.parametrize(("cancel", "by"), [

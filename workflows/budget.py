@@ -1,29 +1,37 @@
-"""A run's token budget: before each research step, the run checks whether that step is expected to
-cross it, and if so pauses (``awaiting: budget``, a durable wait like plan review) until a person
-raises the budget (up to the operator's maximum), finishes now (the reporter writes from what was
-found, and the result says the research was cut short) or cancels. Past ``review_timeout``,
-``budget_timeout_action`` decides.
+"""A run's token and cost budgets: before each research step, the run checks whether that step is
+expected to cross either, and if so pauses (``awaiting: budget``, a durable wait like plan review)
+until a person raises a budget (up to the operator's maximum), finishes now (the reporter writes
+from what was found, and the result says the research was cut short) or cancels. Past
+``review_timeout``, ``budget_timeout_action`` decides.
 
-The operator sets a default and a maximum (RunConfig, from the worker's settings); a request may
-ask for less, never more. A run without a budget never checks, so runs recorded before budgets
-existed replay as they ran; the pause itself is behind ``BUDGET_PATCH``.
+The operator sets a default and a maximum of each (RunConfig, from the worker's settings); a
+request may ask for less, never more. The cost is the priced calls' (workflows/usage.py): a model
+without a price counts against the token budget only, which the status says. A run without a
+budget never checks, so runs recorded before budgets existed replay as they ran; the pause is behind
+``BUDGET_PATCH``, and a pause for cost behind ``COST_BUDGET_PATCH``.
 
 What a step is expected to cost is the mean of the steps this run has finished (none yet: nothing),
-so the first pause comes at the latest when the budget is spent.
+so the first pause comes at the latest when a budget is spent.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.budget_models import BudgetAction, BudgetDecision, BudgetTimeoutAction, RunBudget
+    from workflows.budget_models import BudgetAction, BudgetDecision, BudgetTimeoutAction, RunBudget, usd
     from workflows.decisions import Actor
     from workflows.models import Awaiting, Outcome, Phase, ResearchResult
     from workflows.research_run import ResearchRun, ReviewTimedOut, RunEnded
     from workflows.review import InvalidFeedback, refuse_undecodable, sender_of
+    from workflows.usage import COST_DIGITS
 
 BUDGET_PATCH = "run-budget"
+COST_BUDGET_PATCH = "run-cost-budget"
+N = TypeVar("N", int, float)
 
 
 def parse_budget_decision(raw: object, by: object, budget: RunBudget | None) -> tuple[BudgetDecision, Actor]:
@@ -33,31 +41,47 @@ def parse_budget_decision(raw: object, by: object, budget: RunBudget | None) -> 
     try:
         decision = BudgetDecision.model_validate(raw)
     except ValueError as error:
-        raise InvalidFeedback(f"a budget decision is {{\"action\": \"raise\", \"tokens\": N}}, "
-                              f"{{\"action\": \"finish\"}} or {{\"action\": \"cancel\"}} ({error})") from None
+        raise InvalidFeedback(f"a budget decision is {{\"action\": \"raise\", \"tokens\": N, \"cost_usd\": USD}} "
+                              f"(either or both), {{\"action\": \"finish\"}} or {{\"action\": \"cancel\"}} "
+                              f"({error})") from None
     if decision.action is BudgetAction.RAISE and budget is not None:
-        assert decision.tokens is not None
-        if budget.tokens is not None and decision.tokens <= budget.tokens:
-            raise InvalidFeedback(f"a raise must go above the current budget of {budget.tokens:,} tokens")
-        if budget.maximum is not None and decision.tokens > budget.maximum:
-            raise InvalidFeedback(f"the operator's maximum is {budget.maximum:,} tokens")
+        _check_raise(decision.tokens, budget.tokens, budget.maximum, lambda tokens: f"{tokens:,} tokens")
+        _check_raise(decision.cost_usd, budget.cost_usd, budget.cost_maximum_usd, usd)
     return decision, sender
 
 
+def _check_raise(new: N | None, current: N | None, maximum: N | None, said: Callable[[N], str]) -> None:
+    if new is None:
+        return
+    if current is not None and new <= current:
+        raise InvalidFeedback(f"a raise must go above the current budget of {said(current)}")
+    if maximum is not None and new > maximum:
+        raise InvalidFeedback(f"the operator's maximum is {said(maximum)}")
+
+
 def start_budget(run: ResearchRun) -> RunBudget | None:
-    """The run's budget, from the request and the operator's default and maximum (set once per run);
+    """The run's budget, from the request and the operator's defaults and maximums (set once per run);
     None when neither the request nor the operator sets one."""
-    status = run.state.status
-    config, requested = run.state.config, run.request.token_budget
-    if status.budget is None and (requested, config.token_budget_default, config.token_budget_max) != (None,) * 3:
-        maximum = config.token_budget_max
-        tokens = requested if requested is not None else config.token_budget_default
-        if tokens is not None and maximum is not None and tokens > maximum:
-            run.state.note(f"The requested token budget ({tokens:,}) is above the operator's maximum; "
-                           f"the run has {maximum:,}.")
-            tokens = maximum
-        status.budget = RunBudget(tokens=tokens, maximum=maximum)
+    status, config, request = run.state.status, run.state.config, run.request
+    token_values = (request.token_budget, config.token_budget_default, config.token_budget_max)
+    cost_values = (request.cost_budget_usd, config.cost_budget_usd_default, config.cost_budget_usd_max)
+    if status.budget is None and (token_values, cost_values) != ((None,) * 3, (None,) * 3):
+        status.budget = RunBudget(tokens=_capped(run, *token_values, "token budget", lambda n: f"{n:,}"),
+                                  maximum=config.token_budget_max,
+                                  cost_usd=_capped(run, *cost_values, "cost budget", usd),
+                                  cost_maximum_usd=config.cost_budget_usd_max)
     return status.budget
+
+
+def _capped(run: ResearchRun, requested: N | None, default: N | None, maximum: N | None, what: str,
+            said: Callable[[N], str]) -> N | None:
+    """The request's amount, else the operator's default; never above the maximum (the run says so)."""
+    amount = requested if requested is not None else default
+    if amount is not None and maximum is not None and amount > maximum:
+        run.state.note(f"The requested {what} ({said(amount)}) is above the operator's maximum; "
+                       f"the run has {said(maximum)}.")
+        return maximum
+    return amount
 
 
 async def within_budget(run: ResearchRun, steps_left: int) -> bool:
@@ -71,20 +95,35 @@ async def within_budget(run: ResearchRun, steps_left: int) -> bool:
 
 
 async def _check(run: ResearchRun, budget: RunBudget, steps_left: int) -> bool:
-    while not budget.cut_short and budget.tokens is not None:
-        expected = sum(budget.step_tokens) // len(budget.step_tokens) if budget.step_tokens else 0
-        if run.state.status.usage.total_tokens + expected <= budget.tokens or not workflow.patched(BUDGET_PATCH):
-            return True
-        budget.expected_next_step, budget.expected_rest = expected, expected * steps_left
+    while not budget.cut_short and _crossing(run, budget):
+        budget.expected_rest = (budget.expected_next_step or 0) * steps_left
+        budget.expected_rest_usd = round((budget.expected_next_step_usd or 0.0) * steps_left, COST_DIGITS)
         decision = await _decision(run)
         budget.expected_next_step = budget.expected_rest = None
+        budget.expected_next_step_usd = budget.expected_rest_usd = None
         if decision.action is BudgetAction.RAISE:
-            budget.tokens = decision.tokens
+            budget.tokens = decision.tokens if decision.tokens is not None else budget.tokens
+            budget.cost_usd = decision.cost_usd if decision.cost_usd is not None else budget.cost_usd
         elif decision.action is BudgetAction.FINISH:
             _cut_short(run, "a person chose to finish now")
         else:
-            raise RunEnded(_cancelled(run, "a person cancelled it at its token budget"))
+            raise RunEnded(_cancelled(run, "a person cancelled it"))
     return not budget.cut_short
+
+
+def _crossing(run: ResearchRun, budget: RunBudget) -> bool:
+    """Whether the next step is expected to cross a budget; if so, the budget shows what it is
+    expected to cost."""
+    usage = run.state.status.usage
+    tokens = sum(budget.step_tokens) // len(budget.step_tokens) if budget.step_tokens else 0
+    cost = round(sum(budget.step_costs_usd) / len(budget.step_costs_usd), COST_DIGITS) if budget.step_costs_usd else 0.0
+    over_tokens = budget.tokens is not None and usage.total_tokens + tokens > budget.tokens
+    over_cost = budget.cost_usd is not None and usage.cost_usd + cost > budget.cost_usd
+    # Each pause behind the patch of the code that brought it, so older runs replay as they ran.
+    if (over_tokens and workflow.patched(BUDGET_PATCH)) or (over_cost and workflow.patched(COST_BUDGET_PATCH)):
+        budget.expected_next_step, budget.expected_next_step_usd = tokens, cost
+        return True
+    return False
 
 
 async def _decision(run: ResearchRun) -> BudgetDecision:
@@ -105,14 +144,24 @@ async def _decision(run: ResearchRun) -> BudgetDecision:
     return decision
 
 
+def _limits(budget: RunBudget) -> str:
+    """The budgets in words: ``token budget (7,000 tokens)``, ``budget (7,000 tokens, $0.0100)``."""
+    amounts = [f"{budget.tokens:,} tokens" if budget.tokens is not None else "",
+               usd(budget.cost_usd) if budget.cost_usd is not None else ""]
+    kind = "token budget" if budget.cost_usd is None else "cost budget" if budget.tokens is None else "budget"
+    return f"{kind} ({', '.join(amount for amount in amounts if amount)})"
+
+
 def _cut_short(run: ResearchRun, why: str) -> None:
     budget = run.state.status.budget
     assert budget is not None
     budget.cut_short = True
-    run.state.note(f"The research was cut short by the token budget ({budget.tokens:,} tokens): {why}. "
+    run.state.note(f"The research was cut short by the {_limits(budget)}: {why}. "
                    "The report is written from what was found.")
 
 
 def _cancelled(run: ResearchRun, why: str) -> ResearchResult:
-    return ResearchResult(report=f"The run was cancelled at its token budget: {why}.", plan=run.state.plan,
-                          locale=run.state.report_locale, outcome=Outcome.CANCELLED)
+    budget = run.state.status.budget
+    assert budget is not None
+    return ResearchResult(report=f"The run was cancelled at its {_limits(budget)}: {why}.",
+                          plan=run.state.plan, locale=run.state.report_locale, outcome=Outcome.CANCELLED)

@@ -7,6 +7,8 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from workflows.usage import COST_DIGITS, Usage
+
 
 class BudgetTimeoutAction(StrEnum):
     """What happens when nobody decides within ``review_timeout``."""
@@ -16,7 +18,7 @@ class BudgetTimeoutAction(StrEnum):
 
 
 class BudgetAction(StrEnum):
-    RAISE = "raise"  # a new, higher budget (``tokens``), up to the operator's maximum
+    RAISE = "raise"  # a new, higher budget (``tokens``, ``cost_usd`` or both), up to the operator's maximum
     FINISH = "finish"  # no more steps: the reporter writes from what was found
     CANCEL = "cancel"  # the run ends without a report
 
@@ -28,23 +30,62 @@ class BudgetDecision(BaseModel):
 
     action: BudgetAction
     tokens: int | None = Field(default=None, ge=1)  # the new token budget, with ``raise``
+    cost_usd: float | None = Field(default=None, gt=0)  # the new cost budget, with ``raise``
 
     @model_validator(mode="after")
-    def _tokens_with_raise(self) -> BudgetDecision:
-        if (self.action is BudgetAction.RAISE) != (self.tokens is not None):
-            raise ValueError("'tokens' (the new budget) goes with 'raise', and only with it")
+    def _amount_with_raise(self) -> BudgetDecision:
+        if (self.action is BudgetAction.RAISE) != (self.tokens is not None or self.cost_usd is not None):
+            raise ValueError("'tokens' or 'cost_usd' (the new budget) goes with 'raise', and only with it")
         return self
 
     def as_text(self) -> str:
-        return f"raise to {self.tokens:,} tokens" if self.action is BudgetAction.RAISE else self.action.value
+        if self.action is not BudgetAction.RAISE:
+            return self.action.value
+        amounts = [f"{self.tokens:,} tokens" if self.tokens is not None else "",
+                   usd(self.cost_usd) if self.cost_usd is not None else ""]
+        return "raise to " + " and ".join(amount for amount in amounts if amount)
+
+
+def usd(amount: float) -> str:
+    """A cost as people read it: ``$0.0123``, ``$12.50``."""
+    return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"
 
 
 class RunBudget(BaseModel):
-    """The run's token budget as it stands (in the status); spent is the run's usage."""
+    """The run's token and cost budgets as they stand (in the status); spent is the run's usage."""
 
-    tokens: int | None = None  # None: no budget
+    tokens: int | None = None  # None: no token budget
     maximum: int | None = None  # the operator's: no raise goes beyond it
     step_tokens: list[int] = Field(default_factory=list)  # what each finished step cost
     expected_next_step: int | None = None  # while paused: what the next step is expected to cost
     expected_rest: int | None = None  # while paused: what the rest of the plan is expected to cost
     cut_short: bool = False  # a person (or the timeout) chose to finish now
+    # The cost budget in USD, beside the tokens (runs from before it: none), and the same figures.
+    cost_usd: float | None = None
+    cost_maximum_usd: float | None = None
+    step_costs_usd: list[float] = Field(default_factory=list)
+    expected_next_step_usd: float | None = None
+    expected_rest_usd: float | None = None
+
+
+class BudgetStanding(BaseModel):
+    """Spent and remaining of a run's budgets, as the status and the result show them: computed from
+    the budget and the usage whenever it is read, so it is never out of step with either."""
+
+    spent_tokens: int
+    remaining_tokens: int | None  # None: no token budget
+    spent_usd: float  # the priced calls' cost
+    remaining_usd: float | None  # None: no cost budget
+    unpriced_models: list[str]  # models whose calls count against the tokens only
+
+
+def standing(budget: RunBudget | None, usage: Usage) -> BudgetStanding | None:
+    """The standing of ``budget`` after ``usage``; None for a run without a budget."""
+    if budget is None:
+        return None
+    tokens, cost = budget.tokens, budget.cost_usd
+    return BudgetStanding(
+        spent_tokens=usage.total_tokens, spent_usd=usage.cost_usd,
+        remaining_tokens=max(tokens - usage.total_tokens, 0) if tokens is not None else None,
+        remaining_usd=max(round(cost - usage.cost_usd, COST_DIGITS), 0.0) if cost is not None else None,
+        unpriced_models=usage.unpriced_models)

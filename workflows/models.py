@@ -12,9 +12,9 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
-from workflows.budget_models import BudgetTimeoutAction, RunBudget
+from workflows.budget_models import BudgetStanding, BudgetTimeoutAction, RunBudget, standing
 from workflows.decisions import Decision
 from workflows.usage import Usage
 
@@ -179,6 +179,7 @@ class ResearchRequest(BaseModel):
     parallel_steps: bool = False
     # Tokens the run may spend (None: the operator's default); never above the operator's maximum.
     token_budget: int | None = Field(default=None, ge=1)
+    cost_budget_usd: float | None = Field(default=None, gt=0)  # the same in USD (the operator's prices)
     budget_timeout_action: BudgetTimeoutAction = BudgetTimeoutAction.FINISH  # after review_timeout
 
 
@@ -202,7 +203,13 @@ class ResearchResult(BaseModel):
     # research needed, a report from zero findings, a report cut at the output cap.
     notes: list[str] = Field(default_factory=list)
     decisions: list[Decision] = Field(default_factory=list)  # who reviewed, answered, cancelled
-    budget: RunBudget | None = None  # the token budget, where the run had one
+    budget: RunBudget | None = None  # the token and cost budget, where the run had one
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def budget_standing(self) -> BudgetStanding | None:
+        """Spent and remaining, tokens and USD (computed when read: never out of step)."""
+        return standing(self.budget, self.usage)
 
 
 # ---------------------------------------------------------------- chat messages and tools
@@ -370,6 +377,8 @@ class RunConfig(BaseModel):
     main_queue_kinds: list[Literal["model", "tools"]] = Field(default_factory=list)
     token_budget_default: int | None = None  # the operator's per-run token budget (None: none)
     token_budget_max: int | None = None  # and the most a request or a raise may have
+    cost_budget_usd_default: float | None = None  # the same in USD, at the operator's model prices
+    cost_budget_usd_max: float | None = None
 
 
 # ---------------------------------------------------------------- status query
@@ -473,6 +482,12 @@ class RunStatus(RunProgress):
     # "search"). Runs from before the list existed set only ``offline_demo``, meaning both.
     offline_demo: bool = False
     offline_providers: list[Literal["model", "search"]] = Field(default_factory=list)
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def budget_standing(self) -> BudgetStanding | None:
+        """Spent and remaining, tokens and USD (computed when read: never out of step)."""
+        return standing(self.budget, self.usage)
 
 
 class ReviewOutcome(BaseModel):

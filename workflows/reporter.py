@@ -9,6 +9,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.model_calls import chat
     from workflows.models import ChatRequest, Phase
     from workflows.research_run import ResearchRun
+    from workflows.status_view import budget_line
 
 ZERO_FINDINGS_NOTE = ("This report was written with zero research findings: it rests on the model's "
                       "own knowledge only.")
@@ -37,4 +38,15 @@ async def write_report(run: ResearchRun) -> str:
                "(LLM_AGENT_MAX_OUTPUT_TOKENS, reporter=…).")
         state.note(cut)
         report += f"\n\n> **Note:** {cut}"
-    return report
+    return report + budget_footer(run)
+
+
+def budget_footer(run: ResearchRun) -> str:
+    """The report's last line, for a run with a budget: what it spent of it (the reporter's turn
+    included), and whether the research was cut short at it."""
+    status = run.state.view()
+    if status.budget is None:
+        return ""
+    ending = (": the report is written from what was found" if status.budget.cut_short
+              else "; the research was not cut short")
+    return f"\n\n---\n*Budget: {budget_line(status)}{ending}.*\n"

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from workflows.budget_models import usd
 from workflows.decisions import Decision
 from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
@@ -96,10 +97,7 @@ def awaiting_headline(status: RunStatus, when: Callable[[str], str] = utc_time) 
         case Awaiting.CLARIFICATION:
             return f"Awaiting an answer: {status.question or ''}"
         case Awaiting.BUDGET:
-            budget = status.budget
-            expected = (f"; the next step is expected to cost {budget.expected_next_step:,} tokens, the rest of "
-                        f"the plan {budget.expected_rest or 0:,}") if budget and budget.expected_next_step else ""
-            return f"Awaiting a budget decision: {budget_line(status)}{expected}"
+            return f"Awaiting a budget decision: {budget_line(status)}{expected_line(status)}"
         case None:
             return None
 
@@ -119,7 +117,7 @@ def awaiting_commands(awaiting: Awaiting | None, run_id: str = "ID") -> list[str
                     f"temporal workflow signal --workflow-id {run_id} --name {awaiting.value} "
                     "--input '\"your answer\"'"]
         case Awaiting.BUDGET:
-            return [f"python starter.py budget {run_id} --raise TOKENS",
+            return [f"python starter.py budget {run_id} --raise TOKENS [--raise-usd USD]",
                     f"python starter.py budget {run_id} --finish",
                     f"python starter.py budget {run_id} --cancel",
                     f"temporal workflow signal --workflow-id {run_id} --name {awaiting.value} "
@@ -133,17 +131,46 @@ def step_line(step: StepStatus) -> str:
 
 
 def budget_line(status: RunStatus) -> str:
-    """Spent and remaining of the run's token budget: ``12,000 of 50,000 tokens spent, 38,000 left``."""
-    budget, spent = status.budget, status.usage.total_tokens
-    if budget is None or budget.tokens is None:
-        return f"no token budget ({spent:,} tokens spent)"
+    """Spent and remaining of the run's budgets: ``12,000 of 50,000 tokens spent, 38,000 left; $0.0120
+    of $0.0500 spent, $0.0380 left``, and whether the research was cut short at them."""
+    budget, standing = status.budget, status.budget_standing
+    if budget is None or standing is None:
+        return f"no budget ({status.usage.total_tokens:,} tokens, {usd(status.usage.cost_usd)} spent)"
+    parts = [f"{standing.spent_tokens:,} of {budget.tokens:,} tokens spent, {standing.remaining_tokens or 0:,} left"
+             if budget.tokens is not None else f"{standing.spent_tokens:,} tokens spent (no token budget)",
+             f"{usd(standing.spent_usd)} of {usd(budget.cost_usd)} spent, {usd(standing.remaining_usd or 0)} left"
+             if budget.cost_usd is not None else f"{usd(standing.spent_usd)} spent (no cost budget)"]
     cut = " (cut short)" if budget.cut_short else ""
-    return f"{spent:,} of {budget.tokens:,} tokens spent, {max(budget.tokens - spent, 0):,} left{cut}"
+    return "; ".join(parts) + cut + _unpriced(standing.unpriced_models)
+
+
+def spent_line(status: RunStatus) -> str:
+    """``7 model calls, 15,456 tokens``, and the budgets' standing where the run has them."""
+    budget = f"; budget: {budget_line(status)}" if status.budget is not None else ""
+    return f"{status.usage.llm_calls} model calls, {status.usage.total_tokens:,} tokens{budget}"
+
+
+def expected_line(status: RunStatus) -> str:
+    """While paused at the budget: what the next step and the rest of the plan are expected to cost."""
+    budget = status.budget
+    if budget is None or budget.expected_next_step is None:
+        return ""
+    cost = budget.expected_next_step_usd or 0.0
+    return (f"; the next step is expected to cost {budget.expected_next_step:,} tokens ({usd(cost)}), the rest "
+            f"of the plan {budget.expected_rest or 0:,} tokens ({usd(budget.expected_rest_usd or 0.0)})")
+
+
+def _unpriced(models: list[str]) -> str:
+    return (f" [no price for {', '.join(models)}: its tokens count, its cost does not]") if models else ""
 
 
 def usage_line(usage: Usage) -> str:
+    """Calls, tokens and cost, with the price each model was charged at and where it came from."""
+    prices = "; ".join(f"{model} at {model_usage.price}" for model, model_usage in usage.by_model.items()
+                       if model_usage.price is not None)
     return (f"{usage.llm_calls} model calls · {usage.total_tokens:,} tokens "
-            f"(in {usage.input_tokens:,}, out {usage.output_tokens:,})")
+            f"(in {usage.input_tokens:,}, cached {usage.cached_input_tokens:,}, out {usage.output_tokens:,})"
+            f" · {usd(usage.cost_usd)}" + (f" ({prices})" if prices else "") + _unpriced(usage.unpriced_models))
 
 
 def event_text(event: ProgressEvent) -> str:

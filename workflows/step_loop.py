@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_state import RunContinuation
     from workflows.scheduling import step_dependencies
     from workflows.tools import ToolContext, mcp_tools_for
+    from workflows.usage import COST_DIGITS
 
 
 async def run_steps(run: ResearchRun) -> None:
@@ -72,7 +73,7 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     status = state.status.steps[index]
     status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
     state.record("step_started", step.title, index)
-    spent_before = state.status.usage.total_tokens
+    spent_before, cost_before = state.status.usage.total_tokens, state.status.usage.cost_usd
     agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources),
                                      web=request.enable_web_search)
     async with run.slots.held():
@@ -92,6 +93,8 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     step.execution_res = finding
     status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
     status.finding_preview = finding[:300]
-    if state.status.budget is not None:  # what a step costs, for the budget's expectations
-        state.status.budget.step_tokens.append(state.status.usage.total_tokens - spent_before)
+    budget = state.status.budget
+    if budget is not None:  # what a step costs, for the budget's expectations
+        budget.step_tokens.append(state.status.usage.total_tokens - spent_before)
+        budget.step_costs_usd.append(round(state.status.usage.cost_usd - cost_before, COST_DIGITS))
     state.record("step_done", step.title, index)

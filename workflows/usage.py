@@ -1,36 +1,62 @@
-"""A run's model usage: calls and tokens, and per model the estimated cost (``starter.py costs``)."""
+"""What a run's model calls used and cost: tokens, and USD at the operator's prices, per model.
+
+Why the chat activity prices each call (``activities/model/llm.py``) and the workflow only sums:
+the price table is the worker's setting, and a call priced where it ran is recorded in history with
+its cost, so a replay sees the figures the run saw, and the cost metric counts the very same figure.
+A model without a price still has its tokens counted; its ``price`` is None and its cost is not
+counted, which every reader of a cost is told (``unpriced_models``).
+"""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
+
+MICRO = 1_000_000
+# Costs are kept to the micro-USD (the cost metric's unit), so sums stay exact enough to compare.
+COST_DIGITS = 6
+
+
+class PriceQuote(BaseModel):
+    """The price a model's tokens were charged at (USD per million tokens), and where it came from."""
+
+    model_config = ConfigDict(frozen=True)
+
+    input: float = Field(ge=0)
+    cached_input: float = Field(ge=0)  # input tokens the provider served from its prompt cache
+    output: float = Field(ge=0)
+    source: str  # "DEERFLOW_MODEL_PRICES" (the operator's table) or "list price (config/model_prices.py)"
+
+    def cost_usd(self, input_tokens: int, cached_input_tokens: int, output_tokens: int) -> float:
+        """One call's cost; cached input tokens are part of ``input_tokens``, at their own price."""
+        fresh = max(input_tokens - cached_input_tokens, 0)
+        per_million = fresh * self.input + cached_input_tokens * self.cached_input + output_tokens * self.output
+        return round(per_million / MICRO, COST_DIGITS)
+
+    def __str__(self) -> str:
+        return (f"${self.input:g} in, ${self.cached_input:g} cached in, ${self.output:g} out per million tokens "
+                f"({self.source})")
 
 
 class ModelUsage(BaseModel):
-    """One model's share of a run's usage, with its estimated cost in millionths of a USD at the
-    worker's prices when each call was made (``config/model_prices.py``); None: no price known."""
+    """One model's share of the usage; ``price`` None: the model has no price, its cost is not counted."""
 
     llm_calls: int = 0
     input_tokens: int = 0
+    cached_input_tokens: int = 0
     output_tokens: int = 0
-    cost_microusd: int | None = None
-
-    def add(self, other: ModelUsage) -> None:
-        self.llm_calls += other.llm_calls
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        if other.cost_microusd is not None:
-            self.cost_microusd = (self.cost_microusd or 0) + other.cost_microusd
+    cost_usd: float = 0.0
+    price: PriceQuote | None = None
 
 
 class Usage(BaseModel):
-    """LLM usage, summed over a run."""
+    """LLM usage, summed over a run: tokens of every call, cost of the priced ones, and per model."""
 
     llm_calls: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
-    # Per model, by the operator's name for it: what ``starter.py list`` and ``costs`` report. Empty in
-    # usage recorded before it was kept (those runs count tokens, with no model or cost).
+    cached_input_tokens: int = 0  # of the input tokens
+    cost_usd: float = 0.0  # of the calls whose model has a price
     by_model: dict[str, ModelUsage] = Field(default_factory=dict)
 
     def add(self, other: Usage) -> None:
@@ -38,11 +64,29 @@ class Usage(BaseModel):
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.total_tokens += other.total_tokens
-        for model, part in other.by_model.items():
-            self.by_model.setdefault(model, ModelUsage()).add(part)
+        self.cached_input_tokens += other.cached_input_tokens
+        self.cost_usd = round(self.cost_usd + other.cost_usd, COST_DIGITS)
+        for model, theirs in other.by_model.items():
+            mine = self.by_model.setdefault(model, ModelUsage(price=theirs.price))
+            mine.llm_calls += theirs.llm_calls
+            mine.input_tokens += theirs.input_tokens
+            mine.cached_input_tokens += theirs.cached_input_tokens
+            mine.output_tokens += theirs.output_tokens
+            mine.cost_usd = round(mine.cost_usd + theirs.cost_usd, COST_DIGITS)
+            mine.price = theirs.price or mine.price  # the latest price the model was charged at
 
     @property
-    def cost_microusd(self) -> int | None:
-        """The priced models' estimated cost; None when no model of the run has a price."""
-        costs = [part.cost_microusd for part in self.by_model.values() if part.cost_microusd is not None]
-        return sum(costs) if costs else None
+    def unpriced_models(self) -> list[str]:
+        """Models whose calls are in the tokens but not in the cost."""
+        return sorted(model for model, usage in self.by_model.items() if usage.price is None)
+
+
+def call_usage(model: str, price: PriceQuote | None, input_tokens: int, cached_input_tokens: int,
+               output_tokens: int, total_tokens: int) -> Usage:
+    """One model call's usage, priced at ``price`` (None: unpriced)."""
+    cost = price.cost_usd(input_tokens, cached_input_tokens, output_tokens) if price is not None else 0.0
+    return Usage(llm_calls=1, input_tokens=input_tokens, output_tokens=output_tokens, total_tokens=total_tokens,
+                 cached_input_tokens=cached_input_tokens, cost_usd=cost,
+                 by_model={model: ModelUsage(llm_calls=1, input_tokens=input_tokens,
+                                             cached_input_tokens=cached_input_tokens, output_tokens=output_tokens,
+                                             cost_usd=cost, price=price)})

@@ -42,10 +42,10 @@ from activities.model.telemetry import model_call_telemetry
 from activities.model.tool_support import IGNORED, PROBE_MAX_TOKENS, ToolSupport, refuses_tools, tools_refused
 from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from workflows.plan_parsing import plan_json_schema
 from workflows.tools import HANDOFF_TO_PLANNER
-from workflows.usage import ModelUsage, Usage
+from workflows.usage import call_usage
 
 RETRYABLE_STATUS = {408, 409, 429}
 
@@ -202,18 +202,12 @@ def _tool_calls(reply: AIMessage) -> list[ToolCall]:
     return calls
 
 
-def _usage(reply: AIMessage, settings: Settings, model: str) -> Usage:
-    """The call's tokens, also under ``model`` with their cost at the operator's price (None: unpriced)."""
+def _usage(settings: Settings, model: str, reply: AIMessage) -> Usage:
+    """The call's tokens as the provider reported them, priced at the operator's price for ``model``."""
     meta: dict[str, Any] = dict(reply.usage_metadata or {})
-    input_tokens, output_tokens = int(meta.get("input_tokens", 0)), int(meta.get("output_tokens", 0))
-    price = settings.model_price(model)
-    cost = price.cost_microusd(input_tokens, output_tokens) if price else None
-    return Usage(
-        llm_calls=1, input_tokens=input_tokens, output_tokens=output_tokens,
-        total_tokens=int(meta.get("total_tokens", 0)),
-        by_model={model: ModelUsage(llm_calls=1, input_tokens=input_tokens, output_tokens=output_tokens,
-                                    cost_microusd=cost)},
-    )
+    cached = int((meta.get("input_token_details") or {}).get("cache_read") or 0)
+    return call_usage(model, settings.price_quote(model), int(meta.get("input_tokens", 0)), cached,
+                      int(meta.get("output_tokens", 0)), int(meta.get("total_tokens", 0)))
 
 
 def _retry_after(error: openai.APIStatusError) -> timedelta | None:
@@ -360,7 +354,7 @@ class ModelActivities:
             activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
         return ChatResponse(
             message=ChatMessage(role="assistant", content=content, tool_calls=calls),
-            usage=_usage(reply, settings, model), finish_reason=finish_reason, truncated=truncated, output_cap=cap,
+            usage=_usage(settings, model, reply), finish_reason=finish_reason, truncated=truncated, output_cap=cap,
         )
 
     async def _complete(self, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],

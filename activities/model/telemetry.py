@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
 from workflows.models import ChatRequest, ChatResponse
-from workflows.usage import ModelUsage, Usage
+from workflows.usage import MICRO, Usage
 
 
 class _HasSettings(Protocol):
@@ -74,12 +74,12 @@ def _count_call(labels: dict[str, Any], outcome: str) -> None:
 
 
 def _count_usage(labels: dict[str, Any], usage: Usage) -> None:
-    """The call's tokens, and its cost as the run's usage records it (so ``starter.py costs`` and the
-    metric show the same figures: the chat activity prices the call once, activities/model/llm.py)."""
+    """The call's tokens, and its cost as the call priced it (workflows/usage.py): the run's figure."""
     meter = activity.metric_meter()
     tokens = meter.create_counter("deerflow_llm_tokens", "Tokens the provider reported, by model, agent and kind")
     tokens.add(usage.input_tokens, {**labels, "kind": "prompt"})
     tokens.add(usage.output_tokens, {**labels, "kind": "completion"})
-    cost = usage.by_model.get(labels["model"], ModelUsage()).cost_microusd
+    mine = usage.by_model.get(labels["model"])
+    priced = mine is not None and mine.price is not None
     meter.create_counter("deerflow_llm_cost_microusd", "Estimated cost in millionths of a USD, by model", "uUSD").add(
-        cost or 0, {"model": labels["model"], "priced": str(cost is not None).lower()})
+        round(usage.cost_usd * MICRO), {"model": labels["model"], "priced": str(priced).lower()})

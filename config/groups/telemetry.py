@@ -8,7 +8,8 @@ from typing import Any, Literal
 from pydantic import Field, ValidationInfo, field_validator
 
 from config.groups.base import SettingsGroup
-from config.model_prices import ModelPrice, default_price
+from config.model_prices import LIST_SOURCE, OPERATOR_SOURCE, ModelPrice, default_price
+from workflows.usage import PriceQuote
 
 SERVICE_NAME = "deerflow-temporal"  # the traces' service.name unless OTEL_SERVICE_NAME gives one
 
@@ -20,8 +21,9 @@ class TelemetrySettings(SettingsGroup):
     # only when the standard OTEL_EXPORTER_OTLP_ENDPOINT is set (the exporter reads the other
     # OTEL_* variables itself); unset, no tracing code is even imported. The worker serves
     # Prometheus metrics (the SDK's and ours) on DEERFLOW_METRICS_ADDRESS (host:port) when set.
-    # DEERFLOW_MODEL_PRICES: USD per million tokens, JSON {"model": {"input": 0.5, "output": 1.5}},
-    # merged over the defaults in config/model_prices.py; a model in neither costs 0, labelled unpriced.
+    # DEERFLOW_MODEL_PRICES: USD per million tokens, JSON {"model": {"input": 0.5, "output": 1.5,
+    # "cached_input": 0.25}}, merged over the defaults in config/model_prices.py; a model in neither
+    # has its tokens counted and no cost (the run's usage and the cost metric say it is unpriced).
     otel_exporter_otlp_endpoint: str | None = Field(default=None, alias="OTEL_EXPORTER_OTLP_ENDPOINT")
     # OTLP's transport: http/protobuf (the default) or grpc; OTEL_EXPORTER_OTLP_TRACES_PROTOCOL wins.
     # The exporters read the other OTEL_EXPORTER_OTLP_* variables (headers, timeout, certificates)
@@ -56,6 +58,10 @@ class TelemetrySettings(SettingsGroup):
     def _parse_model_prices(cls, value: Any) -> Any:
         return json.loads(value) if isinstance(value, str) else value
 
-    def model_price(self, model: str) -> ModelPrice | None:
-        """The operator's price for ``model``, else the default table's; None: unpriced."""
-        return self.model_prices.get(model) or default_price(model)
+    def price_quote(self, model: str) -> PriceQuote | None:
+        """The operator's price for ``model``, else the default table's, naming the table it came
+        from; None: unpriced."""
+        if model in self.model_prices:
+            return self.model_prices[model].quote(OPERATOR_SOURCE)
+        price = default_price(model)
+        return price.quote(LIST_SOURCE) if price is not None else None

@@ -7,7 +7,8 @@
 
 const $ = (id) => document.getElementById(id);
 const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null,
-  retryTimer: null, previews: new Map(), offlineNotice: null, locale: null, questions: new Map(), audio: null };
+  retryTimer: null, previews: new Map(), offlineNotice: null, locale: null, questions: new Map(), audio: null,
+  resultShown: false };
 const RUN_LIST_SECONDS = 5;
 // How a closed workflow ended (Temporal's status), in a reader's words.
 const ENDED = { completed: "finished", failed: "failed", canceled: "cancelled", terminated: "terminated",
@@ -109,6 +110,7 @@ $("new-run").addEventListener("submit", async (event) => {
     question: $("question").value, report_style: $("report-style").value,
     max_step_num: Number($("max-steps").value), auto_accept_plan: $("auto-accept").checked,
     parallel_steps: $("parallel").checked,
+    ...budgetFields($("token-budget").value, $("cost-budget").value, "token_budget", "cost_budget_usd"),
     resources: [...$("resources").selectedOptions].map((o) => o.value),
   };
   if ($("locale").value) body.locale = $("locale").value;
@@ -149,14 +151,15 @@ async function openRun(id) {
   if (state.feed) state.feed.abort();
   clearTimeout(state.retryTimer);
   Object.assign(state, { run: id, after: null, report: "", sources: new Map(), lastStatus: null,
-    previews: new Map(), offlineNotice: null, locale: null });
+    previews: new Map(), offlineNotice: null, locale: null, resultShown: false });
   for (const list of ["activity", "sources", "citations", "plan-steps", "podcast-script", "evaluation"]) {
     $(list).replaceChildren();
   }
-  for (const text of ["report", "review-message", "run-phase", "run-error", "run-retries", "usage", "flow-notice"]) {
+  for (const text of ["report", "review-message", "run-phase", "run-error", "run-retries", "usage", "flow-notice",
+    "budget-line", "budget-message"]) {
     $(text).replaceChildren();
   }
-  for (const box of ["report-box", "plan", "review", "clarify", "run-error", "run-retries", "flows", "evaluation",
+  for (const box of ["report-box", "plan", "review", "clarify", "budget", "run-error", "run-retries", "flows", "evaluation",
     "podcast-box", "podcast-script", "editor"]) $(box).hidden = true;
   forgetAudio();
   $("run").hidden = false;
@@ -201,12 +204,18 @@ async function refresh() {
   if (status) {
     const u = status.usage;
     $("usage").textContent = `Model calls: ${u.llm_calls} · tokens: ${u.total_tokens} (${u.input_tokens} in, ${u.output_tokens} out)`;
+    showBudget(status, running);
     showPlan(status, running);
     $("clarify").hidden = !running || status.awaiting !== "clarification_answer";
     $("clarify-question").textContent = status.question || "";
   }
-  if (!running) $("review").hidden = $("clarify").hidden = true;
-  if (shown.result && shown.result.report && !state.report) showReport(shown.result.report);
+  if (!running) $("review").hidden = $("clarify").hidden = $("budget").hidden = true;
+  // The result's report, once: the streamed reporter's text lacks what the run adds around it (notes
+  // at the top, the budget's line at the end); later, the person's edits are theirs.
+  if (shown.result && shown.result.report && !state.resultShown) {
+    state.resultShown = true;
+    showReport(shown.result.report);
+  }
   if (shown.result) state.locale = shown.result.locale;
   $("flows").hidden = !(shown.status === "completed" && state.report);
 }
@@ -260,6 +269,63 @@ $("clarify-form").addEventListener("submit", async (event) => {
     $("review-message").textContent = `Not sent: ${error.message}`;
   }
 });
+
+// ------------------------------------------------------------------ the budget
+
+// Amounts in USD as the CLI and the Web UI write them (workflows/budget_models.py: usd).
+function usd(amount) {
+  return amount >= 1 ? `$${amount.toFixed(2)}` : `$${amount.toFixed(4)}`;
+}
+
+// The fields of a request or a raise from two inputs: only those filled in.
+function budgetFields(tokens, cost, tokensField, costField) {
+  const fields = {};
+  if (tokens) fields[tokensField] = Number(tokens);
+  if (cost) fields[costField] = Number(cost);
+  return fields;
+}
+
+// Spent and remaining of the run's budgets (the run's budget_standing), and while it waits at its
+// budget, what the rest is expected to cost and the three decisions (POST /api/runs/ID/budget).
+function showBudget(status, running) {
+  const budget = status.budget, standing = status.budget_standing;
+  $("budget").hidden = !running || status.awaiting !== "budget";
+  if (!budget || !standing) return;
+  const tokens = budget.tokens === null ? `${standing.spent_tokens} tokens spent (no token budget)`
+    : `${standing.spent_tokens} of ${budget.tokens} tokens spent, ${standing.remaining_tokens} left`;
+  const cost = budget.cost_usd === null ? `${usd(standing.spent_usd)} spent (no cost budget)`
+    : `${usd(standing.spent_usd)} of ${usd(budget.cost_usd)} spent, ${usd(standing.remaining_usd)} left`;
+  const unpriced = standing.unpriced_models.length
+    ? ` · no price for ${standing.unpriced_models.join(", ")}: its tokens count, its cost does not` : "";
+  $("budget-line").textContent = `Budget: ${tokens} · ${cost}${budget.cut_short ? " · cut short" : ""}${unpriced}`;
+  if (budget.expected_next_step !== null) {
+    $("budget-expected").textContent = `${$("budget-line").textContent}. The next step is expected to cost ` +
+      `${budget.expected_next_step} tokens (${usd(budget.expected_next_step_usd || 0)}), the rest of the plan ` +
+      `${budget.expected_rest} tokens (${usd(budget.expected_rest_usd || 0)}).`;
+  }
+}
+
+async function decideBudget(body) {
+  try {
+    const outcome = await api(`/api/runs/${encodeURIComponent(state.run)}/budget`, body);
+    $("budget-message").textContent = outcome.message;
+    $("budget").hidden = true;
+  } catch (error) {
+    $("budget-message").textContent = `Not sent: ${error.message}`;
+  }
+}
+
+$("budget-raise-form").addEventListener("submit", (event) => {
+  event.preventDefault();
+  const amounts = budgetFields($("budget-tokens").value, $("budget-usd").value, "tokens", "cost_usd");
+  if (!Object.keys(amounts).length) {
+    $("budget-message").textContent = "Not sent: give a new token budget, a new cost budget, or both.";
+    return;
+  }
+  decideBudget({ action: "raise", ...amounts });
+});
+$("budget-finish").addEventListener("click", () => decideBudget({ action: "finish" }));
+$("budget-cancel").addEventListener("click", () => decideBudget({ action: "cancel" }));
 
 // ------------------------------------------------------------------ the live feed
 

@@ -1,0 +1,114 @@
+"""Our page's budget controls in headless Chromium, on real runs (issue #26, item 1): a run started
+from the page with a budget pauses at it, the page shows spent, remaining and what the rest is
+expected to cost, and its buttons raise the budget, finish now and cancel through the API.
+
+A real ``worker.py`` process serves the runs with the offline model, priced at one USD per million
+tokens each way, so a token budget of 7,000 or a cost budget of $0.007 is crossed before the
+second step (tests/test_budget.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from config.settings import load_settings
+from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.processes import DevServer, query_status, start_worker
+from tests.support.web_server import api_server
+
+CHROMIUM = chromium_path()
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
+    pytest.mark.timeout(240),
+]
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+PRICED = json.dumps({"deerflow-offline-demo": {"input": 1, "output": 1}})
+PAUSED = "!document.getElementById('budget').hidden"
+REPORT_TEXT = "document.getElementById('report').innerText"
+
+
+@pytest.fixture(scope="module")
+async def base(dev_server: DevServer, client: Client, tmp_path_factory: pytest.TempPathFactory,
+               ) -> AsyncIterator[str]:
+    log = tmp_path_factory.mktemp("budget-worker") / "worker.log"
+    process = await start_worker(dev_server, client, log, DEERFLOW_MODEL_PRICES=PRICED)
+    try:
+        async with api_server(client, load_settings().model_copy(update={"web_token": None})) as url:
+            yield url
+    finally:
+        process.stop()
+
+
+@pytest.fixture
+async def page(base: str) -> AsyncIterator[Page]:
+    async with open_page(CHROMIUM) as opened:
+        await opened.navigate(f"{base}/")
+        await opened.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started",
+                              what="the page's scripts")
+        yield opened
+
+
+async def start_paused(page: Page, tokens: str = "", cost: str = "") -> tuple[str, str]:
+    """Start a run from the page's form with these budgets, plans accepted; once it pauses at its
+    budget: its id and what the page says about the pause."""
+    await page.evaluate(f"document.getElementById('token-budget').value = {json.dumps(tokens)}; "
+                        f"document.getElementById('cost-budget').value = {json.dumps(cost)}; "
+                        "document.getElementById('auto-accept').checked = true; true")
+    await page.type_into("#question", QUESTION)
+    await page.press("#new-run button[type=submit]")
+    run = await page.wait_for("window.deerflowPage.state.run", what="the run to start")
+    shown = await page.wait_for(f"{PAUSED} && document.getElementById('budget-expected').textContent", 90,
+                                what="the pause at the budget")
+    return run, shown
+
+
+async def test_raise_from_the_page_runs_the_rest_and_the_report_says_what_was_spent(
+        page: Page, dev_server: DevServer, tmp_path: Path) -> None:
+    try:
+        run, shown = await start_paused(page, tokens="7000")
+        assert "of 7000 tokens spent" in shown and "the rest of the plan" in shown, shown
+        assert "$" in await page.evaluate("document.getElementById('budget-line').textContent")
+        await page.type_into("#budget-tokens", "1000000")
+        await page.press("#budget-raise-form button[type=submit]")
+        await page.wait_for("document.getElementById('budget-message').textContent.includes('raise to 1,000,000')",
+                            what="the raise taken")
+        report = await page.wait_for(f"{REPORT_TEXT}.includes('Budget:') && {REPORT_TEXT}", 90, what="the report")
+        assert "of 1,000,000 tokens spent" in report and "not cut short" in report, report
+        status = query_status(dev_server, run)
+        assert [(d["kind"], d["decision"], d["by"]["via"]) for d in status["decisions"]] == [
+            ("budget", "raise to 1,000,000 tokens", "api")]
+    except Exception:
+        await page.screenshot(tmp_path / "failure.png")
+        raise
+
+
+async def test_finish_now_from_the_page_reports_what_was_found_cut_short(page: Page, tmp_path: Path) -> None:
+    try:
+        _, shown = await start_paused(page, cost="0.007")
+        assert "of $0.0070 spent" in shown and "(no token budget)" in shown, shown
+        await page.press("#budget-finish")
+        report = await page.wait_for(f"{REPORT_TEXT}.includes('Budget:') && {REPORT_TEXT}", 90, what="the report")
+        assert "cut short by the cost budget" in report and "written from what was found" in report.split("Budget:")[1]
+        steps = await page.evaluate("[...document.querySelectorAll('#plan-steps li')].map((li) => li.innerText)")
+        assert any("pending" in step for step in steps), "the rest of the plan never ran"
+    except Exception:
+        await page.screenshot(tmp_path / "failure.png")
+        raise
+
+
+async def test_cancel_from_the_page_ends_the_run(page: Page, tmp_path: Path) -> None:
+    try:
+        await start_paused(page, tokens="7000")
+        await page.press("#budget-cancel")
+        ended = await page.wait_for("document.getElementById('run-phase').textContent.startsWith('Ended') && "
+                                    "document.getElementById('run-phase').textContent", 60, what="the run to end")
+        assert "cancel" in ended, ended
+        assert await page.evaluate(PAUSED.replace("!", "")), "no controls on an ended run"
+    except Exception:
+        await page.screenshot(tmp_path / "failure.png")
+        raise
