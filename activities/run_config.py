@@ -28,10 +28,13 @@ EAGER_KINDS: tuple[Literal["model", "tools"], ...] = ("model", "tools")
 def main_queue_kinds(settings: Settings, served: Collection[QueueKind]) -> list[Literal["model", "tools"]]:
     """The kinds a run started here schedules on its main queue: those this worker serves beside
     the workflow (so the server can hand each call back to it eagerly), unless the operator keeps
-    every kind on its own queue (``DEERFLOW_EAGER_ACTIVITIES=false``)."""
+    every kind on its own queue (``DEERFLOW_EAGER_ACTIVITIES=false``). Model calls keep their own
+    queue under a fleet-wide request cap (``LLM_REQUESTS_PER_SECOND``): the server applies it to that
+    queue only, and an eager call never passes through a queue at all."""
     if not settings.eager_activities or "main" not in served:
         return []
-    return [kind for kind in EAGER_KINDS if kind in served]
+    capped = {"model"} if settings.llm_requests_per_second is not None else set()
+    return [kind for kind in EAGER_KINDS if kind in served and kind not in capped]
 
 
 class RunConfigActivities:

@@ -6,12 +6,14 @@ import argparse
 import sys
 from datetime import UTC, datetime
 
-from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from cli.actor import cli_actor
+from cli.costs import usages
 from cli.render import ended_label
 from cli.runs import _describe, _status
+from cli.spend import cost_cell
 from cli.terminal import printable
 from cli.watch import WatchStats, watch
 from config.settings import Settings
@@ -34,11 +36,12 @@ async def watch_run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 async def list_runs(args: argparse.Namespace, settings: Settings) -> int:
-    """Runs with how they stand (running, or how they ended), their phase and age.
+    """Runs with how they stand (running, or how they ended), their phase, what they spent and their age.
 
     ``--awaiting-review`` filters by the DeerFlowAwaiting attribute. Where the namespace lacks our
     search attributes, the phase of each running run is read with the status query instead
-    (slower, same answer). A row whose query fails says why; it never fails the list.
+    (slower, same answer). A row whose query fails says why; it never fails the list. The spend is
+    the run's recorded usage (cli/costs.py): ``-`` where it cannot be read.
     """
     client = await connect(settings, ensure_worker=False)
     now = datetime.now(UTC)
@@ -49,6 +52,7 @@ async def list_runs(args: argparse.Namespace, settings: Settings) -> int:
     if args.awaiting_review and indexed:
         query += f" AND {AWAITING.name} = '{Awaiting.PLAN_FEEDBACK.value}'"
     rows: list[tuple[str, str, str, str]] = []
+    listed: list[WorkflowExecution] = []
     try:
         async for execution in client.list_workflows(query, limit=args.limit):
             phase = execution.typed_search_attributes.get(PHASE)
@@ -64,9 +68,12 @@ async def list_runs(args: argparse.Namespace, settings: Settings) -> int:
             age = str(now - execution.start_time).split(".")[0]
             state = ended_label(execution.status) or (execution.status.name.lower() if execution.status else "unknown")
             rows.append((execution.id, state, phase or "-", age))
+            listed.append(execution)
     except RPCError as error:
         raise CliError(f"Could not list runs: {error.message}") from error
-    print(_table(("ID", "STATUS", "PHASE", "AGE"), rows))
+    spent = [cost_cell(usage) for usage in await usages(client, listed)]
+    print(_table(("ID", "STATUS", "PHASE", "SPENT", "AGE"),
+                 [(run, state, phase, cost, age) for (run, state, phase, age), cost in zip(rows, spent, strict=True)]))
     return 0
 
 

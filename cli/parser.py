@@ -18,7 +18,7 @@ from typing import NoReturn
 
 from pydantic import TypeAdapter, ValidationError
 
-from cli import blobs, config_view, content, history, operate, research, runs
+from cli import blobs, config_view, content, costs, history, operate, research, runs
 from cli.actor import add_as_argument
 from config.settings import Settings
 from runtime.build_info import add_version_argument
@@ -181,6 +181,11 @@ def _add_reading(sub: Subcommands) -> None:
     listing.add_argument("--awaiting-review", action="store_true", help="only runs waiting for a plan review")
     listing.add_argument("--limit", type=_positive, default=50)
     listing.set_defaults(handler=operate.list_runs)
+
+    spend = sub.add_parser("costs", help="what the runs started lately spent, by model and by who started them")
+    spend.add_argument("--since", type=costs.since_duration, default=costs.since_duration("7d"),
+                       help="runs started within this long: 30m, 12h, 7d (default), 2w")
+    spend.set_defaults(handler=costs.costs)
 
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("id")

@@ -91,6 +91,9 @@ def build_workers(
         if kind == "main":
             options["workflows"] = list(WORKFLOWS)
             options.setdefault("workflow_runner", workflow_runner())
+        if kind == "model" and settings.llm_requests_per_second is not None:
+            # The server's cap, for every worker polling the queue: the last poller's value is the queue's.
+            options["max_task_queue_activities_per_second"] = settings.llm_requests_per_second
         workers.append(Worker(client, task_queue=queue_name(kind, main_queue), activities=activities[kind],
                               interceptors=interceptors, max_concurrent_activities=queue_concurrency(settings, kind),
                               **options))

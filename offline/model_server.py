@@ -148,6 +148,7 @@ class FakeModelServer:
         # Seconds between streamed deltas: a model generating at a human-visible pace (token previews).
         self.piece_seconds = piece_seconds
         self.requests: list[dict[str, Any]] = []
+        self.arrivals: list[float] = []  # time.monotonic() of each chat request, as it came (quota drills)
         self.verbose = False
         self._faults: list[Fault] = []
         self._lock = threading.Lock()
@@ -218,6 +219,7 @@ class FakeModelServer:
 
     def _serve(self, handler: _Handler, body: dict[str, Any]) -> None:
         with self._lock:
+            self.arrivals.append(time.monotonic())
             self.requests.append(body)
             self._counter += 1
             number = self._counter

@@ -44,6 +44,7 @@ from tests.support.runs import OFFLINE_REPORT
 from workflows.decisions import Actor
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
 from workflows.status_view import OFFLINE_NOTICE
+from workflows.usage import Usage
 
 # The bound: from the kill, each command is served by a replacement worker within 10 s (the
 # CLI's imports, the worker's start-up until it polls, and the query; the run then goes on to its
@@ -244,14 +245,20 @@ async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.Mo
     async def indexed(_client: Any) -> bool:
         return False
 
+    async def usages(_client: Any, executions: list[Any]) -> list[Usage | None]:
+        # The spend is read apart from the phase (cli/costs.py); a run whose spend cannot be read shows "-".
+        return [Usage(llm_calls=2, total_tokens=1234) if row.id == "research-ok" else None for row in executions]
+
     monkeypatch.setattr(operate, "connect", connect)
     monkeypatch.setattr(operate, "_status", status)
     monkeypatch.setattr(operate, "_has_search_attributes", indexed)
+    monkeypatch.setattr(operate, "usages", usages)
     args = argparse.Namespace(running=False, awaiting_review=False, limit=50)
     assert await operate.list_runs(args, Settings()) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4
     assert lines[1].split()[:3] == ["research-ok", "running", "researching"]
+    assert "1,234 tokens · no cost recorded" in lines[1] and lines[3].split()[3] == "-"
     assert "? Could not read the status of it: no worker answers" in lines[2]
     assert lines[3].split()[:2] == ["research-gone", "cancelled"]
     # Columns fit their content: every STATUS cell starts where the longest ID ends, plus two spaces.

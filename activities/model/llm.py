@@ -40,7 +40,7 @@ from activities.model.context_window import ContextWindows, Overflow, context_ex
 from activities.model.prompts import render_prompt
 from activities.model.telemetry import model_call_telemetry
 from activities.model.tool_support import IGNORED, PROBE_MAX_TOKENS, ToolSupport, refuses_tools, tools_refused
-from activities.support.limits import provider_slot
+from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from workflows.plan_parsing import plan_json_schema
@@ -277,6 +277,16 @@ def _cut_chain(error: Exception) -> ApplicationError:
     return classify_provider_error(error)
 
 
+def _quota_tokens(settings: Settings, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
+                  tools: list[dict[str, Any]], cap: int) -> int:
+    """What a provider counts against its tokens-per-minute quota when the request arrives: the prompt
+    and the reply's cap (the reply's real length is known only afterwards). 0 without a quota: no count."""
+    if settings.llm_tokens_per_minute is None:
+        return 0
+    weights = script_weights_for(settings.model_name(request.model_tier.value))
+    return count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights) + cap
+
+
 class _Overflowed(Exception):
     """The provider refused the request as longer than its context window."""
 
@@ -297,6 +307,7 @@ class ModelActivities:
         """Fail the call when a reply without a handoff comes from a provider that ignores tools
         (``activities/model/tool_support.py``); a provider that honours them keeps its direct reply."""
         probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        await spend_tokens(self.settings.llm_tokens_per_minute, PROBE_MAX_TOKENS)  # its prompt is a few words
         async with provider_slot("llm", self.settings.llm_max_concurrency):
             supported = await self.tool_support.check(probe)
         if supported is False:
@@ -355,11 +366,13 @@ class ModelActivities:
         if tools:
             client = client.bind_tools(tools)
         formats = _response_formats(settings, request)
+        quota_tokens = _quota_tokens(settings, request, system_prompt, messages, tools, cap)
         for index, response_format in enumerate(formats):
             # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
             # which raises on finish_reason "length" and would lose a reply cut at its cap.
             runnable = client.bind(extra_body={"response_format": response_format}) if response_format else client
             try:
+                await spend_tokens(settings.llm_tokens_per_minute, quota_tokens)
                 async with provider_slot("llm", settings.llm_max_concurrency):
                     return await token_stream.invoke(runnable, _to_langchain(system_prompt, messages),
                                                       request.prompt, settings)

@@ -18,6 +18,14 @@ class WorkerSettings(SettingsGroup):
     llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
     search_max_concurrency: int = Field(default=4, ge=1, alias="SEARCH_MAX_CONCURRENCY")
     crawl_max_concurrency: int = Field(default=4, ge=1, alias="CRAWL_MAX_CONCURRENCY")
+    # The provider's quotas (issue #26). Requests per second: across every worker of the model queue,
+    # Temporal's task-queue rate limit (hosting/registry.py), since no one process sees the fleet;
+    # it also keeps model calls off the main queue (activities/run_config.py), where no cap applies.
+    # Tokens per minute (TPM, as providers' consoles say; a name with TOKEN in it would be taken for a
+    # credential and masked): per worker process (activities/support/limits.py), the estimate a
+    # provider counts (prompt plus output cap). Unset: no cap.
+    llm_requests_per_second: float | None = Field(default=None, gt=0, le=10_000, alias="LLM_REQUESTS_PER_SECOND")
+    llm_tokens_per_minute: int | None = Field(default=None, ge=1, alias="LLM_TPM")
     # Activities one worker runs at once per task queue (workflows/queues.py). A worker takes no
     # more tasks than it can run, so the rest wait on the server for another worker. The model
     # queue defaults to LLM_MAX_CONCURRENCY: a slot held while waiting on the provider semaphore
