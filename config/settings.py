@@ -114,9 +114,18 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
     return settings
 
 
+# The last word of a credential's name. A word anywhere else says what is counted or configured, not
+# that the value is secret: TOKEN_LIMIT, DEERFLOW_RUN_TOKEN_BUDGET, DEERFLOW_TOKEN_STREAM_URL, and a
+# KEY_FILE is a path. Masking those would hide from ``starter.py config`` what an operator checks.
+_SECRET_LAST_WORDS = frozenset({"KEY", "KEYS", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"})
+_SECRET_NAMES = frozenset({"DEERFLOW_WEB_TOKENS"})  # named API tokens; other names ending in TOKENS count
+
+
 def is_secret(name: str) -> bool:
-    """Whether the setting ``name`` holds a credential, never printed."""
-    return any(word in name.upper() for word in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
+    """Whether the setting ``name`` (or a part of it: ``DEERFLOW_WEB_TOKENS.0.token``) holds a
+    credential, never printed."""
+    return any(part.rsplit("_", 1)[-1] in _SECRET_LAST_WORDS or part in _SECRET_NAMES
+               for part in name.upper().split("."))
 
 
 def validation_problems(error: ValidationError) -> list[str]:

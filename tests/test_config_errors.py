@@ -53,13 +53,21 @@ def test_each_problem_of_a_deerflow_set_up_is_its_own_line(tmp_path: Path) -> No
 def test_config_prints_each_value_with_its_source_and_masks_secrets(tmp_path: Path) -> None:
     (tmp_path / "absent.env").write_text("SEARCH_API=brave_search\nBRAVE_SEARCH_API_KEY=brave-secret\n")
     conf = "BASIC_MODEL:\n  base_url: http://127.0.0.1:9/v1\n  model: users-model\n  api_key: $ARK_KEY\n"
-    code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, ARK_KEY="ark-secret", LLM_MAX_CONCURRENCY="3")
+    code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, ARK_KEY="ark-secret", LLM_MAX_CONCURRENCY="3",
+                      DEERFLOW_RUN_TOKEN_BUDGET="50000", DEERFLOW_CODEC_TOKEN="codec-secret",
+                      DEERFLOW_WEB_TOKENS='[{"name": "ann", "token": "web-secret-of-ann-00"}]')
     assert code == 0, lines
     conf_path, env_path = tmp_path / "conf.yaml", tmp_path / "absent.env"
     assert {f"BASIC_MODEL = users-model  ({conf_path})", f"OPENAI_API_KEY = ***  ({conf_path})",
             f"SEARCH_API = brave  ({env_path})", f"BRAVE_SEARCH_API_KEY = ***  ({env_path})",
-            "LLM_MAX_CONCURRENCY = 3  (environment)", "SEARCH_MAX_CONCURRENCY = 4  (default)"} <= set(lines)
+            "LLM_MAX_CONCURRENCY = 3  (environment)", "SEARCH_MAX_CONCURRENCY = 4  (default)",
+            "DEERFLOW_WEB_TOKENS = ***  (environment)", "DEERFLOW_CODEC_TOKEN = ***  (environment)",
+            # named for what they count, not credentials: shown
+            "DEERFLOW_RUN_TOKEN_BUDGET = 50000  (environment)", "LLM_MAX_OUTPUT_TOKENS = 4096  (default)"} <= set(lines)
     assert "secret" not in "\n".join(lines)
+    code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, ARK_KEY="ark-secret",
+                      DEERFLOW_WEB_TOKENS='[{"name": "ann", "token": "short-secret"}]')  # too short: refused,
+    assert code == 2 and "DEERFLOW_WEB_TOKENS.0.token=***" in lines[0] and "secret" not in lines[0]  # not echoed
     code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, LLM_MAX_CONCURRENCY="3")  # $ARK_KEY unset
     assert (code, lines) == (2, [f"Error: {conf_path}: BASIC_MODEL.api_key: $ARK_KEY is not set in the environment "
                                  "or .env"])
