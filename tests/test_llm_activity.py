@@ -55,7 +55,7 @@ async def test_tool_messages_reach_the_provider(worker_settings: Settings, model
         tools=[TOOLS["web_search"].spec],
     )
     response = await run_chat(worker_settings, request)
-    sent = model_server.requests[-1]
+    sent = model_server.requests[0]  # then a probe: an answer without a call, in LLM_TOOL_MODE=auto
     assert sent["messages"][2]["tool_calls"][0]["id"] == "call_1"
     assert sent["messages"][3] == {"role": "tool", "tool_call_id": "call_1", "content": request.messages[2].content}
     assert "https://t.example/tides" in response.message.content

@@ -188,12 +188,12 @@ class Usage(BaseModel):
     input_tokens: int = 0
     output_tokens: int = 0
     total_tokens: int = 0
+    json_tool_calls: int = 0  # of ``llm_calls``, the tool-offering turns made in JSON tool mode (issue #24)
 
     def add(self, other: Usage) -> None:
-        self.llm_calls += other.llm_calls
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.total_tokens += other.total_tokens
+        """Every count of ``other`` added to this one's (all of them: a new count cannot be forgotten here)."""
+        for name in Usage.model_fields:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 class Outcome(StrEnum):
@@ -382,6 +382,9 @@ class RunConfig(BaseModel):
     # that read this config serves them beside the workflow: the server then dispatches each call
     # eagerly to the worker that asked for it. Empty (and in runs recorded before it): own queues.
     main_queue_kinds: list[Literal["model", "tools"]] = Field(default_factory=list)
+    # LLM_TOOL_MODE of the worker that read this config: how its agents use tools (issue #24); the
+    # turns actually made in JSON mode are counted in ``Usage.json_tool_calls``. None: runs from before.
+    llm_tool_mode: Literal["native", "json", "auto"] | None = None
     token_budget_default: int | None = None  # the operator's per-run token budget (None: none)
     token_budget_max: int | None = None  # and the most a request or a raise may have
 

@@ -142,7 +142,8 @@ def budget_line(status: RunStatus) -> str:
 
 
 def usage_line(usage: Usage) -> str:
-    return (f"{usage.llm_calls} model calls · {usage.total_tokens:,} tokens "
+    json_mode = f" ({usage.json_tool_calls} in JSON tool mode)" if usage.json_tool_calls else ""
+    return (f"{usage.llm_calls} model calls{json_mode} · {usage.total_tokens:,} tokens "
             f"(in {usage.input_tokens:,}, out {usage.output_tokens:,})")
 
 
