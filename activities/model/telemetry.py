@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
-from workflows.models import ChatRequest, ChatResponse
+from workflows.models import ChatRequest, ChatResponse, Usage
 
 MICRO = 1_000_000
 
@@ -55,23 +55,32 @@ def model_call_telemetry(fn: Chat[S]) -> Chat[S]:
                 kind = error.type if isinstance(error, ApplicationError) and error.type else type(error).__name__
                 span.set_status(Status(StatusCode.ERROR, kind))
                 span.set_attribute("error.type", kind)
-                _count_call(labels, "error")
+                _count_call(labels, "error", _spent_calls(error) or 1)
                 raise
             usage = response.usage
             span.set_attributes({"gen_ai.usage.input_tokens": usage.input_tokens,
                                  "gen_ai.usage.output_tokens": usage.output_tokens,
                                  "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"]})
-            _count_call(labels, "truncated" if response.truncated else "ok")
+            _count_call(labels, "truncated" if response.truncated else "ok", usage.llm_calls)
             _count_usage(self.settings, labels, usage.input_tokens, usage.output_tokens)
             return response
 
     return wrapper
 
 
-def _count_call(labels: dict[str, Any], outcome: str) -> None:
+def _spent_calls(error: Exception) -> int:
+    """The calls a failed turn made, the failed one included, as its details report them (``llm.py``)."""
+    details = error.details if isinstance(error, ApplicationError) else ()
+    spent = details[0] if details and isinstance(details[0], Usage) else None
+    return spent.llm_calls if spent else 0
+
+
+def _count_call(labels: dict[str, Any], outcome: str, calls: int) -> None:
+    """Count ``calls`` model calls: a turn's own and those it made to decide how to ask (the tool-support
+    probe, a native reply asked again in JSON mode), as the run's usage counts them."""
     meter = activity.metric_meter()
-    meter.create_counter("deerflow_llm_calls", "Model calls (activity attempts), by model, agent and outcome").add(
-        1, {**labels, "outcome": outcome})
+    meter.create_counter("deerflow_llm_calls", "Model calls (the probe's included), by model, agent and outcome").add(
+        calls, {**labels, "outcome": outcome})
 
 
 def _count_usage(settings: Settings, labels: dict[str, Any], input_tokens: int, output_tokens: int) -> None:
