@@ -28,6 +28,7 @@ from tests.support.history_checks import HISTORIES, load
 from tests.support.runs import QUESTION, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
+from workflows.agent_loop import FINAL_ANSWER_REQUEST
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome, RunConfig, RunStatus, ToolCall, ToolSpec
 from workflows.plan_parsing import plan_json_schema
 from workflows.step_loop import NO_SEARCH_PATCH
@@ -150,6 +151,59 @@ def test_a_json_mode_turn_acts_before_it_may_answer() -> None:
     assert json_tools.FINAL_ACTION not in json_tools.instructions([HANDOFF_TO_PLANNER], answers=False)
     later = json_tools.answer_chars([ChatMessage(role="user", content="task"), TOOL_RESULT], 4096)
     assert later == json_tools.MAX_ANSWER_CHARS
+
+
+def actions(schema: dict[str, Any]) -> list[str]:
+    return [option["properties"]["action"]["const"] for option in schema["anyOf"]]
+
+
+def test_a_url_argument_is_one_the_conversation_holds_and_no_call_has_used() -> None:
+    """SmolLM2-135M crawled made-up URLs (``https://example.com/...``, ``http#heat-pumps``) instead of
+    searching, then the same one until the step's turns ran out (measured on llama-server)."""
+    tools = [TOOLS["web_search"].spec, TOOLS["crawl_tool"].spec]
+    task = [ChatMessage(role="user", content=STEP)]
+    first = json_tools.action_schema(tools, None, json_tools.fresh_urls(task))
+    assert actions(first) == ["web_search"]  # nothing to crawl yet: the step searches first
+    found = ('[{"url": "https://t.example/tides"}, {"url": "https://t.example/moon."}, '
+             '{"url": "https://t.example/tides"}]')
+    crawled = ToolCall(id="call_2", name="crawl_tool", arguments={"url": "https://t.example/tides"})
+    later = [*task, ChatMessage(role="assistant", tool_calls=[ToolCall(id="call_1", name="web_search")]),
+             ChatMessage(role="tool", tool_call_id="call_1", name="web_search", content=found),
+             ChatMessage(role="assistant", tool_calls=[crawled])]
+    schema = json_tools.action_schema(tools, 100, json_tools.fresh_urls(later))
+    assert actions(schema) == ["web_search", "crawl_tool", json_tools.FINAL_ACTION]
+    assert schema["anyOf"][1]["properties"]["arguments"]["properties"]["url"]["enum"] == ["https://t.example/moon"]
+    assert unbounded(schema) == []
+    only_crawl = json_tools.action_schema([TOOLS["crawl_tool"].spec], None, [])
+    assert actions(only_crawl) == ["crawl_tool"]  # no action left otherwise: offered as it is
+
+
+async def test_a_research_steps_first_json_turn_can_only_search(
+    provider_env: dict[str, str], toolless: FakeModelServer
+) -> None:
+    response = await chat(ModelActivities(pointed_at(provider_env, toolless, "json")), researcher())
+    schema = toolless.requests[-1]["response_format"]["json_schema"]["schema"]
+    assert actions(schema) == ["web_search"]
+    assert response.message.tool_calls[0].name == "web_search"
+
+
+async def test_an_agents_last_tool_less_turn_is_asked_in_json_mode_once_the_provider_does_not_call_tools(
+    provider_env: dict[str, str], toolless: FakeModelServer
+) -> None:
+    """SmolLM2-135M asked natively for a conversation of calls its template cannot render answered
+    with nothing, six times, and the run failed (measured on llama-server)."""
+    activities = ModelActivities(pointed_at(provider_env, toolless))
+    await chat(activities, researcher())  # the worker learns: the provider ignores tools
+    call = ToolCall(id="call_1", name="web_search", arguments={"query": "tides"})
+    last = researcher(ChatMessage(role="assistant", tool_calls=[call]), TOOL_RESULT,
+                      ChatMessage(role="user", content=FINAL_ANSWER_REQUEST)).model_copy(update={"tools": []})
+    response = await chat(activities, last)
+    sent = toolless.requests[-1]
+    assert actions(sent["response_format"]["json_schema"]["schema"]) == [json_tools.FINAL_ACTION]
+    assert [message["role"] for message in sent["messages"]] == ["system", "user", "assistant", "user", "user"]
+    assert response.message.content.strip() and response.usage.json_tool_calls == 1
+    native = await chat(ModelActivities(pointed_at(provider_env, toolless, "native")), last)
+    assert "response_format" not in toolless.requests[-1] and native.usage.json_tool_calls == 0
 
 
 def test_every_string_and_array_of_the_plan_schema_is_bounded() -> None:

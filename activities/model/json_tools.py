@@ -15,7 +15,11 @@ output as a user message naming the call, because a template without tool suppor
 tool messages.
 
 Every string and array of the schema is bounded (``maxLength``/``maxItems``), so a small model
-that loops inside a value stops at the schema, not at the output cap.
+that loops inside a value stops at the schema, not at the output cap. A ``url`` argument may only be
+a URL the conversation holds and no call has used yet (an ``enum``), and a tool that needs one is
+not offered while there is none: a small model makes URLs up (SmolLM2-135M on llama-server crawled
+``https://example.com/...`` and ``http#heat-pumps`` instead of searching, then crawled the same URL
+until the step's turns ran out), so its first step action is a search, and no crawl repeats.
 
 Pure: the offline fake model (``offline/json_tool_mode.py``) reads the same protocol back.
 """
@@ -23,6 +27,7 @@ Pure: the offline fake model (``offline/json_tool_mode.py``) reads the same prot
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import json_repair
@@ -41,6 +46,9 @@ MAX_ARGUMENT_CHARS = MAX_CHARS
 MAX_ARRAY_ITEMS = 16
 CHARS_PER_TOKEN = 3  # an answer's bound from a small output cap, which then still comes first
 MAX_ANSWER_CHARS = MAX_CHARS
+URL_ARGUMENT = "url"  # an argument of this name takes a URL (crawl_tool's; an MCP fetch tool's alike)
+MAX_URL_CHOICES = 32  # the newest URLs the conversation holds: a step's searches give about that many
+_URL = re.compile(r"https?://[^\s\"'<>()\[\]{}\\^`|]+")
 
 
 def bounded(schema: Any, max_chars: int = MAX_ARGUMENT_CHARS) -> Any:
@@ -75,31 +83,65 @@ def answer_chars(messages: list[ChatMessage], output_cap: int) -> int | None:
     return min(output_cap * CHARS_PER_TOKEN, MAX_ANSWER_CHARS) if may_answer(messages) else None
 
 
-def action_schema(tools: list[ToolSpec], max_answer_chars: int | None) -> dict[str, Any]:
+def fresh_urls(messages: list[ChatMessage]) -> list[str]:
+    """The URLs the conversation's task and tool outputs hold that no call has passed as its ``url`` yet,
+    oldest first, the newest ``MAX_URL_CHOICES`` of them."""
+    used = {str(call.arguments.get(URL_ARGUMENT)) for message in messages for call in message.tool_calls}
+    found: dict[str, None] = {}
+    for message in messages:
+        if message.role in ("user", "tool"):
+            for match in _URL.findall(message.content):
+                url = match.rstrip(".,;:!?")
+                if url not in used and len(url) <= MAX_CHARS:
+                    found.pop(url, None)
+                    found[url] = None
+    return list(found)[-MAX_URL_CHOICES:]
+
+
+def _arguments(spec: ToolSpec, urls: list[str] | None) -> dict[str, Any] | None:
+    """``spec``'s bounded arguments schema, its ``url`` one of ``urls`` (None: any URL); None where the
+    tool needs a URL and there is none."""
+    schema = bounded(spec.parameters or {"type": "object", "properties": {}})
+    if urls is None or URL_ARGUMENT not in (schema.get("properties") or {}):
+        return schema
+    if not urls:
+        return None if URL_ARGUMENT in schema.get("required", ()) else {
+            **schema, "properties": {k: v for k, v in schema["properties"].items() if k != URL_ARGUMENT}}
+    url = {**schema["properties"][URL_ARGUMENT], "enum": urls}
+    return {**schema, "properties": {**schema["properties"], URL_ARGUMENT: url}}
+
+
+def action_schema(tools: list[ToolSpec], max_answer_chars: int | None, urls: list[str] | None = None,
+                  ) -> dict[str, Any]:
     """One action object: a call of one of ``tools`` with its (bounded) arguments, or the answer
-    (none with ``max_answer_chars`` None)."""
-    calls = [{"type": "object",
-              "properties": {"action": {"const": spec.name},
-                             "arguments": bounded(spec.parameters or {"type": "object", "properties": {}})},
-              "required": ["action", "arguments"]} for spec in tools]
+    (none with ``max_answer_chars`` None). With ``urls``, a ``url`` argument is one of them (see the
+    module's docstring); were no action left, the tools are offered as they are."""
+    offered = [(spec, _arguments(spec, urls)) for spec in tools]
+    if max_answer_chars is None and all(arguments is None for _, arguments in offered):
+        offered = [(spec, _arguments(spec, None)) for spec in tools]
+    calls = [{"type": "object", "properties": {"action": {"const": spec.name}, "arguments": arguments},
+              "required": ["action", "arguments"]} for spec, arguments in offered if arguments is not None]
     if max_answer_chars is None:
         return {"anyOf": calls}
     final = {"type": "object",
              "properties": {"action": {"const": FINAL_ACTION},
-                            "answer": {"type": "string", "maxLength": max_answer_chars}},
+                            "answer": {"type": "string", "minLength": 1, "maxLength": max_answer_chars}},
              "required": ["action", "answer"]}
     return {"anyOf": [*calls, final]}
 
 
-def response_format(tools: list[ToolSpec], max_answer_chars: int | None) -> dict[str, Any]:
-    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": False,
-                                                    "schema": action_schema(tools, max_answer_chars)}}
+def response_format(tools: list[ToolSpec], messages: list[ChatMessage], output_cap: int) -> dict[str, Any]:
+    """The ``response_format`` of a JSON-mode turn of ``messages`` capped at ``output_cap`` tokens."""
+    schema = action_schema(tools, answer_chars(messages, output_cap), fresh_urls(messages))
+    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": False, "schema": schema}}
 
 
 def instructions(tools: list[ToolSpec], answers: bool = True) -> str:
     """What the system prompt gains in JSON mode: the tools, and how to call them with a reply
-    (and to answer, where the turn may)."""
+    (and to answer, where the turn may; a turn without tools only answers)."""
     final = f'- to give your final answer: {{"action": "{FINAL_ACTION}", "answer": "<your whole answer>"}}'
+    if not tools:
+        return "\n".join(["", "", "# How to answer", "Reply with exactly one JSON object, and nothing else:", final])
     lines = ["", "", "# How to use tools",
              "You cannot call functions directly. Act by replying with exactly one JSON object, and nothing else:",
              '- to use a tool: {"action": "<tool name>", "arguments": {<the tool\'s arguments>}}',

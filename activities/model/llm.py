@@ -38,7 +38,7 @@ from activities.model.context_budget import (
 )
 from activities.model.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
 from activities.model.prompts import render_prompt
-from activities.model.telemetry import model_call_telemetry
+from activities.model.telemetry import failure_usage, model_call_telemetry
 from activities.model.tool_support import (
     PROBE_MAX_TOKENS,
     ProbeAnswer,
@@ -55,6 +55,10 @@ from workflows.plan_parsing import plan_json_schema
 from workflows.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
+# How often a turn is asked while its completions come back empty: a glitch passes on the next ask;
+# a model that keeps ending at once (SmolLM2-135M, asked natively about a conversation of tool calls
+# its template cannot render) does not, and the turn then fails with every ask counted.
+EMPTY_COMPLETION_ASKS = 3
 
 
 def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -143,8 +147,7 @@ def _response_formats(settings: Settings, request: ChatRequest, json_tools_cap: 
     if settings.llm_structured_output != "json_schema":
         return [plain]
     if json_tools_cap is not None:
-        return [json_tools.response_format(request.tools, json_tools.answer_chars(request.messages, json_tools_cap)),
-                plain]
+        return [json_tools.response_format(request.tools, request.messages, json_tools_cap), plain]
     if request.response_schema is None:
         return [plain]
     schema = {"name": request.response_schema, "schema": SCHEMAS[request.response_schema](), "strict": False}
@@ -282,13 +285,21 @@ def _cut_chain(error: Exception) -> ApplicationError:
     message says what happened; the chain goes to the worker's log.
     """
     activity.logger.warning("Model call failed", exc_info=error)
-    return classify_provider_error(error)
+    return _failed_call(classify_provider_error(error))
 
 
 def _with_usage(error: ApplicationError, spent: Usage) -> ApplicationError:
-    """``error`` carrying ``spent`` in its details, so the run counts calls made before it failed."""
-    return ApplicationError(error.message, spent, type=error.type, non_retryable=error.non_retryable,
+    """``error`` carrying ``spent`` in its details, added to what it carried (its own failed call), so
+    the run counts every call made before it failed and the one that failed."""
+    total = spent.model_copy()
+    total.add(failure_usage(error))
+    return ApplicationError(error.message, total, type=error.type, non_retryable=error.non_retryable,
                             next_retry_delay=error.next_retry_delay)
+
+
+def _failed_call(error: ApplicationError) -> ApplicationError:
+    """``error``, a provider's answer to one call (or its failure to answer), counting that call."""
+    return _with_usage(error, Usage(llm_calls=1))
 
 
 class _Overflowed(Exception):
@@ -316,16 +327,20 @@ class ModelActivities:
         error, or a reply without a call from a turn that offered tools is checked with a probe
         (``tool_support``) that finds the provider ignores tools or its model never reaches the
         call. The same turn is then asked again in JSON mode, as is every later turn while the
-        worker's verdict lasts. Every call made here,
+        worker's verdict lasts; so is a tool-less turn of a conversation that called tools (an agent's
+        last turn), whose calls a template without tool support cannot render. Every call made here,
         the probe and a discarded native reply included, counts in the returned usage; a failure
-        carries the usage spent so far in its details (``workflows/model_calls.py`` adds it).
+        carries the usage spent so far, the failed call's included, in its details
+        (``workflows/model_calls.py`` adds it).
         """
         mode = self.settings.llm_tool_mode
-        if not request.tools:
-            return await self._turn(request, json_mode=False)
         probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
         key = ToolSupport.key(probe)
-        if mode == "json" or (mode == "auto" and self.tool_support.known(key) not in (None, Verdict.CALLS)):
+        in_json = mode == "json" or (mode == "auto" and self.tool_support.known(key) not in (None, Verdict.CALLS))
+        if not request.tools:
+            called = any(message.tool_calls for message in request.messages)
+            return await self._turn(request, json_mode=in_json and called)
+        if in_json:
             return await self._turn(request, json_mode=True)
         try:
             response = await self._turn(request, json_mode=False)
@@ -335,7 +350,7 @@ class ModelActivities:
             activity.logger.warning("The provider refuses tools (%s): asking the %s in JSON tool mode",
                                     error.message, request.prompt)
             self.tool_support.remember(key, ProbeAnswer(Verdict.REFUSED, Usage()))
-            return await self._turn(request, json_mode=True)
+            return await self._again_in_json(request, failure_usage(error))
         handoff = any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools)
         if response.message.tool_calls or not (mode == "auto" or handoff):
             return response
@@ -350,12 +365,17 @@ class ModelActivities:
                                    type="ModelToolsUnsupported", non_retryable=True)
         activity.logger.warning("The provider does not call tools (%s): asking the %s again in JSON tool mode",
                                 answer.verdict, request.prompt)
+        return await self._again_in_json(request, spent)
+
+    async def _again_in_json(self, request: ChatRequest, spent: Usage) -> ChatResponse:
+        """The turn asked in JSON mode after the native ask that cost ``spent``, which counts in its usage."""
         try:
             again = await self._turn(request, json_mode=True)
         except ApplicationError as error:
             raise _with_usage(error, spent) from None
-        spent.add(again.usage)
-        return again.model_copy(update={"usage": spent})
+        total = spent.model_copy()
+        total.add(again.usage)
+        return again.model_copy(update={"usage": total})
 
     async def _probe(self, request: ChatRequest, probe: ChatOpenAI, spent: Usage) -> ProbeAnswer:
         """The provider's tool support (``activities/model/tool_support.py``) asked through ``probe``
@@ -367,7 +387,28 @@ class ModelActivities:
         return answer
 
     async def _turn(self, request: ChatRequest, json_mode: bool) -> ChatResponse:
-        """One completion: natively, or (``json_mode``) with the tools as a schema-enforced action object."""
+        """One completion: natively, or (``json_mode``) with the tools as a schema-enforced action object.
+
+        An empty completion (no text, no call, not cut at the cap) is asked again, up to
+        ``EMPTY_COMPLETION_ASKS`` times in all, here rather than by the activity's retries, so that every
+        ask counts in the usage returned or, when all came back empty, in the final failure's details.
+        """
+        spent = Usage()
+        for _ in range(EMPTY_COMPLETION_ASKS):
+            try:
+                response = await self._ask(request, json_mode)
+            except ApplicationError as error:
+                raise _with_usage(error, spent) from None
+            spent.add(response.usage)
+            message = response.message
+            if message.content.strip() or message.tool_calls or response.truncated:
+                return response.model_copy(update={"usage": spent})
+            activity.logger.warning("The %s reply was an empty completion", request.prompt)
+        raise ApplicationError(f"Model provider returned an empty completion {EMPTY_COMPLETION_ASKS} times", spent,
+                               type="ModelEmptyCompletion", non_retryable=True)
+
+    async def _ask(self, request: ChatRequest, json_mode: bool) -> ChatResponse:
+        """One completion of ``_turn``, however it came back."""
         settings = self.settings
         model = settings.model_name(request.model_tier.value)
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
@@ -391,7 +432,8 @@ class ModelActivities:
                 estimated = count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights)
                 smaller = retrim_limit(overflow, estimated)
                 if retrimmed or smaller is None:
-                    raise context_exceeded(overflow, limit, retrimmed) from None
+                    raise _with_usage(context_exceeded(overflow, limit, retrimmed),
+                                      Usage(llm_calls=1 + retrimmed)) from None
                 if overflow.window is not None:
                     self.windows.learn(settings, model, overflow.window, request.model_tier.value)
                 # Trimming to a window no smaller than the refused one could not help: shrink anyway.
@@ -405,9 +447,6 @@ class ModelActivities:
             content, calls = json_tools.parse_action(content, request.messages)
         finish_reason = (reply.response_metadata or {}).get("finish_reason")
         truncated = finish_reason == "length"
-        if not content.strip() and not calls and not truncated:
-            # An empty completion is a provider glitch more often than a model decision: retry it.
-            raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
         if truncated:
             activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
         usage = usage_of(reply)

@@ -55,7 +55,9 @@ def model_call_telemetry(fn: Chat[S]) -> Chat[S]:
                 kind = error.type if isinstance(error, ApplicationError) and error.type else type(error).__name__
                 span.set_status(Status(StatusCode.ERROR, kind))
                 span.set_attribute("error.type", kind)
-                _count_call(labels, "error", _spent_calls(error) or 1)
+                spent = failure_usage(error)
+                _count_call(labels, "error", spent.llm_calls or 1)
+                _count_usage(self.settings, labels, spent.input_tokens, spent.output_tokens)
                 raise
             usage = response.usage
             span.set_attributes({"gen_ai.usage.input_tokens": usage.input_tokens,
@@ -68,11 +70,10 @@ def model_call_telemetry(fn: Chat[S]) -> Chat[S]:
     return wrapper
 
 
-def _spent_calls(error: Exception) -> int:
-    """The calls a failed turn made, the failed one included, as its details report them (``llm.py``)."""
+def failure_usage(error: BaseException) -> Usage:
+    """What a failed turn spent, the failed call included, as its details report it (``llm.py``)."""
     details = error.details if isinstance(error, ApplicationError) else ()
-    spent = details[0] if details and isinstance(details[0], Usage) else None
-    return spent.llm_calls if spent else 0
+    return details[0] if details and isinstance(details[0], Usage) else Usage()
 
 
 def _count_call(labels: dict[str, Any], outcome: str, calls: int) -> None:
