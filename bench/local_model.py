@@ -14,6 +14,7 @@ probe's included) carried an output cap. One markdown table row a run, for ``doc
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import os
 import sys
@@ -28,6 +29,7 @@ from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
 from bench.harness import BenchWorker, connect_when_healthy, count_activities, header, run_main
+from bench.plan_reviewer import PlanReviewer
 from bench.recording_proxy import recording_proxy
 from config.settings import load_settings
 from offline.providers import search_env
@@ -52,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=2, help="max_step_num of each run")
     parser.add_argument("--timeout", type=float, default=120, help="LLM_REQUEST_TIMEOUT, seconds a call")
     parser.add_argument("--save", type=Path, help="a directory for each run's history and report")
+    parser.add_argument("--review", action="store_true",
+                        help="review plans as a person who wants research (bench/plan_reviewer.py), not auto-accept")
     return parser.parse_args(argv)
 
 
@@ -81,20 +85,25 @@ async def main(args: argparse.Namespace) -> None:
         stop.callback(worker.stop)
         converter = data_converter(settings)
         client = await connect_when_healthy(server.address, converter)
-        print("| run | question | outcome | model calls (JSON mode) | capped requests | tokens | step searches "
-              "| crawls | wall s | replays |")
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("| run | question | outcome | plan edits | model calls (JSON mode) | capped requests | tokens "
+              "| step searches | crawls | wall s | replays |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for number in range(1, args.runs + 1):
             question = QUESTIONS[(number - 1) % len(QUESTIONS)]
-            request = ResearchRequest(question=question, auto_accept_plan=True, max_step_num=args.steps)
+            request = ResearchRequest(question=question, auto_accept_plan=not args.review, max_step_num=args.steps)
             began, first = time.perf_counter(), len(seen)
             handle = await client.start_workflow(WORKFLOW_TYPE, request, id=f"local-{time.time_ns()}",
                                                  task_queue=TASK_QUEUE, result_type=ResearchResult)
+            reviewer = PlanReviewer(handle)
+            reviewing = asyncio.create_task(reviewer.review()) if args.review else None
             try:
                 result = await handle.result()
                 outcome, report = result.outcome.value, result.report
             except WorkflowFailureError as error:
                 outcome, report = f"failed: {failure_message(error.cause)[:120]}", ""
+            finally:
+                if reviewing is not None:
+                    reviewing.cancel()
             wall = time.perf_counter() - began
             status = await handle.query("status", result_type=RunStatus)
             history = await handle.fetch_history()
@@ -103,8 +112,9 @@ async def main(args: argparse.Namespace) -> None:
             crawls = count_activities(history, "crawl_tool")[0]
             usage, requests = status.usage, seen[first:]
             capped = sum(request.cap is not None for request in requests)
-            print(f"| {number} | {question} | {outcome} | {usage.llm_calls} ({usage.json_tool_calls}) | "
-                  f"{capped}/{len(requests)} | {usage.total_tokens:,} | {searches} | {crawls} | {wall:.0f} | "
+            print(f"| {number} | {question} | {outcome} | {reviewer.edits} | {usage.llm_calls} "
+                  f"({usage.json_tool_calls}) | {capped}/{len(requests)} | {usage.total_tokens:,} | {searches} | "
+                  f"{crawls} | {wall:.0f} | "
                   f"{'yes' if await replays(history, converter) else 'NO'} |", flush=True)
             if args.save:
                 args.save.mkdir(parents=True, exist_ok=True)
