@@ -178,6 +178,21 @@ def test_a_url_argument_is_one_the_conversation_holds_and_no_call_has_used() -> 
     assert actions(only_crawl) == ["crawl_tool"]  # no action left otherwise: offered as it is
 
 
+def test_a_tool_called_twice_with_the_same_arguments_is_not_offered_again() -> None:
+    """SmolLM2-135M searched "heat pump" twelve times running until the step's turns ran out."""
+    tools = [TOOLS["web_search"].spec, TOOLS["crawl_tool"].spec]
+    found = '[{"url": "https://t.example/heat-pumps"}]'
+    messages = [ChatMessage(role="user", content=STEP)]
+    for number in (1, 2):
+        search = ToolCall(id=f"call_{number}", name="web_search", arguments={"query": "heat pump"})
+        messages += [ChatMessage(role="assistant", tool_calls=[search]),
+                     ChatMessage(role="tool", tool_call_id=search.id, name="web_search", content=found)]
+        schema = json.loads(json.dumps(json_tools.response_format(tools, messages, 100)))["json_schema"]["schema"]
+        offered = actions(schema)
+        assert ("web_search" in offered) is (number == 1)
+        assert offered[-2:] == ["crawl_tool", json_tools.FINAL_ACTION]
+
+
 async def test_a_research_steps_first_json_turn_can_only_search(
     provider_env: dict[str, str], toolless: FakeModelServer
 ) -> None:

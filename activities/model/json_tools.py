@@ -19,7 +19,9 @@ that loops inside a value stops at the schema, not at the output cap. A ``url`` 
 a URL the conversation holds and no call has used yet (an ``enum``), and a tool that needs one is
 not offered while there is none: a small model makes URLs up (SmolLM2-135M on llama-server crawled
 ``https://example.com/...`` and ``http#heat-pumps`` instead of searching, then crawled the same URL
-until the step's turns ran out), so its first step action is a search, and no crawl repeats.
+until the step's turns ran out), so its first step action is a search, and no crawl repeats. A tool
+the model has called twice with the same arguments is not offered again in the conversation (it
+searched "heat pump" twelve times running): it is looping, and must use another tool or answer.
 
 Pure: the offline fake model (``offline/json_tool_mode.py``) reads the same protocol back.
 """
@@ -98,6 +100,13 @@ def fresh_urls(messages: list[ChatMessage]) -> list[str]:
     return list(found)[-MAX_URL_CHOICES:]
 
 
+def looping_tools(messages: list[ChatMessage]) -> set[str]:
+    """The tools the conversation called twice with the same arguments."""
+    calls = [(call.name, json.dumps(call.arguments, sort_keys=True)) for message in messages
+             for call in message.tool_calls]
+    return {name for name, arguments in calls if calls.count((name, arguments)) > 1}
+
+
 def _arguments(spec: ToolSpec, urls: list[str] | None) -> dict[str, Any] | None:
     """``spec``'s bounded arguments schema, its ``url`` one of ``urls`` (None: any URL); None where the
     tool needs a URL and there is none."""
@@ -112,11 +121,12 @@ def _arguments(spec: ToolSpec, urls: list[str] | None) -> dict[str, Any] | None:
 
 
 def action_schema(tools: list[ToolSpec], max_answer_chars: int | None, urls: list[str] | None = None,
-                  ) -> dict[str, Any]:
+                  withheld: frozenset[str] = frozenset()) -> dict[str, Any]:
     """One action object: a call of one of ``tools`` with its (bounded) arguments, or the answer
-    (none with ``max_answer_chars`` None). With ``urls``, a ``url`` argument is one of them (see the
-    module's docstring); were no action left, the tools are offered as they are."""
-    offered = [(spec, _arguments(spec, urls)) for spec in tools]
+    (none with ``max_answer_chars`` None). With ``urls``, a ``url`` argument is one of them, and the
+    ``withheld`` tools are left out (see the module's docstring); were no action left, the tools are
+    offered as they are."""
+    offered = [(spec, None if spec.name in withheld else _arguments(spec, urls)) for spec in tools]
     if max_answer_chars is None and all(arguments is None for _, arguments in offered):
         offered = [(spec, _arguments(spec, None)) for spec in tools]
     calls = [{"type": "object", "properties": {"action": {"const": spec.name}, "arguments": arguments},
@@ -132,7 +142,8 @@ def action_schema(tools: list[ToolSpec], max_answer_chars: int | None, urls: lis
 
 def response_format(tools: list[ToolSpec], messages: list[ChatMessage], output_cap: int) -> dict[str, Any]:
     """The ``response_format`` of a JSON-mode turn of ``messages`` capped at ``output_cap`` tokens."""
-    schema = action_schema(tools, answer_chars(messages, output_cap), fresh_urls(messages))
+    schema = action_schema(tools, answer_chars(messages, output_cap), fresh_urls(messages),
+                           frozenset(looping_tools(messages)))
     return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": False, "schema": schema}}
 
 
