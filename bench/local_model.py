@@ -51,6 +51,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="local", help="BASIC_MODEL: the model's name on that server")
     parser.add_argument("--mode", default="auto", choices=("auto", "native", "json"), help="LLM_TOOL_MODE")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--first", type=int, default=1, help="the first run's number (its question: the Nth)")
     parser.add_argument("--steps", type=int, default=2, help="max_step_num of each run")
     parser.add_argument("--timeout", type=float, default=120, help="LLM_REQUEST_TIMEOUT, seconds a call")
     parser.add_argument("--save", type=Path, help="a directory for each run's history and report")
@@ -88,7 +89,7 @@ async def main(args: argparse.Namespace) -> None:
         print("| run | question | outcome | plan edits | model calls (JSON mode) | capped requests | tokens "
               "| step searches | crawls | wall s | replays |")
         print("|---|---|---|---|---|---|---|---|---|---|---|")
-        for number in range(1, args.runs + 1):
+        for number in range(args.first, args.first + args.runs):
             question = QUESTIONS[(number - 1) % len(QUESTIONS)]
             request = ResearchRequest(question=question, auto_accept_plan=not args.review, max_step_num=args.steps)
             began, first = time.perf_counter(), len(seen)
