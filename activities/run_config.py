@@ -61,6 +61,7 @@ class RunConfigActivities:
             max_tool_calls_per_turn=settings.max_tool_calls_per_turn,
             max_activities_in_flight=settings.max_activities_in_flight,
             main_queue_kinds=main_queue_kinds(settings, self.served),
+            llm_tool_mode=settings.llm_tool_mode,
             token_budget_default=settings.run_token_budget,
             token_budget_max=settings.run_token_budget_max,
             cost_budget_usd_default=settings.run_cost_budget_usd,

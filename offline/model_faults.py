@@ -20,7 +20,7 @@ INVALID_TOOL_ARGS = '{"query": "unterminated'
 NON_JSON_PLAN = "I cannot produce a plan right now."
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
                          "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
-                         "no_research_plan", "context_overflow"})
+                         "no_research_plan", "context_overflow", "no_tool_call"})
 # What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
 LOOP_SENTENCE = "Solar power is a clean source of energy. "
 
@@ -110,6 +110,11 @@ class Fault:
     def context_overflow(cls, n_ctx: int, *, agent: str | None = None) -> Fault:
         """llama-server's 400 ``exceed_context_size_error`` naming the window ``n_ctx``."""
         return cls("context_overflow", n_ctx=n_ctx, agent=agent)
+
+    @classmethod
+    def no_tool_call(cls, *, agent: str | None = None) -> Fault:
+        """The agent answers as if it had been offered no tools: a model that never calls them."""
+        return cls("no_tool_call", agent=agent)
 
     @classmethod
     def malformed_plan(cls, *, agent: str | None = "planner") -> Fault:

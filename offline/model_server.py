@@ -22,7 +22,8 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from offline.agent_text import text_of
+from offline.agent_text import ScriptedReply, ScriptedToolCall, text_of
+from offline.json_tool_mode import action_reply, is_action_request, native_view
 from offline.loopback_http import send_json, serve_in_thread, shut_down
 from offline.model_faults import Fault, apply_fault, requested_output_cap
 from offline.scripted_agents import detect_agent, respond
@@ -35,9 +36,12 @@ ERROR_TYPES = {
     404: ("invalid_request_error", "model_not_found"),
     429: ("rate_limit_error", "rate_limit_exceeded"),
 }
+# What a model writes before a call when the server's grammar allows text first (tool_text "before").
+PREAMBLE = "Let me think about which function fits best before I call it. "
 # How long a loop without max_tokens "generates": past any test's LLM_REQUEST_TIMEOUT.
 ENDLESS_SECONDS = 3600.0
 STREAM_PIECE = 64  # characters per streamed content delta
+PROBE_FALLBACK_CAP = 64  # tokens a rambling reply writes when the request sends no cap
 
 
 def approx_tokens(text: str) -> int:
@@ -64,6 +68,14 @@ def forced_tool(body: dict[str, Any]) -> str | None:
     if choice == "required" and tools:
         return str(tools[0]["function"]["name"])
     return None
+
+
+def _arguments(raw: str) -> Any:
+    """A call's arguments as the model meant them: JSON if they are (a broken call stays its text)."""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
 
 
 class _Server(ThreadingHTTPServer):
@@ -97,6 +109,8 @@ class _Handler(BaseHTTPRequestHandler):
             send_json(self, 200, {"object": "list", "data": [model]})
         elif self.path.rstrip("/") in ("/health", "/healthz", ""):
             send_json(self, 200, {"status": "ok"})
+        elif self.path.rstrip("/") == "/props" and self.server.owner.chat_template is not None:
+            send_json(self, 200, self.server.owner.props())
         else:
             self.send_error_json(404, f"Unknown path {self.path}")
 
@@ -136,7 +150,8 @@ class FakeModelServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, latency_seconds: float = 0.0,
                  *, ignore_tools: bool = False, n_ctx: int | None = None, piece_seconds: float = 0.0,
-                 api_key: str | None = None) -> None:
+                 api_key: str | None = None, tool_text: str | None = None,
+                 chat_template: str | None = None) -> None:
         # A key every chat request must carry, as a real provider's (None: any key, or none, will do).
         self.api_key = api_key
         self.latency_seconds = latency_seconds
@@ -145,6 +160,14 @@ class FakeModelServer:
         # As llama-server does for a chat template without tool support: ``tools`` and ``tool_choice``
         # are dropped unread, so every agent answers in text, as if it had been offered none.
         self.ignore_tools = ignore_tools
+        # As llama-server with a tool template whose grammar allows free text before the call (issue
+        # #24): "before" writes text and then calls; "instead" (a small model) never reaches the call,
+        # writing text to the output cap (finish_reason "length"), under tool_choice "required" too.
+        if tool_text not in (None, "before", "instead"):
+            raise ValueError(f"tool_text must be None, 'before' or 'instead', not {tool_text!r}")
+        self.tool_text = tool_text
+        # llama-server's ``chat_template``, served with its capabilities at ``/props`` (None: no /props).
+        self.chat_template = chat_template
         # Seconds between streamed deltas: a model generating at a human-visible pace (token previews).
         self.piece_seconds = piece_seconds
         self.requests: list[dict[str, Any]] = []
@@ -206,7 +229,15 @@ class FakeModelServer:
         """The request bodies received for one DeerFlow agent, recognised as the fake itself does."""
         with self._lock:
             received = list(self.requests)
-        return [body for body in received if detect_agent(body) == agent]
+        return [body for body in received
+                if detect_agent(native_view(body) if is_action_request(body) else body) == agent]
+
+    def props(self) -> dict[str, Any]:
+        """llama-server's ``/props``, in the parts the worker reads: the template and its capabilities."""
+        tools = not self.ignore_tools
+        return {"chat_template": self.chat_template, "model_path": f"/models/{MODEL_NAME}.gguf",
+                "chat_template_caps": {"supports_tools": tools, "supports_tool_calls": tools,
+                                       "supports_system_role": True}, "build_info": "fake"}
 
     def _take_fault(self, agent: str | None) -> Fault | None:
         with self._lock:
@@ -223,10 +254,13 @@ class FakeModelServer:
             self.requests.append(body)
             self._counter += 1
             number = self._counter
-        agent = detect_agent(body)
-        fault = self._take_fault(agent)
         if self.ignore_tools:
             body = {key: value for key, value in body.items() if key not in ("tools", "tool_choice")}
+        action_request = is_action_request(body)
+        if action_request:  # the model reads the JSON-mode request as its tools and conversation
+            body = native_view(body)
+        agent = detect_agent(body)
+        fault = self._take_fault(agent)
         if self.latency_seconds > 0:
             self._stopping.wait(self.latency_seconds)
         if fault is not None and fault.kind == "status":
@@ -249,20 +283,17 @@ class FakeModelServer:
             handler.close_connection = True
             return
         try:
-            reply = respond(body, agent)
+            if fault is not None and fault.kind == "no_tool_call":
+                reply = respond({key: value for key, value in body.items() if key != "tools"}, agent)
+            else:
+                reply = respond(body, agent)
         except Exception as exc:  # a bug in a scripted agent should read as a server error, not a hang
             traceback.print_exc(file=sys.stderr)
             handler.send_error_json(500, f"Offline model failed: {exc!r}")
             return
-        content, calls = reply.content, [(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
-                                         for c in reply.tool_calls]
-        forced = forced_tool(body)
-        if forced is not None and not calls:  # the server's grammar makes the model call it
-            content, calls = "", [("call_forced", forced, "{}")]
-        if fault is not None:
-            content, calls = apply_fault(fault, reply, content, calls, body)
+        content, calls, rambles = self._shaped(reply, body, fault, action_request)
         completion = self._completion(number, body, content, calls)
-        if fault is not None and fault.kind == "loop":
+        if rambles or (fault is not None and fault.kind == "loop"):
             completion["choices"][0]["finish_reason"] = "length"
         if body.get("stream"):
             self._send_stream(handler, completion, body, cut=fault is not None and fault.kind == "truncated")
@@ -271,13 +302,36 @@ class FakeModelServer:
         else:
             send_json(handler, 200, completion)
 
+    def _shaped(self, reply: ScriptedReply, body: dict[str, Any], fault: Fault | None, action_request: bool,
+                ) -> tuple[str, list[tuple[str, str, str]], bool]:
+        """The agent's reply as this server lets the model write it: a forced call made, text before
+        or instead of a call (``tool_text``), the fault applied, one action object in JSON tool mode;
+        and whether the model rambled to its cap instead of calling."""
+        content, calls = reply.content, [(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
+                                         for c in reply.tool_calls]
+        forced = forced_tool(body)
+        if forced is not None and not calls:  # the server's grammar makes the model call it
+            content, calls = "", [("call_forced", forced, "{}")]
+        native_calls = bool(calls) and not action_request  # a JSON-mode reply is no tool call to the server
+        rambles = native_calls and self.tool_text == "instead"
+        if rambles:  # the model never reaches the call the grammar allows after free text
+            cap = requested_output_cap(body) or PROBE_FALLBACK_CAP
+            content, calls = (PREAMBLE * (cap * 4 // len(PREAMBLE) + 1))[:cap * 4], []
+        elif native_calls and self.tool_text == "before":
+            content = PREAMBLE
+        if fault is not None:
+            content, calls = apply_fault(fault, reply, content, calls, body)
+        if action_request:  # the schema allows one action object and nothing else
+            content, calls = action_reply(ScriptedReply(content, tuple(
+                ScriptedToolCall(cid, name, _arguments(args)) for cid, name, args in calls))), []
+        return content, calls, rambles
 
     @staticmethod
     def _completion(number: int, body: dict[str, Any], content: str,
                     calls: list[tuple[str, str, str]]) -> dict[str, Any]:
         prompt_tokens = approx_tokens(_prompt_text(body.get("messages") or []))
         completion_tokens = approx_tokens(content + "".join(name + args for _, name, args in calls))
-        message: dict[str, Any] = {"role": "assistant", "content": None if calls else content,
+        message: dict[str, Any] = {"role": "assistant", "content": (content or None) if calls else content,
                                    "refusal": None}
         if calls:
             message["tool_calls"] = [{"id": cid, "type": "function",
@@ -366,8 +420,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--latency", type=float, default=0.0, help="seconds to sleep before each answer")
     parser.add_argument("--piece-latency", type=float, default=0.0, help="seconds between streamed deltas")
     parser.add_argument("--verbose", action="store_true", help="log every request")
+    parser.add_argument("--ignore-tools", action="store_true", help="drop tools, as llama-server for a template "
+                        "without tool support")
+    parser.add_argument("--tool-text", choices=("before", "instead"), help="text before a call, or instead of it")
     args = parser.parse_args(argv)
-    server = FakeModelServer(args.host, args.port, args.latency, piece_seconds=args.piece_latency)
+    server = FakeModelServer(args.host, args.port, args.latency, piece_seconds=args.piece_latency,
+                             ignore_tools=args.ignore_tools, tool_text=args.tool_text)
     server.verbose = args.verbose
     print(server.base_url, flush=True)
     try:

@@ -318,7 +318,7 @@ async def test_a_researcher_that_crawled_ten_large_pages_never_exceeds_the_limit
     with caplog.at_level(logging.INFO):
         response = await ActivityEnvironment().run(ModelActivities(token_limit).chat, request)
     assert response.message.content
-    body = model_server.requests[-1]
+    body = model_server.requests_for("researcher")[-1]
     sent = from_body(body["messages"])
     assert body_tokens(body) <= 8000
     assert body_tokens(body) <= 8000 - output_reserve(8000)  # and room is left for the answer
@@ -337,11 +337,11 @@ async def test_a_request_that_fits_reaches_the_provider_unchanged(
     request = ChatRequest(prompt="researcher", prompt_vars=RESEARCHER_VARS, messages=messages,
                           tools=[TOOLS["crawl_tool"].spec])
     await ActivityEnvironment().run(ModelActivities(token_limit).chat, request)
-    assert wire(from_body(model_server.requests[-1]["messages"])[1:]) == wire(messages)
+    assert wire(from_body(model_server.requests_for("researcher")[-1]["messages"])[1:]) == wire(messages)
     # The same conversation with longer pages no longer fits in 8000 tokens, and is trimmed.
     longer = request.model_copy(update={"messages": crawl_conversation(2, chars=30_000)})
     await ActivityEnvironment().run(ModelActivities(token_limit).chat, longer)
-    sent = from_body(model_server.requests[-1]["messages"])[1:]
+    sent = from_body(model_server.requests_for("researcher")[-1]["messages"])[1:]
     assert sent != longer.messages and MARKER in sent[2].content
 
 
@@ -360,5 +360,5 @@ async def test_chinese_pages_are_budgeted_by_the_models_tokenizer_family(
                           tools=[TOOLS["crawl_tool"].spec])
     settings = settings_with(provider_env, TOKEN_LIMIT="8000", BASIC_MODEL=model)
     await ActivityEnvironment().run(ModelActivities(settings).chat, request)
-    sent = from_body(model_server.requests[-1]["messages"])
+    sent = from_body(model_server.requests_for("researcher")[-1]["messages"])
     assert (MARKER in sent[-1].content) is trimmed

@@ -13,6 +13,7 @@ import json
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan
@@ -28,9 +29,11 @@ from config.model_prices import LIST_SOURCE, OPERATOR_SOURCE, ModelPrice, defaul
 from config.settings import Settings, load_settings
 from hosting.registry import build_workers, running
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
+from offline.model_server import FakeModelServer
 from runtime.converter import data_converter
 from runtime.metrics import metrics_runtime
 from runtime.tracing import install_tracer_provider, tracing_interceptor
+from tests.support.chat_requests import probe_requests
 from tests.support.processes import TEST_SERVER, free_port
 from tests.support.prometheus_text import scrape, total
 from tests.support.runs import QUESTION, run_id
@@ -50,10 +53,11 @@ class TracedRun:
     spans: list[ReadableSpan]
     metrics: str
     model: str
+    requests: list[dict[str, Any]]  # the chat request bodies the fake model received during the run
 
 
 @pytest.fixture(scope="module")
-async def traced_run(provider_env: dict[str, str]) -> AsyncIterator[TracedRun]:
+async def traced_run(provider_env: dict[str, str], model_server: FakeModelServer) -> AsyncIterator[TracedRun]:
     exporter = InMemorySpanExporter()
     provider = install_tracer_provider(SimpleSpanProcessor(exporter))
     settings = settings_with(provider_env, DEERFLOW_MODEL_PRICES=json.dumps({"deerflow-offline-demo": PRICES}),
@@ -65,13 +69,14 @@ async def traced_run(provider_env: dict[str, str]) -> AsyncIterator[TracedRun]:
     interceptors = [SecretScrubbingInterceptor(SecretScrubber.for_settings(settings)), ToolMetricsInterceptor(settings)]
     try:
         async with running(build_workers(env.client, settings, interceptors=interceptors)):
-            request = ResearchRequest(question=QUESTION, auto_accept_plan=True)
+            request, before = ResearchRequest(question=QUESTION, auto_accept_plan=True), len(model_server.requests)
             handle = await env.client.start_workflow(WORKFLOW_TYPE, request, id=run_id("telemetry"),
                                                      task_queue=TASK_QUEUE, result_type=ResearchResult)
             result = await handle.result()
             history = await handle.fetch_history()
             metrics = scrape(settings.metrics_address)
-        yield TracedRun(result, history, list(exporter.get_finished_spans()), metrics, settings.model_name("basic"))
+        yield TracedRun(result, history, list(exporter.get_finished_spans()), metrics, settings.model_name("basic"),
+                        model_server.requests[before:])
     finally:
         provider.shutdown()  # the later tests' model calls then make no-op spans
         await env.shutdown()
@@ -128,7 +133,10 @@ def test_no_span_attribute_carries_the_question_the_report_or_a_key(traced_run: 
 def test_a_scrape_after_the_run_counts_its_model_calls_tokens_cost_and_tools(traced_run: TracedRun) -> None:
     text, usage, model = traced_run.metrics, traced_run.result.usage, traced_run.model
     activities = scheduled(traced_run.history)
-    assert total(text, "deerflow_llm_calls", model=model, outcome="ok") == activities["chat"] == usage.llm_calls
+    # Every call the run made counts, the tool-support probe's too; the probe rides in a turn's activity.
+    requests = traced_run.requests
+    assert total(text, "deerflow_llm_calls", model=model, outcome="ok") == usage.llm_calls == len(requests)
+    assert activities["chat"] == len(requests) - len(probe_requests(requests))
     assert total(text, "deerflow_llm_tokens", model=model, kind="prompt") == usage.input_tokens > 0
     assert total(text, "deerflow_llm_tokens", model=model, kind="completion") == usage.output_tokens > 0
     expected_cost = usage.input_tokens * PRICES["input"] + usage.output_tokens * PRICES["output"]

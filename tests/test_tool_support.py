@@ -1,6 +1,7 @@
-"""A provider that ignores ``tools`` (llama-server with a chat template without tool support) or
-refuses them fails the run saying so (issue #11), while a provider that honours them keeps a
-genuine direct reply: the chat activity probes once per worker, endpoint and model.
+"""With LLM_TOOL_MODE=native, a provider that ignores ``tools`` (llama-server with a chat template
+without tool support) or refuses them fails the run saying so (issue #11), while a provider that
+honours them keeps a genuine direct reply: the chat activity probes once per worker, endpoint and
+model while its verdict lasts.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def toolless() -> Iterator[FakeModelServer]:
 
 
 def pointed_at(provider_env: dict[str, str], server: FakeModelServer) -> Settings:
-    return settings_with(provider_env, OPENAI_BASE_URL=server.base_url)
+    """Native tool mode only: in ``auto`` (the default) such a provider is served in JSON mode
+    (tests/test_json_tool_mode.py)."""
+    return settings_with(provider_env, OPENAI_BASE_URL=server.base_url, LLM_TOOL_MODE="native")
 
 
 async def test_a_provider_that_ignores_tools_fails_the_coordinators_call_saying_so(
@@ -114,10 +117,11 @@ async def test_small_talk_on_a_provider_with_tools_is_still_a_direct_reply(time_
 
 
 async def test_llama_servers_refusal_of_tools_through_the_fake_fails_the_call_at_once(
-    worker_settings: Settings, model_server: FakeModelServer
+    provider_env: dict[str, str], model_server: FakeModelServer
 ) -> None:
     model_server.inject(Fault.status(500, "tools param requires --jinja flag", agent="coordinator"))
     with pytest.raises(ApplicationError) as raised:
-        await ActivityEnvironment().run(ModelActivities(worker_settings).chat, coordinator(QUESTION))
+        await ActivityEnvironment().run(ModelActivities(pointed_at(provider_env, model_server)).chat,
+                                        coordinator(QUESTION))
     assert raised.value.type == "ModelToolsUnsupported" and raised.value.non_retryable
     assert "tools param requires --jinja flag" in raised.value.message

@@ -55,11 +55,10 @@ async def run_agent(
 ) -> str:
     """Run ``agent`` on ``task`` until it answers; returns the answer's markdown.
 
-    ``extra_tools`` are tools found at run time (MCP), routed through ``tool_context``. Each model
-    turn and tool call holds one of the run's ``slots``; of one turn's tool calls only the first
-    ``max_tool_calls`` run (None: all), and the model is told that the others were dropped.
-    Each turn's timeline line names the agent, the step (``tool_context.step_number``) and the turn;
-    turns and tool calls go where ``tool_context.routing`` sends them.
+    ``extra_tools`` are tools found at run time (MCP), routed through ``tool_context``. Each model turn and tool
+    call holds one of the run's ``slots``; of one turn's tool calls only the first ``max_tool_calls`` run (None:
+    all), and the model is told that the others were dropped. Each turn's timeline line names the agent, the step
+    and the turn; turns and tool calls go where ``tool_context.routing`` sends them, tools run are noted in ``ran``.
     """
     slots = slots or ActivitySlots(None)
     step = f" · step {tool_context.step_number}" if tool_context.step_number is not None else ""
@@ -70,6 +69,7 @@ async def run_agent(
                                     routing=tool_context.routing)
 
     async def tool(call: ToolCall) -> str:
+        tool_context.ran.append(call.name)
         async with slots.held():
             return await run_tool_call(call, agent.tools, tool_context)
 

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
     from workflows.activity_options import CHAT, execute
     from workflows.models import ChatMessage, ChatRequest, ChatResponse, Usage
     from workflows.queues import OWN_QUEUES, QueueRouting
@@ -15,12 +18,31 @@ async def chat(request: ChatRequest, usage: Usage, summary: str | None = None, *
     """Run one model turn and add its token usage to ``usage``; the whole response, for callers
     that handle a reply cut at its output cap (``truncated``).
 
+    A turn that failed after real calls (a provider that does not call tools: the reply and the
+    probe) carries their usage in its failure's details, and that is added too: a failed run's
+    usage says what it spent.
+
     ``summary`` is the turn's line in the timeline (e.g. "researcher · step 2 · turn 3"); without
     it the line is the prompt's name.
     """
-    response = await execute(CHAT, request, ChatResponse, routing=routing, summary=summary)
+    try:
+        response = await execute(CHAT, request, ChatResponse, routing=routing, summary=summary)
+    except ActivityError as error:
+        usage.add(spent_before(error))
+        raise
     usage.add(response.usage)
     return response
+
+
+def spent_before(error: ActivityError) -> Usage:
+    """The usage a failed ``chat`` reported in its details (none: nothing was spent, or not said)."""
+    cause = error.cause
+    if not isinstance(cause, ApplicationError) or not cause.details:
+        return Usage()
+    try:
+        return Usage.model_validate(cause.details[0])
+    except ValidationError:
+        return Usage()
 
 
 async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None, *,

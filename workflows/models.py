@@ -375,6 +375,8 @@ class RunConfig(BaseModel):
     # that read this config serves them beside the workflow: the server then dispatches each call
     # eagerly to the worker that asked for it. Empty (and in runs recorded before it): own queues.
     main_queue_kinds: list[Literal["model", "tools"]] = Field(default_factory=list)
+    # LLM_TOOL_MODE of the worker that read this config (issue #24); None: runs from before it.
+    llm_tool_mode: Literal["native", "json", "auto"] | None = None
     token_budget_default: int | None = None  # the operator's per-run token budget (None: none)
     token_budget_max: int | None = None  # and the most a request or a raise may have
     cost_budget_usd_default: float | None = None  # the same in USD, at the operator's model prices

@@ -165,10 +165,12 @@ def _unpriced(models: list[str]) -> str:
 
 
 def usage_line(usage: Usage) -> str:
-    """Calls, tokens and cost, with the price each model was charged at and where it came from."""
+    """Calls (those made in JSON tool mode), tokens and cost, with the price each model was charged at
+    and where it came from."""
     prices = "; ".join(f"{model} at {model_usage.price}" for model, model_usage in usage.by_model.items()
                        if model_usage.price is not None)
-    return (f"{usage.llm_calls} model calls · {usage.total_tokens:,} tokens "
+    json_mode = f" ({usage.json_tool_calls} in JSON tool mode)" if usage.json_tool_calls else ""
+    return (f"{usage.llm_calls} model calls{json_mode} · {usage.total_tokens:,} tokens "
             f"(in {usage.input_tokens:,}, cached {usage.cached_input_tokens:,}, out {usage.output_tokens:,})"
             f" · {usd(usage.cost_usd)}" + (f" ({prices})" if prices else "") + _unpriced(usage.unpriced_models))
 

@@ -13,12 +13,17 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agents import agent_for
     from workflows.budget import within_budget
     from workflows.messages import step_task
-    from workflows.models import Phase, StepState
+    from workflows.models import Phase, StepState, StepType
     from workflows.research_run import ResearchRun
     from workflows.run_state import RunContinuation
     from workflows.scheduling import step_dependencies
     from workflows.tools import ToolContext, mcp_tools_for
     from workflows.usage import COST_DIGITS
+
+# A research step whose agent ran no tool (a model that never calls them) says so (issue #24).
+NO_SEARCH_PATCH = "no-search-note"
+NO_SEARCH_NOTE = ("Research step {number} ({title}) made no search: the researcher called no tool, so its "
+                  "findings rest on the model's own knowledge.")
 
 
 async def run_steps(run: ResearchRun) -> None:
@@ -78,19 +83,22 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
                                      web=request.enable_web_search)
     async with run.slots.held():
         mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers, run.routing)
+    tools = ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
+                        crawls=run.crawls, mcp_routes=mcp_routes, step_number=index + 1, routing=run.routing)
     finding = await run_agent(
         agent,
         {**run.prompt_vars(locale), "tool_guidance": tool_guidance},
         step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
         state.config.agent_recursion_limit,
-        ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
-                    crawls=run.crawls, mcp_routes=mcp_routes, step_number=index + 1, routing=run.routing),
+        tools,
         state.status.usage,
         extra_tools=mcp_specs,
         slots=run.slots,
         max_tool_calls=state.config.max_tool_calls_per_turn,
     )
     step.execution_res = finding
+    if step.step_type is StepType.RESEARCH and agent.tools and not tools.ran and workflow.patched(NO_SEARCH_PATCH):
+        state.note(NO_SEARCH_NOTE.format(number=index + 1, title=step.title))
     status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
     status.finding_preview = finding[:300]
     budget = state.status.budget

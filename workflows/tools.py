@@ -87,6 +87,8 @@ class ToolContext:
     step_number: int | None = None
     # Where the run schedules each kind of work; its model turns go there too (workflows/agent_loop.py).
     routing: QueueRouting = OWN_QUEUES
+    # The tools the step's agent ran, by name, in order: a research step that ran none says so.
+    ran: list[str] = field(default_factory=list)
 
 
 ToolExecutor = Callable[[dict[str, Any], ToolContext], Awaitable[str]]

@@ -57,10 +57,12 @@ class Usage(BaseModel):
     total_tokens: int = 0
     cached_input_tokens: int = 0  # of the input tokens
     cost_usd: float = 0.0  # of the calls whose model has a price
+    json_tool_calls: int = 0  # of ``llm_calls``, the tool-offering turns made in JSON tool mode (issue #24)
     by_model: dict[str, ModelUsage] = Field(default_factory=dict)
 
     def add(self, other: Usage) -> None:
         self.llm_calls += other.llm_calls
+        self.json_tool_calls += other.json_tool_calls
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.total_tokens += other.total_tokens

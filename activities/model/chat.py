@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import ValidationError
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.support.heartbeat import heartbeating
 from activities.support.lazy import MODEL_MODULE, load
-from activities.support.retry_pacing import paced_retries
+from activities.support.retry_pacing import carried_detail, paced_retries
 from config.settings import Settings
-from workflows.models import ChatRequest, ChatResponse
+from workflows.models import ChatRequest, ChatResponse, Usage
 
 
 class ChatActivity:
@@ -40,4 +42,33 @@ class ChatActivity:
         """
         if self._model is None:
             self._model = (await load(MODEL_MODULE)).ModelActivities(self.settings)
-        return await self._model.chat(request)
+        earlier = earlier_usage(activity.info())
+        try:
+            response: ChatResponse = await self._model.chat(request)
+        except ApplicationError as error:
+            raise with_earlier(error, earlier) from error.__cause__
+        response.usage.add(earlier)
+        return response
+
+
+def earlier_usage(info: activity.Info) -> Usage:
+    """What the calls of this turn's earlier, failed attempts spent, as the last of them reported it
+    (``retry_pacing.carried_detail``): it counts in this attempt's usage, or in its failure's."""
+    carried = carried_detail(info)
+    if isinstance(carried, Usage):
+        return carried
+    try:
+        return Usage.model_validate(carried) if isinstance(carried, dict) else Usage()
+    except ValidationError:
+        return Usage()
+
+
+def with_earlier(error: ApplicationError, earlier: Usage) -> ApplicationError:
+    """``error`` with ``earlier`` added to the usage in its first detail (the calls it made, if any)."""
+    if not earlier.llm_calls:
+        return error
+    spent = earlier.model_copy()
+    if error.details and isinstance(error.details[0], Usage):
+        spent.add(error.details[0])
+    return ApplicationError(error.message, spent, *error.details[1:], type=error.type, category=error.category,
+                            non_retryable=error.non_retryable, next_retry_delay=error.next_retry_delay)

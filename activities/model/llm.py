@@ -27,7 +27,8 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model import token_stream
+from activities.model import json_tools, token_stream
+from activities.model.call_costs import priced, quota_tokens_of, reply_usage
 from activities.model.context_budget import (
     count_request_tokens,
     count_tool_tokens,
@@ -38,16 +39,26 @@ from activities.model.context_budget import (
 )
 from activities.model.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
 from activities.model.prompts import render_prompt
-from activities.model.telemetry import model_call_telemetry
-from activities.model.tool_support import IGNORED, PROBE_MAX_TOKENS, ToolSupport, refuses_tools, tools_refused
+from activities.model.telemetry import failure_usage, model_call_telemetry
+from activities.model.tool_support import (
+    PROBE_MAX_TOKENS,
+    ProbeAnswer,
+    ToolSupport,
+    Verdict,
+    refuses_tools,
+    tools_refused,
+)
 from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from workflows.plan_parsing import plan_json_schema
 from workflows.tools import HANDOFF_TO_PLANNER
-from workflows.usage import call_usage
 
 RETRYABLE_STATUS = {408, 409, 429}
+# How often a turn is asked while its completions come back empty: a glitch passes on the next ask;
+# a model that keeps ending at once (SmolLM2-135M, asked natively about a conversation of tool calls
+# its template cannot render) does not, and the turn then fails with every ask counted.
+EMPTY_COMPLETION_ASKS = 3
 
 
 def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -124,12 +135,20 @@ def output_cap(settings: Settings, request: ChatRequest, window: int | None = No
     return min(settings.max_output_tokens(request.prompt), output_reserve(window))
 
 
-def _response_formats(settings: Settings, request: ChatRequest) -> list[dict[str, Any] | None]:
-    """The ``response_format`` values to try, best first: the schema, then plain JSON mode."""
-    if not request.json_mode:
+def _response_formats(settings: Settings, request: ChatRequest, json_tools_cap: int | None = None,
+                      ) -> list[dict[str, Any] | None]:
+    """The ``response_format`` values to try, best first: the schema, then plain JSON mode.
+
+    ``json_tools_cap`` (the turn's output cap) asks for JSON tool mode's action object instead.
+    """
+    if not request.json_mode and json_tools_cap is None:
         return [None]
     plain = {"type": "json_object"}
-    if request.response_schema is None or settings.llm_structured_output != "json_schema":
+    if settings.llm_structured_output != "json_schema":
+        return [plain]
+    if json_tools_cap is not None:
+        return [json_tools.response_format(request.tools, request.messages, json_tools_cap), plain]
+    if request.response_schema is None:
         return [plain]
     schema = {"name": request.response_schema, "schema": SCHEMAS[request.response_schema](), "strict": False}
     return [{"type": "json_schema", "json_schema": schema}, plain]
@@ -202,14 +221,6 @@ def _tool_calls(reply: AIMessage) -> list[ToolCall]:
     return calls
 
 
-def _usage(settings: Settings, model: str, reply: AIMessage) -> Usage:
-    """The call's tokens as the provider reported them, priced at the operator's price for ``model``."""
-    meta: dict[str, Any] = dict(reply.usage_metadata or {})
-    cached = int((meta.get("input_token_details") or {}).get("cache_read") or 0)
-    return call_usage(model, settings.price_quote(model), int(meta.get("input_tokens", 0)), cached,
-                      int(meta.get("output_tokens", 0)), int(meta.get("total_tokens", 0)))
-
-
 def _retry_after(error: openai.APIStatusError) -> timedelta | None:
     value = error.response.headers.get("retry-after")
     try:
@@ -274,17 +285,21 @@ def _cut_chain(error: Exception) -> ApplicationError:
     message says what happened; the chain goes to the worker's log.
     """
     activity.logger.warning("Model call failed", exc_info=error)
-    return classify_provider_error(error)
+    return _failed_call(classify_provider_error(error))
 
 
-def _quota_tokens(settings: Settings, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
-                  tools: list[dict[str, Any]], cap: int) -> int:
-    """What a provider counts against its tokens-per-minute quota when the request arrives: the prompt
-    and the reply's cap (the reply's real length is known only afterwards). 0 without a quota: no count."""
-    if settings.llm_tokens_per_minute is None:
-        return 0
-    weights = script_weights_for(settings.model_name(request.model_tier.value))
-    return count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights) + cap
+def _with_usage(error: ApplicationError, spent: Usage) -> ApplicationError:
+    """``error`` carrying ``spent`` in its details, added to what it carried (its own failed call), so
+    the run counts every call made before it failed and the one that failed."""
+    total = spent.model_copy()
+    total.add(failure_usage(error))
+    return ApplicationError(error.message, total, type=error.type, non_retryable=error.non_retryable,
+                            next_retry_delay=error.next_retry_delay)
+
+
+def _failed_call(error: ApplicationError) -> ApplicationError:
+    """``error``, a provider's answer to one call (or its failure to answer), counting that call."""
+    return _with_usage(error, Usage(llm_calls=1))
 
 
 class _Overflowed(Exception):
@@ -303,29 +318,114 @@ class ModelActivities:
         self.tool_support = ToolSupport()
         self.windows = ContextWindows()
 
-    async def _require_tools(self, request: ChatRequest) -> None:
-        """Fail the call when a reply without a handoff comes from a provider that ignores tools
-        (``activities/model/tool_support.py``); a provider that honours them keeps its direct reply."""
-        probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
-        await spend_tokens(self.settings.llm_tokens_per_minute, PROBE_MAX_TOKENS)  # its prompt is a few words
-        async with provider_slot("llm", self.settings.llm_max_concurrency):
-            supported = await self.tool_support.check(probe)
-        if supported is False:
-            raise ApplicationError(IGNORED, type="ModelToolsUnsupported", non_retryable=True)
-
     @activity.defn(name="chat")
     @model_call_telemetry
     async def chat(self, request: ChatRequest) -> ChatResponse:
+        """One model turn, in the tool mode of ``LLM_TOOL_MODE`` (see ``activities/model/json_tools.py``).
+
+        ``auto`` asks natively until the provider proves not to call tools: it refuses them with an
+        error, or a reply without a call from a turn that offered tools is checked with a probe
+        (``tool_support``) that finds the provider ignores tools or its model never reaches the
+        call. The same turn is then asked again in JSON mode, as is every later turn while the
+        worker's verdict lasts; so is a tool-less turn of a conversation that called tools (an agent's
+        last turn), whose calls a template without tool support cannot render. Every call made here,
+        the probe and a discarded native reply included, counts in the returned usage; a failure
+        carries the usage spent so far, the failed call's included, in its details
+        (``workflows/model_calls.py`` adds it).
+        """
+        mode = self.settings.llm_tool_mode
+        probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        key = ToolSupport.key(probe)
+        in_json = mode == "json" or (mode == "auto" and self.tool_support.known(key) not in (None, Verdict.CALLS))
+        if not request.tools:
+            called = any(message.tool_calls for message in request.messages)
+            return await self._turn(request, json_mode=in_json and called)
+        if in_json:
+            return await self._turn(request, json_mode=True)
+        try:
+            response = await self._turn(request, json_mode=False)
+        except ApplicationError as error:
+            if mode != "auto" or error.type != "ModelToolsUnsupported":
+                raise
+            activity.logger.warning("The provider refuses tools (%s): asking the %s in JSON tool mode",
+                                    error.message, request.prompt)
+            self.tool_support.remember(key, ProbeAnswer(Verdict.REFUSED, Usage()))
+            return await self._again_in_json(request, failure_usage(error))
+        handoff = any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools)
+        if response.message.tool_calls or not (mode == "auto" or handoff):
+            return response
+        spent = response.usage.model_copy()
+        answer = await self._probe(request, probe, spent)
+        if answer.calls_tools is not False:
+            return response.model_copy(update={"usage": spent})
+        if mode == "native":
+            self.tool_support.forget(key)  # a fixed server is probed afresh by the next run
+            offered = HANDOFF_TO_PLANNER.name if handoff else ", ".join(spec.name for spec in request.tools)
+            raise ApplicationError(answer.failure(request.prompt, offered), spent,
+                                   type="ModelToolsUnsupported", non_retryable=True)
+        activity.logger.warning("The provider does not call tools (%s): asking the %s again in JSON tool mode",
+                                answer.verdict, request.prompt)
+        return await self._again_in_json(request, spent)
+
+    async def _again_in_json(self, request: ChatRequest, spent: Usage) -> ChatResponse:
+        """The turn asked in JSON mode after the native ask that cost ``spent``, which counts in its usage."""
+        try:
+            again = await self._turn(request, json_mode=True)
+        except ApplicationError as error:
+            raise _with_usage(error, spent) from None
+        total = spent.model_copy()
+        total.add(again.usage)
+        return again.model_copy(update={"usage": total})
+
+    async def _probe(self, request: ChatRequest, probe: ChatOpenAI, spent: Usage) -> ProbeAnswer:
+        """The provider's tool support (``activities/model/tool_support.py``) asked through ``probe``
+        (a client capped at ``PROBE_MAX_TOKENS``), its cost added to ``spent``."""
+        endpoint = self.settings.model_endpoint(request.model_tier.value)
+        await spend_tokens(self.settings.llm_tokens_per_minute, PROBE_MAX_TOKENS)  # its prompt is a few words
+        async with provider_slot("llm", self.settings.llm_max_concurrency):
+            answer = await self.tool_support.check(probe, verify=endpoint.verify_ssl)
+        spent.add(priced(self.settings, probe.model_name, answer.usage))
+        return answer
+
+    async def _turn(self, request: ChatRequest, json_mode: bool) -> ChatResponse:
+        """One completion: natively, or (``json_mode``) with the tools as a schema-enforced action object.
+
+        An empty completion (no text, no call, not cut at the cap) is asked again, up to
+        ``EMPTY_COMPLETION_ASKS`` times in all, here rather than by the activity's retries, so that every
+        ask counts in the usage returned or, when all came back empty, in the final failure's details.
+        """
+        spent = Usage()
+        for _ in range(EMPTY_COMPLETION_ASKS):
+            try:
+                response = await self._ask(request, json_mode)
+            except ApplicationError as error:
+                raise _with_usage(error, spent) from None
+            spent.add(response.usage)
+            message = response.message
+            if message.content.strip() or message.tool_calls or response.truncated:
+                return response.model_copy(update={"usage": spent})
+            activity.logger.warning("The %s reply was an empty completion", request.prompt)
+        raise ApplicationError(f"Model provider returned an empty completion {EMPTY_COMPLETION_ASKS} times", spent,
+                               type="ModelEmptyCompletion", non_retryable=True)
+
+    async def _ask(self, request: ChatRequest, json_mode: bool) -> ChatResponse:
+        """One completion of ``_turn``, however it came back."""
         settings = self.settings
         model = settings.model_name(request.model_tier.value)
         system_prompt = render_prompt(request.prompt, request.prompt_vars)
-        tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
+        if json_mode:
+            system_prompt += json_tools.instructions(request.tools, answers=json_tools.may_answer(request.messages))
+            tools: list[dict[str, Any]] = []
+        else:
+            tools = [{"type": "function", "function": spec.model_dump()} for spec in request.tools]
         limit = await self.windows.window(settings, model, request.model_tier.value)
         for retrimmed in (False, True):
             messages = _within_budget(settings, request, system_prompt, tools, limit)
             cap = output_cap(settings, request, limit)
             try:
-                reply = await self._complete(request, system_prompt, messages, tools, cap)
+                formats = _response_formats(settings, request, cap if json_mode else None)
+                sent = json_tools.as_plain(messages) if json_mode else messages
+                reply = await self._complete(request, system_prompt, sent, tools, cap, formats)
                 break
             except _Overflowed as overflowed:
                 overflow = overflowed.overflow
@@ -333,7 +433,8 @@ class ModelActivities:
                 estimated = count_request_tokens(system_prompt, messages, count_tool_tokens(tools, weights), weights)
                 smaller = retrim_limit(overflow, estimated)
                 if retrimmed or smaller is None:
-                    raise context_exceeded(overflow, limit, retrimmed) from None
+                    raise _with_usage(context_exceeded(overflow, limit, retrimmed),
+                                      Usage(llm_calls=1 + retrimmed)) from None
                 if overflow.window is not None:
                     self.windows.learn(settings, model, overflow.window, request.model_tier.value)
                 # Trimming to a window no smaller than the refused one could not help: shrink anyway.
@@ -343,30 +444,28 @@ class ModelActivities:
                                         limit)
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
         calls = _tool_calls(reply)
+        if json_mode:
+            content, calls = json_tools.parse_action(content, request.messages)
         finish_reason = (reply.response_metadata or {}).get("finish_reason")
         truncated = finish_reason == "length"
-        if not content.strip() and not calls and not truncated:
-            # An empty completion is a provider glitch more often than a model decision: retry it.
-            raise ApplicationError("Model provider returned an empty completion", type="ModelEmptyCompletion")
-        if not calls and any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools):
-            await self._require_tools(request)
         if truncated:
             activity.logger.warning("The %s reply stopped at its output cap of %d tokens", request.prompt, cap)
+        usage = reply_usage(settings, model, reply)
+        usage.json_tool_calls = int(json_mode)
         return ChatResponse(
-            message=ChatMessage(role="assistant", content=content, tool_calls=calls),
-            usage=_usage(settings, model, reply), finish_reason=finish_reason, truncated=truncated, output_cap=cap,
+            message=ChatMessage(role="assistant", content=content, tool_calls=calls), usage=usage,
+            finish_reason=finish_reason, truncated=truncated, output_cap=cap,
         )
 
     async def _complete(self, request: ChatRequest, system_prompt: str, messages: list[ChatMessage],
-                        tools: list[dict[str, Any]], cap: int) -> AIMessage:
-        """One completion, with the planner's response formats tried best first; every provider
-        failure is sorted (``classify_provider_error``), a context overflow raised for the caller."""
+                        tools: list[dict[str, Any]], cap: int, formats: list[dict[str, Any] | None]) -> AIMessage:
+        """One completion, with the response ``formats`` tried best first; every provider failure
+        is sorted (``classify_provider_error``), a context overflow raised for the caller."""
         settings = self.settings
         client: Any = _client(settings, request.model_tier.value, cap)
         if tools:
             client = client.bind_tools(tools)
-        formats = _response_formats(settings, request)
-        quota_tokens = _quota_tokens(settings, request, system_prompt, messages, tools, cap)
+        quota_tokens = quota_tokens_of(settings, request, system_prompt, messages, tools, cap)
         for index, response_format in enumerate(formats):
             # In the body, not as ``response_format=``: with that, langchain takes the SDK's parse path,
             # which raises on finish_reason "length" and would lose a reply cut at its cap.

@@ -54,23 +54,33 @@ def model_call_telemetry(fn: Chat[S]) -> Chat[S]:
                 kind = error.type if isinstance(error, ApplicationError) and error.type else type(error).__name__
                 span.set_status(Status(StatusCode.ERROR, kind))
                 span.set_attribute("error.type", kind)
-                _count_call(labels, "error")
+                spent = failure_usage(error)
+                _count_call(labels, "error", spent.llm_calls or 1)
+                _count_usage(labels, spent)
                 raise
             usage = response.usage
             span.set_attributes({"gen_ai.usage.input_tokens": usage.input_tokens,
                                  "gen_ai.usage.output_tokens": usage.output_tokens,
                                  "gen_ai.response.finish_reasons": [response.finish_reason or "unknown"]})
-            _count_call(labels, "truncated" if response.truncated else "ok")
+            _count_call(labels, "truncated" if response.truncated else "ok", usage.llm_calls)
             _count_usage(labels, usage)
             return response
 
     return wrapper
 
 
-def _count_call(labels: dict[str, Any], outcome: str) -> None:
+def failure_usage(error: BaseException) -> Usage:
+    """What a failed turn spent, the failed call included, as its details report it (``llm.py``)."""
+    details = error.details if isinstance(error, ApplicationError) else ()
+    return details[0] if details and isinstance(details[0], Usage) else Usage()
+
+
+def _count_call(labels: dict[str, Any], outcome: str, calls: int) -> None:
+    """Count ``calls`` model calls: a turn's own and those it made to decide how to ask (the tool-support
+    probe, a native reply asked again in JSON mode), as the run's usage counts them."""
     meter = activity.metric_meter()
-    meter.create_counter("deerflow_llm_calls", "Model calls (activity attempts), by model, agent and outcome").add(
-        1, {**labels, "outcome": outcome})
+    meter.create_counter("deerflow_llm_calls", "Model calls (the probe's included), by model, agent and outcome").add(
+        calls, {**labels, "outcome": outcome})
 
 
 def _count_usage(labels: dict[str, Any], usage: Usage) -> None:

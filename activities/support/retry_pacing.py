@@ -16,7 +16,10 @@ activity raises:
 The count is carried from attempt to attempt in the heartbeat details: each beat repeats the
 details the attempt started with (activities/support/heartbeat.py), so an attempt lost on the way keeps
 it, and the count is beaten once more just before the failure is raised. The SDK reports the
-newest details with the failure, and the server hands them to the next attempt.
+newest details with the failure, and the server hands them to the next attempt. The failure's own
+first detail rides along after the count (:func:`carried_detail`): the chat activity's failure says
+there what its calls spent, and the next attempt adds that to its own usage (activities/model/chat.py),
+so a call whose attempt failed and was retried still counts in the run's usage.
 """
 
 from __future__ import annotations
@@ -41,6 +44,12 @@ def provider_failures(info: activity.Info) -> int:
     return details[0] if details and isinstance(details[0], int) and details[0] >= 0 else 0
 
 
+def carried_detail(info: activity.Info) -> object | None:
+    """The first detail of the failure the previous attempt raised (beaten after the count), or None."""
+    details = info.heartbeat_details
+    return details[1] if len(details) > 1 else None
+
+
 def paced(error: Exception) -> Exception:
     """``error`` as the attempt should report it: final if it is the kind's last provider attempt,
     else paced with the kind's back-off, or as it is if neither applies (the count is beaten here)."""
@@ -56,7 +65,8 @@ def paced(error: Exception) -> Exception:
         failures = provider_failures(info) + 1
         if failures >= options.provider_attempts:
             return _replaced(error, non_retryable=True)
-        activity.heartbeat(failures)
+        carried = error.details[:1] if isinstance(error, ApplicationError) else ()
+        activity.heartbeat(failures, *carried)
     if options.failure_backoff is None or (isinstance(error, ApplicationError) and error.next_retry_delay):
         return error
     return _replaced(error, next_retry_delay=options.failure_backoff.delay(info.attempt))

@@ -47,6 +47,9 @@ class ModelSettings(SettingsGroup):
     # llama.cpp enforce it) and falls back to "json_object" when the provider refuses it.
     llm_structured_output: Literal["json_schema", "json_object"] = Field(
         default="json_schema", alias="LLM_STRUCTURED_OUTPUT")
+    # How agents use tools (issue #24): "native" tool calls, "json" schema-enforced action objects
+    # (activities/model/json_tools.py), "auto" native until the provider proves not to call them.
+    llm_tool_mode: Literal["native", "json", "auto"] = Field(default="auto", alias="LLM_TOOL_MODE")
 
     @field_validator("llm_agent_max_output_tokens", mode="before")
     @classmethod

@@ -1,0 +1,219 @@
+"""JSON tool mode (issue #24): tools for a model that cannot call them natively.
+
+Small local models behind llama.cpp, vLLM or Ollama often cannot call tools: their chat template
+has no tool support (the server drops ``tools``), or the server enforces the call with a grammar
+that lets the model ramble first and never reach it. Every such server does enforce a JSON schema
+(``response_format: json_schema``), so in JSON mode a turn that offers tools asks, without
+``tools``, for one schema-enforced action object built from the same tool definitions:
+
+    {"action": "<tool name>", "arguments": {...}}   or   {"action": "final_answer", "answer": "..."}
+
+and the reply is turned back into the native shape (a ``ToolCall``, or the answer as content), so
+the workflow's agent loop, tool caps, history and replay are the same in both modes. The earlier
+turns are sent as plain text, as the model wrote and read them: an action as its JSON, a tool's
+output as a user message naming the call, because a template without tool support cannot render
+tool messages.
+
+Every string and array of the schema is bounded (``maxLength``/``maxItems``), so a small model
+that loops inside a value stops at the schema, not at the output cap. A ``url`` argument may only be
+a URL the conversation holds and no call has used yet (an ``enum``), and a tool that needs one is
+not offered while there is none: a small model makes URLs up (SmolLM2-135M on llama-server crawled
+``https://example.com/...`` and ``http#heat-pumps`` instead of searching, then crawled the same URL
+until the step's turns ran out), so its first step action is a search, and no crawl repeats. A tool
+the model has called twice with the same arguments is not offered again in the conversation (it
+searched "heat pump" twelve times running): it is looping, and must use another tool or answer.
+
+Pure: the offline fake model (``offline/json_tool_mode.py``) reads the same protocol back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import json_repair
+
+from workflows.json_tool_protocol import FINAL_ACTION, RESULT_HEADER, SCHEMA_NAME
+from workflows.models import ChatMessage, ToolCall, ToolSpec
+
+# Bounds of the model's values. llama.cpp turns a schema into a grammar and refuses a repetition
+# of 2,000 or more (llama-grammar.cpp: MAX_REPETITION_THRESHOLD; the request fails "failed to parse
+# grammar", measured on llama-server), so every bound stays under it: a search query, a URL or a
+# topic is far shorter, and an answer of 2,000 characters is what a small model (the reason for JSON
+# mode) writes at its best.
+LLAMA_CPP_REPETITION_LIMIT = 2_000
+MAX_CHARS = LLAMA_CPP_REPETITION_LIMIT - 1
+MAX_ARGUMENT_CHARS = MAX_CHARS
+MAX_ARRAY_ITEMS = 16
+CHARS_PER_TOKEN = 3  # an answer's bound from a small output cap, which then still comes first
+MAX_ANSWER_CHARS = MAX_CHARS
+URL_ARGUMENT = "url"  # an argument of this name takes a URL (crawl_tool's; an MCP fetch tool's alike)
+MAX_URL_CHOICES = 32  # the newest URLs the conversation holds: a step's searches give about that many
+_URL = re.compile(r"https?://[^\s\"'<>()\[\]{}\\^`|]+")
+
+
+def bounded(schema: Any, max_chars: int = MAX_ARGUMENT_CHARS) -> Any:
+    """A copy of ``schema`` in which every string has a ``maxLength`` and every array a ``maxItems``
+    (bounds already there are kept when smaller)."""
+    if isinstance(schema, list):
+        return [bounded(item, max_chars) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    copy = {key: bounded(value, max_chars) if key != "const" and key != "enum" else value
+            for key, value in schema.items()}
+    kinds = copy.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "string" in kinds:
+        copy["maxLength"] = min(int(copy.get("maxLength", max_chars)), max_chars)
+    if "array" in kinds:
+        copy["maxItems"] = min(int(copy.get("maxItems", MAX_ARRAY_ITEMS)), MAX_ARRAY_ITEMS)
+    return copy
+
+
+def may_answer(messages: list[ChatMessage]) -> bool:
+    """Whether a JSON-mode turn may answer instead of acting: only once the conversation holds a
+    tool's output, so a coordinator hands off (or asks) and a step agent searches (or runs code)
+    before it answers. Measured on llama-server with SmolLM2-135M, a schema that allowed an answer
+    at once had the coordinator answer 2 of 3 research questions itself, and the researcher answer
+    every step of two runs without a search. The price, in JSON mode only: small talk is researched."""
+    return any(message.role == "tool" for message in messages)
+
+
+def answer_chars(messages: list[ChatMessage], output_cap: int) -> int | None:
+    """The final answer's bound for a turn capped at ``output_cap`` tokens; None where it may not answer."""
+    return min(output_cap * CHARS_PER_TOKEN, MAX_ANSWER_CHARS) if may_answer(messages) else None
+
+
+def fresh_urls(messages: list[ChatMessage]) -> list[str]:
+    """The URLs the conversation's task and tool outputs hold that no call has passed as its ``url`` yet,
+    oldest first, the newest ``MAX_URL_CHOICES`` of them."""
+    used = {str(call.arguments.get(URL_ARGUMENT)) for message in messages for call in message.tool_calls}
+    found: dict[str, None] = {}
+    for message in messages:
+        if message.role in ("user", "tool"):
+            for match in _URL.findall(message.content):
+                url = match.rstrip(".,;:!?")
+                if url not in used and len(url) <= MAX_CHARS:
+                    found.pop(url, None)
+                    found[url] = None
+    return list(found)[-MAX_URL_CHOICES:]
+
+
+def looping_tools(messages: list[ChatMessage]) -> set[str]:
+    """The tools the conversation called twice with the same arguments."""
+    calls = [(call.name, json.dumps(call.arguments, sort_keys=True)) for message in messages
+             for call in message.tool_calls]
+    return {name for name, arguments in calls if calls.count((name, arguments)) > 1}
+
+
+def _arguments(spec: ToolSpec, urls: list[str] | None) -> dict[str, Any] | None:
+    """``spec``'s bounded arguments schema, its ``url`` one of ``urls`` (None: any URL); None where the
+    tool needs a URL and there is none."""
+    schema = bounded(spec.parameters or {"type": "object", "properties": {}})
+    if urls is None or URL_ARGUMENT not in (schema.get("properties") or {}):
+        return schema
+    if not urls:
+        return None if URL_ARGUMENT in schema.get("required", ()) else {
+            **schema, "properties": {k: v for k, v in schema["properties"].items() if k != URL_ARGUMENT}}
+    url = {**schema["properties"][URL_ARGUMENT], "enum": urls}
+    return {**schema, "properties": {**schema["properties"], URL_ARGUMENT: url}}
+
+
+def action_schema(tools: list[ToolSpec], max_answer_chars: int | None, urls: list[str] | None = None,
+                  withheld: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """One action object: a call of one of ``tools`` with its (bounded) arguments, or the answer
+    (none with ``max_answer_chars`` None). With ``urls``, a ``url`` argument is one of them, and the
+    ``withheld`` tools are left out (see the module's docstring); were no action left, the tools are
+    offered as they are."""
+    offered = [(spec, None if spec.name in withheld else _arguments(spec, urls)) for spec in tools]
+    if max_answer_chars is None and all(arguments is None for _, arguments in offered):
+        offered = [(spec, _arguments(spec, None)) for spec in tools]
+    calls = [{"type": "object", "properties": {"action": {"const": spec.name}, "arguments": arguments},
+              "required": ["action", "arguments"]} for spec, arguments in offered if arguments is not None]
+    if max_answer_chars is None:
+        return {"anyOf": calls}
+    final = {"type": "object",
+             "properties": {"action": {"const": FINAL_ACTION},
+                            "answer": {"type": "string", "minLength": 1, "maxLength": max_answer_chars}},
+             "required": ["action", "answer"]}
+    return {"anyOf": [*calls, final]}
+
+
+def response_format(tools: list[ToolSpec], messages: list[ChatMessage], output_cap: int) -> dict[str, Any]:
+    """The ``response_format`` of a JSON-mode turn of ``messages`` capped at ``output_cap`` tokens."""
+    schema = action_schema(tools, answer_chars(messages, output_cap), fresh_urls(messages),
+                           frozenset(looping_tools(messages)))
+    return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": False, "schema": schema}}
+
+
+def instructions(tools: list[ToolSpec], answers: bool = True) -> str:
+    """What the system prompt gains in JSON mode: the tools, and how to call them with a reply
+    (and to answer, where the turn may; a turn without tools only answers)."""
+    final = f'- to give your final answer: {{"action": "{FINAL_ACTION}", "answer": "<your whole answer>"}}'
+    if not tools:
+        return "\n".join(["", "", "# How to answer", "Reply with exactly one JSON object, and nothing else:", final])
+    lines = ["", "", "# How to use tools",
+             "You cannot call functions directly. Act by replying with exactly one JSON object, and nothing else:",
+             '- to use a tool: {"action": "<tool name>", "arguments": {<the tool\'s arguments>}}',
+             *([final] if answers else []),
+             "One action per reply. The tool's output comes back in the next message, starting "
+             '"Result of <tool name>". The tools:']
+    for spec in tools:
+        lines.append(f"- {spec.name}: {spec.description} Arguments (JSON schema): "
+                     f"{json.dumps(spec.parameters, ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+def action_text(call: ToolCall) -> str:
+    """A tool call as the model would have written it in JSON mode."""
+    arguments: Any = call.arguments if call.invalid_arguments is None else call.invalid_arguments
+    return json.dumps({"action": call.name, "arguments": arguments}, ensure_ascii=False)
+
+
+def as_plain(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The conversation without tool-calling structure: calls as their JSON, outputs as user text."""
+    plain = []
+    for message in messages:
+        if message.role == "assistant" and message.tool_calls:
+            actions = "\n".join(action_text(call) for call in message.tool_calls)
+            plain.append(ChatMessage(role="assistant", content=actions))
+        elif message.role == "tool":
+            header = RESULT_HEADER.format(name=message.name or "tool", call_id=message.tool_call_id or "call")
+            plain.append(ChatMessage(role="user", content=header + message.content))
+        else:
+            plain.append(message)
+    return plain
+
+
+def _next_call_id(messages: list[ChatMessage]) -> str:
+    """A call id unique in the conversation: the workflow pairs each output with its call by id."""
+    made = sum(len(message.tool_calls) for message in messages if message.role == "assistant")
+    return f"call_{made + 1}"
+
+
+def parse_action(text: str, messages: list[ChatMessage]) -> tuple[str, list[ToolCall]]:
+    """A JSON-mode reply as the native shape: (content, tool calls).
+
+    Any other action is a ``ToolCall`` (of a tool not offered, or with arguments that are not an
+    object: the agent loop answers it with an error the model reads); ``final_answer`` is the content.
+    A reply that is no action object at all (a provider that ignored the schema) is content as it
+    stands: for the coordinator a direct reply, for a step agent its answer.
+    """
+    try:
+        data = json_repair.loads(text)  # a reply cut at the output cap is mended, not lost
+    except Exception:  # json_repair raises various types on hopeless input
+        data = None
+    if not isinstance(data, dict) or not isinstance(data.get("action"), str):
+        return text, []
+    action = data["action"]
+    if action == FINAL_ACTION:
+        answer = data.get("answer")
+        return (answer if isinstance(answer, str) and answer.strip() else text), []
+    arguments = data.get("arguments")
+    call_id = _next_call_id(messages)
+    if arguments is None:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        return "", [ToolCall(id=call_id, name=action, invalid_arguments=json.dumps(arguments))]
+    return "", [ToolCall(id=call_id, name=action, arguments=arguments)]
