@@ -37,8 +37,8 @@ async def max_attempt(handle: WorkflowHandle) -> int:
 @pytest.mark.parametrize(
     "fault",
     [Fault.status(429, "slow down", retry_after=2), Fault.status(500), Fault.status(503), Fault.timeout(3),
-     Fault.truncated(), Fault.empty()],
-    ids=["429-retry-after", "500", "503", "read-timeout", "truncated-body", "empty-completion"],
+     Fault.truncated()],
+    ids=["429-retry-after", "500", "503", "read-timeout", "truncated-body"],
 )
 async def test_a_transient_model_fault_mid_step_is_retried_and_the_run_completes(
     impatient: Client, model_server: FakeModelServer, fault: Fault
@@ -50,6 +50,20 @@ async def test_a_transient_model_fault_mid_step_is_retried_and_the_run_completes
     assert result.plan is not None and result.plan.steps[0].execution_res
     assert await max_attempt(handle) == 2
     assert not model_server.pending_faults
+
+
+async def test_an_empty_completion_mid_step_is_asked_again_within_the_turn(
+    impatient: Client, model_server: FakeModelServer
+) -> None:
+    model_server.inject(Fault(**{**Fault.empty().__dict__, "agent": "researcher"}))
+    handle = await start(impatient, auto_accept_plan=True, max_step_num=1)
+    result = await handle.result()
+    assert result.outcome is Outcome.REPORT
+    assert result.plan is not None and result.plan.steps[0].execution_res
+    assert await max_attempt(handle) == 1  # the turn asked again itself (issue #24), no activity retry
+    empty, again = model_server.requests_for("researcher")[:2]
+    assert empty["messages"] == again["messages"] and not model_server.pending_faults
+    assert result.usage.llm_calls == len(model_server.requests)  # the empty ask counts in the usage
 
 
 async def test_invalid_tool_call_arguments_are_answered_and_the_step_goes_on(
