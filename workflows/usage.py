@@ -61,26 +61,28 @@ class Usage(BaseModel):
     by_model: dict[str, ModelUsage] = Field(default_factory=dict)
 
     def add(self, other: Usage) -> None:
-        self.llm_calls += other.llm_calls
-        self.json_tool_calls += other.json_tool_calls
-        self.input_tokens += other.input_tokens
-        self.output_tokens += other.output_tokens
-        self.total_tokens += other.total_tokens
-        self.cached_input_tokens += other.cached_input_tokens
-        self.cost_usd = round(self.cost_usd + other.cost_usd, COST_DIGITS)
+        """``other``'s counts and cost added to this one's, overall and per model."""
+        _add_counts(self, other)
         for model, theirs in other.by_model.items():
             mine = self.by_model.setdefault(model, ModelUsage(price=theirs.price))
-            mine.llm_calls += theirs.llm_calls
-            mine.input_tokens += theirs.input_tokens
-            mine.cached_input_tokens += theirs.cached_input_tokens
-            mine.output_tokens += theirs.output_tokens
-            mine.cost_usd = round(mine.cost_usd + theirs.cost_usd, COST_DIGITS)
+            _add_counts(mine, theirs)
             mine.price = theirs.price or mine.price  # the latest price the model was charged at
 
     @property
     def unpriced_models(self) -> list[str]:
         """Models whose calls are in the tokens but not in the cost."""
         return sorted(model for model, usage in self.by_model.items() if usage.price is None)
+
+
+def _add_counts(mine: Usage | ModelUsage, theirs: Usage | ModelUsage) -> None:
+    """Every count of ``theirs`` added to ``mine``'s, and the cost kept to the micro-USD: one loop over
+    the fields, so a count added to either model cannot be forgotten in the sum."""
+    for name in type(mine).model_fields:
+        value = getattr(theirs, name)
+        if name == "cost_usd":
+            mine.cost_usd = round(mine.cost_usd + value, COST_DIGITS)
+        elif isinstance(value, int):
+            setattr(mine, name, getattr(mine, name) + value)
 
 
 def call_usage(model: str, price: PriceQuote | None, input_tokens: int, cached_input_tokens: int,
