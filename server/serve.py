@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import logging
+import socket
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -47,10 +49,26 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     # Local workers (the embedded default) find where to send token previews here; see token_stream.
     announced = announce(settings.home, f"http://{_local(args.host)}:{args.port}{TOKEN_STREAM_PATH}", hub.token)
     try:
-        await uvicorn.Server(config).serve()
-    finally:
+        await _Withdrawing(config, announced).serve()
+    finally:  # a failed start never reaches the server's shutdown
         announced.unlink(missing_ok=True)
     return 0
+
+
+class _Withdrawing(uvicorn.Server):
+    """A server that withdraws its announcement as it shuts down. On SIGTERM or SIGINT uvicorn shuts
+    down and then raises the signal again, which ends the process before ``serve``'s cleanup runs:
+    the announcement stayed behind, and local workers then sent their previews to a dead address."""
+
+    def __init__(self, config: uvicorn.Config, announced: Path) -> None:
+        super().__init__(config)
+        self.announced = announced
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        try:
+            await super().shutdown(sockets)
+        finally:
+            self.announced.unlink(missing_ok=True)
 
 
 async def serve_codec(args: argparse.Namespace, settings: Settings) -> int:
