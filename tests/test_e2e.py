@@ -92,7 +92,8 @@ async def test_kill_9_during_a_researcher_step_then_a_new_worker_completes_the_r
                         if any(e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED for e in evs)}
     assert len(completed_before) >= 4  # run config, coordinator, search, planner at least
 
-    second = await start_worker(dev_server, client, tmp_path / "second.log", **slow)
+    # The replacement's model is quick: what is left of the run need not wait a second a call.
+    second = await start_worker(dev_server, client, tmp_path / "second.log", DEERFLOW_OFFLINE_MODEL_LATENCY="0.1")
     restarted_at = time.monotonic()
     try:
         result = await asyncio.wait_for(handle.result(), timeout=120)

@@ -25,13 +25,15 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
     pytest.mark.timeout(150),
 ]
-SLOW = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.0"}  # so the kill lands inside a model call
+SLOW = "1.0"  # the first worker's model latency, so the kill lands inside a model call
+QUICK = "0.1"  # the replacement's: what is left of the run need not wait a second a call
 
 
-async def start_worker(dev_server: DevServer, client: Client, log: Path) -> WorkerProcess:
+async def start_worker(dev_server: DevServer, client: Client, log: Path, latency: str) -> WorkerProcess:
     # Its own home, shared with the serve process: the blobs both read, and the token-stream
     # announcement a killed serve leaves behind (never in the checkout's .deerflow).
-    process = WorkerProcess(dev_server.address, log, env={**SLOW, "DEERFLOW_HOME": str(log.parent / "home")}).start()
+    env = {"DEERFLOW_OFFLINE_MODEL_LATENCY": latency, "DEERFLOW_HOME": str(log.parent / "home")}
+    process = WorkerProcess(dev_server.address, log, env=env).start()
     await wait_for_worker(client, log)
     return process
 
@@ -52,7 +54,7 @@ async def test_page_recovers_after_worker_kill_and_server_restart(dev_server: De
                                                                   page: Page, tmp_path: Path) -> None:
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    first = await start_worker(dev_server, client, tmp_path / "first.log")
+    first = await start_worker(dev_server, client, tmp_path / "first.log", SLOW)
     second: WorkerProcess | None = None
     server = ServeProcess(dev_server.address, port, tmp_path / "serve.log", tmp_path / "home")
     try:
@@ -72,7 +74,7 @@ async def test_page_recovers_after_worker_kill_and_server_restart(dev_server: De
         server.kill()  # the server and the worker die while the run is researching
         first.kill()
         await asyncio.sleep(1.0)
-        second = await start_worker(dev_server, client, tmp_path / "second.log")
+        second = await start_worker(dev_server, client, tmp_path / "second.log", QUICK)
         server = ServeProcess(dev_server.address, port, tmp_path / "serve.log", tmp_path / "home")
         await page.wait_for("document.getElementById('citations').children.length > 0", 120,
                             what="the report after recovery")
