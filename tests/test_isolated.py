@@ -67,10 +67,12 @@ def test_a_late_value_kills_the_child_and_keeps_the_earlier_ones() -> None:
 
 
 def test_cpu_limit_is_enforced_by_the_kernel() -> None:
-    """Even with a generous wall deadline, RLIMIT_CPU (SIGXCPU) ends a spinning child."""
-    started = time.monotonic()
+    """Even with a generous wall deadline, RLIMIT_CPU (SIGXCPU) ends a spinning child.
+
+    Told by how it ended, not by the wall time: the child runs at a lower priority, so beside busy
+    loops its one CPU second can take many seconds of wall time (14 s was read at a load of 12)."""
     outcome = run_blocking(spin, b"", (), [30], Limits(cpu_seconds=1, memory_bytes=1024 * MB, max_concurrency=8))
-    assert time.monotonic() - started < 10
+    assert outcome.timed_out_after is None, "the wall deadline, not the CPU limit, ended it"
     assert outcome.values == []
     assert outcome.error == "the extraction process ended without an answer (exit code -24)"  # SIGXCPU
 
