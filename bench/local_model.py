@@ -4,7 +4,8 @@
 
 A dev server and one real worker process (``worker.py``) are started here, the worker pointed at
 the model server given (llama-server, vLLM, Ollama: anything OpenAI-compatible, on loopback) and
-at the bundled search corpus (``offline/search_server.py``, served here). Each run is a research
+at the bundled search corpus (``offline/search_server.py``, served here), whose pages are served
+on loopback too (``bench/corpus_site.py``), so a crawl of a found URL reads the page. Each run is a research
 run with the plan auto-accepted; afterwards its history is read for the calls it made and replayed
 against the current workflow code. The worker reaches the model through a recording proxy
 (``bench/recording_proxy.py``), so the row also says how many of the run's chat requests (the
@@ -28,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the benches r
 from temporalio.client import WorkflowFailureError, WorkflowHistory
 from temporalio.worker import Replayer
 
+from bench.corpus_site import corpus_site
 from bench.harness import BenchWorker, connect_when_healthy, count_activities, header, run_main
 from bench.plan_reviewer import PlanReviewer
 from bench.recording_proxy import recording_proxy
@@ -73,11 +75,12 @@ async def main(args: argparse.Namespace) -> None:
         workdir = Path(tmp)
         search = FakeSearchServer().start()
         stop.callback(search.stop)
+        search.index, site_env = stop.enter_context(corpus_site())
         target = urlsplit(args.base_url)
         proxy_url, seen = stop.enter_context(recording_proxy(f"{target.scheme}://{target.netloc}"))
         env = {"DEERFLOW_HOME": str(workdir / "home"), "DEERFLOW_PAYLOAD_STORE": "none",
                "OPENAI_BASE_URL": proxy_url + target.path, "OPENAI_API_KEY": "local", "BASIC_MODEL": args.model,
-               "LLM_TOOL_MODE": args.mode, "LLM_REQUEST_TIMEOUT": str(args.timeout), **search_env(search),
+               "LLM_TOOL_MODE": args.mode, "LLM_REQUEST_TIMEOUT": str(args.timeout), **search_env(search), **site_env,
                "PYTHONPATH": str(REPO / "bench" / "loopback_only")}  # crawls of made-up URLs stay on loopback
         settings = load_settings({**os.environ, **env})
         server = DevServer(workdir / "temporal.db").start()

@@ -20,9 +20,11 @@ INVALID_TOOL_ARGS = '{"query": "unterminated'
 NON_JSON_PLAN = "I cannot produce a plan right now."
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
                          "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
-                         "no_research_plan", "context_overflow", "no_tool_call"})
+                         "no_research_plan", "context_overflow", "no_tool_call", "looping_plan"})
 # What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
 LOOP_SENTENCE = "Solar power is a clean source of energy. "
+LOOPED_PLAN_STRINGS = ("thought", "title", "description")  # what ``looping_plan`` loops in (a plan's and steps')
+UNCAPPED_CHARS = 4096 * 4  # how far ``looping_plan`` writes for a request without a cap
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,53 @@ class Fault:
         """The planner's plan in ```json fences with trailing commas and single-quoted keys."""
         return cls("malformed_plan", agent=agent)
 
+    @classmethod
+    def looping_plan(cls, *, agent: str | None = "planner") -> Fault:
+        """The planner loops inside every string of its plan, as SmolLM2-135M did inside "thought" on
+        llama-server: each runs to the request's schema ``maxLength`` (where llama.cpp's grammar
+        closes it), or unbounded to the output cap, and its steps to the schema's ``maxItems``; a plan
+        longer than the cap is cut there (finish_reason "length"), as the server cuts it."""
+        return cls("looping_plan", agent=agent)
 
 
 def requested_output_cap(body: dict[str, Any]) -> int | None:
     """The request's output cap, by either of the names OpenAI's API has used for it."""
     cap = body.get("max_completion_tokens") or body.get("max_tokens")
     return int(cap) if cap else None
+
+
+def runs_to_cap(fault: Fault | None, content: str, body: dict[str, Any]) -> bool:
+    """Whether ``fault`` made the model write to the request's output cap (finish_reason "length")."""
+    if fault is None:
+        return False
+    return fault.kind == "loop" or (fault.kind == "looping_plan" and len(content) >= _cap_chars(body))
+
+
+def _cap_chars(body: dict[str, Any]) -> int:
+    """The request's output cap in the fake's characters (4 a token)."""
+    cap = requested_output_cap(body)
+    return cap * 4 if cap else UNCAPPED_CHARS
+
+
+def _looping_plan(content: str, body: dict[str, Any]) -> str:
+    """The scripted plan (JSON) with every looped string at its schema bound, cut at the output cap."""
+    schema = ((body.get("response_format") or {}).get("json_schema") or {}).get("schema") or {}
+    plan, most = json.loads(content), schema.get("properties", {}).get("steps", {}).get("maxItems")
+    steps = (plan["steps"] * most)[:most] if most else plan["steps"]
+    step_properties = schema.get("$defs", {}).get("Step", {}).get("properties", {})
+    plan = {**_looped(plan, schema.get("properties", {}), body),
+            "steps": [_looped(step, step_properties, body) for step in steps]}
+    return json.dumps(plan, ensure_ascii=False)[:_cap_chars(body)]
+
+
+def _looped(values: dict[str, Any], properties: dict[str, Any], body: dict[str, Any]) -> dict[str, Any]:
+    """``values`` with each string of ``LOOPED_PLAN_STRINGS`` one sentence repeated to its bound."""
+    looped = dict(values)
+    for name in LOOPED_PLAN_STRINGS:
+        if isinstance(values.get(name), str):
+            chars = properties.get(name, {}).get("maxLength") or _cap_chars(body)
+            looped[name] = (LOOP_SENTENCE * (chars // len(LOOP_SENTENCE) + 1))[:chars]
+    return looped
 
 
 def _edit_plan(content: str, drop: tuple[str, ...] = (), **changes: Any) -> str:
@@ -168,6 +211,8 @@ def apply_fault(
         return _edit_plan(reply.content, steps=[], has_enough_context=False), []
     if fault.kind == "no_research_plan":
         return _edit_plan(reply.content, steps=[], has_enough_context=True), []
+    if fault.kind == "looping_plan":
+        return _looping_plan(reply.content, body), []
     if fault.kind == "loop":
         cap = requested_output_cap(body) or 0
         return (LOOP_SENTENCE * (cap * 4 // len(LOOP_SENTENCE) + 1))[:cap * 4], []

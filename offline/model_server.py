@@ -25,7 +25,7 @@ from typing import Any
 from offline.agent_text import ScriptedReply, ScriptedToolCall, text_of
 from offline.json_tool_mode import action_reply, is_action_request, native_view
 from offline.loopback_http import send_json, serve_in_thread, shut_down
-from offline.model_faults import Fault, apply_fault, requested_output_cap
+from offline.model_faults import Fault, apply_fault, requested_output_cap, runs_to_cap
 from offline.scripted_agents import detect_agent, respond
 
 MODEL_NAME = "deerflow-offline"
@@ -293,7 +293,7 @@ class FakeModelServer:
             return
         content, calls, rambles = self._shaped(reply, body, fault, action_request)
         completion = self._completion(number, body, content, calls)
-        if rambles or (fault is not None and fault.kind == "loop"):
+        if rambles or runs_to_cap(fault, content, body):
             completion["choices"][0]["finish_reason"] = "length"
         if body.get("stream"):
             self._send_stream(handler, completion, body, cut=fault is not None and fault.kind == "truncated")

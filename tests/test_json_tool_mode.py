@@ -19,6 +19,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.model import json_tools
 from activities.model.llm import ModelActivities
+from activities.model.plan_schema import plan_json_schema
 from activities.model.tool_support import ToolSupport, Verdict, template_description
 from cli.render import status_text
 from config.settings import Settings
@@ -30,7 +31,6 @@ from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.agent_loop import FINAL_ANSWER_REQUEST
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome, RunConfig, RunStatus, ToolCall, ToolSpec
-from workflows.plan_parsing import plan_json_schema
 from workflows.step_loop import NO_SEARCH_PATCH
 from workflows.tools import HANDOFF_TO_PLANNER, TOOLS
 
@@ -222,7 +222,7 @@ async def test_an_agents_last_tool_less_turn_is_asked_in_json_mode_once_the_prov
 
 
 def test_every_string_and_array_of_the_plan_schema_is_bounded() -> None:
-    assert unbounded(plan_json_schema()) == []
+    assert unbounded(plan_json_schema(256, 3)) == []
 
 
 # ---------------------------------------------------------------- auto: native, then JSON

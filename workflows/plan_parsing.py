@@ -9,7 +9,6 @@ read: pydantic's own text carries a documentation URL and spans many lines.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from temporalio import workflow
 
@@ -58,29 +57,3 @@ def _one_line(error: ValidationError) -> str:
         problems.append(f"{where}: {'missing' if item['type'] == 'missing' else item['msg']}")
     return "; ".join(problems)
 
-
-# Bounds of the plan's strings and arrays (issue #24): a small model looping inside "thought"
-# stops at the schema, not at the output cap, and the plan still parses. Far above what a plan
-# needs; at most ``MAX_PLAN_STEPS`` steps, ``ResearchRequest.max_step_num``'s own limit.
-PLAN_STRING_CHARS = {"locale": 16, "thought": 1_500, "title": 200}
-STEP_STRING_CHARS = {"title": 200, "description": 1_000}
-MAX_PLAN_STEPS = 20
-
-
-def plan_json_schema() -> dict[str, Any]:
-    """The schema the planner's reply must follow (``response_format: json_schema``).
-
-    The ``Plan`` model's, less what the workflow fills in (``execution_res``), with at least one
-    step, so a provider that enforces schemas cannot return a plan without a title or steps, and
-    with every string and array bounded.
-    """
-    schema = Plan.model_json_schema()
-    step = schema["$defs"]["Step"]
-    step["properties"].pop("execution_res", None)
-    for properties, bounds in ((schema["properties"], PLAN_STRING_CHARS), (step["properties"], STEP_STRING_CHARS)):
-        for name, chars in bounds.items():
-            properties[name]["maxLength"] = chars
-    step["properties"]["depends_on"]["anyOf"][0]["maxItems"] = MAX_PLAN_STEPS
-    schema["properties"]["steps"].update(minItems=1, maxItems=MAX_PLAN_STEPS)
-    schema["required"] = ["locale", "has_enough_context", "thought", "title", "steps"]
-    return schema

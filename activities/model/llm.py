@@ -38,6 +38,7 @@ from activities.model.context_budget import (
     token_limit_for,
 )
 from activities.model.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
+from activities.model.plan_schema import planner_schema
 from activities.model.prompts import render_prompt
 from activities.model.telemetry import failure_usage, model_call_telemetry
 from activities.model.tool_support import (
@@ -51,7 +52,6 @@ from activities.model.tool_support import (
 from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
-from workflows.plan_parsing import plan_json_schema
 from workflows.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -100,7 +100,7 @@ class _GuardedChatOpenAI(ChatOpenAI):
         return result
 
 
-SCHEMAS = {"plan": plan_json_schema}
+SCHEMAS = {"plan": planner_schema}
 # Statuses with which providers refuse a ``response_format`` they do not support.
 FORMAT_REFUSED = {400, 422}
 
@@ -135,22 +135,21 @@ def output_cap(settings: Settings, request: ChatRequest, window: int | None = No
     return min(settings.max_output_tokens(request.prompt), output_reserve(window))
 
 
-def _response_formats(settings: Settings, request: ChatRequest, json_tools_cap: int | None = None,
+def _response_formats(settings: Settings, request: ChatRequest, cap: int, action_object: bool = False,
                       ) -> list[dict[str, Any] | None]:
-    """The ``response_format`` values to try, best first: the schema, then plain JSON mode.
-
-    ``json_tools_cap`` (the turn's output cap) asks for JSON tool mode's action object instead.
-    """
-    if not request.json_mode and json_tools_cap is None:
+    """The ``response_format`` values to try, best first: the schema (its bounds from the turn's
+    output ``cap``), then plain JSON mode. ``action_object`` asks for JSON tool mode's instead."""
+    if not request.json_mode and not action_object:
         return [None]
     plain = {"type": "json_object"}
     if settings.llm_structured_output != "json_schema":
         return [plain]
-    if json_tools_cap is not None:
-        return [json_tools.response_format(request.tools, request.messages, json_tools_cap), plain]
+    if action_object:
+        return [json_tools.response_format(request.tools, request.messages, cap), plain]
     if request.response_schema is None:
         return [plain]
-    schema = {"name": request.response_schema, "schema": SCHEMAS[request.response_schema](), "strict": False}
+    schema = {"name": request.response_schema, "schema": SCHEMAS[request.response_schema](request, cap),
+              "strict": False}
     return [{"type": "json_schema", "json_schema": schema}, plain]
 
 
@@ -423,7 +422,7 @@ class ModelActivities:
             messages = _within_budget(settings, request, system_prompt, tools, limit)
             cap = output_cap(settings, request, limit)
             try:
-                formats = _response_formats(settings, request, cap if json_mode else None)
+                formats = _response_formats(settings, request, cap, json_mode)
                 sent = json_tools.as_plain(messages) if json_mode else messages
                 reply = await self._complete(request, system_prompt, sent, tools, cap, formats)
                 break
