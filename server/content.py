@@ -37,18 +37,18 @@ from workflows.slides import PPTX_MEDIA_TYPE, SLIDES_WORKFLOW, SlidesRequest, Sl
 from workflows.speech import SPEECH_WORKFLOW
 
 
-async def evaluate(client: Client, body: Any) -> dict[str, Any]:
+async def evaluate(client: Client, settings: Settings, body: Any) -> dict[str, Any]:
     """``POST /api/report/evaluate``: DeerFlow's metrics, score and grade (+ the judge with ``use_llm``)."""
     request = EvaluateRequest.model_validate(body)
-    handle = await start_flow(client, EVALUATOR_WORKFLOW, request, EvaluationResult, "report evaluation")
-    return (await flow_result(handle, "report evaluation")).answer()
+    handle = await start_flow(client, settings, EVALUATOR_WORKFLOW, request, EvaluationResult, "report evaluation")
+    return (await flow_result(handle, settings, "report evaluation")).answer()
 
 
 async def slides(client: Client, settings: Settings, body: Any) -> Response:
     """``POST /api/ppt/generate``: the ``.pptx`` file itself, as DeerFlow answers."""
     request = SlidesRequest.model_validate(body)
-    handle = await start_flow(client, SLIDES_WORKFLOW, request, SlidesResult, "slide composer")
-    result = await flow_result(handle, "slide composer")
+    handle = await start_flow(client, settings, SLIDES_WORKFLOW, request, SlidesResult, "slide composer")
+    result = await flow_result(handle, settings, "slide composer")
     return Response(await artefacts.get(settings, result.pptx), media_type=PPTX_MEDIA_TYPE,
                     headers={"Content-Disposition": 'attachment; filename="presentation.pptx"'})
 
@@ -57,8 +57,8 @@ async def podcast(client: Client, settings: Settings, body: Any) -> Response:
     """``POST /api/podcast/generate``: the MP3 DeerFlow's UI plays. Without a voice: a 503 whose
     ``detail`` says so (the UI shows it), with the script in ``script`` (``starter.py podcast`` too)."""
     request = PodcastRequest.model_validate(body)
-    handle = await start_flow(client, PODCAST_WORKFLOW, request, PodcastResult, "podcast")
-    result = await flow_result(handle, "podcast")
+    handle = await start_flow(client, settings, PODCAST_WORKFLOW, request, PodcastResult, "podcast")
+    result = await flow_result(handle, settings, "podcast")
     if result.audio is None:
         return JSONResponse({"detail": result.note, "script": result.script.model_dump()}, status_code=503)
     return Response(await artefacts.get(settings, result.audio), media_type="audio/mp3")
@@ -67,9 +67,9 @@ async def podcast(client: Client, settings: Settings, body: Any) -> Response:
 async def speech(client: Client, settings: Settings, body: Any) -> Response:
     """``POST /api/tts``: one text read aloud (as DeerFlow, its first characters), as ``audio/mp3``."""
     request = TTSRequest.model_validate(body)
-    handle = await start_flow(client, SPEECH_WORKFLOW, request.speech(), ArtefactRef, "speech")
+    handle = await start_flow(client, settings, SPEECH_WORKFLOW, request.speech(), ArtefactRef, "speech")
     try:
-        audio = await flow_result(handle, "speech")
+        audio = await flow_result(handle, settings, "speech")
     except RequestError as error:
         raise RequestError(str(error), 503 if NO_VOICE_MESSAGE in str(error) else error.status) from error
     return Response(await artefacts.get(settings, audio), media_type="audio/mp3",
@@ -94,7 +94,7 @@ HIGHLIGHT_RE = re.compile(r"</?mark\b[^>]*>", re.IGNORECASE)
 END_HOLD_SECONDS = 0.25
 
 
-async def prose(client: Client, hub: TokenHub, body: Any) -> AsyncIterator[str]:
+async def prose(client: Client, settings: Settings, hub: TokenHub, body: Any) -> AsyncIterator[str]:
     """``POST /api/prose/generate``: validated and started here (a bad body is a 400, nothing
     started); the returned stream carries the model's token previews, then the rest of the text."""
     request = ProseRequest.model_validate(body)
@@ -103,11 +103,11 @@ async def prose(client: Client, hub: TokenHub, body: Any) -> AsyncIterator[str]:
     subscription = contextlib.ExitStack()
     queue = subscription.enter_context(hub.subscribe(workflow_id))  # before the start: no early token missed
     try:
-        handle = await start_flow(client, PROSE_WORKFLOW, request, ProseResult, "prose writer", workflow_id)
+        handle = await start_flow(client, settings, PROSE_WORKFLOW, request, ProseResult, "prose writer", workflow_id)
     except BaseException:
         subscription.close()
         raise
-    return _prose_stream(handle, queue, subscription)
+    return _prose_stream(handle, settings, queue, subscription)
 
 
 class _Preview:
@@ -132,11 +132,12 @@ class _Preview:
         return text[len(self.shown):] if text.startswith(self.shown) else f"\n\n{text}"
 
 
-async def _prose_stream(handle: WorkflowHandle[Any, ProseResult], queue: asyncio.Queue[Delta | FeedItem | None],
+async def _prose_stream(handle: WorkflowHandle[Any, ProseResult], settings: Settings,
+                        queue: asyncio.Queue[Delta | FeedItem | None],
                         subscription: contextlib.ExitStack) -> AsyncIterator[str]:
     """Previews of the first attempt while they are a gapless prefix; then the final text's rest."""
     with subscription:
-        result = asyncio.create_task(flow_result(handle, "prose writer"))
+        result = asyncio.create_task(flow_result(handle, settings, "prose writer"))
         preview = _Preview()
         try:
             while not result.done():
@@ -166,12 +167,13 @@ def _cap(request: Request) -> int:
 
 
 async def report_evaluate(request: Request) -> Any:
-    return await evaluate(services(request).client, await read_content(request, _cap(request)))
+    shared = services(request)
+    return await evaluate(shared.client, shared.settings, await read_content(request, _cap(request)))
 
 
 async def prose_generate(request: Request) -> Any:
     shared = services(request)
-    stream = await prose(shared.client, shared.hub, await read_content(request, _cap(request)))
+    stream = await prose(shared.client, shared.settings, shared.hub, await read_content(request, _cap(request)))
     return shared.event_stream(stream, "content")
 
 

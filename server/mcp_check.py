@@ -69,10 +69,9 @@ async def metadata(client: Client, settings: Settings, body: Any) -> dict[str, A
     name, agent = operator_server_for(request, settings)
     tools: list[dict[str, Any]] = []
     if agent is not None:
-        handle = await start_flow(client, MCP_CHECK_WORKFLOW, MCPListRequest(server_name=name, agent=agent),
-                                  MCPToolList,
-                                  "mcp check")
-        listed = await flow_result(handle, "MCP server check")
+        handle = await start_flow(client, settings, MCP_CHECK_WORKFLOW, MCPListRequest(server_name=name, agent=agent),
+                                  MCPToolList, "mcp check")
+        listed = await flow_result(handle, settings, "MCP server check")
         tools = [_tool(name, spec.name, spec.description, spec.parameters) for spec in listed.tools]
     return {**request.model_dump(exclude={"name", "timeout_seconds", "sse_read_timeout"}), "name": name,
             "tools": tools}

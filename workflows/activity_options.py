@@ -194,11 +194,16 @@ RENDER_SLIDES: ActivityOptions[Deck] = ActivityOptions(
     heartbeat_timeout=None, retry=RetryPolicy(maximum_attempts=3),
     summary=lambda deck: f"render_slides · {len(deck.slides)} slide(s)", queue="tools",
 )
+# A line waits on the speech endpoint like a search waits on its provider: one lost with a worker
+# whose journal no successor reads (another host, a replaced container) is retried after the
+# heartbeat timeout, not its 90 s, and lost attempts do not use up the endpoint's four.
 SPEAK: ActivityOptions[SpeechRequest] = ActivityOptions(
-    "speak", start_to_close=timedelta(seconds=90), schedule_to_close=timedelta(minutes=6),
-    heartbeat_timeout=None,
-    retry=RetryPolicy(maximum_attempts=4, non_retryable_error_types=["NoVoice", "SpeechRefused"]),
+    "speak", start_to_close=timedelta(seconds=90), schedule_to_close=None,
+    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+    retry=RetryPolicy(initial_interval=LOST_ATTEMPT_RETRY, maximum_interval=timedelta(seconds=20),
+                      non_retryable_error_types=["NoVoice", "SpeechRefused"]),
     summary=lambda line: f"speak · {line.speaker} · {summary_text(line.text)}", queue="tools",
+    failure_backoff=Backoff(timedelta(seconds=1), 2.0, timedelta(seconds=20)), provider_attempts=4,
 )
 JOIN_AUDIO: ActivityOptions[list[ArtefactRef]] = ActivityOptions(
     "join_audio", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=5),

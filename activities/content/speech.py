@@ -6,6 +6,8 @@
 history holds references, not audio. Without an endpoint it fails with ``NoVoice`` (not retried),
 which the podcast turns into a script-only answer that says so. The endpoint's answer is capped
 in size, and its refusals (4xx but 408/429) are not retried; the key travels only in the header.
+``speak`` heartbeats while it waits and counts the endpoint's failures across attempts, as a search
+does (workflows/activity_options.py: ``SPEAK``), so a line lost with its worker is retried at once.
 MP3 clips are joined by concatenation, as DeerFlow does: MP3 is a sequence of self-contained
 frames, so players play the clips back to back.
 """
@@ -21,6 +23,8 @@ import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.support.heartbeat import heartbeating
+from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from runtime import artefacts
 from workflows.artefact import ArtefactRef
@@ -34,6 +38,8 @@ class SpeechActivities:
         self.settings = settings
 
     @activity.defn(name="speak")
+    @heartbeating
+    @paced_retries
     async def speak(self, request: SpeechRequest) -> ArtefactRef:
         return await artefacts.put(self.settings, await synthesize(self.settings, request))
 

@@ -79,6 +79,10 @@ class WebSettings(SettingsGroup):
     # The content flows' request bodies (a whole report: evaluation, slides, podcast, prose edits).
     web_max_content_bytes: int = Field(default=1024 * 1024, ge=64 * 1024, le=16 * 1024 * 1024,
                                        alias="DEERFLOW_WEB_MAX_CONTENT_BYTES")
+    # Seconds a content flow's request waits for its answer, which is also how long the flow's run may
+    # take at all: a worker that comes back within it (a crash's replacement, a deploy) finishes the
+    # flow and the request answers; past it, the request is a 504 and the run ends on its own.
+    web_content_wait: float = Field(default=300.0, ge=1, le=3600, alias="DEERFLOW_WEB_CONTENT_WAIT")
     # DeerFlow's RAG upload (server/uploads.py): where uploaded .md/.txt files go (inside a
     # resource root; unset: uploads/ in the first root), and the caps per file and for the folder.
     web_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_UPLOAD_DIR")

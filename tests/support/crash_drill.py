@@ -48,12 +48,13 @@ class WorkerSlot:
     """
 
     def __init__(self, address: str, client: Client, model: FakeModelServer, search: FakeSearchServer,
-                 log_dir: Path) -> None:
+                 log_dir: Path, env: dict[str, str] | None = None) -> None:
+        """``env`` adds to the fakes' settings for every worker the slot starts."""
         self.address = address
         self.client = client
         self.model = model
         self.search = search
-        self.env = offline_env(model, search)
+        self.env = {**offline_env(model, search), **(env or {})}
         self.log_dir = log_dir
         self.current: WorkerProcess | None = None
         self.started_at = datetime.now(UTC)

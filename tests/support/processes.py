@@ -149,6 +149,17 @@ class ServeProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
 
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Send ``sig`` to the server's own process, as a deploy or Ctrl-C does, and wait for it to
+        end; its exit code. One that outlives ``timeout`` is killed and fails the test."""
+        self.process.send_signal(sig)
+        try:
+            return self.process.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"starter.py serve did not end within {timeout} s of {signal.Signals(sig).name}") \
+                from None
+
 
 # A CPU-bound loop that lowers its own priority by argv[1] and ends by itself after argv[2] seconds.
 _BUSY_LOOP = ("import os, sys, time\nos.nice(int(sys.argv[1]))\nend = time.monotonic() + float(sys.argv[2])\n"
