@@ -21,28 +21,46 @@ from workflows.models import ResearchRequest, ResearchResult
 
 @dataclass(frozen=True)
 class Rate:
-    """Requests per second over the saturated middle of a drill, and the busiest second anywhere."""
+    """Requests per second over the saturated middle of a drill, and the most requests in any window
+    of ``span`` seconds anywhere in it (what a provider counting fixed windows could see at worst)."""
 
     requests: int  # every request the drill sent
     window_requests: int
     window_seconds: float
     busiest_second: int
+    span: float
+    busiest_span: int
 
     @property
     def per_second(self) -> float:
         return self.window_requests / self.window_seconds if self.window_seconds else 0.0
 
+    @property
+    def busiest_per_second(self) -> float:
+        return self.busiest_span / self.span
 
-def measured_rate(arrivals: list[float], skip: float = 0.1) -> Rate:
-    """The rate between the arrivals at the ``skip`` and ``1 - skip`` quantiles: the runs' first calls
-    (all at once, before the server's limiter has a backlog) and their last ones (fewer runs left
-    than the cap can serve) are left out, so the window is the part where demand exceeds the cap."""
+
+def busiest(times: list[float], seconds: float) -> int:
+    """The most of the sorted ``times`` in any window ``[t, t + seconds)``."""
+    return max((sum(1 for other in times[index:] if other < start + seconds) for index, start in enumerate(times)),
+               default=0)
+
+
+def measured_rate(arrivals: list[float], skip: float = 0.1, span: float = 10.0) -> Rate:
+    """The rate between the arrivals at the ``skip`` and ``1 - skip`` quantiles, and the busiest
+    ``span`` seconds.
+
+    The mean leaves out the runs' first calls (all at once, before the server's limiter has a
+    backlog) and their last ones (fewer runs left than the cap can serve): it is the rate where
+    demand exceeds the cap. The busiest window counts everything, the first calls' burst included:
+    the server's limiter lets a second's worth of calls through at once after its queue was empty
+    (a GCRA with a 1 s burst in matching), so any ``span`` holds at most R x (span + 1) + 1 calls.
+    """
     times = sorted(arrivals)
     if len(times) < 3:
-        return Rate(len(times), 0, 0.0, len(times))
+        return Rate(len(times), 0, 0.0, len(times), span, len(times))
     first, last = int(len(times) * skip), int(len(times) * (1 - skip)) - 1
-    busiest = max(sum(1 for other in times[index:] if other < start + 1.0) for index, start in enumerate(times))
-    return Rate(len(times), last - first, times[last] - times[first], busiest)
+    return Rate(len(times), last - first, times[last] - times[first], busiest(times, 1.0), span, busiest(times, span))
 
 
 DRILL = Actor(name="quota-drill", via=Via.CLI)  # who started the drill's runs, as ``starter.py costs`` shows
