@@ -9,6 +9,7 @@ provider would see it, not where the workers think they sent it.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass
 
 from temporalio.client import Client
@@ -61,6 +62,19 @@ def measured_rate(arrivals: list[float], skip: float = 0.1, span: float = 10.0) 
         return Rate(len(times), 0, 0.0, len(times), span, len(times))
     first, last = int(len(times) * skip), int(len(times) * (1 - skip)) - 1
     return Rate(len(times), last - first, times[last] - times[first], busiest(times, 1.0), span, busiest(times, span))
+
+
+def rate_while_waiting(starts: list[float], waits: list[tuple[float, float]]) -> tuple[int, float]:
+    """The gaps between the server's ``starts`` of calls while another call waited: their number and seconds.
+
+    ``waits``: (scheduled, started) of calls started at their first attempt (a retried call's wait
+    includes its lost attempts' run). A gap counts only when a call was already waiting as it began,
+    so the rate is the cap's and not the demand's: runs on a loaded machine that ask for less than
+    R are no miss of the cap.
+    """
+    gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(starts))
+            if any(scheduled <= earlier < started for scheduled, started in waits)]
+    return len(gaps), sum(gaps)
 
 
 DRILL = Actor(name="quota-drill", via=Via.CLI)  # who started the drill's runs, as ``starter.py costs`` shows
