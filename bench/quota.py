@@ -28,7 +28,8 @@ TOLERANCE = 0.10
 
 
 def partition_args(partitions: int | None) -> list[str]:
-    """The dev server's flags for ``partitions`` partitions per task queue (None: the server's default, 4)."""
+    """The dev server's flags for ``partitions`` partitions per task queue (None: the product's one,
+    ``runtime.embedded.DEV_SERVER_QUEUE_FLAGS``; 4 is the server's own default)."""
     if partitions is None:
         return []
     return [arg for kind in ("Read", "Write")
@@ -55,12 +56,13 @@ async def measure(rate: float | None, runs: int, steps: int, partitions: int | N
 def describe(label: str, rate: Rate, completed: int, runs: int, wall: float) -> None:
     print(f"{label}: {rate.requests} requests in {wall:.1f} s; middle window {rate.window_requests} requests in "
           f"{rate.window_seconds:.1f} s = {rate.per_second:.2f}/s; busiest second {rate.busiest_second}; "
+          f"busiest {rate.span:g} s {rate.busiest_span} ({rate.busiest_per_second:.2f}/s); "
           f"runs completed {completed}/{runs}", flush=True)
 
 
 async def main(rate: float, runs: int, steps: int, partitions: int | None) -> None:
     header(f"bench/quota.py: {runs} runs, 2 workers, LLM_REQUESTS_PER_SECOND={rate:g}, "
-           f"{partitions or 'default'} partitions per queue")
+           f"{partitions or 1} partition(s) per queue")
     demand, completed, wall = await measure(None, runs, steps, partitions)
     describe("uncapped (the demand)", demand, completed, runs, wall)
     capped, completed, wall = await measure(rate, runs, steps, partitions)
@@ -79,6 +81,7 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=4.0, help="the cap R, model requests per second")
     parser.add_argument("--runs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=2, help="max_step_num of each run")
-    parser.add_argument("--partitions", type=int, help="task queue partitions on the dev server (default: its own)")
+    parser.add_argument("--partitions", type=int,
+                        help="task queue partitions on the dev server (default: 1, the product's)")
     args = parser.parse_args()
     run_main(main(args.rate, args.runs, args.steps, args.partitions))
