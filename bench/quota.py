@@ -22,7 +22,7 @@ import time
 from harness import REPO, BenchWorker, bench_stack, header, run_main, verdict
 
 from offline.providers import offline_env
-from tests.support.quota_drill import Rate, measured_rate, run_many
+from tests.support.quota_drill import Rate, chat_starts_of, measured_rate, rate_while_waiting, run_many
 
 TOLERANCE = 0.10
 
@@ -48,8 +48,16 @@ async def measure(rate: float | None, runs: int, steps: int, partitions: int | N
             began = time.monotonic()
             results = await run_many(stack.client, runs, "quota", max_steps=steps)
             wall = time.monotonic() - began
+            starts = await chat_starts_of(stack.client, "quota")
         finally:
             second.stop()
+    dispatched = measured_rate([start.started for start in starts])
+    gaps, seconds = rate_while_waiting([start.started for start in starts],
+                                       [(start.scheduled, start.started) for start in starts if start.attempt == 1])
+    waited = gaps / seconds if seconds else 0.0
+    print(f"  the server started {dispatched.requests} calls: middle window {dispatched.per_second:.2f}/s, "
+          f"busiest 10 s {dispatched.busiest_span}; while calls waited {gaps} in {seconds:.1f} s = {waited:.2f}/s; "
+          f"attempts {sum(start.attempt for start in starts)}", flush=True)
     return measured_rate(stack.model.arrivals), sum(1 for result in results if result.report), wall
 
 

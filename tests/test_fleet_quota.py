@@ -16,17 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from cli.spend import usd
 from offline.model_server import FakeModelServer
 from offline.providers import model_env
 from runtime.embedded import free_port
-from tests.support.history_checks import process_of, wait_for_poller, worker_identity
+from tests.support.history_checks import wait_for_poller, worker_identity
 from tests.support.processes import DevServer, WorkerProcess, starter
 from tests.support.prometheus_text import scrape, total
-from tests.support.quota_drill import DRILL, measured_rate, rate_while_waiting, run_many
+from tests.support.quota_drill import DRILL, chat_starts_of, measured_rate, rate_while_waiting, run_many
 from workflows.models import ResearchResult
 
 RATE = 2.0  # requests per second for the whole fleet; uncapped, these runs send several times as many
@@ -67,35 +66,11 @@ async def fleet(dev_server: DevServer, client: Client, model: FakeModelServer,
             worker.stop()
 
 
-@dataclass(frozen=True)
-class ChatStart:
-    """One model call as the server started it (its last attempt: history keeps no other)."""
-
-    scheduled: float
-    started: float
-    attempt: int
-    process: str
-
-
-def chat_starts(events: list) -> list[ChatStart]:  # type: ignore[type-arg]
-    """The run's model calls, with when each was scheduled and started and by which worker process."""
-    scheduled = {event.event_id: event for event in events
-                 if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
-                 and event.activity_task_scheduled_event_attributes.activity_type.name == "chat"}
-    return [ChatStart(scheduled[started.scheduled_event_id].event_time.ToDatetime().timestamp(),
-                      event.event_time.ToDatetime().timestamp(), started.attempt, process_of(started.identity))
-            for event in events if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
-            and (started := event.activity_task_started_event_attributes).scheduled_event_id in scheduled]
-
-
 async def test_two_workers_together_keep_to_the_fleets_request_rate(client: Client, fleet: Fleet) -> None:
     fleet.model.arrivals.clear()
     results = await asyncio.wait_for(run_many(client, RUNS, "fleet-quota"), 240)
     assert all(result.report for result in results), "every run completes under the cap"
-    starts = []
-    async for execution in client.list_workflows("WorkflowId STARTS_WITH 'fleet-quota'"):
-        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
-        starts += chat_starts(list(history.events))
+    starts = await chat_starts_of(client, "fleet-quota")
     assert {start.process for start in starts} == \
         {worker_identity(worker.process.pid) for worker in fleet.workers if worker.process}, "both workers served calls"
     # The cap is the server's: it hands out at most R calls a second (a GCRA with a 1 s burst, so at

@@ -12,9 +12,12 @@ import asyncio
 import itertools
 from dataclasses import dataclass
 
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 
 from runtime import research_client
+from tests.support.history_checks import process_of
 from tests.support.runs import QUESTION, run_id
 from workflows.decisions import Actor, Via
 from workflows.models import ResearchRequest, ResearchResult
@@ -75,6 +78,36 @@ def rate_while_waiting(starts: list[float], waits: list[tuple[float, float]]) ->
     gaps = [later - earlier for earlier, later in itertools.pairwise(sorted(starts))
             if any(scheduled <= earlier < started for scheduled, started in waits)]
     return len(gaps), sum(gaps)
+
+
+@dataclass(frozen=True)
+class ChatStart:
+    """One model call as the server started it (its last attempt: history keeps no other)."""
+
+    scheduled: float
+    started: float
+    attempt: int
+    process: str
+
+
+def chat_starts(events: list[HistoryEvent]) -> list[ChatStart]:
+    """The run's model calls, with when each was scheduled and started and by which worker process."""
+    scheduled = {event.event_id: event for event in events
+                 if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+                 and event.activity_task_scheduled_event_attributes.activity_type.name == "chat"}
+    return [ChatStart(scheduled[started.scheduled_event_id].event_time.ToDatetime().timestamp(),
+                      event.event_time.ToDatetime().timestamp(), started.attempt, process_of(started.identity))
+            for event in events if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
+            and (started := event.activity_task_started_event_attributes).scheduled_event_id in scheduled]
+
+
+async def chat_starts_of(client: Client, prefix: str) -> list[ChatStart]:
+    """The model calls of every run whose id starts with ``prefix``."""
+    starts = []
+    async for execution in client.list_workflows(f"WorkflowId STARTS_WITH '{prefix}'"):
+        history = await client.get_workflow_handle(execution.id, run_id=execution.run_id).fetch_history()
+        starts += chat_starts(list(history.events))
+    return starts
 
 
 DRILL = Actor(name="quota-drill", via=Via.CLI)  # who started the drill's runs, as ``starter.py costs`` shows
