@@ -22,13 +22,14 @@ import time
 from harness import REPO, BenchWorker, bench_stack, header, run_main, verdict
 
 from offline.providers import offline_env
-from tests.support.quota_drill import Rate, measured_rate, run_many
+from tests.support.quota_drill import Rate, chat_starts_of, measured_rate, rate_while_waiting, run_many
 
 TOLERANCE = 0.10
 
 
 def partition_args(partitions: int | None) -> list[str]:
-    """The dev server's flags for ``partitions`` partitions per task queue (None: the server's default, 4)."""
+    """The dev server's flags for ``partitions`` partitions per task queue (None: the product's one,
+    ``runtime.embedded.DEV_SERVER_QUEUE_FLAGS``; 4 is the server's own default)."""
     if partitions is None:
         return []
     return [arg for kind in ("Read", "Write")
@@ -47,20 +48,29 @@ async def measure(rate: float | None, runs: int, steps: int, partitions: int | N
             began = time.monotonic()
             results = await run_many(stack.client, runs, "quota", max_steps=steps)
             wall = time.monotonic() - began
+            starts = await chat_starts_of(stack.client, "quota")
         finally:
             second.stop()
+    dispatched = measured_rate([start.started for start in starts])
+    gaps, seconds = rate_while_waiting([start.started for start in starts],
+                                       [(start.scheduled, start.started) for start in starts if start.attempt == 1])
+    waited = gaps / seconds if seconds else 0.0
+    print(f"  the server started {dispatched.requests} calls: middle window {dispatched.per_second:.2f}/s, "
+          f"busiest 10 s {dispatched.busiest_span}; while calls waited {gaps} in {seconds:.1f} s = {waited:.2f}/s; "
+          f"attempts {sum(start.attempt for start in starts)}", flush=True)
     return measured_rate(stack.model.arrivals), sum(1 for result in results if result.report), wall
 
 
 def describe(label: str, rate: Rate, completed: int, runs: int, wall: float) -> None:
     print(f"{label}: {rate.requests} requests in {wall:.1f} s; middle window {rate.window_requests} requests in "
           f"{rate.window_seconds:.1f} s = {rate.per_second:.2f}/s; busiest second {rate.busiest_second}; "
+          f"busiest {rate.span:g} s {rate.busiest_span} ({rate.busiest_per_second:.2f}/s); "
           f"runs completed {completed}/{runs}", flush=True)
 
 
 async def main(rate: float, runs: int, steps: int, partitions: int | None) -> None:
     header(f"bench/quota.py: {runs} runs, 2 workers, LLM_REQUESTS_PER_SECOND={rate:g}, "
-           f"{partitions or 'default'} partitions per queue")
+           f"{partitions or 1} partition(s) per queue")
     demand, completed, wall = await measure(None, runs, steps, partitions)
     describe("uncapped (the demand)", demand, completed, runs, wall)
     capped, completed, wall = await measure(rate, runs, steps, partitions)
@@ -79,6 +89,7 @@ if __name__ == "__main__":
     parser.add_argument("--rate", type=float, default=4.0, help="the cap R, model requests per second")
     parser.add_argument("--runs", type=int, default=16)
     parser.add_argument("--steps", type=int, default=2, help="max_step_num of each run")
-    parser.add_argument("--partitions", type=int, help="task queue partitions on the dev server (default: its own)")
+    parser.add_argument("--partitions", type=int,
+                        help="task queue partitions on the dev server (default: 1, the product's)")
     args = parser.parse_args()
     run_main(main(args.rate, args.runs, args.steps, args.partitions))

@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from config.settings import load_settings
+from runtime.embedded import DEV_SERVER_QUEUE_FLAGS
 from runtime.search_attributes import dev_server_flags as search_attribute_flags
 from workflows.models import TASK_QUEUE
 
@@ -119,6 +120,8 @@ def test_temporal_keeps_its_database_on_a_volume_and_its_ui_reads_through_the_co
     # The dev server's flags for its search attributes are the embedded default's.
     flags = [part for index, part in enumerate(command) if "--search-attribute" in command[index - 1:index + 1]]
     assert flags == search_attribute_flags()
+    # Every queue one partition, as the embedded default: the model queue's rate limit needs it.
+    assert all(flag in " ".join(command) for flag in DEV_SERVER_QUEUE_FLAGS if "=" in flag)
     # The UI (in the host's browser) reads payloads through the codec server where the host reaches it.
     endpoint = command[command.index("--ui-codec-endpoint") + 1]
     assert endpoint == "${DEERFLOW_CODEC_PUBLIC_URL:-http://127.0.0.1:8081}"

@@ -6,6 +6,7 @@ model while its verdict lasts.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import httpx
@@ -69,6 +70,19 @@ async def test_a_provider_that_honours_tools_keeps_a_genuine_direct_reply_and_pr
         assert response.message.content and not response.message.tool_calls
     probes = [body for body in model_server.requests if body.get("tool_choice") == "required"]
     assert len(probes) == 1 and len(model_server.requests) == 3  # two replies, one probe (cached)
+
+
+async def test_concurrent_calls_of_one_worker_share_one_probe(
+    worker_settings: Settings, model_server: FakeModelServer
+) -> None:
+    """A fresh worker takes several calls at once: each asking its own probe would send the provider
+    requests the model queue's rate limit never counted (tests/test_fleet_quota.py saw 6 extra)."""
+    activities = ModelActivities(worker_settings)
+    environment = ActivityEnvironment()
+    await asyncio.gather(*(environment.run(activities.chat, coordinator(greeting))
+                           for greeting in ("Hello!", "Thanks!", "Hi!", "Cheers!")))
+    probes = [body for body in model_server.requests if body.get("tool_choice") == "required"]
+    assert len(probes) == 1 and len(model_server.requests) == 5  # four replies, one probe
 
 
 async def test_a_handoff_needs_no_probe(worker_settings: Settings, model_server: FakeModelServer) -> None:

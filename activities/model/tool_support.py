@@ -21,6 +21,7 @@ tool support) gets a fresh probe on the next run instead of the worker's old ver
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import Callable
@@ -167,6 +168,10 @@ class ToolSupport:
         self.ttl = ttl
         self.clock = clock
         self._known: dict[tuple[str, str], tuple[float, ProbeAnswer]] = {}
+        # One probe at a time per key: a fresh worker takes several calls at once, and each asking
+        # its own probe sends the provider requests no rate limit counted (the model queue's counts
+        # activities, and a probe rides inside one).
+        self._probing: dict[tuple[str, str], asyncio.Lock] = {}
 
     @staticmethod
     def key_of(base_url: str, model: str) -> tuple[str, str]:
@@ -198,6 +203,11 @@ class ToolSupport:
         ``client`` is capped at ``PROBE_MAX_TOKENS``: the probe's answer is one short call or sentence.
         """
         key = self.key(client)
+        async with self._probing.setdefault(key, asyncio.Lock()):
+            return await self._check(client, key, verify)
+
+    async def _check(self, client: ChatOpenAI, key: tuple[str, str], verify: bool) -> ProbeAnswer:
+        """:meth:`check` for ``key``, with no other probe of it in flight."""
         entry = self._known.get(key)
         if entry is not None and self.known(key) is not None:
             return ProbeAnswer(entry[1].verdict, Usage(), entry[1].template)

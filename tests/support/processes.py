@@ -20,7 +20,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from offline.providers import without_provider_settings
-from runtime.embedded import DEV_SERVER_STORAGE_FLAGS, free_port, has_worker
+from runtime.embedded import DEV_SERVER_QUEUE_FLAGS, DEV_SERVER_STORAGE_FLAGS, free_port, has_worker
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
@@ -41,8 +41,9 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
 class DevServer:
     """``temporal server start-dev`` on free ports with a database file, so it can be restarted.
 
-    It keeps that file as the embedded default does (``DEV_SERVER_STORAGE_FLAGS``), so tests and
-    benches time what users run; ``extra_args`` come after and may override those pragmas.
+    It keeps that file and its task queues' partitions as the embedded default does
+    (``DEV_SERVER_STORAGE_FLAGS``, ``DEV_SERVER_QUEUE_FLAGS``), so tests and benches time and measure
+    what users run; ``extra_args`` come after and may override either (the later value wins).
     """
 
     def __init__(self, db_path: Path, extra_args: list[str] | None = None) -> None:
@@ -60,6 +61,7 @@ class DevServer:
         self.process = subprocess.Popen(
             [TEMPORAL_CLI, "server", "start-dev", "--ip", "127.0.0.1", "--port", str(self.port),
              "--ui-port", str(self.ui_port), "--db-filename", str(self.db_path), *DEV_SERVER_STORAGE_FLAGS,
+             *DEV_SERVER_QUEUE_FLAGS,
              "--log-level", "error", *self.extra_args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
