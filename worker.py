@@ -16,9 +16,7 @@ import argparse
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable
 from datetime import timedelta
-from types import ModuleType
 from typing import NoReturn
 
 from temporalio.client import Client
@@ -122,9 +120,6 @@ async def main(argv: list[str] | None = None) -> None:
     """Serve the chosen queues until a stop signal (see :func:`on_stop_signals`)."""
     queues = parse_args(argv)
     settings, providers, scrubber = load_worker_settings()
-    # The model libraries (seconds of CPU) import from now on in a thread, beside connecting and
-    # polling, which mostly wait on the server: a run started right after the start finds them loaded.
-    models = asyncio.create_task(load(MODEL_MODULE)) if "model" in queues else None
     connection = load_connection(settings)
     await prepare_payload_store(settings)
     # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the
@@ -158,7 +153,7 @@ async def main(argv: list[str] | None = None) -> None:
         # A warm-up that fails stops the worker, as a failure at start would; a stop does not wait for it.
         async with probe_server(settings.health_address, worker_readiness(client, identity, served)), \
                 running(workers), asyncio.TaskGroup() as group:
-            warming = group.create_task(warm_up(queues, settings, sandbox, client, journal, models))
+            warming = group.create_task(warm_up(queues, settings, sandbox, client, journal))
             await stop.wait()
             warming.cancel()
     finally:
@@ -204,33 +199,29 @@ async def stop_now(client: Client, journal: InflightJournal | None) -> None:
 
 
 async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities, client: Client,
-                  journal: InflightJournal | None, models: asyncio.Task[ModuleType] | None) -> None:
-    """Start-up work beside the polls, so that neither a worker replacing a dead one (the front door
-    and a crashed run wait for its first poll) nor a run started right after the start waits for it.
+                  journal: InflightJournal | None) -> None:
+    """Start-up work that waits until the workers poll, so that a worker replacing a dead one
+    resumes its runs first (the front door and a crashed run wait for that first poll).
 
-    ``models`` is the model libraries' import, running since the process started. Reclaiming a dead
-    predecessor's attempts (so they are retried now) goes first; the attempts it failed are retried
-    at once, mostly here: a model call waits for the model libraries, and the rest (seconds of CPU:
-    the MCP SDK where an MCP server is configured, the fork server) waits until those retries are
-    done (at most 10 s), measured to take 0.6-1 s off the resume of a run killed mid-model-call
-    (bench/crash_cost.py). Without one to reclaim, the sandbox probe, the fork server and the rest
-    of the imports start together, at once.
+    Reclaiming a dead predecessor's attempts (so they are retried now) goes first: the imports below
+    would hold up its few calls. The attempts it failed are retried at once, mostly here: a model
+    call waits for the model libraries, which are imported first, and the rest (seconds of CPU: the
+    MCP SDK where an MCP server is configured, the fork server) waits until those retries are done
+    (at most 10 s), measured to take 0.6-1 s off the resume of a run killed mid-model-call
+    (bench/crash_cost.py).
 
     Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
     python_repl_tool call, the fork server (1-3 s) is started by the first extraction, and the model and
     MCP libraries (seconds) are imported by the first call that needs them.
     """
     reclaimed = 0 if journal is None else await reclaim_at_start(client, journal)
-    extraction = bool({"main", "model", "tools"} & set(queues))  # the fork server imports in its own process
-    if extraction and reclaimed and journal is not None:
-        await load(MODEL_MODULE)
-        await settled(journal)
-    checks: list[Awaitable[object]] = [] if models is None else [models]  # its failure stops the worker
     if "sandbox" in queues:
-        checks.append(sandbox.self_check())  # says whether the code is contained, or refused
-    if extraction:
-        checks += [asyncio.to_thread(start_fork_server, settings), preload(settings)]
-    await asyncio.gather(*checks)
+        await sandbox.self_check()  # says whether the code is contained, or refused
+    if {"main", "model", "tools"} & set(queues):  # the fork server imports in its own process: they overlap
+        if reclaimed and journal is not None:
+            await load(MODEL_MODULE)
+            await settled(journal)
+        await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload(settings))
 
 
 def run() -> NoReturn:
