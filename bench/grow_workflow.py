@@ -1,6 +1,6 @@
 """A trivial workflow whose history grows by a chosen payload per activity (``bench/dispatch_jump.py``).
 
-Its own module, like ``floor_workflow.py``, because the workflow sandbox re-imports the module a
+Its own module because the workflow sandbox re-imports the module a
 workflow is defined in, and the bench scripts' harness does I/O at import.
 """
 

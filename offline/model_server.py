@@ -128,6 +128,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error_json(400, f"Request body is not JSON: {exc}")
             return
         self.server.owner._serve(self, body)
+        self.server.owner.replies.append(time.monotonic())
 
     def authorized(self) -> bool:
         """Whether the request carries the server's key, if it has one; else it is answered 401, as
@@ -172,6 +173,9 @@ class FakeModelServer:
         self.piece_seconds = piece_seconds
         self.requests: list[dict[str, Any]] = []
         self.arrivals: list[float] = []  # time.monotonic() of each chat request, as it came (quota drills)
+        # time.monotonic() as each chat reply was sent: with ``arrivals``, the gap a worker takes from
+        # one reply to its next request (bench/overhead.py's hops; in arrival order only when sequential)
+        self.replies: list[float] = []
         self.verbose = False
         self._faults: list[Fault] = []
         self._lock = threading.Lock()

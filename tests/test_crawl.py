@@ -948,3 +948,13 @@ def test_cut_at_break_cuts_at_a_boundary() -> None:
     assert crawl.cut_at_break("short", 10) == ("short", False)
     text, truncated = crawl.cut_at_break("alpha beta gamma delta", 18)
     assert (text, truncated) == ("alpha beta gamma", True)
+
+
+def test_crawls_share_one_verifying_tls_context() -> None:
+    """Building a context loads the CA bundle (~40 ms of CPU): each crawl's transport reuses one,
+    which still checks certificates and host names."""
+    first, second = fetch.build_transport(), fetch.build_transport()  # wrapped by sealed_network
+    assert isinstance(first, LoopbackOnlyTransport) and isinstance(second, LoopbackOnlyTransport)
+    context = first.inner._pool._ssl_context  # type: ignore[attr-defined]
+    assert context is second.inner._pool._ssl_context  # type: ignore[attr-defined]
+    assert context.verify_mode is ssl.CERT_REQUIRED and context.check_hostname

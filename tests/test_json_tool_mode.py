@@ -278,8 +278,9 @@ async def test_a_provider_that_honours_tools_keeps_native_mode_and_a_genuine_ans
     first = await chat(activities, researcher())
     assert first.message.tool_calls and first.usage.json_tool_calls == 0
     model_server.inject(Fault.no_tool_call(agent="researcher"))
-    answer = await chat(activities, researcher())  # no call: probed once, the probe calls, it stands
-    assert not answer.message.tool_calls and answer.usage.llm_calls == 2 and answer.usage.json_tool_calls == 0
+    answer = await chat(activities, researcher())  # no call, but the first was one: no probe, it stands
+    assert not answer.message.tool_calls and answer.usage.llm_calls == 1 and answer.usage.json_tool_calls == 0
+    assert not any(body.get("tool_choice") == "required" for body in model_server.requests)
 
 
 # ---------------------------------------------------------------- native: a truthful failure

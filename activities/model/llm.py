@@ -325,9 +325,10 @@ class ModelActivities:
         ``auto`` asks natively until the provider proves not to call tools: it refuses them with an
         error, or a reply without a call from a turn that offered tools is checked with a probe
         (``tool_support``) that finds the provider ignores tools or its model never reaches the
-        call. The same turn is then asked again in JSON mode, as is every later turn while the
-        worker's verdict lasts; so is a tool-less turn of a conversation that called tools (an agent's
-        last turn), whose calls a template without tool support cannot render. Every call made here,
+        call (unless a call the model made lately already showed it does). The same turn is then
+        asked again in JSON mode, as is every later turn while the worker's verdict lasts; so is a
+        tool-less turn of a conversation that called tools (an agent's last turn), whose calls a
+        template without tool support cannot render. Every call made here,
         the probe and a discarded native reply included, counts in the returned usage; a failure
         carries the usage spent so far, the failed call's included, in its details
         (``workflows/model_calls.py`` adds it).
@@ -350,8 +351,13 @@ class ModelActivities:
                                     error.message, request.prompt)
             self.tool_support.remember(key, ProbeAnswer(Verdict.REFUSED, Usage()))
             return await self._again_in_json(request, failure_usage(error))
+        if response.message.tool_calls:
+            # A call made is what the probe would find: a later reply in text (an agent's last turn)
+            # is then taken as it is, without the probe's round trip in a new worker's first run.
+            self.tool_support.remember(key, ProbeAnswer(Verdict.CALLS, Usage()))
+            return response
         handoff = any(spec.name == HANDOFF_TO_PLANNER.name for spec in request.tools)
-        if response.message.tool_calls or not (mode == "auto" or handoff):
+        if not (mode == "auto" or handoff):
             return response
         spent = response.usage.model_copy()
         answer = await self._probe(request, probe, spent)
