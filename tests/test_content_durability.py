@@ -40,7 +40,7 @@ from runtime.token_stream_format import ANNOUNCEMENT
 from tests.support.crash_drill import WorkerSlot, wait_until
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen, fake_speech
 from tests.support.history_checks import retry_causes
-from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port
+from tests.support.processes import DevServer, ServeProcess, exit_code, free_port
 from tests.support.runs import SAMPLE_REPORT
 
 pytestmark = pytest.mark.timeout(240)
@@ -251,15 +251,6 @@ async def undisturbed(served: str, workers: WorkerSlot, fakes: Fakes) -> dict[st
         exchange = Exchange(served, flow)
         answers[flow.name] = Undisturbed(exchange.answer(await exchange.run()), fakes.lines_spoken())
     return answers
-
-
-async def exit_code(worker: WorkerProcess, timeout: float) -> int:
-    assert worker.process is not None
-    deadline = time.monotonic() + timeout
-    while (code := worker.process.poll()) is None:
-        assert time.monotonic() < deadline, f"the stopped worker did not exit within {timeout} s"
-        await asyncio.sleep(0.1)
-    return code
 
 
 # ---------------------------------------------------------------- a worker lost mid-flow

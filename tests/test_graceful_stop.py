@@ -45,7 +45,7 @@ from tests.support.history_checks import (
     wait_for_poller,
     worker_identity,
 )
-from tests.support.processes import DevServer, WorkerProcess
+from tests.support.processes import DevServer, WorkerProcess, exit_code
 from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
@@ -103,16 +103,6 @@ async def handles(client: Client) -> AsyncIterator[list[WorkflowHandle]]:
 def identity_of(worker: WorkerProcess) -> str:
     assert worker.process is not None
     return worker_identity(worker.process.pid)
-
-
-async def exit_code(worker: WorkerProcess, timeout: float) -> int:
-    """The worker process's exit code, waiting up to ``timeout`` seconds for it to end."""
-    assert worker.process is not None
-    deadline = time.monotonic() + timeout
-    while (code := worker.process.poll()) is None:
-        assert time.monotonic() < deadline, f"the worker did not exit within {timeout} s"
-        await asyncio.sleep(0.1)
-    return code
 
 
 async def start_run(client: Client, prefix: str) -> WorkflowHandle:

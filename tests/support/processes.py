@@ -234,6 +234,16 @@ def query_status(dev_server: DevServer, workflow_id: str) -> dict:
     return json.loads(result.stdout)["queryResult"][0]
 
 
+async def exit_code(worker: WorkerProcess, timeout: float) -> int:
+    """The worker process's exit code, waiting up to ``timeout`` seconds for it to end."""
+    assert worker.process is not None
+    deadline = time.monotonic() + timeout
+    while (code := worker.process.poll()) is None:
+        assert time.monotonic() < deadline, f"the worker did not exit within {timeout} s"
+        await asyncio.sleep(0.1)
+    return code
+
+
 def wait_for_cli_status(dev_server: DevServer, workflow_id: str, predicate, timeout: float = 30) -> dict:  # type: ignore[no-untyped-def]
     deadline = time.monotonic() + timeout
     while True:
