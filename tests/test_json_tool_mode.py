@@ -130,18 +130,56 @@ def test_a_reply_that_is_no_action_object_is_content_and_bad_arguments_are_an_in
     assert next_call.id == "call_2"  # ids stay unique in the conversation
 
 
+MCP_LOOKUP = ToolSpec(name="mcp_docs_lookup", description="An MCP tool", parameters={
+    "type": "object", "properties": {"terms": {"type": "array", "items": {"type": "string"}},
+                                     "filters": {"type": "object",
+                                                 "properties": {"site": {"type": ["string", "null"]}}}}})
+
+
 @pytest.mark.parametrize("tools", [
     [HANDOFF_TO_PLANNER],
     [spec.spec for spec in TOOLS.values()],
-    [ToolSpec(name="mcp_docs_lookup", description="An MCP tool", parameters={
-        "type": "object", "properties": {"terms": {"type": "array", "items": {"type": "string"}},
-                                         "filters": {"type": "object", "properties": {"site": {"type": ["string",
-                                                                                                        "null"]}}}}})],
+    [MCP_LOOKUP],
 ])
 def test_every_string_and_array_of_the_action_schema_is_bounded(tools: list[ToolSpec]) -> None:
     schema = json_tools.action_schema(tools, json_tools.answer_chars([TOOL_RESULT], 4096))
     assert unbounded(schema) == []
     assert len(schema["anyOf"]) == len(tools) + 1  # each tool and the final answer
+
+
+def longest_value(schema: Any) -> Any:
+    """The longest value ``schema`` allows: every string, array and choice at its bound."""
+    if "const" in schema:
+        return schema["const"]
+    if "enum" in schema:
+        return max(schema["enum"], key=lambda value: len(json.dumps(value)))
+    if "anyOf" in schema:
+        return max((longest_value(option) for option in schema["anyOf"]), key=lambda value: len(json.dumps(value)))
+    kinds = schema.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "string" in kinds:
+        return "x" * schema["maxLength"]
+    if "array" in kinds:
+        return [longest_value(schema["items"])] * schema["maxItems"]
+    if "object" in kinds:
+        return {name: longest_value(value) for name, value in (schema.get("properties") or {}).items()}
+    return 1e-100 if {"number", "integer"} & kinds else False
+
+
+@pytest.mark.parametrize(("tools", "cap"), [
+    *[([HANDOFF_TO_PLANNER], cap) for cap in (100, 256, 512, 4096)],
+    *[([spec.spec for spec in TOOLS.values()], cap) for cap in (100, 256, 512, 4096)],
+    *[([MCP_LOOKUP], cap) for cap in (256, 512, 4096)],
+])
+def test_every_action_the_schema_allows_fits_the_turns_output_cap(cap: int, tools: list[ToolSpec]) -> None:
+    """A small model looping inside a tool's argument stops at the schema, before the cap cuts the action
+    (the plan's schema likewise: tests/test_plan_schema.py). Not below the floor: 17 strings of the MCP
+    tool at 16 characters each do not fit a 100-token cap, and its arrays keep their 16 items."""
+    schema = json.loads(json.dumps(json_tools.response_format(tools, [TOOL_RESULT], cap)))["json_schema"]["schema"]
+    for option in schema["anyOf"]:
+        if option["properties"]["action"]["const"] != json_tools.FINAL_ACTION:
+            assert len(json.dumps(longest_value(option))) <= cap * json_tools.CHARS_PER_TOKEN, option
+    assert json_tools.argument_chars(tools[0], None) == json_tools.MAX_ARGUMENT_CHARS
 
 
 def test_a_json_mode_turn_acts_before_it_may_answer() -> None:

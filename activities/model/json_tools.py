@@ -14,8 +14,9 @@ turns are sent as plain text, as the model wrote and read them: an action as its
 output as a user message naming the call, because a template without tool support cannot render
 tool messages.
 
-Every string and array of the schema is bounded (``maxLength``/``maxItems``), so a small model
-that loops inside a value stops at the schema, not at the output cap. A ``url`` argument may only be
+Every string and array of the schema is bounded (``maxLength``/``maxItems``), the arguments'
+strings sharing what the turn's output cap holds (:func:`argument_chars`), so a small model that
+loops inside a value stops at the schema, not at the output cap. A ``url`` argument may only be
 a URL the conversation holds and no call has used yet (an ``enum``), and a tool that needs one is
 not offered while there is none: a small model makes URLs up (SmolLM2-135M on llama-server crawled
 ``https://example.com/...`` and ``http#heat-pumps`` instead of searching, then crawled the same URL
@@ -48,6 +49,8 @@ MAX_ARGUMENT_CHARS = MAX_CHARS
 MAX_ARRAY_ITEMS = 16
 CHARS_PER_TOKEN = 3  # an answer's bound from a small output cap, which then still comes first
 MAX_ANSWER_CHARS = MAX_CHARS
+SCALAR_CHARS = 24  # the longest number (or true, false, null) a reply's JSON holds
+MIN_STRING_CHARS = 16  # a value shorter than this is of no use; a cap this small cannot hold an action anyway
 URL_ARGUMENT = "url"  # an argument of this name takes a URL (crawl_tool's; an MCP fetch tool's alike)
 MAX_URL_CHOICES = 32  # the newest URLs the conversation holds: a step's searches give about that many
 _URL = re.compile(r"https?://[^\s\"'<>()\[\]{}\\^`|]+")
@@ -107,10 +110,59 @@ def looping_tools(messages: list[ChatMessage]) -> set[str]:
     return {name for name, arguments in calls if calls.count((name, arguments)) > 1}
 
 
-def _arguments(spec: ToolSpec, urls: list[str] | None) -> dict[str, Any] | None:
-    """``spec``'s bounded arguments schema, its ``url`` one of ``urls`` (None: any URL); None where the
-    tool needs a URL and there is none."""
-    schema = bounded(spec.parameters or {"type": "object", "properties": {}})
+def string_slots(schema: Any) -> int:
+    """How many strings a value of ``schema`` (already bounded) can hold: an array counts its
+    ``maxItems`` times, the alternatives of an ``anyOf`` as the largest of them."""
+    if not isinstance(schema, dict) or "enum" in schema or "const" in schema:
+        return 0
+    if "anyOf" in schema:
+        return max((string_slots(option) for option in schema["anyOf"]), default=0)
+    kinds = schema.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "string" in kinds:
+        return 1
+    if "array" in kinds:
+        return int(schema.get("maxItems", MAX_ARRAY_ITEMS)) * string_slots(schema.get("items"))
+    return sum(string_slots(value) for value in (schema.get("properties") or {}).values())
+
+
+def frame_chars(schema: Any) -> int:
+    """The characters of the longest JSON value of ``schema`` (already bounded) with every free string
+    empty: its keys, brackets, quotes and separators, the room left for the strings' own text."""
+    if not isinstance(schema, dict):
+        return SCALAR_CHARS
+    choices = schema.get("enum", [schema["const"]] if "const" in schema else None)
+    if choices is not None:
+        return max((len(json.dumps(choice)) for choice in choices), default=SCALAR_CHARS)
+    if "anyOf" in schema:
+        return max((frame_chars(option) for option in schema["anyOf"]), default=SCALAR_CHARS)
+    kinds = schema.get("type")
+    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    if "object" in kinds:
+        members = (schema.get("properties") or {}).items()
+        return 2 + sum(len(json.dumps(name)) + 4 + frame_chars(value) for name, value in members)
+    if "array" in kinds:
+        return 2 + int(schema.get("maxItems", MAX_ARRAY_ITEMS)) * (frame_chars(schema.get("items")) + 2)
+    return 2 if kinds == {"string"} else SCALAR_CHARS
+
+
+def argument_chars(spec: ToolSpec, output_cap: int | None) -> int:
+    """Each string argument's bound for a turn capped at ``output_cap`` tokens: the cap's characters,
+    less the action's frame, shared among every string the arguments can hold, so a model that loops
+    inside its values stops at the schema before the cap cuts the action (SmolLM2 ran its plans to a
+    256-token cap until the plan's bounds followed it)."""
+    if output_cap is None:
+        return MAX_ARGUMENT_CHARS
+    parameters = bounded(spec.parameters or {"type": "object", "properties": {}})
+    action = {"type": "object", "properties": {"action": {"const": spec.name}, "arguments": parameters}}
+    share = (output_cap * CHARS_PER_TOKEN - frame_chars(action)) // max(1, string_slots(parameters))
+    return max(MIN_STRING_CHARS, min(share, MAX_ARGUMENT_CHARS))
+
+
+def _arguments(spec: ToolSpec, urls: list[str] | None, output_cap: int | None) -> dict[str, Any] | None:
+    """``spec``'s arguments schema bounded for ``output_cap``, its ``url`` one of ``urls`` (None: any
+    URL); None where the tool needs a URL and there is none."""
+    schema = bounded(spec.parameters or {"type": "object", "properties": {}}, argument_chars(spec, output_cap))
     if urls is None or URL_ARGUMENT not in (schema.get("properties") or {}):
         return schema
     if not urls:
@@ -121,14 +173,14 @@ def _arguments(spec: ToolSpec, urls: list[str] | None) -> dict[str, Any] | None:
 
 
 def action_schema(tools: list[ToolSpec], max_answer_chars: int | None, urls: list[str] | None = None,
-                  withheld: frozenset[str] = frozenset()) -> dict[str, Any]:
-    """One action object: a call of one of ``tools`` with its (bounded) arguments, or the answer
-    (none with ``max_answer_chars`` None). With ``urls``, a ``url`` argument is one of them, and the
-    ``withheld`` tools are left out (see the module's docstring); were no action left, the tools are
-    offered as they are."""
-    offered = [(spec, None if spec.name in withheld else _arguments(spec, urls)) for spec in tools]
+                  withheld: frozenset[str] = frozenset(), output_cap: int | None = None) -> dict[str, Any]:
+    """One action object: a call of one of ``tools`` with its arguments bounded for ``output_cap``
+    tokens (None: only by ``MAX_ARGUMENT_CHARS``), or the answer (none with ``max_answer_chars``
+    None). With ``urls``, a ``url`` argument is one of them, and the ``withheld`` tools are left out
+    (see the module's docstring); were no action left, the tools are offered as they are."""
+    offered = [(spec, None if spec.name in withheld else _arguments(spec, urls, output_cap)) for spec in tools]
     if max_answer_chars is None and all(arguments is None for _, arguments in offered):
-        offered = [(spec, _arguments(spec, None)) for spec in tools]
+        offered = [(spec, _arguments(spec, None, output_cap)) for spec in tools]
     calls = [{"type": "object", "properties": {"action": {"const": spec.name}, "arguments": arguments},
               "required": ["action", "arguments"]} for spec, arguments in offered if arguments is not None]
     if max_answer_chars is None:
@@ -143,7 +195,7 @@ def action_schema(tools: list[ToolSpec], max_answer_chars: int | None, urls: lis
 def response_format(tools: list[ToolSpec], messages: list[ChatMessage], output_cap: int) -> dict[str, Any]:
     """The ``response_format`` of a JSON-mode turn of ``messages`` capped at ``output_cap`` tokens."""
     schema = action_schema(tools, answer_chars(messages, output_cap), fresh_urls(messages),
-                           frozenset(looping_tools(messages)))
+                           frozenset(looping_tools(messages)), output_cap)
     return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": False, "schema": schema}}
 
 
