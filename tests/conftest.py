@@ -38,18 +38,6 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[_own_tmp] = isolate_this_process()
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """End-to-end modules (those on a dev server, with real worker processes) run first.
-
-    Why: ``make test`` hands whole modules to two processes in collection order, and the longest
-    modules are end-to-end ones (one to four minutes each). Collected alphabetically, several came
-    last (test_web_*, test_worker_*), and one process ran them alone while the other sat idle.
-    Started first, the short modules fill in around them. Each module keeps its tests together and in order.
-    """
-    end_to_end = {item.path for item in items if "dev_server" in getattr(item, "fixturenames", ())}
-    items.sort(key=lambda item: item.path not in end_to_end)
-
-
 @pytest.fixture(scope="session")
 def model_server() -> Iterator[FakeModelServer]:
     with FakeModelServer() as server:
