@@ -28,10 +28,8 @@ Why it is built this way:
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
-import ssl
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +46,7 @@ from activities.documents.index import DB_FILENAME, DocumentStore, Hit, StoreUna
 from activities.support.heartbeat import heartbeating
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
+from activities.support.tls import verifying_context
 from activities.web.search import parse_retry_after, trim_response
 from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources
 from config.settings import Settings
@@ -273,12 +272,6 @@ _RAGFLOW_TRANSIENT_CODES = {100: "server exception", 105: "connection error", 50
 _RETRYABLE_STATUSES = {408, 425}
 
 
-@functools.cache
-def _ssl_context() -> ssl.SSLContext:
-    """httpx's default TLS setup, built once: loading the CA bundle costs ~0.1 s per client."""
-    return httpx.create_ssl_context()
-
-
 @register_retriever("ragflow")
 class RAGFlowRetriever:
     """RAGFlow's ``POST /api/v1/retrieval``, as DeerFlow's RAGFlowProvider calls it."""
@@ -315,7 +308,7 @@ class RAGFlowRetriever:
         timeout = self._settings.search_timeout_seconds
         headers = {"Authorization": f"Bearer {api_key}"}
         try:
-            async with httpx.AsyncClient(timeout=timeout, verify=_ssl_context()) as client:
+            async with httpx.AsyncClient(timeout=timeout, verify=verifying_context()) as client:
                 return await client.post(url, json=payload, headers=headers)
         except httpx.TimeoutException:
             raise unavailable_error(f"RAGFlow did not answer within {timeout:g} s.") from None

@@ -56,6 +56,12 @@ MAX_URL_CHOICES = 32  # the newest URLs the conversation holds: a step's searche
 _URL = re.compile(r"https?://[^\s\"'<>()\[\]{}\\^`|]+")
 
 
+def types_of(schema: dict[str, Any]) -> set[Any]:
+    """The JSON types ``schema`` names (``type`` is one name or a list of them)."""
+    kinds = schema.get("type")
+    return set(kinds) if isinstance(kinds, list) else {kinds}
+
+
 def bounded(schema: Any, max_chars: int = MAX_ARGUMENT_CHARS) -> Any:
     """A copy of ``schema`` in which every string has a ``maxLength`` and every array a ``maxItems``
     (bounds already there are kept when smaller)."""
@@ -65,8 +71,7 @@ def bounded(schema: Any, max_chars: int = MAX_ARGUMENT_CHARS) -> Any:
         return schema
     copy = {key: bounded(value, max_chars) if key != "const" and key != "enum" else value
             for key, value in schema.items()}
-    kinds = copy.get("type")
-    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    kinds = types_of(copy)
     if "string" in kinds:
         copy["maxLength"] = min(int(copy.get("maxLength", max_chars)), max_chars)
     if "array" in kinds:
@@ -117,8 +122,7 @@ def string_slots(schema: Any) -> int:
         return 0
     if "anyOf" in schema:
         return max((string_slots(option) for option in schema["anyOf"]), default=0)
-    kinds = schema.get("type")
-    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    kinds = types_of(schema)
     if "string" in kinds:
         return 1
     if "array" in kinds:
@@ -136,8 +140,7 @@ def frame_chars(schema: Any) -> int:
         return max((len(json.dumps(choice)) for choice in choices), default=SCALAR_CHARS)
     if "anyOf" in schema:
         return max((frame_chars(option) for option in schema["anyOf"]), default=SCALAR_CHARS)
-    kinds = schema.get("type")
-    kinds = set(kinds) if isinstance(kinds, list) else {kinds}
+    kinds = types_of(schema)
     if "object" in kinds:
         members = (schema.get("properties") or {}).items()
         return 2 + sum(len(json.dumps(name)) + 4 + frame_chars(value) for name, value in members)

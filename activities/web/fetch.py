@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import codecs
-import functools
 import ssl
 import zlib
 from dataclasses import dataclass
@@ -40,6 +39,7 @@ import httpx
 from temporalio.exceptions import ApplicationError
 
 from activities.guards import url_guard
+from activities.support.tls import verifying_context
 from activities.web.crawl_errors import failed, refused, unavailable
 from activities.web.decode import ACCEPT_ENCODING, BodyDecoder, EncodingRefused
 
@@ -77,17 +77,9 @@ class FetchedPage:
     body: bytes | bytearray  # a bytearray from the fetch: no second copy of up to 10 MB
 
 
-@functools.cache
-def _tls_context() -> ssl.SSLContext:
-    """One verifying TLS context for every crawl: building one loads the CA bundle, tens of ms of
-    CPU that each crawl paid before its first byte (bench/overhead.py's crawl hop). A context is
-    safe to share between connections and threads; each crawl still gets its own client."""
-    return httpx.create_ssl_context(trust_env=False)
-
-
 def build_transport() -> httpx.AsyncBaseTransport:
     """The transport every crawl uses. Module level so tests can wrap it and watch connects."""
-    return httpx.AsyncHTTPTransport(verify=_tls_context(), retries=0, trust_env=False)
+    return httpx.AsyncHTTPTransport(verify=verifying_context(trust_env=False), retries=0, trust_env=False)
 
 
 def _client() -> httpx.AsyncClient:

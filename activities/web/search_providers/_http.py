@@ -9,10 +9,8 @@ each of them only says what differs.
 
 from __future__ import annotations
 
-import functools
 import html
 import re
-import ssl
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -21,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 from temporalio.exceptions import ApplicationError
 
+from activities.support.tls import verifying_context
 from activities.web.search import config_error, status_error, unavailable_error
 from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse
@@ -29,12 +28,6 @@ from workflows.models import SearchRequest, SearchResponse
 USER_AGENT = "deerflow-temporal/0.1 (deep-research worker; +https://github.com/bytedance/deer-flow)"
 DETAIL_CHARS = 300
 _TAG_RE = re.compile(r"<[^>]+>")
-
-
-@functools.cache
-def ssl_context() -> ssl.SSLContext:
-    """httpx's default TLS setup, built once: loading the CA bundle costs ~0.1 s per client."""
-    return httpx.create_ssl_context()
 
 
 @dataclass(frozen=True)
@@ -78,7 +71,8 @@ async def send(
     """
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **kwargs.pop("headers", {})}
     try:
-        async with httpx.AsyncClient(verify=ssl_context(), timeout=timeout, follow_redirects=follow_redirects) as http:
+        async with httpx.AsyncClient(verify=verifying_context(), timeout=timeout,
+                                     follow_redirects=follow_redirects) as http:
             return await http.request(method, url, headers=headers, **kwargs)
     except httpx.TimeoutException as exc:
         raise unavailable_error(f"{provider.label} did not answer within {timeout:g} s.") from exc

@@ -14,6 +14,7 @@ from tavily import AsyncTavilyClient
 from tavily import errors as tavily_errors
 from temporalio.exceptions import ApplicationError
 
+from activities.support.tls import verifying_context
 from activities.web.search import (
     DEFAULT_PROVIDER,
     missing_setting_error,
@@ -21,7 +22,6 @@ from activities.web.search import (
     status_error,
     unavailable_error,
 )
-from activities.web.search_providers._http import ssl_context
 from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse, SearchResult
 
@@ -58,7 +58,7 @@ class TavilySearch:
         if not api_key:
             raise missing_setting_error(LABEL, "TAVILY_API_KEY")
         last = _LastResponse()
-        async with httpx.AsyncClient(verify=ssl_context(), event_hooks={"response": [last.record]}) as http:
+        async with httpx.AsyncClient(verify=verifying_context(), event_hooks={"response": [last.record]}) as http:
             client = AsyncTavilyClient(api_key=api_key, client=http, **self._base_url_kwargs())
             try:
                 payload = await client.search(
