@@ -8,7 +8,10 @@ token of every attempt it started and had not finished, the successor fails thos
 Cost: one unbuffered ``write`` per attempt start and one per end, and no fsync. The page cache
 survives a SIGKILL; a machine crash can lose the tail, and then the heartbeat timeout still applies.
 The log is append-only (``+<n> <token>`` and ``-<n>`` lines after a JSON header) and is rewritten
-to the attempts still open when it grows past a bound.
+to the attempts still open when it grows past a bound. A ``*<n> <JSON list>`` line holds the
+heartbeat details attempt ``n`` asked to carry to its next attempt (``carry`` in
+activities/support/heartbeat.py): a chat turn notes there, before its request leaves, that a call is
+in flight, so the successor's reclaim hands that on and the lost call still counts in the run's usage.
 
 A task token lets its holder complete the attempt it names, so journals are 0600 in a 0700
 directory under the operator's ``DEERFLOW_HOME``, and tokens never reach a log line.
@@ -27,15 +30,19 @@ import base64
 import binascii
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import socket
 import threading
 import uuid
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import to_jsonable_python
 
 from runtime.process_info import start_ticks
 
@@ -118,6 +125,7 @@ class InflightJournal:
         self.path = directory / f"{stamp.instance}{SUFFIX}"
         self._lock = threading.Lock()
         self._open: dict[int, bytes] = {}
+        self._carried: dict[int, list[Any]] = {}
         self._next = 0
         self._lines = 0
         self._fd: int | None = None
@@ -134,7 +142,8 @@ class InflightJournal:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            lines = [self.stamp.model_dump_json(), *(_open_line(n, token) for n, token in self._open.items())]
+            lines = [self.stamp.model_dump_json(), *(_open_line(n, token) for n, token in self._open.items()),
+                     *(_carried_line(n, details) for n, details in self._carried.items())]
             os.write(fd, "".join(line + "\n" for line in lines).encode("ascii"))
         except OSError:
             os.close(fd)
@@ -149,8 +158,22 @@ class InflightJournal:
             self._append(_open_line(entry, task_token))
             return entry
 
+    def carried(self, entry: int, details: Sequence[object]) -> None:
+        """Note what open attempt ``entry`` carries to its next attempt; details that are not JSON
+        are logged and dropped (the heartbeat still carries them)."""
+        try:
+            jsonable = to_jsonable_python(list(details))
+        except (TypeError, ValueError) as error:  # pydantic_core's PydanticSerializationError is a ValueError
+            logger.warning("In-flight journal: heartbeat details not noted (%s)", type(error).__name__)
+            return
+        with self._lock:
+            if entry in self._open:
+                self._carried[entry] = jsonable
+                self._append(_carried_line(entry, jsonable))
+
     def closed(self, entry: int) -> None:
         with self._lock:
+            self._carried.pop(entry, None)
             if self._open.pop(entry, None) is not None:
                 self._append(f"-{entry}")
                 if self._lines > max(COMPACT_LINES, 4 * len(self._open)):
@@ -161,10 +184,10 @@ class InflightJournal:
         """Attempts started and not ended in this process."""
         return len(self._open)
 
-    def open_tokens(self) -> list[bytes]:
-        """The task tokens of the attempts in flight, in start order (a stop that cannot wait hands them back)."""
+    def open_attempts(self) -> list[OpenAttempt]:
+        """The attempts in flight, in start order (a stop that cannot wait hands them back)."""
         with self._lock:
-            return list(self._open.values())
+            return [OpenAttempt(token, self._carried.get(n, [])) for n, token in self._open.items()]
 
     def _append(self, line: str) -> None:
         if self._fd is None or not self._writing:
@@ -237,6 +260,10 @@ def _open_line(entry: int, token: bytes) -> str:
     return f"+{entry} {base64.b64encode(token).decode('ascii')}"
 
 
+def _carried_line(entry: int, details: list[Any]) -> str:
+    return f"*{entry} {json.dumps(details, ensure_ascii=True, separators=(',', ':'))}"
+
+
 def ensure_directory(directory: Path) -> None:
     directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     if directory.stat().st_mode & 0o077:
@@ -244,10 +271,23 @@ def ensure_directory(directory: Path) -> None:
 
 
 @dataclass(frozen=True)
+class OpenAttempt:
+    """An attempt started and not ended: its task token, and the heartbeat details it asked to carry
+    to its next attempt (empty if it asked nothing)."""
+
+    token: bytes
+    carried: list[Any] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
 class JournalContents:
     stamp: ProcessStamp
-    tokens: list[bytes]  # the attempts started and not ended, in start order
+    attempts: list[OpenAttempt]  # in start order
     skipped: int  # lines that did not parse (a torn last line after a machine crash, say)
+
+    @property
+    def tokens(self) -> list[bytes]:
+        return [attempt.token for attempt in self.attempts]
 
 
 def read_journal(path: Path) -> JournalContents | None:
@@ -269,20 +309,30 @@ def read_journal(path: Path) -> JournalContents | None:
         logger.warning("In-flight journal %s skipped: its header does not parse", path.name)
         return None
     open_entries: dict[int, bytes] = {}
+    carried: dict[int, list[Any]] = {}
     skipped = 0
     for line in body.splitlines():
         try:
-            _apply(line.decode("ascii"), open_entries)
-        except (ValueError, binascii.Error):
+            _apply(line.decode("ascii"), open_entries, carried)
+        except (ValueError, binascii.Error):  # json's JSONDecodeError is a ValueError
             skipped += 1
-    return JournalContents(stamp, list(open_entries.values()), skipped)
+    return JournalContents(stamp, [OpenAttempt(token, carried.get(n, [])) for n, token in open_entries.items()],
+                           skipped)
 
 
-def _apply(line: str, open_entries: dict[int, bytes]) -> None:
+def _apply(line: str, open_entries: dict[int, bytes], carried: dict[int, list[Any]]) -> None:
     if line.startswith("+"):
         entry, encoded = line[1:].split(" ", 1)
         open_entries[int(entry)] = base64.b64decode(encoded, validate=True)
     elif line.startswith("-"):
         open_entries.pop(int(line[1:]), None)
+        carried.pop(int(line[1:]), None)
+    elif line.startswith("*"):
+        entry, text = line[1:].split(" ", 1)
+        details = json.loads(text)
+        if not isinstance(details, list):
+            raise ValueError("carried details are not a list")
+        if int(entry) in open_entries:
+            carried[int(entry)] = details
     else:
         raise ValueError("not a journal line")

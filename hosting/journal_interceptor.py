@@ -3,7 +3,8 @@
 Why an interceptor: every activity attempt passes through it, whatever its kind, so the journal
 holds each attempt's task token from its start until it ends (completed, failed or cancelled);
 what is left open when the process dies is exactly what it lost. It is registered first, so the
-end is written after every other interceptor is done with the attempt.
+end is written after every other interceptor is done with the attempt. While it runs, what the
+attempt carries to its next attempt (``carry`` in activities/support/heartbeat.py) is noted too.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from activities.support.heartbeat import carried_details_sink
 from hosting.inflight_journal import InflightJournal
 
 
@@ -31,7 +33,9 @@ class _JournalInbound(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         entry = self.journal.opened(activity.info().task_token)
+        sink = carried_details_sink.set(lambda details: self.journal.carried(entry, details))
         try:
             return await super().execute_activity(input)
         finally:
+            carried_details_sink.reset(sink)
             self.journal.closed(entry)

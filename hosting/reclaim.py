@@ -4,7 +4,10 @@ Why: the server only gives up an attempt lost with a killed worker when its hear
 expires (4 s for model calls and searches, 10 s for the rest), and that wait was most of a crash's
 resume time. A dead worker's journal (hosting/inflight_journal.py) names those attempts by task
 token, so its successor fails each one with a retryable ``WorkerLost`` error and the server retries
-it after ``LOST_ATTEMPT_RETRY``, as it would after the timeout.
+it after ``LOST_ATTEMPT_RETRY``, as it would after the timeout. What the attempt asked to carry to
+its next attempt (the journal's ``*`` lines: a chat turn's call in flight, and the provider's
+failures so far) goes with the failure as its last heartbeat details, which the server hands to the
+retry: a beat that said so may never have left the dead process.
 
 Sound because the server checks the attempt a token names: a stale token (that attempt completed,
 timed out or was retried meanwhile) is refused with NotFound and counts as done, so an attempt that
@@ -32,6 +35,7 @@ from hosting.inflight_journal import (
     SUFFIX,
     InflightJournal,
     JournalContents,
+    OpenAttempt,
     ProcessStamp,
     is_dead,
     read_journal,
@@ -129,7 +133,8 @@ async def hand_back(client: Client, journal: InflightJournal) -> Counter[str]:
     them to their heartbeat timeouts. Counts as :func:`reclaim_lost_attempts`; never raises."""
     message = f"worker {journal.stamp.identity} was stopped during this attempt (before it could finish)"
     semaphore = asyncio.Semaphore(RECLAIM_CONCURRENCY)
-    return Counter(await asyncio.gather(*(_fail(client, token, message, semaphore) for token in journal.open_tokens())))
+    return Counter(await asyncio.gather(*(_fail(client, attempt, message, semaphore)
+                                          for attempt in journal.open_attempts())))
 
 
 def claim(path: Path, here: ProcessStamp) -> Path | None:
@@ -150,17 +155,19 @@ async def _fail_all(client: Client, contents: JournalContents, here: ProcessStam
                        stamp.identity, contents.skipped)
     message = (f"worker {stamp.identity} was lost during this attempt (its process ended); "
                f"reclaimed by {here.identity} at its start")
-    results = await asyncio.gather(*(_fail(client, token, message, semaphore) for token in contents.tokens))
+    results = await asyncio.gather(*(_fail(client, attempt, message, semaphore) for attempt in contents.attempts))
     return Counter({"unparsed": contents.skipped}) + Counter(results)
 
 
-async def _fail(client: Client, token: bytes, message: str, semaphore: asyncio.Semaphore) -> str:
-    """Fail one attempt by its token: ``failed``, ``stale`` (NotFound) or ``errors`` (logged, never the token)."""
+async def _fail(client: Client, attempt: OpenAttempt, message: str, semaphore: asyncio.Semaphore) -> str:
+    """Fail one attempt by its token, with the details it carries: ``failed``, ``stale`` (NotFound) or
+    ``errors`` (logged, never the token)."""
     # The provider never failed: retry as soon as after a heartbeat timeout, not after a provider's back-off.
     error = ApplicationError(message, type=WORKER_LOST, next_retry_delay=LOST_ATTEMPT_RETRY)
     async with semaphore:
         try:
-            await client.get_async_activity_handle(task_token=token).fail(error, rpc_timeout=FAIL_TIMEOUT)
+            await client.get_async_activity_handle(task_token=attempt.token).fail(
+                error, last_heartbeat_details=attempt.carried, rpc_timeout=FAIL_TIMEOUT)
         except RPCError as rpc_error:
             if rpc_error.status == RPCStatusCode.NOT_FOUND:
                 return "stale"  # that attempt is over already: nothing to reclaim

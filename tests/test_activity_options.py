@@ -220,6 +220,44 @@ async def test_a_model_call_beats_while_the_model_libraries_are_imported(
     assert response.message.content == "ok"
 
 
+async def test_a_model_call_lost_with_its_worker_counts_in_the_next_attempts_usage(
+        monkeypatch: pytest.MonkeyPatch, worker_settings: Settings) -> None:
+    """Issue #24: every call a run made counts, whatever the outcome. A worker killed mid-call cannot
+    say what the call spent, so its beats said beforehand that a call was in flight; the retry on
+    another worker adds that call to its own usage (the provider may have billed it)."""
+    beats: list[Any] = []
+    lost = asyncio.Event()
+
+    class Model:
+        def __init__(self, _settings: object) -> None:
+            self.settings = _settings
+
+        async def chat(self, _request: ChatRequest) -> ChatResponse:
+            if not lost.is_set():
+                lost.set()
+                await asyncio.sleep(60)  # the worker dies in here
+            return ChatResponse(message=ChatMessage(role="assistant", content="ok"), usage=Usage(llm_calls=1))
+
+    async def imported(_name: str) -> Any:
+        return type("llm", (), {"ModelActivities": Model})
+
+    monkeypatch.setattr(chat_activity, "load", imported)
+    request = ChatRequest(prompt="planner", messages=[])
+    first = _attempt("chat", 1)
+    first.info = replace(first.info, heartbeat_details=[1, Usage(llm_calls=2).model_dump()])  # an earlier failure
+    first.on_heartbeat = lambda *details: beats.append(details)
+    attempt = asyncio.create_task(first.run(chat_activity.ChatActivity(worker_settings).chat, request))
+    await lost.wait()
+    attempt.cancel()  # what the server keeps of a lost attempt: its last beat
+    failures, carried = beats[-1]
+    assert failures == 1 and carried.llm_calls == 3
+
+    retry = _attempt("chat", 2)
+    retry.info = replace(retry.info, heartbeat_details=[failures, carried.model_dump()])  # as the server hands them
+    response = await retry.run(chat_activity.ChatActivity(worker_settings).chat, request)
+    assert response.usage.llm_calls == 4  # the two failed calls, the lost one and its own
+
+
 def test_the_heartbeat_interval_is_derived_from_the_timeout() -> None:
     assert heartbeat_interval(HEARTBEAT_TIMEOUT) == 2.0
     assert heartbeat_interval(timedelta(seconds=30)) == 6.0

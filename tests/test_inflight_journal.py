@@ -25,12 +25,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
+from activities.support.heartbeat import carried_details_sink
 from hosting import inflight_journal, reclaim
-from hosting.inflight_journal import InflightJournal, ProcessStamp, is_dead, read_journal
+from hosting.inflight_journal import InflightJournal, OpenAttempt, ProcessStamp, is_dead, read_journal
 from hosting.journal_interceptor import InflightJournalInterceptor
 from hosting.reclaim import WORKER_LOST, claim, reclaim_at_start, reclaim_lost_attempts, settled
 from runtime.process_info import start_ticks
 from workflows.activity_options import LOST_ATTEMPT_RETRY
+from workflows.models import Usage
 
 ADDRESS = "127.0.0.1:7233"
 
@@ -63,10 +65,11 @@ class StubHandle:
     def __init__(self, client: StubClient, token: bytes) -> None:
         self.client, self.token = client, token
 
-    async def fail(self, error: Exception, **_: object) -> None:
+    async def fail(self, error: Exception, *, last_heartbeat_details: list[Any], **_: object) -> None:
         if self.token in self.client.stale:
             raise RPCError("activity task not found", RPCStatusCode.NOT_FOUND, b"")
         self.client.failed[self.token] = error
+        self.client.carried[self.token] = last_heartbeat_details
 
 
 class StubClient:
@@ -75,6 +78,7 @@ class StubClient:
     def __init__(self, stale: set[bytes] | None = None) -> None:
         self.stale = stale or set()
         self.failed: dict[bytes, Exception] = {}
+        self.carried: dict[bytes, list[Any]] = {}
 
     def get_async_activity_handle(self, *, task_token: bytes) -> StubHandle:
         return StubHandle(self, task_token)
@@ -119,6 +123,27 @@ def test_compaction_keeps_only_the_open_attempts(tmp_path: Path, monkeypatch: py
     assert [path.name for path in tmp_path.iterdir()] == [journal.path.name]
 
 
+def test_what_an_open_attempt_carries_is_noted_until_it_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The details a chat turn carries (failures so far, and the usage with its call in flight) are
+    read back with its token, survive a compaction, and go when the attempt ends."""
+    monkeypatch.setattr(inflight_journal, "COMPACT_LINES", 10)
+    journal = journal_of(tmp_path, [b"turn", b"search"])
+    journal.carried(0, [1, Usage(llm_calls=3)])
+    journal.carried(0, [1, Usage(llm_calls=4)])  # the newest counts
+    journal.carried(7, [9])  # not open: ignored
+    journal.carried(1, [object()])  # not JSON: dropped, never raised
+    contents = read_journal(journal.path)
+    assert contents is not None and [(a.token, a.carried) for a in contents.attempts] == [
+        (b"turn", [1, Usage(llm_calls=4).model_dump()]), (b"search", [])]
+    for number in range(25):
+        journal.closed(journal.opened(f"done-{number}".encode()))
+    assert read_journal(journal.path).attempts[0].carried[1]["llm_calls"] == 4  # type: ignore[union-attr]
+    assert journal.open_attempts()[0].carried[1]["llm_calls"] == 4
+    journal.closed(0)
+    journal.opened(b"next")
+    assert [a.carried for a in read_journal(journal.path).attempts] == [[], []]  # type: ignore[union-attr]
+
+
 def test_a_write_that_fails_turns_the_journal_off_without_failing_the_attempt(
         tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     journal = journal_of(tmp_path, [])
@@ -131,9 +156,10 @@ def test_a_write_that_fails_turns_the_journal_off_without_failing_the_attempt(
 def test_lines_that_do_not_parse_are_skipped(tmp_path: Path) -> None:
     journal = journal_of(tmp_path, [b"good"])
     with journal.path.open("a") as file:
-        file.write("+7 not*base64\n?\n-x\n+8 dG9ybg==\n+9 dG9")  # a torn last line, as after a machine crash
+        file.write("+7 not*base64\n?\n-x\n+8 dG9ybg==\n*8 {\"x\":1}\n*8 [1,\n*x []\n+9 dG9")  # torn last line
     contents = read_journal(journal.path)
-    assert contents is not None and contents.tokens == [b"good", b"torn"] and contents.skipped == 4
+    assert contents is not None and contents.tokens == [b"good", b"torn"] and contents.skipped == 7
+    assert [attempt.carried for attempt in contents.attempts] == [[], []]
 
 
 def test_a_file_that_is_not_a_journal_is_skipped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -181,6 +207,7 @@ async def test_reclaim_fails_the_open_attempts_of_dead_workers_only(tmp_path: Pa
     InflightJournal(tmp_path, me).start().opened(b"mine")
     live = journal_of(tmp_path, [b"live"])  # another live worker: its lock is held
     dead = journal_of(tmp_path, [b"lost-1", b"lost-2", b"done"], pid=dead_pid(), identity="123@host")
+    dead.carried(0, [2, {"llm_calls": 5}])
     dead.closed(2)
     dead.close()
     journal_of(tmp_path, [b"reused"], died=True, start_ticks=me.start_ticks - 1)
@@ -191,6 +218,7 @@ async def test_reclaim_fails_the_open_attempts_of_dead_workers_only(tmp_path: Pa
     outcomes = await reclaim_lost_attempts(client, tmp_path, me)  # type: ignore[arg-type]
 
     assert set(client.failed) == {b"lost-1", b"reused"}
+    assert client.carried == {b"lost-1": [2, {"llm_calls": 5}], b"reused": []}, "the retry is handed what it carried"
     assert outcomes == Counter(journals=2, failed=2, stale=1)
     error = client.failed[b"lost-1"]
     assert isinstance(error, ApplicationError) and error.type == WORKER_LOST and not error.non_retryable
@@ -275,7 +303,10 @@ async def test_the_interceptor_journals_each_attempt_until_it_ends(
             pass
 
         async def execute_activity(self, input: ExecuteActivityInput) -> Any:
-            seen.append(read_journal(journal.path).tokens)  # type: ignore[union-attr]
+            sink = carried_details_sink.get()
+            assert sink is not None
+            sink([1, "carried"])
+            seen.append(read_journal(journal.path).attempts)  # type: ignore[union-attr]
             if outcome is not None:
                 raise outcome
             return "done"
@@ -289,5 +320,6 @@ async def test_the_interceptor_journals_each_attempt_until_it_ends(
 
     with contextlib.suppress(type(outcome) if outcome else ()):
         assert await environment.run(attempt) == "done"
-    assert seen == [[b"attempt-token"]]
+    assert seen == [[OpenAttempt(b"attempt-token", [1, "carried"])]]
     assert read_journal(journal.path).tokens == []  # type: ignore[union-attr]
+    assert carried_details_sink.get() is None, "the sink is this attempt's only"

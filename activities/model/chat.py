@@ -15,9 +15,9 @@ from pydantic import ValidationError
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.support.heartbeat import heartbeating
+from activities.support.heartbeat import carry, heartbeating
 from activities.support.lazy import MODEL_MODULE, load
-from activities.support.retry_pacing import carried_detail, paced_retries
+from activities.support.retry_pacing import carried_detail, paced_retries, provider_failures
 from config.settings import Settings
 from workflows.models import ChatRequest, ChatResponse, Usage
 
@@ -38,11 +38,13 @@ class ChatActivity:
 
         It beats from here, before the import, because a worker that replaces a dead one may
         still be importing the model libraries when the retried call arrives: a wait of seconds,
-        longer than the call's short heartbeat timeout.
+        longer than the call's short heartbeat timeout. Once imported, its beats say a call is in
+        flight (:func:`in_flight`).
         """
         if self._model is None:
             self._model = (await load(MODEL_MODULE)).ModelActivities(self.settings)
         earlier = earlier_usage(activity.info())
+        carry(provider_failures(activity.info()), in_flight(earlier))
         try:
             response: ChatResponse = await self._model.chat(request)
         except ApplicationError as error:
@@ -61,6 +63,15 @@ def earlier_usage(info: activity.Info) -> Usage:
         return Usage.model_validate(carried) if isinstance(carried, dict) else Usage()
     except ValidationError:
         return Usage()
+
+
+def in_flight(earlier: Usage) -> Usage:
+    """``earlier`` and the call this attempt is making, for the next attempt should this one be lost
+    with its worker: the provider may have served (and billed) it, so it counts as a call, its
+    tokens unknown."""
+    spent = earlier.model_copy(deep=True)
+    spent.llm_calls += 1
+    return spent
 
 
 def with_earlier(error: ApplicationError, earlier: Usage) -> ApplicationError:
