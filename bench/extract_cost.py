@@ -20,8 +20,9 @@ from collections.abc import Awaitable, Callable
 from harness import header, html_page, median, ms, run_main
 
 from activities.web.decode import decode_body
-from activities.web.extract import extract_within_budget, prepare_html, trafilatura_markdown
+from activities.web.extract import extract_within_budget
 from activities.web.fetch import FetchedPage
+from activities.web.page_text import prepare_html, trafilatura_markdown
 from config.settings import load_settings
 
 ROUNDS = 20

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from config.settings import Settings
+if TYPE_CHECKING:  # the extraction fork server imports the suffix sets through here: no settings there
+    from config.settings import Settings
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 ALWAYS_PROTECTED = (Path("/proc"),)

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import gc
 
-from activities.web.extract import _page_job
+from activities.web.page_text import page_job
 
 _SAMPLE = b"<html><head><title>Warm-up</title></head><body><p>A short page to warm the extractors.</p></body></html>"
 
 try:
-    for _ in _page_job(_SAMPLE, "utf-8", "html", "http://127.0.0.1/", 1000):
+    for _ in page_job(_SAMPLE, "utf-8", "html", "http://127.0.0.1/", 1000):
         pass
 except Exception:  # best effort: the fork server must start even if the warm-up cannot run
     pass

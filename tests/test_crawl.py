@@ -39,7 +39,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.guards import url_guard
 from activities.support import isolated
-from activities.web import crawl, decode, extract, fetch
+from activities.web import crawl, decode, extract, fetch, page_text
 from config.settings import Settings
 from tests.support.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 from workflows.models import CrawlRequest, CrawlResult
@@ -912,7 +912,7 @@ def test_prepare_html_drops_invisible_elements() -> None:
         "<h1>Heading</h1><p>First <b>bold</b> paragraph.</p><table><tr><td>c1</td><td>c2</td></tr></table>"
         "</body></html>"
     )
-    prepared = extract.prepare_html(document, 1000)
+    prepared = page_text.prepare_html(document, 1000)
     assert prepared.title == "A page"
     for hidden in ("SECRETJS", "COMMENTTEXT", "NOSCRIPTTEXT", "color:red"):
         assert hidden not in prepared.markup
@@ -922,13 +922,13 @@ def test_prepare_html_drops_invisible_elements() -> None:
 
 def test_prepare_html_bounds_its_work(monkeypatch: pytest.MonkeyPatch) -> None:
     document = "<html><body>" + "<p>word</p>" * 5000 + "</body></html>"
-    monkeypatch.setattr(extract, "EXTRACT_INPUT_CHARS", 1000)
-    prepared = extract.prepare_html(document, 100)
+    monkeypatch.setattr(page_text, "EXTRACT_INPUT_CHARS", 1000)
+    prepared = page_text.prepare_html(document, 100)
     assert len(prepared.markup) == 1000
     assert 100 <= len(prepared.plain_text) <= 250
-    monkeypatch.setattr(extract, "MAX_WALK_EVENTS", 10)
+    monkeypatch.setattr(page_text, "MAX_WALK_EVENTS", 10)
     # 10 events: <body> start, then start/end of <p> four and a half times.
-    assert extract.prepare_html(document, 100).plain_text == "\n".join(["word"] * 5)
+    assert page_text.prepare_html(document, 100).plain_text == "\n".join(["word"] * 5)
 
 
 @pytest.mark.parametrize(

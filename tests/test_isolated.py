@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 
@@ -105,3 +107,14 @@ async def test_concurrency_is_bounded_by_the_setting(monkeypatch: pytest.MonkeyP
     await asyncio.gather(*(run_isolated(nap, b"", (), [10], two_at_once) for _ in range(4)))
     elapsed = time.monotonic() - started
     assert elapsed >= 1.0  # two rounds of two 0.5 s naps
+
+
+def test_the_fork_server_imports_only_what_extraction_needs() -> None:
+    """Every worker starts a fork server, and every child is a fork of it: it must not carry the
+    worker's settings, HTTP client or Temporal SDK (a second of CPU per worker start, and pages
+    every fork copies). Imported in a fresh interpreter, as the fork server does."""
+    heavy = ("config.settings", "pydantic", "httpx", "temporalio", "openai", "langchain_core")
+    script = (f"import sys; [__import__(name) for name in {isolated.PRELOAD!r}]; "
+              f"print(sorted(name for name in {heavy!r} if name in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True)
+    assert loaded.stdout.strip() == "[]", loaded.stdout

@@ -17,6 +17,8 @@ Why it is built this way:
   are only decoded, which is linear, so they stay in the calling thread.
 * Failures raise :class:`ExtractionError`; the index records the file as unreadable so it is not
   retried on every search until its content changes.
+* The extraction fork server imports this module for its job (:func:`_extract_job`), so its
+  imports stay light: settings are only a type here.
 """
 
 from __future__ import annotations
@@ -30,12 +32,13 @@ from typing import TYPE_CHECKING
 
 from activities.support.isolated import Limits, run_blocking
 from activities.web.decode import decode_body
-from activities.web.extract import prepare_html, trafilatura_markdown
+from activities.web.page_text import prepare_html, trafilatura_markdown
 from config.resources import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SUPPORTED_SUFFIXES
-from config.settings import Settings
 
 if TYPE_CHECKING:
     from pypdf import PageObject
+
+    from config.settings import Settings
 
 MAX_TEXT_CHARS = 5_000_000  # of one document; more is cut (a 2,000-page PDF is ~5 M chars)
 MAX_TITLE_CHARS = 200

@@ -46,13 +46,14 @@ from dataclasses import dataclass, field
 from multiprocessing import context, forkserver, popen_forkserver, reduction, spawn, util
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from config.settings import Settings
+if TYPE_CHECKING:  # this module is imported by the fork server and its children: no settings there
+    from config.settings import Settings
 
 # Imported once by the fork server, so each child starts with them loaded (the last one also
 # runs a small extraction, for what trafilatura loads only on first use).
-PRELOAD = ["activities.web.extract", "activities.documents.extract", "pypdf", "hosting.extract_warmup"]
+PRELOAD = ["activities.web.page_text", "activities.documents.extract", "pypdf", "hosting.extract_warmup"]
 CHILD_NICENESS = 10
 # A child's messages are JSON, not pickle: a child that hostile input took over must not be
 # able to run code in the worker by what it sends back, nor send it more than this.
