@@ -41,8 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
-from pydantic_core import to_jsonable_python
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from runtime.process_info import start_ticks
 
@@ -52,6 +51,8 @@ SUFFIX = ".journal"
 # Rewritten to the open attempts once this many lines were appended since the last rewrite (or 4x
 # the open attempts, if more): a few hundred KB at most, so a successor reads it in milliseconds.
 COMPACT_LINES = 4096
+# Heartbeat details as JSON (a Usage model becomes its dict).
+_DETAILS = TypeAdapter(list[Any])
 # A journal larger than this is not read (a successor skips it, with a log line): compaction keeps
 # a live worker's far below it, so a larger one is not a journal this code wrote.
 MAX_JOURNAL_BYTES = 16 * 1024 * 1024
@@ -162,7 +163,7 @@ class InflightJournal:
         """Note what open attempt ``entry`` carries to its next attempt; details that are not JSON
         are logged and dropped (the heartbeat still carries them)."""
         try:
-            jsonable = to_jsonable_python(list(details))
+            jsonable = _DETAILS.dump_python(list(details), mode="json")
         except (TypeError, ValueError) as error:  # pydantic_core's PydanticSerializationError is a ValueError
             logger.warning("In-flight journal: heartbeat details not noted (%s)", type(error).__name__)
             return
