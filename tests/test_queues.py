@@ -8,6 +8,8 @@ for another worker). A typo must fail at start, not leave a queue unserved.
 from __future__ import annotations
 
 import argparse
+import gc
+from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
@@ -19,7 +21,7 @@ from tests.support.history_checks import activity_events
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from worker import parse_queues
+from worker import parse_queues, warm_up
 from workflows.activity_options import HEARTBEAT_THROTTLE
 from workflows.models import TASK_QUEUE
 from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
@@ -27,6 +29,19 @@ from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 
 def activity_name(bound: object) -> str:
     return getattr(bound, "__temporal_activity_definition").name
+
+
+async def test_the_warm_up_resumes_garbage_collection_with_the_start_up_frozen() -> None:
+    """``python worker.py`` pauses collection while it imports; whatever the warm-up does, it must
+    end with collection on (a worker without it would grow without bound), start-up frozen."""
+    unused: Any = None  # nothing to warm for a worker serving no queue
+    gc.disable()
+    try:
+        await warm_up((), unused, unused, unused, None)
+        assert gc.isenabled() and gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.enable()
 
 
 def test_queue_names_derive_from_the_runs_queue() -> None:
