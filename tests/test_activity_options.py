@@ -254,8 +254,17 @@ async def test_a_model_call_lost_with_its_worker_counts_in_the_next_attempts_usa
 
     retry = _attempt("chat", 2)
     retry.info = replace(retry.info, heartbeat_details=[failures, carried.model_dump()])  # as the server hands them
-    response = await retry.run(chat_activity.ChatActivity(worker_settings).chat, request)
+    warm = chat_activity.ChatActivity(worker_settings)
+    response = await retry.run(warm.chat, request)
     assert response.usage.llm_calls == 4  # the two failed calls, the lost one and its own
+
+    # On a warm worker the in-flight beat is the attempt's first, which the SDK sends at once (later
+    # beats wait for its throttle), so even a worker killed right after the request left has said so.
+    next_call = _attempt("chat", 1)
+    next_beats: list[Any] = []
+    next_call.on_heartbeat = lambda *details: next_beats.append(details)
+    await next_call.run(warm.chat, request)
+    assert next_beats[0] == (0, Usage(llm_calls=1))
 
 
 def test_the_heartbeat_interval_is_derived_from_the_timeout() -> None:

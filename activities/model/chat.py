@@ -44,6 +44,8 @@ class ChatActivity:
         if self._model is None:
             self._model = (await load(MODEL_MODULE)).ModelActivities(self.settings)
         earlier = earlier_usage(activity.info())
+        # Nothing is awaited before this on a warm worker, so it is the attempt's first beat, which the
+        # SDK sends at once; later beats wait for its throttle (HEARTBEAT_THROTTLE).
         carry(provider_failures(activity.info()), in_flight(earlier))
         try:
             response: ChatResponse = await self._model.chat(request)
