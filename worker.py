@@ -156,10 +156,15 @@ async def main(argv: list[str] | None = None) -> None:
     served = [(queue, queue == queue_name("main")) for queue in polled]
     logging.info("Worker polling %s on %s (namespace %s)", polled, connection.address, connection.namespace)
     logging.info("%s", keys_summary(settings))
+    # Under a request quota the model queue is polled once the model libraries are imported: the
+    # server starts its calls at the quota's rate, and calls started while the import ran (seconds,
+    # 13 on a busy machine) would wait in this process and reach the provider in one clump.
+    held = [worker for worker in workers if worker.task_queue == queue_name("model")
+            and settings.llm_requests_per_second is not None]
     try:
         # A warm-up that fails stops the worker, as a failure at start would; a stop does not wait for it.
         async with probe_server(settings.health_address, worker_readiness(client, identity, served)), \
-                running(workers), asyncio.TaskGroup() as group:
+                running(workers, held=held, until=lambda: load(MODEL_MODULE)), asyncio.TaskGroup() as group:
             warming = group.create_task(warm_up(queues, settings, sandbox, client, journal))
             await stop.wait()
             warming.cancel()

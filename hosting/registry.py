@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from typing import Any
 
 from temporalio.client import Client
@@ -101,17 +101,37 @@ def build_workers(
 
 
 @contextlib.asynccontextmanager
-async def running(workers: Sequence[Worker]) -> AsyncIterator[None]:
+async def running(workers: Sequence[Worker], *, held: Collection[Worker] = (),
+                  until: Callable[[], Awaitable[object]] | None = None) -> AsyncIterator[None]:
     """Run ``workers`` together; leaving the block shuts them down gracefully, all at once.
 
     At once: each worker polls no more from the start of its shutdown, but waits for its activities
     in flight (up to its ``graceful_shutdown_timeout``). Shut down one after another, the others
     would keep taking new tasks meanwhile, the main queue's worker new workflow tasks included.
+
+    ``held``: those of ``workers`` that start polling only once ``until`` has returned (worker.py
+    holds the model queue's until the model libraries are imported, under a request quota).
     """
+    started: list[Worker] = []
     async with contextlib.AsyncExitStack() as stack:
-        for worker in workers:
-            await stack.enter_async_context(worker)
+
+        async def start(batch: Sequence[Worker]) -> None:
+            for worker in batch:
+                await stack.enter_async_context(worker)
+                started.append(worker)
+
+        async def start_held() -> None:
+            if until is not None:
+                await until()
+            await start([worker for worker in workers if worker in held])
+
+        await start([worker for worker in workers if worker not in held])
+        later = asyncio.create_task(start_held()) if held else None
         try:
             yield
         finally:
-            await asyncio.gather(*(worker.shutdown() for worker in workers))
+            if later is not None:
+                later.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await later
+            await asyncio.gather(*(worker.shutdown() for worker in started))
