@@ -330,6 +330,33 @@ async def test_a_server_that_resets_connections_while_starting_is_waited_for(
     assert response.namespace_info.name == "default" and front.resets >= 1
 
 
+# How the SDK reports a starting server's hang-up when a proxy before it closes cleanly: hyper's
+# "connection closed" (CI), and "connection was not ready" when the close comes before the client's
+# first request went out (a quiet suite run, 2026-11-28).
+STARTING_SERVER_HANGUPS = [
+    'Failed client connect: Status { code: Unknown, message: "connection closed" }',
+    "Failed client connect: `get_system_info` call error after connection: Status { code: Cancelled, message: "
+    '"operation was canceled", source: Some(tonic::transport::Error(Transport, hyper::Error(Canceled, '
+    '"connection was not ready"))) }',
+]
+
+
+@pytest.mark.parametrize("message", STARTING_SERVER_HANGUPS, ids=["closed", "not-ready"])
+async def test_each_hangup_of_a_starting_server_is_waited_out(monkeypatch: pytest.MonkeyPatch, message: str) -> None:
+    """Each way a starting server (or a proxy before it) hangs up is retried, not reported as final."""
+    attempts: list[str] = []
+
+    async def hangs_up_twice(address: str, **_: object) -> str:
+        attempts.append(address)
+        if len(attempts) < 3:
+            raise RuntimeError(message)
+        return "connected"
+
+    monkeypatch.setattr(connection_module.Client, "connect", hangs_up_twice)
+    assert await connection_module.connect_when_ready("127.0.0.1:7233", timeout=30) == "connected"
+    assert len(attempts) == 3
+
+
 @pytest.mark.parametrize("clean_close", [False, True], ids=["resets", "closes"])
 async def test_resets_that_go_on_are_not_waited_out(monkeypatch: pytest.MonkeyPatch, clean_close: bool) -> None:
     """A TLS endpoint may reset or close plaintext: that is a configuration error, not a slow start."""
