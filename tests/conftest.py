@@ -23,6 +23,7 @@ from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.shutdown import exit_now
+from tests.support.cdp import Chromium, Page, chromium_path, open_page
 from tests.support.isolation import isolate_this_process
 from tests.support.processes import TEST_SERVER, DevServer
 from tests.support.runs import STARTED
@@ -48,6 +49,24 @@ def model_server() -> Iterator[FakeModelServer]:
 def search_server() -> Iterator[FakeSearchServer]:
     with FakeSearchServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def chromium() -> Iterator[Chromium]:
+    """One headless Chromium for the test process's pages, started by the first (tests/support/cdp.py)."""
+    executable = chromium_path()
+    if executable is None:
+        pytest.skip("chromium is not installed (apt-get install chromium)")
+    browser = Chromium(executable)
+    yield browser
+    browser.stop()
+
+
+@pytest.fixture
+async def page(chromium: Chromium) -> AsyncIterator[Page]:
+    """A page in a browser context of its own: no cookies, storage or cache from another test."""
+    async with open_page(chromium) as opened:
+        yield opened
 
 
 @pytest.fixture(scope="session")

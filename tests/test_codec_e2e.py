@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
 from runtime.encryption import encryption_codec
 from storage.subtrees import references_in
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.processes import REPO_DIR, DevServer, free_port, start_worker, wait_for_port
 from tests.support.runs import QUESTION, run_id
@@ -226,19 +226,9 @@ async def researcher_turn(world: World, finished: FinishedRun) -> int:
     raise AssertionError("no researcher turn in the history")
 
 
-CHROMIUM = chromium_path()
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Page]:
-    if CHROMIUM is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
-    async with open_page(CHROMIUM) as opened:
-        yield opened
-
 
 async def test_the_web_ui_shows_the_stored_report_and_a_researchers_input(
-        world: World, finished: FinishedRun, browser: Page, tmp_path: Path) -> None:
+        world: World, finished: FinishedRun, page: Page, tmp_path: Path) -> None:
     events = {event.event_id: event for event in finished.history.events}
     [completed] = [event.workflow_execution_completed_event_attributes for event in events.values()
                    if event.HasField("workflow_execution_completed_event_attributes")]
@@ -255,17 +245,17 @@ async def test_the_web_ui_shows_the_stored_report_and_a_researchers_input(
     text = f"({ALL_TEXT})()"
     heading = (finished.result.report or "").splitlines()[0]
     try:
-        await browser.navigate(f"{base}/history")
-        await browser.wait_for(f"{text}.includes({json.dumps(heading)})", 90, what="the report as the run's result")
-        shown = str(await browser.evaluate(text))
+        await page.navigate(f"{base}/history")
+        await page.wait_for(f"{text}.includes({json.dumps(heading)})", 90, what="the report as the run's result")
+        shown = str(await page.evaluate(text))
         assert PAGE_PHRASE in shown and QUESTION in shown and "claimData" not in shown
-        await browser.screenshot(tmp_path / "1-result.png")
+        await page.screenshot(tmp_path / "1-result.png")
 
-        await browser.navigate(f"{base}/history/events/{researcher}")
-        await browser.wait_for(f"{text}.includes('\"prompt\": \"researcher\"')", 90, what="the researcher's input")
-        shown = str(await browser.evaluate(text))
+        await page.navigate(f"{base}/history/events/{researcher}")
+        await page.wait_for(f"{text}.includes('\"prompt\": \"researcher\"')", 90, what="the researcher's input")
+        shown = str(await page.evaluate(text))
         assert "read one page in full" in shown and "Background and key facts" in shown
         assert "claimData" not in shown and "binary/encrypted" not in shown and "$subtree" not in shown
     except Exception:
-        await browser.screenshot(tmp_path / "failure.png")  # what the browser showed when it went wrong
+        await page.screenshot(tmp_path / "failure.png")  # what the browser showed when it went wrong
         raise

@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from config.settings import load_settings
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
@@ -74,12 +74,6 @@ async def base(dev_server: DevServer, client: Client, tmp_path_factory: pytest.T
     async with api_server(client, settings) as url:
         yield url
     process.stop()
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        yield opened
 
 
 # Markup in a subtree that could run code or load something: script-capable elements, event

@@ -17,7 +17,7 @@ import pytest
 from temporalio.client import Client
 
 from config.settings import load_settings
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, query_status, start_worker
 from tests.support.web_server import api_server
 
@@ -45,12 +45,11 @@ async def base(dev_server: DevServer, client: Client, tmp_path_factory: pytest.T
 
 
 @pytest.fixture
-async def page(base: str) -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        await opened.navigate(f"{base}/")
-        await opened.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started",
-                              what="the page's scripts")
-        yield opened
+async def page(page: Page, base: str) -> Page:
+    """The session's page, on our page with its scripts started."""
+    await page.navigate(f"{base}/")
+    await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page's scripts")
+    return page
 
 
 async def start_paused(page: Page, tokens: str = "", cost: str = "") -> tuple[str, str]:

@@ -22,7 +22,7 @@ from temporalio.client import Client
 
 from config.settings import Settings
 from offline.content_agents import prose_writer
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.fake_http import FakeHTTPServer, fake_speech
 from tests.support.processes import free_port
 from tests.support.runs import SAMPLE_REPORT
@@ -85,12 +85,6 @@ async def finished(time_worker: Client) -> AsyncIterator[str]:
         handle = await start(SAMPLE_REPORT, question="What will tidal power deliver by 2030?")
         await handle.result()
         yield handle.id
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        yield opened
 
 
 async def blob(page: Page, kind: str) -> bytes:

@@ -9,14 +9,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
 import pytest
 from temporalio.client import Client
 
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, wait_for_worker
 from workflows.models import Phase, RunStatus
 
@@ -36,12 +35,6 @@ async def start_worker(dev_server: DevServer, client: Client, log: Path, latency
     process = WorkerProcess(dev_server.address, log, env=env).start()
     await wait_for_worker(client, log)
     return process
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        yield opened
 
 
 def feed_items(text: str) -> list[tuple[str, dict]]:

@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from config.settings import load_settings
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn, stand_in_runs
 from tests.support.web_server import api_server
@@ -51,12 +51,6 @@ async def base(client: Client) -> AsyncIterator[str]:
 async def stand_in(client: Client) -> AsyncIterator[StartStandIn]:
     async with stand_in_runs(client) as start:
         yield start
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        yield opened
 
 
 def shown(element: str) -> str:

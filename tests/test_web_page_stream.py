@@ -17,7 +17,7 @@ from temporalio.worker import Worker
 
 from config.settings import load_settings
 from server.live import TokenHub
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
 from workflows.models import (
@@ -104,12 +104,6 @@ async def reporter(base: str, client: Client) -> AsyncIterator[Reporter]:
     async with Worker(client, task_queue=QUEUE, workflows=[StreamedRun], activities=[scripted.chat]):
         yield scripted
         scripted.release.set()
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        yield opened
 
 
 async def test_the_page_shows_previews_then_the_final_report_once(base: str, client: Client, hub: TokenHub,

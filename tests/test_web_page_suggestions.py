@@ -8,14 +8,13 @@ configured the corpus does not matter, and the suggestions stay hidden.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
 from config.settings import load_settings
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.web_server import api_server
 from tests.test_offline_demo import suggested_questions
 
@@ -27,12 +26,6 @@ pytestmark = [
 SCREENSHOTS = Path("/tmp/our-page")  # kept outside pytest's tmp dir for a person to look at
 SUGGESTIONS = "[...document.querySelectorAll('#suggestions button')].map((b) => b.textContent)"
 STARTED = "window.deerflowPage !== undefined && window.deerflowPage.started"
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        yield opened
 
 
 async def test_a_clicked_suggestion_fills_the_question_box(client: Client, page: Page) -> None:

@@ -23,7 +23,7 @@ from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
-from tests.support.cdp import Page, chromium_path, open_page
+from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunStatus
@@ -91,12 +91,6 @@ async def client(server: DevServer, tmp_path_factory: pytest.TempPathFactory) ->
     worker = await start_worker(server, client, log)
     yield client
     worker.stop()
-
-
-@pytest.fixture
-async def page() -> AsyncIterator[Page]:
-    async with open_page(CHROMIUM) as opened:
-        yield opened
 
 
 async def wait_awaiting_review(handle: WorkflowHandle[ResearchRequest, ResearchResult]) -> RunStatus:

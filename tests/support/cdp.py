@@ -18,10 +18,11 @@ import signal
 import subprocess
 import tempfile
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import websockets
 
@@ -30,6 +31,7 @@ CHROMIUM_FLAGS = (
     "--disable-component-update", "--disable-sync", "--disable-extensions", "--no-first-run",
     "--no-default-browser-check", "--mute-audio", "--window-size=1400,1000",
 )
+SessionT = TypeVar("SessionT", bound="Session")
 # A loaded 2-core CI machine can take many seconds to answer the first command of a cold browser.
 CDP_REPLY_SECONDS = 45
 
@@ -47,8 +49,8 @@ class CDPError(RuntimeError):
     pass
 
 
-class Page:
-    """One page target, over its own websocket."""
+class Session:
+    """A DevTools session over its own websocket: the browser's, or one page's (:class:`Page`)."""
 
     def __init__(self, socket: Any) -> None:
         self._socket = socket
@@ -82,6 +84,16 @@ class Page:
         if "error" in reply:
             raise CDPError(f"{method}: {reply['error']}")
         return dict(reply.get("result", {}))
+
+    async def close(self) -> None:
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader
+        await self._socket.close()
+
+
+class Page(Session):
+    """One page target: load, read, click, type and take screenshots."""
 
     async def evaluate(self, expression: str) -> Any:
         """Run JavaScript in the page and return its (JSON-able) value; promises are awaited."""
@@ -137,15 +149,15 @@ class Page:
         path.write_bytes(base64.b64decode(data["data"]))
         return path
 
-    async def close(self) -> None:
-        self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await self._reader
-        await self._socket.close()
-
 
 class Chromium:
-    """Headless Chromium with remote debugging on a port it picks itself (no port race)."""
+    """Headless Chromium with remote debugging on a port it picks itself (no port race).
+
+    One browser serves a test process's pages (the ``page`` fixture in tests/conftest.py): starting
+    one costs seconds of CPU on a loaded machine, and each page gets a browser context of its own
+    (:func:`open_page`), which shares no cookies, storage or cache with any other, as a fresh browser
+    would not either. A browser that died is started again by the next page.
+    """
 
     def __init__(self, executable: str) -> None:
         self.executable = executable
@@ -171,12 +183,24 @@ class Chromium:
         self.port = int(active_port.read_text().splitlines()[0])
         return self
 
-    async def page(self) -> Page:
-        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/list", timeout=10) as response:
-            targets = json.load(response)
-        target = next(t for t in targets if t["type"] == "page")
-        socket = await websockets.connect(target["webSocketDebuggerUrl"], max_size=64 * 1024 * 1024)
-        page = Page(socket)
+    def running(self) -> Chromium:
+        """This browser, started if it is not running (first use, or it died)."""
+        return self if self.process is not None and self.process.poll() is None else self.start()
+
+    async def _connect(self, path: str, session: type[SessionT]) -> SessionT:
+        socket = await websockets.connect(f"ws://127.0.0.1:{self.port}{path}", max_size=64 * 1024 * 1024)
+        return session(socket)
+
+    async def browser_session(self) -> Session:
+        """A session with the browser itself (contexts and targets), on the running event loop."""
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/version", timeout=10) as response:
+            path = urllib.parse.urlsplit(json.load(response)["webSocketDebuggerUrl"]).path
+        return await self._connect(path, Session)
+
+    async def page_in(self, browser: Session, context_id: str) -> Page:
+        """A new blank page in the browser context ``context_id``."""
+        target = await browser.send("Target.createTarget", url="about:blank", browserContextId=context_id)
+        page = await self._connect(f"/devtools/page/{target['targetId']}", Page)
         await page.send("Page.enable")
         await page.send("Runtime.enable")
         return page
@@ -195,13 +219,19 @@ class Chromium:
 
 
 @contextlib.asynccontextmanager
-async def open_page(executable: str | None) -> AsyncIterator[Page]:
-    """One page of a fresh headless Chromium, closed with its browser: the browser tests' fixture."""
-    assert executable is not None, "chromium is not installed (apt-get install chromium)"
-    browser = Chromium(executable).start()
+async def open_page(chromium: Chromium) -> AsyncIterator[Page]:
+    """A page of ``chromium`` in a browser context of its own, disposed of (with the page) at the end."""
+    browser = await chromium.running().browser_session()
     try:
-        opened = await browser.page()
-        yield opened
-        await opened.close()
+        context_id = (await browser.send("Target.createBrowserContext"))["browserContextId"]
+        try:
+            page = await chromium.page_in(browser, context_id)
+            try:
+                yield page
+            finally:
+                await page.close()
+        finally:
+            with contextlib.suppress(CDPError):
+                await browser.send("Target.disposeBrowserContext", browserContextId=context_id)
     finally:
-        browser.stop()
+        await browser.close()
