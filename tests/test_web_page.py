@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from config.settings import load_settings
-from tests.support.cdp import Page, chromium_path
+from tests.support.cdp import Chromium, Page, chromium_path, open_page
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
@@ -278,3 +278,19 @@ async def test_an_exported_report_loads_nothing_remote(base: str, hostile_run: C
     assert from_the_page == [] and from_the_export == [], (from_the_page, from_the_export)
     assert "/linked" not in {seen.path for seen in beacon.requests}
     assert exports["text/markdown"] == report  # the Markdown export keeps every address as written text
+
+
+async def test_a_browser_that_died_is_started_again_for_the_next_page() -> None:
+    """The test process's one browser (conftest ``chromium``) dying must not fail every later page."""
+    assert CHROMIUM is not None
+    browser = Chromium(CHROMIUM)
+    try:
+        async with open_page(browser) as first:
+            assert await first.evaluate("1 + 1") == 2
+        assert browser.process is not None
+        browser.process.kill()
+        browser.process.wait(timeout=10)
+        async with open_page(browser) as second:
+            assert await second.evaluate("2 + 2") == 4
+    finally:
+        browser.stop()

@@ -22,7 +22,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import websockets
 
@@ -31,7 +31,6 @@ CHROMIUM_FLAGS = (
     "--disable-component-update", "--disable-sync", "--disable-extensions", "--no-first-run",
     "--no-default-browser-check", "--mute-audio", "--window-size=1400,1000",
 )
-SessionT = TypeVar("SessionT", bound="Session")
 # A loaded 2-core CI machine can take many seconds to answer the first command of a cold browser.
 CDP_REPLY_SECONDS = 45
 
@@ -167,12 +166,13 @@ class Chromium:
 
     def start(self) -> Chromium:
         profile = Path(self._profile.name)
+        active_port = profile / "DevToolsActivePort"
+        active_port.unlink(missing_ok=True)  # a browser that died left its port here: wait for the new one's
         self.process = subprocess.Popen(
             [self.executable, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--remote-debugging-port=0",
              "about:blank"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
-        active_port = profile / "DevToolsActivePort"
         deadline = time.monotonic() + 30
         while not (active_port.is_file() and active_port.read_text().strip()):
             if self.process.poll() is not None:
@@ -187,20 +187,19 @@ class Chromium:
         """This browser, started if it is not running (first use, or it died)."""
         return self if self.process is not None and self.process.poll() is None else self.start()
 
-    async def _connect(self, path: str, session: type[SessionT]) -> SessionT:
-        socket = await websockets.connect(f"ws://127.0.0.1:{self.port}{path}", max_size=64 * 1024 * 1024)
-        return session(socket)
+    async def _socket(self, path: str) -> Any:
+        return await websockets.connect(f"ws://127.0.0.1:{self.port}{path}", max_size=64 * 1024 * 1024)
 
     async def browser_session(self) -> Session:
         """A session with the browser itself (contexts and targets), on the running event loop."""
         with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/json/version", timeout=10) as response:
             path = urllib.parse.urlsplit(json.load(response)["webSocketDebuggerUrl"]).path
-        return await self._connect(path, Session)
+        return Session(await self._socket(path))
 
     async def page_in(self, browser: Session, context_id: str) -> Page:
         """A new blank page in the browser context ``context_id``."""
         target = await browser.send("Target.createTarget", url="about:blank", browserContextId=context_id)
-        page = await self._connect(f"/devtools/page/{target['targetId']}", Page)
+        page = Page(await self._socket(f"/devtools/page/{target['targetId']}"))
         await page.send("Page.enable")
         await page.send("Runtime.enable")
         return page
