@@ -4,14 +4,13 @@ the CLI, the API server and the codec server. It used to be a traceback of 25 to
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from offline.providers import without_provider_settings
 from tests.support.processes import REPO_DIR
+from tests.support.zygote import zygote
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -24,8 +23,7 @@ def run(tmp_path: Path, args: list[str], conf: str | None = None, **env: str) ->
     environ = {**without_provider_settings(os.environ), "DEERFLOW_HOME": str(tmp_path / "home"),
                "DEERFLOW_CONF": str(conf_path), "DEERFLOW_ENV_FILE": str(tmp_path / "absent.env"),
                "TEMPORAL_ADDRESS": "127.0.0.2:9", **env}
-    done = subprocess.run([sys.executable, *args], cwd=REPO_DIR, env=environ, capture_output=True, text=True,
-                          timeout=90, check=False, stdin=subprocess.DEVNULL)
+    done = zygote().run(REPO_DIR / args[0], args[1:], env=environ, cwd=REPO_DIR, timeout=90)
     return done.returncode, [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
 
 

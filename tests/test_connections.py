@@ -34,7 +34,7 @@ from runtime.connection import (
     load_connection,
 )
 from runtime.embedded import EmbeddedStack, has_worker
-from tests.support.processes import REPO_DIR, DevServer, free_port
+from tests.support.processes import REPO_DIR, DevServer, free_port, run_starter
 from tests.support.runs import OFFLINE_REPORT, run_id
 from tests.support.tls_proxy import NGINX, NginxGrpcProxy, Pki, make_pki
 
@@ -449,11 +449,6 @@ async def test_a_toml_profile_with_tls_and_an_api_key(key_proxy: NginxGrpcProxy,
 # --- Every client: worker.py and starter.py over mutual TLS -----------------------------------
 
 
-def starter(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=REPO_DIR, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-
-
 @requires_nginx
 async def test_worker_and_cli_run_research_over_mutual_tls(mtls_proxy: NginxGrpcProxy, pki: Pki,
                                                            tmp_path: Path) -> None:
@@ -476,11 +471,12 @@ async def test_worker_and_cli_run_research_over_mutual_tls(mtls_proxy: NginxGrpc
             await asyncio.sleep(0.2)
         workflow_id = run_id("mtls")
         report = tmp_path / "report.md"
-        ran = starter(cli_env, "run", "What are heat pumps?", "--auto-accept", "--id", workflow_id, "-o", str(report))
+        ran = run_starter(cli_env, "run", "What are heat pumps?", "--auto-accept", "--id", workflow_id,
+                          "-o", str(report))
         assert ran.returncode == 0, ran.stderr + log.read_text()
         assert report.read_text().startswith(OFFLINE_REPORT)
         assert "embedded" not in ran.stderr  # a secured address is never started by the front door
-        replayed = starter(cli_env, "replay", workflow_id)  # the replayer fetches history over mTLS too
+        replayed = run_starter(cli_env, "replay", workflow_id)  # the replayer fetches history over mTLS too
         assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr
     finally:
         os.killpg(worker.pid, 15)
@@ -490,7 +486,7 @@ async def test_worker_and_cli_run_research_over_mutual_tls(mtls_proxy: NginxGrpc
 @requires_nginx
 def test_cli_and_worker_refuse_with_one_line(tls_proxy: NginxGrpcProxy, key_proxy: NginxGrpcProxy,
                                              pki: Pki) -> None:
-    listed = starter(clean_env(TEMPORAL_ADDRESS=tls_proxy.address,
+    listed = run_starter(clean_env(TEMPORAL_ADDRESS=tls_proxy.address,
                                TEMPORAL_TLS_SERVER_CA_CERT_PATH=str(pki.other_ca.cert)), "list", timeout=60)
     assert listed.returncode == 2
     assert listed.stderr.count("\n") == 1 and "TEMPORAL_TLS_SERVER_CA_CERT_PATH" in listed.stderr, listed.stderr

@@ -10,8 +10,6 @@ import asyncio
 import base64
 import json
 import os
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,7 +23,14 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from storage.subtrees import ENCODING as SUBTREES
 from tests.support.history_checks import activity_events
-from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
+from tests.support.processes import (
+    DevServer,
+    WorkerProcess,
+    run_starter,
+    start_worker,
+    starter,
+    wait_for_cli_status,
+)
 from tests.support.runs import OFFLINE_REPORT, QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
 
@@ -146,14 +151,12 @@ def test_starter_runs_reviews_reports_and_replays(dev_server: DevServer, worker:
     # The file is self-contained: it replays where there is no blob store at all (another machine).
     assert base64.b64encode(SUBTREES).decode() not in exported.read_text()  # metadata is base64 in JSON
     elsewhere = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "DEERFLOW_HOME": str(tmp_path / "elsewhere")}
-    from_file = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "replay", "--file", str(exported)],
-                               capture_output=True, text=True, env=elsewhere, cwd=REPO_DIR, timeout=120, check=False)
+    from_file = run_starter(elsewhere, "replay", "--file", str(exported))
     assert from_file.returncode == 0 and "Replay OK" in from_file.stdout, from_file.stdout + from_file.stderr
     # The server's form names blobs that are not there: one clear error, not a false non-determinism.
     raw = tmp_path / "raw.json"
     assert starter(dev_server, "history", workflow_id, "--raw", "-o", str(raw)).returncode == 0
-    unreadable = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "replay", "--file", str(raw)],
-                                capture_output=True, text=True, env=elsewhere, cwd=REPO_DIR, timeout=120, check=False)
+    unreadable = run_starter(elsewhere, "replay", "--file", str(raw))
     assert unreadable.returncode == 2 and "Cannot read the payloads" in unreadable.stderr, unreadable.stderr
     assert "Nondeterminism" not in unreadable.stdout + unreadable.stderr
 

@@ -54,8 +54,10 @@ async def fleet(dev_server: DevServer, client: Client, model: FakeModelServer,
     logs = tmp_path_factory.mktemp("fleet")
     metrics = [f"127.0.0.1:{free_port()}" for _ in range(2)]
     env = {**model_env(model), "LLM_REQUESTS_PER_SECOND": str(RATE), "DEERFLOW_MODEL_PRICES": json.dumps(PRICES)}
+    # Started cold (fresh): the model queue is polled only once the model libraries are imported, and
+    # the calls the server starts at R must still reach the provider at R (not one clump after it).
     workers = [WorkerProcess(dev_server.address, logs / f"worker-{index}.log",
-                             env={**env, "DEERFLOW_METRICS_ADDRESS": address}).start()
+                             env={**env, "DEERFLOW_METRICS_ADDRESS": address}, fresh=True).start()
                for index, address in enumerate(metrics)]
     try:
         await asyncio.gather(*(wait_for_poller(client, worker_identity(worker.process.pid))

@@ -39,7 +39,7 @@ from cli.watch import Described, Watcher, render_status
 from config.settings import Settings
 from runtime import build_info, embedded
 from runtime.front_door import CliError
-from tests.support.processes import REPO_DIR, free_port
+from tests.support.processes import REPO_DIR, free_port, run_starter
 from tests.support.runs import OFFLINE_REPORT
 from workflows.decisions import Actor
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
@@ -357,16 +357,11 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
                        capture_output=True, timeout=60, check=False)
 
 
-def starter_cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=REPO_DIR, timeout=timeout, check=False, stdin=subprocess.DEVNULL)
-
-
 @pytest.fixture(scope="module")
 def completed_run(home: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
     """The first command on a fresh machine starts the server and a worker and runs a job to the end."""
     report = tmp_path_factory.mktemp("out") / "report.md"
-    ran = starter_cli(home, "run", QUESTION, "--auto-accept", "--id", "research-done", "-o", str(report))
+    ran = run_starter(home, "run", QUESTION, "--auto-accept", "--id", "research-done", "-o", str(report))
     assert ran.returncode == 0, ran.stderr
     assert report.read_text().startswith(OFFLINE_REPORT)
     assert "Display delay" not in ran.stderr  # only with --verbose
@@ -404,20 +399,20 @@ def seconds_until_line(stream: IO[str], needle: str, since: float) -> tuple[floa
 
 async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
         home: dict[str, str], completed_run: str, tmp_path: Path) -> None:
-    started = await asyncio.to_thread(starter_cli, home, "run", QUESTION, "--no-wait", "--id", "research-paused")
+    started = await asyncio.to_thread(run_starter, home, "run", QUESTION, "--no-wait", "--id", "research-paused")
     assert started.returncode == 0, started.stderr
-    paused = await asyncio.to_thread(starter_cli, home, "status", "research-paused")
+    paused = await asyncio.to_thread(run_starter, home, "status", "research-paused")
     deadline = time.monotonic() + 60
     while "Awaiting: plan_feedback" not in paused.stdout:
         assert time.monotonic() < deadline, paused.stdout + paused.stderr
-        paused = await asyncio.to_thread(starter_cli, home, "status", "research-paused")
+        paused = await asyncio.to_thread(run_starter, home, "status", "research-paused")
 
     dead = kill_worker(home)
     # status, watch and a new run, side by side, right after the crash: one replacement serves them all.
     began = time.monotonic()
 
     def timed_status() -> tuple[subprocess.CompletedProcess[str], float]:
-        return starter_cli(home, "status", "research-paused"), time.monotonic() - began
+        return run_starter(home, "status", "research-paused"), time.monotonic() - began
 
     def starter_process(*args: str) -> subprocess.Popen[str]:
         return subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), *args], stdout=subprocess.PIPE,
@@ -446,7 +441,7 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
         assert starts <= 1, status.stderr + run_output
 
         # Cancelled: the watch, status and list say so above the last phase; a second cancel says it ended.
-        cancelled = await asyncio.to_thread(starter_cli, home, "cancel", "research-paused")
+        cancelled = await asyncio.to_thread(run_starter, home, "cancel", "research-paused")
         assert cancelled.returncode == 0, cancelled.stderr
         out, _ = await asyncio.to_thread(watcher.communicate, timeout=60)
         assert "run cancelled: last phase awaiting_review" in out, out
@@ -455,22 +450,22 @@ async def test_a_killed_worker_is_replaced_and_status_watch_and_run_recover(
         for process in (watcher, runner):
             if process.poll() is None:
                 process.kill()
-    shown = await asyncio.to_thread(starter_cli, home, "status", "research-paused")
+    shown = await asyncio.to_thread(run_starter, home, "status", "research-paused")
     assert shown.stdout.splitlines()[:2] == ["Run research-paused: cancelled", "  Last phase: awaiting_review"]
-    assert json.loads((await asyncio.to_thread(starter_cli, home, "status", "research-paused", "--json")).stdout)[
+    assert json.loads((await asyncio.to_thread(run_starter, home, "status", "research-paused", "--json")).stdout)[
         "ended"] == "cancelled"
-    again = await asyncio.to_thread(starter_cli, home, "cancel", "research-paused")
+    again = await asyncio.to_thread(run_starter, home, "cancel", "research-paused")
     assert again.returncode == 2 and "has already ended (cancelled)" in again.stderr, again.stderr
-    no_report = await asyncio.to_thread(starter_cli, home, "report", "research-paused")
+    no_report = await asyncio.to_thread(run_starter, home, "report", "research-paused")
     assert no_report.returncode == 4 and "was cancelled and has no report" in no_report.stderr, no_report.stderr
-    listed = await asyncio.to_thread(starter_cli, home, "list")
+    listed = await asyncio.to_thread(run_starter, home, "list")
     assert any(line.split()[:2] == ["research-paused", "cancelled"] for line in listed.stdout.splitlines())
 
     # An ID that is taken is refused, with how to read the old run; --force starts anew.
-    reused = await asyncio.to_thread(starter_cli, home, "run", QUESTION, "--no-wait", "--id", completed_run)
+    reused = await asyncio.to_thread(run_starter, home, "run", QUESTION, "--no-wait", "--id", completed_run)
     assert reused.returncode == 2 and f"python starter.py report {completed_run}" in reused.stderr, reused.stderr
     assert "--force" in reused.stderr and len(reused.stderr.strip().splitlines()) == 1
-    forced = await asyncio.to_thread(starter_cli, home, "run", QUESTION, "--no-wait", "--id", "research-paused",
+    forced = await asyncio.to_thread(run_starter, home, "run", QUESTION, "--no-wait", "--id", "research-paused",
                                      "--force")
     assert forced.returncode == 0, forced.stderr
 
@@ -516,7 +511,7 @@ def test_on_a_terminal_the_plan_is_shown_once_in_the_live_panel(home: dict[str, 
     assert code == 0, screen
     before_prompt = screen[:screen.index("Accept this plan?")]
     panel_end = before_prompt.rindex("╰")  # the bottom edge of the last panel drawn before the prompt
-    plan = json.loads(starter_cli(home, "status", "research-on-a-terminal", "--json").stdout)["plan"]
+    plan = json.loads(run_starter(home, "status", "research-on-a-terminal", "--json").stdout)["plan"]
     first_words = " ".join(plan["steps"][0]["description"].split()[:3])
     for shown in (f"(locale {plan['locale']})", "Thought:", first_words):
         assert shown in before_prompt[:panel_end], f"{shown!r} not in the panel: {before_prompt}"

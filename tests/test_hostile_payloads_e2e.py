@@ -19,7 +19,6 @@ import asyncio
 import base64
 import os
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -40,7 +39,7 @@ from runtime.encryption import EncryptionCodec, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
 from storage.subtrees import ENCODING as SUBTREES
 from storage.subtrees import references_in
-from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, start_worker
+from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Awaiting, Outcome, ResearchRequest, ResearchResult, RunStatus
 
@@ -147,9 +146,8 @@ async def test_broken_signals_and_updates_are_refused_and_the_run_goes_on(
 
 
 def blobs_gc(dev_server: DevServer, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "blobs", "gc", "--older-than", "1"],
-                          capture_output=True, text=True, cwd=REPO_DIR, timeout=120, check=False,
-                          env={**os.environ, **env, "TEMPORAL_ADDRESS": dev_server.address})
+    environment = {**os.environ, **env, "TEMPORAL_ADDRESS": dev_server.address}
+    return run_starter(environment, "blobs", "gc", "--older-than", "1")
 
 
 async def test_blob_gc_skips_what_it_cannot_read_and_keeps_what_a_live_run_needs(

@@ -12,7 +12,6 @@ import asyncio
 import base64
 import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from temporalio.service import RPCError
 from config.settings import load_settings
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
-from tests.support.processes import REPO_DIR, DevServer, start_worker
+from tests.support.processes import DevServer, run_starter, start_worker
 from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Awaiting, Outcome, ResearchRequest, ResearchResult, RunStatus
 
@@ -60,9 +59,7 @@ async def awaiting_review(handle: WorkflowHandle, timeout: float = 120) -> None:
 
 
 def starter_status(dev_server: DevServer, env: dict[str, str], workflow_id: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "status", workflow_id],
-                          capture_output=True, text=True, cwd=REPO_DIR, timeout=120, check=False,
-                          env={**os.environ, **env, "TEMPORAL_ADDRESS": dev_server.address})
+    return run_starter({**os.environ, **env, "TEMPORAL_ADDRESS": dev_server.address}, "status", workflow_id)
 
 
 async def test_a_worker_without_keys_leaves_an_encrypted_run_to_one_with_them(

@@ -21,6 +21,7 @@ from temporalio.client import Client
 
 from offline.providers import without_provider_settings
 from runtime.embedded import DEV_SERVER_QUEUE_FLAGS, DEV_SERVER_STORAGE_FLAGS, free_port, has_worker
+from tests.support.zygote import ForkedProcess, zygote
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 TEMPORAL_CLI = str(Path(sysconfig.get_path("scripts")) / "temporal")
@@ -85,16 +86,20 @@ class WorkerProcess:
 
     ``niceness`` is added to this process's own (``nice -n``; the kernel caps the sum at 19), so a
     worker can be started at a lower priority than what runs beside it, as on a batch host.
+    This checkout's worker is forked from the test process's zygote (tests/support/zygote.py: the
+    same script, without paying its imports again); ``fresh`` starts it from a new interpreter, for
+    the tests of start-up itself, as does another checkout (``repo``).
     """
 
     def __init__(self, address: str, log_path: Path, env: dict[str, str] | None = None,
-                 repo: Path = REPO_DIR, niceness: int = 0) -> None:
+                 repo: Path = REPO_DIR, niceness: int = 0, fresh: bool = False) -> None:
         self.address = address
         self.repo = repo  # the checkout whose code the worker runs (another build in deploy tests)
         self.log_path = log_path
         self.env = env or {}
         self.niceness = niceness
-        self.process: subprocess.Popen[bytes] | None = None
+        self.fresh = fresh or repo != REPO_DIR
+        self.process: subprocess.Popen[bytes] | ForkedProcess | None = None
 
     def command(self, script: Path) -> list[str]:
         """The command line that runs ``script`` at this worker's niceness (``nice`` execs it: same pid)."""
@@ -105,9 +110,13 @@ class WorkerProcess:
         # No .env either (unless the test gives one): a developer's real keys there must not reach it.
         env = {**without_provider_settings(os.environ), "DEERFLOW_ENV_FILE": os.devnull,
                "TEMPORAL_ADDRESS": self.address, **self.env}
-        log = self.log_path.open("ab")
-        self.process = subprocess.Popen(self.command(self.repo / "worker.py"), cwd=self.repo, env=env,
-                                        stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        with self.log_path.open("ab") as log:
+            if self.fresh:
+                self.process = subprocess.Popen(self.command(self.repo / "worker.py"), cwd=self.repo, env=env,
+                                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            else:
+                self.process = zygote().spawn(self.repo / "worker.py", [], env=env, cwd=self.repo, stdout=log,
+                                              stderr=log, niceness=self.niceness)
         return self
 
     def kill(self) -> None:
@@ -137,9 +146,9 @@ class ServeProcess:
         base = {key: value for key, value in os.environ.items() if not key.startswith("DEERFLOW_WEB_")}
         env = {**base, "TEMPORAL_ADDRESS": address, "DEERFLOW_HOME": str(home), **(env or {})}
         self.port = port
-        self.process = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "serve", "--port", str(port)],
-                                        cwd=REPO_DIR, env=env, stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                                        start_new_session=True)
+        with log.open("ab") as output:  # forked from the zygote, as the tests' workers are
+            self.process = zygote().spawn(REPO_DIR / "starter.py", ["serve", "--port", str(port)], env=env,
+                                          cwd=REPO_DIR, stdout=output, stderr=output)
         wait_for_port(port)
 
     @property
@@ -254,8 +263,12 @@ def wait_for_cli_status(dev_server: DevServer, workflow_id: str, predicate, time
         time.sleep(0.2)
 
 
+def run_starter(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python starter.py ARGS`` with ``env`` and no input, its output captured; forked from the
+    zygote (tests/support/zygote.py), so each command does not pay its imports again."""
+    return zygote().run(REPO_DIR / "starter.py", list(args), env=env, cwd=REPO_DIR, timeout=timeout)
+
+
 def starter(dev_server: DevServer, *args: str) -> subprocess.CompletedProcess[str]:
     """``starter.py`` as a user runs it, against ``dev_server``."""
-    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address}
-    return subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), *args], capture_output=True, text=True,
-                          env=env, cwd=REPO_DIR, timeout=120, check=False, stdin=subprocess.DEVNULL)
+    return run_starter({**os.environ, "TEMPORAL_ADDRESS": dev_server.address}, *args)
