@@ -54,10 +54,12 @@ def test_a_forked_child_is_the_script_run_as_main_with_the_tests_environment(rep
 def test_its_niceness_and_streams_are_the_ones_asked_for(report_script: Path, tmp_path: Path) -> None:
     log = tmp_path / "child.log"
     with log.open("wb") as output:
-        child = zygote().spawn(report_script, ["0"], env={}, cwd=tmp_path, stdout=output, stderr=output, niceness=5)
+        child = zygote().spawn(report_script, ["0"], env={}, cwd=tmp_path, stdout=output, stderr=output, niceness=2)
     assert child.wait(timeout=60) == 0
     first, second = log.read_text().splitlines()
-    assert json.loads(first)["niceness"] == os.nice(0) + 5 and second == "to stderr"
+    # Added to the test process's own, as `nice -n 2` does: the kernel caps it at 19 (the suite may run
+    # at nice 15).
+    assert json.loads(first)["niceness"] == min(os.nice(0) + 2, 19) and second == "to stderr"
 
 
 def test_signals_reach_the_child_and_its_end_reads_as_popens(tmp_path: Path) -> None:
