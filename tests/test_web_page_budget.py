@@ -83,6 +83,11 @@ async def test_raise_from_the_page_runs_the_rest_and_the_report_says_what_was_sp
             ("budget", "raise to 1,000,000 tokens", "api")]
     except Exception:
         await page.screenshot(tmp_path / "failure.png")
+        # What the run itself says, to tell a stalled run from a page that stopped following it (it
+        # failed once this way in a full suite at nice 15 beside two busy loops, and never alone).
+        started = await page.evaluate("window.deerflowPage.state.run")
+        if started:
+            print("the run's status at the failure:", json.dumps(query_status(dev_server, started))[:4000])
         raise
 
 
