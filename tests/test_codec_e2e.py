@@ -226,7 +226,6 @@ async def researcher_turn(world: World, finished: FinishedRun) -> int:
     raise AssertionError("no researcher turn in the history")
 
 
-
 async def test_the_web_ui_shows_the_stored_report_and_a_researchers_input(
         world: World, finished: FinishedRun, page: Page, tmp_path: Path) -> None:
     events = {event.event_id: event for event in finished.history.events}

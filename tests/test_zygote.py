@@ -13,11 +13,12 @@ import os
 import signal
 import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.support.zygote import zygote
+from tests.support.zygote import Zygote, zygote
 
 REPORT = """\
 import json, os, sys
@@ -67,8 +68,9 @@ def test_signals_reach_the_child_and_its_end_reads_as_popens(tmp_path: Path) -> 
     script.write_text("import time\ntime.sleep(60)\n")
     child = zygote().spawn(script, [], env={}, cwd=tmp_path)
     assert child.poll() is None
-    with pytest.raises(subprocess.TimeoutExpired):
-        child.wait(timeout=0.2)
+    for timeout in (0, 0.2):
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=timeout)
     os.killpg(child.pid, signal.SIGKILL)  # its own session: the group is the child's alone
     assert child.wait(timeout=30) == -signal.SIGKILL
     assert child.poll() == -signal.SIGKILL
@@ -92,3 +94,27 @@ def test_a_child_finds_the_worker_and_the_model_libraries_already_imported(tmp_p
     script = tmp_path / "probe.py"
     script.write_text("import sys\nprint(all(m in sys.modules for m in ('worker', 'starter', 'langchain_openai')))\n")
     assert zygote().run(script, [], env={}, cwd=tmp_path, timeout=60).stdout == "True\n"
+
+
+def test_many_requests_at_once_each_get_their_own_child_and_a_killed_zygote_is_named(tmp_path: Path) -> None:
+    """Its own zygote (the test process's shared one serves other tests): 24 commands at once from
+    threads, as the front-door tests run them, each answered with its own output; then the zygote
+    is killed while a child runs: waiting for that child says so instead of hanging."""
+    own = Zygote()
+    try:
+        echo = tmp_path / "echo.py"
+        echo.write_text("import os, sys\nprint(sys.argv[1], os.getpid())\n")
+        with ThreadPoolExecutor(max_workers=24) as pool:
+            done = list(pool.map(lambda n: own.run(echo, [str(n)], env={}, cwd=tmp_path, timeout=120), range(24)))
+        assert [result.stdout.split()[0] for result in done] == [str(n) for n in range(24)]
+        assert len({result.stdout.split()[1] for result in done}) == 24 and {r.returncode for r in done} == {0}
+        sleeper = tmp_path / "sleeper.py"
+        sleeper.write_text("import time\ntime.sleep(60)\n")
+        child = own.spawn(sleeper, [], env={}, cwd=tmp_path)
+        own.process.kill()
+        with pytest.raises(RuntimeError, match="the zygote left"):
+            child.wait(timeout=30)
+        os.killpg(child.pid, signal.SIGKILL)  # an orphan now, in its own session
+    finally:
+        own.process.kill()
+        own.process.wait(timeout=30)

@@ -42,7 +42,6 @@ REPO_DIR = Path(__file__).resolve().parents[2]
 WARM_MODULES = ("worker", "starter", "server.serve", "activities.model.llm")
 READY = b"ready\n"
 MAX_REQUEST_BYTES = 1 << 20
-START_SECONDS = 120.0
 
 
 class ForkedProcess:
@@ -70,7 +69,7 @@ class ForkedProcess:
             self._channel.settimeout(timeout)
             try:
                 self._settle(self._channel.recv(64))
-            except TimeoutError:
+            except (TimeoutError, BlockingIOError):  # the latter for a timeout of 0 (a non-blocking socket)
                 raise subprocess.TimeoutExpired(self.args, timeout or 0.0) from None
         assert self.returncode is not None
         return self.returncode
@@ -132,6 +131,10 @@ class Zygote:
         (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
         try:
             process = self.spawn(script, args, env=env, cwd=cwd, stdout=out_write, stderr=err_write)
+        except BaseException:
+            os.close(out_read)
+            os.close(err_read)
+            raise
         finally:
             os.close(out_write)
             os.close(err_write)
