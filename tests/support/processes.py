@@ -149,7 +149,12 @@ class ServeProcess:
         with log.open("ab") as output:  # forked from the zygote, as the tests' workers are
             self.process = zygote().spawn(REPO_DIR / "starter.py", ["serve", "--port", str(port)], env=env,
                                           cwd=REPO_DIR, stdout=output, stderr=output)
-        wait_for_port(port)
+        try:
+            wait_for_port(port)
+        except TimeoutError as error:  # say why: it may have left (its exit status) or hung (its log)
+            self.kill()
+            raise TimeoutError(f"{error}; starter.py serve exited with {self.process.poll()}; its log:\n"
+                               f"{log.read_text(errors='replace')[-4000:]}") from None
 
     @property
     def url(self) -> str:
