@@ -76,9 +76,11 @@ async def served(worker_with: WorkerWith, worker_settings: Settings,
                  tts: FakeHTTPServer) -> AsyncIterator[tuple[str, Client]]:
     """The API server, and its worker's settings: previews to it, the fake voice, one MCP server."""
     settings = server_settings(worker_settings)
+    # The previews' sends may take their longest: under a loaded suite, one over the default 0.5 s
+    # ended the preview (a slow sink's own case is tests/test_token_stream.py's).
     async with serving(worker_with, settings, lambda url: settings.model_copy(update={
-            "token_stream_url": f"{url}/internal/token-stream", "tts_url": f"{tts.base_url}/v1",
-            "tts_api_key": "tts-key-0123456789"})) as served:
+            "token_stream_url": f"{url}/internal/token-stream", "token_stream_timeout": 10.0,
+            "tts_url": f"{tts.base_url}/v1", "tts_api_key": "tts-key-0123456789"})) as served:
         yield served
 
 

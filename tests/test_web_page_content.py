@@ -66,7 +66,9 @@ async def serving(worker_with: WorkerWith, worker_settings: Settings, voice: str
     settings = worker_settings.model_copy(update={"web_token": None, "token_stream_token": TOKEN})
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    worker = settings.model_copy(update={"token_stream_url": f"{url}/internal/token-stream", "tts_url": voice})
+    # The previews' sends may take their longest (see tests/test_api_content.py's ``served``).
+    worker = settings.model_copy(update={"token_stream_url": f"{url}/internal/token-stream",
+                                         "token_stream_timeout": 10.0, "tts_url": voice})
     async with worker_with(worker) as client, api_server(client, settings, port=port):
         yield url
 
