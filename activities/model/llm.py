@@ -13,6 +13,7 @@ running into the request timeout and being retried with the identical request.
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 from datetime import timedelta
 from typing import Any
@@ -50,8 +51,9 @@ from activities.model.tool_support import (
     tools_refused,
 )
 from activities.support.limits import provider_slot, spend_tokens
+from activities.support.tls import verifying_context
 from config.settings import Settings
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, ToolCall, Usage
 from workflows.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -103,6 +105,9 @@ class _GuardedChatOpenAI(ChatOpenAI):
 SCHEMAS = {"plan": planner_schema}
 # Statuses with which providers refuse a ``response_format`` they do not support.
 FORMAT_REFUSED = {400, 422}
+# Clients kept per worker, by (tier, output cap): the caps in use are the agents' own and the few a
+# context window cuts them to, so this holds them all; the oldest is dropped beyond it.
+CLIENTS_KEPT = 32
 
 
 @functools.cache
@@ -301,6 +306,48 @@ def _failed_call(error: ApplicationError) -> ApplicationError:
     return _with_usage(error, Usage(llm_calls=1))
 
 
+class _Clients:
+    """The worker's ``ChatOpenAI`` clients, built once per (tier, output cap) and reused.
+
+    Why: building one costs about 3 ms of CPU (two openai SDK clients, each reading the proxy
+    environment), and langchain serializes a client for its callbacks once per instance: two
+    clients a turn were about half of a turn's CPU in the worker, on the critical path between
+    every two model calls (bench/overhead.py). A client holds no state of a call: the settings are
+    the worker's, fixed for its life, and its HTTP connections are langchain's shared pool.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._built: dict[tuple[str, int], ChatOpenAI] = {}
+
+    def get(self, tier: str, max_tokens: int) -> ChatOpenAI:
+        key = (tier, max_tokens)
+        client = self._built.pop(key, None) or _client(self.settings, tier, max_tokens)
+        self._built[key] = client  # the most recently used last
+        if len(self._built) > CLIENTS_KEPT:
+            del self._built[next(iter(self._built))]
+        return client
+
+
+# Imported on a first call's way out: httpx's transport imports httpcore, and anyio its event loop's
+# backend, on first use (the context window's request to the provider is the first of both).
+FIRST_CALL_IMPORTS = ("httpcore", "anyio._backends._asyncio")
+
+
+def warm(settings: Settings) -> None:
+    """Pay, at worker start, what a worker's first model call would otherwise pay on a run's critical
+    path: about 370 ms of CPU here, for 12 ms of a later call (a new worker's first run started that
+    much later than its second, bench/overhead.py). Building a client of each tier imports the
+    openai SDK's chat resources (lazily imported on first use) and builds langchain's shared HTTP
+    clients for the endpoint, loading the CA bundle for each; the shared verifying context and the
+    imports of :data:`FIRST_CALL_IMPORTS` are the rest. Nothing is sent: no provider is asked anything."""
+    verifying_context()
+    for module in FIRST_CALL_IMPORTS:
+        importlib.import_module(module)
+    for tier in ModelTier:
+        _client(settings, tier.value, PROBE_MAX_TOKENS)
+
+
 class _Overflowed(Exception):
     """The provider refused the request as longer than its context window."""
 
@@ -316,6 +363,7 @@ class ModelActivities:
         self.settings = settings
         self.tool_support = ToolSupport()
         self.windows = ContextWindows()
+        self.clients = _Clients(settings)
 
     @activity.defn(name="chat")
     @model_call_telemetry
@@ -334,7 +382,7 @@ class ModelActivities:
         (``workflows/model_calls.py`` adds it).
         """
         mode = self.settings.llm_tool_mode
-        probe = _client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        probe = self.clients.get(request.model_tier.value, PROBE_MAX_TOKENS)
         key = ToolSupport.key(probe)
         in_json = mode == "json" or (mode == "auto" and self.tool_support.known(key) not in (None, Verdict.CALLS))
         if not request.tools:
@@ -467,7 +515,7 @@ class ModelActivities:
         """One completion, with the response ``formats`` tried best first; every provider failure
         is sorted (``classify_provider_error``), a context overflow raised for the caller."""
         settings = self.settings
-        client: Any = _client(settings, request.model_tier.value, cap)
+        client: Any = self.clients.get(request.model_tier.value, cap)
         if tools:
             client = client.bind_tools(tools)
         quota_tokens = quota_tokens_of(settings, request, system_prompt, messages, tools, cap)
