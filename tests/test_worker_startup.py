@@ -10,6 +10,7 @@ how loaded the machine is.
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from runtime import embedded
+from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, wait_for_worker
 from tests.support.runs import run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
@@ -41,6 +43,33 @@ def test_the_worker_starts_without_the_model_mcp_and_extraction_libraries() -> N
 
 def test_the_cli_starts_without_the_web_stack_and_the_workflow() -> None:
     assert modules_loaded_by("starter", HEAVY_FOR_THE_CLI) == []
+
+
+# What a first model call imports on its way (activities.model.llm.warm), each on first use.
+LAZY_FOR_THE_FIRST_CALL = ("openai.resources.chat.completions", "httpcore", "anyio._backends._asyncio")
+PRELOADED = f"""
+import asyncio, os, sys
+from activities.support.lazy import preload
+from config.settings import load_settings
+settings = load_settings(dict(os.environ))
+before = [m for m in {LAZY_FOR_THE_FIRST_CALL!r} if m in sys.modules]
+asyncio.run(preload(settings))
+print(" ".join(before), "|", " ".join(m for m in {LAZY_FOR_THE_FIRST_CALL!r} if m in sys.modules))
+"""
+
+
+def test_the_preload_pays_the_first_model_calls_imports_and_sends_nothing(tmp_path: Path) -> None:
+    """A new worker's first run waited about 370 ms more than its second on its first model call
+    (bench/overhead.py): its warm-up pays that instead, without asking the provider anything."""
+    with FakeHTTPServer(lambda _seen: Reply(404)) as provider:
+        env = {"PATH": os.environ["PATH"], "OPENAI_BASE_URL": f"{provider.base_url}/v1", "OPENAI_API_KEY": "k",
+               "BASIC_MODEL": "m", "REASONING_MODEL": "r", "DEERFLOW_HOME": str(tmp_path)}
+        done = subprocess.run([sys.executable, "-c", PRELOADED], cwd=REPO_DIR, env=env, capture_output=True,
+                              text=True, timeout=120, check=True)
+    before, after = (part.split() for part in done.stdout.split("|"))
+    assert set(before) != set(LAZY_FOR_THE_FIRST_CALL)  # something was left for the first call to pay
+    assert after == list(LAZY_FOR_THE_FIRST_CALL) and "warm-up failed" not in done.stderr
+    assert provider.requests == []
 
 
 async def wait_for_review(client: Client, workflow_id: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 from types import ModuleType
 
 from config.settings import Settings
@@ -18,6 +19,7 @@ from config.settings import Settings
 # Every module an activity imports through ``load``.
 MODEL_MODULE = "activities.model.llm"
 MCP_MODULE = "activities.mcp.tools"
+_log = logging.getLogger(__name__)
 
 
 async def load(name: str) -> ModuleType:
@@ -28,7 +30,14 @@ async def load(name: str) -> ModuleType:
 
 async def preload(settings: Settings) -> None:
     """Warm the model libraries, and the MCP SDK only where the operator configured an MCP server:
-    with none, no MCP call can succeed, and its import would cost each worker seconds of CPU."""
-    await load(MODEL_MODULE)
+    with none, no MCP call can succeed, and its import would cost each worker seconds of CPU.
+
+    The model module's ``warm`` then pays what the first call would (``activities.model.llm.warm``);
+    it is best effort: a setting it trips on fails the first call with its own message instead."""
+    model = await load(MODEL_MODULE)
+    try:
+        await asyncio.to_thread(model.warm, settings)
+    except Exception as error:
+        _log.warning("The model client's warm-up failed (%s): the first model call pays for it", error)
     if settings.mcp_servers:
         await load(MCP_MODULE)
