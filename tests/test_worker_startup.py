@@ -45,8 +45,9 @@ def test_the_cli_starts_without_the_web_stack_and_the_workflow() -> None:
     assert modules_loaded_by("starter", HEAVY_FOR_THE_CLI) == []
 
 
-# What a first model call imports on its way (activities.model.llm.warm), each on first use.
-LAZY_FOR_THE_FIRST_CALL = ("openai.resources.chat.completions", "httpcore", "anyio._backends._asyncio")
+# What a first model call imports on its way (activities.model.llm.warm), and a first search.
+LAZY_FOR_THE_FIRST_CALL = ("openai.resources.chat.completions", "httpcore", "anyio._backends._asyncio",
+                           "activities.web.search_providers")
 PRELOADED = f"""
 import asyncio, os, sys
 from activities.support.lazy import preload
@@ -59,8 +60,9 @@ print(" ".join(before), "|", " ".join(m for m in {LAZY_FOR_THE_FIRST_CALL!r} if 
 
 
 def test_the_preload_pays_the_first_model_calls_imports_and_sends_nothing(tmp_path: Path) -> None:
-    """A new worker's first run waited about 370 ms more than its second on its first model call
-    (bench/overhead.py): its warm-up pays that instead, without asking the provider anything."""
+    """A new worker's first run waited about 370 ms more than its second on its first model call and
+    110 ms on its first search (bench/overhead.py): its warm-up pays them instead, without asking
+    the provider anything."""
     with FakeHTTPServer(lambda _seen: Reply(404)) as provider:
         env = {"PATH": os.environ["PATH"], "OPENAI_BASE_URL": f"{provider.base_url}/v1", "OPENAI_API_KEY": "k",
                "BASIC_MODEL": "m", "REASONING_MODEL": "r", "DEERFLOW_HOME": str(tmp_path)}

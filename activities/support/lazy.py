@@ -14,6 +14,7 @@ import importlib
 import logging
 from types import ModuleType
 
+from activities.web.search import BUILTIN_PROVIDERS_PACKAGE
 from config.settings import Settings
 
 # Every module an activity imports through ``load``.
@@ -29,8 +30,9 @@ async def load(name: str) -> ModuleType:
 
 
 async def preload(settings: Settings) -> None:
-    """Warm the model libraries, and the MCP SDK only where the operator configured an MCP server:
-    with none, no MCP call can succeed, and its import would cost each worker seconds of CPU.
+    """Warm the model libraries and the search providers, and the MCP SDK only where the operator
+    configured an MCP server: with none, no MCP call can succeed, and its import would cost each
+    worker seconds of CPU.
 
     The model module's ``warm`` then pays what the first call would (``activities.model.llm.warm``);
     it is best effort: a setting it trips on fails the first call with its own message instead."""
@@ -39,5 +41,7 @@ async def preload(settings: Settings) -> None:
         await asyncio.to_thread(model.warm, settings)
     except Exception as error:
         _log.warning("The model client's warm-up failed (%s): the first model call pays for it", error)
+    # The first search imports every bundled provider (~110 ms of CPU, on the event loop).
+    await load(BUILTIN_PROVIDERS_PACKAGE)
     if settings.mcp_servers:
         await load(MCP_MODULE)
