@@ -55,7 +55,9 @@ from config.settings import load_settings
 settings = load_settings(dict(os.environ))
 before = [m for m in {LAZY_FOR_THE_FIRST_CALL!r} if m in sys.modules]
 asyncio.run(preload(settings))
-print(" ".join(before), "|", " ".join(m for m in {LAZY_FOR_THE_FIRST_CALL!r} if m in sys.modules))
+from activities.support.tls import verifying_context
+print(" ".join(before), "|", " ".join(m for m in {LAZY_FOR_THE_FIRST_CALL!r} if m in sys.modules), "|",
+      verifying_context.cache_info().currsize)
 """
 
 
@@ -68,9 +70,10 @@ def test_the_preload_pays_the_first_model_calls_imports_and_sends_nothing(tmp_pa
                "BASIC_MODEL": "m", "REASONING_MODEL": "r", "DEERFLOW_HOME": str(tmp_path)}
         done = subprocess.run([sys.executable, "-c", PRELOADED], cwd=REPO_DIR, env=env, capture_output=True,
                               text=True, timeout=120, check=True)
-    before, after = (part.split() for part in done.stdout.split("|"))
+    before, after, contexts = (part.split() for part in done.stdout.split("|"))
     assert set(before) != set(LAZY_FOR_THE_FIRST_CALL)  # something was left for the first call to pay
     assert after == list(LAZY_FOR_THE_FIRST_CALL) and "warm-up failed" not in done.stderr
+    assert contexts == ["2"]  # the model calls' and the crawler's TLS contexts, each loading the CA bundle
     assert provider.requests == []
 
 

@@ -51,7 +51,6 @@ from activities.model.tool_support import (
     tools_refused,
 )
 from activities.support.limits import provider_slot, spend_tokens
-from activities.support.tls import verifying_context
 from config.settings import Settings
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, ToolCall, Usage
 from workflows.tools import HANDOFF_TO_PLANNER
@@ -339,9 +338,9 @@ def warm(settings: Settings) -> None:
     path: about 370 ms of CPU here, for 12 ms of a later call (a new worker's first run started that
     much later than its second, bench/overhead.py). Building a client of each tier imports the
     openai SDK's chat resources (lazily imported on first use) and builds langchain's shared HTTP
-    clients for the endpoint, loading the CA bundle for each; the shared verifying context and the
-    imports of :data:`FIRST_CALL_IMPORTS` are the rest. Nothing is sent: no provider is asked anything."""
-    verifying_context()
+    clients for the endpoint, loading the CA bundle for each; the imports of
+    :data:`FIRST_CALL_IMPORTS` are the rest (and ``activities.support.tls.warm``, which the worker's
+    preload calls too). Nothing is sent: no provider is asked anything."""
     for module in FIRST_CALL_IMPORTS:
         importlib.import_module(module)
     for tier in ModelTier:

@@ -14,6 +14,7 @@ import importlib
 import logging
 from types import ModuleType
 
+from activities.support import tls
 from activities.web.search import BUILTIN_PROVIDERS_PACKAGE
 from config.settings import Settings
 
@@ -29,16 +30,22 @@ async def load(name: str) -> ModuleType:
     return await asyncio.to_thread(importlib.import_module, name)
 
 
+def _warm_first_calls(model: ModuleType, settings: Settings) -> None:
+    tls.warm()
+    model.warm(settings)
+
+
 async def preload(settings: Settings) -> None:
     """Warm the model libraries and the search providers, and the MCP SDK only where the operator
     configured an MCP server: with none, no MCP call can succeed, and its import would cost each
     worker seconds of CPU.
 
-    The model module's ``warm`` then pays what the first call would (``activities.model.llm.warm``);
-    it is best effort: a setting it trips on fails the first call with its own message instead."""
+    The model module's ``warm`` then pays what the first call would (``activities.model.llm.warm``),
+    and the TLS contexts are built for the first call and crawl. Best effort: a setting it trips on
+    fails the first call with its own message instead."""
     model = await load(MODEL_MODULE)
     try:
-        await asyncio.to_thread(model.warm, settings)
+        await asyncio.to_thread(_warm_first_calls, model, settings)
     except Exception as error:
         _log.warning("The model client's warm-up failed (%s): the first model call pays for it", error)
     # The first search imports every bundled provider (~110 ms of CPU, on the event loop).
