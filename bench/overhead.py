@@ -17,6 +17,12 @@ Hops: at the fake model, the time from one reply to the next request, by what ha
 ``python_repl_tool``), whose own time (its activity's started -> completed, from history) is
 shown beside it; the target is tool hop <= model hop + 20 ms + the tool's own time.
 
+The platform's floor: on the same dev server, a workflow that does nothing but run the same number
+of activities one after another (one per model call holding exactly the model's latency, the others
+returning at once), in this process, unsandboxed, with no payload codec. Its ratio is what Temporal
+itself (server, SDK, the hops between them) costs a run of this shape here, whatever a worker does;
+this tree's readings minus it are ours.
+
 Options: ``--runs N`` rounds (medians reported); ``--baseline-worker PATH`` also runs the
 ``worker.py`` at PATH (e.g. an export of main: ``git archive main | tar -x -C DIR``) on its own dev
 server and fakes, alternating with this tree's run for run, so both see the same machine load and a
@@ -33,6 +39,7 @@ import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +59,10 @@ from harness import (
     timed_run,
     verdict,
 )
+from temporalio import activity, workflow
+from temporalio.client import Client
+from temporalio.converter import DataConverter
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from tests.support.runs import QUESTION
 from workflows.models import ResearchRequest
@@ -77,10 +88,47 @@ class Reading:
     wall: float
     calls: int
     hops: list[Hop]
+    activities: int  # every activity the run completed, its model calls included
 
     @property
     def ratio(self) -> float:
         return self.wall / (self.calls * MODEL_LATENCY)
+
+
+FLOOR_QUEUE = "overhead-floor"
+
+
+@activity.defn
+async def hold(seconds: float) -> None:
+    """A stand-in for one activity of the run: a model call's latency, or nothing for the others."""
+    await asyncio.sleep(seconds)
+
+
+@workflow.defn
+class FloorWorkflow:
+    """The run's activities one after another, and nothing else."""
+
+    @workflow.run
+    async def run(self, holds: list[float]) -> None:
+        for seconds in holds:
+            await workflow.execute_activity(hold, seconds, start_to_close_timeout=timedelta(minutes=1))
+
+
+async def floor_readings(stack: Stack, calls: int, others: int, runs: int) -> list[float]:
+    """The platform's floor for a run of ``calls`` model calls and ``others`` other activities, as
+    wall / (calls x latency), ``runs`` times (the first, the server's first of this workflow, not kept)."""
+    holds = [MODEL_LATENCY] * calls + [0.0] * others
+    client = Client(**{**stack.client.config(), "data_converter": DataConverter.default})
+    ratios = []
+    async with Worker(client, task_queue=FLOOR_QUEUE, workflows=[FloorWorkflow], activities=[hold],
+                      workflow_runner=UnsandboxedWorkflowRunner()):
+        for number in range(runs + 1):
+            began = time.perf_counter()
+            await client.execute_workflow(FloorWorkflow.run, holds if number else [0.0],
+                                                id=f"overhead-floor-{time.time_ns()}", task_queue=FLOOR_QUEUE)
+            if number:
+                ratios.append((time.perf_counter() - began) / (calls * MODEL_LATENCY))
+    return ratios
 
 
 def label(start: float) -> str:
@@ -117,7 +165,7 @@ async def one_run(stack: Stack, name: str, number: int) -> Reading:
         inside = [s.seconds for s in spans
                   if reply + offset <= s.started.timestamp() and s.completed.timestamp() <= arrival + offset]
         hops.append(Hop(hop_kind(body), arrival - reply, max(inside, default=0.0)))
-    return Reading(name, wall, calls, hops)
+    return Reading(name, wall, calls, hops, len(every))
 
 
 async def round_on(stack: Stack, start: float, number: int) -> list[Reading]:
@@ -182,11 +230,18 @@ async def main() -> None:
             for number, start in itertools.product(range(1, args.runs + 1), STARTS):
                 for name, stack in stacks_by_name.items():  # alternating, so all see the same load
                     readings[name].extend(await round_on(stack, start, number))
+            warm = next(r for r in readings["this tree"] if r.label == "warm")
+            floors = await floor_readings(stacks_by_name["this tree"], warm.calls, warm.activities - warm.calls,
+                                          args.runs)
     medians = {name: report(name, found) for name, found in readings.items()}
+    floor = median(floors)
+    print(f"platform floor ({warm.activities} activities, {warm.calls} of them {MODEL_LATENCY:g} s, nothing else): "
+          f"wall / (calls x {MODEL_LATENCY:g} s) median {floor:.3f} ({', '.join(f'{r:.3f}' for r in floors)})")
     for key, target in TARGETS.items():
         ours = medians["this tree"][key]
         against = f" (baseline {medians['baseline'][key]:.3f})" if "baseline" in medians else ""
-        print(f"{key}: {ours:.3f}{against}; target <= {target}: {verdict(ours <= target)}")
+        print(f"{key}: {ours:.3f}{against}, {ours - floor:+.3f} over the floor; target <= {target}: "
+              f"{verdict(ours <= target)}")
 
 
 if __name__ == "__main__":
