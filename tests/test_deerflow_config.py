@@ -11,8 +11,9 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from activities.model.clients import build_client
 from activities.model.context_window import ContextWindows
-from activities.model.llm import ModelActivities, _client
+from activities.model.llm import ModelActivities
 from config.settings import ConfigError, load_settings
 from offline.model_server import FakeModelServer
 from offline.providers import OFFLINE_SEARCH_BANNER, offline_banner, offline_parts
@@ -71,7 +72,7 @@ def test_a_deerflow_conf_yaml_is_honoured_key_by_key(tmp_path: Path) -> None:
 
 def test_the_model_clients_use_each_blocks_endpoint_key_and_tls_choice(tmp_path: Path) -> None:
     settings = load_settings({**_conf(tmp_path, DEERFLOW_CONF), "ARK_API_KEY": "ark-secret", "THINK_KEY": "think"})
-    basic, reasoning = _client(settings, "basic", 100), _client(settings, "reasoning", 100)
+    basic, reasoning = build_client(settings, "basic", 100), build_client(settings, "reasoning", 100)
     assert str(basic.openai_api_base) == "http://127.0.0.1:9/v3"
     assert basic.openai_api_key is not None and basic.openai_api_key.get_secret_value() == "ark-secret"
     assert str(reasoning.openai_api_base) == "http://127.0.0.2:9/v3"
@@ -80,7 +81,7 @@ def test_the_model_clients_use_each_blocks_endpoint_key_and_tls_choice(tmp_path:
     assert isinstance(basic.http_async_client, httpx.AsyncClient)  # verify_ssl: false has its own client
     verified = load_settings({**_conf(tmp_path, "BASIC_MODEL:\n  base_url: http://127.0.0.1:9/v1\n"),
                               "DEERFLOW_ENV_FILE": str(tmp_path / "absent.env")})
-    assert _client(verified, "basic", 100).http_async_client is None
+    assert build_client(verified, "basic", 100).http_async_client is None
 
 
 def test_an_unset_dollar_variable_is_refused_not_sent_literally(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from langchain_openai import ChatOpenAI
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.model import llm
+from activities.model import clients
 from activities.model.llm import ModelActivities
 from activities.model.prompts import render_prompt
 from config.settings import Settings
@@ -129,16 +129,16 @@ async def test_a_missing_prompt_variable_is_a_final_error(worker_settings: Setti
 async def test_a_worker_builds_a_client_once_per_tier_and_cap(
     provider_env: dict[str, str], model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Building a client is half a turn's CPU (llm._Clients): later turns reuse it, each still
+    """Building a client is half a turn's CPU (clients.Clients): later turns reuse it, each still
     sending its own agent's output cap."""
     built: list[tuple[str, int]] = []
-    build = llm._client
+    build = clients.build_client
 
     def counting(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
         built.append((tier, max_tokens))
         return build(settings, tier, max_tokens)
 
-    monkeypatch.setattr(llm, "_client", counting)
+    monkeypatch.setattr(clients, "build_client", counting)
     model = ModelActivities(settings_with(provider_env, LLM_AGENT_MAX_OUTPUT_TOKENS="planner=2048"))
     planner = ChatRequest(prompt="planner", prompt_vars={"CURRENT_TIME": "now", "locale": "en-US", "max_step_num": "2"},
                           messages=[ChatMessage(role="user", content="How do tides work?")], json_mode=True)
@@ -150,12 +150,12 @@ async def test_a_worker_builds_a_client_once_per_tier_and_cap(
 
 
 def test_the_kept_clients_are_bounded(worker_settings: Settings) -> None:
-    clients = llm._Clients(worker_settings)
-    first = clients.get("basic", 1)
-    for cap in range(2, llm.CLIENTS_KEPT + 2):
-        clients.get("basic", cap)
-    assert clients.get("basic", llm.CLIENTS_KEPT + 1) is clients.get("basic", llm.CLIENTS_KEPT + 1)
-    assert clients.get("basic", 1) is not first  # the oldest was dropped, and is built again
+    kept = clients.Clients(worker_settings)
+    first = kept.get("basic", 1)
+    for cap in range(2, clients.CLIENTS_KEPT + 2):
+        kept.get("basic", cap)
+    assert kept.get("basic", clients.CLIENTS_KEPT + 1) is kept.get("basic", clients.CLIENTS_KEPT + 1)
+    assert kept.get("basic", 1) is not first  # the oldest was dropped, and is built again
 
 
 def test_tool_specs_are_valid_openai_function_schemas() -> None:

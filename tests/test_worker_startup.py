@@ -45,7 +45,7 @@ def test_the_cli_starts_without_the_web_stack_and_the_workflow() -> None:
     assert modules_loaded_by("starter", HEAVY_FOR_THE_CLI) == []
 
 
-# What a first model call imports on its way (activities.model.llm.warm), and a first search.
+# What a first model call imports on its way (activities.model.clients.warm), and a first search.
 LAZY_FOR_THE_FIRST_CALL = ("openai.resources.chat.completions", "httpcore", "anyio._backends._asyncio",
                            "activities.web.search_providers")
 PRELOADED = f"""

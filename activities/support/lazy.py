@@ -15,12 +15,14 @@ import logging
 from types import ModuleType
 
 from activities.support import tls
-from activities.web.search import BUILTIN_PROVIDERS_PACKAGE
 from config.settings import Settings
 
 # Every module an activity imports through ``load``.
 MODEL_MODULE = "activities.model.llm"
 MCP_MODULE = "activities.mcp.tools"
+CLIENTS_MODULE = "activities.model.clients"  # imported with the model module
+# Imported by the first search (activities/web/search.py), which registers them; preloaded here.
+SEARCH_PROVIDERS_MODULE = "activities.web.search_providers"
 _log = logging.getLogger(__name__)
 
 
@@ -30,9 +32,9 @@ async def load(name: str) -> ModuleType:
     return await asyncio.to_thread(importlib.import_module, name)
 
 
-def _warm_first_calls(model: ModuleType, settings: Settings) -> None:
+def _warm_first_calls(clients: ModuleType, settings: Settings) -> None:
     tls.warm()
-    model.warm(settings)
+    clients.warm(settings)
 
 
 async def preload(settings: Settings) -> None:
@@ -40,15 +42,15 @@ async def preload(settings: Settings) -> None:
     configured an MCP server: with none, no MCP call can succeed, and its import would cost each
     worker seconds of CPU.
 
-    The model module's ``warm`` then pays what the first call would (``activities.model.llm.warm``),
+    The model clients' ``warm`` then pays what the first call would (``activities.model.clients.warm``),
     and the TLS contexts are built for the first call and crawl. Best effort: a setting it trips on
     fails the first call with its own message instead."""
-    model = await load(MODEL_MODULE)
+    await load(MODEL_MODULE)
     try:
-        await asyncio.to_thread(_warm_first_calls, model, settings)
+        await asyncio.to_thread(_warm_first_calls, await load(CLIENTS_MODULE), settings)
     except Exception as error:
         _log.warning("The model client's warm-up failed (%s): the first model call pays for it", error)
     # The first search imports every bundled provider (~110 ms of CPU, on the event loop).
-    await load(BUILTIN_PROVIDERS_PACKAGE)
+    await load(SEARCH_PROVIDERS_MODULE)
     if settings.mcp_servers:
         await load(MCP_MODULE)

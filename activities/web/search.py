@@ -32,6 +32,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.support.heartbeat import heartbeating
+from activities.support.lazy import SEARCH_PROVIDERS_MODULE
 from activities.support.limits import provider_slot
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
@@ -42,7 +43,6 @@ RATE_LIMITED = "SearchRateLimited"
 UNAVAILABLE = "SearchUnavailable"
 CONFIG_ERROR = "SearchConfigError"
 DEFAULT_PROVIDER = "tavily"
-BUILTIN_PROVIDERS_PACKAGE = "activities.web.search_providers"
 
 ELLIPSIS = "\u2026"
 # Statuses that mean "try again later" although they are not 5xx.
@@ -153,7 +153,7 @@ def _load_builtin_providers() -> None:
 
     Done lazily because the provider modules import this one for the helpers above.
     """
-    importlib.import_module(BUILTIN_PROVIDERS_PACKAGE)
+    importlib.import_module(SEARCH_PROVIDERS_MODULE)
 
 
 PROVIDERS: ProviderRegistry[SearchProvider] = ProviderRegistry(

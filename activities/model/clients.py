@@ -1,0 +1,131 @@
+"""The worker's ``ChatOpenAI`` clients: how one is built, which reply it guards against, and the
+ones a worker keeps and warms.
+
+Why a module of its own: the model turn (``activities/model/llm.py``) asks for a client per call,
+and what a client costs (about 3 ms to build, 370 ms for a process's first) is a concern of its
+own, measured in bench/overhead.py.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import json
+from typing import Any
+
+import httpx
+from langchain_core.messages.tool import invalid_tool_call
+from langchain_core.outputs import ChatResult
+from langchain_openai import ChatOpenAI
+
+from activities.model.tool_support import PROBE_MAX_TOKENS
+from config.settings import Settings
+from workflows.models import ModelTier
+
+# Clients kept per worker, by (tier, output cap): the caps in use are the agents' own and the few a
+# context window cuts them to, so this holds them all; the oldest is dropped beyond it.
+CLIENTS_KEPT = 32
+
+
+def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
+    """Remove from ``message`` the tool calls whose arguments are JSON but not a JSON object.
+
+    langchain parses such arguments and then fails validating its own ``AIMessage`` (``args``
+    must be a dict), which would fail the whole model turn on every retry. Taken out here, they
+    come back as invalid tool calls, which the agent loop answers with an error the model reads.
+    """
+    kept, rejected = [], []
+    for call in message.get("tool_calls") or []:
+        function = call.get("function") or {}
+        raw = function.get("arguments")
+        try:
+            parsed = json.loads(raw) if isinstance(raw, str) else raw
+        except ValueError:
+            parsed = {}  # not JSON at all: langchain reports it as an invalid tool call itself
+        if parsed is None or isinstance(parsed, dict):
+            kept.append(call)
+        else:
+            rejected.append(invalid_tool_call(name=function.get("name"), args=str(raw), id=call.get("id"),
+                                              error="arguments must be a JSON object"))
+    if rejected:
+        message["tool_calls"] = kept or None
+    return rejected
+
+
+class GuardedChatOpenAI(ChatOpenAI):
+    """``ChatOpenAI`` that turns non-object tool-call arguments into invalid tool calls."""
+
+    def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
+        data = response if isinstance(response, dict) else response.model_dump(warnings=False)
+        rejected = [_non_object_calls(choice.get("message") or {}) for choice in data.get("choices") or []]
+        if not any(rejected):
+            return super()._create_chat_result(response, generation_info)
+        result = super()._create_chat_result(data, generation_info)
+        for generation, calls in zip(result.generations, rejected, strict=False):
+            generation.message.invalid_tool_calls.extend(calls)  # type: ignore[attr-defined]
+        return result
+
+
+@functools.cache
+def _unverified_client(timeout: float) -> httpx.AsyncClient:
+    """One shared client per timeout, as langchain-openai caches its default ones: a client per call
+    would leave its connections open until garbage collection."""
+    return httpx.AsyncClient(verify=False, timeout=timeout)
+
+
+def build_client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
+    endpoint = settings.model_endpoint(tier)
+    # verify_ssl: false (DeerFlow's, for a self-signed endpoint) needs a client of our own.
+    insecure = {} if endpoint.verify_ssl else {"http_async_client": _unverified_client(settings.llm_request_timeout)}
+    return GuardedChatOpenAI(
+        model=settings.model_name(tier),
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key or "offline",
+        max_retries=endpoint.max_retries,
+        timeout=settings.llm_request_timeout,
+        stream_usage=True,
+        max_tokens=max_tokens,
+        **insecure,
+    )
+
+
+class Clients:
+    """The worker's ``ChatOpenAI`` clients, built once per (tier, output cap) and reused.
+
+    Why: building one costs about 3 ms of CPU (two openai SDK clients, each reading the proxy
+    environment), and langchain serializes a client for its callbacks once per instance: two
+    clients a turn were about half of a turn's CPU in the worker, on the critical path between
+    every two model calls (bench/overhead.py). A client holds no state of a call: the settings are
+    the worker's, fixed for its life, and its HTTP connections are langchain's shared pool.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._built: dict[tuple[str, int], ChatOpenAI] = {}
+
+    def get(self, tier: str, max_tokens: int) -> ChatOpenAI:
+        key = (tier, max_tokens)
+        client = self._built.pop(key, None) or build_client(self.settings, tier, max_tokens)
+        self._built[key] = client  # the most recently used last
+        if len(self._built) > CLIENTS_KEPT:
+            del self._built[next(iter(self._built))]
+        return client
+
+
+# Imported on a first call's way out: httpx's transport imports httpcore, and anyio its event loop's
+# backend, on first use (the context window's request to the provider is the first of both).
+FIRST_CALL_IMPORTS = ("httpcore", "anyio._backends._asyncio")
+
+
+def warm(settings: Settings) -> None:
+    """Pay, at worker start, what a worker's first model call would otherwise pay on a run's critical
+    path: about 370 ms of CPU here, for 12 ms of a later call (a new worker's first run started that
+    much later than its second, bench/overhead.py). Building a client of each tier imports the
+    openai SDK's chat resources (lazily imported on first use) and builds langchain's shared HTTP
+    clients for the endpoint, loading the CA bundle for each; the imports of
+    :data:`FIRST_CALL_IMPORTS` are the rest (and ``activities.support.tls.warm``, which the worker's
+    preload calls too). Nothing is sent: no provider is asked anything."""
+    for module in FIRST_CALL_IMPORTS:
+        importlib.import_module(module)
+    for tier in ModelTier:
+        build_client(settings, tier.value, PROBE_MAX_TOKENS)
