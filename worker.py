@@ -234,7 +234,7 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
             if reclaimed and journal is not None:
                 await load(MODEL_MODULE)
                 await settled(journal)
-            await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload(settings))
+            await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload(settings, queues))
     finally:
         resume_collection()
 

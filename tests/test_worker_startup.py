@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from temporalio.client import Client
 
 from runtime import embedded
@@ -46,34 +47,42 @@ def test_the_cli_starts_without_the_web_stack_and_the_workflow() -> None:
 
 
 # What a first model call imports on its way (activities.model.clients.warm), and a first search.
-LAZY_FOR_THE_FIRST_CALL = ("openai.resources.chat.completions", "httpcore", "anyio._backends._asyncio",
-                           "activities.web.search_providers")
+FIRST_MODEL_CALL = ("openai.resources.chat.completions", "httpcore", "anyio._backends._asyncio")
+FIRST_SEARCH = ("activities.web.search_providers",)
+LAZY_FOR_THE_FIRST_CALL = FIRST_MODEL_CALL + FIRST_SEARCH
 PRELOADED = f"""
 import asyncio, os, sys
 from activities.support.lazy import preload
 from config.settings import load_settings
 settings = load_settings(dict(os.environ))
 before = [m for m in {LAZY_FOR_THE_FIRST_CALL!r} if m in sys.modules]
-asyncio.run(preload(settings))
+asyncio.run(preload(settings, sys.argv[1].split(",")))
 from activities.support.tls import verifying_context
 print(" ".join(before), "|", " ".join(m for m in {LAZY_FOR_THE_FIRST_CALL!r} if m in sys.modules), "|",
-      verifying_context.cache_info().currsize)
+      verifying_context.cache_info().currsize, "langchain_openai" in sys.modules)
 """
 
 
-def test_the_preload_pays_the_first_model_calls_imports_and_sends_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("kinds", "warmed", "model_libraries"), [
+    ("main", LAZY_FOR_THE_FIRST_CALL, True),  # the main queue keeps every activity
+    ("model,sandbox", FIRST_MODEL_CALL, True),
+    ("tools", FIRST_SEARCH, False),  # a tools-only worker never imports the model libraries
+])
+def test_the_preload_pays_the_first_calls_imports_and_sends_nothing(
+        tmp_path: Path, kinds: str, warmed: tuple[str, ...], model_libraries: bool) -> None:
     """A new worker's first run waited about 370 ms more than its second on its first model call and
-    110 ms on its first search (bench/overhead.py): its warm-up pays them instead, without asking
-    the provider anything."""
+    110 ms on its first search (bench/overhead.py): its warm-up pays them instead, for the queues it
+    serves, without asking the provider anything."""
     with FakeHTTPServer(lambda _seen: Reply(404)) as provider:
         env = {"PATH": os.environ["PATH"], "OPENAI_BASE_URL": f"{provider.base_url}/v1", "OPENAI_API_KEY": "k",
                "BASIC_MODEL": "m", "REASONING_MODEL": "r", "DEERFLOW_HOME": str(tmp_path)}
-        done = subprocess.run([sys.executable, "-c", PRELOADED], cwd=REPO_DIR, env=env, capture_output=True,
+        done = subprocess.run([sys.executable, "-c", PRELOADED, kinds], cwd=REPO_DIR, env=env, capture_output=True,
                               text=True, timeout=120, check=True)
-    before, after, contexts = (part.split() for part in done.stdout.split("|"))
-    assert set(before) != set(LAZY_FOR_THE_FIRST_CALL)  # something was left for the first call to pay
-    assert after == list(LAZY_FOR_THE_FIRST_CALL) and "warm-up failed" not in done.stderr
-    assert contexts == ["2"]  # the model calls' and the crawler's TLS contexts, each loading the CA bundle
+    before, after, [contexts, imported_model] = (part.split() for part in done.stdout.split("|"))
+    assert not set(warmed) <= set(before)  # something was left for the first call to pay
+    assert after == list(warmed) and "warm-up failed" not in done.stderr
+    assert contexts == "2"  # the model calls' and the crawler's TLS contexts, each loading the CA bundle
+    assert imported_model == str(model_libraries)
     assert provider.requests == []
 
 

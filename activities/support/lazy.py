@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from collections.abc import Collection
 from types import ModuleType
 
 from activities.support import tls
@@ -37,20 +38,26 @@ def _warm_first_calls(clients: ModuleType, settings: Settings) -> None:
     clients.warm(settings)
 
 
-async def preload(settings: Settings) -> None:
-    """Warm the model libraries and the search providers, and the MCP SDK only where the operator
-    configured an MCP server: with none, no MCP call can succeed, and its import would cost each
-    worker seconds of CPU.
+async def preload(settings: Settings, kinds: Collection[str]) -> None:
+    """Warm what the activities of the queue ``kinds`` served here need: the model libraries for the
+    model's queue, the search providers (and the MCP SDK, only where the operator configured an MCP
+    server: with none, no MCP call can succeed) for the tools' queue, and both for the main queue,
+    which keeps every activity. A worker serving only one of them pays no import it cannot use
+    (the model libraries alone are seconds of CPU).
 
-    The model clients' ``warm`` then pays what the first call would (``activities.model.clients.warm``),
-    and the TLS contexts are built for the first call and crawl. Best effort: a setting it trips on
-    fails the first call with its own message instead."""
-    await load(MODEL_MODULE)
-    try:
-        await asyncio.to_thread(_warm_first_calls, await load(CLIENTS_MODULE), settings)
-    except Exception as error:
-        _log.warning("The model client's warm-up failed (%s): the first model call pays for it", error)
-    # The first search imports every bundled provider (~110 ms of CPU, on the event loop).
-    await load(SEARCH_PROVIDERS_MODULE)
-    if settings.mcp_servers:
-        await load(MCP_MODULE)
+    For the model, the clients' ``warm`` then pays what the first call would
+    (``activities.model.clients.warm``), the TLS contexts included. Best effort: a setting it trips
+    on fails the first call with its own message instead."""
+    if {"main", "model"} & set(kinds):
+        await load(MODEL_MODULE)
+        try:
+            await asyncio.to_thread(_warm_first_calls, await load(CLIENTS_MODULE), settings)
+        except Exception as error:
+            _log.warning("The model client's warm-up failed (%s): the first model call pays for it", error)
+    if {"main", "tools"} & set(kinds):
+        # The first search imports every bundled provider (~110 ms of CPU, on the event loop), and
+        # the first crawl would build its TLS context.
+        await load(SEARCH_PROVIDERS_MODULE)
+        await asyncio.to_thread(tls.warm)
+        if settings.mcp_servers:
+            await load(MCP_MODULE)
