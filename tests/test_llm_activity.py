@@ -9,11 +9,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from langchain_openai import ChatOpenAI
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.model import clients
 from activities.model.llm import ModelActivities
 from activities.model.prompts import render_prompt
 from config.settings import Settings
@@ -124,38 +122,6 @@ async def test_a_missing_prompt_variable_is_a_final_error(worker_settings: Setti
     with pytest.raises(ApplicationError) as raised:
         await run_chat(worker_settings, ChatRequest(prompt="reporter", prompt_vars={"CURRENT_TIME": "now"}))
     assert raised.value.non_retryable and "needs variable" in raised.value.message
-
-
-async def test_a_worker_builds_a_client_once_per_tier_and_cap(
-    provider_env: dict[str, str], model_server: FakeModelServer, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Building a client is half a turn's CPU (clients.Clients): later turns reuse it, each still
-    sending its own agent's output cap."""
-    built: list[tuple[str, int]] = []
-    build = clients.build_client
-
-    def counting(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
-        built.append((tier, max_tokens))
-        return build(settings, tier, max_tokens)
-
-    monkeypatch.setattr(clients, "build_client", counting)
-    model = ModelActivities(settings_with(provider_env, LLM_AGENT_MAX_OUTPUT_TOKENS="planner=2048"))
-    planner = ChatRequest(prompt="planner", prompt_vars={"CURRENT_TIME": "now", "locale": "en-US", "max_step_num": "2"},
-                          messages=[ChatMessage(role="user", content="How do tides work?")], json_mode=True)
-    for request in (COORDINATOR, planner, COORDINATOR, planner):
-        await ActivityEnvironment().run(model.chat, request)
-    caps = [sent["max_completion_tokens"] for sent in model_server.requests]
-    assert caps == [4096, 2048, 4096, 2048]
-    assert len(built) == len(set(built)) and {cap for _, cap in built} >= set(caps)
-
-
-def test_the_kept_clients_are_bounded(worker_settings: Settings) -> None:
-    kept = clients.Clients(worker_settings)
-    first = kept.get("basic", 1)
-    for cap in range(2, clients.CLIENTS_KEPT + 2):
-        kept.get("basic", cap)
-    assert kept.get("basic", clients.CLIENTS_KEPT + 1) is kept.get("basic", clients.CLIENTS_KEPT + 1)
-    assert kept.get("basic", 1) is not first  # the oldest was dropped, and is built again
 
 
 def test_tool_specs_are_valid_openai_function_schemas() -> None:

@@ -1,9 +1,16 @@
-"""The worker's ``ChatOpenAI`` clients: how one is built, which reply it guards against, and the
-ones a worker keeps and warms.
+"""The model's ``ChatOpenAI`` clients: how one is built, which reply it guards against, and how a
+worker warms them.
 
-Why a module of its own: the model turn (``activities/model/llm.py``) asks for a client per call,
-and what a client costs (about 3 ms to build, 370 ms for a process's first) is a concern of its
-own, measured in bench/overhead.py.
+Why a module of its own: the model turn (``activities/model/llm.py``) builds a client per call, and
+what a client costs (about 3 ms to build, 370 ms for a process's first) is a concern of its own,
+measured in bench/overhead.py.
+
+A client per call, not one kept per worker: kept, they took about 5 ms off every turn, and that
+was the head start the turn's in-flight heartbeat (``activities/model/chat.py``) had over the
+request itself. With it gone, a server killed as the request left had not yet recorded the beat
+once in a loaded suite (``tests/test_crash.py::test_server_restart_mid_run``), and the call run
+again counted once instead of twice. The beat's order before the request is not guaranteed either
+way (see the note in bench/README.md); this keeps the margin the accounting had.
 """
 
 from __future__ import annotations
@@ -21,10 +28,6 @@ from langchain_openai import ChatOpenAI
 from activities.model.tool_support import PROBE_MAX_TOKENS
 from config.settings import Settings
 from workflows.models import ModelTier
-
-# Clients kept per worker, by (tier, output cap): the caps in use are the agents' own and the few a
-# context window cuts them to, so this holds them all; the oldest is dropped beyond it.
-CLIENTS_KEPT = 32
 
 
 def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
@@ -87,29 +90,6 @@ def build_client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
         max_tokens=max_tokens,
         **insecure,
     )
-
-
-class Clients:
-    """The worker's ``ChatOpenAI`` clients, built once per (tier, output cap) and reused.
-
-    Why: building one costs about 3 ms of CPU (two openai SDK clients, each reading the proxy
-    environment), and langchain serializes a client for its callbacks once per instance: two
-    clients a turn were about half of a turn's CPU in the worker, on the critical path between
-    every two model calls (bench/overhead.py). A client holds no state of a call: the settings are
-    the worker's, fixed for its life, and its HTTP connections are langchain's shared pool.
-    """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._built: dict[tuple[str, int], ChatOpenAI] = {}
-
-    def get(self, tier: str, max_tokens: int) -> ChatOpenAI:
-        key = (tier, max_tokens)
-        client = self._built.pop(key, None) or build_client(self.settings, tier, max_tokens)
-        self._built[key] = client  # the most recently used last
-        if len(self._built) > CLIENTS_KEPT:
-            del self._built[next(iter(self._built))]
-        return client
 
 
 # Imported on a first call's way out: httpx's transport imports httpcore, and anyio its event loop's
