@@ -33,9 +33,10 @@ async def load(name: str) -> ModuleType:
     return await asyncio.to_thread(importlib.import_module, name)
 
 
-def _warm_first_calls(clients: ModuleType, settings: Settings) -> None:
-    tls.warm()
-    clients.warm(settings)
+def _warm_first_calls(settings: Settings, model: bool) -> None:
+    tls.warm()  # the model calls' and the crawler's contexts: each loads the CA bundle
+    if model:
+        importlib.import_module(CLIENTS_MODULE).warm(settings)
 
 
 async def preload(settings: Settings, kinds: Collection[str]) -> None:
@@ -45,19 +46,17 @@ async def preload(settings: Settings, kinds: Collection[str]) -> None:
     which keeps every activity. A worker serving only one of them pays no import it cannot use
     (the model libraries alone are seconds of CPU).
 
-    For the model, the clients' ``warm`` then pays what the first call would
-    (``activities.model.clients.warm``), the TLS contexts included. Best effort: a setting it trips
-    on fails the first call with its own message instead."""
-    if {"main", "model"} & set(kinds):
+    Then what a first call would pay (``activities.model.clients.warm`` for the model, the TLS
+    contexts for both). Best effort: a setting it trips on fails the first call with its own
+    message instead."""
+    model = bool({"main", "model"} & set(kinds))
+    if model:
         await load(MODEL_MODULE)
-        try:
-            await asyncio.to_thread(_warm_first_calls, await load(CLIENTS_MODULE), settings)
-        except Exception as error:
-            _log.warning("The model client's warm-up failed (%s): the first model call pays for it", error)
     if {"main", "tools"} & set(kinds):
-        # The first search imports every bundled provider (~110 ms of CPU, on the event loop), and
-        # the first crawl would build its TLS context.
-        await load(SEARCH_PROVIDERS_MODULE)
-        await asyncio.to_thread(tls.warm)
+        await load(SEARCH_PROVIDERS_MODULE)  # the first search's import of every provider: ~110 ms of CPU
         if settings.mcp_servers:
             await load(MCP_MODULE)
+    try:
+        await asyncio.to_thread(_warm_first_calls, settings, model)
+    except Exception as error:
+        _log.warning("The first calls' warm-up failed (%s): the first call pays for it", error)
