@@ -71,6 +71,10 @@ def parse_queues(value: str) -> tuple[QueueKind, ...]:
 # run whose worker died (and answer its status query); a live worker picks its tasks up in
 # milliseconds, so 2 s still keeps its cached runs on it.
 STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
+# The queues whose activities extract pages and documents in the fork server's children (crawl_tool and
+# local_search_tool): a worker serving none of them (model calls only, or the sandbox) never starts it,
+# and keeps its 1-3 s of CPU and its process.
+EXTRACTING_KINDS: frozenset[QueueKind] = frozenset({"main", "tools"})
 # How long a worker stopped at once (a second signal) spends handing its attempts in flight back.
 HAND_BACK_SECONDS = 5.0
 
@@ -230,11 +234,14 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
         reclaimed = 0 if journal is None else await reclaim_at_start(client, journal)
         if "sandbox" in queues:
             await sandbox.self_check()  # says whether the code is contained, or refused
-        if {"main", "model", "tools"} & set(queues):  # the fork server imports in its own process: they overlap
+        if {"main", "model", "tools"} & set(queues):
             if reclaimed and journal is not None:
                 await load(MODEL_MODULE)
                 await settled(journal)
-            await asyncio.gather(asyncio.to_thread(start_fork_server, settings), preload(settings, queues))
+            starts = [preload(settings, queues)]
+            if EXTRACTING_KINDS & set(queues):  # the fork server imports in its own process: they overlap
+                starts.append(asyncio.to_thread(start_fork_server, settings))
+            await asyncio.gather(*starts)
     finally:
         resume_collection()
 

@@ -110,9 +110,9 @@ async def test_concurrency_is_bounded_by_the_setting(monkeypatch: pytest.MonkeyP
 
 
 def test_the_fork_server_imports_only_what_extraction_needs() -> None:
-    """Every worker starts a fork server, and every child is a fork of it: it must not carry the
-    worker's settings, HTTP client or Temporal SDK (a second of CPU per worker start, and pages
-    every fork copies). Imported in a fresh interpreter, as the fork server does."""
+    """Every worker serving crawls or documents starts a fork server, and every child is a fork of
+    it: it must not carry the worker's settings, HTTP client or Temporal SDK (a second of CPU per
+    worker start, and pages every fork copies). Imported in a fresh interpreter, as the fork server does."""
     heavy = ("config.settings", "pydantic", "httpx", "temporalio", "openai", "langchain_core")
     script = (f"import sys; [__import__(name) for name in {isolated.PRELOAD!r}]; "
               f"print(sorted(name for name in {heavy!r} if name in sys.modules))")

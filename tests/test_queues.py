@@ -8,12 +8,15 @@ for another worker). A typo must fail at start, not leave a queue unserved.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowHistory
 
+import worker
 from activities.run_config import main_queue_kinds
 from config.settings import Settings
 from hosting.registry import build_workers
@@ -42,6 +45,26 @@ async def test_the_warm_up_resumes_garbage_collection_with_the_start_up_frozen()
     finally:
         gc.unfreeze()
         gc.enable()
+
+
+@pytest.mark.parametrize(("queues", "extracts"), [
+    (("main",), True), (("tools",), True), (("model",), False), (("model", "sandbox"), False)])
+async def test_only_a_worker_that_extracts_starts_the_fork_server(
+        monkeypatch: pytest.MonkeyPatch, queues: tuple[QueueKind, ...], extracts: bool) -> None:
+    """The fork server is a process and 1-3 s of CPU that only crawl_tool and local_search_tool use:
+    a model-only worker must not pay for it. (The preload is stubbed: it is checked on its own in
+    tests/test_worker_startup.py.)"""
+    started: list[object] = []
+    monkeypatch.setattr(worker, "start_fork_server", started.append)
+    monkeypatch.setattr(worker, "preload", lambda *_: asyncio.sleep(0))
+    sandbox: Any = SimpleNamespace(self_check=lambda: asyncio.sleep(0))
+    settings: Any = object()
+    unused_client: Any = None  # no journal: nothing to reclaim
+    try:
+        await warm_up(queues, settings, sandbox, unused_client, None)
+    finally:
+        gc.unfreeze()
+    assert started == ([settings] if extracts else [])
 
 
 def test_queue_names_derive_from_the_runs_queue() -> None:
