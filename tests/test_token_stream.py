@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import ssl
 import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
@@ -90,6 +91,24 @@ async def test_the_reply_streams_to_the_sink_as_a_prefix_chain(
         assert (delta["workflow_id"], delta["run_id"], delta["agent"]) == ("wf-1", "run-1", "reporter")
         offset += len(delta["text"])
     assert {seen.headers["authorization"] for seen in sink.requests} == {f"Bearer {TOKEN}"}
+
+
+async def test_a_preview_loads_no_ca_bundle(provider_env: dict[str, str], model_server: FakeModelServer,
+                                            sink: FakeHTTPServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loading the CA bundle is about 28 ms of CPU on the worker's event loop: a preview, made for every
+    model call a page watches, must share the process's context instead of building its own."""
+    settings = streaming(provider_env, f"{sink.base_url}/internal/token-stream")
+    first = await chat(settings)  # the process's first call builds what it keeps
+    await settled(sink, first.message.content)
+    loads: list[object] = []
+    load_verify_locations = ssl.SSLContext.load_verify_locations
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations",
+                        lambda context, *args, **kwargs: loads.append(args or kwargs)
+                        or load_verify_locations(context, *args, **kwargs))
+    sink.requests.clear()
+    second = await chat(settings, attempt=2)
+    await settled(sink, second.message.content)
+    assert loads == []
 
 
 async def test_without_a_sink_the_call_does_not_stream(provider_env: dict[str, str], model_server: FakeModelServer,

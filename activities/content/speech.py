@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.support.heartbeat import heartbeating
 from activities.support.retry_pacing import paced_retries
+from activities.support.tls import verifying_context
 from config.settings import Settings
 from runtime import artefacts
 from workflows.artefact import ArtefactRef
@@ -86,7 +87,8 @@ async def _volcengine(settings: Settings, request: SpeechRequest) -> bytes:
 
 async def _post(settings: Settings, url: str, body: dict[str, Any], headers: dict[str, str]) -> bytes:
     """The answer's body, capped; a refusal (4xx but 408/429) is not retried."""
-    async with httpx.AsyncClient(timeout=settings.tts_timeout, follow_redirects=False) as http, \
+    async with httpx.AsyncClient(timeout=settings.tts_timeout, follow_redirects=False,
+                                 verify=verifying_context()) as http, \
             http.stream("POST", url, json=body, headers=headers) as reply:
         if reply.status_code != 200:
             detail = (await reply.aread())[:300].decode("utf-8", "replace")

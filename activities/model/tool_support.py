@@ -36,6 +36,7 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.support.tls import verifying_context
 from workflows.models import Usage
 
 PROBE_TOOL: dict[str, Any] = {"type": "function", "function": {
@@ -131,7 +132,8 @@ async def read_props(base_url: str, verify: bool) -> dict[str, Any]:
     Ollama) or one that does not answer in time."""
     root = re.sub(r"/v1/?$", "", base_url.rstrip("/"))
     try:
-        async with httpx.AsyncClient(timeout=PROPS_TIMEOUT_SECONDS, verify=verify) as client:
+        async with httpx.AsyncClient(timeout=PROPS_TIMEOUT_SECONDS,
+                                     verify=verifying_context() if verify else False) as client:
             response = await client.get(f"{root}/props")
         props = response.json() if response.status_code == 200 else None
     except (httpx.HTTPError, ValueError):
