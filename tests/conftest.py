@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import shutil
 from collections.abc import AsyncIterator, Iterator
 
@@ -91,6 +92,23 @@ def _reset_fakes(request: pytest.FixtureRequest) -> Iterator[None]:
             server.clear_faults()
             server.requests.clear()
             server.latency_seconds = 0.0
+
+
+@pytest.fixture(autouse=True)
+def _process_logging_restored() -> Iterator[None]:
+    """A command run in-process (``starter.main``) sets the process's logging up as a real one would:
+    a root handler on the standard error pytest is capturing, and a default Temporal runtime that
+    forwards the SDK core's records to Python's logging. The handler outlived the test, its stream
+    closed with the test's capture, and every later record of that pytest process failed to print
+    ("--- Logging error ---" in the suite's output). Such handlers (a plain ``StreamHandler``, which
+    pytest's own are not) go when the test ends, and the root level back to what it was."""
+    root = logging.getLogger()
+    level = root.level
+    yield
+    for handler in root.handlers[:]:
+        if type(handler) is logging.StreamHandler:
+            root.removeHandler(handler)
+    root.setLevel(level)
 
 
 @pytest.fixture(autouse=True)
