@@ -23,7 +23,7 @@ import traceback
 from collections.abc import AsyncIterator, Coroutine, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -36,7 +36,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 from temporalio.converter import DataConverter
 
 from config.settings import load_settings
-from offline.loopback_http import send_body, serve_in_thread, shut_down
+from offline.loopback_http import FakeServerHandler, send_body, serve_in_thread, shut_down
 from offline.model_server import FakeModelServer
 from offline.providers import offline_env, without_provider_settings
 from offline.search_index import Document, SearchIndex
@@ -294,7 +294,7 @@ async def timed_run(stack: Stack, request: ResearchRequest, prefix: str
 # ---------------------------------------------------------------- loopback pages for the crawler
 
 
-class _PageHandler(BaseHTTPRequestHandler):
+class _PageHandler(FakeServerHandler):
     server: _PageServer
 
     def do_GET(self) -> None:

@@ -14,9 +14,9 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
-from offline.loopback_http import send_body, serve_in_thread, shut_down
+from offline.loopback_http import FakeServerHandler, send_body, serve_in_thread, shut_down
 
 # No proxy from the environment: the upstream is on loopback, and must be reached directly.
 _OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -40,7 +40,7 @@ class _Proxy(ThreadingHTTPServer):
     seen: list[Seen]
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeServerHandler):
     server: _Proxy
 
     def do_GET(self) -> None:

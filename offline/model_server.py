@@ -19,12 +19,12 @@ import sys
 import threading
 import time
 import traceback
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 from offline.agent_text import ScriptedReply, ScriptedToolCall, text_of
 from offline.json_tool_mode import action_reply, is_action_request, native_view
-from offline.loopback_http import send_json, serve_in_thread, shut_down
+from offline.loopback_http import FakeServerHandler, send_json, serve_in_thread, shut_down
 from offline.model_faults import Fault, apply_fault, requested_output_cap, runs_to_cap
 from offline.scripted_agents import detect_agent, respond
 
@@ -84,7 +84,7 @@ class _Server(ThreadingHTTPServer):
     owner: FakeModelServer
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeServerHandler):
     protocol_version = "HTTP/1.1"
     server: _Server
 

@@ -32,7 +32,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, cast
 
-from offline.loopback_http import send_json, serve_in_thread, shut_down
+from offline.loopback_http import FakeServerHandler, send_json, serve_in_thread, shut_down
 from offline.search_index import DEFAULT_CORPUS, DEFAULT_MAX_RESULTS, Hit, SearchIndex
 
 logger = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ class _HTTPServer(ThreadingHTTPServer):
         self.owner = owner
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(FakeServerHandler):
     server_version = "FakeTavily/1.0"
     protocol_version = "HTTP/1.1"  # keep-alive, as httpx/requests expect from a real API
 

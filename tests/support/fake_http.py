@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from offline.loopback_http import send_body, serve_in_thread, shut_down
+from offline.loopback_http import FakeServerHandler, send_body, serve_in_thread, shut_down
 
 
 @dataclass
@@ -90,7 +90,7 @@ class FakeHTTPServer:
     def __enter__(self) -> FakeHTTPServer:
         owner = self
 
-        class _Handler(BaseHTTPRequestHandler):
+        class _Handler(FakeServerHandler):
             protocol_version = "HTTP/1.1"
 
             def do_GET(self) -> None:
