@@ -5,12 +5,11 @@ Why a module of its own: the model turn (``activities/model/llm.py``) builds a c
 what a client costs (about 3 ms to build, 370 ms for a process's first) is a concern of its own,
 measured in bench/overhead.py.
 
-A client per call, not one kept per worker: kept, they took about 5 ms off every turn, and that
-was the head start the turn's in-flight heartbeat (``activities/model/chat.py``) had over the
-request itself. With it gone, a server killed as the request left had not yet recorded the beat
-once in a loaded suite (``tests/test_crash.py::test_server_restart_mid_run``), and the call run
-again counted once instead of twice. The beat's order before the request is not guaranteed either
-way (see the note in bench/README.md); this keeps the margin the accounting had.
+A client per call, not one kept per worker: kept, they took about 5 ms off every turn (within the
+bench's noise), and that was the head start the turn's in-flight heartbeat
+(``activities/model/chat.py``) has over the request itself. A Temporal server killed between the
+two cannot count the call it then runs again (README, "Choosing a model"); the beat's order is not
+guaranteed either way, but this keeps the margin the accounting had.
 """
 
 from __future__ import annotations
