@@ -1,15 +1,16 @@
 """The model's ``ChatOpenAI`` clients: how one is built, which reply it guards against, and how a
 worker warms them.
 
-Why a module of its own: the model turn (``activities/model/llm.py``) builds a client per call, and
-what a client costs (about 3 ms to build, 370 ms for a process's first) is a concern of its own,
-measured in bench/overhead.py.
+Why a module of its own: what a client costs (about 3 ms of CPU to build, 370 ms for a process's
+first) is a concern of its own, measured in bench/overhead.py.
 
-A client per call, not one kept per worker: kept, they took about 5 ms off every turn (within the
-bench's noise), and that was the head start the turn's in-flight heartbeat
-(``activities/model/chat.py``) has over the request itself. A Temporal server killed between the
-two cannot count the call it then runs again (README, "Choosing a model"); the beat's order is not
-guaranteed either way, but this keeps the margin the accounting had.
+The model turn (``activities/model/llm.py``) keeps its clients (:class:`KeptClients`): a turn
+built two (the probe's, whose key says which verdict applies, and the one it asks with), and each
+build re-read the proxy environment, built openai's clients and serialized the model for
+langchain's callbacks, 4-5 ms of a warm turn before its request left. The turn's in-flight
+heartbeat (``activities/model/chat.py``) had that much of a head start over the request; it is sent,
+not awaited, so its order was never guaranteed, and a Temporal server killed between the two
+still cannot count the call it then runs again (README, "Choosing a model").
 """
 
 from __future__ import annotations
@@ -89,6 +90,30 @@ def build_client(settings: Settings, tier: str, max_tokens: int) -> ChatOpenAI:
         max_tokens=max_tokens,
         **insecure,
     )
+
+
+class KeptClients:
+    """A worker's built clients, one per tier and output cap, built on first use and kept.
+
+    A client holds no state of a call (langchain binds tools and the response format onto a
+    wrapper, and the SDK's HTTP clients are shared anyway), so one serves every turn and every
+    concurrent one. The caps a worker sees are few (per prompt, under the context window), but a
+    learned window can add more: past ``limit`` the oldest is dropped.
+    """
+
+    def __init__(self, settings: Settings, limit: int = 32) -> None:
+        self.settings = settings
+        self.limit = limit
+        self._built: dict[tuple[str, int], ChatOpenAI] = {}
+
+    def get(self, tier: str, max_tokens: int) -> ChatOpenAI:
+        key = (tier, max_tokens)
+        client = self._built.get(key)
+        if client is None:
+            if len(self._built) >= self.limit:
+                del self._built[next(iter(self._built))]
+            client = self._built[key] = build_client(self.settings, tier, max_tokens)
+        return client
 
 
 # Imported on a first call's way out: httpx's transport imports httpcore, and anyio its event loop's

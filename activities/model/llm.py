@@ -26,7 +26,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.model import json_tools, token_stream
 from activities.model.call_costs import priced, quota_tokens_of, reply_usage
-from activities.model.clients import build_client
+from activities.model.clients import KeptClients
 from activities.model.context_budget import (
     count_request_tokens,
     count_tool_tokens,
@@ -252,6 +252,7 @@ class ModelActivities:
         self.settings = settings
         self.tool_support = ToolSupport()
         self.windows = ContextWindows()
+        self.clients = KeptClients(settings)
 
     @activity.defn(name="chat")
     @model_call_telemetry
@@ -270,7 +271,7 @@ class ModelActivities:
         (``workflows/model_calls.py`` adds it).
         """
         mode = self.settings.llm_tool_mode
-        probe = build_client(self.settings, request.model_tier.value, PROBE_MAX_TOKENS)
+        probe = self.clients.get(request.model_tier.value, PROBE_MAX_TOKENS)
         key = ToolSupport.key(probe)
         in_json = mode == "json" or (mode == "auto" and self.tool_support.known(key) not in (None, Verdict.CALLS))
         if not request.tools:
@@ -403,7 +404,7 @@ class ModelActivities:
         """One completion, with the response ``formats`` tried best first; every provider failure
         is sorted (``classify_provider_error``), a context overflow raised for the caller."""
         settings = self.settings
-        client: Any = build_client(settings, request.model_tier.value, cap)
+        client: Any = self.clients.get(request.model_tier.value, cap)
         if tools:
             client = client.bind_tools(tools)
         quota_tokens = quota_tokens_of(settings, request, system_prompt, messages, tools, cap)
