@@ -25,7 +25,7 @@ from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
 from runtime.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
 from tests.support.processes import DevServer, WorkerProcess
-from tests.support.runs import run_id
+from tests.support.runs import listed, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ReportStyle, ResearchRequest, ResearchResult
 from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
 
@@ -140,8 +140,7 @@ async def test_worker_registers_them_and_runs_set_them(tmp_path: Path) -> None:
                                       .search_attributes.indexed_fields)]
         assert upserted[0] == "coordinating" and upserted[-1] == "completed"
         # ...and so the list of runs can be filtered by them.
-        found = [execution.id async for execution in client.list_workflows("DeerFlowPhase = 'completed'")]
-        assert handle.id in found
+        await listed(client, "DeerFlowPhase = 'completed'", lambda runs: handle.id in {run.id for run in runs})
     finally:
         if worker is not None:
             worker.stop()

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecution, WorkflowHandle
 
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 from workflows.status_view import OFFLINE_NOTICE
@@ -80,6 +80,24 @@ async def wait_for(handle: WorkflowHandle, predicate: Callable[[RunStatus], bool
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"status never matched; last: {status.model_dump_json(indent=1)}")
         await asyncio.sleep(0.05)
+
+
+async def listed(client: Client, query: str, until: Callable[[list[WorkflowExecution]], bool],
+                 timeout: float = 30) -> list[WorkflowExecution]:
+    """The runs ``query`` lists, once ``until`` holds of them; fail with the last list after ``timeout``.
+
+    The list is eventually consistent: the server writes a run's visibility record from a queue of
+    its own after the history, so on a loaded host a run that has ended can be missing from a
+    query on its end state for a while (seen: ``DeerFlowPhase = 'completed'`` empty at nice 15).
+    """
+    deadline = asyncio.get_running_loop().time() + timeout
+    while True:
+        executions = [execution async for execution in client.list_workflows(query)]
+        if until(executions):
+            return executions
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"{query!r} never listed what was expected; last: {[e.id for e in executions]}")
+        await asyncio.sleep(0.2)
 
 
 def awaiting_review(status: RunStatus) -> bool:
