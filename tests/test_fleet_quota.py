@@ -26,6 +26,7 @@ from tests.support.history_checks import wait_for_poller, worker_identity
 from tests.support.processes import DevServer, WorkerProcess, starter
 from tests.support.prometheus_text import scrape, total
 from tests.support.quota_drill import DRILL, chat_starts_of, measured_rate, rate_while_waiting, run_many
+from tests.support.runs import listed
 from workflows.models import ResearchResult
 
 RATE = 2.0  # requests per second for the whole fleet; uncapped, these runs send several times as many
@@ -100,10 +101,12 @@ async def test_two_workers_together_keep_to_the_fleets_request_rate(client: Clie
     assert provider.busiest_span <= RATE * (SPAN + 1) + 1 + probes, provider
 
 
-async def results_of(client: Client) -> list[ResearchResult]:
+async def results_of(client: Client, runs: int) -> list[ResearchResult]:
+    """The results of the completed runs, once the list shows ``runs`` of them (it trails the runs' ends)."""
+    completed = await listed(client, "ExecutionStatus = 'Completed'", lambda found: len(found) >= runs)
     return [await client.get_workflow_handle(execution.id, run_id=execution.run_id,
                                              result_type=ResearchResult).result()
-            async for execution in client.list_workflows("ExecutionStatus = 'Completed'")]
+            for execution in completed]
 
 
 def row(output: str, name: str) -> list[str]:
@@ -118,7 +121,7 @@ async def test_costs_and_list_show_what_the_runs_recorded_and_the_metrics_counte
     ran = await asyncio.to_thread(starter, dev_server, "run", "How do tides work?", "--auto-accept",
                                   "--max-steps", "1", "--as", "carol", "-o", str(tmp_path / "report.md"))
     assert ran.returncode == 0, ran.stderr
-    results = await results_of(client)
+    results = await results_of(client, RUNS + 1)  # the drill's and carol's
     spent = round(sum(result.usage.cost_usd for result in results), 6)
     calls = sum(result.usage.llm_calls for result in results)
     assert spent > 0 and all(set(result.usage.by_model) == {"deerflow-offline-demo"} for result in results)
