@@ -28,7 +28,7 @@ import tracemalloc
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +41,7 @@ from activities.guards import url_guard
 from activities.support import isolated
 from activities.web import crawl, decode, extract, fetch, page_text
 from config.settings import Settings
+from offline.loopback_http import FakeServerHandler
 from tests.support.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
 from workflows.models import CrawlRequest, CrawlResult
 
@@ -111,7 +112,7 @@ class SiteLog:
     drip_aborted: threading.Event = field(default_factory=threading.Event)
 
 
-class HostileHandler(BaseHTTPRequestHandler):
+class HostileHandler(FakeServerHandler):
     """Routes of the test site. HTTP/1.0, so a body without Content-Length ends at close."""
 
     server: SiteServer

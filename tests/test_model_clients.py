@@ -1,7 +1,7 @@
 """The model turn keeps its clients: a warm worker's turn builds none, and each turn still sends its own cap.
 
 Why it matters: building a ``ChatOpenAI`` re-reads the proxy environment, builds the openai SDK's
-clients and serializes the model for langchain's callbacks, 4-5 ms of every warm turn before its
+clients and serializes the model for langchain's callbacks, about 3 ms of every warm turn before its
 request left (bench/README.md, issue #23). Kept wrongly, a client would send one agent's output cap
 with another's turn, so the caps are checked where they arrive: at the provider.
 """

@@ -16,7 +16,7 @@ import sqlite3
 import threading
 from collections.abc import Iterator
 from datetime import timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,7 @@ from activities.documents.retrieval import (
     RetrievalActivities,
 )
 from config.settings import Settings
+from offline.loopback_http import FakeServerHandler, send_body, serve_in_thread, shut_down
 from workflows.models import LocalSearchRequest, SearchResponse
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
@@ -338,36 +339,30 @@ class FakeRAGFlow:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.replies: list[tuple[int, dict[str, str], Any]] = []
+        self.thread: threading.Thread | None = None
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(FakeServerHandler):
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"null")
                 fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
                 status, headers, reply = fake.replies.pop(0) if fake.replies else (200, {}, {"code": 0, "data": {}})
                 payload = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
-                self.send_response(status)
-                for name, value in {"Content-Type": "application/json", **headers}.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
+                send_body(self, status, payload, {"Content-Type": "application/json", **headers})
 
             def log_message(self, *args: Any) -> None:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.base_url = f"http://127.0.0.1:{self.server.server_address[1]}"
-        self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
 
     def __enter__(self) -> FakeRAGFlow:
-        self.thread.start()
+        self.thread = serve_in_thread(self.server, "fake-ragflow")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        shut_down(self.server, self.thread)
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ first) is a concern of its own, measured in bench/overhead.py.
 The model turn (``activities/model/llm.py``) keeps its clients (:class:`KeptClients`): a turn
 built two (the probe's, whose key says which verdict applies, and the one it asks with), and each
 build re-read the proxy environment, built openai's clients and serialized the model for
-langchain's callbacks, 4-5 ms of a warm turn before its request left. The turn's in-flight
+langchain's callbacks, about 3 ms of a warm turn before its request left. The turn's in-flight
 heartbeat (``activities/model/chat.py``) had that much of a head start over the request; it is sent,
 not awaited, so its order was never guaranteed, and a Temporal server killed between the two
 still cannot count the call it then runs again (README, "Choosing a model").
