@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import socket
 import sys
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from typing import Any
 
@@ -253,11 +255,25 @@ class FakeModelServer:
     # ------------------------------------------------------------ serving
 
     def _serve(self, handler: _Handler, body: dict[str, Any]) -> None:
+        """Answer one chat request ``latency_seconds`` after it arrived.
+
+        The answer is worked out first and sent once the latency has passed since the arrival, so
+        a request's reply leaves exactly that long after it came, however long this fake takes to
+        read a long prompt or build its reply: bench/overhead.py divides by that latency alone, and
+        the fake's own work is not the worker's overhead.
+        """
         with self._lock:
-            self.arrivals.append(time.monotonic())
+            arrival = time.monotonic()
+            self.arrivals.append(arrival)
             self.requests.append(body)
             self._counter += 1
             number = self._counter
+        answer = self._answer(handler, body, number)
+        self._stopping.wait(max(0.0, arrival + self.latency_seconds - time.monotonic()))
+        answer()
+
+    def _answer(self, handler: _Handler, body: dict[str, Any], number: int) -> Callable[[], None]:
+        """What to send for ``body``: worked out now, sent when the caller calls it."""
         if self.ignore_tools:
             body = {key: value for key, value in body.items() if key not in ("tools", "tool_choice")}
         action_request = is_action_request(body)
@@ -265,27 +281,18 @@ class FakeModelServer:
             body = native_view(body)
         agent = detect_agent(body)
         fault = self._take_fault(agent)
-        if self.latency_seconds > 0:
-            self._stopping.wait(self.latency_seconds)
         if fault is not None and fault.kind == "status":
             headers = {"Retry-After": f"{fault.retry_after:g}"} if fault.retry_after is not None else {}
             message = fault.message or f"Injected fault: HTTP {fault.status_code}"
-            handler.send_error_json(fault.status_code, message, headers)
-            return
+            return functools.partial(handler.send_error_json, fault.status_code, message, headers)
         prompt_tokens = approx_tokens(_prompt_text(body.get("messages") or []) + json.dumps(body.get("tools") or []))
         window = fault.n_ctx if fault is not None and fault.kind == "context_overflow" else self.n_ctx
         if window and (prompt_tokens > window or (fault is not None and fault.kind == "context_overflow")):
-            send_json(handler, 400, {"error": {
+            return functools.partial(send_json, handler, 400, {"error": {
                 "code": 400, "type": "exceed_context_size_error", "n_prompt_tokens": prompt_tokens, "n_ctx": window,
                 "message": "the request exceeds the available context size, try increasing it"}})
-            return
-        if fault is not None and fault.kind == "timeout":
-            self._stopping.wait(fault.seconds)
-            handler.close_connection = True  # the client has most likely hung up by now
         if fault is not None and fault.kind == "loop" and requested_output_cap(body) is None:
-            self._stopping.wait(ENDLESS_SECONDS)  # generating for ever; the client hangs up
-            handler.close_connection = True
-            return
+            return functools.partial(self._generate_for_ever, handler)
         try:
             if fault is not None and fault.kind == "no_tool_call":
                 reply = respond({key: value for key, value in body.items() if key != "tools"}, agent)
@@ -293,18 +300,33 @@ class FakeModelServer:
                 reply = respond(body, agent)
         except Exception as exc:  # a bug in a scripted agent should read as a server error, not a hang
             traceback.print_exc(file=sys.stderr)
-            handler.send_error_json(500, f"Offline model failed: {exc!r}")
-            return
+            return functools.partial(handler.send_error_json, 500, f"Offline model failed: {exc!r}")
         content, calls, rambles = self._shaped(reply, body, fault, action_request)
         completion = self._completion(number, body, content, calls)
         if rambles or runs_to_cap(fault, content, body):
             completion["choices"][0]["finish_reason"] = "length"
         if body.get("stream"):
-            self._send_stream(handler, completion, body, cut=fault is not None and fault.kind == "truncated")
+            send = functools.partial(self._send_stream, handler, completion, body,
+                                     cut=fault is not None and fault.kind == "truncated")
         elif fault is not None and fault.kind == "truncated":
-            self._send_truncated(handler, completion)
+            send = functools.partial(self._send_truncated, handler, completion)
         else:
-            send_json(handler, 200, completion)
+            send = functools.partial(send_json, handler, 200, completion)
+        if fault is not None and fault.kind == "timeout":
+            return functools.partial(self._late, handler, fault.seconds, send)
+        return send
+
+    def _generate_for_ever(self, handler: _Handler) -> None:
+        """The ``loop`` fault: the model generates until the client hangs up (or the server stops)."""
+        self._stopping.wait(ENDLESS_SECONDS)
+        handler.close_connection = True
+
+    def _late(self, handler: _Handler, seconds: float, send: Callable[[], None]) -> None:
+        """The ``timeout`` fault: the reply comes ``seconds`` late, to a client that has most likely
+        hung up by now."""
+        self._stopping.wait(seconds)
+        handler.close_connection = True
+        send()
 
     def _shaped(self, reply: ScriptedReply, body: dict[str, Any], fault: Fault | None, action_request: bool,
                 ) -> tuple[str, list[tuple[str, str, str]], bool]:

@@ -434,6 +434,28 @@ def test_requests_are_recorded_and_latency_applies(server: FakeModelServer) -> N
     assert server.requests[-1]["messages"][-1] == {"role": "user", "content": "hi"}
 
 
+def test_the_reply_leaves_the_latency_after_the_request_came_however_slow_the_fake(
+        server: FakeModelServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/overhead.py divides a run by the model's latency alone: the fake's own work on a request
+    (reading the prompt, scripting the reply) must fall inside that latency, not after it."""
+    import offline.model_server as model_server
+
+    scripted = model_server.respond
+
+    def slow_respond(*args: Any) -> Any:
+        time.sleep(0.4)  # the fake's own work, as on a long prompt on a loaded machine
+        return scripted(*args)
+
+    monkeypatch.setattr(model_server, "respond", slow_respond)
+    server.latency_seconds = 0.5
+    try:
+        llm(server).invoke([system("coordinator"), HumanMessage("hi")])
+    finally:
+        server.latency_seconds = 0.0
+    in_the_fake = server.replies[-1] - server.arrivals[-1]
+    assert 0.5 <= in_the_fake < 0.8  # 0.9 or more when the fake works after the latency
+
+
 def test_module_runs_in_the_foreground() -> None:
     process = subprocess.Popen([sys.executable, "-m", "offline.model_server", "--port", "0"], cwd=ROOT,
                                stdout=subprocess.PIPE, text=True)
