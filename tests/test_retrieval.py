@@ -343,10 +343,13 @@ class FakeRAGFlow:
         fake = self
 
         class Handler(FakeServerHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as RAGFlow behind its nginx
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"null")
-                fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+                fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body,
+                                      "client_port": self.client_address[1]})
                 status, headers, reply = fake.replies.pop(0) if fake.replies else (200, {}, {"code": 0, "data": {}})
                 payload = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 send_body(self, status, payload, {"Content-Type": "application/json", **headers})
@@ -438,6 +441,15 @@ async def test_ragflow_request_and_result_mapping(ragflow: FakeRAGFlow) -> None:
         ("intro.pdf", "rag://dataset/ds1#doc1", "RAGFlow is a RAG engine.", 0.91),
         ("legacy.txt", "rag://dataset/ds2#doc9", "Older field names.", 0.5),
     ]
+
+
+async def test_ragflow_searches_reuse_the_connection(ragflow: FakeRAGFlow) -> None:
+    """A client per retrieval opened a connection (to an https RAGFlow, a TLS handshake) per step."""
+    for _ in range(3):
+        await rag_search(ragflow_settings(ragflow), ["rag://dataset/ds-1"])
+
+    assert len(ragflow.requests) == 3
+    assert len({seen["client_port"] for seen in ragflow.requests}) == 1
 
 
 async def test_ragflow_http_401_is_not_retryable(ragflow: FakeRAGFlow) -> None:

@@ -9,6 +9,7 @@ anything but 127.0.0.1, so a provider falling back to its public endpoint cannot
 
 from __future__ import annotations
 
+import asyncio
 import html
 import socket
 from collections.abc import Callable, Iterator
@@ -791,6 +792,56 @@ async def test_duckduckgo_202_ratelimit_page_is_a_rate_limit(
 
     assert error.type == RATE_LIMITED and not error.non_retryable
     assert "202" in error.message
+
+
+# ---------------------------------------------------------------- kept clients
+
+
+def tavily_answer(seen: Seen) -> Reply:
+    """Tavily's ``POST /search``, as much of it as the mapping reads; sets a cookie, as fronts do."""
+    results = [{"title": doc.title, "url": doc.url, "content": doc.content, "score": 0.9} for doc in CORPUS]
+    return Reply(200, {"query": seen.json()["query"], "results": results}, {"Set-Cookie": "session=abc; Path=/"})
+
+
+TAVILY = Case("tavily", "Tavily", tavily_answer, lambda status, retry_after=None: Reply(status),
+              lambda url: {"TAVILY_BASE_URL": url, "TAVILY_API_KEY": KEY}, lambda seen: seen.json()["max_results"],
+              {}, key_env="TAVILY_API_KEY")
+# The providers whose requests go through httpx (activities/support/pooled_http.py); arXiv and
+# DuckDuckGo go through their own libraries' clients.
+KEPT = [TAVILY, *(BY_NAME[name] for name in ("brave", "serper", "searx", "wikipedia"))]
+
+
+def with_cookie(answer: Callable[[Seen], Reply]) -> Callable[[Seen], Reply]:
+    def answered(seen: Seen) -> Reply:
+        reply = answer(seen)
+        return Reply(reply.status, reply.body, {**reply.headers, "Set-Cookie": "session=abc; Path=/"})
+    return answered
+
+
+@pytest.mark.parametrize("case", KEPT, ids=[case.name for case in KEPT], indirect=True)
+async def test_searches_reuse_the_connection_and_send_no_cookie_back(
+    provider_env: dict[str, str], case: Case, fake: FakeHTTPServer
+) -> None:
+    """A client per search opened a connection (to a real provider, a TLS handshake) per search."""
+    fake.handler = with_cookie(case.answer)
+
+    for _ in range(3):
+        await run_search(provider_env)
+
+    assert len(fake.requests) >= 3
+    assert len({seen.client_port for seen in fake.requests}) == 1
+    # A kept client must not carry one run's provider cookies into the next search, of any run.
+    assert all("cookie" not in seen.headers for seen in fake.requests)
+
+
+@pytest.mark.parametrize("case", KEPT, ids=[case.name for case in KEPT], indirect=True)
+def test_each_event_loop_searches_on_its_own_client(provider_env: dict[str, str], fake: FakeHTTPServer) -> None:
+    """A client's connections belong to the loop that opened them: a second loop (a process that
+    calls ``asyncio.run`` twice) must not be handed the first one's."""
+    for _ in range(2):
+        response = asyncio.run(run_search(provider_env))
+        assert len(response.results) == 2
+    assert len({seen.client_port for seen in fake.requests}) == 2
 
 
 # ---------------------------------------------------------------- registry and guard

@@ -44,6 +44,7 @@ from temporalio.exceptions import ApplicationError
 from activities.documents import extract as doc_extract
 from activities.documents.index import DB_FILENAME, DocumentStore, Hit, StoreUnavailable
 from activities.support.heartbeat import heartbeating
+from activities.support.pooled_http import pooled_client, pooled_client_options
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from activities.support.tls import verifying_context
@@ -304,16 +305,22 @@ class RAGFlowRetriever:
         return url.rstrip("/"), key
 
     async def _post(self, url: str, api_key: str, payload: dict[str, Any]) -> httpx.Response:
-        """The HTTP exchange; network failures become retryable errors."""
+        """The HTTP exchange, on the worker's kept client (``activities/support/pooled_http.py``:
+        each step's retrieval reuses its connection); network failures become retryable errors."""
         timeout = self._settings.search_timeout_seconds
         headers = {"Authorization": f"Bearer {api_key}"}
         try:
-            async with httpx.AsyncClient(timeout=timeout, verify=verifying_context()) as client:
-                return await client.post(url, json=payload, headers=headers)
+            client = pooled_client(("ragflow",), _build_client)
+            return await client.post(url, json=payload, headers=headers, timeout=timeout)
         except httpx.TimeoutException:
             raise unavailable_error(f"RAGFlow did not answer within {timeout:g} s.") from None
         except httpx.TransportError as exc:
             raise unavailable_error(f"Could not reach RAGFlow at {url}: {type(exc).__name__}: {exc}") from exc
+
+
+def _build_client() -> httpx.AsyncClient:
+    """RAGFlow's kept client: no key, header or timeout of its own (each request carries them)."""
+    return httpx.AsyncClient(verify=verifying_context(), **pooled_client_options())
 
 
 def parse_rag_resources(resources: list[str]) -> tuple[list[str], list[str]]:

@@ -56,6 +56,7 @@ class Seen:
     query: dict[str, list[str]]
     headers: dict[str, str]
     body: bytes
+    client_port: int = 0  # the client's end of the connection: requests on one connection share it
 
     def param(self, name: str) -> str | None:
         """A query-string parameter's first value."""
@@ -132,6 +133,7 @@ class FakeHTTPServer:
             query=parse_qs(parts.query, keep_blank_values=True),
             headers={name.lower(): value for name, value in http.headers.items()},
             body=http.rfile.read(length) if length else b"",
+            client_port=http.client_address[1],
         )
         with self._lock:
             self.requests.append(seen)

@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 from temporalio.exceptions import ApplicationError
 
+from activities.support.pooled_http import pooled_client, pooled_client_options
 from activities.support.tls import verifying_context
 from activities.web.search import config_error, status_error, unavailable_error
 from config.settings import Settings
@@ -64,16 +65,17 @@ async def send(
     follow_redirects: bool = False,
     **kwargs: Any,
 ) -> httpx.Response:
-    """One request; transport failures become ApplicationErrors, any HTTP status is returned.
+    """One request on the provider's kept client (``activities/support/pooled_http.py``); transport
+    failures become ApplicationErrors, any HTTP status is returned.
 
     Redirects are off by default: httpx keeps custom key headers (``X-API-KEY``) on a
     cross-origin redirect, so keyed providers must not follow them.
     """
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **kwargs.pop("headers", {})}
+    http = pooled_client(("search", provider.label), _build_client)
     try:
-        async with httpx.AsyncClient(verify=verifying_context(), timeout=timeout,
-                                     follow_redirects=follow_redirects) as http:
-            return await http.request(method, url, headers=headers, **kwargs)
+        return await http.request(method, url, headers=headers, timeout=timeout, follow_redirects=follow_redirects,
+                                  **kwargs)
     except httpx.TimeoutException as exc:
         raise unavailable_error(f"{provider.label} did not answer within {timeout:g} s.") from exc
     except httpx.UnsupportedProtocol as exc:
@@ -82,6 +84,11 @@ async def send(
         raise unavailable_error(f"Could not reach {provider.label}: {type(exc).__name__}: {exc}") from exc
     except httpx.InvalidURL as exc:
         raise config_error(f"{provider.base_url_env} gives an invalid URL ({provider.label}): {exc}") from exc
+
+
+def _build_client() -> httpx.AsyncClient:
+    """A provider's kept client: no key, header or timeout of its own (each request carries them)."""
+    return httpx.AsyncClient(verify=verifying_context(), **pooled_client_options())
 
 
 def response_detail(response: httpx.Response) -> str:

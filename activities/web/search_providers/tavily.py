@@ -2,11 +2,13 @@
 
 The client runs on an httpx client we own, so the last response can be recorded: tavily-python
 turns failures into its own exception types and drops the response, and with it the status code
-and ``Retry-After`` the error sorting needs.
+and ``Retry-After`` the error sorting needs. That client is kept per endpoint and key
+(``activities/support/pooled_http.py``), so searches reuse its connections.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 import httpx
@@ -14,6 +16,7 @@ from tavily import AsyncTavilyClient
 from tavily import errors as tavily_errors
 from temporalio.exceptions import ApplicationError
 
+from activities.support.pooled_http import pooled_client, pooled_client_options
 from activities.support.tls import verifying_context
 from activities.web.search import (
     DEFAULT_PROVIDER,
@@ -36,13 +39,20 @@ _TAVILY_REFUSALS = {
 
 
 class _LastResponse:
-    """An httpx response hook keeping the last response (see the module docstring)."""
+    """The last response of one search (see the module docstring), recorded by the kept client's
+    response hook into the search that is running: searches share the client, not this."""
 
     def __init__(self) -> None:
         self.response: httpx.Response | None = None
 
-    async def record(self, response: httpx.Response) -> None:
-        self.response = response
+
+_LAST_RESPONSE: ContextVar[_LastResponse | None] = ContextVar("tavily_last_response", default=None)
+
+
+async def _record(response: httpx.Response) -> None:
+    last = _LAST_RESPONSE.get()
+    if last is not None:
+        last.response = response
 
 
 @register_provider(DEFAULT_PROVIDER)
@@ -57,31 +67,41 @@ class TavilySearch:
         api_key = self._settings.tavily_api_key
         if not api_key:
             raise missing_setting_error(LABEL, "TAVILY_API_KEY")
+        base_url = self._base_url_kwargs()
+        # tavily-python puts the key and the endpoint into the client it is given: both are in the key.
+        http = pooled_client(("tavily", api_key, tuple(base_url.items())), _build_client)
+        client = AsyncTavilyClient(api_key=api_key, client=http, **base_url)
         last = _LastResponse()
-        async with httpx.AsyncClient(verify=verifying_context(), event_hooks={"response": [last.record]}) as http:
-            client = AsyncTavilyClient(api_key=api_key, client=http, **self._base_url_kwargs())
-            try:
-                payload = await client.search(
-                    request.query,
-                    max_results=min(max(request.max_results, 1), TAVILY_MAX_RESULTS),
-                    include_raw_content=False,
-                    include_images=False,
-                    # DeerFlow's SEARCH_ENGINE domain filters (None: tavily-python leaves them out).
-                    include_domains=self._settings.search_include_domains or None,
-                    exclude_domains=self._settings.search_exclude_domains or None,
-                    timeout=self._settings.search_timeout_seconds,
-                )
-            except Exception as exc:
-                error = tavily_error(exc, last.response, self._settings.search_timeout_seconds)
-                if error is None:
-                    raise
-                raise error from exc
+        recording = _LAST_RESPONSE.set(last)
+        try:
+            payload = await client.search(
+                request.query,
+                max_results=min(max(request.max_results, 1), TAVILY_MAX_RESULTS),
+                include_raw_content=False,
+                include_images=False,
+                # DeerFlow's SEARCH_ENGINE domain filters (None: tavily-python leaves them out).
+                include_domains=self._settings.search_include_domains or None,
+                exclude_domains=self._settings.search_exclude_domains or None,
+                timeout=self._settings.search_timeout_seconds,
+            )
+        except Exception as exc:
+            error = tavily_error(exc, last.response, self._settings.search_timeout_seconds)
+            if error is None:
+                raise
+            raise error from exc
+        finally:
+            _LAST_RESPONSE.reset(recording)
         return tavily_response(request.query, payload)
 
     def _base_url_kwargs(self) -> dict[str, str]:
         # Omitted when unset so tavily-python keeps its own default endpoint.
         base_url = self._settings.tavily_base_url
         return {"api_base_url": base_url.rstrip("/")} if base_url else {}
+
+
+def _build_client() -> httpx.AsyncClient:
+    return httpx.AsyncClient(verify=verifying_context(), event_hooks={"response": [_record]},
+                             **pooled_client_options())
 
 
 def tavily_response(query: str, payload: Any) -> SearchResponse:
