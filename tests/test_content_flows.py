@@ -15,6 +15,7 @@ import pytest
 from pptx import Presentation
 from temporalio.client import Client, WorkflowFailureError
 
+from activities.content.speech import synthesize
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from runtime import artefacts
@@ -32,6 +33,7 @@ from workflows.podcast import (
     NoScript,
     PodcastRequest,
     PodcastResult,
+    SpeechRequest,
     script_from_reply,
 )
 from workflows.prose import PROSE_WORKFLOW, ProseOption, ProseRequest, ProseResult
@@ -207,6 +209,16 @@ async def test_each_line_is_spoken_by_its_voice_and_joined_in_order(
     assert {seen.path for seen in tts.requests} == {"/v1/audio/speech"}
     assert all(seen.headers["authorization"] == "Bearer tts-key-0123456789" for seen in tts.requests)
     assert tts.requests[0].json()["model"] == "tts-1" and result.note is None
+
+
+async def test_the_lines_of_a_podcast_reuse_the_connection(worker_settings: Settings) -> None:
+    """Each line is a call of its own: a client per call opened a connection (to an https
+    endpoint, a TLS handshake) per line."""
+    with FakeHTTPServer(_speech) as tts:
+        voice = worker_settings.model_copy(update={"tts_url": f"{tts.base_url}/v1", "tts_api_key": "tts-0123456789"})
+        clips = [await synthesize(voice, SpeechRequest(text=f"Line {n}", speaker="female")) for n in range(3)]
+    assert clips == [f"[nova:Line {n}]".encode() for n in range(3)]
+    assert len({seen.client_port for seen in tts.requests}) == 1
 
 
 async def test_without_a_voice_the_script_comes_back_with_a_note(time_worker: Client) -> None:
