@@ -19,14 +19,12 @@ import json
 import uuid
 from typing import Any
 
-import httpx
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.support.heartbeat import heartbeating
-from activities.support.pooled_http import pooled_client, pooled_client_options
+from activities.support.pooled_http import pooled_client
 from activities.support.retry_pacing import paced_retries
-from activities.support.tls import verifying_context
 from config.settings import Settings
 from runtime import artefacts
 from workflows.artefact import ArtefactRef
@@ -86,15 +84,11 @@ async def _volcengine(settings: Settings, request: SpeechRequest) -> bytes:
                                type="SpeechFailed") from None
 
 
-def _build_client() -> httpx.AsyncClient:
-    """The speech endpoint's kept client: no key, header or timeout of its own (each request carries
-    them); a podcast speaks each line in a call of its own, and reuses the connection."""
-    return httpx.AsyncClient(verify=verifying_context(), **pooled_client_options())
-
-
 async def _post(settings: Settings, url: str, body: dict[str, Any], headers: dict[str, str]) -> bytes:
-    """The answer's body, capped; a refusal (4xx but 408/429) is not retried."""
-    http = pooled_client(("speech",), _build_client)
+    """The answer's body, capped; a refusal (4xx but 408/429) is not retried. On the worker's kept
+    client (``activities/support/pooled_http.py``): each line is a call of its own, and reuses the
+    connection."""
+    http = pooled_client(("speech",))
     async with http.stream("POST", url, json=body, headers=headers, timeout=settings.tts_timeout,
                            follow_redirects=False) as reply:
         if reply.status_code != 200:

@@ -44,10 +44,9 @@ from temporalio.exceptions import ApplicationError
 from activities.documents import extract as doc_extract
 from activities.documents.index import DB_FILENAME, DocumentStore, Hit, StoreUnavailable
 from activities.support.heartbeat import heartbeating
-from activities.support.pooled_http import pooled_client, pooled_client_options
+from activities.support.pooled_http import pooled_client
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
-from activities.support.tls import verifying_context
 from activities.web.search import parse_retry_after, trim_response
 from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources
 from config.settings import Settings
@@ -310,17 +309,13 @@ class RAGFlowRetriever:
         timeout = self._settings.search_timeout_seconds
         headers = {"Authorization": f"Bearer {api_key}"}
         try:
-            client = pooled_client(("ragflow",), _build_client)
+            client = pooled_client(("ragflow",))
             return await client.post(url, json=payload, headers=headers, timeout=timeout)
         except httpx.TimeoutException:
             raise unavailable_error(f"RAGFlow did not answer within {timeout:g} s.") from None
         except httpx.TransportError as exc:
             raise unavailable_error(f"Could not reach RAGFlow at {url}: {type(exc).__name__}: {exc}") from exc
 
-
-def _build_client() -> httpx.AsyncClient:
-    """RAGFlow's kept client: no key, header or timeout of its own (each request carries them)."""
-    return httpx.AsyncClient(verify=verifying_context(), **pooled_client_options())
 
 
 def parse_rag_resources(resources: list[str]) -> tuple[list[str], list[str]]:

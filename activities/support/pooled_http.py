@@ -25,6 +25,8 @@ from typing import Any
 
 import httpx
 
+from activities.support.tls import verifying_context
+
 KEEPALIVE_SECONDS = 30.0  # under the idle timeouts of common front ends (nginx 75 s, cloud balancers 60 s)
 MAX_CLIENTS_PER_LOOP = 16
 
@@ -32,19 +34,22 @@ _clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[Hashable, ht
     weakref.WeakKeyDictionary())
 
 
-def pooled_client_options() -> dict[str, Any]:
-    """What every kept client is built with, beside its own settings: httpx's default pool sizes
-    with idle connections kept for :data:`KEEPALIVE_SECONDS`, and no cookies.
+def build_client(**options: Any) -> httpx.AsyncClient:
+    """A kept client: the process's verifying context, httpx's default pool sizes with idle
+    connections kept for :data:`KEEPALIVE_SECONDS`, no cookies, and ``options`` (e.g. event hooks).
+    It has no key, header or timeout of its own: each request carries them.
 
     No cookies: a client per call started with an empty jar; a kept one would send a provider's
     cookies back on every later call, of every run this worker serves.
     """
-    return {"limits": httpx.Limits(max_connections=100, max_keepalive_connections=20,
-                                   keepalive_expiry=KEEPALIVE_SECONDS),
-            "cookies": CookieJar(policy=DefaultCookiePolicy(allowed_domains=[]))}
+    return httpx.AsyncClient(
+        verify=verifying_context(),
+        limits=httpx.Limits(max_connections=100, max_keepalive_connections=20, keepalive_expiry=KEEPALIVE_SECONDS),
+        cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+        **options)
 
 
-def pooled_client(key: Hashable, build: Callable[[], httpx.AsyncClient]) -> httpx.AsyncClient:
+def pooled_client(key: Hashable, build: Callable[[], httpx.AsyncClient] = build_client) -> httpx.AsyncClient:
     """The running loop's client for ``key``, built with ``build`` the first time (or once closed).
 
     ``key`` must hold everything ``build`` puts into the client (its endpoint, its key header), so

@@ -19,8 +19,7 @@ from urllib.parse import urlsplit
 import httpx
 from temporalio.exceptions import ApplicationError
 
-from activities.support.pooled_http import pooled_client, pooled_client_options
-from activities.support.tls import verifying_context
+from activities.support.pooled_http import pooled_client
 from activities.web.search import config_error, status_error, unavailable_error
 from config.settings import Settings
 from workflows.models import SearchRequest, SearchResponse
@@ -72,7 +71,7 @@ async def send(
     cross-origin redirect, so keyed providers must not follow them.
     """
     headers = {"User-Agent": USER_AGENT, "Accept": "application/json", **kwargs.pop("headers", {})}
-    http = pooled_client(("search", provider.label), _build_client)
+    http = pooled_client(("search", provider.label))
     try:
         return await http.request(method, url, headers=headers, timeout=timeout, follow_redirects=follow_redirects,
                                   **kwargs)
@@ -84,11 +83,6 @@ async def send(
         raise unavailable_error(f"Could not reach {provider.label}: {type(exc).__name__}: {exc}") from exc
     except httpx.InvalidURL as exc:
         raise config_error(f"{provider.base_url_env} gives an invalid URL ({provider.label}): {exc}") from exc
-
-
-def _build_client() -> httpx.AsyncClient:
-    """A provider's kept client: no key, header or timeout of its own (each request carries them)."""
-    return httpx.AsyncClient(verify=verifying_context(), **pooled_client_options())
 
 
 def response_detail(response: httpx.Response) -> str:

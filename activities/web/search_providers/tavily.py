@@ -16,8 +16,7 @@ from tavily import AsyncTavilyClient
 from tavily import errors as tavily_errors
 from temporalio.exceptions import ApplicationError
 
-from activities.support.pooled_http import pooled_client, pooled_client_options
-from activities.support.tls import verifying_context
+from activities.support.pooled_http import build_client, pooled_client
 from activities.web.search import (
     DEFAULT_PROVIDER,
     missing_setting_error,
@@ -100,8 +99,7 @@ class TavilySearch:
 
 
 def _build_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(verify=verifying_context(), event_hooks={"response": [_record]},
-                             **pooled_client_options())
+    return build_client(event_hooks={"response": [_record]})
 
 
 def tavily_response(query: str, payload: Any) -> SearchResponse:
