@@ -317,7 +317,6 @@ class RAGFlowRetriever:
             raise unavailable_error(f"Could not reach RAGFlow at {url}: {type(exc).__name__}: {exc}") from exc
 
 
-
 def parse_rag_resources(resources: list[str]) -> tuple[list[str], list[str]]:
     """(dataset ids, document ids) of ``rag://dataset/<dataset_id>[#<document_id>]`` URIs, deduplicated."""
     datasets: dict[str, None] = {}

@@ -26,6 +26,7 @@ from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 
 from activities.model.tool_support import PROBE_MAX_TOKENS
+from activities.support.kept import kept
 from config.settings import Settings
 from workflows.models import ModelTier
 
@@ -107,13 +108,8 @@ class KeptClients:
         self._built: dict[tuple[str, int], ChatOpenAI] = {}
 
     def get(self, tier: str, max_tokens: int) -> ChatOpenAI:
-        key = (tier, max_tokens)
-        client = self._built.get(key)
-        if client is None:
-            if len(self._built) >= self.limit:
-                del self._built[next(iter(self._built))]
-            client = self._built[key] = build_client(self.settings, tier, max_tokens)
-        return client
+        return kept(self._built, (tier, max_tokens), functools.partial(build_client, self.settings, tier, max_tokens),
+                    self.limit)
 
 
 # Imported on a first call's way out: httpx's transport imports httpcore, and anyio its event loop's

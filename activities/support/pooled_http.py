@@ -1,11 +1,11 @@
 """One pooled HTTP client per event loop and provider endpoint, for providers a worker calls again
-and again (the search providers).
+and again (the search providers, RAGFlow, the speech endpoint).
 
 Why: a client per call opened a new connection per call, and to an https provider a new TLS
 handshake: one or two round trips and a certificate chain check on the event loop before every
-search. A kept client reuses its open connections (httpx's pool), kept idle for
-:data:`KEEPALIVE_SECONDS` so that the searches of a research step, a model turn apart, still find
-theirs open. On loopback, without TLS, a search's own time in the worker went from 3.3 to 1.7 ms
+search, retrieval or spoken line. A kept client reuses its open connections (httpx's pool), kept
+idle for :data:`KEEPALIVE_SECONDS` so that the searches of a research step, a model turn apart,
+still find theirs open. On loopback, without TLS, a search's own time in the worker went from 3.3 to 1.7 ms
 (bench/README.md, issue #23).
 
 Why per event loop: a client's connections belong to the loop that opened them. A worker has one
@@ -25,6 +25,7 @@ from typing import Any
 
 import httpx
 
+from activities.support.kept import kept
 from activities.support.tls import verifying_context
 
 KEEPALIVE_SECONDS = 30.0  # under the idle timeouts of common front ends (nginx 75 s, cloud balancers 60 s)
@@ -56,10 +57,6 @@ def pooled_client(key: Hashable, build: Callable[[], httpx.AsyncClient] = build_
     that a client is never shared by two configurations.
     """
     clients = _clients.setdefault(asyncio.get_running_loop(), {})
-    client = clients.get(key)
-    if client is None or client.is_closed:
-        clients.pop(key, None)
-        if len(clients) >= MAX_CLIENTS_PER_LOOP:
-            clients.pop(next(iter(clients)))
-        client = clients[key] = build()
-    return client
+    if key in clients and clients[key].is_closed:
+        del clients[key]
+    return kept(clients, key, build, MAX_CLIENTS_PER_LOOP)
