@@ -30,6 +30,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor
 
 from activities.guards.secret_scrubber import ScrubbingLogFilter, SecretScrubber
+from activities.model.chat import ChatActivity
 from activities.support.isolated import start_fork_server
 from activities.support.lazy import MODEL_MODULE, load, preload
 from activities.support.tool_metrics import ToolMetricsInterceptor
@@ -75,6 +76,8 @@ STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
 # local_search_tool): a worker serving none of them (model calls only, or the sandbox) never starts it,
 # and keeps its 1-3 s of CPU and its process.
 EXTRACTING_KINDS: frozenset[QueueKind] = frozenset({"main", "tools"})
+# The queues whose worker runs the model turn (warmed at start, activities/model/chat.py).
+MODEL_KINDS: frozenset[QueueKind] = frozenset({"main", "model"})
 # How long a worker stopped at once (a second signal) spends handing its attempts in flight back.
 HAND_BACK_SECONDS = 5.0
 
@@ -147,10 +150,11 @@ async def main(argv: list[str] | None = None) -> None:
     journal = open_journal(settings, client)
     interceptors = activity_interceptors(settings, scrubber, journal, metrics=runtime is not None)
     sandbox = SandboxActivities(settings)
+    chat = ChatActivity(settings)
     grace = timedelta(seconds=settings.worker_shutdown_grace)
     identity = worker_identity(digest)
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
-                            sandbox=sandbox, interceptors=interceptors,
+                            sandbox=sandbox, chat=chat, interceptors=interceptors,
                             sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
                             graceful_shutdown_timeout=grace, identity=identity)
     stop = asyncio.Event()
@@ -169,7 +173,7 @@ async def main(argv: list[str] | None = None) -> None:
         # A warm-up that fails stops the worker, as a failure at start would; a stop does not wait for it.
         async with probe_server(settings.health_address, worker_readiness(client, identity, served)), \
                 running(workers, held=held, until=lambda: load(MODEL_MODULE)), asyncio.TaskGroup() as group:
-            warming = group.create_task(warm_up(queues, settings, sandbox, client, journal))
+            warming = group.create_task(warm_up(queues, settings, sandbox, chat, client, journal))
             await stop.wait()
             warming.cancel()
     finally:
@@ -214,8 +218,8 @@ async def stop_now(client: Client, journal: InflightJournal | None) -> None:
     exit_now(1)
 
 
-async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities, client: Client,
-                  journal: InflightJournal | None) -> None:
+async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: SandboxActivities, chat: ChatActivity,
+                  client: Client, journal: InflightJournal | None) -> None:
     """Start-up work that waits until the workers poll, so that a worker replacing a dead one
     resumes its runs first (the front door and a crashed run wait for that first poll).
 
@@ -227,8 +231,9 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
     (bench/crash_cost.py).
 
     Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
-    python_repl_tool call, the fork server (1-3 s) is started by the first extraction, and the model and
-    MCP libraries (seconds) are imported by the first call that needs them.
+    python_repl_tool call, the fork server (1-3 s) is started by the first extraction, the model and
+    MCP libraries (seconds) are imported by the first call that needs them, and each tier's context
+    window (a request to the provider: ``GET /models``, its only one at start) is asked by its first turn.
     """
     try:
         reclaimed = 0 if journal is None else await reclaim_at_start(client, journal)
@@ -242,6 +247,8 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
             if EXTRACTING_KINDS & set(queues):  # the fork server imports in its own process: they overlap
                 starts.append(asyncio.to_thread(start_fork_server, settings))
             await asyncio.gather(*starts)
+            if MODEL_KINDS & set(queues):
+                await chat.warm()  # the model turn's first fetches (the context windows) and clients
     finally:
         resume_collection()
 

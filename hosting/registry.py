@@ -37,14 +37,15 @@ from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 
 def queue_activities(
     settings: Settings, *, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None,
-    served: Collection[QueueKind] = QUEUE_KINDS,
+    chat: ChatActivity | None = None, served: Collection[QueueKind] = QUEUE_KINDS,
 ) -> dict[QueueKind, list[Callable[..., Any]]]:
     """Each queue's activities. ``sandbox``: the worker's one sandbox (probed once), if it has one;
-    ``served``: the queues this worker serves (the run config tells runs which it runs beside them)."""
+    ``chat``: its model turn (warmed at start), if it has one; ``served``: the queues this worker
+    serves (the run config tells runs which it runs beside them)."""
     sandbox = sandbox or SandboxActivities(settings)
     mcp = McpActivities(settings)
     speech = SpeechActivities(settings)
-    model = [ChatActivity(settings).chat]
+    model = [(chat or ChatActivity(settings)).chat]
     tools = [SearchActivities(settings).web_search, CrawlActivities(settings).crawl_tool,
              RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool,
              SlideActivities(settings).render_slides,
@@ -67,7 +68,8 @@ def queue_concurrency(settings: Settings, kind: QueueKind) -> int:
 def build_workers(
     client: Client, settings: Settings, kinds: Collection[QueueKind] = QUEUE_KINDS, *,
     main_queue: str = TASK_QUEUE, search_attributes_enabled: bool = False, sandbox: SandboxActivities | None = None,
-    interceptors: Sequence[Interceptor] = (), activities: dict[QueueKind, list[Callable[..., Any]]] | None = None,
+    chat: ChatActivity | None = None, interceptors: Sequence[Interceptor] = (),
+    activities: dict[QueueKind, list[Callable[..., Any]]] | None = None,
     **worker_options: Any,
 ) -> list[Worker]:
     """One worker per queue kind in ``kinds``, each with its own concurrency limit.
@@ -79,7 +81,7 @@ def build_workers(
     """
     if activities is None:
         activities = queue_activities(settings, search_attributes_enabled=search_attributes_enabled, sandbox=sandbox,
-                                      served=kinds)
+                                      chat=chat, served=kinds)
     interceptors = [*interceptors, RetryWindowInterceptor(settings.worker_retry_window)]
     client = worker_client(client)  # a broken message is refused, not a failed workflow task
     workers = []

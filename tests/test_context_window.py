@@ -60,6 +60,30 @@ async def test_the_reported_window_is_read_once_per_worker(provider_env: dict[st
     assert await windows.window(settings, "deerflow-offline-demo") == 6000  # the server is gone: cached
 
 
+async def test_a_window_asked_at_start_serves_the_first_turn(
+    provider_env: dict[str, str], small_window: FakeModelServer
+) -> None:
+    """The worker's warm-up asks each tier's provider for its window (``ModelActivities.warm``), so a
+    run's first turn does not wait for that round trip: it budgets with the answer, asking nothing."""
+    activities = ModelActivities(pointed_at(provider_env, small_window))
+    await activities.warm()
+    small_window.n_ctx = 8000  # asked again, the server would now say 8000
+    response = await run_chat(activities, reporter())
+    assert response.output_cap == 1000 == requested_output_cap(small_window.requests[0])  # a quarter of 4000
+
+
+async def test_a_provider_not_up_at_start_is_asked_by_the_first_turn(
+    provider_env: dict[str, str], unused_tcp_port: int
+) -> None:
+    """Only an answer is kept at start: a provider still starting (docker compose) or refusing the list is
+    asked again by the first turn, not taken for one without a window for the worker's life."""
+    windows = ContextWindows()
+    settings = settings_with(provider_env, OPENAI_BASE_URL=f"http://127.0.0.1:{unused_tcp_port}/v1")
+    assert await windows.ask_ahead(settings, "basic") == 32_000  # refused: the name's window, for now
+    with FakeModelServer(port=unused_tcp_port, n_ctx=6000):
+        assert await windows.window(settings, "deerflow-offline-demo") == 6000
+
+
 async def test_token_limit_wins_and_an_overflow_re_trims_once_to_the_window_the_error_names(
     provider_env: dict[str, str], small_window: FakeModelServer
 ) -> None:

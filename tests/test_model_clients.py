@@ -14,6 +14,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.model import clients
+from activities.model.chat import ChatActivity
 from activities.model.clients import KeptClients
 from activities.model.llm import ModelActivities
 from offline.model_server import FakeModelServer
@@ -69,3 +70,29 @@ def test_past_its_limit_the_oldest_client_is_dropped(
     kept.get("reasoning", 100)  # a third key: (basic, 100) goes
     assert kept.get("basic", 200) is second and len(builds) == 3
     assert kept.get("basic", 100) is not first and len(builds) == 4
+
+
+async def test_a_warmed_worker_builds_no_client_on_its_first_turns(
+    provider_env: dict[str, str], model_server: FakeModelServer, builds: list[tuple[str, int]]
+) -> None:
+    """The worker's warm-up (``ModelActivities.warm``) builds the clients of every agent's cap and the probe's,
+    for each tier, so a run's first turns build none (3 ms of CPU each on its critical path)."""
+    settings = settings_with(provider_env, LLM_MAX_OUTPUT_TOKENS="700", LLM_AGENT_MAX_OUTPUT_TOKENS="planner=900")
+    model = ModelActivities(settings)
+    await model.warm()
+    warmed = len(builds)
+    environment = ActivityEnvironment()
+    for request in (COORDINATOR, planner_turn()):
+        await environment.run(model.chat, request)
+
+    assert {cap for _, cap in builds} == {700, 900, clients.PROBE_MAX_TOKENS} and len(builds) == warmed
+
+
+async def test_a_warm_up_the_settings_trip_leaves_the_worker_running(
+    provider_env: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A failed warm-up would stop the worker (worker.py's warm-up task): the first turn meets the
+    setting instead, failing with its own error."""
+    chat = ChatActivity(settings_with(provider_env, OPENAI_BASE_URL="http://[::1/v1"))  # no valid port: InvalidURL
+    await chat.warm()
+    assert "The model turns' warm-up failed (InvalidURL)" in caplog.text

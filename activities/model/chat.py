@@ -9,6 +9,7 @@ in ``activities/model/llm.py``, which the tests also drive directly.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from pydantic import ValidationError
@@ -20,6 +21,8 @@ from activities.support.lazy import MODEL_MODULE, load
 from activities.support.retry_pacing import carried_detail, paced_retries, provider_failures
 from config.settings import Settings
 from workflows.models import ChatRequest, ChatResponse, Usage
+
+_log = logging.getLogger(__name__)
 
 
 class ChatActivity:
@@ -41,18 +44,31 @@ class ChatActivity:
         longer than the call's short heartbeat timeout. Once imported, its beats say a call is in
         flight (:func:`in_flight`).
         """
-        if self._model is None:
-            self._model = (await load(MODEL_MODULE)).ModelActivities(self.settings)
+        model = await self._turns()
         earlier = earlier_usage(activity.info())
         # Nothing is awaited before this on a warm worker, so it is the attempt's first beat, which the
         # SDK sends at once; later beats wait for its throttle (HEARTBEAT_THROTTLE).
         carry(provider_failures(activity.info()), in_flight(earlier))
         try:
-            response: ChatResponse = await self._model.chat(request)
+            response: ChatResponse = await model.chat(request)
         except ApplicationError as error:
             raise with_earlier(error, earlier) from error.__cause__
         response.usage.add(earlier)
         return response
+
+    async def warm(self) -> None:
+        """At worker start (``worker.py``'s warm-up, once the workers poll): what the first turn of
+        each tier would pay on a run's critical path (``ModelActivities.warm``). Best effort: a
+        provider or setting it trips on is met again, with its own error, by the first turn."""
+        try:
+            await (await self._turns()).warm()
+        except Exception as error:
+            _log.warning("The model turns' warm-up failed (%s): the first turn pays for it", type(error).__name__)
+
+    async def _turns(self) -> Any:
+        if self._model is None:
+            self._model = (await load(MODEL_MODULE)).ModelActivities(self.settings)
+        return self._model
 
 
 def earlier_usage(info: activity.Info) -> Usage:

@@ -14,6 +14,7 @@ and the server's 400 ended the run although it said the real window. Two sources
 
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -112,17 +113,40 @@ class ContextWindows:
         else inferred from the name."""
         if settings.token_limit is not None:
             return token_limit_for(model, settings.token_limit)
-        endpoint = settings.model_endpoint(tier)
-        key = (endpoint.base_url or "", model)
+        key = _key(settings, model, tier)
         if key not in self._known:
-            self._known[key] = await _ask_provider(endpoint, model)
+            try:
+                self._known[key] = await _ask_provider(settings.model_endpoint(tier), model)
+            except (httpx.HTTPError, ValueError):
+                self._known[key] = None
         return token_limit_for(model, self._known[key])
 
+    async def ask_ahead(self, settings: Settings, tier: str) -> int:
+        """At worker start: ask ``tier``'s provider now, so that no run's first turn waits for the
+        round trip (against a hosted provider a new connection, its TLS handshake and the model
+        list, once per tier and worker). Only an answer is kept: a provider not up yet, or refusing
+        the list, is asked again by the first turn, as it would have been. Returns the window
+        known so far."""
+        model = settings.model_name(tier)
+        if settings.token_limit is not None:
+            return token_limit_for(model, settings.token_limit)
+        key = _key(settings, model, tier)
+        if key not in self._known:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                self._known[key] = await _ask_provider(settings.model_endpoint(tier), model)
+        return token_limit_for(model, self._known.get(key))
+
     def learn(self, settings: Settings, model: str, window: int, tier: str = "basic") -> None:
-        self._known[(settings.model_endpoint(tier).base_url or "", model)] = window
+        self._known[_key(settings, model, tier)] = window
+
+
+def _key(settings: Settings, model: str, tier: str) -> tuple[str, str]:
+    return settings.model_endpoint(tier).base_url or "", model
 
 
 async def _ask_provider(endpoint: ModelEndpoint, model: str) -> int | None:
+    """The window ``GET /models`` reports for ``model`` (None: the list has none); an HTTP failure
+    or a body that is not JSON is raised, logged."""
     base = (endpoint.base_url or "https://api.openai.com/v1").rstrip("/")
     headers = {"Authorization": f"Bearer {endpoint.api_key}"} if endpoint.api_key else {}
     try:
@@ -134,7 +158,7 @@ async def _ask_provider(endpoint: ModelEndpoint, model: str) -> int | None:
             window = _reported_window(response.json(), model)
     except (httpx.HTTPError, ValueError) as error:
         activity.logger.info("The provider's model list gave no context window (%s)", type(error).__name__)
-        return None
+        raise
     if window is not None:
         activity.logger.info("The provider reports a %d-token context window for %s", window, model)
     return window

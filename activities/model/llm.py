@@ -49,7 +49,7 @@ from activities.model.tool_support import (
 )
 from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, ToolCall, Usage
 from workflows.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -69,6 +69,12 @@ def output_cap(settings: Settings, request: ChatRequest, window: int | None = No
     (``window``, else the one settings and the model's name give)."""
     window = window or token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
     return min(settings.max_output_tokens(request.prompt), output_reserve(window))
+
+
+def output_caps(settings: Settings, window: int) -> set[int]:
+    """Every cap :func:`output_cap` gives under ``window``: the default agent's and each configured one's."""
+    return {min(cap, output_reserve(window))
+            for cap in (settings.llm_max_output_tokens, *settings.llm_agent_max_output_tokens.values())}
 
 
 def _response_formats(settings: Settings, request: ChatRequest, cap: int, action_object: bool = False,
@@ -253,6 +259,15 @@ class ModelActivities:
         self.tool_support = ToolSupport()
         self.windows = ContextWindows()
         self.clients = KeptClients(settings)
+
+    async def warm(self) -> None:
+        """At worker start, what a run's first turn of each tier would otherwise pay on its critical
+        path: the provider's context window (``ContextWindows.ask_ahead``) and the clients its agents'
+        output caps and the tool-support probe ask with (3 ms of CPU each)."""
+        for tier in ModelTier:
+            window = await self.windows.ask_ahead(self.settings, tier.value)
+            for cap in {PROBE_MAX_TOKENS, *output_caps(self.settings, window)}:
+                self.clients.get(tier.value, cap)
 
     @activity.defn(name="chat")
     @model_call_telemetry
