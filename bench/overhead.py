@@ -27,7 +27,9 @@ Options: ``--runs N`` rounds (medians reported); ``--baseline-worker PATH`` also
 ``worker.py`` at PATH (e.g. an export of main: ``git archive main | tar -x -C DIR``) on its own dev
 server and fakes, alternating with this tree's run for run, so both see the same machine load and a
 change is measured A/B in one invocation; ``--server-arg ARG`` passes flags to ``temporal server
-start-dev``.
+start-dev``; ``--models-latency SECONDS`` makes the fake model's ``/v1/models`` (the context window a
+worker asks each tier's provider for) answer that long after its request, as a hosted provider's
+does over a new connection (0 by default, so the figures stay comparable with earlier ones).
 """
 
 from __future__ import annotations
@@ -210,12 +212,15 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=3, help="rounds: each tree, each N, then warm")
     parser.add_argument("--server-arg", action="append", default=[], help="extra dev-server flag")
     parser.add_argument("--baseline-worker", type=Path, help="A/B: another tree's worker.py, runs alternating")
+    parser.add_argument("--models-latency", type=float, default=0.0,
+                        help="seconds the fake model's /v1/models takes, as a hosted provider's list does")
     args = parser.parse_args()
     header("Overhead from the first run")
     trees = {"this tree": REPO / "worker.py"}
     if args.baseline_worker:
         trees["baseline"] = args.baseline_worker.resolve()
-    print(f"workers: {', '.join(f'{k}: {v}' for k, v in trees.items())}; dev server flags: {args.server_arg or 'none'}")
+    print(f"workers: {', '.join(f'{k}: {v}' for k, v in trees.items())}; "
+          f"dev server flags: {args.server_arg or 'none'}; model list latency {args.models_latency:g} s")
     readings: dict[str, list[Reading]] = {name: [] for name in trees}
     with serve_pages({PAGE: html_page("Solid-state batteries", 20_000)}) as base_url:
         async with contextlib.AsyncExitStack() as stacks:
@@ -226,6 +231,7 @@ async def main() -> None:
                 stack.search.index = page_index(base_url, [PAGE])
                 await one_run(stack, "warm-up", 0)  # the dev server's first run, at zero latency
                 stack.model.latency_seconds = MODEL_LATENCY
+                stack.model.models_latency_seconds = args.models_latency
                 stacks_by_name[name] = stack
             for number, start in itertools.product(range(1, args.runs + 1), STARTS):
                 for name, stack in stacks_by_name.items():  # alternating, so all see the same load

@@ -105,6 +105,7 @@ class _Handler(FakeServerHandler):
         if self.path.rstrip("/") in ("/v1/models", "/models"):
             if not self.authorized():
                 return
+            time.sleep(self.server.owner.models_latency_seconds)
             model: dict[str, Any] = {"id": MODEL_NAME, "object": "model", "created": 0, "owned_by": "deerflow"}
             if self.server.owner.n_ctx:  # as llama-server reports its window
                 model["meta"] = {"n_ctx": self.server.owner.n_ctx, "n_ctx_train": 8 * self.server.owner.n_ctx}
@@ -158,6 +159,9 @@ class FakeModelServer:
         # A key every chat request must carry, as a real provider's (None: any key, or none, will do).
         self.api_key = api_key
         self.latency_seconds = latency_seconds
+        # A hosted provider's model list is a round trip away (for a new client, after a TLS handshake):
+        # ``/v1/models`` answers this long after its request (bench/overhead.py --models-latency).
+        self.models_latency_seconds = 0.0
         # A window, as llama-server's ``-c``: reported by /v1/models, and a longer prompt is refused.
         self.n_ctx = n_ctx
         # As llama-server does for a chat template without tool support: ``tools`` and ``tool_choice``

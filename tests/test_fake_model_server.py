@@ -23,7 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from langchain_openai import ChatOpenAI
 
 from activities.model.prompts import PROMPTS_DIR, render_prompt
-from offline.model_server import FakeModelServer, Fault
+from offline.model_server import MODEL_NAME, FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
 from workflows.agents import ANALYST, CODER, RESEARCHER, agent_for
 from workflows.models import Plan, StepType, ToolSpec
@@ -454,6 +454,19 @@ def test_the_reply_leaves_the_latency_after_the_request_came_however_slow_the_fa
         server.latency_seconds = 0.0
     in_the_fake = server.replies[-1] - server.arrivals[-1]
     assert 0.5 <= in_the_fake < 0.8  # 0.9 or more when the fake works after the latency
+
+
+def test_the_model_list_answers_after_its_own_latency(server: FakeModelServer) -> None:
+    """A hosted provider's ``/v1/models`` is a round trip away, as its chat is: bench/overhead.py's
+    ``--models-latency`` measures what a worker's first turn pays for it."""
+    server.models_latency_seconds = 0.3
+    try:
+        started = time.monotonic()
+        listing = httpx.get(f"{server.base_url}/models", timeout=5).json()
+        assert time.monotonic() - started >= 0.3
+    finally:
+        server.models_latency_seconds = 0.0
+    assert [model["id"] for model in listing["data"]] == [MODEL_NAME]
 
 
 def test_module_runs_in_the_foreground() -> None:
