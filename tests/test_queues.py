@@ -40,31 +40,36 @@ async def test_the_warm_up_resumes_garbage_collection_with_the_start_up_frozen()
     unused: Any = None  # nothing to warm for a worker serving no queue
     gc.disable()
     try:
-        await warm_up((), unused, unused, unused, None)
+        await warm_up((), unused, unused, unused, unused, None)
         assert gc.isenabled() and gc.get_freeze_count() > 0
     finally:
         gc.unfreeze()
         gc.enable()
 
 
-@pytest.mark.parametrize(("queues", "extracts"), [
-    (("main",), True), (("tools",), True), (("model",), False), (("model", "sandbox"), False)])
-async def test_only_a_worker_that_extracts_starts_the_fork_server(
-        monkeypatch: pytest.MonkeyPatch, queues: tuple[QueueKind, ...], extracts: bool) -> None:
+@pytest.mark.parametrize(("queues", "extracts", "turns"), [
+    (("main",), True, True), (("tools",), True, False), (("model",), False, True), (("sandbox",), False, False)])
+async def test_only_a_worker_that_extracts_starts_the_fork_server_and_one_with_model_turns_warms_them(
+        monkeypatch: pytest.MonkeyPatch, queues: tuple[QueueKind, ...], extracts: bool, turns: bool) -> None:
     """The fork server is a process and 1-3 s of CPU that only crawl_tool and local_search_tool use:
-    a model-only worker must not pay for it. (The preload is stubbed: it is checked on its own in
-    tests/test_worker_startup.py.)"""
+    a model-only worker must not pay for it; the model turn's warm-up asks the provider for its
+    context window, which a worker without model turns has no use for. (The preload and the turn's
+    own warm-up are stubbed: they are checked in tests/test_worker_startup.py and
+    tests/test_context_window.py.)"""
     started: list[object] = []
+    warmed: list[bool] = []
     monkeypatch.setattr(worker, "start_fork_server", started.append)
     monkeypatch.setattr(worker, "preload", lambda *_: asyncio.sleep(0))
     sandbox: Any = SimpleNamespace(self_check=lambda: asyncio.sleep(0))
+    chat: Any = SimpleNamespace(warm=lambda: asyncio.sleep(0, warmed.append(True)))
     settings: Any = object()
     unused_client: Any = None  # no journal: nothing to reclaim
     try:
-        await warm_up(queues, settings, sandbox, unused_client, None)
+        await warm_up(queues, settings, sandbox, chat, unused_client, None)
     finally:
         gc.unfreeze()
     assert started == ([settings] if extracts else [])
+    assert warmed == ([True] if turns else [])
 
 
 def test_queue_names_derive_from_the_runs_queue() -> None:
