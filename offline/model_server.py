@@ -131,7 +131,6 @@ class _Handler(FakeServerHandler):
             self.send_error_json(400, f"Request body is not JSON: {exc}")
             return
         self.server.owner._serve(self, body)
-        self.server.owner.replies.append(time.monotonic())
 
     def authorized(self) -> bool:
         """Whether the request carries the server's key, if it has one; else it is answered 401, as
@@ -274,6 +273,7 @@ class FakeModelServer:
             number = self._counter
         answer = self._answer(handler, body, number)
         self._stopping.wait(max(0.0, arrival + self.latency_seconds - time.monotonic()))
+        self.replies.append(time.monotonic())  # before it leaves: a client that has it finds it recorded
         answer()
 
     def _answer(self, handler: _Handler, body: dict[str, Any], number: int) -> Callable[[], None]:

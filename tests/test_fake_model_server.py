@@ -456,6 +456,16 @@ def test_the_reply_leaves_the_latency_after_the_request_came_however_slow_the_fa
     assert 0.5 <= in_the_fake < 0.8  # 0.9 or more when the fake works after the latency
 
 
+def test_a_reply_the_client_has_is_recorded(server: FakeModelServer) -> None:
+    """bench/overhead.py and the test above read ``replies`` as soon as a call returns: each reply's
+    time is recorded before it leaves, never after the client may already have read it."""
+    body = {"model": MODEL_NAME, "messages": [{"role": "user", "content": "hi"}]}
+    with httpx.Client(timeout=5) as client:
+        for _ in range(200):
+            client.post(f"{server.base_url}/chat/completions", json=body).raise_for_status()
+            assert len(server.replies) == len(server.arrivals)
+
+
 def test_the_model_list_answers_after_its_own_latency(server: FakeModelServer) -> None:
     """A hosted provider's ``/v1/models`` is a round trip away, as its chat is: bench/overhead.py's
     ``--models-latency`` measures what a worker's first turn pays for it."""
