@@ -32,7 +32,7 @@ from temporalio.worker import Interceptor
 from activities.guards.secret_scrubber import ScrubbingLogFilter, SecretScrubber
 from activities.model.chat import ChatActivity
 from activities.support.isolated import start_fork_server
-from activities.support.lazy import MODEL_MODULE, load, preload
+from activities.support.lazy import MODEL_KINDS, MODEL_MODULE, load, preload
 from activities.support.tool_metrics import ToolMetricsInterceptor
 from config.settings import ConfigError, Settings, load_settings
 from hosting.inflight_journal import InflightJournal
@@ -76,8 +76,6 @@ STICKY_QUEUE_TIMEOUT = timedelta(seconds=2)
 # local_search_tool): a worker serving none of them (model calls only, or the sandbox) never starts it,
 # and keeps its 1-3 s of CPU and its process.
 EXTRACTING_KINDS: frozenset[QueueKind] = frozenset({"main", "tools"})
-# The queues whose worker runs the model turn (warmed at start, activities/model/chat.py).
-MODEL_KINDS: frozenset[QueueKind] = frozenset({"main", "model"})
 # How long a worker stopped at once (a second signal) spends handing its attempts in flight back.
 HAND_BACK_SECONDS = 5.0
 
@@ -233,7 +231,7 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
     Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
     python_repl_tool call, the fork server (1-3 s) is started by the first extraction, the model and
     MCP libraries (seconds) are imported by the first call that needs them, and each tier's context
-    window (a request to the provider: ``GET /models``, its only one at start) is asked by its first turn.
+    window (``GET /models`` to the provider) is asked by its first turn.
     """
     try:
         reclaimed = 0 if journal is None else await reclaim_at_start(client, journal)
@@ -243,14 +241,20 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
             if reclaimed and journal is not None:
                 await load(MODEL_MODULE)
                 await settled(journal)
-            starts = [preload(settings, queues)]
+            starts = [preload_and_warm_turns(settings, queues, chat)]
             if EXTRACTING_KINDS & set(queues):  # the fork server imports in its own process: they overlap
                 starts.append(asyncio.to_thread(start_fork_server, settings))
             await asyncio.gather(*starts)
-            if MODEL_KINDS & set(queues):
-                await chat.warm()  # the model turn's first fetches (the context windows) and clients
     finally:
         resume_collection()
+
+
+async def preload_and_warm_turns(settings: Settings, queues: tuple[QueueKind, ...], chat: ChatActivity) -> None:
+    """The preload, then, where this worker runs model turns, their own warm-up (the context windows
+    and the kept clients), which needs the preload's imports; beside the fork server's start."""
+    await preload(settings, queues)
+    if MODEL_KINDS & set(queues):
+        await chat.warm()
 
 
 def resume_collection() -> None:

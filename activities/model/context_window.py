@@ -14,7 +14,6 @@ and the server's 400 ended the run although it said the real window. Two sources
 
 from __future__ import annotations
 
-import contextlib
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -111,15 +110,7 @@ class ContextWindows:
     async def window(self, settings: Settings, model: str, tier: str = "basic") -> int:
         """The window to budget for: TOKEN_LIMIT, else the provider's (``tier``'s own endpoint),
         else inferred from the name."""
-        if settings.token_limit is not None:
-            return token_limit_for(model, settings.token_limit)
-        key = _key(settings, model, tier)
-        if key not in self._known:
-            try:
-                self._known[key] = await _ask_provider(settings.model_endpoint(tier), model)
-            except (httpx.HTTPError, ValueError):
-                self._known[key] = None
-        return token_limit_for(model, self._known[key])
+        return await self._window(settings, model, tier, keep_failure=True)
 
     async def ask_ahead(self, settings: Settings, tier: str) -> int:
         """At worker start: ask ``tier``'s provider now, so that no run's first turn waits for the
@@ -127,13 +118,18 @@ class ContextWindows:
         list, once per tier and worker). Only an answer is kept: a provider not up yet, or refusing
         the list, is asked again by the first turn, as it would have been. Returns the window
         known so far."""
-        model = settings.model_name(tier)
+        return await self._window(settings, settings.model_name(tier), tier, keep_failure=False)
+
+    async def _window(self, settings: Settings, model: str, tier: str, keep_failure: bool) -> int:
         if settings.token_limit is not None:
             return token_limit_for(model, settings.token_limit)
         key = _key(settings, model, tier)
         if key not in self._known:
-            with contextlib.suppress(httpx.HTTPError, ValueError):
+            try:
                 self._known[key] = await _ask_provider(settings.model_endpoint(tier), model)
+            except (httpx.HTTPError, ValueError):
+                if keep_failure:
+                    self._known[key] = None
         return token_limit_for(model, self._known.get(key))
 
     def learn(self, settings: Settings, model: str, window: int, tier: str = "basic") -> None:

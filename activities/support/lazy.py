@@ -24,6 +24,8 @@ MCP_MODULE = "activities.mcp.tools"
 CLIENTS_MODULE = "activities.model.clients"  # imported with the model module
 # Imported by the first search (activities/web/search.py), which registers them; preloaded here.
 SEARCH_PROVIDERS_MODULE = "activities.web.search_providers"
+# The queues whose worker runs the model turn: the main queue keeps every activity.
+MODEL_KINDS = frozenset({"main", "model"})
 _log = logging.getLogger(__name__)
 
 
@@ -49,7 +51,7 @@ async def preload(settings: Settings, kinds: Collection[str]) -> None:
     Then what a first call would pay (``activities.model.clients.warm`` for the model, the TLS
     contexts for both). Best effort: a setting it trips on fails the first call with its own
     message instead."""
-    model = bool({"main", "model"} & set(kinds))
+    model = bool(MODEL_KINDS & set(kinds))
     if model:
         await load(MODEL_MODULE)
     if {"main", "tools"} & set(kinds):
