@@ -16,6 +16,7 @@ code never imports it.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import temporalio.workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from runtime.run_memo import run_memo
 from workflows.budget_models import BudgetDecision
@@ -33,6 +35,10 @@ if TYPE_CHECKING:
     from workflows.research import DeepResearchWorkflow
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]
+# A status query the server answered "context canceled" is asked again this many times, after this
+# pause times the attempt's number (see ``status``).
+CANCELLED_QUERY_RETRIES = 3
+CANCELLED_QUERY_PAUSE_SECONDS = 0.2
 # ``review_plan``, ``answer_clarification`` or ``decide_budget``: a validated update a person sends.
 Update = Callable[[WorkflowHandle[Any, Any], Any, Actor], Awaitable[ReviewOutcome]]
 
@@ -67,8 +73,22 @@ async def start(client: Client, request: ResearchRequest, *, run_id: str, summar
 
 
 async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
-    """The ``status`` query: where the run stands (answered by a worker, even for a closed run)."""
-    return await handle.query(_workflow().status)
+    """The ``status`` query: where the run stands (answered by a worker, even for a closed run).
+
+    A query that reaches the server as a worker dies can be handed to the dead worker's last poll
+    and come back ``CANCELLED`` ("context canceled"; seen right after a worker's kill, in a loaded
+    test run), a code the SDK's client never retries. A query only reads, so it is asked again,
+    a few times: the next one goes to a live worker. Every other error is the caller's to show.
+    """
+    retries = 0
+    while True:
+        try:
+            return await handle.query(_workflow().status)
+        except RPCError as error:
+            if error.status != RPCStatusCode.CANCELLED or retries == CANCELLED_QUERY_RETRIES:
+                raise
+        retries += 1
+        await asyncio.sleep(CANCELLED_QUERY_PAUSE_SECONDS * retries)
 
 
 async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str, by: Actor) -> ReviewOutcome:

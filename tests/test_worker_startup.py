@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from runtime import embedded
+from runtime import embedded, research_client
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, wait_for_worker
 from tests.support.runs import run_id
@@ -113,7 +113,7 @@ async def test_a_dead_workers_paused_run_is_answered_by_another_worker_within_se
             await asyncio.sleep(0.2)
         first.kill()
         began = time.monotonic()
-        status = await handle.query("status", result_type=RunStatus)
+        status = await research_client.status(handle)  # as the CLI and the API server ask
         answered = time.monotonic() - began
         print(f"Status answered {answered:.1f} s after the kill")
         assert status.phase is Phase.AWAITING_REVIEW
