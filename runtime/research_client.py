@@ -75,10 +75,10 @@ async def start(client: Client, request: ResearchRequest, *, run_id: str, summar
 async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
     """The ``status`` query: where the run stands (answered by a worker, even for a closed run).
 
-    A query that reaches the server as a worker dies can be handed to the dead worker's last poll
-    and come back ``CANCELLED`` ("context canceled"; seen right after a worker's kill, in a loaded
-    test run), a code the SDK's client never retries. A query only reads, so it is asked again,
-    a few times: the next one goes to a live worker. Every other error is the caller's to show.
+    A query that reaches the server as a worker dies can come back ``CANCELLED`` ("context
+    canceled": seen once, sent right after a worker's kill, in a loaded test run), a code the SDK's
+    client never retries, where the next query is answered by a live worker. A query only reads,
+    so it is asked again, a few times. Every other error is the caller's to show.
     """
     retries = 0
     while True:
