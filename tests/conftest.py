@@ -11,11 +11,13 @@ import functools
 import logging
 import shutil
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
+from activities.model.kept_verdicts import FILENAME as KEPT_VERDICTS
 from config.settings import Settings, load_settings
 from hosting.registry import running
 from offline.model_server import FakeModelServer
@@ -80,6 +82,20 @@ def provider_env(model_server: FakeModelServer, search_server: FakeSearchServer)
 def worker_settings(provider_env: dict[str, str]) -> Settings:
     """The settings the session's worker and the activity tests are built with."""
     return load_settings(environ=provider_env)
+
+
+@pytest.fixture(scope="session")
+def _kept_verdicts() -> Path:
+    """The tool-support verdicts file of the home the tests' workers share (activities/model/kept_verdicts.py)."""
+    return load_settings().home / KEPT_VERDICTS
+
+
+@pytest.fixture(autouse=True)
+def _no_kept_verdicts(_kept_verdicts: Path) -> None:
+    """Each test's new workers start knowing no tool-support verdict, as in a fresh home: the fake
+    model of the session keeps its address, and a verdict an earlier test left would spare a probe
+    a test counts. Within a test, a worker started after another still inherits its verdicts."""
+    _kept_verdicts.unlink(missing_ok=True)
 
 
 @pytest.fixture(autouse=True)

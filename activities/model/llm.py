@@ -36,11 +36,13 @@ from activities.model.context_budget import (
     token_limit_for,
 )
 from activities.model.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
+from activities.model.kept_verdicts import KeptVerdicts
 from activities.model.plan_schema import planner_schema
 from activities.model.prompts import render_prompt
 from activities.model.telemetry import failure_usage, model_call_telemetry
 from activities.model.tool_support import (
     PROBE_MAX_TOKENS,
+    PROBE_TTL_SECONDS,
     ProbeAnswer,
     ToolSupport,
     Verdict,
@@ -256,7 +258,7 @@ class ModelActivities:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.tool_support = ToolSupport()
+        self.tool_support = ToolSupport(kept=KeptVerdicts(settings.home, PROBE_TTL_SECONDS))
         self.windows = ContextWindows()
         self.clients = KeptClients(settings)
 

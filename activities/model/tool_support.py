@@ -36,6 +36,7 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.model.kept_verdicts import KeptVerdicts, digest
 from activities.support.tls import verifying_context
 from workflows.models import Usage
 
@@ -164,12 +165,18 @@ def verdict_of(reply: AIMessage) -> Verdict:
 
 
 class ToolSupport:
-    """The worker's recent answers, by (endpoint, model), each kept for ``ttl`` seconds."""
+    """The worker's recent answers, by (endpoint, model), each kept for ``ttl`` seconds; with
+    ``kept``, the positive ones also in the worker's home, for the next worker started on it."""
 
-    def __init__(self, ttl: float = PROBE_TTL_SECONDS, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = PROBE_TTL_SECONDS, clock: Callable[[], float] = time.monotonic,
+                 kept: KeptVerdicts | None = None) -> None:
         self.ttl = ttl
         self.clock = clock
+        self.kept = kept
         self._known: dict[tuple[str, str], tuple[float, ProbeAnswer]] = {}
+        # What an earlier worker on this home found working, by digest, as times of this clock (read once).
+        now = clock()
+        self._inherited = {} if kept is None else {name: now - age for name, age in kept.ages().items()}
         # One probe at a time per key: a fresh worker takes several calls at once, and each asking
         # its own probe sends the provider requests no rate limit counted (the model queue's counts
         # activities, and a probe rides inside one).
@@ -184,7 +191,10 @@ class ToolSupport:
         return cls.key_of(str(client.openai_api_base), client.model_name)
 
     def known(self, key: tuple[str, str]) -> Verdict | None:
-        """The unexpired verdict for ``key``, if the worker has one."""
+        """The unexpired verdict for ``key``, if the worker has one (or an earlier one on its home)."""
+        seen = self._inherited.pop(digest(*key), None)
+        if seen is not None and key not in self._known:
+            self._known[key] = (seen, ProbeAnswer(Verdict.CALLS, Usage()))
         entry = self._known.get(key)
         if entry is None or self.clock() - entry[0] > self.ttl:
             self._known.pop(key, None)
@@ -193,11 +203,17 @@ class ToolSupport:
 
     def remember(self, key: tuple[str, str], answer: ProbeAnswer) -> None:
         """Keep ``answer`` for ``key`` for ``ttl`` seconds."""
+        self._inherited.pop(digest(*key), None)
         self._known[key] = (self.clock(), answer)
+        if self.kept is not None and answer.verdict is not None:
+            self.kept.record(digest(*key), answer.verdict is Verdict.CALLS)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop ``key``'s verdict: the next call that needs it probes again."""
+        self._inherited.pop(digest(*key), None)
         self._known.pop(key, None)
+        if self.kept is not None:
+            self.kept.record(digest(*key), False)
 
     async def check(self, client: ChatOpenAI, verify: bool = True) -> ProbeAnswer:
         """Whether ``client``'s provider and model call tools (a cached verdict costs nothing).
@@ -210,9 +226,9 @@ class ToolSupport:
 
     async def _check(self, client: ChatOpenAI, key: tuple[str, str], verify: bool) -> ProbeAnswer:
         """:meth:`check` for ``key``, with no other probe of it in flight."""
-        entry = self._known.get(key)
-        if entry is not None and self.known(key) is not None:
-            return ProbeAnswer(entry[1].verdict, Usage(), entry[1].template)
+        verdict, entry = self.known(key), self._known.get(key)
+        if verdict is not None and entry is not None:
+            return ProbeAnswer(verdict, Usage(), entry[1].template)
         probe = client.bind_tools([PROBE_TOOL], tool_choice="required")
         usage = Usage()
         try:
