@@ -19,6 +19,7 @@ import hashlib
 import json
 import logging
 import os
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -74,11 +75,16 @@ class KeptVerdicts:
                 if isinstance(name, str) and isinstance(seen, int | float) and not isinstance(seen, bool)}
 
     def _write(self, entries: dict[str, float]) -> None:
-        partial = self.path.with_name(f".{FILENAME}.{os.getpid()}")
+        partial: Path | None = None
         try:
-            partial.write_text(json.dumps(entries))
+            # A name of its own: workers in containers sharing the home volume may share a PID too.
+            handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{FILENAME}.")
+            partial = Path(name)
+            with os.fdopen(handle, "w") as file:
+                file.write(json.dumps(entries))
             os.replace(partial, self.path)  # whole or not at all, for a worker reading it as it starts
         except OSError as error:
             _log.debug("tool-support verdicts not kept: %s", error)
-            with contextlib.suppress(OSError):
-                partial.unlink(missing_ok=True)
+            if partial is not None:
+                with contextlib.suppress(OSError):
+                    partial.unlink(missing_ok=True)
