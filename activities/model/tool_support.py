@@ -192,9 +192,10 @@ class ToolSupport:
 
     def known(self, key: tuple[str, str]) -> Verdict | None:
         """The unexpired verdict for ``key``, if the worker has one (or an earlier one on its home)."""
-        seen = self._inherited.pop(digest(*key), None)
-        if seen is not None and key not in self._known:
-            self._known[key] = (seen, ProbeAnswer(Verdict.CALLS, Usage()))
+        if self._inherited:  # empty once used, or with no kept verdicts: no digest on every turn
+            seen = self._inherited.pop(digest(*key), None)
+            if seen is not None and key not in self._known:
+                self._known[key] = (seen, ProbeAnswer(Verdict.CALLS, Usage()))
         entry = self._known.get(key)
         if entry is None or self.clock() - entry[0] > self.ttl:
             self._known.pop(key, None)
@@ -202,18 +203,18 @@ class ToolSupport:
         return entry[1].verdict
 
     def remember(self, key: tuple[str, str], answer: ProbeAnswer) -> None:
-        """Keep ``answer`` for ``key`` for ``ttl`` seconds."""
-        self._inherited.pop(digest(*key), None)
+        """Keep ``answer`` for ``key`` for ``ttl`` seconds (it outranks an inherited one: see ``known``)."""
         self._known[key] = (self.clock(), answer)
         if self.kept is not None and answer.verdict is not None:
             self.kept.record(digest(*key), answer.verdict is Verdict.CALLS)
 
     def forget(self, key: tuple[str, str]) -> None:
         """Drop ``key``'s verdict: the next call that needs it probes again."""
-        self._inherited.pop(digest(*key), None)
         self._known.pop(key, None)
         if self.kept is not None:
-            self.kept.record(digest(*key), False)
+            name = digest(*key)
+            self._inherited.pop(name, None)  # else the next ``known`` would take it up again
+            self.kept.record(name, False)
 
     async def check(self, client: ChatOpenAI, verify: bool = True) -> ProbeAnswer:
         """Whether ``client``'s provider and model call tools (a cached verdict costs nothing).
