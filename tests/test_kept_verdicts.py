@@ -98,3 +98,10 @@ def test_a_broken_or_unwritable_file_is_only_a_probe_more(tmp_path: Path) -> Non
     support = ToolSupport(kept=KeptVerdicts(not_a_folder, PROBE_TTL_SECONDS))
     support.remember(KEY, ProbeAnswer(Verdict.CALLS, Usage()))  # cannot be written: kept in memory only
     assert support.known(KEY) is Verdict.CALLS
+
+
+def test_an_inherited_verdict_forgotten_before_its_first_use_stays_forgotten(tmp_path: Path) -> None:
+    ToolSupport(kept=KeptVerdicts(tmp_path, PROBE_TTL_SECONDS)).remember(KEY, ProbeAnswer(Verdict.CALLS, Usage()))
+    inherited = ToolSupport(kept=KeptVerdicts(tmp_path, PROBE_TTL_SECONDS))
+    inherited.forget(KEY)
+    assert inherited.known(KEY) is None
