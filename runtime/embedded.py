@@ -199,6 +199,9 @@ def _last_line(log: Path) -> str:
     return lines[-1] if lines else "(empty log)"
 
 
+# Left in the state directory by ``starter.py down`` and removed by the next start of any part: the
+# API server's keeper (runtime/embedded_keeper.py) revives nothing in between.
+DOWN_MARKER = "down"
 # What a process started by an earlier version runs: its pid file holds a bare pid, no start time.
 LEGACY_COMMANDS = {"worker": b"worker.py", "server": b"start-dev"}
 
@@ -233,6 +236,7 @@ class EmbeddedStack:
         It is recorded in ``<name>.pid`` with its start time and the address it serves: one state
         directory may have served several addresses, and only a record for this one says anything.
         """
+        (self.state_dir() / DOWN_MARKER).unlink(missing_ok=True)
         log = (self.state_dir() / f"{name}.log").open("ab")
         process = subprocess.Popen(
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -250,6 +254,10 @@ class EmbeddedStack:
                                  str(record.get("code", "")))
         except (OSError, ValueError, TypeError, KeyError):
             return None  # none, or an unreadable or older-format file: nothing we can vouch for
+
+    def is_down(self) -> bool:
+        """Whether ``starter.py down`` stopped the stack and nothing has started a part of it since."""
+        return (self.state_dir() / DOWN_MARKER).exists()
 
     def recorded_process(self, name: str, address: str | None = None) -> int | None:
         """The pid of the background ``name`` this front door started (for ``address``), if it still runs."""
@@ -354,6 +362,7 @@ class EmbeddedStack:
 
     def stop(self) -> list[str]:
         """Stop the background worker, codec server and dev server this front door started (never a reused pid)."""
+        (self.state_dir() / DOWN_MARKER).touch()  # first: a keeper must not revive what is being stopped
         stopped = []
         for name in ("worker", "codec", "server"):
             pid = self.recorded_process(name) or (self._legacy_process(name) if name in LEGACY_COMMANDS else None)

@@ -2,7 +2,8 @@
 
 ``serve`` is the web front end, a Temporal client like the CLI: it connects the way the CLI does
 (runtime/front_door.py), so on the plain loopback default it starts the embedded dev server and a
-worker (with the offline demonstration model when no key is set). ``codec-server`` needs no
+worker (with the offline demonstration model when no key is set), and revives them while it runs
+(runtime/embedded_keeper.py). ``codec-server`` needs no
 Temporal connection, only the data converter's settings (blob store, encryption keys). Both get
 the settings the command line's entry point (cli/main.py) loaded.
 """
@@ -10,6 +11,7 @@ the settings the command line's entry point (cli/main.py) loaded.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import socket
 from pathlib import Path
@@ -19,6 +21,7 @@ import uvicorn
 
 from config.settings import Settings
 from runtime.converter import data_converter
+from runtime.embedded_keeper import keep_embedded
 from runtime.front_door import CliError, connect
 from runtime.health import always_ready, temporal_problem, with_probes
 from runtime.logs import configure_logging
@@ -48,9 +51,11 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
                             **uvicorn_logging(settings), timeout_graceful_shutdown=2)
     # Local workers (the embedded default) find where to send token previews here; see token_stream.
     announced = announce(settings.home, f"http://{_local(args.host)}:{args.port}{TOKEN_STREAM_PATH}", hub.token)
+    keeper = asyncio.create_task(keep_embedded(client, settings))  # revives a dead worker or dev server
     try:
         await _Withdrawing(config, announced).serve()
     finally:  # a failed start never reaches the server's shutdown
+        keeper.cancel()
         announced.unlink(missing_ok=True)
     return 0
 
