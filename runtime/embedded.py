@@ -361,7 +361,8 @@ class EmbeddedStack:
             return None
 
     def stop(self) -> list[str]:
-        """Stop the background worker, codec server and dev server this front door started (never a reused pid)."""
+        """Stop the background worker, codec server and dev server this front door started (never a
+        reused pid), and mark the stack as taken down, so a running ``serve`` does not revive them."""
         (self.state_dir() / DOWN_MARKER).touch()  # first: a keeper must not revive what is being stopped
         stopped = []
         for name in ("worker", "codec", "server"):
