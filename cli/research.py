@@ -22,6 +22,7 @@ from cli.actor import cli_actor
 from cli.render import ended_label, plan_text, review_help
 from cli.runs import EXIT_CODES, _check_output, _describe, _offline_notice, _result, _write_report
 from cli.terminal import printable
+from cli.waiting import noticed
 from cli.watch import Watcher
 from config.resources import ResourcePolicy
 from config.settings import Settings
@@ -45,9 +46,6 @@ def _run_id(question: str) -> str:
     slug = re.sub(r"[\W_]+", "-", plain.lower()).strip("-")[:40].strip("-")
     return f"research-{slug}-{uuid.uuid4().hex[:6]}" if slug else f"research-{uuid.uuid4().hex[:8]}"
 
-
-# A decision that no worker has validated after this long is reported as waiting for one.
-UNTAKEN_NOTICE_SECONDS = 5.0
 
 # A BCP 47 language tag as people write them: language, then optional script, region and variants.
 BCP47 = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z]{4})?(-([A-Za-z]{2}|[0-9]{3}))?(-([A-Za-z0-9]{5,8}|[0-9][A-Za-z0-9]{3}))*")
@@ -298,18 +296,15 @@ async def _send_update(handle: WorkflowHandle, update: research_client.Update, v
                        what: str) -> ReviewOutcome:
     """Send a validated update from ``by``; the workflow's validator's reason comes back as the error.
 
-    An update waits for a worker to validate it, for as long as it takes: with none running (a
-    deployment's workers down), the command used to sit silent. After :data:`UNTAKEN_NOTICE_SECONDS`
-    it says so, and what stopping means, and goes on waiting.
+    An update waits for a worker to validate it, for as long as it takes; with none running (a
+    deployment's workers down) the command says so, and what stopping means.
     """
-    sending = asyncio.ensure_future(update(handle, value, by))
     try:
-        if not (await asyncio.wait({sending}, timeout=UNTAKEN_NOTICE_SECONDS))[0]:
-            print(f"No worker has taken the {what} for {handle.id} yet; still waiting (is a worker running? "
-                  "`python worker.py`, with the same TEMPORAL_* settings). If you stop waiting with Ctrl-C, the "
-                  f"server may still hand it to the next worker: check `python starter.py status {handle.id}` "
-                  "before sending it again.", file=sys.stderr)
-        return await sending
+        return await noticed(update(handle, value, by), (
+            f"No worker has taken the {what} for {handle.id} yet; still waiting (is a worker running? "
+            "`python worker.py`, with the same TEMPORAL_* settings). If you stop waiting with Ctrl-C, the "
+            f"server may still hand it to the next worker: check `python starter.py status {handle.id}` "
+            "before sending it again."))
     except WorkflowUpdateFailedError as error:
         raise CliError(f"{what.capitalize()} rejected: {failure_message(error.cause)}") from error
     except RPCError as error:
@@ -318,5 +313,3 @@ async def _send_update(handle: WorkflowHandle, update: research_client.Update, v
             ended = ended_label((await _describe(handle)).status) or "completed"
             raise CliError(f"Run {handle.id} has already ended ({ended}); it is not waiting for {what}.") from error
         raise CliError(f"Could not send the {what} to {handle.id}: {error.message}") from error
-    finally:
-        sending.cancel()  # a no-op once it is done; stops the wait when the command is interrupted

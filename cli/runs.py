@@ -11,12 +11,18 @@ from dataclasses import asdict
 from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 from temporalio.exceptions import CancelledError, TerminatedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.render import ended_label, status_text
 from cli.terminal import printable, printable_json
+from cli.waiting import noticed
 from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import NO_WORKER_ADVICE, CliError, connect, revive_worker
@@ -24,6 +30,7 @@ from runtime.retries import retries_of
 from workflows.errors import failure_message
 from workflows.models import Outcome, ResearchResult, RunStatus
 from workflows.status_view import offline_notice
+from workflows.visibility import AWAITING, PHASE
 
 
 async def _status(handle: WorkflowHandle) -> RunStatus:
@@ -137,10 +144,11 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         raise CliError(f"Run {args.id} waits: its workflow task failed on a worker and is being retried (attempt "
                        f"{task_attempt}); the worker said: {await _task_failure(handle)}")
     try:
-        current = await _status(handle)
+        current = await noticed(_status(handle), f"No worker has answered for {args.id} yet; still waiting "
+                                "(with none running, the server gives up after about 30 s).")
     except CliError as error:
         if ended is None:
-            raise
+            raise CliError(f"{error}{_indexed(description)}") from error
         raise CliError(f"Run {args.id} was {ended}; its last phase is unknown ({error})") from error
     if args.json:
         shown = json.loads(current.model_dump_json())
@@ -149,6 +157,16 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print(status_text(args.id, current, ended=ended, retries=retries))
     return 0
+
+
+def _indexed(description: WorkflowExecutionDescription) -> str:
+    """What the server's index holds of a run no worker answers for: the phase and what it awaits
+    (the search attributes the run upserts), so a user still learns where it stands."""
+    phase = description.typed_search_attributes.get(PHASE)
+    if phase is None:  # a server without the attributes registered, or a run that never set them
+        return ""
+    awaiting = description.typed_search_attributes.get(AWAITING)
+    return f" The server's index has it at phase {phase}" + (f", awaiting {awaiting}." if awaiting else ".")
 
 
 async def report(args: argparse.Namespace, settings: Settings) -> int:
