@@ -32,6 +32,7 @@ from runtime import research_client
 from runtime.run_memo import started_by
 from server import sse
 from server.access import Act, Principal
+from server.decisions import decided
 from server.feed import PAGE_ONLY, FeedItem, follow
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
@@ -182,7 +183,7 @@ class ChatTurns:
         if description.status != WorkflowExecutionStatus.RUNNING:
             raise RequestError("this thread's research run has already ended; ask a new question")
         seen = description.raw_description.workflow_execution_info.history_length
-        await update(handle, value, who.actor)
+        await decided(handle, update, value, who.actor)
         return handle.id, description.run_id, (0, seen, 1 << 30)
 
 

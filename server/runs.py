@@ -23,6 +23,7 @@ from runtime.retries import retries_of
 from runtime.run_memo import question_of, started_by
 from server import sse
 from server.access import Act, Principal
+from server.decisions import decided
 from server.feed import FeedItem, follow, parse_position
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
@@ -128,16 +129,17 @@ class Runs:
 
     async def review(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
         feedback = ReviewBody.model_validate(body).feedback()
-        return await research_client.review_plan(await self.handle(run, who, Act.DECIDE), feedback, who.actor)
+        return await decided(await self.handle(run, who, Act.DECIDE), research_client.review_plan, feedback, who.actor)
 
     async def answer(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
         answer = AnswerBody.model_validate(body).answer
-        return await research_client.answer_clarification(await self.handle(run, who, Act.DECIDE), answer,
-                                                          who.actor)
+        return await decided(await self.handle(run, who, Act.DECIDE), research_client.answer_clarification, answer,
+                             who.actor)
 
     async def budget(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
         decision = BudgetDecision.model_validate(body)
-        return await research_client.decide_budget(await self.handle(run, who, Act.DECIDE), decision, who.actor)
+        return await decided(await self.handle(run, who, Act.DECIDE), research_client.decide_budget, decision,
+                             who.actor)
 
     async def cancel(self, run: str, who: Principal) -> None:
         await research_client.cancel(await self.handle(run, who, Act.CANCEL), who.actor)

@@ -44,7 +44,15 @@ async function refusal(response) {
   } catch {
     // not JSON: the status line says enough
   }
-  return new Error(detail || `${response.status} ${response.statusText}`);
+  const error = new Error(detail || `${response.status} ${response.statusText}`);
+  error.status = response.status;
+  return error;
+}
+
+// What a decision's button says when the server refused it, or (504) when no worker took it in
+// time: then it was sent, and may still reach the run, so "not sent" would be wrong.
+function decisionProblem(error) {
+  return error.status === 504 ? `Sent, not taken yet: ${error.message}` : `Not sent: ${error.message}`;
 }
 
 async function api(path, body) {
@@ -249,7 +257,7 @@ async function review(body) {
     $("review-message").textContent = outcome.message;
     $("review").hidden = true;
   } catch (error) {
-    $("review-message").textContent = `Not sent: ${error.message}`;
+    $("review-message").textContent = decisionProblem(error);
   }
 }
 
@@ -266,7 +274,7 @@ $("clarify-form").addEventListener("submit", async (event) => {
     $("clarify-answer").value = "";
     $("review-message").textContent = "";
   } catch (error) {
-    $("review-message").textContent = `Not sent: ${error.message}`;
+    $("review-message").textContent = decisionProblem(error);
   }
 });
 
@@ -311,7 +319,7 @@ async function decideBudget(body) {
     $("budget-message").textContent = outcome.message;
     $("budget").hidden = true;
   } catch (error) {
-    $("budget-message").textContent = `Not sent: ${error.message}`;
+    $("budget-message").textContent = decisionProblem(error);
   }
 }
 
