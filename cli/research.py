@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -307,6 +313,12 @@ async def _send_update(handle: WorkflowHandle, update: research_client.Update, v
             "before sending it again."))
     except WorkflowUpdateFailedError as error:
         raise CliError(f"{what.capitalize()} rejected: {failure_message(error.cause)}") from error
+    except WorkflowUpdateRPCTimeoutOrCancelledError as error:  # Ctrl-C (the SDK's word for it) or the server's deadline
+        task = asyncio.current_task()
+        interrupted = task is not None and task.cancelling() > 0
+        raise CliError(f"Stopped waiting: no worker has taken the {what} for {handle.id} yet. The server may still "
+                       f"hand it to the next worker: check `python starter.py status {handle.id}` before sending it "
+                       "again.", exit_code=130 if interrupted else 2) from error
     except RPCError as error:
         if error.status == RPCStatusCode.NOT_FOUND:
             # Updates to a closed run also answer NOT_FOUND: tell the two cases apart.

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from cli import research, runs, waiting
@@ -75,6 +75,39 @@ async def test_an_interrupted_wait_stops_the_update_call(monkeypatch: pytest.Mon
         await sending
     await asyncio.wait_for(stopped.wait(), 1)
 
+
+
+async def sdk_like_update(_handle: Any, _value: Any, _by: Actor) -> ReviewOutcome:
+    """As the SDK's ``execute_update`` does: a cancelled wait comes out as its own timeout error."""
+    try:
+        await asyncio.sleep(3600)
+    except asyncio.CancelledError as error:
+        raise WorkflowUpdateRPCTimeoutOrCancelledError() from error
+    raise AssertionError("unreachable")
+
+
+async def test_ctrl_c_while_waiting_is_one_line_saying_the_decision_may_still_arrive(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(waiting, "NOTICE_SECONDS", 0.01)
+    sending = asyncio.ensure_future(research._send_update(Handle(), sdk_like_update, "[ACCEPTED]", BY, "feedback"))  # type: ignore[arg-type]
+    await asyncio.sleep(0.1)
+    sending.cancel()  # what asyncio.run does on Ctrl-C
+    with pytest.raises(CliError) as stopped:
+        await sending
+    assert stopped.value.exit_code == 130
+    assert str(stopped.value) == ("Stopped waiting: no worker has taken the feedback for research-x yet. The server "
+                                  "may still hand it to the next worker: check `python starter.py status research-x` "
+                                  "before sending it again.")
+
+
+async def test_the_servers_own_deadline_on_a_decision_is_the_same_line_with_exit_2() -> None:
+    async def deadline(_handle: Any, _value: Any, _by: Actor) -> ReviewOutcome:
+        raise WorkflowUpdateRPCTimeoutOrCancelledError()
+
+    with pytest.raises(CliError) as stopped:
+        await research._send_update(Handle(), deadline, "[ACCEPTED]", BY, "answer")  # type: ignore[arg-type]
+    assert stopped.value.exit_code == 2 and str(stopped.value).startswith("Stopped waiting: no worker has taken the "
+                                                                           "answer for research-x yet.")
 
 def described(attributes: TypedSearchAttributes) -> Any:
     raw = SimpleNamespace(pending_workflow_task=SimpleNamespace(attempt=1), pending_activities=[])
