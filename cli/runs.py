@@ -166,7 +166,8 @@ def _indexed(description: WorkflowExecutionDescription) -> str:
     if phase is None:  # a server without the attributes registered, or a run that never set them
         return ""
     awaiting = description.typed_search_attributes.get(AWAITING)
-    return f" The server's index has it at phase {phase}" + (f", awaiting {awaiting}." if awaiting else ".")
+    # Anyone who may start runs may also set these attributes: shown as text, never as terminal controls.
+    return printable(f" The server's index has it at phase {phase}" + (f", awaiting {awaiting}." if awaiting else "."))
 
 
 async def report(args: argparse.Namespace, settings: Settings) -> int:

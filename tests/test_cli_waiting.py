@@ -121,8 +121,10 @@ def described(attributes: TypedSearchAttributes) -> Any:
      " The server's index has it at phase awaiting_review, awaiting plan_feedback."),
     (TypedSearchAttributes([SearchAttributePair(PHASE, "researching")]),
      " The server's index has it at phase researching."),
+    (TypedSearchAttributes([SearchAttributePair(PHASE, "\x1b]0;owned\x07researching\x1b[2J")]),
+     " The server's index has it at phase researching."),
     (TypedSearchAttributes.empty, ""),
-], ids=["awaiting", "working", "not indexed"])
+], ids=["awaiting", "working", "terminal controls set by a starter", "not indexed"])
 async def test_a_status_no_worker_gives_says_so_while_waiting_and_where_the_index_has_the_run(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], attributes: TypedSearchAttributes,
         said: str) -> None:
