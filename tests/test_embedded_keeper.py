@@ -123,6 +123,16 @@ async def test_serve_replaces_a_killed_worker_and_leaves_a_stack_that_was_taken_
             assert result["report"], result
         assert "Revived the embedded worker" in log.read_text()
 
+        # The codec server killed (the Web UI reads payloads through it): back on its port.
+        codec = json.loads((Path(home["DEERFLOW_HOME"]) / "codec.pid").read_text())["pid"]
+        kill_group(codec)
+
+        async def codec_back() -> bool:
+            return "Revived the embedded codec server" in log.read_text()
+
+        await until(codec_back, 60, "a new codec server")
+        assert json.loads((Path(home["DEERFLOW_HOME"]) / "codec.pid").read_text())["pid"] != codec
+
         # The dev server killed: the keeper starts it again on the same database, which holds the run.
         server = json.loads((Path(home["DEERFLOW_HOME"]) / "server.pid").read_text())["pid"]
         kill_group(server)
