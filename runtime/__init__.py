@@ -5,6 +5,7 @@ the CLI and the API server (the embedded default); ``research_client`` is the re
 typed contract; ``converter`` is the one data converter (pydantic, large payloads in the blob
 store), with ``blob_gc`` and ``artefacts`` on the same stores; ``token_stream_format`` is what
 workers and the API server say about token previews; ``search_attributes`` registers the
-attributes runs upsert, ``embedded`` runs the bundled dev server, and ``shutdown`` exits cleanly
-around an SDK finalisation crash. Nothing here imports the CLI, the API server or worker code.
+attributes runs upsert, ``embedded`` runs the bundled dev server (``embedded_keeper`` keeps it up
+while the API server runs), ``whole_file`` replaces small shared files whole, and ``shutdown`` exits
+cleanly around an SDK finalisation crash. Nothing here imports the CLI, the API server or worker code.
 """

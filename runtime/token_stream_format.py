@@ -10,13 +10,12 @@ the announcement file a local ``starter.py serve`` writes so that local workers 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
 from config.settings import Settings
+from runtime.whole_file import replace_whole
 
 ANNOUNCEMENT = "token-stream.json"
 PATH = "/internal/token-stream"
@@ -54,11 +53,7 @@ def announce(home: Path, url: str, token: str) -> Path:
     """Tell local workers where this API server takes previews (owner-only file, atomic write)."""
     home.mkdir(parents=True, exist_ok=True)
     path = home / ANNOUNCEMENT
-    temporary = home / f".{ANNOUNCEMENT}.{secrets.token_hex(4)}"
-    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        json.dump({"url": url, "token": token}, file)
-    os.replace(temporary, path)
+    replace_whole(path, json.dumps({"url": url, "token": token}))
     return path
 
 

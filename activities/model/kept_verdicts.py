@@ -14,15 +14,14 @@ credentials). The file is a cache: unreadable, broken or unwritable, it is ignor
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import os
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+from runtime.whole_file import replace_whole
 
 FILENAME = "tool-support.json"
 _log = logging.getLogger(__name__)
@@ -51,17 +50,16 @@ class KeptVerdicts:
     def record(self, name: str, calls: bool) -> None:
         """``name``'s tools work (kept; rewritten at most every quarter of ``ttl``) or do not (dropped)."""
         now = self.clock()
-        if calls and now - self._written.get(name, float("-inf")) < self.ttl / 4:
-            return
-        entries = self._read()
-        if not calls and name not in entries:
-            self._written.pop(name, None)
-            return
         if calls:
+            if now - self._written.get(name, float("-inf")) < self.ttl / 4:
+                return
+            entries = self._read()
             entries[name] = self._written[name] = now
         else:
-            del entries[name]
             self._written.pop(name, None)
+            entries = self._read()
+            if entries.pop(name, None) is None:
+                return  # nothing kept: no write
         self._write(entries)
 
     def _read(self) -> dict[str, float]:
@@ -75,16 +73,7 @@ class KeptVerdicts:
                 if isinstance(name, str) and isinstance(seen, int | float) and not isinstance(seen, bool)}
 
     def _write(self, entries: dict[str, float]) -> None:
-        partial: Path | None = None
         try:
-            # A name of its own: workers in containers sharing the home volume may share a PID too.
-            handle, name = tempfile.mkstemp(dir=self.path.parent, prefix=f".{FILENAME}.")
-            partial = Path(name)
-            with os.fdopen(handle, "w") as file:
-                file.write(json.dumps(entries))
-            os.replace(partial, self.path)  # whole or not at all, for a worker reading it as it starts
+            replace_whole(self.path, json.dumps(entries))  # whole: a worker may read it as it starts
         except OSError as error:
             _log.debug("tool-support verdicts not kept: %s", error)
-            if partial is not None:
-                with contextlib.suppress(OSError):
-                    partial.unlink(missing_ok=True)
