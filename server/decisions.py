@@ -4,10 +4,9 @@ DeerFlow's interrupt feedback and clarification turns), bounded in time.
 Why: a validated update waits for a worker to validate it. With the worker that ran the run dead
 and none in its place (a deployment's workers down), the server holds the update for as long as
 that lasts, and the request waited with it: the page's button or DeerFlow's chat showed nothing.
-After :data:`DECISION_WAIT_SECONDS` the request is answered 504, as the SDK's own update timeout
-is (server/services.py). The server may still hand the update to the next worker (it was
-admitted), so the answer says to reload the run before sending it again; a second decision is
-refused by the run's validator if the first was applied, so sending twice never decides twice.
+After :data:`DECISION_WAIT_SECONDS` the call ends with the SDK's own update timeout, which every
+route answers 504 (server/services.py) and the chat stream as an ``error`` event, in the words of
+``server.chat.problem``.
 """
 
 from __future__ import annotations
@@ -18,7 +17,6 @@ from typing import Any
 from temporalio.client import WorkflowHandle, WorkflowUpdateRPCTimeoutOrCancelledError
 
 from runtime import research_client
-from server.security import RequestError
 from workflows.decisions import Actor
 from workflows.models import ReviewOutcome
 
@@ -27,10 +25,8 @@ DECISION_WAIT_SECONDS = 30.0
 
 async def decided(handle: WorkflowHandle[Any, Any], update: research_client.Update, value: Any,
                   by: Actor) -> ReviewOutcome:
-    """``update(handle, value, by)``, or a 504 ``RequestError`` once no worker has taken it in time."""
+    """``update(handle, value, by)``, or the SDK's update timeout once no worker has taken it in time."""
     try:
         return await asyncio.wait_for(update(handle, value, by), DECISION_WAIT_SECONDS)
-    # The SDK turns the cancelled call into its own timeout error, which wait_for then raises.
-    except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):
-        raise RequestError("no worker took the decision in time (are the workers running?); it may still reach "
-                           "the run when one starts, so reload the run before sending it again", 504) from None
+    except TimeoutError:  # the SDK turns its cancelled call into its own error, which wait_for raises; else this
+        raise WorkflowUpdateRPCTimeoutOrCancelledError() from None
