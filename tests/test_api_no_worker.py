@@ -9,7 +9,6 @@ Its own module, so its dev server has no other worker that could take the run.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from pathlib import Path
 
@@ -18,12 +17,11 @@ import pytest
 from temporalio.client import Client
 
 from config.settings import load_settings
-from runtime import research_client
 from server import decisions
 from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, WorkerProcess, wait_for_worker
+from tests.support.runs import awaiting_review, wait_for
 from tests.support.web_server import api_server, parse_sse
-from workflows.models import Awaiting
 
 pytestmark = [
     pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (apt-get install chromium)"),
@@ -31,18 +29,6 @@ pytestmark = [
 ]
 QUESTION = "What is rain?"
 WAIT = 1.0
-
-
-async def awaiting_review(client: Client, run: str) -> None:
-    deadline = time.monotonic() + 90
-    while True:
-        try:
-            if (await research_client.status(client.get_workflow_handle(run))).awaiting == Awaiting.PLAN_FEEDBACK:
-                return
-        except Exception:  # not answered yet
-            pass
-        assert time.monotonic() < deadline, f"{run} never awaited its review"
-        await asyncio.sleep(0.3)
 
 
 async def test_a_decision_no_worker_takes_is_answered_not_left_hanging(
@@ -60,7 +46,7 @@ async def test_a_decision_no_worker_takes_is_answered_not_left_hanging(
                     "auto_accepted_plan": False}
             first = parse_sse((await http.post(f"{base}/api/chat/stream", json=turn)).text)
             assert first[-1][0] == "interrupt", first  # the thread's plan awaits its review
-            await awaiting_review(client, run)
+            await wait_for(client.get_workflow_handle(run), awaiting_review, 90)
             await page.navigate(f"{base}/")
             await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
             await page.evaluate(f"window.deerflowPage.openRun({run!r}); true")

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -25,14 +24,13 @@ import pytest
 from temporalio.client import Client
 
 from config.settings import load_settings
+from offline.providers import without_provider_settings
 from runtime import embedded, embedded_keeper
 from runtime.embedded import EmbeddedStack, is_listening
-from tests.support.processes import REPO_DIR, free_port, run_starter, wait_for_port
+from tests.support.processes import REPO_DIR, free_port, kill_group, run_starter, wait_for_port
 
 pytestmark = pytest.mark.timeout(240)
 QUESTION = "What is rain?"
-PROVIDER_VARIABLES = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "TAVILY_API_KEY", "TAVILY_BASE_URL",
-                      "DEERFLOW_OFFLINE_DEMO", "BASIC_MODEL", "TEMPORAL_ADDRESS")
 REVIVAL_SECONDS = 15.0  # the keeper's 2 s check plus a worker's start (1-3 s idle), stretched by load
 
 
@@ -45,8 +43,8 @@ def revival_bound() -> float:
 @pytest.fixture
 def home(tmp_path: Path) -> Iterator[dict[str, str]]:
     """A fresh machine's environment: no keys, no configured server, a private home, free ports."""
-    env = {key: value for key, value in os.environ.items()
-           if key not in PROVIDER_VARIABLES and not key.startswith("DEERFLOW_WEB_")}
+    env = {key: value for key, value in without_provider_settings(os.environ).items()
+           if key != "TEMPORAL_ADDRESS" and not key.startswith("DEERFLOW_WEB_")}
     env.update(DEERFLOW_HOME=str(tmp_path / "home"), DEERFLOW_UI_PORT=str(free_port()),
                DEERFLOW_EMBEDDED_ADDRESS=f"127.0.0.1:{free_port()}", DEERFLOW_OFFLINE_MODEL_LATENCY="0.05")
     try:
@@ -61,14 +59,6 @@ def recorded_worker(home: dict[str, str]) -> int | None:
         return int(json.loads((Path(home["DEERFLOW_HOME"]) / "worker.pid").read_text())["pid"])
     except (OSError, ValueError, KeyError):
         return None
-
-
-def kill_group(pid: int) -> None:
-    os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while embedded._start_time(pid) is not None:  # gone, not even a zombie
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
 
 
 async def until(condition, seconds: float, what: str) -> float:  # type: ignore[no-untyped-def]

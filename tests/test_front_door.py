@@ -39,7 +39,7 @@ from cli.watch import Described, Watcher, render_status
 from config.settings import Settings
 from runtime import build_info, embedded
 from runtime.front_door import CliError
-from tests.support.processes import REPO_DIR, free_port, run_starter
+from tests.support.processes import REPO_DIR, free_port, kill_group, run_starter
 from tests.support.runs import OFFLINE_REPORT
 from workflows.decisions import Actor
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
@@ -374,11 +374,7 @@ def worker_pid(home: dict[str, str]) -> int:
 
 def kill_worker(home: dict[str, str]) -> int:
     pid = worker_pid(home)
-    os.killpg(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10
-    while embedded._start_time(pid) is not None:  # gone (not even a zombie) before the test goes on
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    kill_group(pid)
     return pid
 
 

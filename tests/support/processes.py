@@ -20,7 +20,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from offline.providers import without_provider_settings
-from runtime.embedded import DEV_SERVER_QUEUE_FLAGS, DEV_SERVER_STORAGE_FLAGS, free_port, has_worker
+from runtime.embedded import DEV_SERVER_QUEUE_FLAGS, DEV_SERVER_STORAGE_FLAGS, _start_time, free_port, has_worker
 from tests.support.zygote import ForkedProcess, zygote
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -37,6 +37,16 @@ def wait_for_port(port: int, timeout: float = 30.0) -> None:
         except OSError:
             time.sleep(0.1)
     raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
+
+
+def kill_group(pid: int, timeout: float = 10.0) -> None:
+    """SIGKILL the process group ``pid`` leads, and return once that process is gone (not even a
+    zombie), as after a crash: what the test does next cannot meet it still there."""
+    os.killpg(pid, signal.SIGKILL)
+    deadline = time.monotonic() + timeout
+    while _start_time(pid) is not None:
+        assert time.monotonic() < deadline, f"process {pid} outlived its SIGKILL by {timeout:.0f} s"
+        time.sleep(0.05)
 
 
 class DevServer:
