@@ -107,7 +107,7 @@ def problem(error: Exception) -> str:
     if isinstance(error, WorkflowUpdateRPCTimeoutOrCancelledError):
         # Admitted, the update may still be handed to the next worker; a second decision on a run
         # that took the first is refused, so resending is safe, but only after a look at the run.
-        return ("no worker took the decision in time (are the workers running?); it may still reach the run "
+        return ("no worker took the decision in time (is a worker running?); it may still reach the run "
                 "when one starts, so reload the run before sending it again")
     return str(error)
 
