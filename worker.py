@@ -50,6 +50,7 @@ from runtime.logs import TEXT_FORMAT, configure_logging
 from runtime.metrics import metrics_runtime
 from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
+from runtime.stall_watchdog import exit_if_stalled
 from sandbox.activity import SandboxActivities
 from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
 
@@ -132,6 +133,8 @@ async def main(argv: list[str] | None = None) -> None:
     """Serve the chosen queues until a stop signal (see :func:`on_stop_signals`)."""
     queues = parse_args(argv)
     settings, providers, scrubber = load_worker_settings()
+    # A loop stuck for the stall ends the process (its traceback in the log) for its supervisor to replace.
+    watchdog = asyncio.create_task(exit_if_stalled(settings.worker_stall_seconds))
     connection = load_connection(settings)
     await prepare_payload_store(settings)
     # With DEERFLOW_METRICS_ADDRESS the runtime serves /metrics; with OTEL_EXPORTER_OTLP_ENDPOINT the
@@ -178,6 +181,7 @@ async def main(argv: list[str] | None = None) -> None:
         if journal is not None:
             journal.close()
         providers.stop()
+        watchdog.cancel()
 
 
 def on_stop_signals(stop: asyncio.Event, grace: timedelta, client: Client, journal: InflightJournal | None) -> None:

@@ -93,3 +93,9 @@ class WorkerSettings(SettingsGroup):
     # activity_options.py), so a call that could still succeed is never cut; docker-compose.yml's
     # stop_grace_period is set a little above it. A second signal stops the worker at once.
     worker_shutdown_grace: float = Field(default=300.0, ge=0, le=86_400, alias="DEERFLOW_WORKER_SHUTDOWN_GRACE")
+    # Seconds the worker's event loop may run nothing before the worker ends itself (status 1, every
+    # thread's traceback in its log) so that its supervisor starts a new one (runtime/stall_watchdog.py):
+    # a stuck loop wedges every run the worker touches while its process looks alive. Far above a loaded
+    # host's lag (seconds) and above every call's heartbeat timeout (4-10 s), past which its calls were
+    # already being retried. 0: never.
+    worker_stall_seconds: float = Field(default=60.0, ge=0, le=86_400, alias="DEERFLOW_WORKER_STALL_SECONDS")
