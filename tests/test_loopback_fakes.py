@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import socketserver
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Protocol
@@ -50,6 +51,12 @@ def reply_sockets(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[int]]:
 
 @pytest.mark.parametrize("fake", FAKES)
 def test_every_fake_replies_with_nagles_algorithm_off(fake: str, reply_sockets: list[int]) -> None:
-    with FAKES[fake]() as server, httpx.Client(trust_env=False) as client:
-        client.get(f"{server.base_url}/health")
+    with FAKES[fake]() as server:
+        with httpx.Client(trust_env=False) as client:
+            client.get(f"{server.base_url}/health")
+        # The handler finishes in the fake's thread once the client has closed the connection, and
+        # stopping the fake does not wait for that thread (a loaded run of the suite read it empty).
+        deadline = time.monotonic() + 10
+        while not reply_sockets and time.monotonic() < deadline:
+            time.sleep(0.01)
     assert reply_sockets and all(reply_sockets), reply_sockets
