@@ -8,6 +8,7 @@ cancel workflows that are not research runs, nor to learn which runs others star
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
@@ -36,6 +37,11 @@ from workflows.status_view import offline_notice, retry_line
 from workflows.visibility import AWAITING, PHASE
 
 MAX_LISTED = 100
+# How long a view waits for a worker to answer a run's status query. With no worker running (a
+# deployment whose workers are down) the server holds the query for about 30 s before it fails it;
+# the run view shows where the server's index has the run instead, and the page asks again every 5 s.
+# A live worker answers in milliseconds, a loaded one replaying a long run in a second or two.
+STATUS_WAIT_SECONDS = 10.0
 
 
 class ReviewBody(BaseModel):
@@ -116,9 +122,13 @@ class Runs:
         status = await _status(handle)
         shown: dict[str, Any] = {"id": run, "status": description.status.name.lower() if description.status else None,
                                  "run": status.model_dump(mode="json") if status else None, "result": None,
-                                 "offline_notice": offline_notice(status) if status else None, "retries": []}
+                                 "offline_notice": offline_notice(status) if status else None, "retries": [],
+                                 "indexed": None}
         if description.status == WorkflowExecutionStatus.RUNNING:
             shown["retries"] = [retry_line(retry, status) for retry in retries_of(description.raw_description)]
+            if status is None:  # what the page shows until a worker answers
+                attributes = description.typed_search_attributes
+                shown["indexed"] = {"phase": attributes.get(PHASE), "awaiting": attributes.get(AWAITING) or None}
         if description.status != WorkflowExecutionStatus.RUNNING:
             try:
                 result = await handle.result()
@@ -164,9 +174,9 @@ class Runs:
 
 async def _status(handle: WorkflowHandle) -> RunStatus | None:
     try:
-        return await research_client.status(handle)
-    except RPCError:
-        return None  # no worker to answer, or the run's history is gone
+        return await asyncio.wait_for(research_client.status(handle), STATUS_WAIT_SECONDS)
+    except (RPCError, TimeoutError):
+        return None  # no worker answered in time, or the run's history is gone
 
 
 async def _first_run_id(client: Client, workflow_id: str) -> str | None:

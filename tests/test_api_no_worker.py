@@ -2,7 +2,9 @@
 review button and DeerFlow's interrupt feedback are answered (504, or an ``error`` event in
 DeerFlow's 200 stream) after a bounded wait, instead of hanging for as long as the deployment's
 workers are down (the server holds an update for a worker it has seen poll, for good); the page, in
-headless Chromium, says the decision was sent and not taken yet.
+headless Chromium, says the decision was sent and not taken yet. The run view, whose status query
+the server would hold for about 30 s, shows where the server's index has the run after a bounded
+wait, and says that no worker has answered.
 
 Its own module, so its dev server has no other worker that could take the run.
 """
@@ -17,7 +19,7 @@ import pytest
 from temporalio.client import Client
 
 from config.settings import load_settings
-from server import decisions
+from server import decisions, runs
 from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, WorkerProcess, wait_for_worker
 from tests.support.runs import awaiting_review, wait_for
@@ -69,5 +71,36 @@ async def test_a_decision_no_worker_takes_is_answered_not_left_hanging(
             feedback = {**turn, "messages": [{"role": "user", "content": "go"}], "interrupt_feedback": "accepted"}
             events = parse_sse((await http.post(f"{base}/api/chat/stream", json=feedback)).text)
             assert events[0][0] == "error" and "no worker took the decision in time" in events[0][1]["error"], events
+    finally:
+        worker.kill()
+
+
+async def test_a_run_no_worker_answers_for_is_shown_from_the_index(
+        dev_server: DevServer, client: Client, page: Page, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runs, "STATUS_WAIT_SECONDS", WAIT)
+    settings = load_settings().model_copy(update={"web_token": None})
+    worker = WorkerProcess(dev_server.address, tmp_path / "worker.log",
+                           env={"DEERFLOW_OFFLINE_MODEL_LATENCY": "0.05"}).start()
+    try:
+        await wait_for_worker(client, tmp_path / "worker.log")
+        async with api_server(client, settings) as base, httpx.AsyncClient(timeout=60) as http:
+            run = (await http.post(f"{base}/api/runs", json={"question": QUESTION})).json()["id"]
+            await wait_for(client.get_workflow_handle(run), awaiting_review, 90)
+            worker.kill()
+
+            began = time.monotonic()
+            shown = (await http.get(f"{base}/api/runs/{run}")).json()
+            waited = time.monotonic() - began
+            assert shown["status"] == "running" and shown["run"] is None, shown
+            assert shown["indexed"] == {"phase": "awaiting_review", "awaiting": "plan_feedback"}, shown
+            assert WAIT <= waited < WAIT + 10, waited
+
+            await page.navigate(f"{base}/")
+            await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
+            await page.evaluate(f"window.deerflowPage.openRun({run!r}); true")
+            said = await page.wait_for("document.getElementById('run-phase').textContent", 30,
+                                       what="the run's phase")
+            assert said == ("Phase: awaiting_review (awaiting plan_feedback), as the server's index has it: "
+                            "no worker has answered (is one running?)"), said
     finally:
         worker.kill()

@@ -192,7 +192,9 @@ async function refresh() {
   // Only a running run can be reviewed or answered: a closed one's last status may still say it
   // awaited a review when it was cancelled, terminated or timed out.
   const running = shown.status === "running";
-  const phase = status ? status.phase + (status.awaiting ? ` (awaiting ${status.awaiting})` : "") : shown.status;
+  const phase = status ? phaseWords(status) : shown.indexed && shown.indexed.phase
+    ? `${phaseWords(shown.indexed)}, as the server's index has it: no worker has answered (is one running?)`
+    : shown.status;
   const ended = endedWords(shown);
   $("run-phase").textContent = running ? `Phase: ${phase}` : `Ended: ${ended}`;
   $("run-phase").className = running ? "" : ended.startsWith("finished") ? "ended" : "ended badly";
@@ -226,6 +228,10 @@ async function refresh() {
   }
   if (shown.result) state.locale = shown.result.locale;
   $("flows").hidden = !(shown.status === "completed" && state.report);
+}
+
+function phaseWords(where) {
+  return where.phase + (where.awaiting ? ` (awaiting ${where.awaiting})` : "");
 }
 
 function endedWords(shown) {
