@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import asyncio
 import faulthandler
+import logging
 import sys
 
 # How often the loop re-arms the timer, at most: often enough that a loop merely late under load
 # (a batch host at nice 15 runs it seconds late at worst) never lets a stall of a minute run out.
 REARM_SECONDS = 5.0
+
+logger = logging.getLogger(__name__)
 
 
 async def exit_if_stalled(stall_seconds: float) -> None:
@@ -33,6 +36,9 @@ async def exit_if_stalled(stall_seconds: float) -> None:
     if stall_seconds <= 0:
         return
     rearm = min(REARM_SECONDS, stall_seconds / 4)
+    # Said once at start, so that whoever reads the log later knows what a "Timeout (...)!" there means.
+    logger.info("Stall watchdog: an event loop stuck for %g s ends this process (status 1) after writing "
+                "every thread's traceback under \"Timeout (...)!\"", stall_seconds)
     try:
         while True:
             # One re-arm more: the loop may stall just before its next one is due.

@@ -136,6 +136,7 @@ async def test_a_worker_whose_loop_is_wedged_leaves_and_its_run_finishes_on_the_
         text = log.read_text(errors="replace")
         assert "Timeout (0:00:12.500000)!" in text  # its stall and one re-arm
         assert "in wedge_the_event_loop" in text
+        assert f"Stall watchdog: an event loop stuck for {WORKER_STALL_SECONDS} s ends this process" in text
         assert left_after >= WORKER_STALL_SECONDS
     finally:
         if wedged.poll() is None:
