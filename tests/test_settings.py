@@ -54,6 +54,16 @@ def test_an_allowed_origin_that_no_browser_sends_is_refused_by_name(value: str) 
         load_settings({"DEERFLOW_WEB_ALLOWED_ORIGINS": value})
 
 
+@pytest.mark.parametrize(("value", "accepted"),
+                         [("0", True), ("0.5", False), ("4.9", False), ("5", True), ("60", True)])
+def test_a_stall_watchdog_is_off_or_slower_than_a_loaded_hosts_lag(value: str, accepted: bool) -> None:
+    if accepted:
+        assert load_settings({"DEERFLOW_WORKER_STALL_SECONDS": value}).worker_stall_seconds == float(value)
+    else:
+        with pytest.raises(ConfigError, match=r"DEERFLOW_WORKER_STALL_SECONDS.*0 \(never\) or at least 5 seconds"):
+            load_settings({"DEERFLOW_WORKER_STALL_SECONDS": value})
+
+
 def test_allowed_origins_are_a_comma_separated_list() -> None:
     origins = load_settings({"DEERFLOW_WEB_ALLOWED_ORIGINS": "http://localhost:3000/, http://[::1]:3001"})
     assert origins.web_allowed_origins == ["http://localhost:3000", "http://[::1]:3001"]

@@ -10,6 +10,9 @@ from pydantic import Field, field_validator
 
 from config.groups.base import SettingsGroup
 
+# The shortest stall DEERFLOW_WORKER_STALL_SECONDS may set (the suite's wedged worker uses 10).
+MIN_STALL_SECONDS = 5.0
+
 
 class WorkerSettings(SettingsGroup):
     """What ``worker.py`` and the workflow's run configuration read (hosting/, workflows/queues.py)."""
@@ -97,5 +100,13 @@ class WorkerSettings(SettingsGroup):
     # thread's traceback in its log) so that its supervisor starts a new one (runtime/stall_watchdog.py):
     # a stuck loop wedges every run the worker touches while its process looks alive. Far above a loaded
     # host's lag (seconds) and above every call's heartbeat timeout (4-10 s), past which its calls were
-    # already being retried. 0: never.
+    # already being retried. 0: never; otherwise at least MIN_STALL_SECONDS.
     worker_stall_seconds: float = Field(default=60.0, ge=0, le=86_400, alias="DEERFLOW_WORKER_STALL_SECONDS")
+
+    @field_validator("worker_stall_seconds")
+    @classmethod
+    def _off_or_above_lag(cls, value: float) -> float:
+        """A stall of a second or two is a loaded host's ordinary lag: it would end healthy workers."""
+        if 0 < value < MIN_STALL_SECONDS:
+            raise ValueError(f"0 (never) or at least {MIN_STALL_SECONDS:g} seconds")
+        return value
