@@ -191,6 +191,15 @@ async def process_polls(client: Client, pid: int) -> bool:
     return any(identity.startswith(f"{pid}@") for identity in await _pollers(client))
 
 
+def _flag(pid: int, name: str) -> str | None:
+    """The value after ``name`` on the process's command line (None: no such flag, or not on Linux)."""
+    try:
+        flags = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        return flags[flags.index(name) + 1]
+    except (OSError, UnicodeDecodeError, ValueError, IndexError):
+        return None
+
+
 def _last_line(log: Path) -> str:
     try:
         lines = log.read_text(errors="replace").strip().splitlines()
@@ -284,21 +293,28 @@ class EmbeddedStack:
         server = self.recorded_process("server", address)
         if server is None or self.recorded_process("codec", address) is not None:
             return False
-        try:
-            flags = Path(f"/proc/{server}/cmdline").read_bytes().decode().split("\0")
-            endpoint = flags[flags.index("--ui-codec-endpoint") + 1]
-        except (OSError, UnicodeDecodeError, ValueError, IndexError):
+        endpoint = _flag(server, "--ui-codec-endpoint")
+        if endpoint is None:
             return False  # a server started before codec servers were (or not on Linux)
         host, port = _split(endpoint.removeprefix("http://"))
         self.start_codec_server(address, host, port)
         return True
 
+    def _running_codec_server(self, address: str) -> str | None:
+        """The URL of our codec server for ``address`` if it still runs (its dev server may have died
+        without it): a new dev server is pointed at it, rather than at a second one that would leave
+        this one running with nobody's record of it."""
+        codec = self.recorded_process("codec", address)
+        host, port = (None, None) if codec is None else (_flag(codec, "--host"), _flag(codec, "--port"))
+        return None if host is None or port is None else f"http://{host}:{port}"
+
     def start_dev_server(self, address: str) -> str:
-        """Start the dev server (persistent db under .deerflow/) and its codec server; return the Web UI URL."""
+        """Start the dev server (persistent db under .deerflow/) and its codec server (ours, if it still
+        runs); return the Web UI URL."""
         host, port = _split(address)
         ui_port = self.settings.ui_port
         db = self.state_dir() / "temporal.db"
-        codec_endpoint = self.start_codec_server(address, host)
+        codec_endpoint = self._running_codec_server(address) or self.start_codec_server(address, host)
         self._spawn("server", address=address, command=[
             temporal_cli(), "server", "start-dev", "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
             "--db-filename", str(db), *DEV_SERVER_STORAGE_FLAGS, *DEV_SERVER_QUEUE_FLAGS, "--log-level", "error",

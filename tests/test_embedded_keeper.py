@@ -26,7 +26,7 @@ from temporalio.client import Client
 from config.settings import load_settings
 from offline.providers import without_provider_settings
 from runtime import embedded, embedded_keeper
-from runtime.embedded import EmbeddedStack, is_listening
+from runtime.embedded import EmbeddedStack, _start_time, is_listening
 from tests.support.processes import REPO_DIR, free_port, kill_group, run_starter, wait_for_port
 
 pytestmark = pytest.mark.timeout(240)
@@ -121,7 +121,8 @@ async def test_serve_replaces_a_killed_worker_and_leaves_a_stack_that_was_taken_
             return "Revived the embedded codec server" in log.read_text()
 
         await until(codec_back, 60, "a new codec server")
-        assert json.loads((Path(home["DEERFLOW_HOME"]) / "codec.pid").read_text())["pid"] != codec
+        codec_again = json.loads((Path(home["DEERFLOW_HOME"]) / "codec.pid").read_text())["pid"]
+        assert codec_again != codec
 
         # The dev server killed: the keeper starts it again on the same database, which holds the run.
         server = json.loads((Path(home["DEERFLOW_HOME"]) / "server.pid").read_text())["pid"]
@@ -137,12 +138,15 @@ async def test_serve_replaces_a_killed_worker_and_leaves_a_stack_that_was_taken_
             back = await until(served_again, 120, "the run read again through a new dev server")
             print(f"the run was read through a new dev server {back:.1f} s after the kill")
         assert "Revived the embedded Temporal dev server" in log.read_text()
+        # The codec server outlived its dev server: the new one uses it, rather than a second one.
+        assert json.loads((Path(home["DEERFLOW_HOME"]) / "codec.pid").read_text())["pid"] == codec_again
 
         downed = await asyncio.to_thread(run_starter, home, "down")
         assert downed.returncode == 0 and "worker" in downed.stdout, downed.stderr
         await asyncio.sleep(3 * 2.0 + 1)  # three of the keeper's checks
         address = home["DEERFLOW_EMBEDDED_ADDRESS"]
         assert not is_listening(address) and recorded_worker(home) is None, log.read_text()[-2000:]
+        assert _start_time(codec_again) is None, "a codec server outlived starter.py down"
     finally:
         serve.kill()
         serve.wait(timeout=30)
