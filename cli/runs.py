@@ -30,7 +30,7 @@ from runtime.retries import retries_of
 from workflows.errors import failure_message
 from workflows.models import Outcome, ResearchResult, RunStatus
 from workflows.status_view import offline_notice
-from workflows.visibility import AWAITING, PHASE
+from workflows.visibility import indexed_place
 
 
 async def _status(handle: WorkflowHandle) -> RunStatus:
@@ -162,10 +162,9 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
 def _indexed(description: WorkflowExecutionDescription) -> str:
     """What the server's index holds of a run no worker answers for: the phase and what it awaits
     (the search attributes the run upserts), so a user still learns where it stands."""
-    phase = description.typed_search_attributes.get(PHASE)
+    phase, awaiting = indexed_place(description.typed_search_attributes)
     if phase is None:  # a server without the attributes registered, or a run that never set them
         return ""
-    awaiting = description.typed_search_attributes.get(AWAITING)
     # Anyone who may start runs may also set these attributes: shown as text, never as terminal controls.
     return printable(f" The server's index has it at phase {phase}" + (f", awaiting {awaiting}." if awaiting else "."))
 

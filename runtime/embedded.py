@@ -305,8 +305,10 @@ class EmbeddedStack:
         without it): a new dev server is pointed at it, rather than at a second one that would leave
         this one running with nobody's record of it."""
         codec = self.recorded_process("codec", address)
-        host, port = (None, None) if codec is None else (_flag(codec, "--host"), _flag(codec, "--port"))
-        return None if host is None or port is None else f"http://{host}:{port}"
+        if codec is None:
+            return None
+        host, port = _flag(codec, "--host"), _flag(codec, "--port")
+        return f"http://{host}:{port}" if host and port else None
 
     def start_dev_server(self, address: str) -> str:
         """Start the dev server (persistent db under .deerflow/) and its codec server (ours, if it still

@@ -15,7 +15,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowExecutionDescription,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+)
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
@@ -34,7 +40,7 @@ from workflows.errors import failure_message
 from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.status_view import offline_notice, retry_line
-from workflows.visibility import AWAITING, PHASE
+from workflows.visibility import indexed_place
 
 MAX_LISTED = 100
 # How long a view waits for a worker to answer a run's status query. With no worker running (a
@@ -71,6 +77,11 @@ class Runs:
     async def handle(self, run: str, who: Principal, act: Act = Act.SEE) -> WorkflowHandle:
         """The research run with this workflow id, if ``who`` may ``act`` on it; anything else is
         "not found" (or, for a run ``who`` may see but not change, refused)."""
+        return (await self._described(run, who, act))[0]
+
+    async def _described(self, run: str, who: Principal,
+                         act: Act) -> tuple[WorkflowHandle, WorkflowExecutionDescription]:
+        """:meth:`handle`, with the description it was checked on."""
         if not 0 < len(run) <= 255:
             raise RequestError("no such research run", 404)
         handle = self.client.get_workflow_handle(run, result_type=ResearchResult)
@@ -83,7 +94,7 @@ class Runs:
         if description.workflow_type != WORKFLOW_TYPE:
             raise RequestError("no such research run", 404)
         who.check(act, await started_by(description))
-        return handle
+        return handle, description
 
     async def overview(self, who: Principal) -> list[dict[str, Any]]:
         """The latest runs ``who`` may see (of the latest ``MAX_LISTED``), those awaiting review first."""
@@ -94,8 +105,7 @@ class Runs:
             if not who.may(Act.SEE, starter):
                 continue
             running = execution.status == WorkflowExecutionStatus.RUNNING
-            phase = execution.typed_search_attributes.get(PHASE)
-            awaiting = execution.typed_search_attributes.get(AWAITING) or None
+            phase, awaiting = indexed_place(execution.typed_search_attributes)
             if phase is None and running:
                 status = await _status(self.client.get_workflow_handle(execution.id))
                 phase, awaiting = (status.phase.value, status.awaiting) if status else (None, None)
@@ -117,8 +127,7 @@ class Runs:
         return run
 
     async def show(self, run: str, who: Principal) -> dict[str, Any]:
-        handle = await self.handle(run, who)
-        description = await handle.describe()
+        handle, description = await self._described(run, who, Act.SEE)
         status = await _status(handle)
         shown: dict[str, Any] = {"id": run, "status": description.status.name.lower() if description.status else None,
                                  "run": status.model_dump(mode="json") if status else None, "result": None,
@@ -127,8 +136,8 @@ class Runs:
         if description.status == WorkflowExecutionStatus.RUNNING:
             shown["retries"] = [retry_line(retry, status) for retry in retries_of(description.raw_description)]
             if status is None:  # what the page shows until a worker answers
-                attributes = description.typed_search_attributes
-                shown["indexed"] = {"phase": attributes.get(PHASE), "awaiting": attributes.get(AWAITING) or None}
+                phase, awaiting = indexed_place(description.typed_search_attributes)
+                shown["indexed"] = {"phase": phase, "awaiting": awaiting}
         if description.status != WorkflowExecutionStatus.RUNNING:
             try:
                 result = await handle.result()

@@ -6,10 +6,16 @@ registered (``RunConfig.search_attributes_enabled``), so a namespace without the
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, TypedSearchAttributes
 
 PHASE = SearchAttributeKey.for_keyword("DeerFlowPhase")
 AWAITING = SearchAttributeKey.for_keyword("DeerFlowAwaiting")
 REPORT_STYLE = SearchAttributeKey.for_keyword("DeerFlowReportStyle")
 
 ALL_KEYS: tuple[SearchAttributeKey[str], ...] = (PHASE, AWAITING, REPORT_STYLE)
+
+
+def indexed_place(attributes: TypedSearchAttributes) -> tuple[str | None, str | None]:
+    """Where the server's index has a run: its phase and what it awaits (None where not set). What a
+    view shows of a run no worker answers for; anyone who may start runs may set these values."""
+    return attributes.get(PHASE), attributes.get(AWAITING) or None
