@@ -76,7 +76,6 @@ async def test_an_interrupted_wait_stops_the_update_call(monkeypatch: pytest.Mon
     await asyncio.wait_for(stopped.wait(), 1)
 
 
-
 async def sdk_like_update(_handle: Any, _value: Any, _by: Actor) -> ReviewOutcome:
     """As the SDK's ``execute_update`` does: a cancelled wait comes out as its own timeout error."""
     try:
@@ -108,6 +107,7 @@ async def test_the_servers_own_deadline_on_a_decision_is_the_same_line_with_exit
         await research._send_update(Handle(), deadline, "[ACCEPTED]", BY, "answer")  # type: ignore[arg-type]
     assert stopped.value.exit_code == 2 and str(stopped.value).startswith("Stopped waiting: no worker has taken the "
                                                                            "answer for research-x yet.")
+
 
 def described(attributes: TypedSearchAttributes) -> Any:
     raw = SimpleNamespace(pending_workflow_task=SimpleNamespace(attempt=1), pending_activities=[])
