@@ -25,10 +25,12 @@ What it cannot read: anyone who may start workflows can start one of a made-up t
 nobody polls, whose input is a codec-encoded reference, ciphertext under an unknown key, or a
 reference that is not JSON; and anyone who may signal a run can put such a payload in its history.
 Those are skipped and listed (``GcReport.unreadable``), never a reason to stop: in a workflow that
-is not ours (``OUR_TYPES``) nothing of ours depends on them, and what clients hand our runs (the
-start input, signals, updates) never holds a subtree reference and is refused by the worker when
-it cannot be read. Only a payload our worker wrote (an activity's input or result, a
-continuation) that the collector cannot read stops it, as a run of ours may depend on it.
+is not ours (``OUR_TYPES``) nothing of ours depends on them, whatever they are (ciphertext on a
+deployment without keys too), and what clients hand our runs (the start input, signals, updates)
+never holds a subtree reference and is refused by the worker when it cannot be read. Only a
+payload our worker wrote (an activity's input or result, a continuation) that the collector cannot
+read stops it, as a run of ours may depend on it; and so does any ciphertext in a run of ours when
+the collector has no keys, since our worker's own payloads are then encrypted as well.
 """
 
 from __future__ import annotations
@@ -84,6 +86,15 @@ class BlobGcError(RuntimeError):
 
 class Unreadable(Exception):
     """A history payload the collector cannot read: skipped or fatal, depending on who wrote it."""
+
+
+class KeysNeeded(Unreadable):
+    """Ciphertext, and the collector was given no keys: skipped in a workflow that is not ours, fatal
+    in one of ours, where every payload our worker wrote is ciphertext too."""
+
+
+NO_KEYS = ("History holds encrypted payloads: run blobs gc with the workers' DEERFLOW_ENCRYPTION_KEYS "
+           "(or key file). Nothing was deleted.")
 
 
 @dataclass
@@ -146,12 +157,12 @@ async def _subtrees_of(payload: Payload, decrypt: PayloadCodec | None) -> set[st
     """The subtree blobs a history payload references, reading through encryption.
 
     A malformed reference names no blob (a forged input the run refused), so it marks nothing;
-    a payload the keys cannot open may reference anything, so the collection stops.
+    a payload the keys cannot open (or, without keys, any ciphertext) may reference anything: it is
+    ``Unreadable``, and whose workflow it is in decides whether the collection stops.
     """
     if payload.metadata.get("encoding") == ENCRYPTED:
         if decrypt is None:
-            raise BlobGcError("History holds encrypted payloads: run blobs gc with the workers' "
-                              "DEERFLOW_ENCRYPTION_KEYS (or key file). Nothing was deleted.")
+            raise KeysNeeded("an encrypted payload, and blob gc was given no keys")
         try:
             [payload] = await decrypt.decode([payload])
         except ApplicationError as error:
@@ -189,6 +200,8 @@ async def _referenced(client: Client, decrypt: PayloadCodec | None,
                         whole.add(reference.claim_data.get("hash_value", ""))
                 except Unreadable as error:
                     where = f"{execution.id} ({execution.workflow_type}), {_event_name(event)}"
+                    if ours and isinstance(error, KeysNeeded):
+                        raise BlobGcError(NO_KEYS) from None
                     if ours and event.event_type not in FROM_CLIENTS:
                         raise BlobGcError(f"{where} holds {error}: nothing was deleted.") from None
                     unreadable.append(f"{where}: {error}")
