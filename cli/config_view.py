@@ -1,5 +1,9 @@
 """``starter.py config``: the effective configuration, where each value came from, secrets masked.
 
+It starts with the Temporal service the command would reach (address, namespace, TLS and API key on or
+off) and shows the named API tokens by name and role, never their values: what an operator checks
+first after a deploy.
+
 The settings were already checked by ``starter.py`` before any command ran (a problem is one line and
 exit code 2), so reaching this command means they are valid: it prints them and exits 0.
 """
@@ -10,7 +14,9 @@ import argparse
 import json
 from typing import Any
 
+from config.groups.web import NamedToken
 from config.settings import Settings, is_secret
+from runtime.connection import load_connection
 
 
 def lines(settings: Settings) -> list[str]:
@@ -20,7 +26,9 @@ def lines(settings: Settings) -> list[str]:
     for name, field in Settings.model_fields.items():
         env_name = field.alias or name.upper()
         value: Any = getattr(settings, name)
-        if value is not None and (is_secret(env_name) or env_name == "MCP_SERVERS"):
+        if env_name == "DEERFLOW_WEB_TOKENS":
+            shown = ", ".join(map(holder, value)) or "[]"
+        elif value is not None and (is_secret(env_name) or env_name == "MCP_SERVERS"):
             # MCP server tables carry their own env and headers (tokens): only their names are shown.
             shown = f"[{', '.join(value)}]" if env_name == "MCP_SERVERS" else "***"
         else:
@@ -30,6 +38,20 @@ def lines(settings: Settings) -> list[str]:
     return out
 
 
+def holder(token: NamedToken) -> str:
+    """A named token as its holder and what it may do, e.g. ``ann (reviewer)``."""
+    return f"{token.name} ({token.role.value if token.role else 'own runs only'})"
+
+
+def temporal_lines(settings: Settings) -> list[str]:
+    """Where the CLI, the worker and the API server connect, and how (secured or not), without the key."""
+    connection = load_connection(settings)
+    tls = "on" if connection.connect_config.get("tls") else "off"
+    return [f"TEMPORAL_ADDRESS = {connection.address}  ({connection.address_source})",
+            f"TEMPORAL_NAMESPACE = {connection.namespace}  ({connection.namespace_source})",
+            f"TEMPORAL_TLS = {tls}", f"TEMPORAL_API_KEY = {'***' if connection.profile.api_key else 'unset'}"]
+
+
 async def show(args: argparse.Namespace, settings: Settings) -> int:
-    print("\n".join(lines(settings)))
+    print("\n".join([*temporal_lines(settings), *lines(settings)]))
     return 0

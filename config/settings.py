@@ -119,13 +119,18 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
 # KEY_FILE is a path. Masking those would hide from ``starter.py config`` what an operator checks.
 _SECRET_LAST_WORDS = frozenset({"KEY", "KEYS", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"})
 _SECRET_NAMES = frozenset({"DEERFLOW_WEB_TOKENS"})  # named API tokens; other names ending in TOKENS count
+# The parts of a secret table that say who holds what, not the credential: a named token's name and role
+# are shown (``starter.py config``, a refused ``role: boss``); its token never is.
+_PUBLIC_FIELDS = {"DEERFLOW_WEB_TOKENS": frozenset({"NAME", "ROLE"})}
 
 
 def is_secret(name: str) -> bool:
     """Whether the setting ``name`` (or a part of it: ``DEERFLOW_WEB_TOKENS.0.token``) holds a
     credential, never printed."""
-    return any(part.rsplit("_", 1)[-1] in _SECRET_LAST_WORDS or part in _SECRET_NAMES
-               for part in name.upper().split("."))
+    parts = name.upper().split(".")
+    if len(parts) == 3 and parts[1].isdigit() and parts[2] in _PUBLIC_FIELDS.get(parts[0], ()):
+        return False
+    return any(part.rsplit("_", 1)[-1] in _SECRET_LAST_WORDS or part in _SECRET_NAMES for part in parts)
 
 
 def validation_problems(error: ValidationError) -> list[str]:

@@ -58,6 +58,10 @@ class Connection:
     # The operator named the address (TEMPORAL_ADDRESS or a profile's address): it is only ever
     # connected to. Otherwise it is the embedded default's (DEERFLOW_EMBEDDED_ADDRESS).
     configured: bool = True
+    # Where the address and namespace came from, as ``starter.py config`` shows them: "environment",
+    # "profile NAME" or "embedded dev server (DEERFLOW_EMBEDDED_ADDRESS)" / "default".
+    address_source: str = "environment"
+    namespace_source: str = "environment"
 
     def __repr__(self) -> str:
         return f"Connection(address={self.address!r}, namespace={self.namespace!r}, secured={self.secured})"
@@ -136,8 +140,16 @@ def load_connection(settings: Settings, env: Mapping[str, str] | None = None) ->
         raise TemporalConnectionError(f"Cannot read {setting} {error.filename}: {error.strerror}.") from error
     configured = bool(profile.address)
     address = profile.address if configured else settings.embedded_address
+    in_profile = f"profile {environ.get('TEMPORAL_PROFILE') or 'default'}"
+
+    def source(variable: str, value: str | None, otherwise: str) -> str:
+        return "environment" if environ.get(variable) else in_profile if value else otherwise
+
     return Connection(address=address, namespace=profile.namespace or DEFAULT_NAMESPACE,
-                      profile=profile, connect_config=connect_config, configured=configured)
+                      profile=profile, connect_config=connect_config, configured=configured,
+                      address_source=source("TEMPORAL_ADDRESS", profile.address,
+                                            "embedded dev server: DEERFLOW_EMBEDDED_ADDRESS"),
+                      namespace_source=source("TEMPORAL_NAMESPACE", profile.namespace, "default"))
 
 
 RESET_RETRY_SECONDS = 5.0  # how long a server that resets connections may still be starting

@@ -3,10 +3,12 @@ the CLI, the API server and the codec server. It used to be a traceback of 25 to
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from offline.providers import without_provider_settings
 from tests.support.processes import REPO_DIR
@@ -15,14 +17,16 @@ from tests.support.zygote import zygote
 pytestmark = pytest.mark.timeout(120)
 
 
-def run(tmp_path: Path, args: list[str], conf: str | None = None, **env: str) -> tuple[int, list[str]]:
-    """``args`` run as a user runs them, with ``env``; the exit code and the non-empty output lines."""
+def run(tmp_path: Path, args: list[str], conf: str | None = None, **env: str | None) -> tuple[int, list[str]]:
+    """``args`` run as a user runs them, with ``env`` (None: unset); the exit code and the non-empty output
+    lines."""
     conf_path = tmp_path / "conf.yaml"
     if conf is not None:
         conf_path.write_text(conf)
     environ = {**without_provider_settings(os.environ), "DEERFLOW_HOME": str(tmp_path / "home"),
                "DEERFLOW_CONF": str(conf_path), "DEERFLOW_ENV_FILE": str(tmp_path / "absent.env"),
                "TEMPORAL_ADDRESS": "127.0.0.2:9", **env}
+    environ = {name: value for name, value in environ.items() if value is not None}
     done = zygote().run(REPO_DIR / args[0], args[1:], env=environ, cwd=REPO_DIR, timeout=90)
     return done.returncode, [line for line in (done.stdout + done.stderr).splitlines() if line.strip()]
 
@@ -59,7 +63,7 @@ def test_config_prints_each_value_with_its_source_and_masks_secrets(tmp_path: Pa
     assert {f"BASIC_MODEL = users-model  ({conf_path})", f"OPENAI_API_KEY = ***  ({conf_path})",
             f"SEARCH_API = brave  ({env_path})", f"BRAVE_SEARCH_API_KEY = ***  ({env_path})",
             "LLM_MAX_CONCURRENCY = 3  (environment)", "SEARCH_MAX_CONCURRENCY = 4  (default)",
-            "DEERFLOW_WEB_TOKENS = ***  (environment)", "DEERFLOW_CODEC_TOKEN = ***  (environment)",
+            "DEERFLOW_WEB_TOKENS = ann (own runs only)  (environment)", "DEERFLOW_CODEC_TOKEN = ***  (environment)",
             # named for what they count, not credentials: shown
             "DEERFLOW_RUN_TOKEN_BUDGET = 50000  (environment)", "LLM_MAX_OUTPUT_TOKENS = 4096  (default)"} <= set(lines)
     assert "secret" not in "\n".join(lines)
@@ -69,3 +73,42 @@ def test_config_prints_each_value_with_its_source_and_masks_secrets(tmp_path: Pa
     code, lines = run(tmp_path, ["starter.py", "config"], conf=conf, LLM_MAX_CONCURRENCY="3")  # $ARK_KEY unset
     assert (code, lines) == (2, [f"Error: {conf_path}: BASIC_MODEL.api_key: $ARK_KEY is not set in the environment "
                                  "or .env"])
+
+
+def test_config_shows_the_temporal_target_and_each_token_holder_never_a_token(tmp_path: Path) -> None:
+    tokens = ('[{"name": "ann", "token": "web-secret-of-ann-00", "role": "reviewer"},'
+              ' {"name": "bob", "token": "web-secret-of-bob-00"}]')
+    code, lines = run(tmp_path, ["starter.py", "config"], DEERFLOW_WEB_TOKENS=tokens, TEMPORAL_NAMESPACE="research",
+                      TEMPORAL_API_KEY="temporal-secret", DEERFLOW_WEB_TOKEN="operator-secret-0000")
+    assert code == 0, lines
+    assert lines[:4] == ["TEMPORAL_ADDRESS = 127.0.0.2:9  (environment)",
+                         "TEMPORAL_NAMESPACE = research  (environment)",
+                         "TEMPORAL_TLS = on", "TEMPORAL_API_KEY = ***"]  # an API key turns TLS on by itself
+    assert "DEERFLOW_WEB_TOKENS = ann (reviewer), bob (own runs only)  (environment)" in lines
+    assert "DEERFLOW_WEB_TOKEN = ***  (environment)" in lines
+    assert "secret" not in "\n".join(lines)
+    # A profile in the operator's TOML file, and no address at all: the embedded dev server's.
+    profile = tmp_path / "temporal.toml"
+    profile.write_text('[profile.prod]\naddress = "temporal.internal:7233"\nnamespace = "deep"\n')
+    code, lines = run(tmp_path, ["starter.py", "config"], TEMPORAL_ADDRESS=None, TEMPORAL_CONFIG_FILE=str(profile),
+                      TEMPORAL_PROFILE="prod")
+    assert lines[:3] == ["TEMPORAL_ADDRESS = temporal.internal:7233  (profile prod)",
+                         "TEMPORAL_NAMESPACE = deep  (profile prod)", "TEMPORAL_TLS = off"], lines
+    code, lines = run(tmp_path, ["starter.py", "config"], TEMPORAL_ADDRESS=None,
+                      DEERFLOW_EMBEDDED_ADDRESS="127.0.0.1:7399")
+    assert lines[:2] == ["TEMPORAL_ADDRESS = 127.0.0.1:7399  (embedded dev server: DEERFLOW_EMBEDDED_ADDRESS)",
+                         "TEMPORAL_NAMESPACE = default  (default)"], lines
+
+
+@pytest.mark.parametrize("where", ["env", "conf"])
+def test_an_invalid_role_is_named_in_one_line(tmp_path: Path, where: str) -> None:
+    """It was masked with the token (``DEERFLOW_WEB_TOKENS.0.role=***``): the operator could not see what
+    was wrong. The role is shown, the token still never is."""
+    entry = {"name": "ann", "token": "web-secret-of-ann-00", "role": "boss"}
+    if where == "env":
+        code, lines = run(tmp_path, ["starter.py", "config"], DEERFLOW_WEB_TOKENS=json.dumps([entry]))
+    else:
+        code, lines = run(tmp_path, ["starter.py", "config"], conf=yaml.safe_dump({"WEB_TOKENS": [entry]}))
+    assert (code, len(lines)) == (2, 1), lines
+    assert "DEERFLOW_WEB_TOKENS.0.role='boss': Input should be 'reviewer', 'viewer' or 'admin'" in lines[0]
+    assert "secret" not in lines[0]
