@@ -22,7 +22,7 @@ from enum import StrEnum
 
 from starlette.requests import Request
 
-from config.groups.web import Role
+from config.groups.web import SINGLE_TOKEN_NAME, Role
 from config.settings import Settings
 from server.security import RequestError
 from workflows.decisions import Actor, Via
@@ -84,8 +84,8 @@ LOCAL = Principal(name="local", role=Role.ADMIN)  # no token configured: loopbac
 def token_table(settings: Settings) -> dict[str, Principal]:
     """Each token's holder; empty when the server needs no token."""
     table = {entry.token: Principal(entry.name, entry.role) for entry in settings.web_tokens}
-    if settings.web_token:
-        table.setdefault(settings.web_token, Principal("operator", Role.ADMIN))
+    if settings.web_token:  # its name and token are no named token's (config/groups/web.py)
+        table[settings.web_token] = Principal(SINGLE_TOKEN_NAME, Role.ADMIN)
     return table
 
 

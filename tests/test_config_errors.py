@@ -112,3 +112,28 @@ def test_an_invalid_role_is_named_in_one_line(tmp_path: Path, where: str) -> Non
     assert (code, len(lines)) == (2, 1), lines
     assert "DEERFLOW_WEB_TOKENS.0.role='boss': Input should be 'reviewer', 'viewer' or 'admin'" in lines[0]
     assert "secret" not in lines[0]
+
+
+SINGLE_TOKEN = "the-operators-own-token"
+
+
+@pytest.mark.parametrize(("single", "named", "why"), [
+    (SINGLE_TOKEN, [{"name": "operator", "token": "a-role-less-holders-token"}],
+     "the name 'operator' is given to two tokens (DEERFLOW_WEB_TOKENS and DEERFLOW_WEB_TOKEN"),
+    (SINGLE_TOKEN, [{"name": "vic", "token": SINGLE_TOKEN, "role": "viewer"}],
+     "two holders have the same token (DEERFLOW_WEB_TOKENS or DEERFLOW_WEB_TOKEN)"),
+    (None, [{"name": "ann", "token": "anns-token-0000000001"}, {"name": "ann", "token": "anns-token-0000000002",
+                                                               "role": "admin"}],
+     "the name 'ann' is given to two tokens (DEERFLOW_WEB_TOKENS)"),
+    (None, [{"name": "ann", "token": "anns-token-0000000001"}, {"name": "bob", "token": "anns-token-0000000001",
+                                                               "role": "admin"}],
+     "two holders have the same token (DEERFLOW_WEB_TOKENS)"),
+], ids=["operator-named-twice", "viewer-holds-the-single-token", "a-name-twice", "a-token-twice"])
+def test_token_settings_that_contradict_themselves_stop_the_api_server(
+        tmp_path: Path, single: str | None, named: list[dict[str, str]], why: str) -> None:
+    """Issue #42 §4: these were accepted (exit 0), and the record could not tell the holders apart."""
+    code, lines = run(tmp_path, ["starter.py", "serve", "--port", "9"], DEERFLOW_WEB_TOKENS=json.dumps(named),
+                      **({"DEERFLOW_WEB_TOKEN": single} if single else {}))
+    assert (code, len(lines)) == (2, 1), lines
+    assert lines[0].startswith("Error: DEERFLOW_WEB_TOKENS=***: ") and why in lines[0], lines
+    assert "token-0" not in lines[0] and SINGLE_TOKEN not in lines[0] and "holders-token" not in lines[0]

@@ -6,6 +6,7 @@ say which settings point at them instead of rewriting the environment.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -84,3 +85,11 @@ def test_no_two_settings_groups_name_a_validator_alike() -> None:
     """Pydantic keys validators by name, so a second group's ``_split_hosts`` would hide the first's."""
     composed = Settings.__pydantic_decorators__.field_validators
     assert len(composed) == sum(len(group.__pydantic_decorators__.field_validators) for group in Settings.__bases__)
+
+
+def test_distinct_named_tokens_beside_the_single_one_are_accepted() -> None:
+    settings = load_settings({"DEERFLOW_WEB_TOKEN": "o" * 20, "DEERFLOW_WEB_TOKENS": json.dumps(
+        [{"name": "ann", "token": "a" * 20}, {"name": "bob", "token": "b" * 20, "role": "viewer"}])})
+    assert [entry.name for entry in settings.web_tokens] == ["ann", "bob"] and settings.web_token == "o" * 20
+    named_operator = load_settings({"DEERFLOW_WEB_TOKENS": json.dumps([{"name": "operator", "token": "a" * 20}])})
+    assert [entry.name for entry in named_operator.web_tokens] == ["operator"]  # no DEERFLOW_WEB_TOKEN: no clash

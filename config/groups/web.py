@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from config.groups.base import SettingsGroup, comma_separated
 
@@ -20,6 +20,10 @@ class Role(StrEnum):
     REVIEWER = "reviewer"  # sees every run, and may review, answer and decide on any
     VIEWER = "viewer"  # sees every run, changes nothing (starts no run either)
     ADMIN = "admin"  # everything, on every run
+
+
+# The name DEERFLOW_WEB_TOKEN's holder (an admin) is known and recorded by (server/access.py).
+SINGLE_TOKEN_NAME = "operator"
 
 
 class NamedToken(BaseModel):
@@ -112,12 +116,24 @@ class WebSettings(SettingsGroup):
 
     @field_validator("web_tokens")
     @classmethod
-    def _distinct_tokens(cls, value: list[NamedToken]) -> list[NamedToken]:
-        """Two holders with one name could not be told apart in the record; one token with two
-        names would make the record say whichever came first."""
-        for what, values in (("name", [t.name for t in value]), ("token", [t.token for t in value])):
-            if len(set(values)) != len(values):
-                raise ValueError(f"each DEERFLOW_WEB_TOKENS entry needs its own {what}")
+    def _distinct_tokens(cls, value: list[NamedToken], info: ValidationInfo) -> list[NamedToken]:
+        """Two holders with one name could not be told apart in the record (a role-less ``operator``
+        would act on every run the admin ``DEERFLOW_WEB_TOKEN`` started); one token with two names
+        would make the record say whichever came first and give it whichever role. So every name
+        and every token is one holder's, ``DEERFLOW_WEB_TOKEN`` (named ``operator``) counted in;
+        ``web_token`` is declared first, so it is validated by now."""
+        single = info.data.get("web_token")
+        names = [t.name for t in value] + ([SINGLE_TOKEN_NAME] if single else [])
+        tokens = [t.token for t in value] + ([single] if single else [])
+        twice = next((name for name in names if names.count(name) > 1), None)
+        if twice is not None:
+            also = " and DEERFLOW_WEB_TOKEN, whose holder is named operator" if twice == SINGLE_TOKEN_NAME else ""
+            raise ValueError(f"the name {twice!r} is given to two tokens (DEERFLOW_WEB_TOKENS{also}); "
+                             "each holder needs its own name")
+        if len(set(tokens)) != len(tokens):
+            also = " or DEERFLOW_WEB_TOKEN" if single and tokens.count(single) > 1 else ""
+            raise ValueError(f"two holders have the same token (DEERFLOW_WEB_TOKENS{also}); "
+                             "each holder needs its own token")
         return value
 
     @field_validator("web_allowed_origins", "codec_allowed_origins", mode="before")
