@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from pydantic import ValidationError
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -27,9 +28,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import Awaiting, Outcome, Phase, ResearchResult
     from workflows.research_run import ResearchRun, ReviewTimedOut, RunEnded
     from workflows.review import InvalidFeedback, refuse_undecodable, sender_of
+    from workflows.run_input import validation_summary
     from workflows.usage import COST_DIGITS
 
 BUDGET_PATCH = "run-budget"
+DECISION_SHAPE = "one JSON object"  # what a budget decision is, for the refusal of a message without one
 COST_BUDGET_PATCH = "run-cost-budget"
 N = TypeVar("N", int, float)
 
@@ -40,10 +43,10 @@ def parse_budget_decision(raw: object, by: object, budget: RunBudget | None) -> 
     sender = sender_of(by)
     try:
         decision = BudgetDecision.model_validate(raw)
-    except ValueError as error:
+    except ValidationError as error:
         raise InvalidFeedback(f"a budget decision is {{\"action\": \"raise\", \"tokens\": N, \"cost_usd\": USD}} "
                               f"(either or both), {{\"action\": \"finish\"}} or {{\"action\": \"cancel\"}} "
-                              f"({error})") from None
+                              f"({validation_summary(error)})") from None
     if decision.action is BudgetAction.RAISE and budget is not None:
         _check_raise(decision.tokens, budget.tokens, budget.maximum, lambda tokens: f"{tokens:,} tokens")
         _check_raise(decision.cost_usd, budget.cost_usd, budget.cost_maximum_usd, usd)

@@ -21,10 +21,9 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.budget import parse_budget_decision
-    from workflows.budget_models import BudgetDecision
+    from workflows.budget import DECISION_SHAPE, parse_budget_decision
     from workflows.coordination import configure_and_coordinate, investigate
-    from workflows.decisions import Actor, actor_of_cancel
+    from workflows.decisions import actor_of_cancel
     from workflows.errors import failure_message
     from workflows.models import (
         WORKFLOW_TYPE,
@@ -190,9 +189,15 @@ class DeepResearchWorkflow:
                                 type="ResearchFailed", non_retryable=True)
 
     # ------------------------------------------------------------------ messages from people
-    # Signals take their inputs untyped (``*inputs``), so no value (a number, nothing, two values)
-    # can fail decoding: anything but one good, timely message is dropped and recorded as an
-    # "ignored" event with the reason, which ``status``, ``watch`` and the Web UI show to its sender.
+    # Signals and updates take their inputs untyped (``*inputs``), so no value (a number, nothing, two
+    # values) can fail decoding, and one value (the ``temporal`` CLI's and the Web UI's single input)
+    # arrives as the same plain JSON value as our doors' two (the value and its sender): the SDK decodes
+    # typed arguments only when their count matches the signature, so a typed update got a bare dict
+    # from those tools and failed its workflow task (issue #48 item 1). Anything but one good, timely
+    # message is dropped: a signal's is recorded as an "ignored" event with the reason, which
+    # ``status``, ``watch`` and the Web UI show to its sender; an update's is refused by its validator
+    # before it reaches history, to its caller. A handler parses what its validator has just accepted,
+    # in the same activation, so it cannot fail where the validator did not.
 
     @workflow.signal(name=Awaiting.PLAN_FEEDBACK.value)
     def plan_feedback(self, *inputs: object) -> None:
@@ -206,17 +211,18 @@ class DeepResearchWorkflow:
         self._inbox.feedback.append(parsed)
 
     @workflow.update(name="review_plan")
-    def review_plan(self, feedback: str, by: Actor | None = None) -> ReviewOutcome:
-        parsed = parse_feedback(feedback, by)
+    def review_plan(self, *inputs: object) -> ReviewOutcome:
+        """``"[ACCEPTED]"`` or ``"[EDIT_PLAN] …"``, and optionally its sender."""
+        parsed = parse_feedback(*message_inputs(inputs))
         self._inbox.feedback.append(parsed)
         if parsed.accepted:
             return ReviewOutcome(accepted=True, message="Plan accepted; the research steps will run now.")
         return ReviewOutcome(accepted=False, message="Feedback sent to the planner; a revised plan will follow.")
 
     @review_plan.validator
-    def _validate_review(self, feedback: str, by: Actor | None = None) -> None:
+    def _validate_review(self, *inputs: object) -> None:
         # Runs before the update is written to history: rejects it without a trace.
-        parse_feedback(feedback, by)
+        parse_feedback(*message_inputs(inputs))
         self._ensure_awaiting(Awaiting.PLAN_FEEDBACK, self._inbox.feedback)
 
     @workflow.signal(name=Awaiting.CLARIFICATION.value)
@@ -230,20 +236,21 @@ class DeepResearchWorkflow:
             self._ignore(Awaiting.CLARIFICATION, error)
 
     @workflow.update(name=Awaiting.CLARIFICATION.value)
-    def answer_clarification(self, answer: str, by: Actor | None = None) -> ReviewOutcome:
-        self._inbox.clarifications.append(nonempty_answer(answer, by))
+    def answer_clarification(self, *inputs: object) -> ReviewOutcome:
+        """The answer as a JSON string, and optionally its sender."""
+        self._inbox.clarifications.append(nonempty_answer(*message_inputs(inputs)))
         return ReviewOutcome(accepted=True, message="Answer received; the coordinator continues.")
 
     @answer_clarification.validator
-    def _validate_answer(self, answer: str, by: Actor | None = None) -> None:
-        nonempty_answer(answer, by)
+    def _validate_answer(self, *inputs: object) -> None:
+        nonempty_answer(*message_inputs(inputs))
         self._ensure_awaiting(Awaiting.CLARIFICATION, self._inbox.clarifications)
 
     @workflow.signal(name=Awaiting.BUDGET.value)
     def budget(self, *inputs: object) -> None:
         """A budget decision as a signal: ``{"action": "raise", "tokens": N}``, ``finish`` or ``cancel``."""
         try:
-            decision = parse_budget_decision(*message_inputs(inputs), self._state.status.budget)
+            decision = parse_budget_decision(*message_inputs(inputs, DECISION_SHAPE), self._state.status.budget)
             self._ensure_awaiting(Awaiting.BUDGET, self._inbox.budget)
         except InvalidFeedback as error:
             self._ignore(Awaiting.BUDGET, error)
@@ -251,13 +258,15 @@ class DeepResearchWorkflow:
         self._inbox.budget.append(decision)
 
     @workflow.update(name="decide_budget")
-    def decide_budget(self, decision: BudgetDecision, by: Actor | None = None) -> ReviewOutcome:
-        self._inbox.budget.append(parse_budget_decision(decision, by, self._state.status.budget))
+    def decide_budget(self, *inputs: object) -> ReviewOutcome:
+        """The same object as the ``budget`` signal, and optionally its sender."""
+        decision, by = parse_budget_decision(*message_inputs(inputs, DECISION_SHAPE), self._state.status.budget)
+        self._inbox.budget.append((decision, by))
         return ReviewOutcome(accepted=True, message=f"Budget decision taken: {decision.as_text()}.")
 
     @decide_budget.validator
-    def _validate_budget(self, decision: BudgetDecision, by: Actor | None = None) -> None:
-        parse_budget_decision(decision, by, self._state.status.budget)
+    def _validate_budget(self, *inputs: object) -> None:
+        parse_budget_decision(*message_inputs(inputs, DECISION_SHAPE), self._state.status.budget)
         self._ensure_awaiting(Awaiting.BUDGET, self._inbox.budget)
 
     @workflow.query(name="status")

@@ -84,11 +84,11 @@ def sender_of(by: object) -> Actor:
         raise InvalidFeedback(str(error)) from None
 
 
-def message_inputs(inputs: Sequence[object]) -> tuple[object, object]:
-    """The value a signal carries and its optional sender; the ``temporal`` CLI can send none or
-    several values."""
+def message_inputs(inputs: Sequence[object], shape: str = "one JSON string") -> tuple[object, object]:
+    """The value a signal or update carries and its optional sender; the ``temporal`` CLI can send
+    none or several values. ``shape`` is what the value should be, for the refusal."""
     if not 1 <= len(inputs) <= 2:
-        raise InvalidFeedback(f"expected one JSON string (and optionally its sender), got {len(inputs)} inputs")
+        raise InvalidFeedback(f"expected {shape} (and optionally its sender), got {len(inputs)} inputs")
     return inputs[0], inputs[1] if len(inputs) == 2 else None
 
 

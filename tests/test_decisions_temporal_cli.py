@@ -1,0 +1,158 @@
+"""Every decision of ours from the real ``temporal`` CLI, end to end (issue #48 item 1): the dev
+server, a real worker process, and ``temporal workflow update execute`` / ``signal`` / ``cancel``
+with the documented single input, as an operator (or the Web UI, which sends the same JSON payload)
+sends them.
+
+Each update takes one JSON value, like its signal: a budget decision object, the plan feedback or
+the answer as a string. A malformed one is refused to the CLI with its reason and leaves the run
+waiting; none of them fails a workflow task or puts a traceback in the worker's log. A decision
+without a sender is recorded as coming from outside our doors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+
+from tests.support.processes import DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
+from tests.support.runs import QUESTION, run_id
+from workflows.decisions import OUTSIDE
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
+
+pytestmark = pytest.mark.timeout(240)
+
+SENDER_FROM_OUTSIDE = OUTSIDE.model_dump(mode="json")
+# (the --input values of a ``decide_budget`` update, what the CLI's refusal must say)
+BAD_BUDGET_DECISIONS = [
+    (['{"action": "fly"}'], "action: Input should be 'raise', 'finish' or 'cancel'"),
+    (['{"action": "finish", "tokens": 5000}'], "'tokens' or 'cost_usd' (the new budget) goes with 'raise'"),
+    (["42"], "a budget decision is"),
+    (['{"action": "raise", "tokens": 500}'], "a raise must go above the current budget of 700 tokens"),
+    (['{"action": "finish"}', '"bob"'], "the sender must be an object with name and via"),
+    ([], "expected one JSON object (and optionally its sender), got 0 inputs"),
+]
+
+
+@pytest.fixture(scope="module")
+async def worker(dev_server: DevServer, client: Client,
+                 tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[WorkerProcess]:
+    process = await start_worker(dev_server, client, tmp_path_factory.mktemp("worker") / "worker.log")
+    yield process
+    process.stop()
+
+
+def update(dev_server: DevServer, workflow_id: str, name: str, *inputs: str) -> tuple[bool, str]:
+    """``temporal workflow update execute`` with ``inputs``: whether it succeeded, and what it said."""
+    sent = dev_server.cli("workflow", "update", "execute", "--workflow-id", workflow_id, "--name", name,
+                          *(part for value in inputs for part in ("--input", value)), "-o", "json")
+    return sent.returncode == 0, sent.stdout + sent.stderr
+
+
+def signal(dev_server: DevServer, workflow_id: str, name: str, value: str) -> None:
+    sent = dev_server.cli("workflow", "signal", "--workflow-id", workflow_id, "--name", name, "--input", value)
+    assert sent.returncode == 0, sent.stderr
+
+
+async def no_task_failures(client: Client, workflow_id: str) -> None:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in [event.event_type for event in history.events]
+
+
+def worker_log_is_clean(worker: WorkerProcess) -> None:
+    text = worker.log_path.read_text()
+    assert "Traceback" not in text and "AttributeError" not in text and "Failed decoding" not in text, text
+
+
+def decisions(status: dict) -> list[tuple[str, str, dict]]:
+    return [(d["kind"], d["decision"], d["by"]) for d in status["decisions"]]
+
+
+def paused_at_budget(status: dict) -> bool:
+    return status["awaiting"] == "budget"
+
+
+async def test_a_budget_pause_is_decided_with_the_single_object_update_and_signal(
+        dev_server: DevServer, client: Client, worker: WorkerProcess) -> None:
+    workflow_id = run_id("budget-temporal-cli")
+    started = starter(dev_server, "run", QUESTION, "--no-wait", "--id", workflow_id, "--auto-accept",
+                      "--token-budget", "700")
+    assert started.returncode == 0, started.stderr
+    wait_for_cli_status(dev_server, workflow_id, paused_at_budget, timeout=60)
+
+    for inputs, reason in BAD_BUDGET_DECISIONS:
+        taken, said = update(dev_server, workflow_id, "decide_budget", *inputs)
+        assert not taken and reason in said, (inputs, said)
+    assert paused_at_budget(wait_for_cli_status(dev_server, workflow_id, lambda s: True))
+
+    taken, said = update(dev_server, workflow_id, "decide_budget", '{"action": "raise", "tokens": 900}')
+    assert taken and "Budget decision taken: raise to 900 tokens." in said, said
+    # 900 tokens are spent already: the run pauses again at once, and the signal decides as the update does.
+    wait_for_cli_status(dev_server, workflow_id, lambda s: paused_at_budget(s) and len(s["decisions"]) == 1)
+    signal(dev_server, workflow_id, "budget", '{"action": "raise", "tokens": 1000}')
+    wait_for_cli_status(dev_server, workflow_id, lambda s: paused_at_budget(s) and len(s["decisions"]) == 2)
+    taken, said = update(dev_server, workflow_id, "decide_budget", '{"action": "finish"}')
+    assert taken and "Budget decision taken: finish." in said, said
+
+    done = wait_for_cli_status(dev_server, workflow_id, lambda s: s["phase"] == "completed", timeout=60)
+    assert decisions(done) == [("budget", "raise to 900 tokens", SENDER_FROM_OUTSIDE),
+                               ("budget", "raise to 1,000 tokens", SENDER_FROM_OUTSIDE),
+                               ("budget", "finish", SENDER_FROM_OUTSIDE)]
+    assert done["budget"]["cut_short"]
+    await no_task_failures(client, workflow_id)
+    worker_log_is_clean(worker)
+
+
+async def test_a_plan_review_and_a_clarification_answer_are_updates_with_one_string(
+        dev_server: DevServer, client: Client, worker: WorkerProcess) -> None:
+    reviewed, clarified = run_id("review-temporal-cli"), run_id("answer-temporal-cli")
+    assert starter(dev_server, "run", QUESTION, "--no-wait", "--id", reviewed).returncode == 0
+    request = {"question": "Tell me about batteries", "enable_clarification": True, "max_clarification_rounds": 1,
+               "auto_accept_plan": True}
+    started = dev_server.cli("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", TASK_QUEUE,
+                             "--workflow-id", clarified, "--input", json.dumps(request))
+    assert started.returncode == 0, started.stderr
+
+    wait_for_cli_status(dev_server, reviewed, lambda s: s["awaiting"] == "plan_feedback", timeout=60)
+    for inputs, reason in [(["42"], "feedback must be a string, got int"),
+                           (['"ship it"'], "feedback must start with [ACCEPTED] or [EDIT_PLAN]"),
+                           (['"[ACCEPTED]"', '{"name": "eve"}'], "the sender must be an object with name and via")]:
+        taken, said = update(dev_server, reviewed, "review_plan", *inputs)
+        assert not taken and reason in said, (inputs, said)
+    taken, said = update(dev_server, reviewed, "review_plan", json.dumps("[ACCEPTED]"))
+    assert taken and "Plan accepted" in said, said
+
+    wait_for_cli_status(dev_server, clarified, lambda s: s["awaiting"] == "clarification_answer", timeout=60)
+    for inputs, reason in [(["7"], "a clarification answer must be a non-empty string"),
+                           (['"  "'], "a clarification answer must be a non-empty string")]:
+        taken, said = update(dev_server, clarified, "clarification_answer", *inputs)
+        assert not taken and reason in said, (inputs, said)
+    taken, said = update(dev_server, clarified, "clarification_answer", json.dumps("solid-state cells for cars"))
+    assert taken and "Answer received" in said, said
+
+    for workflow_id, kind in ((reviewed, "plan_review"), (clarified, "clarification")):
+        done = wait_for_cli_status(dev_server, workflow_id, lambda s: s["phase"] == "completed", timeout=90)
+        assert [(d["kind"], d["by"]) for d in done["decisions"]] == [(kind, SENDER_FROM_OUTSIDE)]
+        await no_task_failures(client, workflow_id)
+    worker_log_is_clean(worker)
+
+
+@pytest.mark.parametrize("reason", [None, "deerflow-actor:{not json", 'deerflow-actor:{"name": "", "via": "cli"}'])
+async def test_a_cancel_from_the_temporal_cli_is_recorded_as_from_outside_whatever_its_reason(
+        dev_server: DevServer, client: Client, worker: WorkerProcess, reason: str | None) -> None:
+    workflow_id = run_id("cancel-temporal-cli")
+    assert starter(dev_server, "run", QUESTION, "--no-wait", "--id", workflow_id).returncode == 0
+    wait_for_cli_status(dev_server, workflow_id, lambda s: s["awaiting"] == "plan_feedback", timeout=60)
+    if reason is None:
+        sent = dev_server.cli("workflow", "cancel", "--workflow-id", workflow_id)
+    else:  # the CLI sends a reason only with a batch cancel
+        sent = dev_server.cli("workflow", "cancel", "--query", f"WorkflowId = '{workflow_id}'", "--reason", reason,
+                              "--yes")
+    assert sent.returncode == 0, sent.stderr
+    closed = wait_for_cli_status(dev_server, workflow_id, lambda s: bool(s["decisions"]), timeout=60)
+    assert decisions(closed) == [("cancel", "cancel", SENDER_FROM_OUTSIDE)]
+    await no_task_failures(client, workflow_id)
+    worker_log_is_clean(worker)
