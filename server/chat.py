@@ -13,7 +13,7 @@ Closing the page ends the stream, not the run: the run goes on in Temporal and a
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -35,9 +35,11 @@ from server.access import Act, Principal
 from server.decisions import decided
 from server.feed import PAGE_ONLY, FeedItem, follow
 from server.live import Previews, TokenHub, with_previews
+from server.mcp_settings import DeerFlowMCPSettings, mcp_picks
 from server.security import RequestError
 from server.threads import ThreadError, checked_thread_id, latest_run, run_count, workflow_id
 from workflows.errors import failure_message
+from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice, ignored_mcp_note
 from workflows.models import Awaiting, ResearchRequest
 
 
@@ -52,7 +54,8 @@ class ChatTurnMessage(BaseModel):
 
 
 class ChatStreamRequest(BaseModel):
-    """DeerFlow's request body; fields we do not use (``mcp_settings`` among them) are ignored, never used."""
+    """DeerFlow's request body; fields we do not use are ignored. ``mcp_settings`` only picks the
+    operator's servers (server/mcp_settings.py)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -71,8 +74,10 @@ class ChatStreamRequest(BaseModel):
     max_step_num: int = 3
     max_search_results: int = 3
     report_style: str = "academic"
+    mcp_settings: DeerFlowMCPSettings | None = None
 
-    def research_request(self) -> ResearchRequest:
+    def research_request(self, mcp_servers: Sequence[MCPServerChoice] = (),
+                         ignored_mcp_servers: Sequence[IgnoredMCPServer] = ()) -> ResearchRequest:
         return ResearchRequest.model_validate({
             "question": self.messages[-1].content, "locale": self.locale,
             "auto_accept_plan": self.auto_accepted_plan, "enable_clarification": self.enable_clarification,
@@ -83,6 +88,7 @@ class ChatStreamRequest(BaseModel):
             "max_plan_iterations": self.max_plan_iterations, "max_step_num": self.max_step_num,
             "max_search_results": self.max_search_results, "report_style": self.report_style.lower(),
             "resources": [resource.uri for resource in self.resources],
+            "mcp_servers": list(mcp_servers), "ignored_mcp_servers": list(ignored_mcp_servers),
         })
 
 
@@ -117,6 +123,7 @@ class ChatTurns:
 
     def __init__(self, client: Client, settings: Settings, hub: TokenHub) -> None:
         self.client = client
+        self.settings = settings
         self.prefix = settings.web_thread_prefix
         self.hub = hub
 
@@ -127,11 +134,15 @@ class ChatTurns:
                 raise body
             turn = ChatStreamRequest.model_validate(body)
             checked_thread_id(turn.thread_id)
-            workflow, run_id, after = await self._begin(turn, who)
+            workflow, run_id, after, notice = await self._begin(turn, who)
         except (RequestError, ThreadError, ValidationError, WorkflowUpdateFailedError,
                 WorkflowUpdateRPCTimeoutOrCancelledError, RPCError) as error:
             yield sse.event("error", {"thread_id": thread_id, "error": problem(error)})
             return
+        if notice:  # said first, as the coordinator's words, which DeerFlow's UI shows as they are
+            yield sse.event("message_chunk", {"thread_id": turn.thread_id, "id": f"{workflow}.notice",
+                                              "agent": "coordinator", "role": "assistant", "content": notice,
+                                              "finish_reason": "stop"})
         async for chunk in sse.with_keep_alive(self._turn(workflow, run_id, turn.thread_id, after), keep_alive):
             yield chunk
 
@@ -154,22 +165,23 @@ class ChatTurns:
             yield sse.event("error", {"thread_id": thread_id, "error": f"the feed was interrupted: {error.message}"})
 
     async def _begin(self, turn: ChatStreamRequest, who: Principal,
-                     ) -> tuple[str, str | None, tuple[int, int, int] | None]:
+                     ) -> tuple[str, str | None, tuple[int, int, int] | None, str | None]:
         """The run to follow and from where: a new run from its start, or the newest after the
-        feedback; each as far as ``who`` may (server/access.py)."""
+        feedback; each as far as ``who`` may (server/access.py). Last, what to tell first, if anything."""
         if turn.interrupt_feedback:
             handle = await latest_run(self.client, self.prefix, turn.thread_id)
             feedback = feedback_text(turn.interrupt_feedback, turn.messages[-1].content)
-            return await self._send(handle, research_client.review_plan, feedback, who)
+            return *await self._send(handle, research_client.review_plan, feedback, who), None
         count = await run_count(self.client, self.prefix, turn.thread_id)
         if count:
             handle = self.client.get_workflow_handle(workflow_id(self.prefix, turn.thread_id, count))
             who.check(Act.SEE, await started_by(await handle.describe()))  # a thread is its first starter's
             if await _awaits(handle, Awaiting.CLARIFICATION):
-                return await self._send(handle, research_client.answer_clarification, turn.messages[-1].content,
-                                        who)
+                return *await self._send(handle, research_client.answer_clarification, turn.messages[-1].content,
+                                         who), None
         who.check_start()
-        request = turn.research_request()
+        chosen, ignored = mcp_picks(turn.mcp_settings, self.settings)
+        request = turn.research_request(chosen, ignored)
         new_id = workflow_id(self.prefix, turn.thread_id, count + 1)
         try:
             handle = await research_client.start(self.client, request, run_id=new_id,
@@ -177,7 +189,7 @@ class ChatTurns:
                                                  started_by=who.actor)
         except WorkflowAlreadyStartedError as error:
             raise RequestError("another question on this thread is starting; send it again") from error
-        return new_id, handle.first_execution_run_id, None
+        return new_id, handle.first_execution_run_id, None, ignored_mcp_note(ignored) if ignored else None
 
     async def _send(self, handle: WorkflowHandle, update: research_client.Update, value: str,
                     who: Principal) -> tuple[str, str | None, tuple[int, int, int]]:

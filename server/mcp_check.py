@@ -17,13 +17,14 @@ from temporalio.client import Client
 
 from config.settings import Settings
 from server.flows import flow_result, start_flow
-from server.security import RequestError
+from server.security import RequestError, log
 from workflows.mcp_checker import MCP_CHECK_WORKFLOW
 from workflows.mcp_naming import MCP_TOOL_PREFIX, sanitize_name_part
 from workflows.models import MCPListRequest, MCPToolList
 
 NOT_CONFIGURED = ("Only MCP servers the operator configured can be added here (MCP_SERVERS in conf.yaml or "
-                  "the environment); {reason}")
+                  "the environment)")
+DEFINITION_FIELDS = ("transport", "command", "args", "url")
 
 
 class MetadataRequest(BaseModel):
@@ -42,20 +43,26 @@ class MetadataRequest(BaseModel):
     sse_read_timeout: int | None = Field(default=None, ge=1, le=3600)
 
 
-def _refused(reason: str) -> RequestError:
-    return RequestError(NOT_CONFIGURED.format(reason=reason), 403)
+def why_not_the_operators(name: str, request: MetadataRequest, settings: Settings) -> str | None:
+    """Why the server ``request`` defines is not the operator's ``name`` (None: it is). A definition
+    the request sends must agree with the operator's, so nobody is shown one program and given another."""
+    server = settings.mcp_servers.get(name)
+    if server is None:
+        return "not one of the operator's servers" if name else "no server named"
+    for field in DEFINITION_FIELDS:
+        value = getattr(request, field)
+        if value not in (None, []) and value != getattr(server, field):
+            return f"its {field} differs from the operator's definition"
+    return None
 
 
 def operator_server_for(request: MetadataRequest, settings: Settings) -> tuple[str, str | None]:
     """The operator's server the request names, and the agent to list it for; 403 otherwise."""
     name = request.name or ""
-    server = settings.mcp_servers.get(name)
-    if server is None:
-        raise _refused(f"{name!r} is not one of them." if name else "the request names no server.")
-    sent = {"transport": request.transport, "command": request.command, "args": request.args, "url": request.url}
-    for field, value in sent.items():
-        if value not in (None, []) and value != getattr(server, field):
-            raise _refused(f"the request's {field} differs from the operator's definition of {name!r}.")
+    if (reason := why_not_the_operators(name, request, settings)) is not None:
+        log.warning("MCP server check refused %r: %s", name, reason)  # DeerFlow's dialog drops the detail
+        raise RequestError(f"{NOT_CONFIGURED}: {name + ': ' if name else ''}{reason}.", 403)
+    server = settings.mcp_servers[name]
     return name, (server.add_to_agents[0] if server.add_to_agents else None)
 
 

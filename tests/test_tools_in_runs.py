@@ -159,3 +159,15 @@ async def test_mcp_tools_are_listed_once_per_step_and_called_through_activities(
     mcp_answers = [m["content"] for body in researcher_turns for m in body["messages"]
                    if m["role"] == "tool" and m["tool_call_id"] == "call_2"]
     assert mcp_answers and mcp_answers[0] == "4"  # add(a=2, b=2) ran on the real MCP server
+
+
+async def test_a_request_that_narrows_a_servers_agents_is_not_listed_for_the_others(
+    model_server: FakeModelServer, provider_env: dict[str, str], worker_with: WorkerWith,
+) -> None:
+    calculator = {"transport": "stdio", "command": str(Path(sys.executable).parent / "python"),
+                  "args": [str(Path(__file__).parent / "support" / "mcp_test_server.py")]}
+    async with worker_with(settings_with(provider_env, MCP_SERVERS=json.dumps({"calc": calculator}))) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=1,
+                             mcp_servers=[{"name": "calc", "add_to_agents": ["coder"]}])
+        assert (await handle.result()).outcome is Outcome.REPORT
+    assert "mcp_list_tools" not in activity_types(await handle.fetch_history()).values()  # researcher left out

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validat
 
 from workflows.budget_models import BudgetStanding, BudgetTimeoutAction, RunBudget, standing
 from workflows.decisions import Decision
+from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice
 from workflows.usage import Usage
 
 TASK_QUEUE = "deep-research"
@@ -73,24 +74,6 @@ class Plan(BaseModel):
     thought: str = ""
     title: str
     steps: list[Step] = Field(default_factory=list)
-
-
-# Server names become part of model-facing tool names and of messages: keep them plain.
-MCP_SERVER_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
-
-
-class MCPServerChoice(BaseModel):
-    """A request's pick of one operator-defined MCP server (``MCP_SERVERS`` on the worker).
-
-    Only the name and a narrower tool list: what the server runs, where it is and what credentials
-    it gets are the operator's (config/mcp_servers.py), so none of it can come from a request.
-    """
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str = Field(pattern=MCP_SERVER_NAME_PATTERN)
-    # Tools to offer, among those the operator enables; None: all of those. Never widens the set.
-    enabled_tools: list[str] | None = Field(default=None, max_length=100)
 
 
 MCP_SETTINGS_REMOVED = (
@@ -169,6 +152,8 @@ class ResearchRequest(BaseModel):
     resources: list[str] = Field(default_factory=list)
     # MCP servers to use, by operator-defined name: "github" or {"name", "enabled_tools"}.
     mcp_servers: list[MCPServerChoice] = Field(default_factory=list, max_length=20)
+    # Servers the front door refused (DeerFlow's UI sends its own list): noted in the run's status.
+    ignored_mcp_servers: list[IgnoredMCPServer] = Field(default_factory=list, max_length=20)
     # How long a plan review (or a clarification question) may wait for a person, and what
     # happens then: accept the plan, cancel the run, or write the report from what is known.
     review_timeout: timedelta = Field(default=timedelta(days=7), gt=timedelta(0))

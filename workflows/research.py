@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.coordination import configure_and_coordinate, investigate
     from workflows.decisions import actor_of_cancel
     from workflows.errors import failure_message
+    from workflows.mcp_choices import ignored_mcp_note
     from workflows.models import (
         WORKFLOW_TYPE,
         Awaiting,
@@ -116,6 +117,8 @@ class DeepResearchWorkflow:
             self._state.enter(Phase.FAILED)
             raise
         if continuation is None:
+            if request.ignored_mcp_servers:
+                self._state.note(ignored_mcp_note(request.ignored_mcp_servers))
             return ResearchRun(request, self._state, self._inbox), False
         self._state = continuation.checkpoint
         self._state.record("phase", f"continued as a new run after {len(self._state.observations)} finding(s)")

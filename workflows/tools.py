@@ -194,13 +194,16 @@ async def mcp_tools_for(agent_name: str, servers: list[MCPServerChoice], routing
     """List the MCP tools of every server the request picked, for this agent, once per step.
 
     Only names travel: the activity looks each server up in the operator's table and lists nothing
-    for an agent the operator did not add it to. The listing is an activity, so its result is in
-    history and replay never needs the server. A server that cannot be listed (or is unknown) is
-    skipped and logged; of two tools with the same model-facing name the first is kept.
+    for an agent the operator did not add it to (nor is it asked for one the request left out). The
+    listing is an activity, so its result is in history and replay never needs the server. A server
+    that cannot be listed (or is unknown) is skipped and logged; of two tools with the same
+    model-facing name the first is kept.
     """
     specs: list[ToolSpec] = []
     routes: dict[str, MCPServerChoice] = {}
     for choice in servers:
+        if choice.add_to_agents is not None and agent_name not in choice.add_to_agents:
+            continue  # the request narrowed the operator's agents; the activity checks the operator's
         try:
             listed = await execute(
                 MCP_LIST_TOOLS,
