@@ -19,13 +19,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from cli import main as cli_main
 from cli.parser import ServerCommands
 from cli.parser import build_parser as build_cli_parser
-from config.settings import Settings
 from runtime.shutdown import exit_now
+
+if TYPE_CHECKING:
+    from config.settings import Settings
 
 
 async def serve_command(args: argparse.Namespace, settings: Settings) -> int:

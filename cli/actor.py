@@ -16,11 +16,6 @@ from runtime.front_door import CliError
 from workflows.decisions import Actor, Via
 
 
-def add_as_argument(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--as", dest="as_name", metavar="NAME",
-                        help="the name recorded as having decided (default: the OS user)")
-
-
 def cli_actor(args: argparse.Namespace) -> Actor:
     name = getattr(args, "as_name", None) or _os_user()
     try:

@@ -15,20 +15,7 @@ from runtime.encryption import encryption_codec
 from runtime.front_door import CliError, connect
 from storage.filesystem import FileSystemStorageDriver
 
-# Below this a blob written by a run in flight, not yet named by its history, could go.
-MIN_MARGIN = timedelta(hours=1)
 MAX_LISTED_UNREADABLE = 20
-
-
-def older_than(text: str) -> timedelta:
-    """``--older-than DAYS``: a number of days (``7``, ``0.5``), at least an hour."""
-    try:
-        margin = timedelta(days=float(text))
-    except (ValueError, OverflowError) as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from error
-    if margin < MIN_MARGIN:
-        raise argparse.ArgumentTypeError(f"{text!r} days is under the one-hour safety margin")
-    return margin
 
 
 async def blobs_gc(args: argparse.Namespace, settings: Settings) -> int:

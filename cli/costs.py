@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 from collections.abc import Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.service import RPCError
@@ -30,15 +29,6 @@ READS_AT_ONCE = 8  # results and queries in flight while listing: the server's a
 # A status query waits for a worker; one that died a moment ago is still listed as polling, and a
 # listing must not wait the server's whole query timeout for each of its runs.
 QUERY_SECONDS = 5.0
-_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-
-
-def since_duration(value: str) -> timedelta:
-    """``--since``: a number and a unit, ``30m``, ``12h``, ``7d`` or ``2w``."""
-    match = re.fullmatch(r"\s*(\d+)\s*([mhdw])\s*", value)
-    if not match or int(match[1]) == 0:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a duration like 30m, 12h, 7d or 2w")
-    return timedelta(**{_UNITS[match[2]]: int(match[1])})
 
 
 async def run_usage(client: Client, execution: WorkflowExecution) -> Usage | None:

@@ -2,54 +2,80 @@
 a user can act on into one line and an exit code (never a traceback).
 
 The CLI's entry point: the settings are loaded here, once, and handed to the command; nothing
-below loads them again."""
+below loads them again. Parsing imports nothing beyond the parser (``--help`` and ``--version``
+answer from it); the settings, asyncio and the command's own module come after, and the errors'
+classes only once a command has failed.
+"""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import sys
 
-from temporalio.service import RPCError
-
 from cli.parser import Handler
-from cli.research import RunInterrupted
-from config.settings import ConfigError, load_settings
-from runtime.connection import TemporalConnectionError
-from runtime.embedded import EmbeddedError
-from runtime.encryption import EncryptionConfigError
-from runtime.front_door import CliError
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C while ``run`` follows the run it started: the run goes on, and the hint names it."""
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(run_id)
+        self.run_id = run_id
 
 
 def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
     args = argparse.Namespace()  # filled by parsing; the Ctrl-C hint reads the run ID from it
     try:
         parser.parse_args(argv, namespace=args)  # inside the try: `--help | head` closes the pipe too
-        handler: Handler = args.handler
-        settings = load_settings()  # before any command starts a server or a worker: a bad value stops here
-        code = asyncio.run(handler(args, settings))
+        code = _run(args)
         sys.stdout.flush()  # inside the try: a closed pipe often shows only when the buffer is flushed
         return code
-    except ConfigError as error:  # one line per bad value, not a traceback
-        for problem in error.problems:
-            print(f"Error: {problem}", file=sys.stderr)
-        return 2
-    except (CliError, EmbeddedError, TemporalConnectionError, EncryptionConfigError) as error:
-        print(f"Error: {error}", file=sys.stderr)
-        return error.exit_code if isinstance(error, CliError) else 2
-    except RPCError as error:
-        print(f"Error: Temporal answered: {error.message}", file=sys.stderr)
-        return 2
     except BrokenPipeError:
         # The reader left (``| head``): that is how it says it has read enough. Later writes and the
         # final flush go nowhere instead of raising again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except RunInterrupted as interrupted:
-        return _interrupted(interrupted.run_id)
     except KeyboardInterrupt:
         return _interrupted(getattr(args, "id", None))
+    except Exception as error:
+        return _failed(error)
+
+
+def _run(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from config.settings import load_settings
+
+    handler: Handler = args.handler
+    settings = load_settings()  # before any command starts a server or a worker: a bad value stops here
+    return asyncio.run(handler(args, settings))
+
+
+def _failed(error: Exception) -> int:
+    """The exit code of a command that raised ``error``, reported in one line when a user can act on
+    it; anything else is a bug, raised again for its traceback."""
+    from temporalio.service import RPCError
+
+    from config.settings import ConfigError
+    from runtime.connection import TemporalConnectionError
+    from runtime.embedded import EmbeddedError
+    from runtime.encryption import EncryptionConfigError
+    from runtime.front_door import CliError
+
+    if isinstance(error, ConfigError):  # one line per bad value, not a traceback
+        for problem in error.problems:
+            print(f"Error: {problem}", file=sys.stderr)
+        return 2
+    if isinstance(error, CliError | EmbeddedError | TemporalConnectionError | EncryptionConfigError):
+        print(f"Error: {error}", file=sys.stderr)
+        return error.exit_code if isinstance(error, CliError) else 2
+    if isinstance(error, RPCError):
+        print(f"Error: Temporal answered: {error.message}", file=sys.stderr)
+        return 2
+    if isinstance(error, RunInterrupted):
+        return _interrupted(error.run_id)
+    raise error
 
 
 def _interrupted(run_id: str | None) -> int:

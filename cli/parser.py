@@ -9,22 +9,21 @@ server/, and the web stack is imported only by the commands that serve.
 from __future__ import annotations
 
 import argparse
-import re
+import importlib
 import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from pydantic import TypeAdapter, ValidationError
-
-from cli import blobs, config_view, content, costs, history, operate, research, runs
-from cli.actor import add_as_argument
-from config.settings import Settings
+from cli.arguments import add_as_argument, duration, older_than, positive, since_duration, usd
 from runtime.build_info import add_version_argument
-from workflows.models import ReportStyle
+from workflows.report_style import ReportStyle
 
-Handler = Callable[[argparse.Namespace, Settings], Awaitable[int]]
+if TYPE_CHECKING:
+    from config.settings import Settings
+
+Handler = Callable[[argparse.Namespace, "Settings"], Awaitable[int]]
 Subcommands = argparse._SubParsersAction
 
 
@@ -36,38 +35,21 @@ class ServerCommands:
     codec_server: Handler
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from error
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+@dataclass(frozen=True)
+class Command:
+    """The handler ``name`` of ``cli.<module>``, imported only when its command runs.
 
+    Each command module imports what its commands need (Temporal's SDK, pydantic, rich): built from
+    these, the parser imports none of them, so ``--help``, ``--version`` and a usage error answer at
+    once, and each command pays for its own imports only.
+    """
 
-def _usd(text: str) -> float:
-    """An amount in USD above zero: ``0.50``, ``12``."""
-    try:
-        value = float(text.removeprefix("$"))
-    except ValueError as error:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD") from error
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be above 0")
-    return value
+    module: str
+    name: str
 
-
-def _duration(text: str) -> timedelta:
-    """Seconds (``300``, ``1.5``) or ISO 8601 (``PT12H``, ``P3D``), as the README and ``--help`` promise."""
-    try:
-        value = (timedelta(seconds=float(text)) if re.fullmatch(r"\s*\d+(\.\d+)?\s*", text)
-                 else TypeAdapter(timedelta).validate_python(text.strip()))
-    except (ValidationError, OverflowError) as error:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration: give seconds (300) or ISO 8601 (PT12H, P3D)") from error
-    if value <= timedelta(0):
-        raise argparse.ArgumentTypeError(f"{text!r} must be longer than zero")
-    return value
+    async def __call__(self, args: argparse.Namespace, settings: Settings) -> int:
+        handler: Handler = getattr(importlib.import_module(f"cli.{self.module}"), self.name)
+        return await handler(args, settings)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,9 +83,9 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--auto-accept", action="store_true", help="accept the plan without review")
     run.add_argument("--report-style", choices=[style.value for style in ReportStyle])
     run.add_argument("--locale", help="report locale, e.g. en-US or zh-CN (default: detected)")
-    run.add_argument("--max-steps", type=_positive, help="at most this many plan steps (default 3)")
-    run.add_argument("--max-plan-iterations", type=_positive, help="planning rounds (default 1)")
-    run.add_argument("--max-search-results", type=_positive, help="results per search (default 3)")
+    run.add_argument("--max-steps", type=positive, help="at most this many plan steps (default 3)")
+    run.add_argument("--max-plan-iterations", type=positive, help="planning rounds (default 1)")
+    run.add_argument("--max-search-results", type=positive, help="results per search (default 3)")
     run.add_argument("--no-background", action="store_true", help="skip the background investigation")
     run.add_argument("--no-web", action="store_true",
                      help="research without the web: only --resource documents and MCP tools")
@@ -111,12 +93,12 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--resource", action="append", default=[], metavar="PATH",
                      help="a document or folder (md, txt, pdf, html) to research; repeatable")
     run.add_argument("--parallel", action="store_true", help="run independent research steps concurrently")
-    run.add_argument("--token-budget", type=_positive, metavar="TOKENS",
+    run.add_argument("--token-budget", type=positive, metavar="TOKENS",
                      help="pause for a decision before a step that would spend more (at most the operator's maximum)")
-    run.add_argument("--cost-budget", type=_usd, metavar="USD",
+    run.add_argument("--cost-budget", type=usd, metavar="USD",
                      help="the same in USD, at the operator's model prices (DEERFLOW_MODEL_PRICES)")
     run.add_argument("--clarify", action="store_true", help="let the coordinator ask clarifying questions")
-    run.add_argument("--review-timeout", metavar="DURATION", type=_duration,
+    run.add_argument("--review-timeout", metavar="DURATION", type=duration,
                      help="how long a review may wait, ISO 8601 (P7D, PT12H) or seconds (default P7D)")
     run.add_argument("--review-timeout-action", choices=["accept", "cancel", "report"],
                      help="what happens when the review deadline passes (default cancel)")
@@ -126,7 +108,7 @@ def _add_run(sub: Subcommands) -> None:
     run.add_argument("--force", action="store_true", help="reuse the --id of a run that has ended")
     run.add_argument("-v", "--verbose", action="store_true", help="print the event-to-display delay at the end")
     add_as_argument(run)
-    run.set_defaults(handler=research.run)
+    run.set_defaults(handler=Command("research", "run"))
 
 
 def _add_steering(sub: Subcommands) -> None:
@@ -137,25 +119,25 @@ def _add_steering(sub: Subcommands) -> None:
     choice.add_argument("--accept", action="store_true")
     choice.add_argument("--edit", metavar="TEXT", help="what the planner should change")
     add_as_argument(review)
-    review.set_defaults(handler=research.review)
+    review.set_defaults(handler=Command("research", "review"))
 
     answer = sub.add_parser("answer", help="answer the coordinator's clarifying question")
     answer.add_argument("id")
     answer.add_argument("text")
     add_as_argument(answer)
-    answer.set_defaults(handler=research.answer)
+    answer.set_defaults(handler=Command("research", "answer"))
 
     budget = sub.add_parser("budget", help="decide about a run paused at its token or cost budget")
     budget.add_argument("id")
     decision = budget.add_mutually_exclusive_group()  # one of them, or --raise-usd (research.budget checks)
-    decision.add_argument("--raise", dest="raise_to", type=_positive, metavar="TOKENS",
+    decision.add_argument("--raise", dest="raise_to", type=positive, metavar="TOKENS",
                           help="a new, higher token budget (up to the operator's maximum)")
-    budget.add_argument("--raise-usd", type=_usd, metavar="USD",
+    budget.add_argument("--raise-usd", type=usd, metavar="USD",
                         help="a new, higher cost budget (up to the operator's maximum); with or without --raise")
     decision.add_argument("--finish", action="store_true", help="no more steps: report from what was found")
     decision.add_argument("--cancel", action="store_true", help="end the run without a report")
     add_as_argument(budget)
-    budget.set_defaults(handler=research.budget)
+    budget.set_defaults(handler=Command("research", "budget"))
 
 
 def _add_reading(sub: Subcommands) -> None:
@@ -164,33 +146,33 @@ def _add_reading(sub: Subcommands) -> None:
     watch.add_argument("id")
     watch.add_argument("--plain", action="store_true", help="print changes as lines even on a terminal")
     watch.add_argument("--stats", action="store_true", help="print the event-to-display delay at the end")
-    watch.set_defaults(handler=operate.watch_run)
+    watch.set_defaults(handler=Command("operate", "watch_run"))
 
     status = sub.add_parser("status", help="show a run's phase, plan and progress")
     status.add_argument("id")
     status.add_argument("--json", action="store_true", help="machine-readable output")
-    status.set_defaults(handler=runs.status)
+    status.set_defaults(handler=Command("runs", "status"))
 
     report = sub.add_parser("report", help="print the report of a finished run")
     report.add_argument("id")
     report.add_argument("-o", "--output", help="write the report to this file")
-    report.set_defaults(handler=runs.report)
+    report.set_defaults(handler=Command("runs", "report"))
 
     listing = sub.add_parser("list", help="list research runs")
     listing.add_argument("--running", action="store_true", help="only runs still in progress")
     listing.add_argument("--awaiting-review", action="store_true", help="only runs waiting for a plan review")
-    listing.add_argument("--limit", type=_positive, default=50)
-    listing.set_defaults(handler=operate.list_runs)
+    listing.add_argument("--limit", type=positive, default=50)
+    listing.set_defaults(handler=Command("operate", "list_runs"))
 
     spend = sub.add_parser("costs", help="what the runs started lately spent, by model and by who started them")
-    spend.add_argument("--since", type=costs.since_duration, default=costs.since_duration("7d"),
+    spend.add_argument("--since", type=since_duration, default=since_duration("7d"),
                        help="runs started within this long: 30m, 12h, 7d (default), 2w")
-    spend.set_defaults(handler=costs.costs)
+    spend.set_defaults(handler=Command("costs", "costs"))
 
     cancel = sub.add_parser("cancel", help="cancel a run")
     cancel.add_argument("id")
     add_as_argument(cancel)
-    cancel.set_defaults(handler=operate.cancel)
+    cancel.set_defaults(handler=Command("operate", "cancel"))
 
 
 def _add_history(sub: Subcommands) -> None:
@@ -201,25 +183,25 @@ def _add_history(sub: Subcommands) -> None:
     exported.add_argument("--raw", action="store_true",
                          help="as the server holds it, blob-store references and all (replays only where the "
                               "store is reachable); default: every reference resolved, so the file replays anywhere")
-    exported.set_defaults(handler=history.history)
+    exported.set_defaults(handler=Command("history", "history"))
 
     replay = sub.add_parser("replay", help="replay a run's history against this code")
     replay.add_argument("id", nargs="?")
     replay.add_argument("--file", help="a history exported with `history` or the Web UI")
-    replay.set_defaults(handler=history.replay)
+    replay.set_defaults(handler=Command("history", "replay"))
 
 
 def _add_servers(sub: Subcommands, servers: ServerCommands) -> None:
     """Our web servers, on uvicorn."""
     serve = sub.add_parser("serve", help="the web front end: our research page and DeerFlow's API")
     serve.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_WEB_TOKEN")
-    serve.add_argument("--port", type=_positive, default=8000)
+    serve.add_argument("--port", type=positive, default=8000)
     add_version_argument(serve)
     serve.set_defaults(handler=servers.serve)
 
     codec = sub.add_parser("codec-server", help="decode payloads (blob references, encryption) for the Web UI and CLI")
     codec.add_argument("--host", default="127.0.0.1", help="beyond loopback needs DEERFLOW_CODEC_TOKEN")
-    codec.add_argument("--port", type=_positive, default=8081)
+    codec.add_argument("--port", type=positive, default=8081)
     codec.add_argument("--no-token-on-private-network", action="store_true",
                        help="listen beyond loopback without DEERFLOW_CODEC_TOKEN: only where the port is "
                             "published on the host's loopback alone (as docker-compose.yml does)")
@@ -230,10 +212,10 @@ def _add_servers(sub: Subcommands, servers: ServerCommands) -> None:
 def _add_operations(sub: Subcommands) -> None:
     """The configuration and the embedded dev server."""
     config = sub.add_parser("config", help="print the effective configuration and where each value came from")
-    config.set_defaults(handler=config_view.show)
+    config.set_defaults(handler=Command("config_view", "show"))
 
     down = sub.add_parser("down", help="stop the embedded dev server and worker")
-    down.set_defaults(handler=operate.down)
+    down.set_defaults(handler=Command("operate", "down"))
 
 
 def _add_content(sub: Subcommands) -> None:
@@ -243,17 +225,17 @@ def _add_content(sub: Subcommands) -> None:
     evaluate.add_argument("--style", choices=[s.value for s in ReportStyle], default=ReportStyle.ACADEMIC.value,
                           help="the report style to judge it against (default: academic, as runs)")
     evaluate.add_argument("--llm", action="store_true", help="also ask the model to judge it")
-    evaluate.set_defaults(handler=content.evaluate_command)
+    evaluate.set_defaults(handler=Command("content", "evaluate_command"))
 
     slides = sub.add_parser("slides", help="a finished run's report as a PowerPoint deck")
     slides.add_argument("id")
     slides.add_argument("-o", "--output", required=True, help="the .pptx file to write")
-    slides.set_defaults(handler=content.slides_command)
+    slides.set_defaults(handler=Command("content", "slides_command"))
 
     podcast = sub.add_parser("podcast", help="a finished run's report as a two-voice podcast (MP3)")
     podcast.add_argument("id")
     podcast.add_argument("-o", "--output", required=True, help="the .mp3 file to write")
-    podcast.set_defaults(handler=content.podcast_command)
+    podcast.set_defaults(handler=Command("content", "podcast_command"))
 
 
 def _add_blobs(sub: Subcommands) -> None:
@@ -261,7 +243,7 @@ def _add_blobs(sub: Subcommands) -> None:
     store = sub.add_parser("blobs", help="the large-payload store: `blobs gc` deletes blobs of runs gone")
     actions = store.add_subparsers(dest="blobs_command", required=True, metavar="gc")
     gc = actions.add_parser("gc", help="delete the blobs of runs the server no longer keeps")
-    gc.add_argument("--older-than", type=blobs.older_than, default=timedelta(days=7), metavar="DAYS",
+    gc.add_argument("--older-than", type=older_than, default=timedelta(days=7), metavar="DAYS",
                     help="only blobs older than this many days (default 7, at least 1 hour)")
     gc.add_argument("--dry-run", action="store_true", help="list what would be deleted, delete nothing")
-    gc.set_defaults(handler=blobs.blobs_gc)
+    gc.set_defaults(handler=Command("blobs", "blobs_gc"))

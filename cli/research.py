@@ -25,6 +25,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.actor import cli_actor
+from cli.main import RunInterrupted
 from cli.render import ended_label, plan_text, review_help
 from cli.runs import EXIT_CODES, _check_output, _describe, _offline_notice, _result, _write_report
 from cli.terminal import printable
@@ -118,14 +119,6 @@ def _request(args: argparse.Namespace, question: str, settings: Settings) -> Res
     except ValidationError as error:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
         raise CliError(f"Invalid request: {problems}") from error
-
-
-class RunInterrupted(Exception):
-    """Ctrl-C while ``run`` follows the run it started: the run goes on, and the hint names it."""
-
-    def __init__(self, run_id: str) -> None:
-        super().__init__(run_id)
-        self.run_id = run_id
 
 
 async def run(args: argparse.Namespace, settings: Settings) -> int:

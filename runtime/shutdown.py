@@ -13,11 +13,13 @@ import os
 import sys
 from typing import NoReturn
 
-from runtime.tracing import flush_traces
-
 
 def exit_now(code: int) -> NoReturn:
-    flush_traces()  # skipping finalization skips the exporter's own flush too
+    # Skipping finalization skips the trace exporter's own flush too. A process that never imported
+    # runtime.tracing has no traces (and ``--version`` need not import it, and the settings, to learn so).
+    tracing = sys.modules.get("runtime.tracing")
+    if tracing is not None:
+        tracing.flush_traces()
     logging.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -24,7 +24,8 @@ from temporalio.converter import StorageDriver, StorageDriverStoreContext, Stora
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Worker
 
-from cli.blobs import collect, older_than
+from cli.arguments import older_than
+from cli.blobs import collect
 from config.settings import Settings
 from runtime.blob_gc import REFERENCE_TYPE, Unreadable, payloads_in, reference_of
 from runtime.connection import connect_when_ready

@@ -15,7 +15,7 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from activities.model.llm import ModelActivities
-from cli.costs import since_duration
+from cli.arguments import since_duration
 from cli.spend import NOT_RECORDED, cost_cell, summarise, summary_tables, total_line, usd
 from offline.model_server import FakeModelServer
 from tests.support.chat_requests import COORDINATOR

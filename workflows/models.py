@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validat
 from workflows.budget_models import BudgetStanding, BudgetTimeoutAction, RunBudget, standing
 from workflows.decisions import Decision
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice
+from workflows.report_style import ReportStyle
 from workflows.usage import Usage
 
 TASK_QUEUE = "deep-research"
@@ -35,14 +36,6 @@ class ReviewTimeoutAction(StrEnum):
     ACCEPT = "accept"
     CANCEL = "cancel"
     REPORT = "report"
-
-
-class ReportStyle(StrEnum):
-    ACADEMIC = "academic"
-    POPULAR_SCIENCE = "popular_science"
-    NEWS = "news"
-    SOCIAL_MEDIA = "social_media"
-    STRATEGIC_INVESTMENT = "strategic_investment"
 
 
 class Step(BaseModel):

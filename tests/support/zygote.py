@@ -23,6 +23,7 @@ import gc
 import importlib
 import json
 import os
+import pkgutil
 import runpy
 import selectors
 import signal
@@ -38,8 +39,10 @@ from typing import IO, NoReturn
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 # What every forked process finds imported: the two entry scripts' trees, the API server (``serve``)
-# and the model libraries a worker preloads (activities/support/lazy.py).
+# and the model libraries a worker preloads (activities/support/lazy.py); and every command's module,
+# which starter.py imports only when that command runs (cli/parser.py: Command).
 WARM_MODULES = ("worker", "starter", "server.serve", "activities.model.llm")
+WARM_PACKAGES = ("cli",)
 READY = b"ready\n"
 MAX_REQUEST_BYTES = 1 << 20
 
@@ -186,6 +189,9 @@ def serve(address: str) -> None:
     """Import, then fork a child for each request until standard input closes."""
     for name in WARM_MODULES:
         importlib.import_module(name)
+    for package in WARM_PACKAGES:
+        for module in pkgutil.iter_modules(importlib.import_module(package).__path__, f"{package}."):
+            importlib.import_module(module.name)
     if threading.active_count() != 1:  # a fork would leave those threads' locks held in every child
         raise RuntimeError(f"importing started threads: {threading.enumerate()}")
     gc.collect()

@@ -1,0 +1,75 @@
+"""What the command line imports before it answers (issue #45): ``--version`` and ``--help`` answer
+from the parser alone, and each command imports its own module only.
+
+Imports are most of a command's time (a command's own work is a round trip or two to the server):
+Temporal's SDK alone is about a third of a second of CPU, pydantic and the settings as much again.
+``bench/cli_latency.py`` times the commands; these pin down what must not be imported at all.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import subprocess
+import sys
+
+import pytest
+
+import starter
+from cli.parser import Command
+from tests.support.processes import REPO_DIR
+
+# Temporal's SDK, pydantic, the model libraries and the web stacks (client and server side).
+HEAVY = ("temporalio", "grpc", "google.protobuf", "pydantic", "openai", "langchain_core", "langchain_openai",
+         "langsmith", "httpx", "httpx2", "aiohttp", "requests", "starlette", "uvicorn", "rich", "config.settings")
+LOADED_BY_ARGV = f"""
+import sys
+sys.argv = ["starter.py", *sys.argv[1:]]
+import starter
+try:
+    starter.main(sys.argv[1:])
+except SystemExit:
+    pass
+print(" ".join(name for name in sys.modules if name.startswith({HEAVY!r})))
+"""
+
+
+def heavy_modules_loaded_by(*argv: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", LOADED_BY_ARGV, *argv], cwd=REPO_DIR, capture_output=True,
+                          text=True, timeout=120, check=True)
+    return done.stdout.splitlines()[-1].split()
+
+
+@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["status", "--help"], ["run", "--max-steps", "zero"]])
+def test_the_parser_answers_without_temporal_pydantic_model_or_web_libraries(argv: list[str]) -> None:
+    assert heavy_modules_loaded_by(*argv) == []
+
+
+def test_a_command_imports_what_it_needs() -> None:
+    """The lazy handler does load its module: ``config`` reads the settings (pydantic) and Temporal's
+    client configuration, and no other command's libraries (rich for ``watch``, the web stack)."""
+    loaded = heavy_modules_loaded_by("config")
+    assert "config.settings" in loaded and "temporalio.envconfig" in loaded
+    assert not [name for name in loaded if name.startswith(("rich", "starlette", "uvicorn", "openai"))]
+
+
+def _handlers(parser: argparse.ArgumentParser) -> list[Command]:
+    """Every subcommand's handler that the parser imports on demand, nested subcommands included."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                handler = sub.get_default("handler")
+                if isinstance(handler, Command):
+                    found.append(handler)
+                found.extend(_handlers(sub))
+    return found
+
+
+def test_every_lazy_handler_names_a_coroutine_function_of_its_module() -> None:
+    handlers = _handlers(starter.build_parser())
+    assert len(handlers) >= 18  # every command but serve and codec-server (starter.py hands those in)
+    for handler in handlers:
+        target = getattr(importlib.import_module(f"cli.{handler.module}"), handler.name, None)
+        assert inspect.iscoroutinefunction(target), f"cli.{handler.module}.{handler.name}"
