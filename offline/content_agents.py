@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 
 from workflows.report_metrics import compute_metrics
 
@@ -43,27 +44,47 @@ CONTINUATION = (" The evidence gathered so far points the same way, and the sect
 _SENTENCE = re.compile(r"(?<=[.!?。！？])\s+")
 
 
+# A Markdown line's own marks (indentation, heading, list item, quote), kept as they are.
+_LINE_MARK = re.compile(r"^\s*(?:(?:#{1,6}|[-*+]|\d{1,9}[.)]|>)[ \t]+)*")
+
+
+def _line_by_line(text: str, change: Callable[[list[str]], str]) -> str:
+    """``change`` applied to each line's sentences: its marks, blank lines and line breaks kept, so a
+    list stays a list and a heading stays on its own line."""
+    lines = []
+    for line in text.split("\n"):
+        mark = _LINE_MARK.match(line)
+        body = line[mark.end():] if mark else line
+        sentences = [s for s in _SENTENCE.split(" ".join(body.split())) if s]
+        lines.append(f"{line[:len(line) - len(body)]}{change(sentences)}" if sentences else line)
+    return "\n".join(lines)
+
+
+def _shorter(sentences: list[str]) -> str:
+    if len(sentences) == 1 and ", " in sentences[0]:  # one sentence: its last clause goes
+        return sentences[0].rsplit(", ", 1)[0] + "."
+    return " ".join(sentences[:max(1, len(sentences) // 2)])
+
+
 def prose_writer(system: str, user: str) -> str:
-    """Each option done plainly to the text: whole sentences kept, cut, repeated or tidied."""
+    """Each option done plainly to the text, line by line: whole sentences kept, cut, repeated or tidied."""
     task = _TASK.search(system)
     option = task.group(1) if task else "improve"
     text, _, command = user.removeprefix("Text:\n").partition("\n\nCommand: ")
     text = text.strip()
-    sentences = [s for s in _SENTENCE.split(" ".join(text.split())) if s]
     if option == "continue":  # the text before the cursor, headings and all: carry on after its last sentence
         return CONTINUATION
     if option == "shorter":
-        if len(sentences) == 1 and ", " in sentences[0]:  # one sentence: its last clause goes
-            return sentences[0].rsplit(", ", 1)[0] + "."
-        return " ".join(sentences[:max(1, len(sentences) // 2)])
+        return _line_by_line(text, _shorter)
     if option == "longer":
+        sentences = [s for s in _SENTENCE.split(" ".join(text.split())) if s]
         return (f"{text}\n\nIn more detail: {' '.join(sentences)} "
                 "Each of these points is developed in the sections below.")
     if option == "fix":
-        return " ".join(s[:1].upper() + s[1:] for s in sentences)
+        return _line_by_line(text, lambda sentences: " ".join(s[:1].upper() + s[1:] for s in sentences))
     if option == "zap":
         return f"{text}\n\n(as asked: {command.strip()})"
-    return " ".join(sentences)
+    return _line_by_line(text, " ".join)
 
 
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)")

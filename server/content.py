@@ -27,8 +27,9 @@ from server.feed import FeedItem
 from server.flows import flow_id, flow_result, read_content, start_flow
 from server.live import TokenHub
 from server.mcp_check import metadata
-from server.security import RequestError, read_json
+from server.security import RequestError, log, read_json
 from server.services import endpoint, services
+from server.sse import BrokenStream
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
 from workflows.podcast import NO_VOICE_MESSAGE, PODCAST_WORKFLOW, PodcastRequest, PodcastResult, TTSRequest
@@ -96,7 +97,12 @@ END_HOLD_SECONDS = 0.25
 
 async def prose(client: Client, settings: Settings, hub: TokenHub, body: Any) -> AsyncIterator[str]:
     """``POST /api/prose/generate``: validated and started here (a bad body is a 400, nothing
-    started); the returned stream carries the model's token previews, then the rest of the text."""
+    started); the returned stream carries the model's token previews, then the rest of the text.
+
+    The status is decided by the first text: a run that fails before it is answered as DeerFlow
+    answers a failure, a non-200 with its ``detail`` (its editor shows a toast; an ``error`` event
+    it would paste into the text as if it were the answer). One that fails after text was sent
+    breaks the stream off unfinished, which the editor's reader also takes as a failure."""
     request = ProseRequest.model_validate(body)
     request = ProseRequest.model_validate({**request.model_dump(), "prompt": HIGHLIGHT_RE.sub("", request.prompt)})
     workflow_id = flow_id("prose writer")
@@ -104,10 +110,16 @@ async def prose(client: Client, settings: Settings, hub: TokenHub, body: Any) ->
     queue = subscription.enter_context(hub.subscribe(workflow_id))  # before the start: no early token missed
     try:
         handle = await start_flow(client, settings, PROSE_WORKFLOW, request, ProseResult, "prose writer", workflow_id)
+        answer = _ProseAnswer(handle, settings, queue)
+        try:
+            first = await answer.next_piece()
+        except BaseException:
+            answer.stop()
+            raise
     except BaseException:
         subscription.close()
         raise
-    return _prose_stream(handle, settings, queue, subscription)
+    return answer.stream(first, subscription)
 
 
 class _Preview:
@@ -132,34 +144,51 @@ class _Preview:
         return text[len(self.shown):] if text.startswith(self.shown) else f"\n\n{text}"
 
 
-async def _prose_stream(handle: WorkflowHandle[Any, ProseResult], settings: Settings,
-                        queue: asyncio.Queue[Delta | FeedItem | None],
-                        subscription: contextlib.ExitStack) -> AsyncIterator[str]:
-    """Previews of the first attempt while they are a gapless prefix; then the final text's rest."""
-    with subscription:
-        result = asyncio.create_task(flow_result(handle, settings, "prose writer"))
-        preview = _Preview()
-        try:
-            while not result.done():
-                getter = asyncio.create_task(queue.get())
-                await asyncio.wait({getter, result}, return_when=asyncio.FIRST_COMPLETED)
-                if not getter.done():
-                    getter.cancel()
-                    break
-                if piece := preview.take(getter.result()):
+class _ProseAnswer:
+    """The prose run's text, piece by piece: previews of the first attempt while they are a gapless
+    prefix, then the rest of the final text."""
+
+    def __init__(self, handle: WorkflowHandle[Any, ProseResult], settings: Settings,
+                 queue: asyncio.Queue[Delta | FeedItem | None]) -> None:
+        self.result = asyncio.create_task(flow_result(handle, settings, "prose writer"))
+        self.queue = queue
+        self.preview = _Preview()
+        self.finished = False
+
+    async def next_piece(self) -> str | None:
+        """The next text to send; None once all of it was. A failed run raises its ``RequestError``."""
+        while not self.result.done():
+            getter = asyncio.create_task(self.queue.get())
+            await asyncio.wait({getter, self.result}, return_when=asyncio.FIRST_COMPLETED)
+            if not getter.done():
+                getter.cancel()
+                break
+            if piece := self.preview.take(getter.result()):
+                return piece
+        while not self.queue.empty():  # previews that arrived with the result
+            if piece := self.preview.take(self.queue.get_nowait()):
+                return piece
+        if self.finished:
+            return None
+        self.finished = True
+        return self.preview.rest((await self.result).text) or None
+
+    def stop(self) -> None:
+        self.result.cancel()
+
+    async def stream(self, first: str | None, subscription: contextlib.ExitStack) -> AsyncIterator[str]:
+        with subscription:
+            try:
+                piece = first
+                while piece is not None:
                     yield prose_data(piece)
-            while not queue.empty():  # previews that arrived with the result
-                if piece := preview.take(queue.get_nowait()):
-                    yield prose_data(piece)
-            text = (await result).text
-        except RequestError as error:
-            yield f"event: error\ndata: {' '.join(str(error).split())}\n\n"
-            return
-        finally:
-            result.cancel()
-        if rest := preview.rest(text):
-            yield prose_data(rest)
-        await asyncio.sleep(END_HOLD_SECONDS)
+                    piece = await self.next_piece()
+            except RequestError as error:
+                log.warning("The prose writer failed after its answer began; breaking the stream off: %s", error)
+                raise BrokenStream(str(error)) from error
+            finally:
+                self.stop()
+            await asyncio.sleep(END_HOLD_SECONDS)
 
 
 def _cap(request: Request) -> int:

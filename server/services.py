@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Send
 from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
@@ -54,8 +55,23 @@ class Services:
 
     def event_stream(self, stream: AsyncIterator[str], key: str) -> StreamingResponse:
         """An SSE response, counted against the operator's open-stream limit under ``key``."""
-        return StreamingResponse(self.streams.bounded(stream, key), media_type="text/event-stream",
-                                 headers=SSE_HEADERS)
+        return EventStreamResponse(self.streams.bounded(stream, key), media_type="text/event-stream",
+                                   headers=SSE_HEADERS)
+
+
+class EventStreamResponse(StreamingResponse):
+    """A stream that may be broken off: on ``BrokenStream`` it stops without its last (empty, final)
+    message, and the server closes the connection with the body unfinished."""
+
+    async def stream_response(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+        try:
+            async for chunk in self.body_iterator:
+                data = chunk.encode(self.charset) if isinstance(chunk, str) else chunk
+                await send({"type": "http.response.body", "body": data, "more_body": True})
+        except sse.BrokenStream:
+            return  # the body stays unfinished: the server closes the connection
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 def services(request: Request) -> Services:

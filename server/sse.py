@@ -15,6 +15,12 @@ from typing import Any
 KEEP_ALIVE = ": ping\n\n"
 
 
+class BrokenStream(Exception):
+    """Raised by a stream whose answer failed after it began: its response ends unfinished
+    (``services.EventStreamResponse``), as DeerFlow's own server's does, so the client's reader fails
+    instead of reading an ``error`` event as part of the answer."""
+
+
 def event(name: str, data: dict[str, Any], event_id: str | None = None) -> str:
     head = f"id: {event_id}\n" if event_id is not None else ""
     return f"{head}event: {name}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"

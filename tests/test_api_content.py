@@ -24,6 +24,7 @@ from temporalio.client import Client
 from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 from offline.content_agents import prose_writer
+from offline.model_faults import Fault
 from offline.model_server import FakeModelServer
 from tests.support.fake_http import FakeHTTPServer, fake_speech
 from tests.support.processes import free_port
@@ -180,6 +181,58 @@ async def test_prose_streams_the_models_tokens_as_deerflows_editor_reads_them(
     # Line breaks travel as "\r" (DeerFlow's parser would cut an event at "\n"); nothing lost or doubled.
     expected = prose_writer("Task: longer", f"Text:\n{prompt}").replace("\n", "\r")
     assert "".join(data or "" for _, data in events) == expected and "\r\r" in expected
+
+
+# A report's Markdown as DeerFlow's editor serialises a selection of several blocks.
+MARKDOWN = ("## Key Points\n\n- tides rise twice a day.   they are predictable.\n- the Moon, and the Sun, pull "
+            "the water.\n\n1. first, the gauges.\n2. then the models.\n\n> quoted, as it was.\n\n"
+            "## Overview\nTidal power is steady. It is also costly.")
+
+
+@pytest.mark.parametrize("option", ["improve", "shorter", "fix"])
+async def test_multi_line_markdown_keeps_every_line_break_through_the_stream(
+        base: str, model_server: FakeModelServer, option: str) -> None:
+    model_server.piece_seconds = 0.01
+    try:
+        response = await post(base, "/api/prose/generate", {"prompt": MARKDOWN, "option": option, "command": ""})
+    finally:
+        model_server.piece_seconds = 0.0
+    assert response.status_code == 200, response.text
+    events = deerflow_sse(response.text)
+    assert all(event == "message" for event, _ in events)
+    text = "".join(data or "" for _, data in events).replace("\r", "\n")  # as our page and Markdown read it
+    assert text == prose_writer(f"Task: {option}", f"Text:\n{MARKDOWN}")
+    assert text.count("\n") == MARKDOWN.count("\n") and "\n\n## Overview\n" in text
+    assert [line[:2] for line in text.split("\n")] == [line[:2] for line in MARKDOWN.split("\n")]
+
+
+async def test_a_failed_ask_ai_is_a_non_200_with_its_reason_as_deerflow_answers(
+        base: str, model_server: FakeModelServer) -> None:
+    model_server.inject(Fault.status(401, "Incorrect API key provided", agent="prose_writer"))
+    response = await post(base, "/api/prose/generate", {"prompt": MARKDOWN, "option": "improve", "command": ""})
+    assert response.status_code == 502 and response.headers["content-type"] == "application/json", response.text
+    assert "prose writer failed" in response.json()["detail"] and "event:" not in response.text
+
+
+async def test_a_prose_run_that_fails_mid_answer_breaks_the_stream_off(
+        base: str, model_server: FakeModelServer) -> None:
+    """Text was sent, so the status is 200: the body ends unfinished, which DeerFlow's reader (and
+    ours) take as a failure, instead of an error event read as more of the answer."""
+    model_server.piece_seconds = 0.05
+    model_server.inject(Fault("truncated", agent="prose_writer"), Fault.status(401, agent="prose_writer"))
+    received = ""
+    try:
+        async with httpx.AsyncClient(timeout=60) as http, http.stream(
+                "POST", f"{base}/api/prose/generate",
+                json={"prompt": MARKDOWN * 3, "option": "improve", "command": ""}) as response:
+            assert response.status_code == 200
+            with pytest.raises(httpx.RemoteProtocolError):
+                async for chunk in response.aiter_text():
+                    received += chunk
+    finally:
+        model_server.piece_seconds = 0.0
+        model_server.clear_faults()
+    assert received.startswith("data: ") and "event: error" not in received
 
 
 SELECTION = "Tides rise twice a day, and they are predictable from the Moon's position."

@@ -22,6 +22,8 @@ from temporalio.client import Client
 
 from config.settings import Settings
 from offline.content_agents import prose_writer
+from offline.model_faults import Fault
+from offline.model_server import FakeModelServer
 from tests.support.cdp import Page, chromium_path
 from tests.support.fake_http import FakeHTTPServer, fake_speech
 from tests.support.processes import free_port
@@ -159,3 +161,43 @@ async def test_a_finished_report_offers_the_content_flows(
         SCREENSHOTS.mkdir(exist_ok=True)
         await page.screenshot(SCREENSHOTS / "content-flows-failure.png")
         raise
+
+
+# From the Key Points heading to the blank line before "## Detailed Analysis": a list, a heading and
+# a paragraph, with the line breaks around them.
+MULTI_LINE = SAMPLE_REPORT[SAMPLE_REPORT.index("## Key Points"):SAMPLE_REPORT.index("## Detailed Analysis")]
+
+
+async def select_and_ask(page: Page, selected: str, option: str) -> None:
+    await page.press("#edit-report")
+    start = SAMPLE_REPORT.index(selected)
+    await page.evaluate(f"document.getElementById('editor-text').setSelectionRange({start}, "
+                        f"{start + len(selected)}); document.getElementById('prose-option').value = '{option}'; true")
+    await page.press("#prose-form button")
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+async def test_ask_ai_keeps_a_multi_line_selections_line_breaks_and_says_when_it_fails(
+        base: str, finished: str, page: Page, model_server: FakeModelServer, width: int) -> None:
+    await page.use_width(width)
+    await page.navigate(f"{base}/?run={finished}")
+    await page.wait_for("!document.getElementById('flows').hidden", 30, what="the content flows")
+    await select_and_ask(page, MULTI_LINE, "improve")
+    assert await notice(page) == " "
+    improved = prose_writer("Task: improve", f"Text:\n{MULTI_LINE}")
+    assert await page.evaluate("document.getElementById('prose-text').textContent") == improved
+    await page.press("#prose-use")
+    edited = await page.evaluate("document.getElementById('editor-text').value")
+    # The answer in the selection's place, with the selection's own breaks around it: every heading
+    # keeps a line of its own, and the list stays a list.
+    assert edited == SAMPLE_REPORT.replace(MULTI_LINE, f"{improved}\n\n")
+    assert "\n\n## Detailed Analysis\n" in edited and "\n- Costs fell" in edited and "\n## Overview\n" in edited
+    SCREENSHOTS.mkdir(exist_ok=True)
+    await page.screenshot(SCREENSHOTS / f"prose-multi-line-{width}.png")
+
+    model_server.inject(Fault.status(401, "Incorrect API key provided", agent="prose_writer"))
+    await select_and_ask(page, SELECTED, "shorter")
+    said = await notice(page)
+    assert "prose writer failed" in said and "Incorrect API key" in said, said
+    assert await page.evaluate("document.getElementById('prose-result').hidden")  # nothing offered to use
+    await page.screenshot(SCREENSHOTS / f"prose-failed-{width}.png")

@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError
 
 from config.settings import load_settings
-from tests.support.cdp import Page, chromium_path
+from tests.support.cdp import PHONE, Page, chromium_path
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn, stand_in_runs
 from tests.support.web_server import api_server
@@ -26,7 +26,6 @@ pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
     pytest.mark.timeout(120),
 ]
-PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
 SCREENSHOTS = Path("/tmp/our-page")  # kept outside pytest's tmp dir for a person to look at
 WIDE_REPORT = SAMPLE_REPORT + """
 | Site | Country | Capacity (MW) | Turbines | Operator | Commissioned | Notes on the grid connection |

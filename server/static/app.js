@@ -748,33 +748,39 @@ $("prose-form").addEventListener("submit", (event) => {
 async function askProse(prompt) {
   const response = await request("/api/prose/generate",
     { prompt, option: prose.option, command: $("prose-command").value });
-  if (!response.ok) throw await refusal(response);
+  if (!response.ok) throw await refusal(response);  // the writer failed before its first word
   $("prose-text").textContent = "";
   $("prose-result").hidden = false;
   $("prose-use").disabled = true;  // until the whole answer is in
-  await eachBlock(response, (block) => {
-    const failed = proseBlock(block);
-    if (failed) throw new Error(failed);
-    return false;
-  });
+  try {
+    await eachBlock(response, (block) => proseBlock(block));
+  } catch {
+    $("prose-result").hidden = true;  // broken off: the server's way of saying it failed mid-answer
+    throw new Error("The prose writer failed while it was writing; the report is unchanged.");
+  }
   $("prose-use").disabled = false;
   return "";
 }
 
-// One event of the prose stream: text (its line breaks sent as "\r") or an error's message.
+// One event of the prose stream: text, its line breaks sent as "\r" (a "\n" would end the event).
 function proseBlock(block) {
-  const lines = block.split("\n");
-  const data = lines.filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("");
-  if (lines.includes("event: error")) return data || "the prose writer failed";
+  const data = block.split("\n").filter((line) => line.startsWith("data: ")).map((line) => line.slice(6)).join("");
   prose.text += data.replaceAll("\r", "\n");
   $("prose-text").textContent = prose.text;
-  return null;
+  return false;
 }
 
+// The answer in place of the selection (after it, for "continue"), with the selection's own
+// leading and trailing line breaks and spaces: a model answers without them, and the heading that
+// followed the selection would be glued onto its last line.
 $("prose-use").addEventListener("click", () => {
   const box = $("editor-text");
+  const selected = box.value.slice(prose.start, prose.end);
+  const [lead, trail] = [selected.match(/^\s*/)[0], selected.match(/\s*$/)[0]];
+  const answer = prose.text.trim();
   const before = box.value.slice(0, prose.option === "continue" ? prose.end : prose.start);
-  const addition = prose.option === "continue" ? `${before.endsWith("\n") ? "" : " "}${prose.text}` : prose.text;
+  const addition = prose.option === "continue" ? `${/\s$/.test(before) ? "" : " "}${answer}`
+    : selected.trim() ? `${lead}${answer}${trail}` : answer;
   box.value = before + addition + box.value.slice(prose.end);
   $("prose-result").hidden = true;
 });

@@ -31,6 +31,10 @@ CHROMIUM_FLAGS = (
     "--disable-component-update", "--disable-sync", "--disable-extensions", "--no-first-run",
     "--no-default-browser-check", "--mute-audio", "--window-size=1400,1000",
 )
+# The two widths every page point is tried at: a laptop, and a phone held upright.
+DESKTOP = {"width": 1280, "height": 800, "deviceScaleFactor": 1, "mobile": False}
+PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
+WIDTHS = {1280: DESKTOP, 390: PHONE}
 # A loaded 2-core CI machine can take many seconds to answer the first command of a cold browser.
 CDP_REPLY_SECONDS = 45
 
@@ -111,6 +115,10 @@ class Page(Session):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"timed out waiting for {what or expression}")
             await asyncio.sleep(0.2)
+
+    async def use_width(self, width: int) -> None:
+        """Lay the page out as a browser ``width`` CSS pixels wide would (one of ``WIDTHS``)."""
+        await self.send("Emulation.setDeviceMetricsOverride", **WIDTHS[width])
 
     async def navigate(self, url: str) -> None:
         await self.send("Page.navigate", url=url)
