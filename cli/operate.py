@@ -15,7 +15,6 @@ from cli.render import ended_label
 from cli.runs import _describe, _status
 from cli.spend import cost_cell
 from cli.terminal import printable
-from cli.watch import WatchStats, watch
 from config.settings import Settings
 from runtime import research_client
 from runtime.embedded import EmbeddedStack
@@ -26,6 +25,9 @@ from workflows.visibility import AWAITING, PHASE
 
 
 async def watch_run(args: argparse.Namespace, settings: Settings) -> int:
+    # Imported here: rich and the live view are this command's alone (list, cancel and down start without them).
+    from cli.watch import WatchStats, watch
+
     client = await connect(settings)  # the status query needs a worker
     stats = WatchStats()
     final = await watch(client.get_workflow_handle(args.id), live=sys.stdout.isatty() and not args.plain,

@@ -30,7 +30,6 @@ from cli.render import ended_label, plan_text, review_help
 from cli.runs import EXIT_CODES, _check_output, _describe, _offline_notice, _result, _write_report
 from cli.terminal import printable
 from cli.waiting import noticed
-from cli.watch import Watcher
 from config.resources import ResourcePolicy
 from config.settings import Settings
 from runtime import research_client
@@ -177,6 +176,9 @@ async def _follow(handle: WorkflowHandle, settings: Settings, by: Actor, interac
     Returns None when the user leaves a plan or question waiting for later; ``output`` is then
     named in the command that writes the report once the run is done.
     """
+    # Imported here: rich and the live view are for following a run (review, answer and budget start without them).
+    from cli.watch import Watcher
+
     client = handle._client  # the handle's client; the SDK exposes no public accessor
     watcher = Watcher(live=sys.stderr.isatty(), out=sys.stderr, on_no_worker=lambda: revive_worker(client, settings))
     later = f"python starter.py report {handle.id}" + (f" -o {output}" if output else "")

@@ -40,9 +40,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from cli.render import ended_label
 from cli.terminal import printable, printable_model
 from runtime.front_door import NO_WORKER_ADVICE, CliError
-from runtime.research_client import status_query_name
 from runtime.retries import retries_of
-from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
+from workflows.models import STATUS_QUERY, Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.status_view import (
     STEP_MARK,
     Retry,
@@ -299,7 +298,7 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
     client = handle._client
     response = await client.workflow_service.query_workflow(
         QueryWorkflowRequest(namespace=client.namespace, execution=_execution(handle),
-                             query=WorkflowQuery(query_type=status_query_name())),
+                             query=WorkflowQuery(query_type=STATUS_QUERY)),
         retry=False, timeout=RPC_TIMEOUT,
     )
     if response.HasField("query_rejected"):

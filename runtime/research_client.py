@@ -1,27 +1,23 @@
 """The research workflow's client contract, typed: start a run, read its status, review its plan,
-answer its question, by method references to ``DeepResearchWorkflow``'s handlers.
+answer its question.
 
-Why method references and not names: the SDK takes each handler's name and result type from the
-workflow's own decorators, so a renamed handler or a changed result type is one edit in
-workflows/research.py, not a string to find in every client (the CLI, the API server, the tests).
-The workflow is registered as the dynamic workflow (its input validated in
-workflows/run_input.py); that changes how its *start* is decoded, not its handlers, so only the
-start goes by type name (``WORKFLOW_TYPE``).
-
-The workflow class is imported on first use, not with this module: the CLI imports it, and every
-command but ``replay`` starts without the workflow's code (it may be reviving a dead worker;
-tests/test_worker_startup.py). This module does I/O (it talks to the Temporal server): workflow
-code never imports it.
+Each handler is sent by the name the workflow declares it with (``STATUS_QUERY`` and the others in
+workflows/models.py) and read back as the type it returns, rather than by a method reference to
+``DeepResearchWorkflow``: a reference imports the workflow's whole code (its stages, the plan
+parser), a tenth of a second before every ``status``, ``review`` and ``list`` (issue #45), and the CLI
+and the API server never run it. tests/test_research_client.py checks each name and result type
+here against the workflow's own definition, which is what a reference would have guaranteed. The
+workflow is registered as the dynamic workflow (its input validated in workflows/run_input.py);
+its start goes by type name (``WORKFLOW_TYPE``). This module does I/O (it talks to the Temporal
+server): workflow code never imports it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import temporalio.workflow
 from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
@@ -29,10 +25,18 @@ from temporalio.service import RPCError, RPCStatusCode
 from runtime.run_memo import run_memo
 from workflows.budget_models import BudgetDecision
 from workflows.decisions import Actor, cancel_reason
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
-
-if TYPE_CHECKING:
-    from workflows.research import DeepResearchWorkflow
+from workflows.models import (
+    DECIDE_BUDGET_UPDATE,
+    REVIEW_PLAN_UPDATE,
+    STATUS_QUERY,
+    TASK_QUEUE,
+    WORKFLOW_TYPE,
+    Awaiting,
+    ResearchRequest,
+    ResearchResult,
+    ReviewOutcome,
+    RunStatus,
+)
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]
 # A status query the server answered "context canceled" is asked again this many times, after this
@@ -41,23 +45,6 @@ CANCELLED_QUERY_RETRIES = 3
 CANCELLED_QUERY_PAUSE_SECONDS = 0.2
 # ``review_plan``, ``answer_clarification`` or ``decide_budget``: a validated update a person sends.
 Update = Callable[[WorkflowHandle[Any, Any], Any, Actor], Awaitable[ReviewOutcome]]
-
-
-def _workflow() -> type[DeepResearchWorkflow]:
-    """The workflow class, whose handlers are the method references (imported on first use)."""
-    from workflows.research import DeepResearchWorkflow
-
-    return DeepResearchWorkflow
-
-
-@functools.cache
-def status_query_name() -> str:
-    """The ``status`` query's name as the SDK's ``handle.query`` reads it from the handler, for a
-    query sent through the raw service API (cli/watch.py: one attempt, no SDK retries)."""
-    definition = temporalio.workflow._QueryDefinition.from_fn(_workflow().status)
-    if definition is None or definition.name is None:
-        raise TypeError("DeepResearchWorkflow.status is not a named workflow query")
-    return definition.name
 
 
 async def start(client: Client, request: ResearchRequest, *, run_id: str, summary: str, started_by: Actor,
@@ -83,7 +70,7 @@ async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
     retries = 0
     while True:
         try:
-            return await handle.query(_workflow().status)
+            return await handle.query(STATUS_QUERY, result_type=RunStatus)
         except RPCError as error:
             if error.status != RPCStatusCode.CANCELLED or retries == CANCELLED_QUERY_RETRIES:
                 raise
@@ -94,17 +81,18 @@ async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
 async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str, by: Actor) -> ReviewOutcome:
     """The ``review_plan`` update (``[ACCEPTED]`` or ``[EDIT_PLAN] …``) from ``by``; its validator's
     refusal comes back as ``WorkflowUpdateFailedError``."""
-    return await handle.execute_update(_workflow().review_plan, args=[feedback, by])
+    return await handle.execute_update(REVIEW_PLAN_UPDATE, args=[feedback, by], result_type=ReviewOutcome)
 
 
 async def answer_clarification(handle: WorkflowHandle[Any, Any], answer: str, by: Actor) -> ReviewOutcome:
     """The clarification update: the answer to the coordinator's question, from ``by``."""
-    return await handle.execute_update(_workflow().answer_clarification, args=[answer, by])
+    return await handle.execute_update(Awaiting.CLARIFICATION.value, args=[answer, by],
+                                       result_type=ReviewOutcome)
 
 
 async def decide_budget(handle: WorkflowHandle[Any, Any], decision: BudgetDecision, by: Actor) -> ReviewOutcome:
     """The ``decide_budget`` update for a run paused at its token budget: raise, finish or cancel."""
-    return await handle.execute_update(_workflow().decide_budget, args=[decision, by])
+    return await handle.execute_update(DECIDE_BUDGET_UPDATE, args=[decision, by], result_type=ReviewOutcome)
 
 
 async def cancel(handle: WorkflowHandle[Any, Any], by: Actor) -> None:

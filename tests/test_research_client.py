@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any, cast
 
 import pytest
+from temporalio import workflow
 from temporalio.client import WorkflowHandle
 from temporalio.service import RPCError, RPCStatusCode
 
 from runtime import research_client
 from tests.support.status_samples import sample_status
+from workflows.budget_models import BudgetAction, BudgetDecision
+from workflows.decisions import Actor, Via
 from workflows.models import RunStatus
 
 
@@ -25,8 +28,8 @@ class AnsweringHandle:
         self.errors = list(errors)
         self.queries = 0
 
-    async def query(self, query: Any) -> RunStatus:
-        assert query.__name__ == "status"
+    async def query(self, query: str, *, result_type: type) -> RunStatus:
+        assert (query, result_type) == ("status", RunStatus)
         self.queries += 1
         if self.errors:
             raise self.errors.pop(0)
@@ -64,3 +67,36 @@ async def test_other_errors_go_to_the_caller_at_once(error: RPCError) -> None:
     with pytest.raises(RPCError) as raised:
         await status_of(handle)
     assert raised.value is error and handle.queries == 1
+
+
+class RecordingHandle:
+    """A workflow handle that records what each query and update was sent as, and answers nothing."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, object]] = []
+
+    async def query(self, name: str, *, result_type: type) -> None:
+        self.sent.append(("query", name, result_type))
+
+    async def execute_update(self, name: str, *, args: list[Any], result_type: type) -> None:
+        self.sent.append(("update", name, result_type))
+
+
+async def test_each_handler_is_sent_by_the_workflows_name_and_read_as_the_type_it_returns() -> None:
+    """The client names the handlers instead of referring to the workflow's methods (which would import
+    the workflow's code into every command): the names and result types must be the workflow's own."""
+    from workflows.research import DeepResearchWorkflow
+
+    definition = workflow._Definition.must_from_class(DeepResearchWorkflow)
+    declared = {("query", name): query.ret_type for name, query in definition.queries.items()}
+    declared.update({("update", name): update.ret_type for name, update in definition.updates.items()})
+    handle = RecordingHandle()
+    typed = cast(WorkflowHandle[Any, Any], handle)
+    by = Actor(name="someone", via=Via.CLI)
+    await research_client.status(typed)
+    await research_client.review_plan(typed, "[ACCEPTED]", by)
+    await research_client.answer_clarification(typed, "the EU", by)
+    await research_client.decide_budget(typed, BudgetDecision(action=BudgetAction.FINISH), by)
+    assert len(handle.sent) == 4
+    for kind, name, result_type in handle.sent:
+        assert declared.get((kind, name)) is result_type, f"{kind} {name}"

@@ -22,6 +22,12 @@ from workflows.usage import Usage
 
 TASK_QUEUE = "deep-research"
 WORKFLOW_TYPE = "DeepResearchWorkflow"
+# The names of the workflow's query and updates (workflows/research.py declares its handlers with them,
+# the clarification update with ``Awaiting.CLARIFICATION``), so that a client sends them without
+# importing the workflow's code (runtime/research_client.py).
+STATUS_QUERY = "status"
+REVIEW_PLAN_UPDATE = "review_plan"
+DECIDE_BUDGET_UPDATE = "decide_budget"
 
 
 class StepType(StrEnum):

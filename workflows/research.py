@@ -27,6 +27,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.errors import failure_message
     from workflows.mcp_choices import ignored_mcp_note
     from workflows.models import (
+        DECIDE_BUDGET_UPDATE,
+        REVIEW_PLAN_UPDATE,
+        STATUS_QUERY,
         WORKFLOW_TYPE,
         Awaiting,
         ChatMessage,
@@ -213,7 +216,7 @@ class DeepResearchWorkflow:
             return
         self._inbox.feedback.append(parsed)
 
-    @workflow.update(name="review_plan")
+    @workflow.update(name=REVIEW_PLAN_UPDATE)
     def review_plan(self, *inputs: object) -> ReviewOutcome:
         """``"[ACCEPTED]"`` or ``"[EDIT_PLAN] …"``, and optionally its sender."""
         parsed = parse_feedback(*message_inputs(inputs))
@@ -260,7 +263,7 @@ class DeepResearchWorkflow:
             return
         self._inbox.budget.append(decision)
 
-    @workflow.update(name="decide_budget")
+    @workflow.update(name=DECIDE_BUDGET_UPDATE)
     def decide_budget(self, *inputs: object) -> ReviewOutcome:
         """The same object as the ``budget`` signal, and optionally its sender."""
         decision, by = parse_budget_decision(*message_inputs(inputs, DECISION_SHAPE), self._state.status.budget)
@@ -272,7 +275,7 @@ class DeepResearchWorkflow:
         parse_budget_decision(*message_inputs(inputs, DECISION_SHAPE), self._state.status.budget)
         self._ensure_awaiting(Awaiting.BUDGET, self._inbox.budget)
 
-    @workflow.query(name="status")
+    @workflow.query(name=STATUS_QUERY)
     def status(self) -> RunStatus:
         return self._state.view()
 
