@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+from urllib.request import url2pathname
 
 if TYPE_CHECKING:  # the extraction fork server imports the suffix sets through here: no settings there
     from config.settings import Settings
@@ -85,6 +87,13 @@ class ResourcePolicy:
 def uses_local_resources(settings: Settings) -> bool:
     """Whether resources are files under the resource roots (the local retriever), not RAGFlow URIs."""
     return (settings.rag_provider.strip().lower() or LOCAL_RETRIEVER) == LOCAL_RETRIEVER
+
+
+def resource_path_text(resource: str) -> str:
+    """The path a local resource names, as text: a path as given, or a ``file://`` URI's path with
+    its %-escapes undone (what the worker reads; the API server checks the same path)."""
+    text = resource.strip()
+    return url2pathname(urlparse(text).path) if text.lower().startswith("file://") else text
 
 
 def resolve(text: str) -> Path | None:

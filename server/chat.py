@@ -27,6 +27,7 @@ from temporalio.client import (
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
+from config.groups.web import Role
 from config.settings import Settings
 from runtime import research_client
 from runtime.run_memo import started_by
@@ -38,6 +39,8 @@ from server.live import Previews, TokenHub, with_previews
 from server.mcp_settings import DeerFlowMCPSettings, mcp_picks
 from server.security import RequestError
 from server.threads import ThreadError, checked_thread_id, latest_run, run_count, workflow_id
+from server.uploads import Uploads
+from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice, ignored_mcp_note
 from workflows.models import Awaiting, ResearchRequest
@@ -121,11 +124,12 @@ def problem(error: Exception) -> str:
 class ChatTurns:
     """Starts or resumes the thread's run for one turn, then streams its feed to the turn's end."""
 
-    def __init__(self, client: Client, settings: Settings, hub: TokenHub) -> None:
+    def __init__(self, client: Client, settings: Settings, hub: TokenHub, uploads: Uploads) -> None:
         self.client = client
         self.settings = settings
         self.prefix = settings.web_thread_prefix
         self.hub = hub
+        self.uploads = uploads
 
     async def stream(self, body: Any, keep_alive: float, who: Principal) -> AsyncIterator[str]:
         thread_id = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
@@ -175,13 +179,15 @@ class ChatTurns:
         count = await run_count(self.client, self.prefix, turn.thread_id)
         if count:
             handle = self.client.get_workflow_handle(workflow_id(self.prefix, turn.thread_id, count))
-            who.check(Act.SEE, await started_by(await handle.describe()))  # a thread is its first starter's
-            if await _awaits(handle, Awaiting.CLARIFICATION):
+            newest_by = await started_by(await handle.describe())
+            if who.may(Act.SEE, newest_by) and await _awaits(handle, Awaiting.CLARIFICATION):
                 return *await self._send(handle, research_client.answer_clarification, turn.messages[-1].content,
                                          who), None
+            await self._check_owner(turn.thread_id, count, newest_by, who)
         who.check_start()
         chosen, ignored = mcp_picks(turn.mcp_settings, self.settings)
         request = turn.research_request(chosen, ignored)
+        self.uploads.check_resources(request.resources, who)
         new_id = workflow_id(self.prefix, turn.thread_id, count + 1)
         try:
             handle = await research_client.start(self.client, request, run_id=new_id,
@@ -190,6 +196,21 @@ class ChatTurns:
         except WorkflowAlreadyStartedError as error:
             raise RequestError("another question on this thread is starting; send it again") from error
         return new_id, handle.first_execution_run_id, None, ignored_mcp_note(ignored) if ignored else None
+
+    async def _check_owner(self, thread_id: str, count: int, newest_by: Actor | None, who: Principal) -> None:
+        """A thread is the token's that started its first run: only that token asks new questions on
+        it. Others act on its runs as their role allows (review, answer, cancel), and a thread they may
+        not see is not found. Its first run says who owns it, so a thread another token once took
+        over (before this rule) is its owner's again; one whose first run does not say (started
+        before runs recorded it, or outside the API server) is the admins', as such runs are."""
+        owner = newest_by if count == 1 else await started_by(
+            await self.client.get_workflow_handle(workflow_id(self.prefix, thread_id, 1)).describe())
+        if owner == who.actor or (owner is None and who.role is Role.ADMIN):
+            return
+        who.check(Act.SEE, owner)
+        started = f"was started by {owner.name!r}" if owner else "was not started through the API server"
+        raise RequestError(f"this thread {started}: only the token that starts a thread asks new questions on it; "
+                           "start a new chat for yours", 403)
 
     async def _send(self, handle: WorkflowHandle, update: research_client.Update, value: str,
                     who: Principal) -> tuple[str, str | None, tuple[int, int, int]]:

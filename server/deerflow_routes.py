@@ -3,21 +3,23 @@ configuration, the document resources and uploads, and the prompt enhancer."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from config.resources import SUPPORTED_SUFFIXES, ResourcePolicy
+from config.resources import SUPPORTED_SUFFIXES
 from offline.providers import offline_parts
 from runtime import research_client
 from runtime.run_memo import started_by
-from server.access import Act, principal
+from server.access import Act, Principal, principal
 from server.enhance import enhance
 from server.security import RequestError, read_json
 from server.services import endpoint, services
 from server.threads import checked_thread_id, latest_run
+from server.uploads import Uploads
 
 MAX_RESOURCES = 200
 
@@ -53,11 +55,11 @@ async def config(request: Request) -> Any:
 
 async def rag_resources(request: Request) -> Any:
     query = request.query_params.get("query", "").lower()
-    return {"resources": _resources(ResourcePolicy.from_settings(services(request).settings), query)}
+    return {"resources": await asyncio.to_thread(_resources, services(request).uploads, principal(request), query)}
 
 
 async def rag_upload(request: Request) -> Any:
-    return await services(request).uploads.store(request)
+    return await services(request).uploads.store(request, principal(request))
 
 
 async def prompt_enhance(request: Request) -> Any:
@@ -65,17 +67,19 @@ async def prompt_enhance(request: Request) -> Any:
     return await enhance(shared.client, await read_json(request, shared.body_limit))
 
 
-def _resources(policy: ResourcePolicy, query: str) -> list[dict[str, str]]:
-    """Documents under the operator's resource roots, as DeerFlow's Resource JSON (uri = path)."""
+def _resources(uploads: Uploads, who: Principal, query: str) -> list[dict[str, str]]:
+    """Documents under the operator's resource roots that ``who`` may use (others' uploads are not
+    listed), as DeerFlow's Resource JSON (uri = path)."""
     found: list[dict[str, str]] = []
+    policy = uploads.policy
     for root in policy.roots:
         if not root.is_dir():
             continue
         for path in sorted(root.rglob("*")):
             if len(found) >= MAX_RESOURCES:
                 return found
-            if path.is_file() and path.suffix.lower() in SUPPORTED_SUFFIXES and policy.allows(path.resolve()) \
-                    and query in path.name.lower():
+            if path.is_file() and path.suffix.lower() in SUPPORTED_SUFFIXES and policy.allows(real := path.resolve()) \
+                    and uploads.may_use(real, who) and query in path.name.lower():
                 found.append({"uri": str(path.resolve()), "title": path.name,
                               "description": str(path.relative_to(root))})
     return found

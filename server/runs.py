@@ -35,6 +35,7 @@ from server.feed import FeedItem, follow, parse_position
 from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import workflow_id
+from server.uploads import Uploads
 from workflows.budget_models import BudgetDecision
 from workflows.errors import failure_message
 from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
@@ -69,10 +70,11 @@ class AnswerBody(BaseModel):
 
 
 class Runs:
-    def __init__(self, client: Client, settings: Settings, hub: TokenHub) -> None:
+    def __init__(self, client: Client, settings: Settings, hub: TokenHub, uploads: Uploads) -> None:
         self.client = client
         self.hub = hub
         self.prefix = settings.web_thread_prefix
+        self.uploads = uploads
 
     async def handle(self, run: str, who: Principal, act: Act = Act.SEE) -> WorkflowHandle:
         """The research run with this workflow id, if ``who`` may ``act`` on it; anything else is
@@ -121,6 +123,7 @@ class Runs:
         if isinstance(body, dict) and "mcp_servers" in body:
             raise RequestError("the page does not pick MCP servers; use the CLI")
         request = ResearchRequest.model_validate(body)
+        self.uploads.check_resources(request.resources, who)
         run = workflow_id(self.prefix, f"page-{uuid.uuid4().hex[:16]}", 1)
         await research_client.start(self.client, request, run_id=run,
                                     summary=f"Research (web): {request.question[:160]}", started_by=who.actor)

@@ -45,8 +45,9 @@ class Services:
 
     @classmethod
     def build(cls, client: Client, settings: Settings, hub: TokenHub, keep_alive: float) -> Services:
-        return cls(client=client, settings=settings, hub=hub, chat=ChatTurns(client, settings, hub),
-                   runs=Runs(client, settings, hub), uploads=Uploads(settings),
+        uploads = Uploads(settings)
+        return cls(client=client, settings=settings, hub=hub, chat=ChatTurns(client, settings, hub, uploads),
+                   runs=Runs(client, settings, hub, uploads), uploads=uploads,
                    streams=sse.StreamLimit(settings.web_max_streams), keep_alive=keep_alive)
 
     @property

@@ -1,10 +1,19 @@
-"""DeerFlow's Settings > RAG upload: a .md or .txt file from the page becomes a local resource.
+"""DeerFlow's Settings > RAG upload: a .md or .txt file from the page becomes a local resource, its
+uploader's own.
 
 The bytes are untrusted, so nothing about where or how they are stored comes from the request:
 the folder is the operator's (``DEERFLOW_WEB_UPLOAD_DIR``, else ``uploads/`` in the first resource
 root) and must lie under a resource root; the file name is reduced to a safe slug and never
 replaces an existing file; the body is read up to a cap before it is parsed; the folder as a whole
 has a cap too; and only UTF-8 text is kept. The researcher then reads it like any other document.
+
+Tenancy: an upload is the token's that uploaded it. Each token's uploads go to a folder of its own
+(``<upload folder>/<token name>/``); a token sees and may name in its runs only its own, and admins
+see all (a file in the upload folder outside every token's, from before, is the admins' alone). A
+shared team folder exists only where the operator sets one (``DEERFLOW_WEB_TEAM_UPLOAD_DIR``): then
+uploads go there, and every token sees and may use them. The operator's other documents under the
+resource roots are everyone's, as before. A folder named as a resource is searched recursively, so
+a folder that holds other tokens' uploads is refused like the uploads themselves.
 """
 
 from __future__ import annotations
@@ -21,8 +30,10 @@ from starlette.datastructures import UploadFile
 from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
-from config.resources import ResourcePolicy, uses_local_resources
+from config.groups.web import Role
+from config.resources import ResourcePolicy, resolve, resource_path_text, uses_local_resources
 from config.settings import Settings
+from server.access import Principal
 from server.security import RequestError, read_body
 
 UPLOAD_SUFFIXES = (".md", ".txt")  # what DeerFlow's upload dialog offers
@@ -48,30 +59,55 @@ def safe_name(filename: str) -> str:
 
 
 class Uploads:
-    """Stores uploaded documents in the operator's upload folder, within the operator's limits."""
+    """Stores uploaded documents in their token's folder within the operator's limits, and says which
+    documents each token may see and use."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.policy = ResourcePolicy.from_settings(settings)
+        default = self.policy.roots[0] / "uploads" if self.policy.roots else None
+        self.private_area = _real(settings.web_upload_dir or default)
+        self.team_folder = _real(settings.web_team_upload_dir)
 
-    def folder(self) -> Path:
+    def folder(self, who: Principal) -> Path:
+        """Where ``who``'s uploads go: the team folder, if the operator set one, else its own."""
         if not uses_local_resources(self.settings):
             raise RequestError(f"uploads become local resources; with RAG_PROVIDER={self.settings.rag_provider}, "
                                "add documents in that provider instead", 400)
-        configured = self.settings.web_upload_dir
-        if configured is None:
-            if not self.policy.roots:
-                raise RequestError("uploads are off: no resource root is configured (DEERFLOW_RESOURCE_ROOTS)", 403)
-            configured = self.policy.roots[0] / "uploads"
-        folder = configured.expanduser().resolve()
+        if self.team_folder is not None:
+            folder, setting = self.team_folder, "DEERFLOW_WEB_TEAM_UPLOAD_DIR"
+        elif self.private_area is not None:
+            folder, setting = self.private_area / who.name, "DEERFLOW_WEB_UPLOAD_DIR"
+        else:
+            raise RequestError("uploads are off: no resource root is configured (DEERFLOW_RESOURCE_ROOTS)", 403)
         if not self.policy.allows(folder / "probe.md"):
-            raise RequestError(f"uploads are off: DEERFLOW_WEB_UPLOAD_DIR ({folder}) is not inside a resource "
-                               "root (DEERFLOW_RESOURCE_ROOTS), so the researcher could not read them", 403)
+            raise RequestError(f"uploads are off: {setting} ({folder}) is not inside a resource root "
+                               "(DEERFLOW_RESOURCE_ROOTS), so the researcher could not read them", 403)
         return folder
 
-    async def store(self, request: Request) -> dict[str, str]:
-        """Save the request's ``file`` part; returns DeerFlow's Resource JSON for it."""
-        folder = self.folder()
+    def may_use(self, path: Path, who: Principal) -> bool:
+        """Whether ``who`` may see, and name in a run, the real ``path`` (a document or a folder)."""
+        if who.role is Role.ADMIN or (self.team_folder is not None and path.is_relative_to(self.team_folder)):
+            return True
+        if self.private_area is None:
+            return True
+        if path.is_relative_to(self.private_area):
+            return path.is_relative_to(self.private_area / who.name)
+        return not self.private_area.is_relative_to(path)  # a folder holding every token's uploads
+
+    def check_resources(self, resources: list[str], who: Principal) -> None:
+        """Refuse a run whose ``resources`` name another token's upload (or a folder holding some)."""
+        if not uses_local_resources(self.settings):
+            return  # RAGFlow's rag:// URIs: its own datasets, not files here
+        for resource in resources:
+            path = resolve(resource_path_text(resource))
+            if path is not None and not self.may_use(path, who):
+                raise RequestError(f"resources: {resource[:300]!r} holds uploads of another token; a token may "
+                                   "name only its own uploads (admins: all)", 403)
+
+    async def store(self, request: Request, who: Principal) -> dict[str, str]:
+        """Save the request's ``file`` part in ``who``'s folder; returns DeerFlow's Resource JSON for it."""
+        folder = self.folder(who)
         limit = self.settings.web_upload_max_bytes
         body = await read_body(request, limit + MULTIPART_OVERHEAD, "DEERFLOW_WEB_UPLOAD_MAX_BYTES")
         try:
@@ -102,6 +138,10 @@ class Uploads:
         if used + len(content) > self.settings.web_upload_max_total_bytes:
             raise RequestError(f"the upload folder {folder} is full (DEERFLOW_WEB_UPLOAD_MAX_TOTAL_BYTES)", 507)
         return _write_new(folder, name, content)
+
+
+def _real(folder: Path | None) -> Path | None:
+    return folder.expanduser().resolve() if folder is not None else None
 
 
 async def _replay(body: bytes) -> AsyncGenerator[bytes, None]:

@@ -1,7 +1,8 @@
 """``POST /api/rag/upload`` (DeerFlow's Settings > RAG upload) on the real API server, on loopback.
 
 The bytes and the file name are untrusted: these tests hold the server to storing them only in
-the operator's upload folder, under a name it chose, within the operator's caps.
+the operator's upload folder (its caller's own folder there: ``local`` on a server without tokens),
+under a name it chose, within the operator's caps. Whose uploads a token sees: test_api_tenancy.py.
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ async def test_an_upload_becomes_a_listed_resource_and_never_replaces_one(base: 
     first = await upload(base, "fleet trial.md", NOTE)
     assert first.status_code == 200, first.text
     resource = first.json()
-    stored = root / "uploads" / "fleet-trial.md"
-    assert resource == {"uri": str(stored), "title": "fleet-trial.md", "description": "uploads/fleet-trial.md"}
+    stored = root / "uploads" / "local" / "fleet-trial.md"
+    assert resource == {"uri": str(stored), "title": "fleet-trial.md", "description": "uploads/local/fleet-trial.md"}
     assert stored.read_bytes() == NOTE
     second = await upload(base, "fleet trial.md", b"another text")
     assert second.json()["title"] == "fleet-trial-2.md"
@@ -59,7 +60,7 @@ async def test_an_upload_becomes_a_listed_resource_and_never_replaces_one(base: 
     async with httpx.AsyncClient(timeout=30) as http:
         listed = (await http.get(f"{base}/api/rag/resources", params={"query": "fleet"})).json()["resources"]
     assert {item["title"] for item in listed} == {"fleet-trial.md", "fleet-trial-2.md"}
-    assert sorted(path.name for path in root.rglob("*")) == ["fleet-trial-2.md", "fleet-trial.md", "uploads"]
+    assert sorted(path.name for path in root.rglob("*")) == ["fleet-trial-2.md", "fleet-trial.md", "local", "uploads"]
 
 
 @pytest.mark.parametrize("name", ["../../outside.md", "/etc/cron.d/x.md", "..\\..\\outside.md", ".hidden.md"])
@@ -67,7 +68,7 @@ async def test_the_name_cannot_pick_the_folder(base: str, root: Path, name: str)
     response = await upload(base, name, NOTE)
     assert response.status_code == 200, response.text
     stored = Path(response.json()["uri"])
-    assert stored.parent == root / "uploads" and not stored.name.startswith(".")
+    assert stored.parent == root / "uploads" / "local" and not stored.name.startswith(".")
     assert stored.read_bytes() == NOTE
     assert not (root.parent / "outside.md").exists()
 
@@ -93,7 +94,7 @@ async def test_the_folder_has_a_cap(time_env: WorkflowEnvironment, root: Path) -
         assert (await upload(url, "a.md", NOTE)).status_code == 200
         full = await upload(url, "b.md", NOTE)
     assert full.status_code == 507 and "DEERFLOW_WEB_UPLOAD_MAX_TOTAL_BYTES" in full.json()["detail"]
-    assert [path.name for path in (root / "uploads").iterdir()] == ["a.md"]
+    assert [path.name for path in (root / "uploads" / "local").iterdir()] == ["a.md"]
 
 
 async def test_a_folder_outside_the_roots_turns_uploads_off(time_env: WorkflowEnvironment, root: Path,

@@ -93,3 +93,10 @@ def test_distinct_named_tokens_beside_the_single_one_are_accepted() -> None:
     assert [entry.name for entry in settings.web_tokens] == ["ann", "bob"] and settings.web_token == "o" * 20
     named_operator = load_settings({"DEERFLOW_WEB_TOKENS": json.dumps([{"name": "operator", "token": "a" * 20}])})
     assert [entry.name for entry in named_operator.web_tokens] == ["operator"]  # no DEERFLOW_WEB_TOKEN: no clash
+
+
+@pytest.mark.parametrize("name", ["..", ".", ".hidden", "-x"])
+def test_a_token_name_is_never_a_folder_that_climbs_or_hides(name: str) -> None:
+    """A token's uploads go to a folder named after it (server/uploads.py)."""
+    with pytest.raises(ConfigError, match=r"DEERFLOW_WEB_TOKENS\.0\.name"):
+        load_settings({"DEERFLOW_WEB_TOKENS": json.dumps([{"name": name, "token": "a" * 20}])})

@@ -29,6 +29,7 @@ from runtime.retries import retries_of
 from server.access import LOCAL
 from server.live import TokenHub
 from server.runs import Runs
+from server.uploads import Uploads
 from tests.support.runs import QUESTION
 from tests.support.settings import settings_with
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, RunStatus
@@ -87,7 +88,8 @@ async def test_a_retried_calls_failure_reaches_the_server_with_the_providers_mes
                 "The upstream model is overloaded; please retry later.")
         assert line in status_text(handle.id, status, retries=retries)
         settings = settings_with(provider_env)
-        shown = await Runs(worker, settings, TokenHub(settings)).show(handle.id, LOCAL)  # the web page's view
+        runs = Runs(worker, settings, TokenHub(settings), Uploads(settings))
+        shown = await runs.show(handle.id, LOCAL)  # the web page's view
         assert shown["retries"] == [retry_line(retries[0], status)] and line in shown["retries"][0]
         for live in (False, True):
             out = io.StringIO()

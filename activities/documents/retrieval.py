@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
-from urllib.request import url2pathname
 
 import httpx
 from temporalio import activity
@@ -48,7 +47,7 @@ from activities.support.pooled_http import pooled_client
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from activities.web.search import parse_retry_after, trim_response
-from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources
+from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, resource_path_text, uses_local_resources
 from config.settings import Settings
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
 
@@ -181,11 +180,9 @@ def resolve_resource(resource: str, policy: ResourcePolicy) -> Path:
     Refused unless ``policy`` allows it; refused before the existence check, which would
     otherwise tell a requester which files exist outside the roots.
     """
-    text = resource.strip()
-    if text.lower().startswith("rag://"):
+    if resource.strip().lower().startswith("rag://"):
         raise config_error(f"{resource!r} is a RAG resource; searching it needs RAG_PROVIDER=ragflow.")
-    if text.lower().startswith("file://"):
-        text = url2pathname(urlparse(text).path)  # also undoes the %-escapes
+    text = resource_path_text(resource)
     if not text:
         raise resource_not_found(resource)
     path = resolve(text)

@@ -31,7 +31,8 @@ class NamedToken(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[A-Za-z0-9_.@-]{1,64}$")
+    # Also the name of its upload folder (server/uploads.py): never hidden, never "." or "..".
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.@-]{0,63}$")
     token: str = Field(min_length=16)
     role: Role | None = None  # None: only the runs this token started
 
@@ -89,7 +90,10 @@ class WebSettings(SettingsGroup):
     web_content_wait: float = Field(default=300.0, ge=1, le=3600, alias="DEERFLOW_WEB_CONTENT_WAIT")
     # DeerFlow's RAG upload (server/uploads.py): where uploaded .md/.txt files go (inside a
     # resource root; unset: uploads/ in the first root), and the caps per file and for the folder.
+    # Each token's uploads go to <folder>/<token name>/, seen by it and by admins only; the team
+    # folder, if the operator sets one (inside a resource root), takes every upload instead, seen by all.
     web_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_UPLOAD_DIR")
+    web_team_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_TEAM_UPLOAD_DIR")
     web_upload_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
                                       alias="DEERFLOW_WEB_UPLOAD_MAX_BYTES")
     web_upload_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1024,
