@@ -13,19 +13,25 @@ QUESTION ?= What are the prospects of solid-state batteries for electric vehicle
 # compile every module of ours it imports again (0.1 s of CPU for a CLI command, 0.25 s for a worker).
 unexport PYTHONDONTWRITEBYTECODE
 
-# uv installs the same packages as pip from the same registry, downloading in parallel. Measured on a
-# fresh 2-core machine with other builds running (no cache): 0:50 and 22 s of CPU, against pip's 4:31
-# and 100 s. It compiles no bytecode ahead; each module is compiled on first import.
+# Installs exactly what uv.lock records (`uv sync --frozen`: the lock is never re-resolved, so two
+# installs of one commit have the same versions, as the image and CI do). uv itself comes from the lock
+# too, pinned with its hashes (deploy/locked.py). uv downloads in parallel: measured on a fresh 2-core
+# machine with other builds running (no cache), 0:50 and 22 s of CPU against pip's 4:31 and 100 s. It
+# compiles no bytecode ahead; each module is compiled on first import. `--inexact` leaves uv in the venv.
+# After changing dependencies in pyproject.toml, run `.venv/bin/python -m uv lock` and commit uv.lock.
 #
 # The virtualenv is made without pip (ensurepip installs and byte-compiles pip and setuptools: 8 s, 7.5 s of
 # CPU here), and the Python that makes it installs uv into it (pip 22.3+ has --python). A Python without
 # pip, or with an older one, falls back to ensurepip. The test extras bring pip back, without compiling it
-# (tests/support/image_replay.py runs it, as the Dockerfile does).
-$(VENV)/.installed: pyproject.toml
+# (tests/support/image_replay.py runs it).
+$(VENV)/.installed: pyproject.toml uv.lock
 	$(PYTHON) -m venv --without-pip $(VENV)
-	$(PYTHON) -m pip --python $(PY) install --quiet --disable-pip-version-check uv 2>/dev/null \
-		|| { $(PY) -m ensurepip --default-pip >/dev/null && $(PY) -m pip install --quiet uv; }
-	$(PY) -m uv pip install --quiet --python $(PY) -e ".[test]"
+	$(PYTHON) deploy/locked.py uv.lock uv > $(VENV)/uv-requirement.txt
+	$(PYTHON) -m pip --python $(PY) install --quiet --disable-pip-version-check --no-deps --require-hashes \
+		-r $(VENV)/uv-requirement.txt 2>/dev/null \
+		|| { $(PY) -m ensurepip --default-pip >/dev/null \
+			&& $(PY) -m pip install --quiet --no-deps --require-hashes -r $(VENV)/uv-requirement.txt; }
+	UV_PROJECT_ENVIRONMENT=$(VENV) UV_PYTHON_DOWNLOADS=never $(PY) -m uv sync --quiet --frozen --inexact --extra test
 	touch $@
 
 demo: $(VENV)/.installed

@@ -1,7 +1,8 @@
 """The worker image, built as its Dockerfile says, without Docker (issue #22).
 
-There is no Docker daemon in CI or here, so the build is replayed: exactly the Dockerfile's COPY set
-goes into a clean directory (the image's WORKDIR), and ``pip install .`` runs there into a fresh
+There is no Docker daemon in CI, so the build is replayed (``make deploy-test`` builds it with Docker):
+exactly the build stage's COPY set into its WORKDIR goes into a clean directory, and the project is
+installed from there (``pip install .``, as the stage's non-editable ``uv sync`` installs it) into a fresh
 virtualenv. Dependencies are not downloaded again: the fresh virtualenv sees this interpreter's
 site-packages as a plain path entry, so its ``.pth`` files (this checkout's editable install among
 them) are not processed and the product's own code comes only from the copy and its install.
@@ -42,13 +43,19 @@ def instructions(text: str) -> list[tuple[str, str]]:
 
 
 def copy_set(text: str) -> list[tuple[list[str], str]]:
-    """Each COPY's sources and destination (the JSON form too; ``--chown`` and like flags dropped)."""
+    """Each COPY from the build context into the WORKDIR: its sources and destination (the JSON form too;
+    ``--chown`` and like flags dropped). Copies from another stage (``--from``) and to absolute paths
+    elsewhere (the build's own tools) are not the product's sources."""
     copies = []
     for keyword, rest in instructions(text):
         if keyword == "COPY":
             parts = json.loads(rest) if rest.startswith("[") else shlex.split(rest)
+            if any(part.startswith("--from") for part in parts):
+                continue
             parts = [part for part in parts if not part.startswith("--")]
-            copies.append((parts[:-1], parts[-1]))
+            if parts[-1].startswith("/") and not parts[-1].startswith(workdir(text)):
+                continue
+            copies.append((parts[:-1], parts[-1].removeprefix(workdir(text)).lstrip("/") or "./"))
     return copies
 
 
