@@ -75,6 +75,15 @@ def angle_of(step: dict[str, Any]) -> str:
     return re.split(r": |：", str(step["title"]), maxsplit=1)[0]
 
 
+# Where a person sets the step limit: the page's field, the CLI's flag, DeerFlow's setting.
+STEP_LIMIT = "Max steps on the page, --max-steps in the CLI, \"Max steps of a research plan\" in DeerFlow's settings"
+STEP_LIMIT_ZH = "页面上的 Max steps，命令行的 --max-steps，DeerFlow 设置中的最大步骤数"
+# How the planner's own notes in a thought begin (the revision, the limit, the background
+# investigation): words for the reviewer, which the reporter leaves out of the report.
+PLAN_NOTE_OPENINGS = ("Revised the plan", "The plan may have at most", "The background investigation found",
+                      "根据审阅意见修订了计划", "计划最多只能有", "背景调查找到了")
+
+
 def limit_note(revision: Revision, max_steps: int, zh: bool) -> str:
     """The thought's sentence on what the step limit cost the edit; empty when it cost nothing."""
     if not (revision.replaced or revision.left_out):
@@ -84,7 +93,7 @@ def limit_note(revision: Revision, max_steps: int, zh: bool) -> str:
     left = ("、".join(f"“{a}”" for a in revision.left_out) if zh else
             ", ".join(f'"{mid_sentence(a)}"' for a in revision.left_out))
     if zh:
-        note = f"计划最多只能有 {max_steps} 个步骤（max_step_num）"
+        note = f"计划最多只能有 {max_steps} 个步骤（{STEP_LIMIT_ZH}）"
         note += f"，因此新增的步骤替换了{quoted}" if revision.replaced else ""
         note += f"，关于{left}的要求放不下，未列入计划" if revision.left_out else ""
         return note + "；如需全部保留，请增加最大步骤数。"
@@ -95,5 +104,5 @@ def limit_note(revision: Revision, max_steps: int, zh: bool) -> str:
                      "dropped to make room for the request")
     if revision.left_out:
         parts.append(f"the request for {left} did not fit and is left out")
-    return (f" The plan may have at most {max_steps} steps (max_step_num), so " + " and ".join(parts)
+    return (f" The plan may have at most {max_steps} steps ({STEP_LIMIT}), so " + " and ".join(parts)
             + "; allow more steps to keep them all.")

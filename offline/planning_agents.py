@@ -320,8 +320,7 @@ def _plan(body: dict[str, Any]) -> dict[str, Any]:
         requested = [_research_step(focus, subject, zh, f"按审阅者的要求：研究{focus}，并注明来源。" if zh else
                                     f"As the reviewer asked: research {mid_sentence(focus)}, with sources.")
                      for focus in focuses(request.feedback, zh)]
-        revision = revise(angles[:slots], requested, slots)
-        title += "（修订版）" if zh else " (revised)"
+        revision = revise(angles[:slots], requested, slots)  # the title stays: it names the report
     researched = revision.steps
     if n >= 3:
         stats["depends_on"] = list(range(len(researched)))  # it summarises every research step

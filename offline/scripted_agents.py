@@ -39,6 +39,7 @@ from offline.agent_text import (
     user_messages,
     zh_wanted,
 )
+from offline.plan_edits import PLAN_NOTE_OPENINGS
 from offline.planning_agents import coordinator, planner
 from offline.report_styles import ReportParts, render_report
 from offline.step_agents import analyst, coder, researcher
@@ -87,6 +88,14 @@ def _observation_title(observation: str, index: int, zh: bool) -> str:
     return heading.group(1).strip() if heading else (f"观察 {index}" if zh else f"Observation {index}")
 
 
+def without_plan_notes(thought: str) -> str:
+    """The planner's thought up to its notes to the reviewer (the background search, the edit it
+    followed, the step limit, which come last): what the research is about belongs in a report's
+    overview, those do not."""
+    found = [at for opening in PLAN_NOTE_OPENINGS if (at := thought.find(opening)) >= 0]
+    return thought[:min(found)].strip() if found else thought
+
+
 def reporter(body: dict[str, Any]) -> ScriptedReply:
     """DeerFlow's report in the requested style; every observation is reproduced so no finding is lost."""
     messages = body.get("messages") or []
@@ -105,7 +114,8 @@ def reporter(body: dict[str, Any]) -> ScriptedReply:
             links.setdefault(url, text)
     points = [key_point(o) or shorten(plain(o), 200) for o in observations]
     parts = ReportParts(
-        title=title, thought=section(request, "Description", "##"), points=list(dict.fromkeys(p for p in points if p)),
+        title=title, thought=without_plan_notes(section(request, "Description", "##")),
+        points=list(dict.fromkeys(p for p in points if p)),
         sections=[(_observation_title(o, i, zh), re.sub(r"(?m)^(#{1,4}) ", r"\1## ", o))
                   for i, o in enumerate(observations, 1)],
         rows=[(p, len(set(URL_RE.findall(o)))) for o, p in zip(observations, points, strict=True)],

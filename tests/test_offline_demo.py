@@ -218,6 +218,11 @@ def test_an_edit_request_becomes_a_focused_step_not_a_pasted_title() -> None:
         title.startswith("Running costs: ") for title in titles), titles
     assert not any("add a step" in title.lower() for title in titles)
     assert run.cited and all(TOPICS[url] & {"home-heating"} for url in run.cited)
+    # The planner's notes to the reviewer stay in the plan: the report's title and overview are the subject's.
+    assert "Revised the plan" in run.plan.thought and "(revised)" not in run.plan.title
+    overview = run.report.split("## Overview", 1)[1].split("\n## ", 1)[0]
+    assert run.report.startswith(f"# {run.plan.title}\n")
+    assert not any(note in overview for note in ("Revised", "feedback", "background investigation", "at most")), overview
 
 
 ENGLISH_HEADINGS = re.compile(r"^#+ .*\b(Key Points|Overview|Detailed Analysis|Key Citations|Problem Statement|"
@@ -319,13 +324,14 @@ def test_an_edit_beyond_the_step_limit_says_what_made_room() -> None:
     assert [s.title.split(":")[0] for s in revised.steps] == [
         "Background and key facts", "Waste storage", "Statistical summary of the findings"]
     # The planned step the request replaced is named, and so is the limit that forced it out.
-    assert "at most 3 steps (max_step_num)" in revised.thought
+    assert "at most 3 steps (Max steps on the page, --max-steps in the CLI" in revised.thought
+    assert "max_step_num" not in revised.thought and revised.title == planned.title
     assert f'"{planned.steps[1].title.split(":")[0].lower()}" was dropped' in revised.thought
     # A longer plan gives up its last planned step, not the one before the request.
     longer = _plan(question, ["add a step on waste storage"], max_steps=4)
     assert [s.title.split(":")[0] for s in longer.steps][:3] == [
         "Background and key facts", "Evidence, data and expert perspectives", "Waste storage"]
-    assert 'at most 4 steps (max_step_num), so the planned step on "costs, economics' in longer.thought
+    assert 'in DeerFlow\'s settings), so the planned step on "costs, economics' in longer.thought
     # A later edit keeps the earlier request when there is room, and says which one did not fit.
     twice = _plan(question, ["add a step on waste storage", "add a step on running costs and another on jobs"])
     assert [s.title.split(":")[0] for s in twice.steps][:2] == ["Running costs", "Jobs"]
