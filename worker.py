@@ -144,7 +144,7 @@ async def main(argv: list[str] | None = None) -> None:
     digest = code_digest()
     logging.info("%s", build_label(digest))
     runtime = metrics_runtime(settings, metric_labels(digest))
-    client = await connect(connection, settings, runtime=runtime)
+    client = await connect(connection, settings, runtime=runtime, front_door=False)
     # Runs upsert the custom search attributes only where they exist (see runtime/search_attributes.py);
     # load_run_config hands each run this answer, recording it in history for replay.
     search_attributes_enabled = await ensure_search_attributes(client)

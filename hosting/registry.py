@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterator, Sequence
 from typing import Any
 
 from temporalio.client import Client
@@ -33,6 +34,8 @@ from workflows.activity_options import HEARTBEAT_THROTTLE
 from workflows.catalog import WORKFLOWS
 from workflows.models import TASK_QUEUE
 from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
+
+log = logging.getLogger(__name__)
 
 
 def queue_activities(
@@ -102,6 +105,25 @@ def build_workers(
     return workers
 
 
+class _SdkShutdownLine(logging.Filter):
+    """Drops the SDK's "Beginning worker shutdown, will wait ..." record: it comes once per queue's
+    worker (four identical lines for one process), and the stop signal's own line said it already."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("Beginning worker shutdown")
+
+
+@contextlib.contextmanager
+def _one_shutdown_line() -> Iterator[None]:
+    sdk = logging.getLogger("temporalio.worker._worker")
+    quiet = _SdkShutdownLine()
+    sdk.addFilter(quiet)
+    try:
+        yield
+    finally:
+        sdk.removeFilter(quiet)
+
+
 @contextlib.asynccontextmanager
 async def running(workers: Sequence[Worker], *, held: Collection[Worker] = (),
                   until: Callable[[], Awaitable[object]] | None = None) -> AsyncIterator[None]:
@@ -136,4 +158,7 @@ async def running(workers: Sequence[Worker], *, held: Collection[Worker] = (),
                 later.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await later
-            await asyncio.gather(*(worker.shutdown() for worker in started))
+            with _one_shutdown_line():
+                await asyncio.gather(*(worker.shutdown() for worker in started))
+            log.info("Worker stopped: %s polled no more, and their attempts in flight ended",
+                     ", ".join(worker.task_queue for worker in started) or "no queue")

@@ -171,8 +171,11 @@ def _is_reset(message: str) -> bool:
                                             "connection was not ready"))
 
 
-def describe_failure(connection: Connection, error: Exception) -> str:
-    """One line saying what failed and which setting to look at. Never contains the API key."""
+def describe_failure(connection: Connection, error: Exception, front_door: bool = True) -> str:
+    """One line saying what failed and which setting to look at. Never contains the API key.
+
+    Only a front door (the CLI, ``serve``) starts the embedded dev server, so only its line says
+    how to get one; a worker is told what it can do: wait for the server, or be pointed elsewhere."""
     message = str(error)
     address = connection.address
     tls = connection.connect_config.get("tls")
@@ -207,7 +210,9 @@ def describe_failure(connection: Connection, error: Exception) -> str:
                 f"set TEMPORAL_TLS=true (tls), and {_CA} for a private CA.")
     elif _is_unreachable(message) and connection.configured and connection.plain_loopback:
         text = (f"No Temporal server answers at {address} (TEMPORAL_ADDRESS, address): check that the server, or "
-                "the port-forward or tunnel to it, is running; unset TEMPORAL_ADDRESS for the embedded dev server.")
+                "the port-forward or tunnel to it, is running; " + (
+                    "unset TEMPORAL_ADDRESS for the embedded dev server." if front_door else
+                    "a worker starts no server of its own, so start it (or `starter.py serve`) first."))
     elif _is_unreachable(message):
         text = f"No Temporal server answers at {address} (TEMPORAL_ADDRESS, address)."
     else:
@@ -238,6 +243,7 @@ async def connect_when_ready(address: str, timeout: float = 30.0, **kwargs: Any)
 
 async def connect(
     connection: Connection, settings: Settings, *, timeout: float = 30.0, runtime: Runtime | None = None,
+    front_door: bool = True,
 ) -> Client:
     """A client for ``connection`` with the shared data converter, built from the entry point's ``settings``.
 
@@ -257,4 +263,4 @@ async def connect(
     try:
         return await connect_when_ready(connection.address, timeout, data_converter=converter, **options)
     except RuntimeError as error:
-        raise TemporalConnectionError(describe_failure(connection, error)) from None
+        raise TemporalConnectionError(describe_failure(connection, error, front_door)) from None

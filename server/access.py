@@ -89,6 +89,23 @@ def token_table(settings: Settings) -> dict[str, Principal]:
     return table
 
 
+def token_setting(settings: Settings) -> str:
+    """What a refused caller is told to send, naming only the settings the operator used."""
+    named = "a token of DEERFLOW_WEB_TOKENS"
+    if settings.web_tokens and settings.web_token:
+        return f"DEERFLOW_WEB_TOKEN or {named}"
+    return named if settings.web_tokens else "DEERFLOW_WEB_TOKEN"
+
+
+def holders_said(settings: Settings) -> str:
+    """Who may call the API, as the server says at start: names and roles, never a token."""
+    table = token_table(settings)
+    if not table:
+        return "no token: callers on loopback only, each as the local admin"
+    holders = sorted({(holder.name, holder.role_label) for holder in table.values()})
+    return f"{len(holders)} token(s): " + ", ".join(f"{name} ({role})" for name, role in holders)
+
+
 def principal(request: Request) -> Principal:
     """The holder the guard found for this request."""
     found = request.scope.get("state", {}).get("principal")

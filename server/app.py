@@ -13,7 +13,7 @@ from temporalio.client import Client
 
 from config.settings import Settings
 from server import content, deerflow_routes, page_routes, run_routes
-from server.access import token_table
+from server.access import token_setting, token_table
 from server.live import TokenHub
 from server.security import Guard
 from server.services import Services
@@ -25,7 +25,8 @@ def create_app(client: Client, settings: Settings, keep_alive: float = 15.0, hub
     middleware = [
         Middleware(CORSMiddleware, allow_origins=settings.web_allowed_origins, allow_methods=["GET", "POST", "OPTIONS"],
                    allow_headers=["Content-Type", "Cache-Control", "Authorization", "Last-Event-ID"]),
-        Middleware(Guard, tokens=token_table(settings), allowed_origins=settings.web_allowed_origins),
+        Middleware(Guard, tokens=token_table(settings), allowed_origins=settings.web_allowed_origins,
+                   token_setting=token_setting(settings)),
     ]
     app = Starlette(routes=routes, middleware=middleware)
     app.state.services = Services.build(client, settings, hub or TokenHub(settings), keep_alive)

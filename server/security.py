@@ -132,7 +132,7 @@ class Guard:
         host = headers.get("host", "")
         if self.tokens:
             if holder is None:
-                return 401, f"this server needs its token: Authorization: Bearer <{self.token_setting}>"
+                return 401, f"this server needs a token: Authorization: Bearer <{self.token_setting}>"
             if holder.read_only and method != "GET":
                 return 403, f"the token {holder.name!r} may only read"
         elif _host_name(host).lower() not in LOOPBACK_NAMES:

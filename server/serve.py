@@ -27,6 +27,7 @@ from runtime.health import always_ready, temporal_problem, with_probes
 from runtime.logs import configure_logging
 from runtime.token_stream_format import PATH as TOKEN_STREAM_PATH
 from runtime.token_stream_format import announce
+from server.access import holders_said
 from server.app import create_app
 from server.codec import create_codec_app
 from server.live import TokenHub
@@ -45,6 +46,7 @@ async def serve(args: argparse.Namespace, settings: Settings) -> int:
     host = f"[{args.host}]" if ":" in args.host else args.host
     logger.info("Research page: http://%s:%s/   (DeerFlow's UI: API base http://%s:%s/api/)",
                 host, args.port, host, args.port)
+    logger.info("API holders: %s", holders_said(settings))
     hub = TokenHub(settings)
     app = with_probes(create_app(client, settings, hub=hub), lambda: temporal_problem(client))
     config = uvicorn.Config(app, host=args.host, port=args.port,

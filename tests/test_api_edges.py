@@ -71,6 +71,7 @@ def served(dev_server: DevServer, worker: WorkerProcess, folder: Path) -> Iterat
     deadline = time.monotonic() + 30
     while b"Uvicorn running" not in (folder / "serve.log").read_bytes() and time.monotonic() < deadline:
         time.sleep(0.05)
+    assert "API holders: no token: callers on loopback only" in (folder / "serve.log").read_text()
     yield Served(f"http://127.0.0.1:{port}", folder / "serve.log", resources / "uploads" / "local")  # no tokens
     server.kill()
 

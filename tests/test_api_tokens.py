@@ -16,6 +16,7 @@ import pytest
 from temporalio.client import Client
 
 from config.settings import load_settings
+from server.access import holders_said, token_setting
 from tests.support.processes import DevServer, query_status, start_worker
 from tests.support.web_server import api_server
 
@@ -108,9 +109,29 @@ async def test_a_reviewer_reviews_anyones_run_and_the_record_names_it(base: str,
 
 async def test_without_a_known_token_nothing_is_answered(base: str) -> None:
     async with httpx.AsyncClient(timeout=30) as http:
-        assert (await http.get(f"{base}/api/runs")).status_code == 401
+        refused = await http.get(f"{base}/api/runs")
+        assert refused.status_code == 401
+        # Only named tokens are configured here: the answer names them, not DEERFLOW_WEB_TOKEN.
+        assert refused.json()["detail"].endswith("Bearer <a token of DEERFLOW_WEB_TOKENS>"), refused.text
         wrong = await http.get(f"{base}/api/runs", headers={"Authorization": "Bearer alice-token-01234567890"})
         assert wrong.status_code == 401
+
+
+@pytest.mark.parametrize(("single", "named", "told", "said"), [
+    (None, True, "a token of DEERFLOW_WEB_TOKENS",
+     "4 token(s): alice (its own runs only), bob (its own runs only), rita (reviewer), vera (viewer)"),
+    ("single-token-0123456789", False, "DEERFLOW_WEB_TOKEN", "1 token(s): operator (admin)"),
+    ("single-token-0123456789", True, "DEERFLOW_WEB_TOKEN or a token of DEERFLOW_WEB_TOKENS", "5 token(s): alice"),
+    (None, False, "DEERFLOW_WEB_TOKEN", "no token: callers on loopback only, each as the local admin"),
+])
+def test_the_server_names_the_token_settings_it_uses_and_its_holders(single: str | None, named: bool, told: str,
+                                                                      said: str) -> None:
+    holders = [{"name": name, "token": token, **({"role": ROLES[name]} if name in ROLES else {})}
+               for name, token in TOKENS.items()]
+    settings = load_settings(environ={**({"DEERFLOW_WEB_TOKEN": single} if single else {}),
+                                      **({"DEERFLOW_WEB_TOKENS": json.dumps(holders)} if named else {})})
+    assert token_setting(settings) == told
+    assert holders_said(settings).startswith(said) and "token-0123456789" not in holders_said(settings)
 
 
 async def test_a_budget_pause_is_decided_through_the_api_by_a_reviewer(base: str) -> None:

@@ -189,6 +189,17 @@ async def test_a_configured_loopback_address_that_does_not_answer_is_never_repla
     assert no_embedded_start == []
 
 
+async def test_a_worker_given_a_dead_address_is_told_what_a_worker_can_do(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a front door starts the embedded dev server: a worker is not told to unset the address for one."""
+    address = f"127.0.0.2:{free_port()}"
+    monkeypatch.setenv("TEMPORAL_ADDRESS", address)
+    with pytest.raises(TemporalConnectionError) as refused:
+        await connect(load_connection(SETTINGS), SETTINGS, timeout=0.5, front_door=False)
+    said = str(refused.value)
+    assert said.startswith(f"No Temporal server answers at {address}") and "unset TEMPORAL_ADDRESS" not in said
+    assert said.endswith("a worker starts no server of its own, so start it (or `starter.py serve`) first.")
+
+
 def test_review_against_a_dead_configured_address_fails_in_one_line(tmp_path: Path) -> None:
     """The operator's trial, as a real process: no dev server, no worker, one line, exit 2."""
     address = f"127.0.0.2:{free_port()}"

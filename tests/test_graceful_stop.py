@@ -45,9 +45,10 @@ from tests.support.history_checks import (
     wait_for_poller,
     worker_identity,
 )
-from tests.support.processes import DevServer, WorkerProcess, exit_code
+from tests.support.processes import DevServer, WorkerProcess, exit_code, wait_for_worker
 from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.queues import QUEUE_KINDS, queue_name
 
 HELD_SECONDS = 10.0  # the planner's call; > 2x the model call's heartbeat timeout (4 s)
 HELD_LONG_SECONDS = 40.0  # the planner's call when a second signal is to end it: far beyond a forced stop
@@ -242,3 +243,18 @@ async def test_a_call_outlasting_the_grace_is_cancelled_and_retried_elsewhere(
     [completed] = [event for event in activity_events(history)[activity_id] if event.event_type == COMPLETED]
     assert (kind, attempt) == ("chat", 2)
     assert process_of(completed.activity_task_completed_event_attributes.identity) == identity_of(second)
+
+
+async def test_a_stopped_worker_says_it_is_stopping_once_and_that_it_stopped(
+        dev_server: DevServer, client: Client, tmp_path: Path) -> None:
+    """One line for the signal, none of the SDK's per-queue "Beginning worker shutdown" (four for one
+    process), and a last line saying the worker stopped."""
+    worker = WorkerProcess(dev_server.address, tmp_path / "worker.log").start()
+    await wait_for_worker(client, worker.log_path)
+    assert worker.process is not None
+    os.killpg(worker.process.pid, signal.SIGTERM)
+    assert await exit_code(worker, 60) == 0
+    log = worker.log_path.read_text()
+    assert log.count("SIGTERM: no new work") == 1 and "Beginning worker shutdown" not in log, log
+    stopped = [line for line in log.splitlines() if "Worker stopped: " in line]
+    assert len(stopped) == 1 and all(queue_name(kind) in stopped[0] for kind in QUEUE_KINDS), log

@@ -222,7 +222,8 @@ def test_an_edit_request_becomes_a_focused_step_not_a_pasted_title() -> None:
     assert "Revised the plan" in run.plan.thought and "(revised)" not in run.plan.title
     overview = run.report.split("## Overview", 1)[1].split("\n## ", 1)[0]
     assert run.report.startswith(f"# {run.plan.title}\n")
-    assert not any(note in overview for note in ("Revised", "feedback", "background investigation", "at most")), overview
+    notes = ("Revised", "feedback", "background investigation", "at most")
+    assert not any(note in overview for note in notes), overview
 
 
 ENGLISH_HEADINGS = re.compile(r"^#+ .*\b(Key Points|Overview|Detailed Analysis|Key Citations|Problem Statement|"
