@@ -33,10 +33,10 @@ from activities.model.context_budget import (
     fit_to_budget,
     output_reserve,
     script_weights_for,
-    token_limit_for,
 )
 from activities.model.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
 from activities.model.kept_verdicts import KeptVerdicts
+from activities.model.output_caps import output_cap, output_caps
 from activities.model.plan_schema import planner_schema
 from activities.model.prompts import render_prompt
 from activities.model.telemetry import failure_usage, model_call_telemetry
@@ -64,19 +64,6 @@ EMPTY_COMPLETION_ASKS = 3
 SCHEMAS = {"plan": planner_schema}
 # Statuses with which providers refuse a ``response_format`` they do not support.
 FORMAT_REFUSED = {400, 422}
-
-
-def output_cap(settings: Settings, request: ChatRequest, window: int | None = None) -> int:
-    """The agent's cap from settings, held under the reply's reserve in the context window
-    (``window``, else the one settings and the model's name give)."""
-    window = window or token_limit_for(settings.model_name(request.model_tier.value), settings.token_limit)
-    return min(settings.max_output_tokens(request.prompt), output_reserve(window))
-
-
-def output_caps(settings: Settings, window: int) -> set[int]:
-    """Every cap :func:`output_cap` gives under ``window``: the default agent's and each configured one's."""
-    return {min(cap, output_reserve(window))
-            for cap in (settings.llm_max_output_tokens, *settings.llm_agent_max_output_tokens.values())}
 
 
 def _response_formats(settings: Settings, request: ChatRequest, cap: int, action_object: bool = False,
