@@ -17,6 +17,7 @@ from typing import Literal
 from temporalio import activity
 
 from activities.documents.retrieval import check_resources
+from activities.model.report_reserve import report_reserve
 from config.settings import Settings
 from workflows.models import RunConfig
 from workflows.queues import QUEUE_KINDS, QueueKind
@@ -66,4 +67,5 @@ class RunConfigActivities:
             token_budget_max=settings.run_token_budget_max,
             cost_budget_usd_default=settings.run_cost_budget_usd,
             cost_budget_usd_max=settings.run_cost_budget_usd_max,
+            report_reserve=report_reserve(settings),
         )

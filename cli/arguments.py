@@ -31,8 +31,8 @@ def usd(text: str) -> float:
         value = float(text.removeprefix("$"))
     except ValueError as error:
         raise argparse.ArgumentTypeError(f"{text!r} is not an amount in USD") from error
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be above 0")
+    if not 0 < value < float("inf"):  # nan and inf too: a budget is a finite amount
+        raise argparse.ArgumentTypeError(f"{text} is not a finite amount above 0")
     return value
 
 

@@ -66,6 +66,14 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     # The same at a cost budget ($0.007 at one USD per million tokens: SETTINGS), since COST_BUDGET_PATCH.
     "cost_budget_timeout_finish": (ResearchRequest(question=QUESTION, auto_accept_plan=True, cost_budget_usd=0.007,
                                                    review_timeout=timedelta(hours=2)), [], []),
+    # Since issue #48: the budget keeps the report's reserve free, so 14,000 tokens pause the run after its first
+    # step; nobody deciding, the timeout finishes it, said once as a timeout.
+    "budget_reserve_timeout_finish": (ResearchRequest(question=QUESTION, auto_accept_plan=True, token_budget=14_000,
+                                                      review_timeout=timedelta(hours=2)), [], []),
+    # A request naming no budget has the operator's maximum (SETTINGS), and parallel steps each count their own
+    # calls: the two research steps run side by side, then the pause before the third times out.
+    "budget_maximum_parallel": (ResearchRequest(question=QUESTION, auto_accept_plan=True, parallel_steps=True,
+                                                review_timeout=timedelta(hours=2)), [], []),
     # A plan without a title: the planner is asked once more, quoting the error (issue #11).
     "reasked_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                      [Fault.plan_without_title()]),
@@ -94,6 +102,7 @@ MCP_TEST_SERVER = str(Path(__file__).parent / "support" / "mcp_test_server.py")
 SETTINGS: dict[str, dict[str, str]] = {
     "cost_budget_timeout_finish": {"DEERFLOW_MODEL_PRICES": json.dumps({"deerflow-offline-demo": {"input": 1,
                                                                                                   "output": 1}})},
+    "budget_maximum_parallel": {"DEERFLOW_RUN_TOKEN_BUDGET_MAX": "16000"},
     "podcast": {"DEERFLOW_TTS_URL": "{tts}/v1"},
     "speech": {"DEERFLOW_TTS_URL": "{tts}/v1"},
     "mcp_check": {"MCP_SERVERS": json.dumps({"calc": {"transport": "stdio", "command": sys.executable,

@@ -4,7 +4,7 @@ counts tokens only and says so, and the report's last line says what was spent a
 research was cut short.
 
 At one USD per million tokens each way, the offline model's run costs one micro-USD per token, so
-the token budget's figures (tests/test_budget.py) hold: a budget of $0.007 is crossed before the
+the token budget's figures (tests/test_budget.py) hold: a budget of $0.014 is crossed before the
 second step.
 """
 
@@ -29,7 +29,7 @@ from workflows.status_view import budget_line
 ALICE = Actor(name="alice", via=Via.CLI)
 OFFLINE_MODEL = "deerflow-offline-demo"
 PRICED = json.dumps({OFFLINE_MODEL: {"input": 1, "output": 1}})
-CROSSED_MID_RESEARCH = 0.007
+CROSSED_MID_RESEARCH = 0.014
 
 
 async def paused(client: Client, **fields: object) -> tuple[WorkflowHandle, RunStatus]:
@@ -74,11 +74,11 @@ async def test_finishing_at_the_cost_budget_says_so_at_the_top_and_in_the_footer
         await decide(handle, BudgetDecision(action=BudgetAction.FINISH))
         result = await handle.result()
     assert result.outcome is Outcome.REPORT and result.budget is not None and result.budget.cut_short
-    assert any("cut short by the cost budget ($0.0070)" in note for note in result.notes)
+    assert any("cut short by the cost budget ($0.0140)" in note for note in result.notes)
     assert "cut short by the cost budget" in result.report.split("\n\n")[0], "the note at the top"
     footer = result.report.rstrip().splitlines()[-1]
     assert "(cut short)" in footer and "the report is written from what was found" in footer
-    assert f"of {'$0.0070'} spent" in footer, footer
+    assert f"of {'$0.0140'} spent" in footer, footer
 
 
 async def test_a_token_raise_does_not_lift_a_crossed_cost_budget(
@@ -109,20 +109,33 @@ async def test_the_operator_cost_default_applies_and_its_maximum_bounds_requests
         worker_with: WorkerWith, provider_env: dict[str, str]) -> None:
     settings = settings_with(provider_env, DEERFLOW_MODEL_PRICES=PRICED,
                              DEERFLOW_RUN_COST_BUDGET_USD=str(CROSSED_MID_RESEARCH),
-                             DEERFLOW_RUN_COST_BUDGET_USD_MAX="0.009")
+                             DEERFLOW_RUN_COST_BUDGET_USD_MAX="0.018")
     async with worker_with(settings) as client:
         handle = await start(client, auto_accept_plan=True)  # no budget asked: the operator's default
         await wait_for(handle, paused_for_budget)
         with pytest.raises(WorkflowUpdateFailedError) as refused:
-            await decide(handle, BudgetDecision(action=BudgetAction.RAISE, cost_usd=0.0091))
-        assert "maximum is $0.0090" in failure_message(refused.value.cause)
+            await decide(handle, BudgetDecision(action=BudgetAction.RAISE, cost_usd=0.0181))
+        assert "maximum is $0.0180" in failure_message(refused.value.cause)
         await decide(handle, BudgetDecision(action=BudgetAction.CANCEL))
         cancelled = await handle.result()
         assert cancelled.outcome is Outcome.CANCELLED and "cancelled at its cost budget" in cancelled.report
 
         greedy = await start(client, auto_accept_plan=True, cost_budget_usd=5.0)
         status = await wait_for(greedy, paused_for_budget)
-        assert status.budget is not None and status.budget.cost_usd == 0.009
+        assert status.budget is not None and status.budget.cost_usd == 0.018
         assert any("requested cost budget ($5.00) is above the operator's maximum" in note for note in status.notes)
         await decide(greedy, BudgetDecision(action=BudgetAction.FINISH))
         await greedy.result()
+
+
+async def test_a_run_given_only_a_token_budget_is_bounded_by_the_operator_cost_maximum(
+        worker_with: WorkerWith, provider_env: dict[str, str]) -> None:
+    settings = settings_with(provider_env, DEERFLOW_MODEL_PRICES=PRICED,
+                             DEERFLOW_RUN_COST_BUDGET_USD_MAX=str(CROSSED_MID_RESEARCH))
+    async with worker_with(settings) as client:
+        handle = await start(client, auto_accept_plan=True, token_budget=1_000_000)  # names no cost budget
+        status = await wait_for(handle, paused_for_budget)
+        assert status.budget is not None and status.budget.tokens == 1_000_000
+        assert status.budget.cost_usd == CROSSED_MID_RESEARCH, "the operator's maximum is its cost budget"
+        await decide(handle, BudgetDecision(action=BudgetAction.FINISH))
+        assert (await handle.result()).usage.cost_usd <= CROSSED_MID_RESEARCH

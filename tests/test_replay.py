@@ -21,11 +21,12 @@ from runtime.workflow_runner import workflow_runner
 from tests.support.history_checks import HISTORIES, load, most_pending, tool_batches
 from workflows import research
 from workflows.agent_loop import BOUNDED_DROPS_PATCH
-from workflows.budget import COST_BUDGET_PATCH
+from workflows.budget import COST_BUDGET_PATCH, MAXIMUM_BOUNDS_PATCH
 from workflows.catalog import WORKFLOWS
 from workflows.models import ResearchResult
 from workflows.research import DeepResearchWorkflow
 from workflows.research_run import ResearchRun
+from workflows.step_loop import OWN_STEP_USAGE_PATCH
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
@@ -34,7 +35,8 @@ def test_the_reference_scenarios_are_recorded() -> None:
     assert {"accepted_plan", "edited_plan", "direct_reply", "bad_request", "capped_tool_calls", "reasked_plan",
             "no_research_review", "prompt_enhance", "report_evaluation", "prose_fix", "slides",
             "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish",
-            "bounded_dropped_calls", "cost_budget_timeout_finish"} <= {
+            "bounded_dropped_calls", "cost_budget_timeout_finish", "budget_reserve_timeout_finish",
+            "budget_maximum_parallel"} <= {
         path.stem for path in RECORDED}
 
 
@@ -80,16 +82,27 @@ def test_the_named_reviewers_history_sends_each_review_with_its_sender() -> None
     assert senders == [2, 2]
 
 
-@pytest.mark.parametrize("name", ["budget_timeout_finish", "cost_budget_timeout_finish"])
+def patches_of(name: str) -> list[bytes]:
+    return [payload.data for event in load(HISTORIES / f"{name}.json").events
+            if event.HasField("marker_recorded_event_attributes")
+            for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
+
+
+@pytest.mark.parametrize("name", ["budget_timeout_finish", "cost_budget_timeout_finish",
+                                  "budget_reserve_timeout_finish", "budget_maximum_parallel"])
 def test_the_budget_histories_paused_on_a_durable_timer(name: str) -> None:
     events = load(HISTORIES / f"{name}.json").events
     timers = [event.timer_started_event_attributes.start_to_fire_timeout.seconds
               for event in events if event.HasField("timer_started_event_attributes")]
     assert timers == [2 * 3600]  # the budget decision's deadline (review_timeout PT2H)
-    patches = [payload.data for event in events if event.HasField("marker_recorded_event_attributes")
-               for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
-    cost_paused = any(f'"id":"{COST_BUDGET_PATCH}"'.encode() in data for data in patches)
+    cost_paused = any(f'"id":"{COST_BUDGET_PATCH}"'.encode() in data for data in patches_of(name))
     assert cost_paused == (name == "cost_budget_timeout_finish")
+
+
+def test_the_maximum_and_parallel_budget_history_carries_both_patches() -> None:
+    patches = patches_of("budget_maximum_parallel")
+    for patch in (MAXIMUM_BOUNDS_PATCH, OWN_STEP_USAGE_PATCH):
+        assert any(f'"id":"{patch}"'.encode() in data for data in patches), patch
 
 
 @workflow.defn(dynamic=True, sandboxed=False)

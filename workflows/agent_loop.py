@@ -15,8 +15,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_slots import ActivitySlots
     from workflows.agents import AgentSpec
     from workflows.model_calls import call_model
-    from workflows.models import ChatMessage, ChatRequest, ToolCall, ToolSpec, Usage
+    from workflows.models import ChatMessage, ChatRequest, ToolCall, ToolSpec
     from workflows.tools import ToolContext, run_tool_call, tool_specs
+    from workflows.usage import UsageSink
 
 FINAL_ANSWER_REQUEST = (
     "You have reached the limit of tool calls for this step. Do not call any more tools. "
@@ -48,7 +49,7 @@ async def run_agent(
     task: str,
     recursion_limit: int,
     tool_context: ToolContext,
-    usage: Usage,
+    usage: UsageSink,
     extra_tools: list[ToolSpec] | None = None,
     slots: ActivitySlots | None = None,
     max_tool_calls: int | None = None,

@@ -5,13 +5,16 @@ from what was found, and the result says the research was cut short) or cancels.
 ``review_timeout``, ``budget_timeout_action`` decides.
 
 The operator sets a default and a maximum of each (RunConfig, from the worker's settings); a
-request may ask for less, never more. The cost is the priced calls' (workflows/usage.py): a model
-without a price counts against the token budget only, which the status says. A run without a
+request may ask for less, never more, and one that names no budget where the operator sets no
+default has the maximum (``MAXIMUM_BOUNDS_PATCH``). The cost is the priced calls' (workflows/usage.py):
+a model without a price counts against the token budget only, which the status says. A run without a
 budget never checks, so runs recorded before budgets existed replay as they ran; the pause is behind
 ``BUDGET_PATCH``, and a pause for cost behind ``COST_BUDGET_PATCH``.
 
-What a step is expected to cost is the mean of the steps this run has finished (none yet: nothing),
-so the first pause comes at the latest when a budget is spent.
+What a step is expected to cost is the mean of the steps this run has finished, each its own calls
+(none yet: nothing). Beyond it the budget keeps the report's reserve free (workflows/report_reserve.py),
+so that the report written when the research ends stays within the budget; a pause says what
+finishing now costs, and when the budget no longer has that left.
 """
 
 from __future__ import annotations
@@ -23,15 +26,19 @@ from pydantic import ValidationError
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.budget_models import BudgetAction, BudgetDecision, BudgetTimeoutAction, RunBudget, usd
+    from workflows.budget_models import BudgetAction, BudgetDecision, BudgetTimeoutAction, RunBudget, tokens_text, usd
     from workflows.decisions import Actor
     from workflows.models import Awaiting, Outcome, Phase, ResearchResult
+    from workflows.report_reserve import report_cost
     from workflows.research_run import ResearchRun, ReviewTimedOut, RunEnded
     from workflows.review import InvalidFeedback, refuse_undecodable, sender_of
     from workflows.run_input import validation_summary
     from workflows.usage import COST_DIGITS
 
 BUDGET_PATCH = "run-budget"
+# The operator's maximum is the budget of a run that names none and has no default (issue #48 item 3:
+# such a run had no budget at all).
+MAXIMUM_BOUNDS_PATCH = "budget-maximum-bounds"
 DECISION_SHAPE = "one JSON object"  # what a budget decision is, for the refusal of a message without one
 COST_BUDGET_PATCH = "run-cost-budget"
 N = TypeVar("N", int, float)
@@ -48,7 +55,7 @@ def parse_budget_decision(raw: object, by: object, budget: RunBudget | None) -> 
                               f"(either or both), {{\"action\": \"finish\"}} or {{\"action\": \"cancel\"}} "
                               f"({validation_summary(error)})") from None
     if decision.action is BudgetAction.RAISE and budget is not None:
-        _check_raise(decision.tokens, budget.tokens, budget.maximum, lambda tokens: f"{tokens:,} tokens")
+        _check_raise(decision.tokens, budget.tokens, budget.maximum, lambda tokens: f"{tokens_text(tokens)} tokens")
         _check_raise(decision.cost_usd, budget.cost_usd, budget.cost_maximum_usd, usd)
     return decision, sender
 
@@ -69,7 +76,7 @@ def start_budget(run: ResearchRun) -> RunBudget | None:
     token_values = (request.token_budget, config.token_budget_default, config.token_budget_max)
     cost_values = (request.cost_budget_usd, config.cost_budget_usd_default, config.cost_budget_usd_max)
     if status.budget is None and (token_values, cost_values) != ((None,) * 3, (None,) * 3):
-        status.budget = RunBudget(tokens=_capped(run, *token_values, "token budget", lambda n: f"{n:,}"),
+        status.budget = RunBudget(tokens=_capped(run, *token_values, "token budget", tokens_text),
                                   maximum=config.token_budget_max,
                                   cost_usd=_capped(run, *cost_values, "cost budget", usd),
                                   cost_maximum_usd=config.cost_budget_usd_max)
@@ -78,8 +85,11 @@ def start_budget(run: ResearchRun) -> RunBudget | None:
 
 def _capped(run: ResearchRun, requested: N | None, default: N | None, maximum: N | None, what: str,
             said: Callable[[N], str]) -> N | None:
-    """The request's amount, else the operator's default; never above the maximum (the run says so)."""
+    """The request's amount, else the operator's default, else the maximum; never above the maximum
+    (the run says so)."""
     amount = requested if requested is not None else default
+    if amount is None and maximum is not None and workflow.patched(MAXIMUM_BOUNDS_PATCH):
+        return maximum
     if amount is not None and maximum is not None and amount > maximum:
         run.state.note(f"The requested {what} ({said(amount)}) is above the operator's maximum; "
                        f"the run has {said(maximum)}.")
@@ -102,8 +112,10 @@ async def _check(run: ResearchRun, budget: RunBudget, steps_left: int) -> bool:
         budget.expected_rest = (budget.expected_next_step or 0) * steps_left
         budget.expected_rest_usd = round((budget.expected_next_step_usd or 0.0) * steps_left, COST_DIGITS)
         decision = await _decision(run)
-        budget.expected_next_step = budget.expected_rest = None
-        budget.expected_next_step_usd = budget.expected_rest_usd = None
+        budget.expected_next_step = budget.expected_rest = budget.expected_report = None
+        budget.expected_next_step_usd = budget.expected_rest_usd = budget.expected_report_usd = None
+        if decision is None:  # nobody decided in time: the timeout's action has cut the research short
+            break
         if decision.action is BudgetAction.RAISE:
             budget.tokens = decision.tokens if decision.tokens is not None else budget.tokens
             budget.cost_usd = decision.cost_usd if decision.cost_usd is not None else budget.cost_usd
@@ -115,21 +127,31 @@ async def _check(run: ResearchRun, budget: RunBudget, steps_left: int) -> bool:
 
 
 def _crossing(run: ResearchRun, budget: RunBudget) -> bool:
-    """Whether the next step is expected to cross a budget; if so, the budget shows what it is
-    expected to cost."""
+    """Whether the next step, and then the report, are expected to cross a budget; if so, the budget
+    shows what the step is expected to cost, and the report if the research finished now."""
     usage = run.state.status.usage
-    tokens = sum(budget.step_tokens) // len(budget.step_tokens) if budget.step_tokens else 0
+    tokens = _mean(budget.step_tokens)
     cost = round(sum(budget.step_costs_usd) / len(budget.step_costs_usd), COST_DIGITS) if budget.step_costs_usd else 0.0
-    over_tokens = budget.tokens is not None and usage.total_tokens + tokens > budget.tokens
-    over_cost = budget.cost_usd is not None and usage.cost_usd + cost > budget.cost_usd
+    report_tokens, report_usd = report_cost(run, budget, _mean(budget.step_output_tokens))
+    over_tokens = budget.tokens is not None and usage.total_tokens + tokens + report_tokens > budget.tokens
+    over_cost = budget.cost_usd is not None and usage.cost_usd + cost + report_usd > budget.cost_usd
     # Each pause behind the patch of the code that brought it, so older runs replay as they ran.
     if (over_tokens and workflow.patched(BUDGET_PATCH)) or (over_cost and workflow.patched(COST_BUDGET_PATCH)):
         budget.expected_next_step, budget.expected_next_step_usd = tokens, cost
+        if run.state.config.report_reserve is not None:
+            budget.expected_report, budget.expected_report_usd = report_cost(run, budget)
         return True
     return False
 
 
-async def _decision(run: ResearchRun) -> BudgetDecision:
+def _mean(values: list[int]) -> int:
+    return sum(values) // len(values) if values else 0
+
+
+async def _decision(run: ResearchRun) -> BudgetDecision | None:
+    """A person's decision; None when nobody decided in time and ``budget_timeout_action`` finished the
+    research (said once, as the timeout it was: runs before issue #48 also noted "a person chose to
+    finish now"; a note is no command, so they replay alike)."""
     inbox = run.inbox.budget
     run.await_person(Phase.AWAITING_BUDGET, Awaiting.BUDGET)
     try:
@@ -140,7 +162,7 @@ async def _decision(run: ResearchRun) -> BudgetDecision:
         if action is BudgetTimeoutAction.CANCEL:
             raise RunEnded(_cancelled(run, f"nobody decided within {run.request.review_timeout}")) from None
         _cut_short(run, f"nobody decided within {run.request.review_timeout}")
-        return BudgetDecision(action=BudgetAction.FINISH)
+        return None
     decision, by = inbox.pop(0)
     run.state.decide("budget", decision.as_text(), by)
     run.state.enter(Phase.RESEARCHING)
@@ -149,7 +171,7 @@ async def _decision(run: ResearchRun) -> BudgetDecision:
 
 def _limits(budget: RunBudget) -> str:
     """The budgets in words: ``token budget (7,000 tokens)``, ``budget (7,000 tokens, $0.0100)``."""
-    amounts = [f"{budget.tokens:,} tokens" if budget.tokens is not None else "",
+    amounts = [f"{tokens_text(budget.tokens)} tokens" if budget.tokens is not None else "",
                usd(budget.cost_usd) if budget.cost_usd is not None else ""]
     kind = "token budget" if budget.cost_usd is None else "cost budget" if budget.tokens is None else "budget"
     return f"{kind} ({', '.join(amount for amount in amounts if amount)})"

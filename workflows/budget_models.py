@@ -7,7 +7,12 @@ from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from workflows.usage import COST_DIGITS, Usage
+from workflows.usage import COST_DIGITS, PriceQuote, Usage
+
+# Beyond these, an amount is said in three significant digits: a request may name 1e300, which a
+# note must not print as 300 digits (issue #48 item 3).
+READABLE_TOKENS = 10**15
+READABLE_USD = 1e12
 
 
 class BudgetTimeoutAction(StrEnum):
@@ -30,7 +35,7 @@ class BudgetDecision(BaseModel):
 
     action: BudgetAction
     tokens: int | None = Field(default=None, ge=1)  # the new token budget, with ``raise``
-    cost_usd: float | None = Field(default=None, gt=0)  # the new cost budget, with ``raise``
+    cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)  # the new cost budget, with ``raise``
 
     @model_validator(mode="after")
     def _amount_with_raise(self) -> BudgetDecision:
@@ -41,14 +46,32 @@ class BudgetDecision(BaseModel):
     def as_text(self) -> str:
         if self.action is not BudgetAction.RAISE:
             return self.action.value
-        amounts = [f"{self.tokens:,} tokens" if self.tokens is not None else "",
+        amounts = [f"{tokens_text(self.tokens)} tokens" if self.tokens is not None else "",
                    usd(self.cost_usd) if self.cost_usd is not None else ""]
         return "raise to " + " and ".join(amount for amount in amounts if amount)
 
 
 def usd(amount: float) -> str:
-    """A cost as people read it: ``$0.0123``, ``$12.50``."""
+    """A cost as people read it: ``$0.0123``, ``$12.50``, ``$1e+300``."""
+    if amount >= READABLE_USD:
+        return f"${amount:.3g}"
     return f"${amount:,.2f}" if amount >= 1 else f"${amount:.4f}"
+
+
+def tokens_text(count: int) -> str:
+    """A number of tokens as people read it: ``7,000``, ``1e+300``."""
+    return f"{count:,}" if count < READABLE_TOKENS else f"{float(count):.3g}"
+
+
+class ReportReserve(BaseModel):
+    """What the reporter's turn needs beyond the findings it reads, from the worker's settings (the
+    ``load_run_config`` activity): its prompt and fixed messages (estimated), its output cap, and the
+    price of its model. The budget keeps that much free before every step, so that "finish now" (or
+    the report after the last step) stays within it (workflows/report_reserve.py)."""
+
+    prompt_tokens: int = Field(ge=0)
+    output_tokens: int = Field(ge=0)
+    price: PriceQuote | None = None  # None: the reporter's model has no price; its cost is not counted
 
 
 class RunBudget(BaseModel):
@@ -57,6 +80,7 @@ class RunBudget(BaseModel):
     tokens: int | None = None  # None: no token budget
     maximum: int | None = None  # the operator's: no raise goes beyond it
     step_tokens: list[int] = Field(default_factory=list)  # what each finished step cost
+    step_output_tokens: list[int] = Field(default_factory=list)  # of which its replies (its finding among them)
     expected_next_step: int | None = None  # while paused: what the next step is expected to cost
     expected_rest: int | None = None  # while paused: what the rest of the plan is expected to cost
     cut_short: bool = False  # a person (or the timeout) chose to finish now
@@ -66,6 +90,10 @@ class RunBudget(BaseModel):
     step_costs_usd: list[float] = Field(default_factory=list)
     expected_next_step_usd: float | None = None
     expected_rest_usd: float | None = None
+    # While paused: what the report is expected to cost at most if the research finishes now (its
+    # reserve: workflows/report_reserve.py). None: runs from before the reserve, or no pause.
+    expected_report: int | None = None
+    expected_report_usd: float | None = None
 
 
 class BudgetStanding(BaseModel):

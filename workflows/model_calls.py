@@ -11,9 +11,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import CHAT, execute
     from workflows.models import ChatMessage, ChatRequest, ChatResponse, Usage
     from workflows.queues import OWN_QUEUES, QueueRouting
+    from workflows.usage import UsageSink
 
 
-async def chat(request: ChatRequest, usage: Usage, summary: str | None = None, *,
+async def chat(request: ChatRequest, usage: UsageSink, summary: str | None = None, *,
                routing: QueueRouting) -> ChatResponse:
     """Run one model turn and add its token usage to ``usage``; the whole response, for callers
     that handle a reply cut at its output cap (``truncated``).
@@ -45,7 +46,7 @@ def spent_before(error: ActivityError) -> Usage:
         return Usage()
 
 
-async def call_model(request: ChatRequest, usage: Usage, summary: str | None = None, *,
+async def call_model(request: ChatRequest, usage: UsageSink, summary: str | None = None, *,
                      routing: QueueRouting) -> ChatMessage:
     """Run one model turn (see :func:`chat`) and return its message."""
     return (await chat(request, usage, summary, routing=routing)).message

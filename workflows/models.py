@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
 
-from workflows.budget_models import BudgetStanding, BudgetTimeoutAction, RunBudget, standing
+from workflows.budget_models import BudgetStanding, BudgetTimeoutAction, ReportReserve, RunBudget, standing
 from workflows.decisions import Decision
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice
 from workflows.report_style import ReportStyle
@@ -58,8 +58,7 @@ class Step(BaseModel):
     @field_validator("step_type", mode="before")
     @classmethod
     def _lenient_step_type(cls, value: Any) -> Any:
-        # Models write "Research" or "processing " often enough that rejecting them would
-        # throw away otherwise good plans.
+        # Models write "Research" or "processing " often enough that refusing them would lose good plans.
         if isinstance(value, str):
             return value.strip().lower()
         return value
@@ -161,9 +160,9 @@ class ResearchRequest(BaseModel):
     max_clarification_rounds: int = Field(default=3, ge=1, le=10)
     # Beyond DeerFlow: run independent research steps concurrently (off for DeerFlow parity).
     parallel_steps: bool = False
-    # Tokens the run may spend (None: the operator's default); never above the operator's maximum.
+    # Tokens and USD (the operator's prices) the run may spend, finite, never above the operator's maximum.
     token_budget: int | None = Field(default=None, ge=1)
-    cost_budget_usd: float | None = Field(default=None, gt=0)  # the same in USD (the operator's prices)
+    cost_budget_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     budget_timeout_action: BudgetTimeoutAction = BudgetTimeoutAction.FINISH  # after review_timeout
 
 
@@ -365,6 +364,7 @@ class RunConfig(BaseModel):
     token_budget_max: int | None = None  # and the most a request or a raise may have
     cost_budget_usd_default: float | None = None  # the same in USD, at the operator's model prices
     cost_budget_usd_max: float | None = None
+    report_reserve: ReportReserve | None = None  # kept free for the report (None: runs from before it)
 
 
 # ---------------------------------------------------------------- status query

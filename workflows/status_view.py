@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
-from workflows.budget_models import usd
+from workflows.budget_models import tokens_text, usd
 from workflows.decisions import Decision
 from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
@@ -120,6 +120,8 @@ def awaiting_commands(awaiting: Awaiting | None, run_id: str = "ID") -> list[str
             return [f"python starter.py budget {run_id} --raise TOKENS [--raise-usd USD]",
                     f"python starter.py budget {run_id} --finish",
                     f"python starter.py budget {run_id} --cancel",
+                    f"temporal workflow update execute --workflow-id {run_id} --name decide_budget "
+                    """--input '{"action": "finish"}'""",
                     f"temporal workflow signal --workflow-id {run_id} --name {awaiting.value} "
                     """--input '{"action": "finish"}'"""]
         case None:
@@ -136,7 +138,8 @@ def budget_line(status: RunStatus) -> str:
     budget, standing = status.budget, status.budget_standing
     if budget is None or standing is None:
         return f"no budget ({status.usage.total_tokens:,} tokens, {usd(status.usage.cost_usd)} spent)"
-    parts = [f"{standing.spent_tokens:,} of {budget.tokens:,} tokens spent, {standing.remaining_tokens or 0:,} left"
+    parts = [f"{standing.spent_tokens:,} of {tokens_text(budget.tokens)} tokens spent, "
+             f"{tokens_text(standing.remaining_tokens or 0)} left"
              if budget.tokens is not None else f"{standing.spent_tokens:,} tokens spent (no token budget)",
              f"{usd(standing.spent_usd)} of {usd(budget.cost_usd)} spent, {usd(standing.remaining_usd or 0)} left"
              if budget.cost_usd is not None else f"{usd(standing.spent_usd)} spent (no cost budget)"]
@@ -156,8 +159,21 @@ def expected_line(status: RunStatus) -> str:
     if budget is None or budget.expected_next_step is None:
         return ""
     cost = budget.expected_next_step_usd or 0.0
-    return (f"; the next step is expected to cost {budget.expected_next_step:,} tokens ({usd(cost)}), the rest "
+    line = (f"; the next step is expected to cost {budget.expected_next_step:,} tokens ({usd(cost)}), the rest "
             f"of the plan {budget.expected_rest or 0:,} tokens ({usd(budget.expected_rest_usd or 0.0)})")
+    return line + _report_line(status)
+
+
+def _report_line(status: RunStatus) -> str:
+    """While paused: what finishing now costs (the report, at most), and whether the budget has that left."""
+    budget, standing = status.budget, status.budget_standing
+    if budget is None or standing is None or budget.expected_report is None:
+        return ""
+    report_usd = budget.expected_report_usd or 0.0
+    over = ((standing.remaining_tokens is not None and budget.expected_report > standing.remaining_tokens)
+            or (standing.remaining_usd is not None and report_usd > standing.remaining_usd))
+    return (f"; finishing now, the report is expected to cost at most {tokens_text(budget.expected_report)} "
+            f"tokens ({usd(report_usd)})" + (", more than the budget has left: it would go over" if over else ""))
 
 
 def _unpriced(models: list[str]) -> str:

@@ -18,10 +18,13 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_state import RunContinuation
     from workflows.scheduling import step_dependencies
     from workflows.tools import ToolContext, mcp_tools_for
-    from workflows.usage import COST_DIGITS
+    from workflows.usage import COST_DIGITS, Counted, Usage
 
 # A research step whose agent ran no tool (a model that never calls them) says so (issue #24).
 NO_SEARCH_PATCH = "no-search-note"
+# A step's cost is its own calls' (issue #48 item 4): parallel runs recorded before counted the run's
+# usage while the step ran, its siblings' calls included. Serial runs add up alike either way.
+OWN_STEP_USAGE_PATCH = "own-step-usage"
 NO_SEARCH_NOTE = ("Research step {number} ({title}) made no search: the researcher called no tool, so its "
                   "findings rest on the model's own knowledge.")
 
@@ -78,7 +81,7 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     status = state.status.steps[index]
     status.state, status.started_at = StepState.RUNNING, workflow.now().isoformat()
     state.record("step_started", step.title, index)
-    spent_before, cost_before = state.status.usage.total_tokens, state.status.usage.cost_usd
+    before, own = Usage(total_tokens=state.status.usage.total_tokens, cost_usd=state.status.usage.cost_usd), Usage()
     agent, tool_guidance = agent_for(step.step_type, has_resources=bool(request.resources),
                                      web=request.enable_web_search)
     async with run.slots.held():
@@ -91,7 +94,7 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
         step_task(plan, step, locale, context, request.resources if "local_search_tool" in agent.tools else None),
         state.config.agent_recursion_limit,
         tools,
-        state.status.usage,
+        Counted(run=state.status.usage, part=own),
         extra_tools=mcp_specs,
         slots=run.slots,
         max_tool_calls=state.config.max_tool_calls_per_turn,
@@ -101,8 +104,19 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
         state.note(NO_SEARCH_NOTE.format(number=index + 1, title=step.title))
     status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
     status.finding_preview = finding[:300]
-    budget = state.status.budget
-    if budget is not None:  # what a step costs, for the budget's expectations
-        budget.step_tokens.append(state.status.usage.total_tokens - spent_before)
-        budget.step_costs_usd.append(round(state.status.usage.cost_usd - cost_before, COST_DIGITS))
+    _count_step(run, own, before)
     state.record("step_done", step.title, index)
+
+
+def _count_step(run: ResearchRun, own: Usage, before: Usage) -> None:
+    """What the step cost, for the budget's expectations: its own calls (``own``); in a parallel run
+    recorded before ``OWN_STEP_USAGE_PATCH``, the run's usage since ``before``, as it then counted."""
+    budget, usage = run.state.status.budget, run.state.status.usage
+    if budget is None:
+        return
+    if run.request.parallel_steps and not workflow.patched(OWN_STEP_USAGE_PATCH):
+        own = Usage(total_tokens=usage.total_tokens - before.total_tokens,
+                    cost_usd=round(usage.cost_usd - before.cost_usd, COST_DIGITS))
+    budget.step_tokens.append(own.total_tokens)
+    budget.step_costs_usd.append(own.cost_usd)
+    budget.step_output_tokens.append(own.output_tokens)

@@ -9,6 +9,9 @@ counted, which every reader of a cost is told (``unpriced_models``).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Protocol
+
 from pydantic import BaseModel, ConfigDict, Field
 
 MICRO = 1_000_000
@@ -94,3 +97,22 @@ def call_usage(model: str, price: PriceQuote | None, input_tokens: int, cached_i
                  by_model={model: ModelUsage(llm_calls=1, input_tokens=input_tokens,
                                              cached_input_tokens=cached_input_tokens, output_tokens=output_tokens,
                                              cost_usd=cost, price=price)})
+
+
+class UsageSink(Protocol):
+    """Where a model call's usage is added: a ``Usage``, or :class:`Counted` to add it to two."""
+
+    def add(self, other: Usage) -> None: ...
+
+
+@dataclass(frozen=True)
+class Counted:
+    """Usage added to the run's and to a part's own: a research step's calls, counted apart from its
+    siblings' when steps run side by side (issue #48 item 4: each counted the other's as its own)."""
+
+    run: Usage
+    part: Usage
+
+    def add(self, other: Usage) -> None:
+        self.run.add(other)
+        self.part.add(other)

@@ -60,8 +60,10 @@ class WorkerSettings(SettingsGroup):
     run_token_budget: int | None = Field(default=None, ge=1, alias="DEERFLOW_RUN_TOKEN_BUDGET")
     run_token_budget_max: int | None = Field(default=None, ge=1, alias="DEERFLOW_RUN_TOKEN_BUDGET_MAX")
     # The same for its cost in USD, at DEERFLOW_MODEL_PRICES (an unpriced model's calls cost nothing).
-    run_cost_budget_usd: float | None = Field(default=None, gt=0, alias="DEERFLOW_RUN_COST_BUDGET_USD")
-    run_cost_budget_usd_max: float | None = Field(default=None, gt=0, alias="DEERFLOW_RUN_COST_BUDGET_USD_MAX")
+    run_cost_budget_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                              alias="DEERFLOW_RUN_COST_BUDGET_USD")
+    run_cost_budget_usd_max: float | None = Field(default=None, gt=0, allow_inf_nan=False,
+                                                  alias="DEERFLOW_RUN_COST_BUDGET_USD_MAX")
 
     # Set by the worker when it serves the bundled offline demonstration providers: the model
     # (DEERFLOW_OFFLINE_DEMO), the search corpus (DEERFLOW_OFFLINE_SEARCH), or both.

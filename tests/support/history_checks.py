@@ -24,7 +24,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 
-from workflows.models import TASK_QUEUE
+from workflows.models import TASK_QUEUE, ChatResponse, Usage
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
@@ -153,6 +153,23 @@ async def completed_once_problems(history: WorkflowHistory, converter: DataConve
     if turns["reporter"] != 1:
         problems.append(f"the reporter's turn completed {turns['reporter']} times")
     return problems
+
+
+async def model_turns(history: WorkflowHistory, converter: DataConverter) -> list[tuple[str, Usage]]:
+    """Each completed model turn (a ``chat``) of the run, in history order: its summary (agent, step
+    and turn: ``researcher · step 2 · turn 1``) and the usage its result reported."""
+    summaries: dict[int, str] = {}
+    chats = {activity_id for activity_id, kind in activity_types(history).items() if kind == "chat"}
+    turns = []
+    for event in history.events:
+        if event.event_type == SCHEDULED and event.activity_task_scheduled_event_attributes.activity_id in chats:
+            [summaries[event.event_id]] = await converter.decode([event.user_metadata.summary], [str])
+        elif event.event_type == COMPLETED:
+            attributes = event.activity_task_completed_event_attributes
+            if attributes.scheduled_event_id in summaries:
+                [response] = await converter.decode(attributes.result.payloads, [ChatResponse])
+                turns.append((summaries[attributes.scheduled_event_id], response.usage))
+    return turns
 
 
 def event_time(event: HistoryEvent) -> datetime:
