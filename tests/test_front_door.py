@@ -32,6 +32,7 @@ import pytest
 from rich.console import Console
 from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
+import cli.watch
 import starter
 from cli import history, operate, research, runs
 from cli.render import status_text
@@ -206,7 +207,7 @@ async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
     async def later(_handle: Any, _by: Actor) -> bool:
         return False
 
-    monkeypatch.setattr(research, "Watcher", Watcher)
+    monkeypatch.setattr(cli.watch, "Watcher", Watcher)  # imported by research._follow when it follows
     monkeypatch.setattr(research, "_interactive_review", later)
     handle = SimpleNamespace(id="research-rain", _client=None)
     assert await research._follow(handle, Settings(), Actor(name="tester", via="cli"), interactive=True,  # type: ignore[arg-type]
