@@ -1,4 +1,5 @@
-"""``starter.py config``: the effective configuration, where each value came from, secrets masked.
+"""``starter.py config``: the effective configuration, where each value came from, secrets masked
+(and any value that holds one: config/secrets.py).
 
 It starts with the Temporal service the command would reach (address, namespace, TLS and API key on or
 off) and shows the named API tokens by name and role, never their values: what an operator checks
@@ -15,7 +16,8 @@ import json
 from typing import Any
 
 from config.groups.web import NamedToken
-from config.settings import Settings, is_secret
+from config.secrets import is_secret
+from config.settings import Settings
 from runtime.connection import load_connection
 
 
@@ -31,9 +33,9 @@ def lines(settings: Settings) -> list[str]:
         elif value is not None and (is_secret(env_name) or env_name == "MCP_SERVERS"):
             # MCP server tables carry their own env and headers (tokens): only their names are shown.
             shown = f"[{', '.join(value)}]" if env_name == "MCP_SERVERS" else "***"
-        else:
+        else:  # a value that came from a secret (a key as the model name) is masked too (config/secrets.py)
             dumped = settings.model_dump(mode="json", include={name})[name]
-            shown = dumped if isinstance(dumped, str) else json.dumps(dumped)
+            shown = settings.shown(env_name, dumped if isinstance(dumped, str) else json.dumps(dumped))
         out.append(f"{env_name} = {shown}  ({sources.get(env_name, 'default')})")
     return out
 
@@ -53,5 +55,5 @@ def temporal_lines(settings: Settings) -> list[str]:
 
 
 async def show(args: argparse.Namespace, settings: Settings) -> int:
-    print("\n".join([*temporal_lines(settings), *lines(settings)]))
+    print(settings.masked("\n".join([*temporal_lines(settings), *lines(settings)])))
     return 0

@@ -12,11 +12,12 @@ output still looks plausible.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
+from config.config_files import ConfigError, read_conf_yaml
+from config.secrets import MASK, is_secret, known_secrets
 
 # conf.yaml's blocks that DeerFlow's ``__`` environment form (``BASIC_MODEL__api_key``) may fill in.
 NESTED_BLOCKS = ("BASIC_MODEL", "REASONING_MODEL", "SEARCH_ENGINE")
@@ -76,25 +77,9 @@ REFUSED_VALUES: dict[str, tuple[set[str], str]] = {
 PASSED_THROUGH = {"NEXT_PUBLIC_API_URL", "APP_ENV"}
 
 
-class ConfigError(ValueError):
-    """The configuration's problems, one line each: what an entry point prints before exit code 2."""
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
-
-
-def read_env_file(path: Path) -> dict[str, str]:
-    """The ``.env`` file's variables (none when it is absent), as DeerFlow's ``load_dotenv`` reads them."""
-    from dotenv import dotenv_values
-
-    if not path.is_file():
-        return {}
-    return {key: value for key, value in dotenv_values(path).items() if value is not None}
-
-
-def env_problems(env: Mapping[str, str]) -> list[str]:
-    """One line per DeerFlow variable in ``env`` that means something this project does not do."""
+def env_problems(env: Mapping[str, str], origin: Callable[[str], str | None]) -> list[str]:
+    """One line per DeerFlow variable in ``env`` that means something this project does not do, with
+    where it was set (``origin``: the environment or the ``.env`` file)."""
     problems = []
     for name, value in sorted(env.items()):
         if not value:
@@ -106,7 +91,7 @@ def env_problems(env: Mapping[str, str]) -> list[str]:
         if name == "RAG_PROVIDER" and value not in ("local", "ragflow"):
             reason = "only RAG_PROVIDER=local or ragflow is supported"
         if reason:
-            problems.append(f"{name}={value if 'KEY' not in name else '***'}: {reason}")
+            problems.append(f"{name}={MASK if is_secret(name) else value}: {reason} ({origin(name)})")
     return problems
 
 
@@ -116,8 +101,7 @@ def conf_values(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
 
     Raises :class:`ConfigError` listing every key that is refused and every ``$VAR`` that is unset.
     """
-    data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-    data = data or {}
+    data = read_conf_yaml(path) or {}
     problems: list[str] = []
     if not isinstance(data, dict):
         raise ConfigError([f"{path}: not a mapping of settings"])
@@ -148,8 +132,9 @@ def conf_values(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
                             "review the plan instead (auto_accept_plan=false); remove it")
         else:
             problems.append(f"{key}: not a conf.yaml setting here (see README, Configuration); remove it")
-    if problems:
-        raise ConfigError([f"{path}: {problem}" for problem in problems])
+    if problems:  # a secret of the file's own (a literal api_key) is masked here, where it is known
+        secrets = known_secrets(env, values)
+        raise ConfigError([secrets.mask(f"{path}: {problem}") for problem in problems])
     return values
 
 

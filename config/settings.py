@@ -19,7 +19,8 @@ from pathlib import Path
 
 from pydantic import PrivateAttr, ValidationError
 
-from config.deerflow import TRUE_WORDS, ConfigError, conf_values, env_problems, read_env_file
+from config.config_files import ConfigError, read_env_file
+from config.deerflow import TRUE_WORDS, conf_values, env_problems
 from config.groups.crawl import CrawlSettings
 from config.groups.mcp import McpSettings
 from config.groups.model import ModelSettings
@@ -30,6 +31,7 @@ from config.groups.storage import StorageSettings
 from config.groups.telemetry import TelemetrySettings
 from config.groups.web import WebSettings
 from config.groups.worker import WorkerSettings
+from config.secrets import MASK, Secrets, is_secret, known_secrets
 
 
 class Settings(  # pydantic lists the last base's fields first: the model group leads (``starter.py config``)
@@ -48,6 +50,8 @@ class Settings(  # pydantic lists the last base's fields first: the model group 
 
     _variables: dict[str, str] = PrivateAttr(default_factory=dict)
     _sources: dict[str, str] = PrivateAttr(default_factory=dict)
+    _secrets: Secrets = PrivateAttr(default_factory=Secrets)
+    _masked: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     def variables(self) -> Mapping[str, str]:
         """The variables these settings were loaded from (the environment over ``.env``; none for
@@ -61,9 +65,21 @@ class Settings(  # pydantic lists the last base's fields first: the model group 
         the ``conf.yaml`` file's path (a name absent: the default). ``starter.py config`` shows them."""
         return self._sources
 
-    def loaded_from(self, variables: Mapping[str, str], sources: Mapping[str, str]) -> Settings:
-        """These settings, remembering the variables and sources they were loaded from."""
+    def shown(self, name: str, text: str) -> str:
+        """The setting ``name``'s value ``text`` as a message or a page may show it: masked whole if
+        the setting is a credential, or the value given for it held a secret (config/secrets.py)."""
+        return MASK if is_secret(name) or name in self._masked or self._secrets.holds(text) else text
+
+    def masked(self, text: str) -> str:
+        """``text`` about this configuration with every secret value in it masked."""
+        return self._secrets.mask(text)
+
+    def loaded_from(self, variables: Mapping[str, str], sources: Mapping[str, str], secrets: Secrets | None = None,
+                    masked: frozenset[str] = frozenset()) -> Settings:
+        """These settings, remembering the variables and sources they were loaded from, the secrets
+        among those values, and the settings whose value given held one."""
         self._variables, self._sources = dict(variables), dict(sources)
+        self._secrets, self._masked = secrets or Secrets(), masked
         return self
 
 
@@ -74,74 +90,73 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
 
     An empty variable counts as unset: compose's ``${VAR:-}`` produces them for every option the
     operator did not give. ``environ`` defaults to the process's environment. ``.env`` and
-    ``conf.yaml`` are read as DeerFlow reads them (config/deerflow.py). Raises :class:`ConfigError`
-    with one line per problem (a refused DeerFlow key, a bad value), never a traceback's worth.
-    The settings remember the variables and sources they were loaded from (``Settings.sources``).
+    ``conf.yaml`` are read as DeerFlow reads them (config/deerflow.py, config/config_files.py).
+    Raises :class:`ConfigError` with one line per problem (an unreadable file, a refused DeerFlow
+    key, a bad value), each naming the setting and where it came from, never a traceback's worth,
+    and never showing a secret (config/secrets.py). The settings remember the variables and sources
+    they were loaded from (``Settings.sources``).
     """
     process_env = {name: value for name, value in (os.environ if environ is None else environ).items() if value}
     dotenv_path = (env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")).absolute()
-    dotenv = read_env_file(dotenv_path)
+    problems: list[str] = []
+    try:
+        dotenv = read_env_file(dotenv_path)
+    except ConfigError as error:
+        problems, dotenv = error.problems, {}
     env = {**dotenv, **process_env}
     variables = dict(env)
-    problems = env_problems(env)
+
+    def origin(name: str) -> str | None:
+        return "environment" if name in process_env else str(dotenv_path) if name in dotenv else None
+
+    problems += env_problems(env, origin)
     conf_file = (conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml")).absolute()
     try:
         conf = conf_values(conf_file, env)
     except ConfigError as error:
         problems += error.problems
         conf = {}
-    # DeerFlow's names for two of ours: its CORS list, and DEBUG=True for debug logging.
-    aliases = {"DEERFLOW_WEB_ALLOWED_ORIGINS": "ALLOWED_ORIGINS", "LOG_LEVEL": "DEBUG"}
+    aliases = _deerflow_aliases(env)
+    env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
+    from_env = {name: env[name] for name in env_names if env.get(name)}
+    sources = {**dict.fromkeys(conf, str(conf_file)),
+               **{name: origin(name) or f"{origin(aliases[name])} (as {aliases[name]})" for name in from_env}}
+    given = {**conf, **from_env}
+    secrets = known_secrets(variables, given)
+    masked = frozenset(name for name, value in given.items() if secrets.holds(value))
+    try:
+        files = {"DEERFLOW_CONF": conf_file, "DEERFLOW_ENV_FILE": dotenv_path}  # the ones read, absolute
+        settings = Settings(**{**given, **files}).loaded_from(variables, sources, secrets, masked)
+    except ValidationError as error:
+        problems += validation_problems(error, sources, secrets, masked)
+    if problems:
+        raise ConfigError([secrets.mask(problem) for problem in problems])
+    return settings
+
+
+def _deerflow_aliases(env: dict[str, str]) -> dict[str, str]:
+    """DeerFlow's names for two of ours, its CORS list and DEBUG=True for debug logging, put in
+    ``env`` under ours unless ours is set; by our name."""
     if "ALLOWED_ORIGINS" in env and "DEERFLOW_WEB_ALLOWED_ORIGINS" not in env:
         env["DEERFLOW_WEB_ALLOWED_ORIGINS"] = env["ALLOWED_ORIGINS"]
     if env.get("DEBUG", "").strip().lower() in TRUE_WORDS and "LOG_LEVEL" not in env:
         env["LOG_LEVEL"] = "DEBUG"
-    env_names = {field.alias for field in Settings.model_fields.values() if field.alias}
-    from_env = {name: env[name] for name in env_names if env.get(name)}
-
-    def origin(name: str) -> str | None:
-        return "environment" if name in process_env else str(dotenv_path) if name in dotenv else None
-
-    sources = {**dict.fromkeys(conf, str(conf_file)),
-               **{name: origin(name) or f"{origin(aliases[name])} (as {aliases[name]})" for name in from_env}}
-    try:
-        files = {"DEERFLOW_CONF": conf_file, "DEERFLOW_ENV_FILE": dotenv_path}  # the ones read, absolute
-        settings = Settings(**{**conf, **from_env, **files}).loaded_from(variables, sources)
-    except ValidationError as error:
-        problems += validation_problems(error)
-    if problems:
-        raise ConfigError(problems)
-    return settings
+    return {"DEERFLOW_WEB_ALLOWED_ORIGINS": "ALLOWED_ORIGINS", "LOG_LEVEL": "DEBUG"}
 
 
-# The last word of a credential's name. A word anywhere else says what is counted or configured, not
-# that the value is secret: TOKEN_LIMIT, DEERFLOW_RUN_TOKEN_BUDGET, DEERFLOW_TOKEN_STREAM_URL, and a
-# KEY_FILE is a path. Masking those would hide from ``starter.py config`` what an operator checks.
-_SECRET_LAST_WORDS = frozenset({"KEY", "KEYS", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "CREDENTIALS"})
-_SECRET_NAMES = frozenset({"DEERFLOW_WEB_TOKENS"})  # named API tokens; other names ending in TOKENS count
-# The parts of a secret table that say who holds what, not the credential: a named token's name and role
-# are shown (``starter.py config``, a refused ``role: boss``); its token never is.
-_PUBLIC_FIELDS = {"DEERFLOW_WEB_TOKENS": frozenset({"NAME", "ROLE"})}
-
-
-def is_secret(name: str) -> bool:
-    """Whether the setting ``name`` (or a part of it: ``DEERFLOW_WEB_TOKENS.0.token``) holds a
-    credential, never printed."""
-    parts = name.upper().split(".")
-    if len(parts) == 3 and parts[1].isdigit() and parts[2] in _PUBLIC_FIELDS.get(parts[0], ()):
-        return False
-    return any(part.rsplit("_", 1)[-1] in _SECRET_LAST_WORDS or part in _SECRET_NAMES for part in parts)
-
-
-def validation_problems(error: ValidationError) -> list[str]:
-    """One line per invalid value: the setting's env name, what is wrong, and the value given
-    (masked for secrets)."""
+def validation_problems(error: ValidationError, sources: Mapping[str, str] | None = None,
+                        secrets: Secrets | None = None, masked: frozenset[str] = frozenset()) -> list[str]:
+    """One line per invalid value: the setting's env name, the value given (masked for secrets, for
+    values holding one, and for settings whose value given held one: a validator may have changed its
+    case), what is wrong, and where the value came from."""
+    sources, secrets = sources or {}, secrets or Secrets()
     lines = []
     for problem in error.errors(include_url=False):
         name = ".".join(str(part) for part in problem["loc"]) or "settings"
+        setting = str(problem["loc"][0]) if problem["loc"] else name
         value = problem.get("input")
-        shown = "***" if is_secret(name) else repr(value)[:80]
+        hidden = is_secret(name) or secrets.holds(value) or (name == setting and setting in masked)
+        shown = MASK if hidden else repr(value)[:80]
         message = str(problem["msg"]).removeprefix("Value error, ")
-        lines.append(f"{name}={shown}: {message}")
+        lines.append(f"{name}={shown}: {message} ({sources.get(setting, 'default')})")
     return lines
-

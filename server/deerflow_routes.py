@@ -47,9 +47,11 @@ async def chat_cancel(request: Request) -> Any:
 
 async def config(request: Request) -> Any:
     settings = services(request).settings
+    # Every token (viewers too) reads this: a key the operator used as a model name is masked.
     return {"rag": {"provider": settings.rag_provider or None},
-            "models": {"basic": [settings.basic_model],
-                       "reasoning": [settings.reasoning_model] if settings.reasoning_model else []},
+            "models": {"basic": [settings.shown("BASIC_MODEL", settings.basic_model)],
+                       "reasoning": [settings.shown("REASONING_MODEL", settings.reasoning_model)]
+                       if settings.reasoning_model else []},
             "offline_demo": any(offline_parts(settings))}
 
 

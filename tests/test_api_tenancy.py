@@ -35,8 +35,8 @@ from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
 pytestmark = pytest.mark.timeout(240)
 
 TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789",
-          "rita": "rita-token-0123456789", "ada": "ada-token-01234567890"}
-ROLES = {"rita": "reviewer", "ada": "admin"}
+          "rita": "rita-token-0123456789", "ada": "ada-token-01234567890", "vera": "vera-token-0123456789"}
+ROLES = {"rita": "reviewer", "ada": "admin", "vera": "viewer"}
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 PREFIX = "deerflow-web-"
 NOTE = b"# Fleet trial\n\nSodium-ion packs kept 91% capacity after 2,000 cycles.\n"
@@ -241,3 +241,21 @@ async def test_a_thread_whose_first_run_records_no_starter_is_the_admins(stack: 
     assert error_of(await chat(stack, "alice", turn(thread, QUESTION))) == "no such research run"
     assert (await chat(stack, "ada", turn(thread, QUESTION)))[-1][0] == "interrupt"
     assert await starter_of(stack.client, f"{PREFIX}{thread}.2") == "ada"
+
+
+async def test_a_viewer_never_reads_a_key_used_as_the_model_name(dev_server: DevServer, worker: WorkerProcess,
+                                                                folder: Path) -> None:
+    """Issue #42 §5: ``GET /api/config`` lists the models to every token, viewers too (DeerFlow's
+    settings page); a key the operator put there by mistake (``model: $OPENAI_API_KEY``) is masked."""
+    secret = "sk-CANARY-0123456789abcdef"
+    conf = folder / "model-is-a-key.yaml"
+    conf.write_text("BASIC_MODEL:\n  model: $OPENAI_API_KEY\nREASONING_MODEL:\n  model: r1\n")
+    server = serving(dev_server, folder, "config-home", DEERFLOW_CONF=str(conf), OPENAI_API_KEY=secret)
+    try:
+        async with httpx.AsyncClient(timeout=30) as http:
+            shown = await http.get(f"{server.url}/api/config", headers=as_("vera"))
+    finally:
+        server.kill()
+    assert shown.status_code == 200, shown.text
+    assert shown.json()["models"] == {"basic": ["***"], "reasoning": ["r1"]}
+    assert secret not in shown.text and secret not in (folder / "serve-config-home.log").read_text()

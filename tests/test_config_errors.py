@@ -17,12 +17,12 @@ from tests.support.zygote import zygote
 pytestmark = pytest.mark.timeout(120)
 
 
-def run(tmp_path: Path, args: list[str], conf: str | None = None, **env: str | None) -> tuple[int, list[str]]:
-    """``args`` run as a user runs them, with ``env`` (None: unset); the exit code and the non-empty output
-    lines."""
+def run(tmp_path: Path, args: list[str], conf: str | bytes | None = None, **env: str | None) -> tuple[int, list[str]]:
+    """``args`` run as a user runs them, with ``env`` (None: unset) and ``conf`` as its conf.yaml (a
+    ``.env`` is ``absent.env``, if a test writes it); the exit code and the non-empty output lines."""
     conf_path = tmp_path / "conf.yaml"
     if conf is not None:
-        conf_path.write_text(conf)
+        conf_path.write_bytes(conf.encode() if isinstance(conf, str) else conf)
     environ = {**without_provider_settings(os.environ), "DEERFLOW_HOME": str(tmp_path / "home"),
                "DEERFLOW_CONF": str(conf_path), "DEERFLOW_ENV_FILE": str(tmp_path / "absent.env"),
                "TEMPORAL_ADDRESS": "127.0.0.2:9", **env}
@@ -137,3 +137,51 @@ def test_token_settings_that_contradict_themselves_stop_the_api_server(
     assert (code, len(lines)) == (2, 1), lines
     assert lines[0].startswith("Error: DEERFLOW_WEB_TOKENS=***: ") and why in lines[0], lines
     assert "token-0" not in lines[0] and SINGLE_TOKEN not in lines[0] and "holders-token" not in lines[0]
+
+
+ENTRY_POINTS = {"worker": ["worker.py"], "cli": ["starter.py", "list"],
+                "api-server": ["starter.py", "serve", "--port", "9"],
+                "codec-server": ["starter.py", "codec-server", "--port", "9"]}
+NINE_ALIASES_DEEP = "MCP_SERVERS:\n  bomb:\n    l0: &l0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"    l{n}: &l{n} [{', '.join([f'*l{n - 1}'] * 9)}]\n" for n in range(1, 9))
+BROKEN_FILES: dict[str, tuple[str, bytes, str]] = {  # file, content, what the one line says
+    "alias-bomb": ("conf.yaml", NINE_ALIASES_DEEP.encode(), "MCP_SERVERS.bomb.l1.0 (line 4, column 14): an alias"),
+    "20000-deep": ("conf.yaml", b"MCP_SERVERS: " + b"[" * 20_000 + b"]" * 20_000, "nested deeper than 32 levels"),
+    "python-tag": ("conf.yaml", b"BASIC_MODEL: !!python/object:os.system {}\n", "the tag !!python/object:os.system"),
+    "unclosed-list": ("conf.yaml", b"RESOURCE_ROOTS: [a, b\n", "RESOURCE_ROOTS (line 2, column 1): expected"),
+    "non-utf8-conf": ("conf.yaml", b"BASIC_MODEL:\n  model: caf\xe9\n", "line 2 (model): byte 0xe9 is not UTF-8"),
+    "non-utf8-env": ("absent.env", b"LOG_LEVEL=caf\xe9\n", "line 1 (LOG_LEVEL): byte 0xe9 is not UTF-8"),
+}
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+@pytest.mark.parametrize("case", BROKEN_FILES)
+def test_a_broken_file_is_one_line_naming_it_in_every_entry_point(tmp_path: Path, case: str, entry: str) -> None:
+    """Issue #42 §5: each was a traceback and exit 1, and the alias bomb hung every entry point."""
+    name, content, says = BROKEN_FILES[case]
+    (tmp_path / name).write_bytes(content)
+    code, lines = run(tmp_path, ENTRY_POINTS[entry])
+    assert (code, len(lines)) == (2, 1), lines
+    assert f"{tmp_path / name}: " in lines[0] and says in lines[0], lines
+
+
+SECRET = "sk-CANARY-0123456789abcdef"
+
+
+@pytest.mark.parametrize("entry", ["worker", "cli"])
+def test_a_secret_put_into_a_setting_that_is_not_one_is_masked_in_the_error(tmp_path: Path, entry: str) -> None:
+    """Issue #42 §5: ``Error: LOG_LEVEL='SK-…'`` from starter.py, and the same in the worker's log."""
+    (tmp_path / "absent.env").write_text(f"OPENAI_API_KEY={SECRET}\nLOG_LEVEL=${{OPENAI_API_KEY}}\n")
+    code, lines = run(tmp_path, ENTRY_POINTS[entry], conf="BASIC_MODEL:\n  max_retries: $ARK_KEY\n", ARK_KEY=SECRET)
+    assert code == 2 and len(lines) == 2, lines
+    assert "LOG_LEVEL=***: Input should be 'DEBUG'" in "\n".join(lines) and "LLM_MAX_RETRIES=***" in "\n".join(lines)
+    assert SECRET.lower() not in "\n".join(lines).lower()
+
+
+def test_a_key_used_as_the_model_name_is_masked_by_config(tmp_path: Path) -> None:
+    code, lines = run(tmp_path, ["starter.py", "config"], conf="BASIC_MODEL:\n  model: $OPENAI_API_KEY\n",
+                      OPENAI_API_KEY=SECRET)
+    assert code == 0, lines
+    assert f"BASIC_MODEL = ***  ({tmp_path / 'conf.yaml'})" in lines
+    assert SECRET not in "\n".join(lines)
+

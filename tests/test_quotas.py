@@ -18,7 +18,7 @@ from activities.model.llm import ModelActivities
 from activities.run_config import main_queue_kinds
 from activities.support.limits import spend_tokens
 from cli.config_view import lines
-from config.deerflow import ConfigError
+from config.config_files import ConfigError
 from config.settings import Settings, load_settings
 from hosting.registry import build_workers
 from offline.model_server import FakeModelServer

@@ -23,10 +23,10 @@ from typing import Any
 from pydantic import BaseModel
 
 from config.mcp_servers import placeholder_values
+from config.secrets import MIN_SECRET_CHARS
 from config.settings import Settings
 
 REDACTED = "[redacted]"
-MIN_SECRET_CHARS = 8
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 
 
