@@ -17,6 +17,7 @@ from typing import Any
 from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
+from activities.content.evaluation import measure_report
 from activities.content.slides import SlideActivities
 from activities.content.speech import SpeechActivities
 from activities.documents.retrieval import RetrievalActivities
@@ -52,7 +53,7 @@ def queue_activities(
     tools = [SearchActivities(settings).web_search, CrawlActivities(settings).crawl_tool,
              RetrievalActivities(settings).local_search_tool, mcp.mcp_list_tools, mcp.mcp_call_tool,
              SlideActivities(settings).render_slides,
-             speech.speak, speech.join_audio]
+             speech.speak, speech.join_audio, measure_report]
     python = [sandbox.python_repl_tool]
     run_config = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config]
     return {"main": [*model, *tools, *python, *run_config], "model": model, "tools": tools, "sandbox": python}

@@ -20,7 +20,7 @@ INVALID_TOOL_ARGS = '{"query": "unterminated'
 NON_JSON_PLAN = "I cannot produce a plan right now."
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
                          "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
-                         "no_research_plan", "context_overflow", "no_tool_call", "looping_plan"})
+                         "no_research_plan", "context_overflow", "no_tool_call", "looping_plan", "reply"})
 # What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
 LOOP_SENTENCE = "Solar power is a clean source of energy. "
 LOOPED_PLAN_STRINGS = ("thought", "title", "description")  # what ``looping_plan`` loops in (a plan's and steps')
@@ -44,6 +44,7 @@ class Fault:
     arguments: str = INVALID_TOOL_ARGS  # the raw argument text of ``invalid_tool_args``
     count: int = 1  # how many calls ``tool_call_flood`` makes
     n_ctx: int = 0  # the window ``context_overflow`` names
+    content: str = ""  # what ``reply`` answers
 
     def __post_init__(self) -> None:
         # A typo in a test's fault kind would otherwise silently behave like "no fault".
@@ -86,6 +87,12 @@ class Fault:
     def non_json_plan(cls, *, agent: str | None = "planner") -> Fault:
         """The planner answers with prose that no JSON repair can turn into a plan."""
         return cls("non_json_plan", agent=agent)
+
+    @classmethod
+    def reply(cls, content: str, *, agent: str | None = None) -> Fault:
+        """The model answers with ``content`` and no tool call: a hostile reply (a lone surrogate, JSON
+        thousands of levels deep, a run of 60,000 blanks) played as the provider would send it."""
+        return cls("reply", agent=agent, content=content)
 
     @classmethod
     def loop(cls, *, agent: str | None = None) -> Fault:
@@ -203,6 +210,8 @@ def apply_fault(
         return "", [(f"call_flood_{index}", name, arguments) for index in range(fault.count)]
     if fault.kind == "non_json_plan":
         return NON_JSON_PLAN, []
+    if fault.kind == "reply":
+        return fault.content, []
     if fault.kind == "malformed_plan":
         return _mangle_plan(reply.content), []
     if fault.kind == "plan_without_title":

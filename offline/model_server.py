@@ -426,7 +426,7 @@ class FakeModelServer:
         handler.send_header("Cache-Control", "no-cache")
         handler.send_header("Transfer-Encoding", "chunked")
         handler.end_headers()
-        lines = [f"data: {json.dumps(e, ensure_ascii=False)}\n\n" for e in events] + ["data: [DONE]\n\n"]
+        lines = [f"data: {_wire_json(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
         for number, line in enumerate(lines):
             if cut and number == len(lines) // 2:
                 handler.close_connection = True
@@ -466,5 +466,17 @@ def main(argv: list[str] | None = None) -> None:
         server.stop()
 
 
+def _wire_json(value: Any) -> str:
+    """``value`` as JSON text for the wire: UTF-8 as servers send it, and a lone surrogate (which UTF-8
+    cannot carry) as its "\\ud800" escape, as a real server sends one."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
+
+
 if __name__ == "__main__":
     main()
+

@@ -26,6 +26,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from workflows.untrusted_text import nested_deeper
+
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # Deeper than any body the API takes (DeerFlow's deepest, mcp_settings, has 5 levels), and shallow
 # enough that nothing walking a parsed body recursively can reach Python's recursion limit.
@@ -176,18 +178,6 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise too_deep from None
     except ValueError as error:
         raise RequestError(f"request body is not JSON: {error}") from error
-    if _nested_deeper(value, MAX_JSON_DEPTH):
+    if nested_deeper(value, MAX_JSON_DEPTH):
         raise too_deep
     return value
-
-
-def _nested_deeper(value: Any, limit: int) -> bool:
-    """Whether ``value`` has arrays or objects nested more than ``limit`` deep, found level by level
-    (never recursing, so the check cannot hit the recursion limit it guards against)."""
-    level = [value] if isinstance(value, dict | list) else []
-    for _ in range(limit):
-        level = [child for node in level for child in (node.values() if isinstance(node, dict) else node)
-                 if isinstance(child, dict | list)]
-        if not level:
-            return False
-    return True

@@ -43,6 +43,7 @@ from workflows.activity_options import (
 from workflows.agent_loop import run_agent
 from workflows.agents import AgentSpec
 from workflows.artefact import ArtefactRef
+from workflows.evaluation import MeasureRequest
 from workflows.models import (
     ChatMessage,
     ChatRequest,
@@ -78,6 +79,7 @@ SAMPLE_INPUTS: dict[str, Any] = {
     "render_slides": Deck(title="Tides", slides=[Slide(title="Why", bullets=["Predictable"])]),
     "speak": SpeechRequest(text="Hello Deer", speaker="female"),
     "join_audio": [ArtefactRef(size=1, inline=b"x")],
+    "measure_report": MeasureRequest(report="# Tides", style="news"),
     "load_run_config": [],
 }
 

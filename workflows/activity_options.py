@@ -39,6 +39,7 @@ from temporalio.common import RetryPolicy
 
 with workflow.unsafe.imports_passed_through():
     from workflows.artefact import ArtefactRef
+    from workflows.evaluation import MeasureRequest
     from workflows.models import (
         ChatRequest,
         CrawlRequest,
@@ -210,6 +211,12 @@ JOIN_AUDIO: ActivityOptions[list[ArtefactRef]] = ActivityOptions(
     heartbeat_timeout=None, retry=RetryPolicy(maximum_attempts=3),
     summary=lambda clips: f"join_audio · {len(clips)} clip(s)", queue="tools",
 )
+# A report's metrics: CPU work on text a request sent, kept out of workflow code (issue #42).
+MEASURE_REPORT: ActivityOptions[MeasureRequest] = ActivityOptions(
+    "measure_report", start_to_close=timedelta(seconds=60), schedule_to_close=timedelta(minutes=5),
+    heartbeat_timeout=None, retry=RetryPolicy(maximum_attempts=3),
+    summary=lambda request: f"measure_report · {len(request.report):,} characters", queue="tools",
+)
 LOAD_RUN_CONFIG: ActivityOptions[list[str]] = ActivityOptions(
     "load_run_config", start_to_close=timedelta(seconds=30), schedule_to_close=None,
     heartbeat_timeout=None, retry=None,  # reads settings and checks paths: nothing to heartbeat
@@ -219,7 +226,7 @@ LOAD_RUN_CONFIG: ActivityOptions[list[str]] = ActivityOptions(
 ACTIVITY_OPTIONS: dict[str, ActivityOptions[Any]] = {
     options.name: options
     for options in (CHAT, WEB_SEARCH, LOCAL_SEARCH, CRAWL, PYTHON, MCP_LIST_TOOLS, MCP_CALL_TOOL, RENDER_SLIDES,
-                    SPEAK, JOIN_AUDIO, LOAD_RUN_CONFIG)
+                    SPEAK, JOIN_AUDIO, MEASURE_REPORT, LOAD_RUN_CONFIG)
 }
 
 

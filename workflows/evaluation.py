@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_
 
 from workflows.models import Usage
 from workflows.reply_json import reply_json
-from workflows.report_metrics import ReportMetrics, grade
+from workflows.report_metrics import ReportMetrics, compute_metrics, grade, metrics_score
 
 EVALUATOR_WORKFLOW = "ReportEvaluationWorkflow"
 # The hard ceiling of any content flow's text; the API server's operator cap
@@ -40,6 +40,26 @@ class EvaluateRequest(BaseModel):
     @classmethod
     def _style(cls, value: str | None) -> str:
         return (value or "default").lower()
+
+
+class MeasureRequest(BaseModel):
+    """Input of the ``measure_report`` activity: the report as the request sent it, and its style."""
+
+    report: str
+    style: str
+
+
+class MeasuredReport(BaseModel):
+    """DeerFlow's metrics of a report and the score they give."""
+
+    metrics: ReportMetrics
+    score: float
+
+
+def measure(request: MeasureRequest) -> MeasuredReport:
+    """The metrics and their score (linear in the report: workflows/report_metrics.py)."""
+    metrics = compute_metrics(request.report, request.style)
+    return MeasuredReport(metrics=metrics, score=metrics_score(metrics, request.style))
 
 
 class LlmEvaluation(BaseModel):

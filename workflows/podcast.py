@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr
 
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import MAX_CONTENT_CHARS
+from workflows.markdown_links import links
 from workflows.models import Usage
 from workflows.reply_json import reply_json
 
@@ -26,7 +27,8 @@ NO_VOICE = "NoVoice"
 NO_VOICE_MESSAGE = ("No text-to-speech voice is configured (set DEERFLOW_TTS_URL to an OpenAI-compatible "
                     "/v1 endpoint, or VOLCENGINE_TTS_APPID and VOLCENGINE_TTS_ACCESS_TOKEN); the podcast script "
                     "is still available.")
-_MARKUP = re.compile(r"[*_`#>]+|!?\[([^\]]*)\]\([^)]*\)")
+# Markdown's emphasis, code, heading and quote marks.
+_MARKS = re.compile(r"[*_`#>]+")
 
 Speaker = Literal["male", "female"]
 
@@ -69,8 +71,22 @@ class NoScript(ValueError):
     """The script writer's reply holds no line to speak."""
 
 
+def without_markup(text: str) -> str:
+    r"""``text`` without markdown marks, each link or image as its label: what
+    ``re.sub(r"[*_`#>]+|!?\[([^\]]*)\]\([^)]*\)", lambda m: m.group(1) or "", text)`` gives, in one
+    pass (that pattern scans from every "[" to the next "]" and ")": quadratic in a model's reply)."""
+    pieces, position = [], 0
+    for link in links(text, "[", "any"):
+        image = link.start > position and text[link.start - 1] == "!"  # "![": the "!" goes with the link
+        pieces += [_MARKS.sub("", text[position:link.start - 1 if image else link.start]),
+                   text[link.start + 1:link.label_end]]
+        position = link.end
+    pieces.append(_MARKS.sub("", text[position:]))
+    return "".join(pieces)
+
+
 def _plain(text: str) -> str:
-    return " ".join(_MARKUP.sub(lambda m: m.group(1) or "", text).split())[:MAX_LINE_CHARS]
+    return " ".join(without_markup(text).split())[:MAX_LINE_CHARS]
 
 
 def script_from_reply(reply: str) -> Script:

@@ -1,9 +1,10 @@
 """``ReportEvaluationWorkflow``: DeerFlow's report evaluation (metrics, and the model as judge).
 
-The metrics are pure code computed here (workflows/report_metrics.py); the judge, when asked for,
-is one ``chat`` turn with the ``report_judge`` prompt, so it has the model call's retries and
-timeouts and shows in the Web UI. A judge that fails for good leaves the metrics-only answer, as
-DeerFlow's does.
+The metrics are pure code (workflows/report_metrics.py) run by the ``measure_report`` activity:
+the report is anybody's text, so its scoring stays out of workflow code (runs recorded before the
+activity computed them here, and still do on replay). The judge, when asked for, is one ``chat``
+turn with the ``report_judge`` prompt, so it has the model call's retries and timeouts and shows in
+the Web UI. A judge that fails for good leaves the metrics-only answer, as DeerFlow's does.
 """
 
 from __future__ import annotations
@@ -13,19 +14,26 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import MEASURE_REPORT, execute
     from workflows.evaluation import (
         EVALUATOR_WORKFLOW,
         JUDGE_REPORT_CHARS,
         EvaluateRequest,
         EvaluationResult,
         LlmEvaluation,
+        MeasuredReport,
+        MeasureRequest,
         combine,
+        measure,
         parse_judgement,
     )
     from workflows.model_calls import ask
     from workflows.models import Usage
-    from workflows.report_metrics import compute_metrics, metrics_score
+    from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
+
+# The metrics moved from workflow code into the ``measure_report`` activity (issue #42).
+METRICS_ACTIVITY_PATCH = "report-metrics-activity"
 
 
 @workflow.defn(name=EVALUATOR_WORKFLOW)
@@ -34,7 +42,9 @@ class ReportEvaluationWorkflow:
     async def run(self, raw: RawValue) -> EvaluationResult:
         request = decode_input(raw, EvaluateRequest, workflow.payload_converter())
         style = request.report_style or "default"
-        metrics = compute_metrics(request.content, style)
+        measuring = MeasureRequest(report=request.content, style=style)
+        measured = (await execute(MEASURE_REPORT, measuring, MeasuredReport, routing=OWN_QUEUES)
+                    if workflow.patched(METRICS_ACTIVITY_PATCH) else measure(measuring))
         usage = Usage()
         judged: LlmEvaluation | None = None
         if request.use_llm:
@@ -46,4 +56,4 @@ class ReportEvaluationWorkflow:
                 workflow.logger.warning("The report judge failed; answering with the metrics alone")
             else:
                 judged = parse_judgement(reply)
-        return combine(metrics, metrics_score(metrics, style), judged, usage)
+        return combine(measured.metrics, measured.score, judged, usage)

@@ -1,9 +1,13 @@
 """DeerFlow's automated report metrics and its score formula, as pure code.
 
-Pure (regular expressions over the text, no I/O, no clock), so the evaluation workflow computes
-them itself and a replay computes the same figures. The section patterns, style requirements,
-word targets and weights are DeerFlow's (``src/eval/metrics.py``, ``src/eval/evaluator.py``), so a
-report scores here what it scores there.
+Pure (no I/O, no clock) and linear in the report's length: the report is whatever a request
+sent, and the ``measure_report`` activity computes its metrics (runs recorded before that did so
+in the workflow). The section patterns, style requirements, word targets and weights are
+DeerFlow's (``src/eval/metrics.py``, ``src/eval/evaluator.py``), so a report scores here what it
+scores there. Where DeerFlow's pattern backtracks (``技术.*(?:分析|…)`` retries from every "技术"
+of a line, its link patterns from every "["), the pattern here finds the same thing in one pass:
+an atomic group tries only the first "技术" of each line, and links are scanned
+(workflows/markdown_links.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import re
 from urllib.parse import urlparse
 
 from pydantic import BaseModel, Field
+
+from workflows.markdown_links import links
 
 _BASE_SECTIONS = ("title", "key_points", "overview", "detailed_analysis", "key_citations")
 STYLE_SECTIONS: dict[str, tuple[str, ...]] = {
@@ -35,8 +41,10 @@ SECTION_PATTERNS = {
     "methodology": r"(?:methodology|方法论|研究方法)",
     "executive_summary": r"(?:executive\s*summary|执行摘要|投资建议)",
     "market_analysis": r"(?:market\s*analysis|市场分析|产业分析)",
-    "technology_analysis": r"(?:technology|技术.*(?:分析|解析|深度))",
-    "investment_recommendations": r"(?:investment.*recommend|投资建议|投资评级)",
+    # DeerFlow's r"(?:technology|技术.*(?:分析|解析|深度))" and r"(?:investment.*recommend|投资建议|投资评级)":
+    # a line holds a match from one of its "技术" (or "investment") iff it holds one from its first.
+    "technology_analysis": r"(?:technology|^(?>[^\n]*?技术)[^\n]*?(?:分析|解析|深度))",
+    "investment_recommendations": r"(?:^(?>[^\n]*?investment)[^\n]*?recommend|投资建议|投资评级)",
 }
 WORD_TARGETS = {
     "strategic_investment": (10000, 15000), "academic": (3000, 8000), "news": (800, 2000),
@@ -65,7 +73,7 @@ class ReportMetrics(BaseModel):
 
 def _domains(text: str) -> set[str]:
     domains = set()
-    for rest in re.findall(r"https?://([^\s\)\]]+)", text):
+    for rest in set(re.findall(r"https?://([^\s\)\]]+)", text)):  # each URL parsed once
         try:
             domain = (urlparse(f"http://{rest}").netloc or rest.split("/")[0]).lower().replace("www.", "")
         except ValueError:  # DeerFlow skips what urlparse refuses (a bad IPv6 literal)
@@ -87,9 +95,9 @@ def compute_metrics(report: str, style: str) -> ReportMetrics:
     present = [s for s, ok in found.items() if ok]
     return ReportMetrics(
         word_count=len(re.findall(r"\b[a-zA-Z]+\b", report)) + len(re.findall(r"[\u4e00-\u9fff]", report)),
-        citation_count=len(re.findall(r"\[[^\]]*\]\(https?://[^\s\)]+\)", report)),
+        citation_count=sum(1 for _ in links(report, "[", "web")),  # DeerFlow's r"\[[^\]]*\]\(https?://[^\s\)]+\)"
         unique_sources=len(_domains(report)),
-        image_count=len(re.findall(r"!\[[^\]]*\]\([^)]+\)", report)),
+        image_count=sum(1 for _ in links(report, "![", "nonempty")),  # DeerFlow's r"!\[[^\]]*\]\([^)]+\)"
         section_count=len(present),
         section_coverage_score=len(present) / len(found) if found else 0.0,
         sections_found=present,
