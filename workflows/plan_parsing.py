@@ -1,9 +1,15 @@
-"""Turns the planner's text into a validated ``Plan``.
+r"""Turns the planner's text into a validated ``Plan``.
 
 Models wrap JSON in fences, leave trailing commas or cut it short; json-repair mends what can be
 mended (it is pure and deterministic, so it is safe in workflow code), and pydantic decides
 whether the result is a plan at all. Errors are one line a person (and the re-asked model) can
 read: pydantic's own text carries a documentation URL and spans many lines.
+
+The reply is model output and this runs in workflow code, so the work is bounded first: a reply
+over ``MAX_PLAN_REPLY_CHARS`` is refused unread, the fences are found by scanning (the pattern
+``^\s*```[a-zA-Z]*\s*|\s*```\s*$`` it replaces retried at every blank: 60,000 spaces took a minute),
+a value nested deeper than ``MAX_PLAN_DEPTH`` is refused, and "\ud800" escapes are read as U+FFFD
+(workflows/untrusted_text.py), since no payload could carry them.
 """
 
 from __future__ import annotations
@@ -17,20 +23,41 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
     from workflows.models import Plan
+    from workflows.untrusted_text import nested_deeper, scrubbed
 
-_FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*|\s*```\s*$")
+_LEADING_FENCE = re.compile(r"```[a-zA-Z]*\s*")  # matched at the start only: one linear run
+FENCE = "```"
+# Many times what the planner's output cap lets through (a plan of 30 steps is some 20,000).
+MAX_PLAN_REPLY_CHARS = 200_000
+MAX_PLAN_DEPTH = 32  # a plan is 4 levels deep
 
 
 class PlanParseError(ValueError):
     """The planner's reply could not be turned into a plan."""
 
 
+def without_fences(text: str) -> str:
+    r"""``text`` stripped, without a leading fence (and its language tag) and a closing fence: what
+    ``re.sub(r"^\s*```[a-zA-Z]*\s*|\s*```\s*$", "", text.strip())`` gives, in one pass."""
+    text = text.strip()
+    leading = _LEADING_FENCE.match(text)
+    start, end = (leading.end() if leading else 0), len(text)
+    if text.endswith(FENCE) and end - len(FENCE) >= start:
+        end = max(start, len(text[:end - len(FENCE)].rstrip()))
+    return text[start:end]
+
+
 def parse_plan(text: str, max_steps: int, default_locale: str) -> Plan:
-    cleaned = _FENCE.sub("", text.strip())
+    if len(text) > MAX_PLAN_REPLY_CHARS:
+        raise PlanParseError(f"the planner's reply is {len(text):,} characters long, over the "
+                             f"{MAX_PLAN_REPLY_CHARS:,} a plan may take")
     try:
-        data = json_repair.loads(cleaned)
-    except Exception as error:  # json_repair raises various types on hopeless input
+        data = json_repair.loads(without_fences(text))
+    except Exception as error:  # json_repair raises various types on hopeless input (RecursionError too)
         raise PlanParseError(f"the planner's reply is not JSON ({error})") from error
+    if nested_deeper(data, MAX_PLAN_DEPTH):
+        raise PlanParseError(f"the planner's reply is nested deeper than {MAX_PLAN_DEPTH} levels")
+    data = scrubbed(data)
     if isinstance(data, list) and len(data) == 1:
         data = data[0]
     if not isinstance(data, dict) or not data:
