@@ -20,7 +20,7 @@ from runtime import artefacts
 from runtime.front_door import CliError, connect
 from workflows.errors import failure_message
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
-from workflows.models import TASK_QUEUE, Outcome, ResearchResult
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchResult
 from workflows.podcast import PODCAST_WORKFLOW, PodcastRequest, PodcastResult, script_text
 from workflows.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
@@ -34,6 +34,9 @@ async def finished_report(client: Client, run_id: str) -> ResearchResult:
         description = await handle.describe()
     except Exception as error:
         raise CliError(f"No research run with ID {run_id!r}.") from error
+    if description.workflow_type != WORKFLOW_TYPE:  # a content flow's run: its result is no report
+        raise CliError(printable(f"{run_id} is not a research run (it is a {description.workflow_type}): "
+                                 "only a research run has a report to work on."))
     if description.status != WorkflowExecutionStatus.COMPLETED:
         raise CliError(f"Run {run_id} has no finished report (it is {description.status.name.lower()}).")
     try:

@@ -18,10 +18,11 @@ from cli import content
 from config.settings import Settings
 from runtime.front_door import CliError
 from tests.support.fake_http import FakeHTTPServer, Reply
-from tests.support.runs import QUESTION
+from tests.support.runs import QUESTION, SAMPLE_REPORT
 from tests.support.workers import WorkerWith
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.podcast import NO_VOICE_MESSAGE
+from workflows.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -88,3 +89,17 @@ async def test_a_run_without_a_report_is_one_line(time_worker: Client, worker_se
         await content.evaluate_command(argparse.Namespace(id="nope", style="academic", llm=False), worker_settings)
 
 
+
+
+async def test_a_content_flows_run_is_one_line_naming_what_it_is(time_worker: Client,
+                                                                  worker_settings: Settings) -> None:
+    """Issue #42 §9: its result is no report, so the refusal says so (it was pydantic's many lines)."""
+    slides_run = f"slides-{uuid.uuid4().hex[:8]}"
+    await time_worker.execute_workflow(SLIDES_WORKFLOW, SlidesRequest(content=SAMPLE_REPORT), id=slides_run,
+                                       task_queue=TASK_QUEUE, result_type=SlidesResult)
+    with pytest.raises(CliError) as refused:
+        await content.evaluate_command(argparse.Namespace(id=slides_run, style="academic", llm=False),
+                                       worker_settings)
+    assert str(refused.value) == (f"{slides_run} is not a research run (it is a {SLIDES_WORKFLOW}): only a "
+                                  "research run has a report to work on.")
+    assert refused.value.exit_code == 2
