@@ -41,7 +41,14 @@ from hosting.reclaim import hand_back, open_journal, reclaim_at_start, settled
 from hosting.registry import build_workers, running
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
 from offline.providers import OfflineProviders, offline_banner, start_offline_providers, with_overrides
-from runtime.build_info import add_version_argument, build_label, code_digest, metric_labels, worker_identity
+from runtime.build_info import (
+    add_version_argument,
+    build_id,
+    build_label,
+    code_digest,
+    metric_labels,
+    worker_identity,
+)
 from runtime.connection import TemporalConnectionError, connect, load_connection
 from runtime.converter import prepare_payload_store
 from runtime.encryption import EncryptionConfigError, keys_summary
@@ -157,7 +164,7 @@ async def main(argv: list[str] | None = None) -> None:
     workers = build_workers(client, settings, queues, search_attributes_enabled=search_attributes_enabled,
                             sandbox=sandbox, chat=chat, interceptors=interceptors,
                             sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
-                            graceful_shutdown_timeout=grace, identity=identity)
+                            graceful_shutdown_timeout=grace, identity=identity, build_id=build_id(digest))
     stop = asyncio.Event()
     on_stop_signals(stop, grace, client, journal)
     polled = [worker.task_queue for worker in workers]
@@ -227,35 +234,39 @@ async def warm_up(queues: tuple[QueueKind, ...], settings: Settings, sandbox: Sa
 
     Reclaiming a dead predecessor's attempts (so they are retried now) goes first: the imports below
     would hold up its few calls. The attempts it failed are retried at once, mostly here: a model
-    call waits for the model libraries, which are imported first, and the rest (seconds of CPU: the
-    MCP SDK where an MCP server is configured, the fork server) waits until those retries are done
-    (at most 10 s), measured to take 0.6-1 s off the resume of a run killed mid-model-call
-    (bench/crash_cost.py).
+    call waits for the model libraries, which are imported first, and the rest waits until those
+    retries are done (at most 10 s), measured to take 0.6-1 s off the resume of a run killed
+    mid-model-call (bench/crash_cost.py).
+
+    Then what a run's first calls need (the model libraries, the search providers: its coordinator,
+    background search and planner), and only after them what its later steps need: the sandbox's
+    probe and the extraction fork server (1-3 s of CPU in its own process). Started together, they
+    took cores from the model libraries' import while a new user waited for the first plan
+    (bench/first_plan.py); a run's first crawl and Python come seconds later.
 
     Each is also done on first use, which would otherwise pay for it: the sandbox is probed by the first
-    python_repl_tool call, the fork server (1-3 s) is started by the first extraction, the model and
+    python_repl_tool call, the fork server is started by the first extraction, the model and
     MCP libraries (seconds) are imported by the first call that needs them, and each tier's context
     window (``GET /models`` to the provider) is asked by its first turn.
     """
     try:
         reclaimed = 0 if journal is None else await reclaim_at_start(client, journal)
-        if "sandbox" in queues:
-            await sandbox.self_check()  # says whether the code is contained, or refused
         if {"main", "model", "tools"} & set(queues):
             if reclaimed and journal is not None:
                 await load(MODEL_MODULE)
                 await settled(journal)
-            starts = [preload_and_warm_turns(settings, queues, chat)]
-            if EXTRACTING_KINDS & set(queues):  # the fork server imports in its own process: they overlap
-                starts.append(asyncio.to_thread(start_fork_server, settings))
-            await asyncio.gather(*starts)
+            await preload_and_warm_turns(settings, queues, chat)
+        if "sandbox" in queues:
+            await sandbox.self_check()  # says whether the code is contained, or refused
+        if EXTRACTING_KINDS & set(queues):
+            await asyncio.to_thread(start_fork_server, settings)
     finally:
         resume_collection()
 
 
 async def preload_and_warm_turns(settings: Settings, queues: tuple[QueueKind, ...], chat: ChatActivity) -> None:
     """The preload, then, where this worker runs model turns, their own warm-up (the context windows
-    and the kept clients), which needs the preload's imports; beside the fork server's start."""
+    and the kept clients), which needs the preload's imports."""
     await preload(settings, queues)
     if MODEL_KINDS & set(queues):
         await chat.warm()

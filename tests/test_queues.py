@@ -72,6 +72,29 @@ async def test_only_a_worker_that_extracts_starts_the_fork_server_and_one_with_m
     assert warmed == ([True] if turns else [])
 
 
+async def test_what_a_runs_first_calls_need_is_warmed_before_the_sandbox_and_the_fork_server(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user waits for the first plan: its coordinator, background search and planner need the
+    model libraries and the search providers, not the sandbox's probe nor the extraction fork server
+    (1-3 s of CPU), which took cores from that import when started beside it (issue #45)."""
+    done: list[str] = []
+
+    async def preload(*_: object) -> None:
+        await asyncio.sleep(0.05)  # the others, started beside it, would come first
+        done.append("preload")
+
+    monkeypatch.setattr(worker, "preload", preload)
+    monkeypatch.setattr(worker, "start_fork_server", lambda _settings: done.append("fork server"))
+    sandbox: Any = SimpleNamespace(self_check=lambda: asyncio.sleep(0, done.append("sandbox probe")))
+    chat: Any = SimpleNamespace(warm=lambda: asyncio.sleep(0, done.append("model turns")))
+    unused: Any = None  # no journal: nothing to reclaim
+    try:
+        await warm_up(QUEUE_KINDS, unused, sandbox, chat, unused, None)
+    finally:
+        gc.unfreeze()
+    assert done == ["preload", "model turns", "sandbox probe", "fork server"]
+
+
 def test_queue_names_derive_from_the_runs_queue() -> None:
     assert [queue_name(kind) for kind in QUEUE_KINDS] == [
         TASK_QUEUE, f"{TASK_QUEUE}-model", f"{TASK_QUEUE}-tools", f"{TASK_QUEUE}-sandbox"]
