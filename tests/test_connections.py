@@ -160,10 +160,11 @@ class Started(Exception):
 def no_embedded_start(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     calls: list[str] = []
 
-    def start(stack: EmbeddedStack, address: str) -> str:
+    def start(stack: EmbeddedStack, address: str, codec_endpoint: str | None = None) -> str:
         calls.append(address)
         raise Started(address)
 
+    monkeypatch.setattr(EmbeddedStack, "spawn_dev_server", start)
     monkeypatch.setattr(EmbeddedStack, "start_dev_server", start)
     for name in [key for key in os.environ if key.startswith("TEMPORAL_")]:
         monkeypatch.delenv(name)
@@ -176,6 +177,37 @@ async def test_front_door_starts_the_embedded_server_only_where_no_address_is_co
     with pytest.raises(Started):
         await front_door.connect(Settings(DEERFLOW_EMBEDDED_ADDRESS=address))
     assert no_embedded_start == [address]
+
+
+async def test_a_new_dev_server_gets_its_worker_before_it_answers_and_its_codec_server_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's imports (a second or more of CPU) overlap the dev server's start instead of following
+    it, and the codec server (only the Web UI reads through it) does not take a core from either
+    while a new user waits for the first plan (issue #45)."""
+    calls: list[str] = []
+
+    def step(name: str, result: object = None) -> object:
+        calls.append(name)
+        return result
+
+    async def ensure_worker(_stack: EmbeddedStack, _client: object, _address: str, announce: object = None,
+                            spawned: int | None = None) -> bool:
+        return bool(step(f"until worker {spawned} polls", True))
+
+    async def connect_client(*_args: object, **_kwargs: object) -> object:
+        return step("connect", object())
+
+    monkeypatch.setattr(EmbeddedStack, "spawn_dev_server", lambda *_args: step("server", "http://ui"))
+    monkeypatch.setattr(EmbeddedStack, "spawn_worker", lambda *_args: step("worker", 4242))
+    monkeypatch.setattr(EmbeddedStack, "wait_for_dev_server", lambda *_args: step("server answers"))
+    monkeypatch.setattr(EmbeddedStack, "ensure_worker", ensure_worker)
+    monkeypatch.setattr(EmbeddedStack, "revive_codec_server", lambda *_args: step("codec server", True))
+    monkeypatch.setattr(front_door, "connect_client", connect_client)
+    for name in [key for key in os.environ if key.startswith("TEMPORAL_")]:
+        monkeypatch.delenv(name)
+    settings = Settings(DEERFLOW_EMBEDDED_ADDRESS=f"127.0.0.2:{free_port()}", DEERFLOW_HOME=tmp_path)
+    await front_door.connect(settings)
+    assert calls == ["server", "worker", "server answers", "connect", "until worker 4242 polls", "codec server"]
 
 
 async def test_a_configured_loopback_address_that_does_not_answer_is_never_replaced(
