@@ -10,6 +10,7 @@ waits, and both trees are measured in turns so that they see the same load.
 
 from __future__ import annotations
 
+import argparse
 import os
 import resource
 import subprocess
@@ -18,6 +19,8 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from harness import header
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
@@ -57,25 +60,40 @@ class Tree:
         return [PYTHON, str(self.root / "starter.py"), *args]
 
 
-def children_cpu() -> float:
+def _reaped_cpu() -> float:
+    """CPU time of this process's children that have ended and been waited for."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
 
 
 def timed(argv: Sequence[str], cwd: Path, env: Mapping[str, str], timeout: float = 120) -> Sample:
     """Run ``argv`` to its end; its wall time, and the CPU time of it and of the children it waited for."""
-    cpu = children_cpu()
+    cpu = _reaped_cpu()
     began = time.perf_counter()
     done = subprocess.run(list(argv), cwd=cwd, env=dict(env), capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=timeout, check=False)
     wall = time.perf_counter() - began
-    return Sample(wall, children_cpu() - cpu, done.returncode, done.stdout, done.stderr)
+    return Sample(wall, _reaped_cpu() - cpu, done.returncode, done.stdout, done.stderr)
 
 
 def load_note() -> str:
     """The load average now, to print beside each reading (``uptime``'s three figures)."""
     one, five, fifteen = os.getloadavg()
     return f"load average {one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+def ab_parser(doc: str, rounds: int) -> argparse.ArgumentParser:
+    """A front-door bench's options: ``--rounds`` and ``--baseline`` (another checkout to compare with)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--baseline", type=Path, help="another checkout (git archive COMMIT | tar -x -C DIR)")
+    return parser
+
+
+def begin(title: str) -> None:
+    """A bench's first lines: what it measures, when, and the load it starts under."""
+    header(title)
+    print(f"start: {load_note()}", flush=True)
 
 
 def trees(baseline: Path | None, workdir: Path) -> list[Tree]:

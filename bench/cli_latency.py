@@ -23,7 +23,6 @@ machine: ``--version`` and ``--help`` at most 0.2 s; ``status``, ``list`` and ``
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import http.client
 import json
@@ -35,8 +34,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from checkouts import PYTHON, Sample, Tree, load_note, timed, trees
-from harness import header, median, run_main
+from checkouts import PYTHON, Sample, Tree, ab_parser, begin, load_note, timed, trees
+from harness import median, run_main
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from runtime.embedded import free_port
@@ -193,12 +192,9 @@ def _target(name: str, walls: dict[str, list[float]]) -> str:
 
 
 async def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--baseline", type=Path, help="another checkout (git archive COMMIT | tar -x -C DIR)")
+    parser = ab_parser(__doc__, rounds=5)
     args = parser.parse_args()
-    header("CLI and API latency against temporal's CLI")
-    print(f"start: {load_note()}", flush=True)
+    begin("CLI and API latency against temporal's CLI")
     with tempfile.TemporaryDirectory(prefix="cli-bench-") as scratch:
         workdir = Path(scratch)
         chosen = trees(args.baseline, workdir)

@@ -141,6 +141,17 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime + cutime + cstime) / os.sysconf("SC_CLK_TCK")
 
 
+def children_cpu(pid: int) -> float:
+    """CPU time of ``pid``'s live children (and theirs that ended). Children started from a thread (a
+    worker's extraction fork server) are listed under that thread's task, not the main one's."""
+    total = 0.0
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):  # gone since listed
+            for child in children.read_text().split():
+                total += cpu_seconds(int(child))
+    return total
+
+
 class RssSampler:
     """Samples a process tree's memory every ``interval`` s on a thread (the event loop may be busy)."""
 
