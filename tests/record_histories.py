@@ -24,12 +24,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from config.settings import load_settings
 from hosting.registry import build_workers, running
-from offline.model_server import Fault
+from offline.model_server import FakeModelServer, Fault
 from offline.providers import start_offline_providers
+from runtime import research_client
 from sandbox.activity import SandboxActivities
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import TEST_SERVER
 from tests.support.runs import IGNORED_SIGNALS, QUESTION, SAMPLE_REPORT
+from workflows.decisions import Actor, Via
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
 from workflows.mcp_checker import MCP_CHECK_WORKFLOW
@@ -96,7 +98,16 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "podcast": (PodcastRequest(content=SAMPLE_REPORT), [], []),
     "speech": (SpeechRequest(text="Hello Deer"), [], []),
     "mcp_check": (MCPListRequest(server_name="calc", agent="researcher"), [], []),
+    # Cancelled by a named person while a researcher's turn is held at the model (CANCELLED_AT), one
+    # step at a time and side by side: since CANCELLED_CALL_PATCH the run ends cancelled, not failed.
+    "cancelled_researcher_turn": (ResearchRequest(question=QUESTION, auto_accept_plan=True), [],
+                                  [Fault.timeout(4, agent="researcher")]),
+    "cancelled_parallel_steps": (ResearchRequest(question=QUESTION, auto_accept_plan=True, parallel_steps=True), [],
+                                 [Fault.timeout(4, agent="researcher")]),
 }
+# Scenarios cancelled once their first (held) model fault has been taken; by whom.
+CANCELLED_AT: dict[str, Actor] = {"cancelled_researcher_turn": Actor(name="carol", via=Via.CLI),
+                                  "cancelled_parallel_steps": Actor(name="carol", via=Via.CLI)}
 # Scenarios that need an operator setting, by env name; "{tts}" is the fake speech server's base URL.
 MCP_TEST_SERVER = str(Path(__file__).parent / "support" / "mcp_test_server.py")
 SETTINGS: dict[str, dict[str, str]] = {
@@ -123,6 +134,16 @@ async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
             return status.plan.title
         await asyncio.sleep(0.05)
     raise TimeoutError("the run never paused for review")
+
+
+async def _cancel_once_held(handle: WorkflowHandle, model: FakeModelServer, by: Actor) -> None:
+    """Cancel the run, in ``by``'s name, once the model has taken the fault that holds its call."""
+    for _ in range(400):
+        if not model.pending_faults:
+            await research_client.cancel(handle, by)
+            return
+        await asyncio.sleep(0.05)
+    raise TimeoutError("the held call never reached the model")
 
 
 async def record(names: list[str]) -> None:
@@ -156,7 +177,9 @@ async def record(names: list[str]) -> None:
                     reviewed = await _wait_for_review(handle, reviewed)
                     arguments = list(message) if isinstance(message, tuple) else [message]
                     await handle.signal("plan_feedback", args=arguments)
-                with contextlib.suppress(WorkflowFailureError):  # bad_request fails, as it must
+                if name in CANCELLED_AT:
+                    await _cancel_once_held(handle, providers.model, CANCELLED_AT[name])
+                with contextlib.suppress(WorkflowFailureError):  # bad_request fails, cancelled ones too
                     await handle.result()
                 history = await handle.fetch_history()
                 (HISTORIES / f"{name}.json").write_text(history.to_json(), encoding="utf-8")

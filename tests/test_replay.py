@@ -20,6 +20,7 @@ import starter
 from runtime.workflow_runner import workflow_runner
 from tests.support.history_checks import HISTORIES, load, most_pending, tool_batches
 from workflows import research
+from workflows.activity_options import CANCELLED_CALL_PATCH
 from workflows.agent_loop import BOUNDED_DROPS_PATCH
 from workflows.budget import COST_BUDGET_PATCH, MAXIMUM_BOUNDS_PATCH
 from workflows.catalog import WORKFLOWS
@@ -36,7 +37,8 @@ def test_the_reference_scenarios_are_recorded() -> None:
             "no_research_review", "prompt_enhance", "report_evaluation", "prose_fix", "slides",
             "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish",
             "bounded_dropped_calls", "cost_budget_timeout_finish", "budget_reserve_timeout_finish",
-            "budget_maximum_parallel"} <= {
+            "budget_maximum_parallel", "cancelled_researcher_turn", "cancelled_parallel_steps",
+            "cancelled_researcher_turn_before_cancel_patch"} <= {
         path.stem for path in RECORDED}
 
 
@@ -124,6 +126,22 @@ async def test_a_non_deterministic_change_is_caught_by_replay(monkeypatch: pytes
     result = await replayer.replay_workflow(load(HISTORIES / "accepted_plan.json"), raise_on_replay_failure=False)
     assert result.replay_failure is not None
     assert "nondetermin" in str(result.replay_failure).lower()
+
+
+@pytest.mark.parametrize(("name", "end"), [
+    ("cancelled_researcher_turn", EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED),
+    ("cancelled_parallel_steps", EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED),
+    # Recorded before CANCELLED_CALL_PATCH: the cancelled model call failed the run, and replays so.
+    ("cancelled_researcher_turn_before_cancel_patch", EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED),
+])
+def test_a_run_cancelled_during_a_model_call_ends_cancelled_behind_its_patch(name: str, end: EventType.ValueType,
+                                                                             ) -> None:
+    events = load(HISTORIES / f"{name}.json").events
+    assert events[-1].event_type == end
+    patches = [payload.data for event in events if event.HasField("marker_recorded_event_attributes")
+               for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
+    patched = any(f'"id":"{CANCELLED_CALL_PATCH}"'.encode() in data for data in patches)
+    assert patched == (end == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)
 
 
 def test_the_reasked_history_asked_the_planner_twice_behind_its_patch() -> None:

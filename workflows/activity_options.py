@@ -28,6 +28,7 @@ counts those across attempts and makes the kind's ``provider_attempts``-th final
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -36,6 +37,7 @@ from urllib.parse import urlsplit
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, CancelledError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.artefact import ArtefactRef
@@ -73,6 +75,11 @@ HEARTBEAT_THROTTLE = timedelta(seconds=1)
 # provider's side when a worker died, so there is nothing to wait for. A worker restarted on the
 # same machine fails its dead predecessor's attempts itself (hosting/reclaim.py) with this delay.
 LOST_ATTEMPT_RETRY = timedelta(milliseconds=100)
+# A call cancelled because its run was cancelled ends the run cancelled (issue #49). The SDK answers
+# it with an ActivityError, which the run took for the call's failure: a model call's ended the run
+# Failed ("Cancelled"), and one whose failure is forgiven (the background search, a tool call, an
+# MCP listing) let the run go on and pay for its next calls. Runs recorded before it replay as they ran.
+CANCELLED_CALL_PATCH = "cancelled-call-cancels"
 SUMMARY_MAX_CHARS = 80
 _MARKUP = str.maketrans({char: "\\" + char for char in "\\[]<>`"})
 
@@ -246,15 +253,25 @@ def task_queue_for(options: ActivityOptions[Any], routing: QueueRouting) -> str 
 async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: type[ResultT], *,
                   routing: QueueRouting, summary: str | None = None) -> ResultT:
     """Run one activity with its kind's options, on the queue ``routing`` picks for its kind;
-    ``summary`` replaces the kind's default line."""
-    return await workflow.execute_activity(
-        options.name,
-        arg,
-        result_type=result_type,
-        task_queue=task_queue_for(options, routing),
-        start_to_close_timeout=options.start_to_close,
-        schedule_to_close_timeout=options.schedule_to_close,
-        heartbeat_timeout=options.heartbeat_timeout,
-        retry_policy=options.retry,
-        summary=summary if summary is not None else options.summary(arg),
-    )
+    ``summary`` replaces the kind's default line.
+
+    A call cancelled with its run raises ``asyncio.CancelledError``, as any other wait of a
+    cancelled run does, so no ``except ActivityError`` that forgives a failed call can swallow the
+    run's cancellation (``CANCELLED_CALL_PATCH``).
+    """
+    try:
+        return await workflow.execute_activity(
+            options.name,
+            arg,
+            result_type=result_type,
+            task_queue=task_queue_for(options, routing),
+            start_to_close_timeout=options.start_to_close,
+            schedule_to_close_timeout=options.schedule_to_close,
+            heartbeat_timeout=options.heartbeat_timeout,
+            retry_policy=options.retry,
+            summary=summary if summary is not None else options.summary(arg),
+        )
+    except ActivityError as error:
+        if isinstance(error.cause, CancelledError) and workflow.patched(CANCELLED_CALL_PATCH):
+            raise asyncio.CancelledError(error.cause.message) from error
+        raise

@@ -7,8 +7,6 @@ where one tool-less turn asks the model to conclude from what it has.
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -16,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agents import AgentSpec
     from workflows.model_calls import call_model
     from workflows.models import ChatMessage, ChatRequest, ToolCall, ToolSpec
+    from workflows.side_by_side import together
     from workflows.tools import ToolContext, run_tool_call, tool_specs
     from workflows.usage import UsageSink
 
@@ -83,7 +82,7 @@ async def run_agent(
         if not reply.tool_calls:
             return reply.content
         ran = reply.tool_calls[:max_tool_calls]  # [:None] is every call
-        outputs = list(await asyncio.gather(*(tool(call) for call in ran)))
+        outputs = await together(*(tool(call) for call in ran))
         answered, notice = reply.tool_calls, None
         if dropped := len(reply.tool_calls) - len(ran):
             workflow.logger.warning("Model made %d tool calls in one turn; ran the first %d",

@@ -3,8 +3,6 @@ questions, when enabled) and the background investigation."""
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
@@ -16,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.models import Awaiting, ChatMessage, ChatRequest, Outcome, Phase, ResearchResult, RunConfig
     from workflows.research_run import ResearchRun, ReviewTimedOut, RunEnded
     from workflows.run_state import DEFAULT_LOCALE
+    from workflows.side_by_side import together
     from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, search
     from workflows.visibility import REPORT_STYLE
 
@@ -38,7 +37,7 @@ async def configure_and_coordinate(run: ResearchRun) -> str:
     if run.request.resources or not workflow.patched(CONCURRENT_CONFIG_PATCH):
         await _configure(run)
         return await _coordinate(run)
-    _, topic = await asyncio.gather(_configure(run, concurrent=True), _coordinate(run))
+    _, topic = await together(_configure(run, concurrent=True), _coordinate(run))
     return topic
 
 

@@ -9,8 +9,6 @@ the first ``speak`` fails with ``NoVoice`` and the run ends with the script and 
 
 from __future__ import annotations
 
-import asyncio
-
 from temporalio import workflow
 from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -32,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
+    from workflows.side_by_side import together
 
 
 def _no_voice(error: ActivityError) -> str | None:
@@ -55,7 +54,7 @@ class PodcastWorkflow:
         try:
             # The first alone: without a voice, no other starts.
             first = await execute(SPEAK, lines[0], ArtefactRef, routing=OWN_QUEUES)
-            rest = await asyncio.gather(*(execute(SPEAK, line, ArtefactRef, routing=OWN_QUEUES) for line in lines[1:]))
+            rest = await together(*(execute(SPEAK, line, ArtefactRef, routing=OWN_QUEUES) for line in lines[1:]))
         except ActivityError as error:
             note = _no_voice(error)
             if note is None:

@@ -179,10 +179,11 @@ class DeepResearchWorkflow:
 
     def _record_cancel(self) -> None:
         """Who cancelled the run (the reason our doors give a cancel request names them), kept in
-        its status; the run still ends cancelled, as Temporal and every client expect."""
+        its status with its outcome; the run still ends cancelled, as Temporal and every client expect."""
         reason = workflow.cancellation_reason()
         if reason is not None:  # an inner task's cancellation is not a person's decision
             self._state.decide("cancel", "cancel", actor_of_cancel(reason))
+            self._state.status.outcome = Outcome.CANCELLED
 
     def _failed(self, error: ActivityError) -> ApplicationError:
         """The run's failure, said in its status and in the error it ends with."""

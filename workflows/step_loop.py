@@ -3,7 +3,6 @@ their dependencies allow; a long run hands over to a fresh one between steps."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import NoReturn
 
 from temporalio import workflow
@@ -17,6 +16,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.research_run import ResearchRun
     from workflows.run_state import RunContinuation
     from workflows.scheduling import step_dependencies
+    from workflows.side_by_side import together
     from workflows.tools import ToolContext, mcp_tools_for
     from workflows.usage import COST_DIGITS, Counted, Usage
 
@@ -44,7 +44,7 @@ async def run_steps(run: ResearchRun) -> None:
                 await _run_step(run, index, context=needs)
             finished.add(index)
 
-        await asyncio.gather(*(run_when_ready(index) for index in pending))
+        await together(*(run_when_ready(index) for index in pending))
     else:
         for position, index in enumerate(pending):
             if _history_is_long(run):
