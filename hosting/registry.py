@@ -24,6 +24,7 @@ from activities.documents.retrieval import RetrievalActivities
 from activities.mcp.calls import McpActivities
 from activities.model.chat import ChatActivity
 from activities.run_config import RunConfigActivities
+from activities.run_control import cancel_itself
 from activities.web.crawl import CrawlActivities
 from activities.web.search import SearchActivities
 from config.settings import Settings
@@ -55,8 +56,8 @@ def queue_activities(
              SlideActivities(settings).render_slides,
              speech.speak, speech.join_audio, measure_report]
     python = [sandbox.python_repl_tool]
-    run_config = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config]
-    return {"main": [*model, *tools, *python, *run_config], "model": model, "tools": tools, "sandbox": python}
+    own_run = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config, cancel_itself]
+    return {"main": [*model, *tools, *python, *own_run], "model": model, "tools": tools, "sandbox": python}
 
 
 def queue_concurrency(settings: Settings, kind: QueueKind) -> int:

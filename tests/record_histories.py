@@ -35,7 +35,17 @@ from workflows.decisions import Actor, Via
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
 from workflows.mcp_checker import MCP_CHECK_WORKFLOW
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, MCPListRequest, Phase, ReportStyle, ResearchRequest, RunStatus
+from workflows.models import (
+    TASK_QUEUE,
+    WORKFLOW_TYPE,
+    BudgetTimeoutAction,
+    MCPListRequest,
+    Phase,
+    ReportStyle,
+    ResearchRequest,
+    ReviewTimeoutAction,
+    RunStatus,
+)
 from workflows.podcast import PODCAST_WORKFLOW, PodcastRequest, SpeechRequest
 from workflows.prose import PROSE_WORKFLOW, ProseOption, ProseRequest
 from workflows.slides import SLIDES_WORKFLOW, SlidesRequest
@@ -76,6 +86,13 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     # calls: the two research steps run side by side, then the pause before the third times out.
     "budget_maximum_parallel": (ResearchRequest(question=QUESTION, auto_accept_plan=True, parallel_steps=True,
                                                 review_timeout=timedelta(hours=2)), [], []),
+    # Nobody reviewing the plan, or deciding at the budget, within two hours, and the request says to cancel
+    # then: since CANCELS_ITSELF_PATCH the run asks the server to cancel it (cancel_itself) and ends cancelled.
+    "review_timeout_cancel": (ResearchRequest(question=QUESTION, review_timeout=timedelta(hours=2),
+                                              review_timeout_action=ReviewTimeoutAction.CANCEL), [], []),
+    "budget_timeout_cancel": (ResearchRequest(question=QUESTION, auto_accept_plan=True, token_budget=7_000,
+                                              review_timeout=timedelta(hours=2),
+                                              budget_timeout_action=BudgetTimeoutAction.CANCEL), [], []),
     # A plan without a title: the planner is asked once more, quoting the error (issue #11).
     "reasked_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                      [Fault.plan_without_title()]),

@@ -81,6 +81,7 @@ SAMPLE_INPUTS: dict[str, Any] = {
     "join_audio": [ArtefactRef(size=1, inline=b"x")],
     "measure_report": MeasureRequest(report="# Tides", style="news"),
     "load_run_config": [],
+    "cancel_itself": "The run was cancelled at its token budget (7,000 tokens): a person cancelled it.",
 }
 
 

@@ -17,7 +17,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from tests.support.budgets import decide as decide_as
 from tests.support.budgets import paused_for_budget, steps_run
-from tests.support.runs import start, wait_for
+from tests.support.runs import cancelled_status, start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.budget_models import BudgetAction, BudgetDecision
@@ -117,8 +117,9 @@ async def test_the_operator_cost_default_applies_and_its_maximum_bounds_requests
             await decide(handle, BudgetDecision(action=BudgetAction.RAISE, cost_usd=0.0181))
         assert "maximum is $0.0180" in failure_message(refused.value.cause)
         await decide(handle, BudgetDecision(action=BudgetAction.CANCEL))
-        cancelled = await handle.result()
-        assert cancelled.outcome is Outcome.CANCELLED and "cancelled at its cost budget" in cancelled.report
+        cancelled = await cancelled_status(handle)
+        assert cancelled.outcome is Outcome.CANCELLED
+        assert any("cancelled at its cost budget" in note for note in cancelled.notes)
 
         greedy = await start(client, auto_accept_plan=True, cost_budget_usd=5.0)
         status = await wait_for(greedy, paused_for_budget)

@@ -10,7 +10,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from offline.model_server import FakeModelServer
-from tests.support.runs import awaiting_review, start, wait_for
+from tests.support.runs import awaiting_review, cancelled_status, start, wait_for
 from workflows.errors import failure_message
 from workflows.models import Outcome, Phase, ReviewOutcome, RunStatus, StepState
 
@@ -41,12 +41,12 @@ async def test_review_timeout_accept_runs_the_plan(time_worker: Client) -> None:
     assert any(event.kind == "review" and "accept" in event.message for event in status.events)
 
 
-async def test_review_timeout_cancel_says_so_in_the_result(time_worker: Client) -> None:
+async def test_review_timeout_cancel_ends_the_run_cancelled_and_says_why(time_worker: Client) -> None:
     handle = await start(time_worker, review_timeout="PT2H", review_timeout_action="cancel")
-    result = await handle.result()
-    assert result.outcome is Outcome.CANCELLED
-    assert "not reviewed within 2:00:00" in result.report
-    assert result.plan is not None and not any(step.execution_res for step in result.plan.steps)
+    status = await cancelled_status(handle)
+    assert status.outcome is Outcome.CANCELLED and status.awaiting is None and not status.decisions
+    assert any("not reviewed within 2:00:00" in note for note in status.notes)
+    assert status.plan is not None and not any(step.execution_res for step in status.plan.steps)
 
 
 async def test_review_timeout_report_writes_the_report_from_what_is_known(
@@ -66,8 +66,8 @@ async def test_the_default_review_timeout_is_seven_days(time_env: WorkflowEnviro
     await wait_for(handle, awaiting_review)
     await time_env.sleep(timedelta(days=6, hours=23))
     assert awaiting_review(await handle.query("status", result_type=RunStatus))
-    result = await handle.result()  # the deadline passes; the default action cancels
-    assert result.outcome is Outcome.CANCELLED
+    status = await cancelled_status(handle)  # the deadline passes; the default action cancels
+    assert status.outcome is Outcome.CANCELLED
 
 
 async def test_edit_loop_with_two_revisions_keeps_the_plan_history(

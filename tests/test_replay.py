@@ -38,7 +38,9 @@ def test_the_reference_scenarios_are_recorded() -> None:
             "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish",
             "bounded_dropped_calls", "cost_budget_timeout_finish", "budget_reserve_timeout_finish",
             "budget_maximum_parallel", "cancelled_researcher_turn", "cancelled_parallel_steps",
-            "cancelled_researcher_turn_before_cancel_patch"} <= {
+            "cancelled_researcher_turn_before_cancel_patch", "review_timeout_cancel",
+            "budget_timeout_cancel", "review_timeout_cancel_before_cancel_itself",
+            "budget_timeout_cancel_before_cancel_itself"} <= {
         path.stem for path in RECORDED}
 
 
@@ -142,6 +144,23 @@ def test_a_run_cancelled_during_a_model_call_ends_cancelled_behind_its_patch(nam
                for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
     patched = any(f'"id":"{CANCELLED_CALL_PATCH}"'.encode() in data for data in patches)
     assert patched == (end == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED)
+
+
+@pytest.mark.parametrize("name", ["review_timeout_cancel", "budget_timeout_cancel"])
+@pytest.mark.parametrize("before", [False, True])
+def test_a_run_that_decides_to_cancel_ends_cancelled_on_the_server_behind_its_patch(name: str, before: bool) -> None:
+    events = load(HISTORIES / f"{name}{'_before_cancel_itself' if before else ''}.json").events
+    kinds = [event.event_type for event in events]
+    if before:  # it completed, with the outcome "cancelled" in its result
+        assert kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED
+        return
+    asked = [event.activity_task_scheduled_event_attributes.activity_type.name for event in events
+             if event.HasField("activity_task_scheduled_event_attributes")][-1]
+    assert asked == "cancel_itself" and kinds[-1] == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED
+    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in kinds  # its completion races no workflow task
+    requested = next(event.workflow_execution_cancel_requested_event_attributes for event in events
+                     if event.HasField("workflow_execution_cancel_requested_event_attributes"))
+    assert "cancelled" in requested.cause  # the reason is the run's own words
 
 
 def test_the_reasked_history_asked_the_planner_twice_behind_its_patch() -> None:

@@ -107,12 +107,17 @@ async def test_finish_now_from_the_page_reports_what_was_found_cut_short(page: P
 
 async def test_cancel_from_the_page_ends_the_run(page: Page, tmp_path: Path) -> None:
     try:
-        await start_paused(page, tokens="7000")
+        run, _ = await start_paused(page, tokens="7000")
         await page.press("#budget-cancel")
         ended = await page.wait_for("document.getElementById('run-phase').textContent.startsWith('Ended') && "
                                     "document.getElementById('run-phase').textContent", 60, what="the run to end")
         assert "cancel" in ended, ended
         assert await page.evaluate(PAUSED.replace("!", "")), "no controls on an ended run"
+        # The list reads how it ended from the server, as the run view does: it said "finished" (issue #49).
+        await page.press("#refresh")
+        entry = f"document.querySelector('#runs li[data-run={json.dumps(run)}] .phase')?.textContent"
+        listed = await page.wait_for(f"{entry}?.startsWith('cancelled') && {entry}", 30, what="the list's word")
+        assert "finished" not in listed, listed
     except Exception:
         await page.screenshot(tmp_path / "failure.png")
         raise

@@ -38,6 +38,7 @@ from urllib.parse import urlsplit
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, CancelledError
+from temporalio.workflow import ActivityCancellationType
 
 with workflow.unsafe.imports_passed_through():
     from workflows.artefact import ArtefactRef
@@ -131,6 +132,8 @@ class ActivityOptions(Generic[InputT]):
     # made final. Set: ``retry`` has no attempt limit and the kind no schedule-to-close, since lost
     # attempts are bounded by the operator's retry window instead. None: ``retry`` counts every attempt.
     provider_attempts: int | None = None
+    # What a cancelled run waits for: by default nothing (the call is abandoned to its cancellation).
+    cancellation: ActivityCancellationType = ActivityCancellationType.TRY_CANCEL
 
 
 # The patch that moved each kind off the main queue; runs recorded before it stay there.
@@ -229,11 +232,19 @@ LOAD_RUN_CONFIG: ActivityOptions[list[str]] = ActivityOptions(
     heartbeat_timeout=None, retry=None,  # reads settings and checks paths: nothing to heartbeat
     summary=lambda resources: f"load_run_config · {len(resources)} resource(s)",
 )
+# A run that ends cancelled by its own decision asks the server for the cancellation, and the call
+# waits until the run, ending, cancels it (activities/run_control.py).
+CANCEL_ITSELF: ActivityOptions[str] = ActivityOptions(
+    "cancel_itself", start_to_close=timedelta(seconds=90), schedule_to_close=timedelta(minutes=5),
+    heartbeat_timeout=HEARTBEAT_TIMEOUT, retry=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+    summary=lambda reason: f"cancel the run · {summary_text(reason)}",
+    cancellation=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+)
 
 ACTIVITY_OPTIONS: dict[str, ActivityOptions[Any]] = {
     options.name: options
     for options in (CHAT, WEB_SEARCH, LOCAL_SEARCH, CRAWL, PYTHON, MCP_LIST_TOOLS, MCP_CALL_TOOL, RENDER_SLIDES,
-                    SPEAK, JOIN_AUDIO, MEASURE_REPORT, LOAD_RUN_CONFIG)
+                    SPEAK, JOIN_AUDIO, MEASURE_REPORT, LOAD_RUN_CONFIG, CANCEL_ITSELF)
 }
 
 
@@ -269,6 +280,7 @@ async def execute(options: ActivityOptions[InputT], arg: InputT, result_type: ty
             schedule_to_close_timeout=options.schedule_to_close,
             heartbeat_timeout=options.heartbeat_timeout,
             retry_policy=options.retry,
+            cancellation_type=options.cancellation,
             summary=summary if summary is not None else options.summary(arg),
         )
     except ActivityError as error:

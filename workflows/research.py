@@ -21,6 +21,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.activity_options import CANCEL_ITSELF, execute
     from workflows.budget import DECISION_SHAPE, parse_budget_decision
     from workflows.coordination import configure_and_coordinate, investigate
     from workflows.decisions import actor_of_cancel
@@ -53,9 +54,13 @@ with workflow.unsafe.imports_passed_through():
         refuse_undecodable,
     )
     from workflows.run_input import parse_inputs
+    from workflows.run_metrics import count_end
     from workflows.run_state import RunState
     from workflows.step_loop import run_steps
 
+# A run that ends cancelled by its own decision (budget, review deadline) ends Cancelled on the server,
+# as a cancel request ends it, instead of completing with the outcome "cancelled" (issue #49).
+CANCELS_ITSELF_PATCH = "run-cancels-itself"
 # A first plan that claims to need no research goes to the person's review like any other.
 REVIEW_NO_RESEARCH_PATCH = "review-no-research"
 NO_RESEARCH_NOTE = ("No research needed: the planner judged that it had enough context, so no "
@@ -78,12 +83,26 @@ class DeepResearchWorkflow:
     def __init__(self) -> None:
         self._state = RunState()
         self._inbox = Inbox()
+        self._cancelling_itself = False  # the cancel that comes is the run's own (its decision is recorded)
 
     # ------------------------------------------------------------------ the story of a run
 
     @workflow.run
     async def run(self, inputs: Sequence[RawValue]) -> ResearchResult:
         research, continued = self._accept(inputs)
+        try:
+            result = await self._research(research, continued)
+            if result.outcome is Outcome.CANCELLED and workflow.patched(CANCELS_ITSELF_PATCH):
+                await self._cancel_itself(research, result)
+            return self._finish(result)
+        except ActivityError as error:  # a call that failed for good (bad key, provider down past all retries)
+            raise self._failed(error) from error
+        except asyncio.CancelledError:
+            self._record_cancel()
+            raise
+
+    async def _research(self, research: ResearchRun, continued: bool) -> ResearchResult:
+        """The story of a run, to its result: a report, or how it ended early."""
         try:
             if continued:  # finish the steps the previous run had started, then go on as it would have
                 await run_steps(research)
@@ -92,15 +111,24 @@ class DeepResearchWorkflow:
                 await investigate(research, topic)
             await self._plan_review_and_research(research)  # may end it: no usable plan, no review in time
             report = await write_report(research)
-            return self._finish(ResearchResult(report=report, plan=self._state.plan,
-                                               locale=self._state.report_locale))
+            return ResearchResult(report=report, plan=self._state.plan, locale=self._state.report_locale)
         except RunEnded as ended:
-            return self._finish(ended.result)
-        except ActivityError as error:  # a call that failed for good (bad key, provider down past all retries)
-            raise self._failed(error) from error
-        except asyncio.CancelledError:
-            self._record_cancel()
-            raise
+            return ended.result
+
+    async def _cancel_itself(self, run: ResearchRun, result: ResearchResult) -> None:
+        """End cancelled, as decided (a person's cancel at the budget, a decision not given in time):
+        the server's cancel, asked for by an activity (activities/run_control.py), ends the run
+        while it waits for that activity. Should the request fail for good, or the cancel never
+        come, the run completes with the outcome ``cancelled`` as it did before."""
+        status = self._state.status
+        self._state.note(result.report)  # why: the status is what a cancelled run keeps
+        status.outcome, status.awaiting = Outcome.CANCELLED, None
+        self._cancelling_itself = True
+        try:
+            await execute(CANCEL_ITSELF, result.report, type(None), routing=run.routing)
+        except ActivityError as error:
+            workflow.logger.warning("The run could not cancel itself (%s); it completes as cancelled",
+                                    failure_message(error))
 
     def _accept(self, inputs: Sequence[RawValue]) -> tuple[ResearchRun, bool]:
         """The run, and whether it continues another (whose state it then takes over).
@@ -181,9 +209,12 @@ class DeepResearchWorkflow:
         """Who cancelled the run (the reason our doors give a cancel request names them), kept in
         its status with its outcome; the run still ends cancelled, as Temporal and every client expect."""
         reason = workflow.cancellation_reason()
-        if reason is not None:  # an inner task's cancellation is not a person's decision
+        if reason is None:  # an inner task's cancellation is not the run's
+            return
+        if not self._cancelling_itself:  # the run's own was recorded as it decided
             self._state.decide("cancel", "cancel", actor_of_cancel(reason))
             self._state.status.outcome = Outcome.CANCELLED
+        count_end(Outcome.CANCELLED)
 
     def _failed(self, error: ActivityError) -> ApplicationError:
         """The run's failure, said in its status and in the error it ends with."""

@@ -19,5 +19,10 @@ def count_phase(phase: Phase, outcome: Outcome | None) -> None:
     meter = workflow.metric_meter()
     meter.create_counter("deerflow_run_phases", "Runs entering each phase").add(1, {"phase": phase.value})
     if phase in ENDED:
-        ended = outcome.value if outcome is not None else Outcome.FAILED.value  # a refused start input
-        meter.create_counter("deerflow_runs_ended", "Runs ended, by outcome").add(1, {"outcome": ended})
+        count_end(outcome if outcome is not None else Outcome.FAILED)  # None: a refused start input
+
+
+def count_end(outcome: Outcome) -> None:
+    """Count a run's end: at its last phase, or when it is cancelled (which enters no phase)."""
+    workflow.metric_meter().create_counter("deerflow_runs_ended", "Runs ended, by outcome").add(
+        1, {"outcome": outcome.value})

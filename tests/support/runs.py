@@ -14,7 +14,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecution, WorkflowHandle
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
+from temporalio.exceptions import CancelledError
 
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 from workflows.status_view import OFFLINE_NOTICE
@@ -80,6 +81,18 @@ async def wait_for(handle: WorkflowHandle, predicate: Callable[[RunStatus], bool
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"status never matched; last: {status.model_dump_json(indent=1)}")
         await asyncio.sleep(0.05)
+
+
+async def cancelled_status(handle: WorkflowHandle) -> RunStatus:
+    """The status of a run that must end cancelled on the server (so it has no result to read)."""
+    try:
+        await handle.result()
+    except WorkflowFailureError as ended:
+        assert isinstance(ended.cause, CancelledError), f"the run failed instead: {ended.cause}"
+    else:
+        raise AssertionError("the run completed where it should have ended cancelled")
+    assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+    return await handle.query("status", result_type=RunStatus)
 
 
 async def listed(client: Client, query: str, until: Callable[[list[WorkflowExecution]], bool],
