@@ -7,13 +7,21 @@ feed until the plan awaits review, the coordinator asks a question, or the run e
 clarification answer is that answer (DeerFlow's clarification turns). Every problem is an
 ``error`` event in a 200 stream, because DeerFlow's UI drops non-200 answers silently.
 
-Closing the page ends the stream, not the run: the run goes on in Temporal and any later request
-(or our page) shows where it stands. ``POST /api/chat/cancel`` cancels it explicitly.
+DeerFlow's Stop aborts the stream, and DeerFlow stops its graph when its client goes away: so does a
+run whose stream's client goes away while it works (before the turn delivered a plan for review, a
+question or the report), cancelled in the name of the token's holder (``ChatTurns.client_left``).
+The operator may keep runs going instead (``DEERFLOW_WEB_CANCEL_ON_DISCONNECT=false``); then closing
+the tab ends the stream, not the run, and ``POST /api/chat/cancel`` cancels it explicitly. A run
+that delivered its turn goes on whatever the client does, and any later request (or our page)
+shows where it stands.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -44,6 +52,8 @@ from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice, ignored_mcp_note
 from workflows.models import Awaiting, ResearchRequest
+
+logger = logging.getLogger(__name__)
 
 
 class ChatResource(BaseModel):
@@ -121,6 +131,16 @@ def problem(error: Exception) -> str:
     return str(error)
 
 
+@dataclass
+class TurnWatch:
+    """What one chat request streams, for when its client goes away: the run it follows, once the
+    turn has begun, and whether the turn's end was sent (a plan for review, a question, the report,
+    the run's end)."""
+
+    following: str | None = None
+    delivered: bool = False
+
+
 class ChatTurns:
     """Starts or resumes the thread's run for one turn, then streams its feed to the turn's end."""
 
@@ -130,8 +150,11 @@ class ChatTurns:
         self.prefix = settings.web_thread_prefix
         self.hub = hub
         self.uploads = uploads
+        self._cancelling: set[asyncio.Task[None]] = set()  # held until done: the loop keeps only weak references
 
-    async def stream(self, body: Any, keep_alive: float, who: Principal) -> AsyncIterator[str]:
+    async def stream(self, body: Any, keep_alive: float, who: Principal,
+                     watch: TurnWatch | None = None) -> AsyncIterator[str]:
+        watch = watch or TurnWatch()
         thread_id = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
         try:
             if isinstance(body, RequestError):
@@ -147,8 +170,36 @@ class ChatTurns:
             yield sse.event("message_chunk", {"thread_id": turn.thread_id, "id": f"{workflow}.notice",
                                               "agent": "coordinator", "role": "assistant", "content": notice,
                                               "finish_reason": "stop"})
+        watch.following = workflow
         async for chunk in sse.with_keep_alive(self._turn(workflow, run_id, turn.thread_id, after), keep_alive):
             yield chunk
+        watch.delivered = True
+
+    def client_left(self, watch: TurnWatch, who: Principal) -> None:
+        """The client of a turn went away (DeerFlow's Stop, a closed tab): mid-turn, its run is
+        cancelled in ``who``'s name, unless the operator keeps such runs going. In a task of its
+        own, since the request's is being torn down."""
+        if watch.following is not None and not watch.delivered and self.settings.web_cancel_on_disconnect:
+            task = asyncio.create_task(self._cancel_abandoned(watch.following, who))
+            self._cancelling.add(task)
+            task.add_done_callback(self._cancelling.discard)
+        watch.following = None  # once
+
+    async def _cancel_abandoned(self, workflow: str, who: Principal) -> None:
+        handle = self.client.get_workflow_handle(workflow)
+        try:
+            description = await handle.describe()
+            if description.status != WorkflowExecutionStatus.RUNNING:
+                return  # it ended as the client left
+            if not who.may(Act.CANCEL, await started_by(description)):  # a reviewer following another's run
+                logger.info("%s left the chat stream of %s, which it may not cancel: the run goes on", who.name,
+                            workflow)
+                return
+            await research_client.cancel(handle, who.actor)
+        except RPCError as error:
+            logger.warning("Could not cancel %s after its chat stream's client left: %s", workflow, error.message)
+            return
+        logger.info("Cancelled %s: its chat stream's client (%s) left mid-turn (DeerFlow's Stop)", workflow, who.name)
 
     async def _turn(self, workflow: str, run_id: str | None, thread_id: str,
                     after: tuple[int, int, int] | None) -> AsyncIterator[str]:

@@ -15,6 +15,7 @@ from offline.providers import offline_parts
 from runtime import research_client
 from runtime.run_memo import started_by
 from server.access import Act, Principal, principal
+from server.chat import TurnWatch
 from server.enhance import enhance
 from server.security import RequestError, read_json
 from server.services import endpoint, services
@@ -31,7 +32,9 @@ async def chat_stream(request: Request) -> Response:
     except RequestError as error:
         body = error  # reported as the stream's error event, as DeerFlow's UI expects
     thread = str(body.get("thread_id", ""))[:64] if isinstance(body, dict) else ""
-    return shared.event_stream(shared.chat.stream(body, shared.keep_alive, principal(request)), thread)
+    who, watch = principal(request), TurnWatch()
+    return shared.event_stream(shared.chat.stream(body, shared.keep_alive, who, watch), thread,
+                               on_disconnect=lambda: shared.chat.client_left(watch, who))
 
 
 async def chat_cancel(request: Request) -> Any:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.types import Send
+from starlette.types import Message, Receive, Scope, Send
 from temporalio.client import Client, WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.service import RPCError
 
@@ -54,15 +54,41 @@ class Services:
     def body_limit(self) -> int:
         return self.settings.web_max_body_bytes
 
-    def event_stream(self, stream: AsyncIterator[str], key: str) -> StreamingResponse:
-        """An SSE response, counted against the operator's open-stream limit under ``key``."""
-        return EventStreamResponse(self.streams.bounded(stream, key), media_type="text/event-stream",
-                                   headers=SSE_HEADERS)
+    def event_stream(self, stream: AsyncIterator[str], key: str,
+                     on_disconnect: Callable[[], None] | None = None) -> StreamingResponse:
+        """An SSE response, counted against the operator's open-stream limit under ``key``;
+        ``on_disconnect`` is told when its client goes away."""
+        return EventStreamResponse(self.streams.bounded(stream, key), on_disconnect,
+                                   media_type="text/event-stream", headers=SSE_HEADERS)
 
 
 class EventStreamResponse(StreamingResponse):
     """A stream that may be broken off: on ``BrokenStream`` it stops without its last (empty, final)
-    message, and the server closes the connection with the body unfinished."""
+    message, and the server closes the connection with the body unfinished.
+
+    It tells ``on_disconnect`` when its client goes away: ASGI's ``http.disconnect`` (or, from an
+    ASGI 2.4 server, a write to the closed connection), not a server shutting down, which cancels the
+    response instead. A client may also leave after the stream ended; ``on_disconnect`` tells the two
+    apart.
+    """
+
+    def __init__(self, content: AsyncIterator[str], on_disconnect: Callable[[], None] | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(content, **kwargs)
+        self.on_disconnect = on_disconnect or (lambda: None)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def watched() -> Message:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                self.on_disconnect()
+            return message
+
+        try:
+            await super().__call__(scope, watched, send)
+        except ClientDisconnect:
+            self.on_disconnect()
+            raise
 
     async def stream_response(self, send: Send) -> None:
         await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})

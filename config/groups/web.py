@@ -81,6 +81,10 @@ class WebSettings(SettingsGroup):
                                    alias="DEERFLOW_WEB_THREAD_PREFIX")
     # Event streams open at once; each holds a long poll on Temporal while its page is open.
     web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
+    # DeerFlow's Stop: its UI aborts its /api/chat/stream, and a run whose client goes away while it
+    # works is cancelled, as DeerFlow stops its graph (not once the turn delivered a plan for review,
+    # a question or the report). Off: runs outlive the tab, and only /api/chat/cancel stops them.
+    web_cancel_on_disconnect: bool = Field(default=True, alias="DEERFLOW_WEB_CANCEL_ON_DISCONNECT")
     # The content flows' request bodies (a whole report: evaluation, slides, podcast, prose edits).
     web_max_content_bytes: int = Field(default=1024 * 1024, ge=64 * 1024, le=16 * 1024 * 1024,
                                        alias="DEERFLOW_WEB_MAX_CONTENT_BYTES")
