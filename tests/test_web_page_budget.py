@@ -109,6 +109,7 @@ async def test_cancel_from_the_page_ends_the_run(page: Page, tmp_path: Path) -> 
     try:
         run, _ = await start_paused(page, tokens="7000")
         await page.press("#budget-cancel")
+        await page.press("#cancel-yes")  # it asks first, as every Cancel on the page does
         ended = await page.wait_for("document.getElementById('run-phase').textContent.startsWith('Ended') && "
                                     "document.getElementById('run-phase').textContent", 60, what="the run to end")
         assert "cancel" in ended, ended

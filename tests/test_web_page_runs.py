@@ -1,4 +1,5 @@
-"""Our page in headless Chromium, around its runs: how a run ended, the list of runs, and a phone.
+"""Our page in headless Chromium, around its runs: how a run ended, the list of runs, a phone, and
+Cancel (asked first, at 1280 and 390 px).
 
 Stand-in runs (tests/support/stand_in_runs.py) on the module's dev server: one that awaits a plan
 review until it is cancelled, terminated, failed or timed out, and one that finishes with a wide
@@ -13,10 +14,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.exceptions import CancelledError
 
 from config.settings import load_settings
-from tests.support.cdp import PHONE, Page, chromium_path
+from tests.support.cdp import PHONE, WIDTHS, Page, chromium_path
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn, stand_in_runs
 from tests.support.web_server import api_server
@@ -129,3 +131,43 @@ async def test_the_page_fits_a_phone(base: str, stand_in: StartStandIn, page: Pa
     await page.wait_for(shown("editor"), what="the editor")
     await page.screenshot(SCREENSHOTS / "phone-editor.png")
     assert await page.evaluate(OFF_SCREEN) == []
+
+
+PHASE = "document.getElementById('run-phase').textContent"
+
+
+@pytest.mark.parametrize("width", list(WIDTHS))
+async def test_cancel_asks_first_and_then_ends_the_run_cancelled(base: str, stand_in: StartStandIn, page: Page,
+                                                                width: int) -> None:
+    """Every running or paused run offers Cancel (issue #49 §2); it asks first, No keeps the run, and
+    Yes ends it cancelled (POST /api/runs/ID/cancel), said in the run view and the list; an ended run
+    offers it no more. At a budget pause the banner's Cancel asks the same (tests/test_web_page_budget.py)."""
+    await page.use_width(width)
+    handle = await stand_in("", question="How much power do tidal stream turbines produce?")
+    await page.navigate(f"{base}/?run={handle.id}")
+    await page.wait_for(f"{PHASE}.startsWith('Phase:')", 30, what="the paused run")
+    await page.press("#cancel-ask")
+    question = await page.wait_for(f"{shown('cancel-confirm')} && document.getElementById('cancel-confirm')"
+                                   ".textContent", what="the question")
+    assert "Cancel this run?" in question and "writes no report" in question, question
+    assert await page.evaluate(OFF_SCREEN) == []
+    SCREENSHOTS.mkdir(exist_ok=True)
+    await page.screenshot(SCREENSHOTS / f"cancel-asks-{width}.png")
+
+    await page.press("#cancel-no")  # changed their mind: nothing is sent
+    await page.wait_for(f"!({shown('cancel-confirm')}) && {shown('cancel-ask')}", what="the question withdrawn")
+    assert (await handle.describe()).status is WorkflowExecutionStatus.RUNNING
+
+    await page.press("#cancel-ask")
+    await page.press("#cancel-yes")
+    with pytest.raises(WorkflowFailureError) as ended:
+        await handle.result()
+    assert isinstance(ended.value.cause, CancelledError)
+    said = await page.wait_for(f"{PHASE}.startsWith('Ended:') && {PHASE}", 30, what="the run view's end")
+    assert said == "Ended: cancelled"
+    assert not await page.evaluate(shown("cancel-run")), "an ended run offers no Cancel"
+    entry = f"document.querySelector('#runs li[data-run={json.dumps(handle.id)}] .phase')?.textContent"
+    await page.press("#refresh")
+    listed = await page.wait_for(f"{entry}?.startsWith('cancelled') && {entry}", 30, what="the list's word")
+    assert "finished" not in listed
+    await page.screenshot(SCREENSHOTS / f"cancel-done-{width}.png")

@@ -164,9 +164,10 @@ async function openRun(id) {
     $(list).replaceChildren();
   }
   for (const text of ["report", "review-message", "run-phase", "run-error", "run-retries", "usage", "flow-notice",
-    "budget-line", "budget-message"]) {
+    "budget-line", "budget-message", "cancel-message"]) {
     $(text).replaceChildren();
   }
+  closeCancel();
   for (const box of ["report-box", "plan", "review", "clarify", "budget", "run-error", "run-retries", "flows", "evaluation",
     "podcast-box", "podcast-script", "editor"]) $(box).hidden = true;
   forgetAudio();
@@ -198,6 +199,7 @@ async function refresh() {
   const ended = endedWords(shown);
   $("run-phase").textContent = running ? `Phase: ${phase}` : `Ended: ${ended}`;
   $("run-phase").className = running ? "" : ended.startsWith("finished") ? "ended" : "ended badly";
+  $("cancel-run").hidden = !running;
   if (status) {  // the run knows which bundled providers served it
     state.offlineNotice = shown.offline_notice;
     $("offline").hidden = !shown.offline_notice;
@@ -339,7 +341,48 @@ $("budget-raise-form").addEventListener("submit", (event) => {
   decideBudget({ action: "raise", ...amounts });
 });
 $("budget-finish").addEventListener("click", () => decideBudget({ action: "finish" }));
-$("budget-cancel").addEventListener("click", () => decideBudget({ action: "cancel" }));
+$("budget-cancel").addEventListener("click", () => askToCancel(() => decideBudget({ action: "cancel" })));
+
+// ------------------------------------------------------------------ cancelling a run
+
+// Every running or paused run has Cancel, which asks first: a cancelled run stops whatever it is
+// doing and writes no report. At a budget pause the banner's Cancel asks the same question and sends
+// the budget decision; elsewhere it is POST /api/runs/ID/cancel. Either way the run ends cancelled.
+let cancelling = null;
+
+function askToCancel(then) {
+  cancelling = then;
+  $("cancel-run").hidden = false;
+  $("cancel-ask").hidden = true;
+  $("cancel-confirm").hidden = false;
+  $("cancel-message").textContent = "";
+  $("cancel-no").focus();
+  $("cancel-confirm").scrollIntoView({ block: "nearest" });
+}
+
+function closeCancel() {
+  cancelling = null;
+  $("cancel-ask").hidden = false;
+  $("cancel-confirm").hidden = true;
+}
+
+async function cancelRun() {
+  try {
+    await api(`/api/runs/${encodeURIComponent(state.run)}/cancel`, {});
+    $("cancel-message").textContent = "Cancel sent: the run stops in a moment.";
+  } catch (error) {
+    $("cancel-message").textContent = `Not sent: ${error.message}`;
+  }
+}
+
+$("cancel-ask").addEventListener("click", () => askToCancel(cancelRun));
+$("cancel-no").addEventListener("click", closeCancel);
+$("cancel-yes").addEventListener("click", async () => {
+  const then = cancelling;
+  closeCancel();
+  if (then) await then();
+  refresh().catch(() => {});
+});
 
 // ------------------------------------------------------------------ the live feed
 
