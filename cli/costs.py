@@ -4,6 +4,11 @@ A completed run's usage is in its result (the close event only: one small read p
 going, or one that ended without a result (cancelled, terminated, timed out), answers the ``status``
 query, which a worker answers for a closed run too by replaying it. A run that continued as new is
 counted once, by its newest execution: the usage travels whole across continue-as-new.
+
+The content flows that call the model (workflows/flow_usage.py: prose, the report judge, slides, the
+podcast's script, the prompt enhancer) are counted the same way, their ``usage`` query standing in
+for the status: every model call in the ``deerflow_llm_cost_microusd`` metric is in ``costs``, under
+the run or flow that made it (issue #48 item 5).
 """
 
 from __future__ import annotations
@@ -13,16 +18,17 @@ import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from cli.spend import summarise, summary_tables, total_line
+from cli.spend import RESEARCH, summarise, summary_tables, total_line
 from cli.terminal import printable
 from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect
 from runtime.run_memo import started_by
-from workflows.models import WORKFLOW_TYPE, ResearchResult
+from workflows.flow_usage import COUNTED_FLOWS, USAGE_QUERY
+from workflows.models import WORKFLOW_TYPE
 from workflows.usage import Usage
 
 READS_AT_ONCE = 8  # results and queries in flight while listing: the server's and the worker's share
@@ -31,18 +37,24 @@ READS_AT_ONCE = 8  # results and queries in flight while listing: the server's a
 QUERY_SECONDS = 5.0
 
 
+def kind_of(execution: WorkflowExecution) -> str:
+    """``research``, or the content flow's name (``prose writer``, ``slide composer``, …)."""
+    return COUNTED_FLOWS.get(execution.workflow_type, RESEARCH)
+
+
 async def run_usage(client: Client, execution: WorkflowExecution) -> Usage | None:
-    """The run's usage as recorded (result, else status); None when neither can be read."""
-    handle = client.get_workflow_handle(execution.id, run_id=execution.run_id, result_type=ResearchResult)
-    if execution.status == WorkflowExecutionStatus.COMPLETED:
-        try:
-            return (await handle.result(follow_runs=False)).usage
-        except (RPCError, ValueError):
-            return None
+    """The run's or flow's usage as recorded (result, else its status or usage query); None when
+    neither can be read."""
+    handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
     try:
+        if execution.status == WorkflowExecutionStatus.COMPLETED:  # each result type carries its usage
+            result = await handle.result(follow_runs=False)
+            return Usage.model_validate(result.get("usage") or {}) if isinstance(result, dict) else None
+        if execution.workflow_type in COUNTED_FLOWS:
+            return await asyncio.wait_for(handle.query(USAGE_QUERY, result_type=Usage), QUERY_SECONDS)
         return (await asyncio.wait_for(research_client.status(handle), QUERY_SECONDS)).usage
-    except (RPCError, ValueError, TimeoutError):  # no worker to answer, or a status this build cannot read
-        return None
+    except (RPCError, WorkflowQueryFailedError, ValueError, TimeoutError):  # no worker to answer, or a record
+        return None  # this build cannot read
 
 
 async def usages(client: Client, executions: Sequence[WorkflowExecution]) -> list[Usage | None]:
@@ -71,18 +83,18 @@ async def costs(args: argparse.Namespace, settings: Settings) -> int:
     """Spend of the runs started in the last ``--since``, by model and by who started them."""
     client = await connect(settings, ensure_worker=False)
     since = datetime.now(UTC) - args.since
-    query = f"WorkflowType = '{WORKFLOW_TYPE}' AND StartTime > '{since.isoformat(timespec='seconds')}'"
+    types = ", ".join(f"'{kind}'" for kind in (WORKFLOW_TYPE, *COUNTED_FLOWS))
+    query = f"WorkflowType IN ({types}) AND StartTime > '{since.isoformat(timespec='seconds')}'"
     try:
         executions = [execution async for execution in client.list_workflows(query)
                       if execution.status != WorkflowExecutionStatus.CONTINUED_AS_NEW]
     except RPCError as error:
         raise CliError(f"Could not list runs: {error.message}") from error
     starters = await asyncio.gather(*(started_by(execution) for execution in executions))
-    summary = summarise(zip(starters, await usages(client, executions), strict=True))
-    by_model, by_starter = summary_tables(summary)
+    kinds = [kind_of(execution) for execution in executions]
+    summary = summarise(zip(starters, kinds, await usages(client, executions), strict=True))
     print(f"Runs started since {since:%Y-%m-%d %H:%M} UTC: {total_line(summary)}")
-    if summary.by_model:
-        print(f"\n{_table(by_model)}")
-    if summary.by_starter:
-        print(f"\n{_table(by_starter)}")
+    for table in summary_tables(summary):
+        if len(table) > 1:
+            print(f"\n{_table(table)}")
     return 0

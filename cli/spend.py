@@ -15,6 +15,7 @@ from workflows.decisions import Actor
 from workflows.usage import COST_DIGITS, Usage
 
 NOT_RECORDED = "(not recorded)"  # a run started before the memo named its starter, or from outside our doors
+RESEARCH = "research"  # the kind of a research run; a content flow's is its name (workflows/flow_usage.py)
 
 
 def usd(amount: float) -> str:
@@ -56,23 +57,26 @@ class Spend:
 
 @dataclass
 class SpendSummary:
-    """Runs counted, runs whose usage could not be read, and spend by model and by starter."""
+    """Runs counted, runs whose usage could not be read, and spend by model, by kind of run (research,
+    or a content flow) and by starter."""
 
     runs: int = 0
     unknown: int = 0  # closed without a result and no worker could replay their status
     by_model: dict[str, Spend] = field(default_factory=dict)
+    by_kind: dict[str, Spend] = field(default_factory=dict)
     by_starter: dict[str, Spend] = field(default_factory=dict)
     # Tokens of runs recorded before usage was kept per model: counted by starter, under no model.
     untracked_tokens: int = 0
 
-    def add(self, started_by: Actor | None, usage: Usage | None) -> None:
+    def add(self, started_by: Actor | None, kind: str, usage: Usage | None) -> None:
         self.runs += 1
         if usage is None:
             self.unknown += 1
             return
-        starter = self.by_starter.setdefault(str(started_by) if started_by else NOT_RECORDED, Spend())
-        starter.add(usage.llm_calls, usage.input_tokens, usage.output_tokens, usage.cost_usd,
-                    len(usage.unpriced_models) < len(usage.by_model))
+        priced = len(usage.unpriced_models) < len(usage.by_model)
+        for heading in (self.by_kind.setdefault(kind, Spend()),
+                        self.by_starter.setdefault(str(started_by) if started_by else NOT_RECORDED, Spend())):
+            heading.add(usage.llm_calls, usage.input_tokens, usage.output_tokens, usage.cost_usd, priced)
         for model, part in usage.by_model.items():
             self.by_model.setdefault(model, Spend()).add(part.llm_calls, part.input_tokens, part.output_tokens,
                                                          part.cost_usd, part.price is not None)
@@ -80,10 +84,11 @@ class SpendSummary:
             self.untracked_tokens += usage.total_tokens
 
 
-def summarise(runs: Iterable[tuple[Actor | None, Usage | None]]) -> SpendSummary:
+def summarise(runs: Iterable[tuple[Actor | None, str, Usage | None]]) -> SpendSummary:
+    """Each run's (who started it, its kind, its usage) summed."""
     summary = SpendSummary()
-    for started_by, usage in runs:
-        summary.add(started_by, usage)
+    for started_by, kind, usage in runs:
+        summary.add(started_by, kind, usage)
     return summary
 
 
@@ -95,9 +100,10 @@ def _rows(title: str, spends: dict[str, Spend]) -> list[tuple[str, ...]]:
          usd(spend.cost_usd) if spend.priced else "unpriced") for name, spend in ordered]]
 
 
-def summary_tables(summary: SpendSummary) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
-    """The by-model and by-starter tables (header first), most expensive first."""
-    return _rows("MODEL", summary.by_model), _rows("STARTED BY", summary.by_starter)
+def summary_tables(summary: SpendSummary) -> list[list[tuple[str, ...]]]:
+    """The by-model, by-kind and by-starter tables (header first), most expensive first."""
+    return [_rows("MODEL", summary.by_model), _rows("RUN OR FLOW", summary.by_kind),
+            _rows("STARTED BY", summary.by_starter)]
 
 
 def total_line(summary: SpendSummary) -> str:

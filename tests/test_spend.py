@@ -16,7 +16,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.model.llm import ModelActivities
 from cli.arguments import since_duration
-from cli.spend import NOT_RECORDED, cost_cell, summarise, summary_tables, total_line, usd
+from cli.spend import NOT_RECORDED, RESEARCH, cost_cell, summarise, summary_tables, total_line, usd
 from offline.model_server import FakeModelServer
 from tests.support.chat_requests import COORDINATOR
 from tests.support.settings import settings_with
@@ -52,15 +52,20 @@ def test_the_cost_cell_says_what_is_known() -> None:
     assert usd(12_345.6789) == "$12,345.6789"
 
 
-def test_the_summary_counts_spend_by_model_and_by_starter() -> None:
+def test_the_summary_counts_spend_by_model_by_kind_and_by_starter() -> None:
     summary = summarise([
-        (ALICE, usage(**{"gpt-4o": (1000, 200, 0.0045), "gpt-4o-mini": (2000, 100, 0.00036)})),
-        (ALICE, usage(**{"gpt-4o-mini": (1000, 50, 0.00018)})),
-        (BOB, usage(**{"local-llama": (700, 70, None)})),
-        (None, Usage(llm_calls=1, input_tokens=9, output_tokens=1, total_tokens=10)),
-        (BOB, None),
+        (ALICE, RESEARCH, usage(**{"gpt-4o": (1000, 200, 0.0045), "gpt-4o-mini": (2000, 100, 0.00036)})),
+        (ALICE, "prose writer", usage(**{"gpt-4o-mini": (1000, 50, 0.00018)})),
+        (BOB, RESEARCH, usage(**{"local-llama": (700, 70, None)})),
+        (None, RESEARCH, Usage(llm_calls=1, input_tokens=9, output_tokens=1, total_tokens=10)),
+        (BOB, "slide composer", None),
     ])
-    by_model, by_starter = summary_tables(summary)
+    by_model, by_kind, by_starter = summary_tables(summary)
+    assert by_kind == [
+        ("RUN OR FLOW", "RUNS", "CALLS", "TOKENS IN", "TOKENS OUT", "COST"),
+        ("research", "3", "4", "3,709", "371", "$0.0049"),
+        ("prose writer", "1", "1", "1,000", "50", "$0.0002"),
+    ]
     assert by_model == [
         ("MODEL", "RUNS", "CALLS", "TOKENS IN", "TOKENS OUT", "COST"),
         ("gpt-4o", "1", "1", "1,000", "200", "$0.0045"),
@@ -97,7 +102,7 @@ async def test_the_summary_reads_the_cost_the_chat_activity_recorded(
     response = await ActivityEnvironment().run(
         ModelActivities(settings_with(provider_env, DEERFLOW_MODEL_PRICES=prices)).chat, COORDINATOR)
     assert response.usage.cost_usd > 0
-    summary = summarise([(ALICE, response.usage)])
+    summary = summarise([(ALICE, RESEARCH, response.usage)])
     assert summary_tables(summary)[0][1][-1] == usd(response.usage.cost_usd)
     unpriced = await ActivityEnvironment().run(ModelActivities(settings_with(provider_env)).chat, COORDINATOR)
-    assert summary_tables(summarise([(ALICE, unpriced.usage)]))[0][1][-1] == "unpriced"
+    assert summary_tables(summarise([(ALICE, RESEARCH, unpriced.usage)]))[0][1][-1] == "unpriced"

@@ -16,8 +16,8 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import JOIN_AUDIO, SPEAK, execute
     from workflows.artefact import ArtefactRef
+    from workflows.flow_usage import CountedFlow
     from workflows.model_calls import ask
-    from workflows.models import Usage
     from workflows.podcast import (
         NO_VOICE,
         PODCAST_WORKFLOW,
@@ -39,12 +39,11 @@ def _no_voice(error: ActivityError) -> str | None:
 
 
 @workflow.defn(name=PODCAST_WORKFLOW)
-class PodcastWorkflow:
+class PodcastWorkflow(CountedFlow):
     @workflow.run
     async def run(self, raw: RawValue) -> PodcastResult:
         request = decode_input(raw, PodcastRequest, workflow.payload_converter())
-        usage = Usage()
-        reply = await ask("podcast_script_writer", request.content[:WRITER_REPORT_CHARS], usage,
+        reply = await ask("podcast_script_writer", request.content[:WRITER_REPORT_CHARS], self.usage,
                           "podcast script writer")
         try:
             script = script_from_reply(reply)
@@ -59,6 +58,6 @@ class PodcastWorkflow:
             note = _no_voice(error)
             if note is None:
                 raise
-            return PodcastResult(script=script, note=note, usage=usage)
+            return PodcastResult(script=script, note=note, usage=self.usage)
         audio = await execute(JOIN_AUDIO, [first, *rest], ArtefactRef, routing=OWN_QUEUES)
-        return PodcastResult(script=script, audio=audio, usage=usage)
+        return PodcastResult(script=script, audio=audio, usage=self.usage)

@@ -15,21 +15,21 @@ from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
     from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult, enhanced_text
+    from workflows.flow_usage import CountedFlow
     from workflows.model_calls import chat
-    from workflows.models import ChatMessage, ChatRequest, Usage
+    from workflows.models import ChatMessage, ChatRequest
     from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
 
 
 @workflow.defn(name=ENHANCER_WORKFLOW)
-class PromptEnhancerWorkflow:
+class PromptEnhancerWorkflow(CountedFlow):
     @workflow.run
     async def run(self, raw: RawValue) -> EnhanceResult:
         request = decode_input(raw, EnhanceRequest, workflow.payload_converter())
-        usage = Usage()
         turn = ChatRequest(prompt="prompt_enhancer",
                            prompt_vars={"CURRENT_TIME": workflow.now().isoformat(timespec="seconds"),
                                         "report_style": request.report_style.value},
                            messages=[ChatMessage(role="user", content=request.message())])
-        response = await chat(turn, usage, summary="prompt enhancer", routing=OWN_QUEUES)
-        return EnhanceResult(result=enhanced_text(response.message.content, request.prompt), usage=usage)
+        response = await chat(turn, self.usage, summary="prompt enhancer", routing=OWN_QUEUES)
+        return EnhanceResult(result=enhanced_text(response.message.content, request.prompt), usage=self.usage)

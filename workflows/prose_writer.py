@@ -11,18 +11,17 @@ from temporalio import workflow
 from temporalio.common import RawValue
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.flow_usage import CountedFlow
     from workflows.model_calls import ask
-    from workflows.models import Usage
     from workflows.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
     from workflows.run_input import decode_input
 
 
 @workflow.defn(name=PROSE_WORKFLOW)
-class ProseWriterWorkflow:
+class ProseWriterWorkflow(CountedFlow):
     @workflow.run
     async def run(self, raw: RawValue) -> ProseResult:
         request = decode_input(raw, ProseRequest, workflow.payload_converter())
-        usage = Usage()
-        text = await ask(f"prose/{request.option.value}", request.message(), usage,
+        text = await ask(f"prose/{request.option.value}", request.message(), self.usage,
                          f"prose writer · {request.option.value}")
-        return ProseResult(text=text, usage=usage)
+        return ProseResult(text=text, usage=self.usage)

@@ -27,8 +27,8 @@ with workflow.unsafe.imports_passed_through():
         measure,
         parse_judgement,
     )
+    from workflows.flow_usage import CountedFlow
     from workflows.model_calls import ask
-    from workflows.models import Usage
     from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
 
@@ -37,7 +37,7 @@ METRICS_ACTIVITY_PATCH = "report-metrics-activity"
 
 
 @workflow.defn(name=EVALUATOR_WORKFLOW)
-class ReportEvaluationWorkflow:
+class ReportEvaluationWorkflow(CountedFlow):
     @workflow.run
     async def run(self, raw: RawValue) -> EvaluationResult:
         request = decode_input(raw, EvaluateRequest, workflow.payload_converter())
@@ -45,15 +45,14 @@ class ReportEvaluationWorkflow:
         measuring = MeasureRequest(report=request.content, style=style)
         measured = (await execute(MEASURE_REPORT, measuring, MeasuredReport, routing=OWN_QUEUES)
                     if workflow.patched(METRICS_ACTIVITY_PATCH) else measure(measuring))
-        usage = Usage()
         judged: LlmEvaluation | None = None
         if request.use_llm:
             message = (f"Original research query: {request.query}\nReport style: {style}\n\nReport to evaluate:\n\n"
                        f"{request.content[:JUDGE_REPORT_CHARS]}")
             try:
-                reply = await ask("report_judge", message, usage, "report judge")
+                reply = await ask("report_judge", message, self.usage, "report judge")
             except ActivityError:
                 workflow.logger.warning("The report judge failed; answering with the metrics alone")
             else:
                 judged = parse_judgement(reply)
-        return combine(measured.metrics, measured.score, judged, usage)
+        return combine(measured.metrics, measured.score, judged, self.usage)

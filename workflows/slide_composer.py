@@ -15,8 +15,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import RENDER_SLIDES, execute
     from workflows.artefact import ArtefactRef
+    from workflows.flow_usage import CountedFlow
     from workflows.model_calls import ask
-    from workflows.models import Usage
     from workflows.queues import OWN_QUEUES
     from workflows.run_input import decode_input
     from workflows.slides import (
@@ -30,16 +30,15 @@ with workflow.unsafe.imports_passed_through():
 
 
 @workflow.defn(name=SLIDES_WORKFLOW)
-class SlideComposerWorkflow:
+class SlideComposerWorkflow(CountedFlow):
     @workflow.run
     async def run(self, raw: RawValue) -> SlidesResult:
         request = decode_input(raw, SlidesRequest, workflow.payload_converter())
-        usage = Usage()
-        reply = await ask("ppt_composer", request.content[:COMPOSER_REPORT_CHARS], usage, "slide composer",
+        reply = await ask("ppt_composer", request.content[:COMPOSER_REPORT_CHARS], self.usage, "slide composer",
                           {"locale": request.locale})
         try:
             deck = deck_from_reply(reply)
         except NoDeck as error:
             raise ApplicationError(str(error), type="NoDeck", non_retryable=True) from None
         pptx = await execute(RENDER_SLIDES, deck, ArtefactRef, routing=OWN_QUEUES)
-        return SlidesResult(deck=deck, pptx=pptx, usage=usage)
+        return SlidesResult(deck=deck, pptx=pptx, usage=self.usage)
