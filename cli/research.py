@@ -7,7 +7,6 @@ import argparse
 import asyncio
 import re
 import sys
-import unicodedata
 import uuid
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from config.resources import ResourcePolicy
 from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect, revive_worker
+from runtime.run_names import question_slug
 from workflows.budget_models import BudgetAction, BudgetDecision
 from workflows.decisions import Actor
 from workflows.errors import failure_message
@@ -48,8 +48,7 @@ def _run_id(question: str) -> str:
     Letters of every script stay (a Chinese question gives a Chinese slug); punctuation, symbols
     and control characters become dashes, so the ID is safe to paste into a shell.
     """
-    plain = "".join(c for c in unicodedata.normalize("NFKD", question) if not unicodedata.combining(c))
-    slug = re.sub(r"[\W_]+", "-", plain.lower()).strip("-")[:40].strip("-")
+    slug = question_slug(question)
     return f"research-{slug}-{uuid.uuid4().hex[:6]}" if slug else f"research-{uuid.uuid4().hex[:8]}"
 
 

@@ -55,7 +55,10 @@ async def config(request: Request) -> Any:
             "models": {"basic": [settings.shown("BASIC_MODEL", settings.basic_model)],
                        "reasoning": [settings.shown("REASONING_MODEL", settings.reasoning_model)]
                        if settings.reasoning_model else []},
-            "offline_demo": any(offline_parts(settings))}
+            "offline_demo": any(offline_parts(settings)),
+            # Our page's: the operator's budgets, for its budget fields' hints.
+            "budgets": {"tokens": settings.run_token_budget, "tokens_max": settings.run_token_budget_max,
+                        "cost_usd": settings.run_cost_budget_usd, "cost_usd_max": settings.run_cost_budget_usd_max}}
 
 
 async def rag_resources(request: Request) -> Any:

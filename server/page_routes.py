@@ -28,6 +28,12 @@ async def page(request: Request) -> Response:
     return FileResponse(STATIC / "index.html", headers={"Content-Security-Policy": PAGE_POLICY})
 
 
+async def favicon(request: Request) -> Response:
+    """Browsers ask for /favicon.ico whatever the page links: the page's own icon, not a 404."""
+    return FileResponse(STATIC / "favicon.svg", media_type="image/svg+xml",
+                        headers={"Cache-Control": "max-age=86400"})
+
+
 async def token_stream(request: Request) -> Response:
     """Workers' token previews (activities/model/token_stream.py): shared token, size-capped, no reply body."""
     shared = services(request)
@@ -46,6 +52,8 @@ async def token_stream(request: Request) -> Response:
 
 ROUTES = [
     Route("/", page, methods=["GET"]),
+    Route("/runs/{run:str}", page, methods=["GET"]),  # a run's own address: the page opens it (app.js)
+    Route("/favicon.ico", favicon, methods=["GET"]),
     Route(TOKEN_STREAM_PATH, token_stream, methods=["POST"]),
     Mount("/static", StaticFiles(directory=STATIC), name="static"),
 ]

@@ -11,11 +11,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from server import sse
-from server.access import Principal, principal
+from server.access import Principal, principal, token_table
 from server.runs import Runs
 from server.security import read_json
 from server.services import endpoint, services
 from workflows.models import ReviewOutcome
+
+
+async def me(request: Request) -> Any:
+    """Who the page is signed in as (the token's holder) and whether it may start runs."""
+    who = principal(request)
+    return {"name": who.name, "role": who.role_label, "may_start": not who.read_only,
+            "tokens": bool(token_table(services(request).settings))}
 
 
 async def list_runs(request: Request) -> Any:
@@ -58,6 +65,7 @@ async def cancel(request: Request) -> Any:
 
 
 ROUTES = [
+    Route("/api/me", endpoint(me), methods=["GET"]),
     Route("/api/runs", endpoint(list_runs), methods=["GET"]),
     Route("/api/runs", endpoint(start_run), methods=["POST"]),
     Route("/api/runs/{run:str}", endpoint(show), methods=["GET"]),

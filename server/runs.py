@@ -28,6 +28,7 @@ from config.settings import Settings
 from runtime import research_client
 from runtime.retries import retries_of
 from runtime.run_memo import question_of, started_by
+from runtime.run_names import question_slug
 from server import sse
 from server.access import Act, Principal
 from server.decisions import decided
@@ -124,7 +125,9 @@ class Runs:
             raise RequestError("the page does not pick MCP servers; use the CLI")
         request = ResearchRequest.model_validate(body)
         self.uploads.check_resources(request.resources, who)
-        run = workflow_id(self.prefix, f"page-{uuid.uuid4().hex[:16]}", 1)
+        # Named by its question, as the CLI names its runs, for `starter.py list` and the downloads.
+        slug = question_slug(request.question, limit=30, ascii_only=True)
+        run = workflow_id(self.prefix, f"page-{slug + '-' if slug else ''}{uuid.uuid4().hex[:16]}", 1)
         await research_client.start(self.client, request, run_id=run,
                                     summary=f"Research (web): {request.question[:160]}", started_by=who.actor)
         return run
@@ -135,7 +138,7 @@ class Runs:
         shown: dict[str, Any] = {"id": run, "status": description.status.name.lower() if description.status else None,
                                  "run": status.model_dump(mode="json") if status else None, "result": None,
                                  "offline_notice": offline_notice(status) if status else None, "retries": [],
-                                 "indexed": None}
+                                 "indexed": None, "may": await _may(who, description)}
         if description.status == WorkflowExecutionStatus.RUNNING:
             shown["retries"] = [retry_line(retry, status) for retry in retries_of(description.raw_description)]
             if status is None:  # what the page shows until a worker answers
@@ -182,6 +185,12 @@ class Runs:
             yield sse.event("error", {"thread_id": run, "error": f"the feed was interrupted: {error.message}"})
             return
         yield sse.event("end", {"thread_id": run})
+
+
+async def _may(who: Principal, description: WorkflowExecutionDescription) -> dict[str, bool]:
+    """What the caller may do with the run, so the page offers only that (the routes check again)."""
+    starter = await started_by(description)
+    return {"decide": who.may(Act.DECIDE, starter), "cancel": who.may(Act.CANCEL, starter)}
 
 
 async def _status(handle: WorkflowHandle) -> RunStatus | None:

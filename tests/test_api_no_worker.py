@@ -106,5 +106,5 @@ async def test_a_run_no_worker_answers_for_is_shown_from_the_index(
         await page.evaluate(f"window.deerflowPage.openRun({run!r}); true")
         said = await page.wait_for("document.getElementById('run-phase').textContent", 30,
                                    what="the run's phase")
-        assert said == ("Phase: awaiting_review (awaiting plan_feedback), as the server's index has it: "
+        assert said == ("Now: waiting for a review of its plan, as the server's index has it: "
                         "no worker has answered (is one running?)"), said

@@ -134,6 +134,7 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
 
         await page.wait_for("!document.getElementById('review').hidden", 60, what="the plan to await review")
         first_title = await page.evaluate("document.getElementById('plan-title').textContent")
+        first_steps = await page.evaluate("document.getElementById('plan-steps').innerText")
         assert first_title and await page.evaluate("document.getElementById('plan-steps').children.length") == 3
         assert not await page.evaluate("document.getElementById('offline').hidden")  # the offline model says so
 
@@ -141,7 +142,8 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         await page.press("#edit-form button")
         await page.wait_for("document.getElementById('plan-version').textContent === 'v2' && "
                             "!document.getElementById('review').hidden", 60, what="the revised plan")
-        assert await page.evaluate("document.getElementById('plan-title').textContent") != first_title
+        assert await page.evaluate("document.getElementById('plan-steps').innerText") != first_steps
+        assert await page.evaluate("document.getElementById('plan-title').textContent") == first_title  # the report's
 
         await page.press("#accept")
         await page.wait_for("document.getElementById('citations').children.length > 0", 90, what="the report")

@@ -115,9 +115,12 @@ async def test_a_finished_report_offers_the_content_flows(
         metrics = await page.evaluate("document.getElementById('evaluation').innerText")
         assert metrics.startswith("Grade ") and "words" in metrics and "Sections missing" in metrics, metrics
         await page.press("#evaluation button")
-        await page.wait_for("document.querySelector('#evaluation .md strong') !== null", 60,
-                            what="the model's evaluation, rendered")
-        assert "**" not in await page.evaluate("document.getElementById('evaluation').innerText")
+        judged = await page.wait_for("document.getElementById('evaluation').innerText.includes(\"The model's scores\")"
+                                     " && document.getElementById('evaluation').innerText", 60,
+                                     what="the model's evaluation")
+        # The metrics once, and why the grade moved: the metrics' own grade and the 40/60 weighing.
+        assert judged.count("Sections missing") == 1 and "the metrics alone gave " in judged, judged
+        assert "metrics 40 % and the model 60 %" in judged and "**" not in judged, judged
 
         await page.press("#slides")
         deck = Presentation(io.BytesIO(await blob(page, PPTX_MEDIA_TYPE)))

@@ -94,7 +94,8 @@ async def test_the_run_list_refreshes_itself_and_names_runs_by_question(base: st
     handle = await stand_in("", question=question)  # started elsewhere, after the page loaded
     entry = (f"[...document.querySelectorAll('#runs li')].find((li) => li.title === {json.dumps(handle.id)})"
              "?.innerText")
-    listed = await page.wait_for(f"{entry}?.includes('awaiting')", 20, what="the new run, unclicked")
+    listed = await page.wait_for(f"{entry}?.includes('waiting for a review of its plan')", 20,
+                                 what="the new run, unclicked")
     listed = await page.evaluate(entry)
     assert listed.startswith(question) and handle.id not in listed, listed
     await handle.cancel()

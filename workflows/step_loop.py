@@ -11,6 +11,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agent_loop import run_agent
     from workflows.agents import agent_for
     from workflows.budget import within_budget
+    from workflows.findings import finding_preview
     from workflows.messages import step_task
     from workflows.models import Phase, StepState, StepType
     from workflows.research_run import ResearchRun
@@ -103,7 +104,7 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     if step.step_type is StepType.RESEARCH and agent.tools and not tools.ran and workflow.patched(NO_SEARCH_PATCH):
         state.note(NO_SEARCH_NOTE.format(number=index + 1, title=step.title))
     status.state, status.finished_at = StepState.DONE, workflow.now().isoformat()
-    status.finding_preview = finding[:300]
+    status.finding_preview = finding_preview(finding)
     _count_step(run, own, before)
     state.record("step_done", step.title, index)
 

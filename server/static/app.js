@@ -8,11 +8,17 @@
 const $ = (id) => document.getElementById(id);
 const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null,
   retryTimer: null, previews: new Map(), offlineNotice: null, locale: null, questions: new Map(), audio: null,
-  resultShown: false };
+  resultShown: false, reveal: false, metricsGrade: null, may: { decide: true, cancel: true } };
 const RUN_LIST_SECONDS = 5;
 // How a closed workflow ended (Temporal's status), in a reader's words.
 const ENDED = { completed: "finished", failed: "failed", canceled: "cancelled", terminated: "terminated",
   timed_out: "timed out", continued_as_new: "continued as a new run" };
+// Where a running run is, in a reader's words (the workflow's phases: workflows/models.py Phase).
+const PHASE_WORDS = { starting: "starting", coordinating: "reading the question",
+  background_investigation: "searching for background", planning: "writing the plan",
+  awaiting_clarification: "waiting for an answer to its question", awaiting_review: "waiting for a review of its plan",
+  awaiting_budget: "paused at its budget, waiting for a decision", researching: "researching",
+  reporting: "writing the report", completed: "finishing", failed: "failing" };
 // A completed run can still have ended without a report (its result's outcome says so).
 const OUTCOME = { report: "finished, with a research report",
   direct_reply: "finished, with a direct reply (no research was done)",
@@ -88,28 +94,69 @@ async function loadRuns() {
 
 function runItem(run) {
   if (run.question) state.questions.set(run.id, run.question);
-  const li = item("li", run.question || run.id);
+  const li = document.createElement("li");
+  const link = item("a", run.question || run.id);
+  link.href = runPath(run.id);  // an address to share, or to open in another tab
+  li.append(link);
   li.classList.toggle("awaiting", run.awaiting === "plan_feedback");
   li.classList.toggle("current", run.id === state.run);
   li.title = run.id;
-  const how = run.status !== "running" ? (ENDED[run.status] || run.status)
-    : run.awaiting ? `awaiting ${run.awaiting}` : (run.phase || "running");
-  li.append(item("div", `${how} · ${Math.round(run.age_seconds / 60)} min ago`, "phase"));
+  const how = run.status !== "running" ? (ENDED[run.status] || run.status) : phaseWords(run);
+  const age = item("div", `${how} · ${Math.round(run.age_seconds / 60)} min ago`, "phase");
+  age.dataset.age = `${Math.round(run.age_seconds / 60)} min ago`;
+  li.append(age);
   li.dataset.run = run.id;
-  li.addEventListener("click", () => openRun(run.id));
+  li.addEventListener("click", (event) => {
+    if (event.ctrlKey || event.metaKey || event.shiftKey || event.button !== 0) return;  // a new tab: the browser's
+    event.preventDefault();
+    openRun(run.id);
+  });
   return li;
+}
+
+// The run view's words in the run's row, as soon as the view has them (the list refreshes every
+// few seconds, and would say "writing the plan" under a plan waiting for review).
+function syncListed(id, how) {
+  const row = [...$("runs").children].find((li) => li.dataset.run === id);
+  const line = row && row.querySelector(".phase");
+  if (line) line.textContent = `${how} · ${line.dataset.age}`;
+}
+
+function runPath(id) {
+  return `/runs/${encodeURIComponent(id)}`;
 }
 
 async function loadConfig() {
   const config = await api("/api/config");
   $("offline").hidden = !config.offline_demo;
   $("suggestions").hidden = !config.offline_demo;  // what the bundled corpus can answer
+  budgetHints(config.budgets || {});
   const { resources } = await api("/api/rag/resources");
   $("resources").replaceChildren(...resources.map((r) => {
     const option = item("option", r.title);
     option.value = r.uri;
     return option;
   }));
+  $("resources").hidden = !resources.length;
+  $("resources-hint").hidden = Boolean(resources.length);
+}
+
+// What an empty budget field means: the operator's default, said with its figure.
+function budgetHints(budgets) {
+  const hint = (value, most, say) => (value === null || value === undefined
+    ? "none by default" : `${say(value)} by default`) + (most ? `, at most ${say(most)}` : "");
+  $("token-budget").placeholder = hint(budgets.tokens, budgets.tokens_max, (n) => n.toLocaleString("en-US"));
+  $("cost-budget").placeholder = hint(budgets.cost_usd, budgets.cost_usd_max, usd);
+}
+
+// Who the page is signed in as; a token that may only read is offered nothing to start or decide.
+async function loadMe() {
+  const me = await api("/api/me");
+  $("signed-in").textContent = me.tokens ? `Signed in as ${me.name} (${me.role})`
+    : "No sign-in: this server answers only this machine, as its admin";
+  state.readOnly = !me.may_start;
+  $("new-run").hidden = state.readOnly;
+  $("read-only").hidden = !state.readOnly;
 }
 
 $("new-run").addEventListener("submit", async (event) => {
@@ -133,7 +180,9 @@ $("new-run").addEventListener("submit", async (event) => {
     return;
   }
   $("question").value = "";
+  state.reveal = true;  // to the plan once it is there (on a phone, far above the form)
   await openRun(id);
+  $("run").scrollIntoView({ block: "start" });
   loadRuns().catch(() => {});
 });
 
@@ -155,16 +204,17 @@ $("token-form").addEventListener("submit", (event) => {
 // ------------------------------------------------------------------ one run
 
 // Opening a run clears everything the last one showed: its plan, notices, errors and content flows.
-async function openRun(id) {
+async function openRun(id, push = true) {
+  if (push && location.pathname !== runPath(id)) history.pushState({ run: id }, "", runPath(id));
   if (state.feed) state.feed.abort();
   clearTimeout(state.retryTimer);
   Object.assign(state, { run: id, after: null, report: "", sources: new Map(), lastStatus: null,
-    previews: new Map(), offlineNotice: null, locale: null, resultShown: false });
+    previews: new Map(), offlineNotice: null, locale: null, resultShown: false, metricsGrade: null });
   for (const list of ["activity", "sources", "citations", "plan-steps", "podcast-script", "evaluation"]) {
     $(list).replaceChildren();
   }
   for (const text of ["report", "review-message", "run-phase", "run-error", "run-retries", "usage", "flow-notice",
-    "budget-line", "budget-message", "cancel-message"]) {
+    "budget-line", "budget-message", "cancel-message", "budget-again"]) {
     $(text).replaceChildren();
   }
   closeCancel();
@@ -193,11 +243,13 @@ async function refresh() {
   // Only a running run can be reviewed or answered: a closed one's last status may still say it
   // awaited a review when it was cancelled, terminated or timed out.
   const running = shown.status === "running";
+  state.may = shown.may || state.may;
   const phase = status ? phaseWords(status) : shown.indexed && shown.indexed.phase
     ? `${phaseWords(shown.indexed)}, as the server's index has it: no worker has answered (is one running?)`
     : shown.status;
   const ended = endedWords(shown);
-  $("run-phase").textContent = running ? `Phase: ${phase}` : `Ended: ${ended}`;
+  $("run-phase").textContent = running ? `Now: ${phase}` : `Ended: ${ended}`;
+  syncListed(id, running ? (status ? phaseWords(status) : phase) : ENDED[shown.status] || shown.status);
   $("run-phase").className = running ? "" : ended.startsWith("finished") ? "ended" : "ended badly";
   $("cancel-run").hidden = !running;
   if (status) {  // the run knows which bundled providers served it
@@ -218,7 +270,7 @@ async function refresh() {
     $("usage").textContent = `Model calls: ${u.llm_calls} · tokens: ${u.total_tokens} (${u.input_tokens} in, ${u.output_tokens} out)`;
     showBudget(status, running);
     showPlan(status, running);
-    $("clarify").hidden = !running || status.awaiting !== "clarification_answer";
+    $("clarify").hidden = !running || status.awaiting !== "clarification_answer" || !state.may.decide;
     $("clarify-question").textContent = status.question || "";
   }
   if (!running) $("review").hidden = $("clarify").hidden = $("budget").hidden = true;
@@ -232,8 +284,14 @@ async function refresh() {
   $("flows").hidden = !(shown.status === "completed" && state.report);
 }
 
+// A running run's phase in words; the step it is on while it researches; the report, once written,
+// is not "being written" while the run closes.
 function phaseWords(where) {
-  return where.phase + (where.awaiting ? ` (awaiting ${where.awaiting})` : "");
+  if (where.phase === "reporting" && state.report && where === state.lastStatus) return "report written, finishing";
+  const words = PHASE_WORDS[where.phase] || String(where.phase).replaceAll("_", " ");
+  const steps = where.steps || [];
+  const at = steps.findIndex((step) => step.state === "running");
+  return where.phase === "researching" && at >= 0 ? `${words}: step ${at + 1} of ${steps.length}` : words;
 }
 
 function endedWords(shown) {
@@ -256,7 +314,11 @@ function showPlan(status, running) {
     }
     return li;
   }));
-  $("review").hidden = !running || status.awaiting !== "plan_feedback";
+  $("review").hidden = !running || status.awaiting !== "plan_feedback" || !state.may.decide;
+  if (state.reveal) {  // the person just started this run: take them to its plan
+    state.reveal = false;
+    $("plan").scrollIntoView({ block: "start" });
+  }
 }
 
 async function review(body) {
@@ -305,20 +367,42 @@ function budgetFields(tokens, cost, tokensField, costField) {
 // budget, what the rest is expected to cost and the three decisions (POST /api/runs/ID/budget).
 function showBudget(status, running) {
   const budget = status.budget, standing = status.budget_standing;
-  $("budget").hidden = !running || status.awaiting !== "budget";
+  const paused = running && status.awaiting === "budget";
+  $("budget").hidden = !paused || !state.may.decide;
   if (!budget || !standing) return;
+  if (paused) pausedAgain(status);
   const tokens = budget.tokens === null ? `${standing.spent_tokens} tokens spent (no token budget)`
     : `${standing.spent_tokens} of ${budget.tokens} tokens spent, ${standing.remaining_tokens} left`;
-  const cost = budget.cost_usd === null ? `${usd(standing.spent_usd)} spent (no cost budget)`
-    : `${usd(standing.spent_usd)} of ${usd(budget.cost_usd)} spent, ${usd(standing.remaining_usd)} left`;
-  const unpriced = standing.unpriced_models.length
+  const unpricedOnly = standing.unpriced_models.length && !standing.spent_usd;  // no price: no cost to say
+  const cost = unpricedOnly ? `cost unknown: no price for ${standing.unpriced_models.join(", ")}`
+    : budget.cost_usd === null ? `${usd(standing.spent_usd)} spent (no cost budget)`
+      : `${usd(standing.spent_usd)} of ${usd(budget.cost_usd)} spent, ${usd(standing.remaining_usd)} left`;
+  const unpriced = standing.unpriced_models.length && !unpricedOnly
     ? ` · no price for ${standing.unpriced_models.join(", ")}: its tokens count, its cost does not` : "";
   $("budget-line").textContent = `Budget: ${tokens} · ${cost}${budget.cut_short ? " · cut short" : ""}${unpriced}`;
   if (budget.expected_next_step !== null) {
+    const price = (amount) => (unpricedOnly ? "" : ` (${usd(amount || 0)})`);
     $("budget-expected").textContent = `${$("budget-line").textContent}. The next step is expected to cost ` +
-      `${budget.expected_next_step} tokens (${usd(budget.expected_next_step_usd || 0)}), the rest of the plan ` +
-      `${budget.expected_rest} tokens (${usd(budget.expected_rest_usd || 0)}).`;
+      `${budget.expected_next_step} tokens${price(budget.expected_next_step_usd)}, the rest of the plan ` +
+      `${budget.expected_rest} tokens${price(budget.expected_rest_usd)}.`;
   }
+}
+
+// A run that paused again after a budget decision says when, and the old decision's message goes.
+function pausedAgain(status) {
+  const pauses = (status.events || []).filter((e) => e.kind === "phase" && e.message.startsWith("awaiting_budget"));
+  const decided = (status.decisions || []).filter((d) => d.kind === "budget");
+  const pause = pauses[pauses.length - 1], last = decided[decided.length - 1];
+  const again = pause && last && last.at < pause.at;
+  $("budget-again").hidden = !again;
+  if (!again) return;
+  $("budget-again").textContent = `Paused again at ${clock(pause.at)}, after ${last.by.name}'s decision at ` +
+    `${clock(last.at)} (${last.decision}): the new budget is expected to run out too.`;
+  $("budget-message").textContent = "";
+}
+
+function clock(timestamp) {
+  return new Date(timestamp).toLocaleTimeString();
 }
 
 async function decideBudget(body) {
@@ -326,6 +410,7 @@ async function decideBudget(body) {
     const outcome = await api(`/api/runs/${encodeURIComponent(state.run)}/budget`, body);
     $("budget-message").textContent = outcome.message;
     $("budget").hidden = true;
+    $("budget-tokens").value = $("budget-usd").value = "";
   } catch (error) {
     $("budget-message").textContent = decisionProblem(error);
   }
@@ -648,10 +733,18 @@ function exportedHtml() {
   return `<!doctype html>\n${doc.documentElement.outerHTML}`;
 }
 
+// A download is named by the run's question (its first words, in any script), as the CLI names runs.
+function fileStem() {
+  const question = state.questions.get(state.run) || "";
+  const words = question.normalize("NFKD").replace(/\p{M}/gu, "").toLowerCase()
+    .replace(/[^\p{L}\p{N}]+/gu, "-").replace(/^-+|-+$/g, "").slice(0, 60).replace(/-+$/, "");
+  return words || state.run;
+}
+
 $("export-md").addEventListener("click",
-  () => download(`${state.run}.md`, new Blob([exportedMarkdown()], { type: "text/markdown" })));
+  () => download(`${fileStem()}.md`, new Blob([exportedMarkdown()], { type: "text/markdown" })));
 $("export-html").addEventListener("click",
-  () => download(`${state.run}.html`, new Blob([exportedHtml()], { type: "text/html" })));
+  () => download(`${fileStem()}.html`, new Blob([exportedHtml()], { type: "text/html" })));
 $("refresh").addEventListener("click", () => loadRuns().catch(() => {}));
 setInterval(() => {
   if (!document.hidden) loadRuns().catch(() => {});
@@ -683,21 +776,28 @@ async function evaluate(useModel) {
   return "";
 }
 
+// The metrics once; with the model's judgement, why the grade moved (DeerFlow's 40/60 weighing), its
+// scores and its advice, instead of DeerFlow's summary, which repeats the metrics.
 function showEvaluation(answer) {
   const m = answer.metrics;
   const box = $("evaluation");
+  const judged = answer.llm_evaluation;
+  if (!judged) state.metricsGrade = { grade: answer.grade, score: answer.score };
   const lines = [
-    `Grade ${answer.grade} (${answer.score} of 10)`,
+    `Grade ${answer.grade} (${answer.score} of 10)${judged ? gradeWhy(answer, judged) : ", from the metrics alone"}`,
     [count(m.word_count, "word"), `${count(m.citation_count, "citation")} from ${count(m.unique_sources, "source")}`,
       count(m.image_count, "image")].join(" · "),
     `Sections found: ${m.sections_found.join(", ") || "none"}`,
     `Sections missing: ${m.sections_missing.join(", ") || "none"}`,
   ];
   box.replaceChildren(...lines.map((line) => item("p", line)));
-  if (answer.llm_evaluation) {  // the model's summary (markdown) has its strengths and suggestions
-    const judged = answer.llm_evaluation;
-    if (answer.summary) box.append(markdownBlock(answer.summary));
-    else box.append(listOf([...judged.strengths, ...judged.weaknesses, ...judged.suggestions]));
+  if (judged) {
+    box.append(item("p", `The model's scores: ${Object.entries(judged.scores)
+      .map(([name, score]) => `${name.replaceAll("_", " ")} ${score}`).join(" · ")}`));
+    for (const [heading, points] of [["Strengths", judged.strengths], ["To improve", judged.weaknesses],
+      ["Suggestions", judged.suggestions]]) {
+      if (points.length) box.append(item("p", heading, "phase"), listOf(points));
+    }
   } else {
     const deeper = item("button", "Ask the model for its evaluation too");
     deeper.type = "button";
@@ -705,6 +805,13 @@ function showEvaluation(answer) {
     box.append(deeper);
   }
   box.hidden = false;
+}
+
+function gradeWhy(answer, judged) {
+  if (!(judged.overall_score > 0)) return ": the model gave no scores, so the grade is the metrics' alone";
+  const before = state.metricsGrade ? `${state.metricsGrade.grade} (${state.metricsGrade.score})` : "their score";
+  return `: the metrics alone gave ${before}; with the model's judgement (${judged.weighted_score} of 10), ` +
+    "the grade weighs the metrics 40 % and the model 60 %";
 }
 
 function count(n, noun) {
@@ -718,7 +825,7 @@ function listOf(lines) {
 }
 
 async function slides() {
-  const name = `${state.run}.pptx`;
+  const name = `${fileStem()}.pptx`;
   const response = await request("/api/ppt/generate", { content: state.report, locale: state.locale || "en-US" });
   if (!response.ok) throw await refusal(response);
   download(name, await response.blob());
@@ -745,7 +852,7 @@ async function podcast() {
   state.audio = URL.createObjectURL(await response.blob());
   $("podcast-audio").src = state.audio;
   $("podcast-download").href = state.audio;
-  $("podcast-download").download = `${state.run}.mp3`;
+  $("podcast-download").download = `${fileStem()}.mp3`;
   $("podcast-box").hidden = false;
   return "";
 }
@@ -839,10 +946,11 @@ $("editor-cancel").addEventListener("click", () => {
 // The run in the address opens even when the list cannot be read (a namespace without visibility).
 async function start() {
   try {
-    await loadConfig();
+    await Promise.all([loadConfig(), loadMe()]);
     const listed = loadRuns().catch(() => {});
-    const wanted = new URLSearchParams(location.search).get("run");
-    if (wanted) await openRun(wanted);
+    const wanted = runInAddress();
+    if (wanted) await openRun(wanted, false);
+    if (wanted && location.pathname !== runPath(wanted)) history.replaceState({ run: wanted }, "", runPath(wanted));
     await listed;
   } catch (error) {
     $("run-error").textContent = error.message;
@@ -850,7 +958,20 @@ async function start() {
   }
 }
 
+// The run an address names: /runs/ID, or ?run=ID (the page's addresses before runs had their own).
+function runInAddress() {
+  const path = location.pathname.match(/^\/runs\/([^/]+)$/);
+  return path ? decodeURIComponent(path[1]) : new URLSearchParams(location.search).get("run");
+}
+
+// Back and forward move between the runs opened here.
+window.addEventListener("popstate", () => {
+  const wanted = runInAddress();
+  if (wanted && wanted !== state.run) openRun(wanted, false);
+});
+
 // `started` tells a driver (and its tests) that the first layout shift (the offline banner, the run
 // list) is over, so what it clicks stays where it was measured.
-window.deerflowPage = { openRun, exportedHtml, exportedMarkdown, sanitisedReportHtml, state, started: false };
+window.deerflowPage = { openRun, exportedHtml, exportedMarkdown, sanitisedReportHtml, state, phaseWords, showBudget,
+  fileStem, started: false };
 start().finally(() => { window.deerflowPage.started = true; });
