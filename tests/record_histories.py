@@ -144,11 +144,11 @@ FLOW_TYPES: dict[type, str] = {EnhanceRequest: ENHANCER_WORKFLOW, EvaluateReques
 
 
 async def _wait_for_review(handle: WorkflowHandle, after: str | None) -> str:
-    """Wait for a pause on a plan other than ``after``; returns that plan's title."""
+    """Wait for a pause on a plan other than ``after``; returns that plan (as JSON: an edit keeps the title)."""
     for _ in range(400):
         status = await handle.query("status", result_type=RunStatus)
-        if status.phase is Phase.AWAITING_REVIEW and status.plan and status.plan.title != after:
-            return status.plan.title
+        if status.phase is Phase.AWAITING_REVIEW and status.plan and status.plan.model_dump_json() != after:
+            return status.plan.model_dump_json()
         await asyncio.sleep(0.05)
     raise TimeoutError("the run never paused for review")
 

@@ -116,7 +116,7 @@ async def test_question_edit_accept_report_in_deerflow_order(base: str, client: 
     assert_deerflow_shapes(edited, thread)
     assert [kind for kind, _ in edited] == ["message_chunk", "interrupt"]
     assert edited[0][1]["agent"] == "planner" and edited[0][1]["id"] != planner[0]["id"]
-    assert json.loads(edited[0][1]["content"])["title"] != plan["title"]
+    assert json.loads(edited[0][1]["content"])["steps"] != plan["steps"]  # (the title, the report's, stays)
     assert edited[1][1]["id"] != interrupt["id"]
 
     done = await chat(base, turn(thread, "Cool! Let's get started.", interrupt_feedback="accepted"))

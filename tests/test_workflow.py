@@ -66,7 +66,7 @@ async def test_edit_plan_goes_back_to_the_planner_with_the_feedback(
     assert not outcome.accepted
     assert first.plan is not None
     revised = await wait_for(handle, lambda s: awaiting_review(s) and s.plan is not None
-                             and s.plan.title != first.plan.title)
+                             and s.plan != first.plan)
     assert revised.plan is not None
     assert "manufacturing costs" in revised.plan.model_dump_json()
     last_planner_call = model_server.requests_for("planner")[-1]

@@ -141,10 +141,14 @@ async function loadConfig() {
   $("resources-hint").hidden = Boolean(resources.length);
 }
 
-// What an empty budget field means: the operator's default, said with its figure.
+// What an empty budget field means: the operator's default, said with its figure (with no default,
+// the operator's maximum is a run's budget).
 function budgetHints(budgets) {
-  const hint = (value, most, say) => (value === null || value === undefined
-    ? "none by default" : `${say(value)} by default`) + (most ? `, at most ${say(most)}` : "");
+  const hint = (value, most, say) => {
+    if (value == null && most == null) return "none by default";
+    return value == null ? `${say(most)} by default (the maximum)` : `${say(value)} by default` +
+      (most != null ? `, at most ${say(most)}` : "");
+  };
   $("token-budget").placeholder = hint(budgets.tokens, budgets.tokens_max, (n) => n.toLocaleString("en-US"));
   $("cost-budget").placeholder = hint(budgets.cost_usd, budgets.cost_usd_max, usd);
 }
