@@ -138,8 +138,9 @@ async def test_a_viewer_is_offered_nothing_it_may_not_do_and_everyone_sees_who_t
         await page.wait_for("document.getElementById('plan-title').textContent", 20, what="the plan")
         shown = await page.evaluate("[!document.getElementById('new-run').hidden, "
                                     "!document.getElementById('review').hidden, "
+                                    "!document.getElementById('cancel-run').hidden, "
                                     "!document.getElementById('read-only').hidden]")
-        assert shown == [may, may, not may], (name, shown)
+        assert shown == [may, may, may, not may], (name, shown)
         SCREENSHOTS.mkdir(exist_ok=True)
         await page.screenshot(SCREENSHOTS / f"signed-in-{name}-{width}.png")
     await handle.cancel()

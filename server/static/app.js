@@ -255,7 +255,7 @@ async function refresh() {
   $("run-phase").textContent = running ? `Now: ${phase}` : `Ended: ${ended}`;
   syncListed(id, running ? (status ? phaseWords(status) : phase) : ENDED[shown.status] || shown.status);
   $("run-phase").className = running ? "" : ended.startsWith("finished") ? "ended" : "ended badly";
-  $("cancel-run").hidden = !running;
+  $("cancel-run").hidden = !running || !state.may.cancel;
   if (status) {  // the run knows which bundled providers served it
     state.offlineNotice = shown.offline_notice;
     $("offline").hidden = !shown.offline_notice;
