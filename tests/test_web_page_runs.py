@@ -146,7 +146,7 @@ async def test_cancel_asks_first_and_then_ends_the_run_cancelled(base: str, stan
     await page.use_width(width)
     handle = await stand_in("", question="How much power do tidal stream turbines produce?")
     await page.navigate(f"{base}/?run={handle.id}")
-    await page.wait_for(f"{PHASE}.startsWith('Phase:')", 30, what="the paused run")
+    await page.wait_for(f"{PHASE}.startsWith('Now:')", 30, what="the paused run")
     await page.press("#cancel-ask")
     question = await page.wait_for(f"{shown('cancel-confirm')} && document.getElementById('cancel-confirm')"
                                    ".textContent", what="the question")
