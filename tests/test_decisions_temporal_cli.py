@@ -1,7 +1,8 @@
-"""Every decision of ours from the real ``temporal`` CLI, end to end (issue #48 item 1): the dev
-server, a real worker process, and ``temporal workflow update execute`` / ``signal`` / ``cancel``
-with the documented single input, as an operator (or the Web UI, which sends the same JSON payload)
-sends them.
+"""Every decision of ours from the real ``temporal`` CLI and the Web UI, end to end (issue #48 item
+1): the dev server, a real worker process, and ``temporal workflow update execute`` / ``signal`` /
+``cancel`` with the documented single input, as an operator sends them, and the Web UI's own routes
+on the dev server's UI port with the body its update and signal dialogs send (one ``json/plain``
+payload: temporalio/ui ``workflow-service.ts``).
 
 Each update takes one JSON value, like its signal: a budget decision object, the plan feedback or
 the answer as a string. A malformed one is refused to the CLI with its reason and leaves the run
@@ -11,14 +12,23 @@ without a sender is recorded as coming from outside our doors.
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import AsyncIterator
 
+import httpx
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from tests.support.processes import DevServer, WorkerProcess, start_worker, starter, wait_for_cli_status
+from tests.support.processes import (
+    DevServer,
+    WorkerProcess,
+    start_worker,
+    starter,
+    wait_for_cli_status,
+    wait_for_port,
+)
 from tests.support.runs import QUESTION, run_id
 from workflows.decisions import OUTSIDE
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
@@ -154,5 +164,46 @@ async def test_a_cancel_from_the_temporal_cli_is_recorded_as_from_outside_whatev
     assert sent.returncode == 0, sent.stderr
     closed = wait_for_cli_status(dev_server, workflow_id, lambda s: bool(s["decisions"]), timeout=60)
     assert decisions(closed) == [("cancel", "cancel", SENDER_FROM_OUTSIDE)]
+    await no_task_failures(client, workflow_id)
+    worker_log_is_clean(worker)
+
+
+def json_payload(value: object) -> dict[str, object]:
+    """One payload as the Web UI encodes its input field (``json/plain``, base64 in JSON)."""
+    return {"metadata": {"encoding": base64.b64encode(b"json/plain").decode()},
+            "data": base64.b64encode(json.dumps(value).encode()).decode()}
+
+
+async def test_a_budget_pause_is_decided_from_the_web_ui(dev_server: DevServer, client: Client,
+                                                        worker: WorkerProcess) -> None:
+    workflow_id = run_id("budget-web-ui")
+    assert starter(dev_server, "run", QUESTION, "--no-wait", "--id", workflow_id, "--auto-accept",
+                   "--token-budget", "700").returncode == 0
+    wait_for_cli_status(dev_server, workflow_id, paused_at_budget, timeout=60)
+    wait_for_port(dev_server.ui_port)
+    routes = f"/api/v1/namespaces/default/workflows/{workflow_id}"
+    with httpx.Client(base_url=f"http://127.0.0.1:{dev_server.ui_port}", timeout=60) as ui:
+        assert ui.get("/").status_code == 200  # the page sets the CSRF cookie its requests echo
+        headers = {"X-CSRF-TOKEN": ui.cookies["_csrf"]}
+
+        def update(value: object, update_id: str) -> dict:
+            body = {"workflowExecution": {}, "request": {"meta": {"updateId": update_id},
+                                                         "input": {"args": {"payloads": [json_payload(value)]}}}}
+            answered = ui.post(f"{routes}/update/decide_budget", json=body, headers=headers)
+            assert answered.status_code == 200, answered.text
+            return answered.json()["outcome"]
+
+        refused = update({"action": "fly"}, "refused")
+        assert "action: Input should be 'raise', 'finish' or 'cancel'" in refused["failure"]["message"], refused
+        signalled = ui.post(f"{routes}/signal/budget", headers=headers, json={
+            "signalName": "budget", "workflowExecution": {"workflowId": workflow_id},
+            "input": {"payloads": [json_payload({"action": "raise", "tokens": 900})]}})
+        assert signalled.status_code == 200, signalled.text
+        wait_for_cli_status(dev_server, workflow_id, lambda s: paused_at_budget(s) and len(s["decisions"]) == 1)
+        taken = update({"action": "finish"}, "taken")
+        assert b"Budget decision taken: finish." in base64.b64decode(taken["success"]["payloads"][0]["data"])
+    done = wait_for_cli_status(dev_server, workflow_id, lambda s: s["phase"] == "completed", timeout=60)
+    assert decisions(done) == [("budget", "raise to 900 tokens", SENDER_FROM_OUTSIDE),
+                               ("budget", "finish", SENDER_FROM_OUTSIDE)]
     await no_task_failures(client, workflow_id)
     worker_log_is_clean(worker)
