@@ -15,7 +15,7 @@ from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from offline.search_server import Fault as SearchFault
 from tests.support.runs import start
-from tests.support.settings import settings_with
+from tests.support.settings import READINGS, settings_with
 from tests.support.workers import WorkerWith
 from workflows.errors import failure_message
 from workflows.models import Outcome
@@ -66,16 +66,20 @@ async def test_an_empty_completion_mid_step_is_asked_again_within_the_turn(
     assert result.usage.llm_calls == len(model_server.requests)  # the empty ask counts in the usage
 
 
+@pytest.mark.parametrize("reading", list(READINGS))
 async def test_invalid_tool_call_arguments_are_answered_and_the_step_goes_on(
-    time_worker: Client, model_server: FakeModelServer
+    provider_env: dict[str, str], worker_with: WorkerWith, model_server: FakeModelServer, reading: str
 ) -> None:
+    """Read whole or streamed (previews while a page watches), never mended into a call (issue #42, item 8)."""
     model_server.inject(Fault.invalid_tool_args(agent="researcher"))
-    handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
-    result = await handle.result()
+    async with worker_with(settings_with(provider_env, **READINGS[reading])) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=1)
+        result = await handle.result()
     assert result.outcome is Outcome.REPORT
     researcher_turns = model_server.requests_for("researcher")
+    assert bool(researcher_turns[0].get("stream")) is (reading == "streamed")
     tool_replies = [m["content"] for m in researcher_turns[1]["messages"] if m["role"] == "tool"]
-    assert tool_replies and "not valid JSON" in tool_replies[0]
+    assert tool_replies and "not valid JSON" in tool_replies[0] and "unterminated" in tool_replies[0]
 
 
 async def test_a_model_that_stays_down_ends_the_run_with_a_clear_error(

@@ -2,7 +2,9 @@
 
 The server refuses a run more than 2,000 pending activities and the run would be stuck for good.
 The per-turn cap runs the first calls and tells the model the rest were dropped; the in-flight
-cap bounds how many of the run's activities are pending at once.
+cap bounds how many of the run's activities are pending at once. Whether the flood is read whole or
+streamed (token previews stream every turn while a page watches the run), the same calls are capped
+the same way (issue #42, item 8).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.support.history_checks import most_pending, tool_batches
 from tests.support.runs import start
-from tests.support.settings import settings_with
+from tests.support.settings import READINGS, settings_with
 from tests.support.workers import WorkerWith
 from workflows.models import Outcome, RunConfig
 
@@ -27,10 +29,10 @@ PER_TURN = 16
 IN_FLIGHT = 4
 
 
-@pytest.fixture
-def caps(provider_env: dict[str, str]) -> Settings:
+@pytest.fixture(params=list(READINGS))
+def caps(request: pytest.FixtureRequest, provider_env: dict[str, str]) -> Settings:
     return settings_with(provider_env, DEERFLOW_MAX_TOOL_CALLS_PER_TURN=str(PER_TURN),
-                         DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=str(IN_FLIGHT))
+                         DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=str(IN_FLIGHT), **READINGS[request.param])
 
 
 @pytest.fixture
@@ -41,7 +43,7 @@ async def capped(caps: Settings, worker_with: WorkerWith) -> AsyncIterator[Clien
 
 
 async def test_a_flood_of_tool_calls_is_capped_and_the_run_completes(
-    capped: Client, model_server: FakeModelServer
+    caps: Settings, capped: Client, model_server: FakeModelServer
 ) -> None:
     model_server.inject(Fault.tool_call_flood(2_500, agent="researcher"))
     handle = await start(capped, question="How do tides work?", auto_accept_plan=True, max_step_num=1)
@@ -49,6 +51,7 @@ async def test_a_flood_of_tool_calls_is_capped_and_the_run_completes(
 
     assert result.outcome is Outcome.REPORT
     assert not model_server.pending_faults, "the flood was never sent"
+    assert bool(model_server.requests_for("researcher")[0].get("stream")) is (caps.token_stream_url is not None)
     history = await handle.fetch_history()
     assert max(tool_batches(history)) == PER_TURN
     assert most_pending(history) <= IN_FLIGHT

@@ -17,56 +17,33 @@ from __future__ import annotations
 
 import functools
 import importlib
-import json
 from typing import Any
 
 import httpx
-from langchain_core.messages.tool import invalid_tool_call
+import openai
 from langchain_core.outputs import ChatResult
 from langchain_openai import ChatOpenAI
 
+from activities.model import reply_calls
 from activities.model.tool_support import PROBE_MAX_TOKENS
 from activities.support.kept import kept
 from config.settings import Settings
 from workflows.models import ModelTier
 
 
-def _non_object_calls(message: dict[str, Any]) -> list[dict[str, Any]]:
-    """Remove from ``message`` the tool calls whose arguments are JSON but not a JSON object.
-
-    langchain parses such arguments and then fails validating its own ``AIMessage`` (``args``
-    must be a dict), which would fail the whole model turn on every retry. Taken out here, they
-    come back as invalid tool calls, which the agent loop answers with an error the model reads.
-    """
-    kept, rejected = [], []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function") or {}
-        raw = function.get("arguments")
-        try:
-            parsed = json.loads(raw) if isinstance(raw, str) else raw
-        except ValueError:
-            parsed = {}  # not JSON at all: langchain reports it as an invalid tool call itself
-        if parsed is None or isinstance(parsed, dict):
-            kept.append(call)
-        else:
-            rejected.append(invalid_tool_call(name=function.get("name"), args=str(raw), id=call.get("id"),
-                                              error="arguments must be a JSON object"))
-    if rejected:
-        message["tool_calls"] = kept or None
-    return rejected
-
-
 class GuardedChatOpenAI(ChatOpenAI):
-    """``ChatOpenAI`` that turns non-object tool-call arguments into invalid tool calls."""
+    """``ChatOpenAI`` that leaves a reply's tool calls unread, as the provider sent them, for the one
+    parser of whole and streamed replies (``reply_calls.py``). langchain's own reading failed the turn
+    on arguments that are JSON but not an object (its ``AIMessage`` refuses them, on every retry)."""
 
     def _create_chat_result(self, response: Any, generation_info: dict[str, Any] | None = None) -> ChatResult:
-        data = response if isinstance(response, dict) else response.model_dump(warnings=False)
-        rejected = [_non_object_calls(choice.get("message") or {}) for choice in data.get("choices") or []]
-        if not any(rejected):
+        if not isinstance(response, dict | openai.BaseModel):  # an HTML error page: langchain says so
             return super()._create_chat_result(response, generation_info)
+        data = response if isinstance(response, dict) else response.model_dump(warnings=False)
+        calls = [reply_calls.from_provider(choice.get("message") or {}) for choice in data.get("choices") or []]
         result = super()._create_chat_result(data, generation_info)
-        for generation, calls in zip(result.generations, rejected, strict=False):
-            generation.message.invalid_tool_calls.extend(calls)  # type: ignore[attr-defined]
+        for generation, raw in zip(result.generations, calls, strict=False):
+            reply_calls.with_calls(generation.message, raw)  # type: ignore[arg-type]
         return result
 
 

@@ -24,7 +24,7 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.model import json_tools, token_stream
+from activities.model import json_tools, reply_calls, token_stream
 from activities.model.call_costs import priced, quota_tokens_of, reply_usage
 from activities.model.clients import KeptClients
 from activities.model.context_budget import (
@@ -51,7 +51,7 @@ from activities.model.tool_support import (
 )
 from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, ToolCall, Usage
+from workflows.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, Usage
 from workflows.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
@@ -127,28 +127,6 @@ def _within_budget(settings: Settings, request: ChatRequest, system_prompt: str,
             model, limit, reserve,
         )
     return messages
-
-
-def _tool_calls(reply: AIMessage) -> list[ToolCall]:
-    calls = [
-        ToolCall(id=call.get("id") or f"call_{index}", name=call["name"], arguments=call.get("args") or {})
-        for index, call in enumerate(reply.tool_calls)
-    ]
-    for call in reply.invalid_tool_calls:
-        if str(call.get("args")).strip() == "null":
-            # JSON null: no arguments. A streamed reply (token previews) reports it as invalid, where
-            # the whole reply's parse reads it as an empty object; both must mean the same call.
-            calls.append(ToolCall(id=call.get("id") or f"call_{len(calls)}", name=call.get("name") or "unknown",
-                                  arguments={}))
-            continue
-        calls.append(
-            ToolCall(
-                id=call.get("id") or f"invalid_{len(calls)}",
-                name=call.get("name") or "unknown",
-                invalid_arguments=str(call.get("args")),
-            )
-        )
-    return calls
 
 
 def _retry_after(error: openai.APIStatusError) -> timedelta | None:
@@ -389,7 +367,7 @@ class ModelActivities:
                                         "trimming to %d tokens for one more try", request.prompt, overflow.message,
                                         limit)
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
-        calls = _tool_calls(reply)
+        calls = reply_calls.tool_calls(reply)
         if json_mode:
             content, calls = json_tools.parse_action(content, request.messages)
         finish_reason = (reply.response_metadata or {}).get("finish_reason")

@@ -34,9 +34,11 @@ from typing import Any
 
 import httpx
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+from langchain_core.messages.ai import UsageMetadata, add_usage
 from temporalio import activity
 
 from activities.guards.secret_scrubber import SecretScrubber
+from activities.model import reply_calls
 from activities.support.tls import verifying_context
 from config.settings import Settings
 from runtime.token_stream_format import Sink, configured_sink
@@ -140,11 +142,27 @@ async def invoke(runnable: Any, messages: list[BaseMessage], agent: str, setting
 
 
 async def _assemble(chunks: AsyncIterator[AIMessageChunk], publisher: Publisher) -> AIMessage:
-    """The chunks summed into one message (as langchain does for ``ainvoke``), text previewed as it comes."""
-    reply: AIMessageChunk | None = None
+    """The chunks as one message, text previewed as it comes, in one pass: the text, the metadata and
+    usage as langchain would sum them, and the tool calls' pieces joined by index, unread, for the
+    parser a whole reply's calls go through too (``reply_calls.py``: why not langchain's sum)."""
+    text: list[str] = []
+    calls: dict[int | str, reply_calls.StreamedCall] = {}
+    metadata: dict[str, Any] = {}
+    usage: UsageMetadata | None = None
     async for chunk in chunks:
-        reply = chunk if reply is None else reply + chunk
-        if isinstance(chunk.content, str):
+        if isinstance(chunk.content, str) and chunk.content:
+            text.append(chunk.content)
             publisher.add(chunk.content)
-    return reply if reply is not None else AIMessage(content="")
-
+        for piece in chunk.tool_call_chunks:
+            index = piece.get("index")  # a piece without one is a call of its own, as langchain has it
+            key = f"unindexed {len(calls)}" if index is None else index
+            calls.setdefault(key, reply_calls.StreamedCall()).add(piece)
+        # Taken out of the chunk, which langchain keeps: its ``astream`` sums every chunk when the stream
+        # ends, for its callbacks, and summing 2,500 calls' pieces held the worker's loop for 11 s at once,
+        # past the attempt's heartbeat timeout (the retried attempt's ordinary reply ran instead).
+        chunk.tool_call_chunks, chunk.tool_calls, chunk.invalid_tool_calls = [], [], []
+        metadata.update({name: value for name, value in chunk.response_metadata.items() if value is not None})
+        if chunk.usage_metadata:
+            usage = add_usage(usage, chunk.usage_metadata)
+    reply = AIMessage(content="".join(text), response_metadata=metadata, usage_metadata=usage)
+    return reply_calls.with_calls(reply, [call.joined() for call in calls.values()])

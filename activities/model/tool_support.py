@@ -36,6 +36,7 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.model import reply_calls
 from activities.model.kept_verdicts import KeptVerdicts, digest
 from activities.support.tls import verifying_context
 from workflows.models import Usage
@@ -158,7 +159,7 @@ def usage_of(reply: AIMessage) -> Usage:
 
 def verdict_of(reply: AIMessage) -> Verdict:
     """A forced call made (with or without text before it), else what stopped the text."""
-    if reply.tool_calls or reply.invalid_tool_calls:
+    if reply_calls.raw_calls(reply):
         return Verdict.CALLS
     finish = (reply.response_metadata or {}).get("finish_reason")
     return Verdict.RAMBLES if finish == "length" else Verdict.IGNORED
