@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -25,7 +24,8 @@ from temporalio.client import Client, WorkflowHistory
 
 from config.settings import load_settings
 from offline.providers import without_provider_settings
-from tests.support.processes import REPO_DIR, DevServer, start_worker
+from tests.support.checkout import copy_checkout
+from tests.support.processes import DevServer, start_worker
 from tests.support.runs import QUESTION, awaiting_review, run_id, wait_for
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
@@ -36,14 +36,11 @@ ANCHOR = ("    run.use_config(await execute(LOAD_RUN_CONFIG, list(run.request.re
 NEW_COMMAND = "await workflow.sleep(0.001)"
 UNGUARDED = ANCHOR + f"    {NEW_COMMAND}\n"
 GUARDED = ANCHOR + f"    if workflow.patched('deploy-drill'):\n        {NEW_COMMAND}\n"
-COPY_IGNORES = shutil.ignore_patterns(".git", ".venv", ".deerflow", "build", "tests", "bench", "__pycache__",
-                                      "*.egg-info", "node_modules")
 
 
 def build(tmp_path: Path, name: str, change: str) -> Path:
     """A checkout of the current code whose workflow issues one more command (build N+1)."""
-    checkout = tmp_path / name
-    shutil.copytree(REPO_DIR, checkout, ignore=COPY_IGNORES)
+    checkout = copy_checkout(tmp_path / name)
     source = checkout / CHANGED
     text = source.read_text()
     assert text.count(ANCHOR) == 1, "the anchor line moved: update this test's ANCHOR"

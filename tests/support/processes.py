@@ -116,10 +116,14 @@ class WorkerProcess:
         nice = ["nice", "-n", str(self.niceness)] if self.niceness else []
         return [*nice, sys.executable, str(script)]
 
+    def environment(self) -> dict[str, str]:
+        """The worker's environment: the test's, without providers (and without .env, unless the test
+        gives one: a developer's real keys there must not reach it), pointed at ``address``."""
+        return {**without_provider_settings(os.environ), "DEERFLOW_ENV_FILE": os.devnull,
+                "TEMPORAL_ADDRESS": self.address, **self.env}
+
     def start(self) -> WorkerProcess:
-        # No .env either (unless the test gives one): a developer's real keys there must not reach it.
-        env = {**without_provider_settings(os.environ), "DEERFLOW_ENV_FILE": os.devnull,
-               "TEMPORAL_ADDRESS": self.address, **self.env}
+        env = self.environment()
         with self.log_path.open("ab") as log:
             if self.fresh:
                 self.process = subprocess.Popen(self.command(self.repo / "worker.py"), cwd=self.repo, env=env,
