@@ -1,13 +1,15 @@
 """Token previews end to end: a real worker process streams a run's model turns to the API server,
-and a page following the run sees them before the durable final messages, which supersede them.
+and a page following the run sees them before the durable final messages, which supersede them; and
+a run watched so does what it would do unwatched (issue #42, item 8).
 
 The dev server, ``worker.py`` on the session's fake model (paced, so previews are visible) and the
-API server on free loopback ports.
+API server (in this process, or ``starter.py serve``) on free loopback ports.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -19,11 +21,18 @@ from config.settings import load_settings
 from offline.model_server import FakeModelServer, Fault
 from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
+from runtime.connection import connect_when_ready
+from runtime.converter import data_converter
+from runtime.token_stream_format import ANNOUNCEMENT
 from server.threads import workflow_id
-from tests.support.processes import DevServer, WorkerProcess, start_worker
+from tests.support.history_checks import tool_batches
+from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, run_starter, start_worker
+from tests.support.runs import run_id
 from tests.support.web_server import api_server, parse_sse
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
 
 pytestmark = pytest.mark.timeout(120)
+PER_TURN = 16  # DEERFLOW_MAX_TOOL_CALLS_PER_TURN's default
 TOKEN = "stream-token-for-e2e-0123456789ab"
 QUESTION = "How do heat pumps work?"
 PREFIX = "deerflow-web-"
@@ -101,3 +110,37 @@ async def test_previews_come_first_and_a_retried_attempt_is_a_new_message(
             joined[data["id"]] = joined.get(data["id"], "") + data.get("content", "")
     assert joined[report["stream_id"]] == report["content"] and report["id"] not in joined, "the report twice"
     assert joined[first] == shown[first]
+
+
+@pytest.mark.timeout(300)
+async def test_a_run_watched_by_a_page_calls_the_same_tools_and_replays(
+        dev_server: DevServer, model_server: FakeModelServer, search_server: FakeSearchServer, tmp_path: Path) -> None:
+    """``starter.py serve`` announces its sink in the home it shares with a real worker, which finds it
+    and streams every turn: the researcher's flood of 2,000 calls is still capped at the per-turn cap, its
+    broken arguments are still answered as not JSON, and the run replays with nothing nondeterministic."""
+    home = tmp_path / "home"
+    environ = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "DEERFLOW_HOME": str(home)}
+    client = await connect_when_ready(dev_server.address, data_converter=data_converter(load_settings(environ)))
+    process = await start_worker(dev_server, client, tmp_path / "worker.log", DEERFLOW_HOME=str(home),
+                                 **offline_env(model_server, search_server))
+    serve = ServeProcess(dev_server.address, free_port(), tmp_path / "serve.log", home)
+    try:
+        while not (home / ANNOUNCEMENT).exists():
+            await asyncio.sleep(0.05)
+        model_server.inject(Fault.tool_call_flood(2_000, agent="researcher"),
+                            Fault.invalid_tool_args(agent="researcher"))
+        handle = await client.start_workflow(
+            WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1),
+            id=run_id("watched"), task_queue=TASK_QUEUE, result_type=ResearchResult)
+        result = await asyncio.wait_for(handle.result(), 240)
+    finally:
+        serve.kill()
+        process.stop()
+    assert result.outcome is Outcome.REPORT and not model_server.pending_faults
+    turns = model_server.requests_for("researcher")
+    assert turns and all(turn.get("stream") for turn in turns), "the worker did not preview its turns"
+    told = [message["content"] for message in turns[2]["messages"] if message["role"] == "tool"]
+    assert "not valid JSON" in told[-1] and "unterminated" in told[-1]
+    assert max(tool_batches(await handle.fetch_history())) == PER_TURN
+    replayed = run_starter(environ, "replay", handle.id)
+    assert replayed.returncode == 0 and "Replay OK" in replayed.stdout, replayed.stdout + replayed.stderr
