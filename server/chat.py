@@ -89,10 +89,20 @@ class ChatStreamRequest(BaseModel):
     report_style: str = "academic"
     mcp_settings: DeerFlowMCPSettings | None = None
 
+    def question(self) -> str:
+        """The turn's text with each ``@`` mention as the document's name: DeerFlow's UI writes a
+        mention as ``[title](uri)``, and the uri, a path on the server, went into plan and step titles.
+        The run gets the documents themselves in ``resources``."""
+        text = self.messages[-1].content
+        for resource in self.resources:
+            name = resource.title or resource.uri.rstrip("/").rsplit("/", 1)[-1]
+            text = text.replace(f"[{resource.title}]({resource.uri})", name)
+        return text
+
     def research_request(self, mcp_servers: Sequence[MCPServerChoice] = (),
                          ignored_mcp_servers: Sequence[IgnoredMCPServer] = ()) -> ResearchRequest:
         return ResearchRequest.model_validate({
-            "question": self.messages[-1].content, "locale": self.locale,
+            "question": self.question(), "locale": self.locale,
             "auto_accept_plan": self.auto_accepted_plan, "enable_clarification": self.enable_clarification,
             "max_clarification_rounds": self.max_clarification_rounds,
             "enable_deep_thinking": self.enable_deep_thinking,

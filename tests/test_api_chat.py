@@ -68,6 +68,16 @@ def test_deerflows_web_search_switch_reaches_the_request(web: bool) -> None:
     assert request.enable_web_search is web
 
 
+def test_a_mentioned_document_is_named_in_the_question_not_its_server_path() -> None:
+    """DeerFlow's UI writes an @ mention into the text as [title](uri); the path stays out of the plan."""
+    uri = "/srv/deerflow/.deerflow/resources/uploads/local/fleet-trial.md"
+    body = turn("t", f"What does [fleet-trial.md]({uri}) say about sodium-ion cells?",
+                resources=[{"uri": uri, "title": "fleet-trial.md"}])
+    request = ChatStreamRequest.model_validate(body).research_request()
+    assert request.question == "What does fleet-trial.md say about sodium-ion cells?"
+    assert request.resources == [uri]
+
+
 async def chat(base: str, body: object, **headers: str) -> list[tuple[str, dict]]:
     async with httpx.AsyncClient(timeout=90) as http:
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
