@@ -122,3 +122,50 @@ async def test_cancel_from_the_page_ends_the_run(page: Page, tmp_path: Path) -> 
     except Exception:
         await page.screenshot(tmp_path / "failure.png")
         raise
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+async def test_a_raise_that_is_not_enough_shows_the_new_budget_and_when_it_paused_again(
+        page: Page, tmp_path: Path, width: int) -> None:
+    await page.use_width(width)
+    try:
+        _, shown = await start_paused(page, tokens="7000")
+        assert "of 7000 tokens spent" in shown and not await page.evaluate(
+            "document.getElementById('budget-again').hidden === false"), shown
+        await page.type_into("#budget-tokens", "9000")  # not enough for the next step either
+        await page.press("#budget-raise-form button[type=submit]")
+        again = await page.wait_for(f"{PAUSED} && !document.getElementById('budget-again').hidden && "
+                                    "document.getElementById('budget-again').textContent", 90,
+                                    what="the second pause")
+        assert again.startswith("Paused again at ") and "raise to 9,000 tokens" in again, again
+        banner = await page.evaluate("document.getElementById('budget-expected').textContent")
+        assert "of 9000 tokens spent" in banner and "of 7000" not in banner, banner
+        # The first decision's message is gone, and the inputs are empty for the next one.
+        assert await page.evaluate("[document.getElementById('budget-message').textContent, "
+                                   "document.getElementById('budget-tokens').value]") == ["", ""]
+        await page.screenshot(Path("/tmp/our-page") / f"budget-paused-again-{width}.png")
+        await page.press("#budget-finish")
+        await page.wait_for(f"{REPORT_TEXT}.includes('Budget:')", 90, what="the report")
+    except Exception:
+        await page.screenshot(tmp_path / "failure.png")
+        print("STATUS", json.dumps(await page.evaluate("window.deerflowPage.state.lastStatus"))[:6000])
+        raise
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+async def test_start_research_takes_the_reader_to_the_plan(page: Page, tmp_path: Path, width: int) -> None:
+    await page.use_width(width)
+    await page.type_into("#question", QUESTION)
+    await page.evaluate("document.getElementById('auto-accept').checked = false; "
+                        "document.querySelector('#new-run button[type=submit]').scrollIntoView(); true")
+    await page.press("#new-run button[type=submit]")
+    run = await page.wait_for("window.deerflowPage.state.run", what="the run to start")
+    assert run.startswith("deerflow-web-page-what-are-the-prospects-of-"), run  # named by its question
+    await page.wait_for("!document.getElementById('review').hidden", 90, what="the plan to await review")
+    top = await page.wait_for("(() => { const t = document.getElementById('plan').getBoundingClientRect().top;"
+                              " return t >= 0 && t < innerHeight * 0.8 ? String(t) : null; })()", 10,
+                              what="the plan in view")
+    assert float(top) >= 0
+    await page.screenshot(Path("/tmp/our-page") / f"start-to-plan-{width}.png")
+    await page.press("#cancel-ask")
+    await page.press("#cancel-yes")

@@ -394,10 +394,13 @@ function showBudget(status, running) {
 
 // A run that paused again after a budget decision says when, and the old decision's message goes.
 function pausedAgain(status) {
-  const pauses = (status.events || []).filter((e) => e.kind === "phase" && e.message.startsWith("awaiting_budget"));
+  // By the story's order: a decision and the pause after it can share a workflow time.
+  const events = status.events || [];
+  const paused = events.findLastIndex((e) => e.kind === "phase" && e.message.startsWith("awaiting_budget"));
+  const decidedAt = events.findLastIndex((e) => e.kind === "budget");
   const decided = (status.decisions || []).filter((d) => d.kind === "budget");
-  const pause = pauses[pauses.length - 1], last = decided[decided.length - 1];
-  const again = pause && last && last.at < pause.at;
+  const pause = events[paused], last = decided[decided.length - 1];
+  const again = paused > decidedAt && decidedAt >= 0 && last !== undefined;
   $("budget-again").hidden = !again;
   if (!again) return;
   $("budget-again").textContent = `Paused again at ${clock(pause.at)}, after ${last.by.name}'s decision at ` +
