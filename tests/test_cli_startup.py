@@ -11,10 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import json
 import subprocess
 import sys
-
-import pytest
 
 import starter
 from cli.parser import Command
@@ -23,33 +22,37 @@ from tests.support.processes import REPO_DIR
 # Temporal's SDK, pydantic, the model libraries and the web stacks (client and server side).
 HEAVY = ("temporalio", "grpc", "google.protobuf", "pydantic", "openai", "langchain_core", "langchain_openai",
          "langsmith", "httpx", "httpx2", "aiohttp", "requests", "starlette", "uvicorn", "rich", "config.settings")
+# Each command line given (as JSON) runs in turn in one process, as ``python starter.py ARGS`` would; after
+# each, the heavy modules loaded so far are printed on a line of their own, after "loaded:".
 LOADED_BY_ARGV = f"""
-import sys
-sys.argv = ["starter.py", *sys.argv[1:]]
+import json, sys
 import starter
-try:
-    starter.main(sys.argv[1:])
-except SystemExit:
-    pass
-print(" ".join(name for name in sys.modules if name.startswith({HEAVY!r})))
+for argv in json.loads(sys.argv[1]):
+    sys.argv = ["starter.py", *argv]
+    try:
+        starter.main(argv)
+    except SystemExit:
+        pass
+    print("loaded:", *(name for name in sys.modules if name.startswith({HEAVY!r})), file=sys.stderr)
 """
 
 
-def heavy_modules_loaded_by(*argv: str) -> list[str]:
-    done = subprocess.run([sys.executable, "-c", LOADED_BY_ARGV, *argv], cwd=REPO_DIR, capture_output=True,
-                          text=True, timeout=120, check=True)
-    return done.stdout.splitlines()[-1].split()
+def heavy_modules_loaded_by(*argvs: list[str]) -> list[list[str]]:
+    """The heavy modules loaded after each command line of ``argvs``, run one after another in one process."""
+    done = subprocess.run([sys.executable, "-c", LOADED_BY_ARGV, json.dumps(argvs)], cwd=REPO_DIR,
+                          capture_output=True, text=True, timeout=120, check=True)
+    return [line.split()[1:] for line in done.stderr.splitlines() if line.startswith("loaded:")]
 
 
-@pytest.mark.parametrize("argv", [["--version"], ["--help"], ["status", "--help"], ["run", "--max-steps", "zero"]])
-def test_the_parser_answers_without_temporal_pydantic_model_or_web_libraries(argv: list[str]) -> None:
-    assert heavy_modules_loaded_by(*argv) == []
+def test_the_parser_answers_without_temporal_pydantic_model_or_web_libraries() -> None:
+    parsed_only = [["--version"], ["--help"], ["status", "--help"], ["run", "--max-steps", "zero"]]
+    assert heavy_modules_loaded_by(*parsed_only) == [[]] * len(parsed_only)
 
 
 def test_a_command_imports_what_it_needs() -> None:
     """The lazy handler does load its module: ``config`` reads the settings (pydantic) and Temporal's
     client configuration, and no other command's libraries (rich for ``watch``, the web stack)."""
-    loaded = heavy_modules_loaded_by("config")
+    [loaded] = heavy_modules_loaded_by(["config"])
     assert "config.settings" in loaded and "temporalio.envconfig" in loaded
     assert not [name for name in loaded if name.startswith(("rich", "starlette", "uvicorn", "openai"))]
 
