@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from cli.render import state_label
 from cli.spend import RESEARCH, summarise, summary_tables, total_line
 from cli.terminal import printable
 from config.settings import Settings
@@ -92,7 +93,8 @@ async def costs(args: argparse.Namespace, settings: Settings) -> int:
         raise CliError(f"Could not list runs: {error.message}") from error
     starters = await asyncio.gather(*(started_by(execution) for execution in executions))
     kinds = [kind_of(execution) for execution in executions]
-    summary = summarise(zip(starters, kinds, await usages(client, executions), strict=True))
+    endings = [state_label(execution.status) for execution in executions]
+    summary = summarise(zip(starters, kinds, await usages(client, executions), endings, strict=True))
     print(f"Runs started since {since:%Y-%m-%d %H:%M} UTC: {total_line(summary)}")
     for table in summary_tables(summary):
         if len(table) > 1:

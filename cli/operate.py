@@ -11,7 +11,7 @@ from temporalio.service import RPCError
 
 from cli.actor import cli_actor
 from cli.costs import usages
-from cli.render import ended_label
+from cli.render import ended_label, state_label
 from cli.runs import _describe, _status
 from cli.spend import cost_cell
 from cli.terminal import printable
@@ -68,7 +68,7 @@ async def list_runs(args: argparse.Namespace, settings: Settings) -> int:
                     if args.awaiting_review and current.awaiting is not Awaiting.PLAN_FEEDBACK:
                         continue
             age = str(now - execution.start_time).split(".")[0]
-            state = ended_label(execution.status) or (execution.status.name.lower() if execution.status else "unknown")
+            state = state_label(execution.status)
             rows.append((execution.id, state, phase or "-", age))
             listed.append(execution)
     except RPCError as error:

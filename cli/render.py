@@ -41,6 +41,11 @@ def ended_label(state: WorkflowExecutionStatus | None) -> str | None:
     return ENDED.get(state) if state is not None else None
 
 
+def state_label(state: WorkflowExecutionStatus | None) -> str:
+    """How a run stands, as the server says: ``running``, ``completed`` or how it ended otherwise."""
+    return ended_label(state) or (state.name.lower() if state is not None else "unknown")
+
+
 def plan_text(plan: Plan) -> str:
     lines = [f"Plan: {plan.title}  (locale {plan.locale})"]
     if plan.thought:

@@ -67,14 +67,19 @@ class SpendSummary:
     by_starter: dict[str, Spend] = field(default_factory=dict)
     # Tokens of runs recorded before usage was kept per model: counted by starter, under no model.
     untracked_tokens: int = 0
+    # By how each run stands or ended, as the server says (running, completed, cancelled, failed, …):
+    # what cancelled and failed runs cost. A run whose usage is unreadable counts here, with no spend.
+    by_ending: dict[str, Spend] = field(default_factory=dict)
 
-    def add(self, started_by: Actor | None, kind: str, usage: Usage | None) -> None:
+    def add(self, started_by: Actor | None, kind: str, usage: Usage | None, ending: str | None = None) -> None:
         self.runs += 1
+        ended = self.by_ending.setdefault(ending, Spend()) if ending is not None else Spend()
         if usage is None:
             self.unknown += 1
+            ended.runs += 1
             return
         priced = len(usage.unpriced_models) < len(usage.by_model)
-        for heading in (self.by_kind.setdefault(kind, Spend()),
+        for heading in (self.by_kind.setdefault(kind, Spend()), ended,
                         self.by_starter.setdefault(str(started_by) if started_by else NOT_RECORDED, Spend())):
             heading.add(usage.llm_calls, usage.input_tokens, usage.output_tokens, usage.cost_usd, priced)
         for model, part in usage.by_model.items():
@@ -84,11 +89,12 @@ class SpendSummary:
             self.untracked_tokens += usage.total_tokens
 
 
-def summarise(runs: Iterable[tuple[Actor | None, str, Usage | None]]) -> SpendSummary:
-    """Each run's (who started it, its kind, its usage) summed."""
+def summarise(runs: Iterable[tuple[Actor | None, str, Usage | None] | tuple[Actor | None, str, Usage | None, str]],
+              ) -> SpendSummary:
+    """Each run's (who started it, its kind, its usage and, where given, how it stands or ended) summed."""
     summary = SpendSummary()
-    for started_by, kind, usage in runs:
-        summary.add(started_by, kind, usage)
+    for started_by, kind, usage, *ending in runs:
+        summary.add(started_by, kind, usage, *ending)
     return summary
 
 
@@ -97,13 +103,18 @@ def _rows(title: str, spends: dict[str, Spend]) -> list[tuple[str, ...]]:
                                                        -(item[1].input_tokens + item[1].output_tokens), item[0]))
     return [(title, "RUNS", "CALLS", "TOKENS IN", "TOKENS OUT", "COST"), *[
         (name, str(spend.runs), f"{spend.llm_calls:,}", f"{spend.input_tokens:,}", f"{spend.output_tokens:,}",
-         usd(spend.cost_usd) if spend.priced else "unpriced") for name, spend in ordered]]
+         _cost(spend)) for name, spend in ordered]]
+
+
+def _cost(spend: Spend) -> str:
+    """Its cost; ``unpriced`` where no call had a price; ``-`` where no call was read."""
+    return usd(spend.cost_usd) if spend.priced else "unpriced" if spend.llm_calls else "-"
 
 
 def summary_tables(summary: SpendSummary) -> list[list[tuple[str, ...]]]:
-    """The by-model, by-kind and by-starter tables (header first), most expensive first."""
+    """The by-model, by-kind, by-starter and by-ending tables (header first), most expensive first."""
     return [_rows("MODEL", summary.by_model), _rows("RUN OR FLOW", summary.by_kind),
-            _rows("STARTED BY", summary.by_starter)]
+            _rows("STARTED BY", summary.by_starter), _rows("ENDED", summary.by_ending)]
 
 
 def total_line(summary: SpendSummary) -> str:

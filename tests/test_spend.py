@@ -60,7 +60,8 @@ def test_the_summary_counts_spend_by_model_by_kind_and_by_starter() -> None:
         (None, RESEARCH, Usage(llm_calls=1, input_tokens=9, output_tokens=1, total_tokens=10)),
         (BOB, "slide composer", None),
     ])
-    by_model, by_kind, by_starter = summary_tables(summary)
+    by_model, by_kind, by_starter, by_ending = summary_tables(summary)
+    assert by_ending == [by_ending[0]]  # no ending given: no row
     assert by_kind == [
         ("RUN OR FLOW", "RUNS", "CALLS", "TOKENS IN", "TOKENS OUT", "COST"),
         ("research", "3", "4", "3,709", "371", "$0.0049"),
@@ -81,6 +82,22 @@ def test_the_summary_counts_spend_by_model_by_kind_and_by_starter() -> None:
     line = total_line(summary)
     assert line.startswith("5 runs · 5,130 tokens · $0.0050 estimated (priced models only)")
     assert "1 without a readable usage" in line and "10 tokens of runs recorded before" in line
+
+
+def test_the_summary_says_what_runs_cost_by_how_they_ended() -> None:
+    """``costs`` says how each run ended, as the server says (issue #48 item 5, #49): what cancelled runs cost."""
+    summary = summarise([
+        (ALICE, RESEARCH, usage(**{"gpt-4o": (1000, 200, 0.0045)}), "completed"),
+        (ALICE, RESEARCH, usage(**{"gpt-4o": (300, 0, 0.0009)}), "cancelled"),
+        (BOB, RESEARCH, usage(**{"gpt-4o": (100, 10, 0.0002)}), "cancelled"),
+        (BOB, RESEARCH, None, "terminated"),  # no readable usage: counted, with no spend
+    ])
+    assert summary_tables(summary)[-1] == [
+        ("ENDED", "RUNS", "CALLS", "TOKENS IN", "TOKENS OUT", "COST"),
+        ("completed", "1", "1", "1,000", "200", "$0.0045"),
+        ("cancelled", "2", "2", "400", "10", "$0.0011"),
+        ("terminated", "1", "0", "0", "0", "-"),
+    ]
 
 
 @pytest.mark.parametrize(("text", "expected"), [("30m", timedelta(minutes=30)), ("12h", timedelta(hours=12)),
