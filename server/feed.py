@@ -29,6 +29,7 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from runtime.token_stream_format import stream_id
+from workflows.decisions import cancel_words
 from workflows.models import (
     ChatRequest,
     ChatResponse,
@@ -122,6 +123,7 @@ class Translator:
     scheduled: dict[int, _Scheduled] = field(default_factory=dict)
     pending: list[_PendingCall] = field(default_factory=list)
     citations: dict[str, dict[str, str]] = field(default_factory=dict)
+    cancel_reason: str | None = None  # of the cancel request, once the run has one
 
     async def translate(self, event: HistoryEvent) -> list[FeedItem]:
         items: list[tuple[str, dict[str, Any], bool]] = []
@@ -149,8 +151,12 @@ class Translator:
         elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED:
             failure = event.workflow_execution_failed_event_attributes.failure
             items = [self._error(f"the run failed: {_root_cause(failure)}")]
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED:
+            self.cancel_reason = event.workflow_execution_cancel_requested_event_attributes.cause
+        elif kind == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED:  # who cancelled it, or why it did
+            items = [self._error(cancel_words(self.cancel_reason), reason="cancelled")]
         elif kind in _CLOSED_BADLY:
-            items = [self._error(_CLOSED_BADLY[kind], reason="cancelled" if "cancel" in _CLOSED_BADLY[kind] else None)]
+            items = [self._error(_CLOSED_BADLY[kind])]
         return [FeedItem((self.ordinal, event.event_id, k), name, data, ends)
                 for k, (name, data, ends) in enumerate(items)]
 
@@ -255,7 +261,6 @@ class Translator:
 
 _CLOSED_BADLY = {
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TERMINATED: "the run was terminated",
-    EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCELED: "the run was cancelled",
     EventType.EVENT_TYPE_WORKFLOW_EXECUTION_TIMED_OUT: "the run timed out",
 }
 

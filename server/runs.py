@@ -22,6 +22,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
 )
+from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import Settings
@@ -41,7 +42,7 @@ from workflows.budget_models import BudgetDecision
 from workflows.errors import failure_message
 from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import offline_notice, retry_line
+from workflows.status_view import offline_notice, retry_line, why_cancelled
 from workflows.visibility import indexed_place
 
 MAX_LISTED = 100
@@ -148,8 +149,9 @@ class Runs:
             try:
                 result = await handle.result()
                 shown["result"] = result.model_dump(mode="json")
-            except WorkflowFailureError as error:
-                shown["error"] = failure_message(error.cause)
+            except WorkflowFailureError as error:  # a cancelled run says who cancelled it, or why it did
+                why = why_cancelled(status) if status is not None and isinstance(error.cause, CancelledError) else None
+                shown["error"] = why or failure_message(error.cause)
         return shown
 
     async def review(self, run: str, body: Any, who: Principal) -> ReviewOutcome:

@@ -76,6 +76,22 @@ def cancel_reason(actor: Actor) -> str:
     return CANCEL_PREFIX + actor.model_dump_json()
 
 
+# The reason a run gives the cancel it asks for itself (activities/run_control.py): its own words follow.
+OWN_CANCEL_PREFIX = "deerflow-run: "
+
+
+def cancelled_by(actor: Actor) -> str:
+    return f"Cancelled by {actor}."
+
+
+def cancel_words(reason: str | None) -> str:
+    """What a cancel request's reason tells a reader (the feed's last words): the run's own, when it
+    cancelled itself, else who cancelled it, as the run's status says it (status_view.why_cancelled)."""
+    if reason is not None and reason.startswith(OWN_CANCEL_PREFIX):
+        return reason[len(OWN_CANCEL_PREFIX):][:500]
+    return cancelled_by(actor_of_cancel(reason))
+
+
 def actor_of_cancel(reason: str | None) -> Actor:
     """Who cancelled, from the cancel request's reason; anything else: from outside our doors."""
     if reason is None or not reason.startswith(CANCEL_PREFIX):

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.activity_options import CANCEL_ITSELF, execute
     from workflows.budget import DECISION_SHAPE, parse_budget_decision
     from workflows.coordination import configure_and_coordinate, investigate
-    from workflows.decisions import actor_of_cancel
+    from workflows.decisions import OWN_CANCEL_PREFIX, actor_of_cancel
     from workflows.errors import failure_message
     from workflows.mcp_choices import ignored_mcp_note
     from workflows.models import (
@@ -56,6 +56,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.run_input import parse_inputs
     from workflows.run_metrics import count_end
     from workflows.run_state import RunState
+    from workflows.status_view import why_cancelled
     from workflows.step_loop import run_steps
 
 # A run that ends cancelled by its own decision (budget, review deadline) ends Cancelled on the server,
@@ -124,8 +125,9 @@ class DeepResearchWorkflow:
         self._state.note(result.report)  # why: the status is what a cancelled run keeps
         status.outcome, status.awaiting = Outcome.CANCELLED, None
         self._cancelling_itself = True
+        reason = OWN_CANCEL_PREFIX + (why_cancelled(self._state.view()) or result.report)
         try:
-            await execute(CANCEL_ITSELF, result.report, type(None), routing=run.routing)
+            await execute(CANCEL_ITSELF, reason, type(None), routing=run.routing)
         except ActivityError as error:
             workflow.logger.warning("The run could not cancel itself (%s); it completes as cancelled",
                                     failure_message(error))

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from workflows.budget_models import tokens_text, usd
-from workflows.decisions import Decision
+from workflows.decisions import Decision, cancelled_by
 from workflows.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
@@ -82,6 +82,17 @@ def decision_lines(decisions: list[Decision], when: Callable[[str], str] = utc_t
     """Who decided what, and when: ``2025-01-02 10:00 UTC plan review: [ACCEPTED] by alice (cli)``."""
     return [f"{when(decision.at)} {DECISION_LABEL[decision.kind]}: {decision.decision} by {decision.by}"
             for decision in decisions]
+
+
+def why_cancelled(status: RunStatus) -> str | None:
+    """Why a cancelled run ended, in words: who cancelled it (a cancel, or "cancel" at its budget), or
+    the run's own reason (a review or budget decision not given in time); None: the status does not say."""
+    for decision in reversed(status.decisions):
+        if decision.kind == "cancel":
+            return cancelled_by(decision.by)
+        if decision.kind == "budget" and decision.decision == "cancel":
+            return f"Cancelled at its budget by {decision.by}."
+    return next((note for note in reversed(status.notes) if "cancelled" in note), None)
 
 
 def phase_label(phase: Phase) -> str:
