@@ -31,9 +31,15 @@ SECRET_NAME = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|PWD|TOKEN", re.IGNORECASE)
 SANDBOX_CAPABILITIES = ("SYS_ADMIN", "SYS_CHROOT", "SETUID", "SETGID", "KILL")
 SECRET_VALUE = re.compile(r"^(sk-|tvly-)|[A-Za-z0-9_\-]{32,}")
 # MinIO's credentials: the operator's variables, the passwords required (no default to deploy with).
+# Each service has a MinIO user of its own (minio-setup); only the CLI (`blobs gc` deletes) has the root's.
 MINIO_ROOT = {"AWS_ACCESS_KEY_ID": "MINIO_ROOT_USER", "AWS_SECRET_ACCESS_KEY": "MINIO_ROOT_PASSWORD"}
 SANDBOX_READER = {"AWS_ACCESS_KEY_ID": "SANDBOX_S3_USER", "AWS_SECRET_ACCESS_KEY": "SANDBOX_S3_PASSWORD"}
-REQUIRED = ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "SANDBOX_S3_PASSWORD", "DEERFLOW_WEB_TOKEN")
+STORE_USERS = {service: {"AWS_ACCESS_KEY_ID": f"{service.upper()}_S3_USER",
+                         "AWS_SECRET_ACCESS_KEY": f"{service.upper()}_S3_PASSWORD"}
+               for service in ("worker", "api", "codec", "sandbox")}
+STORE_USERS["cli"] = MINIO_ROOT
+REQUIRED = ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD", "SANDBOX_S3_PASSWORD", "WORKER_S3_PASSWORD", "API_S3_PASSWORD",
+            "CODEC_S3_PASSWORD", "DEERFLOW_TOKEN_STREAM_TOKEN")
 # Every service that reads payloads, and the settings that must be the same in all of them.
 PAYLOAD_READERS = ("worker", "sandbox", "api", "codec", "cli")
 # One-shot jobs and the scratch-image collector have no probe to run (the collector's image has no shell
@@ -99,10 +105,11 @@ def test_worker_environment_hardcodes_no_secret(worker_env: dict[str, str]) -> N
     for name in PASS_THROUGH:
         assert re.fullmatch(rf"\$\{{{name}(:-[^}}$]*)?\}}", worker_env[name]), f"{name} is not passed through"
     for name, value in worker_env.items():
-        if SECRET_NAME.search(name) and name in MINIO_ROOT:
-            assert variable(value) == (MINIO_ROOT[name], ":?"), name
-        elif SECRET_NAME.search(name):
-            assert value in (f"${{{name}:-}}", f"${{{name}}}"), f"{name} must come from the environment"
+        if name in STORE_USERS["worker"]:
+            assert variable(value)[0] == STORE_USERS["worker"][name], name
+        elif SECRET_NAME.search(name) and not name.endswith("_URL"):
+            assert variable(value)[0] == name and (value == f"${{{name}:-}}" or variable(value)[1] == ":?"), \
+                f"{name} must come from the environment"
         assert not SECRET_VALUE.search(value), f"{name} looks like a pasted secret"
 
 
@@ -162,9 +169,12 @@ def test_every_service_has_a_healthcheck_and_ours_use_the_probes(compose: dict[s
 
 
 def test_the_api_server_serves_the_page_with_its_token(compose: dict[str, Any]) -> None:
+    """Its tokens are the operator's: named ones with roles, and/or the single admin token. Bound beyond
+    loopback, the server refuses to start with neither (server/security.py: check_bind)."""
     api = compose["services"]["api"]
     assert api["command"] == ["python", "starter.py", "serve", "--host", "0.0.0.0", "--port", "8000"]
-    assert variable(service_env(api)["DEERFLOW_WEB_TOKEN"]) == ("DEERFLOW_WEB_TOKEN", ":?")
+    for name in ("DEERFLOW_WEB_TOKENS", "DEERFLOW_WEB_TOKEN"):
+        assert service_env(api)[name] == f"${{{name}:-}}", name
     assert api["cap_drop"] == ["ALL"] and api["read_only"] is True and "user" not in api
 
 
@@ -186,7 +196,9 @@ def test_sandbox_worker_holds_only_a_read_only_store_key_and_the_namespace_privi
     keys = {name: value for name, value in env.items() if SECRET_NAME.search(name) or name in PASS_THROUGH}
     keys = {name: variable(value)[0] for name, value in keys.items()}
     assert keys == SANDBOX_READER, env  # MinIO's read-only user, never its root or a provider key
-    assert "env_file" not in sandbox and "secrets" not in sandbox
+    # Its own settings file only (never the team's, which the keyed services read), and no secrets.
+    assert sandbox["env_file"] == ["${DEERFLOW_SETTINGS_DIR:-./deploy/compose}/sandbox.env"]
+    assert "secrets" not in sandbox
     assert env["DEERFLOW_SANDBOX_MODE"] == "isolated"  # never plain: refuse rather than run uncontained
     assert env["DEERFLOW_SUBTREES"] == "false"  # a read-only store user: reads subtrees, writes none
     assert sandbox["cap_drop"] == ["ALL"]
@@ -217,10 +229,10 @@ def test_every_payload_reader_shares_one_store_in_minio(compose: dict[str, Any])
         assert envs[name]["AWS_EC2_METADATA_DISABLED"] == "true", name
         assert envs[name]["TEMPORAL_ADDRESS"] == "temporal:7233", name
         assert services[name].get("image") == services["worker"]["image"], name
-    # The ones that write payloads hold MinIO's credentials, the very variables MinIO is started with.
+    # Each holds its own MinIO user (the CLI the root's, the very variables MinIO is started with).
     minio = service_env(services["minio"])
-    for name in ("worker", "api", "codec", "cli"):
-        assert {key: variable(envs[name][key])[0] for key in MINIO_ROOT} == MINIO_ROOT, name
+    for name in PAYLOAD_READERS:
+        assert {key: variable(envs[name][key])[0] for key in MINIO_ROOT} == STORE_USERS[name], name
     assert {"AWS_ACCESS_KEY_ID": variable(minio["MINIO_ROOT_USER"])[0],
             "AWS_SECRET_ACCESS_KEY": variable(minio["MINIO_ROOT_PASSWORD"])[0]} == MINIO_ROOT
     # The sandbox's read-only user is the one minio-setup creates.

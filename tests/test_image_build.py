@@ -51,7 +51,9 @@ from workflows.queues import QUEUE_KINDS, queue_name
 # What an operator must set before `docker compose up` (the file's `${NAME:?…}` variables).
 OPERATOR = {"MINIO_ROOT_USER": "replay-admin", "MINIO_ROOT_PASSWORD": "replay-admin-password",
             "SANDBOX_S3_USER": "replay-sandbox", "SANDBOX_S3_PASSWORD": "replay-sandbox-password",
-            "POSTGRES_PASSWORD": "replay-postgres", "DEERFLOW_WEB_TOKEN": "replay-web-token"}
+            "POSTGRES_PASSWORD": "replay-postgres", "DEERFLOW_WEB_TOKEN": "replay-web-token",
+            "WORKER_S3_PASSWORD": "replay-worker-password", "API_S3_PASSWORD": "replay-api-password",
+            "CODEC_S3_PASSWORD": "replay-codec-password", "DEERFLOW_TOKEN_STREAM_TOKEN": "replay-token-stream-secret"}
 START_SECONDS = 90
 
 

@@ -1,0 +1,107 @@
+"""docker-compose.yml carries a team's settings (issue #43 §2), read statically; ``make deploy-test`` runs it.
+
+Why: the compose file could not carry a team's settings: no service read an env file, the API took one
+token, conf.yaml (models, MCP servers) never reached the worker, token previews went nowhere (the worker and
+the API server had different homes and no sink URL), and every service held MinIO's root credentials.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from config.settings import is_secret, load_settings
+from runtime.token_stream_format import PATH as TOKEN_STREAM_PATH
+
+ROOT = Path(__file__).resolve().parent.parent
+SETTINGS_DIR = "${DEERFLOW_SETTINGS_DIR:-./deploy/compose}"
+SHIPPED = ROOT / "deploy" / "compose"
+TEAM = ("worker", "api", "codec", "cli")
+# What each service may do on the payload bucket: the worker and the API server store payloads, the
+# codec server and the sandbox only read them.
+POLICIES = {"WORKER": "deerflow-payload-writer", "API": "deerflow-payload-writer",
+            "CODEC": "deerflow-payload-reader", "SANDBOX": "deerflow-payload-reader"}
+ACTIONS = {"deerflow-payload-reader": {"s3:GetObject", "s3:ListBucket"},
+           "deerflow-payload-writer": {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}}
+
+
+@pytest.fixture(scope="module")
+def services() -> dict[str, Any]:
+    return yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
+
+
+def assignments(path: Path) -> dict[str, str]:
+    """The ``NAME=value`` lines of an env file (comments and blank lines skipped)."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and
+             not line.lstrip().startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
+def test_every_service_of_ours_reads_the_teams_settings_file(services: dict[str, Any]) -> None:
+    for name in TEAM:
+        assert services[name]["env_file"] == [f"{SETTINGS_DIR}/deerflow.env"], name
+    # The shipped files are what a fresh clone runs with: valid settings, and no secret among them
+    # (keys go in .env, which compose hands only to the services that need each).
+    for file in ("deerflow.env", "sandbox.env"):
+        values = assignments(SHIPPED / file)
+        assert not [name for name in values if is_secret(name)], file
+        load_settings(values)
+    examples = [line.lstrip("# ").split("=", 1)[0] for line in (SHIPPED / "deerflow.env").read_text().splitlines()
+                if re.match(r"# [A-Z_]+=", line)]
+    assert {"DEERFLOW_RUN_TOKEN_BUDGET", "DEERFLOW_MODEL_PRICES", "DEERFLOW_TTS_URL"} <= set(examples)
+    assert not [name for name in examples if is_secret(name)]
+
+
+def test_the_worker_mounts_conf_yaml_read_only_and_reads_it(services: dict[str, Any], tmp_path: Path) -> None:
+    worker = services["worker"]
+    target = worker["environment"]["DEERFLOW_CONF"]
+    assert f"{SETTINGS_DIR}/conf.yaml:{target}:ro" in worker["volumes"]
+    assert load_settings({"DEERFLOW_CONF": str(SHIPPED / "conf.yaml")})  # the shipped one loads as it is
+    # A team's conf.yaml with MCP servers and a model whose key is the worker's variable.
+    conf = tmp_path / "conf.yaml"
+    conf.write_text(yaml.safe_dump({
+        "BASIC_MODEL": {"base_url": "http://127.0.0.1:9/v1", "model": "team-model", "api_key": "$OPENAI_API_KEY"},
+        "MCP_SERVERS": {"docs": {"transport": "streamable_http", "url": "http://127.0.0.1:9/mcp"}}}))
+    loaded = load_settings({"DEERFLOW_CONF": str(conf), "OPENAI_API_KEY": "sk-team"})
+    assert loaded.basic_model == "team-model" and list(loaded.mcp_servers) == ["docs"]
+    assert worker["environment"]["OPENAI_API_KEY"] == "${OPENAI_API_KEY:-}"
+
+
+def test_token_previews_go_from_the_worker_to_the_api_server(services: dict[str, Any]) -> None:
+    worker, api = services["worker"]["environment"], services["api"]["environment"]
+    port = services["api"]["command"][services["api"]["command"].index("--port") + 1]
+    assert worker["DEERFLOW_TOKEN_STREAM_URL"] == f"http://api:{port}{TOKEN_STREAM_PATH}"
+    secret = "${DEERFLOW_TOKEN_STREAM_TOKEN:?"
+    assert worker["DEERFLOW_TOKEN_STREAM_TOKEN"].startswith(secret) and api["DEERFLOW_TOKEN_STREAM_TOKEN"] == \
+        worker["DEERFLOW_TOKEN_STREAM_TOKEN"]
+    assert "worker" in [name for name, service in services.items() if "default" in (service.get("networks") or
+                                                                                        ["default"])]
+
+
+def test_each_service_has_a_minio_user_with_the_least_it_needs(services: dict[str, Any]) -> None:
+    script = services["minio-setup"]["command"][0]
+    policies = {}
+    for document, name in re.findall(r"printf '(\{.*?\})' .*?> /tmp/(\w+)\.json", script):
+        statements = json.loads(document.replace("%s", "arn:aws:s3:::bucket"))["Statement"]
+        policies[f"deerflow-payload-{name}"] = statements
+    assert set(policies) == set(ACTIONS)
+    for policy, statements in policies.items():
+        assert {action for s in statements for action in s["Action"]} == ACTIONS[policy], policy
+        assert all(s["Effect"] == "Allow" and set(s["Resource"]) <= {"arn:aws:s3:::bucket", "arn:aws:s3:::bucket/*"}
+                   for s in statements), policy
+    granted = dict(re.findall(r'grant "\$\$(\w+)_S3_USER" "\$\$\1_S3_PASSWORD" (deerflow-payload-\w+)', script))
+    assert granted == POLICIES
+    setup = services["minio-setup"]["environment"]
+    for prefix in POLICIES:
+        service = services[prefix.lower()]["environment"]
+        assert service["AWS_ACCESS_KEY_ID"] == setup[f"{prefix}_S3_USER"], prefix
+        assert service["AWS_SECRET_ACCESS_KEY"] == setup[f"{prefix}_S3_PASSWORD"], prefix
+    # The root user: MinIO itself, its set-up and the operator's CLI, nothing else.
+    holders = sorted(name for name, service in services.items()
+                     if "MINIO_ROOT_PASSWORD" in json.dumps(service.get("environment") or {}))
+    assert holders == ["cli", "minio", "minio-setup"]
