@@ -20,7 +20,8 @@ INVALID_TOOL_ARGS = '{"query": "unterminated'
 NON_JSON_PLAN = "I cannot produce a plan right now."
 FAULT_KINDS = frozenset({"status", "timeout", "truncated", "empty", "invalid_tool_args", "non_json_plan",
                          "malformed_plan", "tool_call_flood", "loop", "plan_without_title", "empty_plan",
-                         "no_research_plan", "context_overflow", "no_tool_call", "looping_plan", "reply"})
+                         "no_research_plan", "context_overflow", "no_tool_call", "looping_plan", "reply",
+                         "call"})
 # What a small model looping sounds like (seen from SmolLM2-135M on llama-server).
 LOOP_SENTENCE = "Solar power is a clean source of energy. "
 LOOPED_PLAN_STRINGS = ("thought", "title", "description")  # what ``looping_plan`` loops in (a plan's and steps')
@@ -45,6 +46,7 @@ class Fault:
     count: int = 1  # how many calls ``tool_call_flood`` makes
     n_ctx: int = 0  # the window ``context_overflow`` names
     content: str = ""  # what ``reply`` answers
+    tool: str = ""  # the tool ``call`` calls, with ``arguments``
 
     def __post_init__(self) -> None:
         # A typo in a test's fault kind would otherwise silently behave like "no fault".
@@ -93,6 +95,13 @@ class Fault:
         """The model answers with ``content`` and no tool call: a hostile reply (a lone surrogate, JSON
         thousands of levels deep, a run of 60,000 blanks) played as the provider would send it."""
         return cls("reply", agent=agent, content=content)
+
+    @classmethod
+    def call(cls, tool: str, arguments: dict[str, Any], *, agent: str | None = None) -> Fault:
+        """The model calls ``tool`` with ``arguments`` whatever its script says: a small model's made-up
+        call (a search for a URL it invented, then a crawl of it), played as that model would write it
+        (in JSON tool mode only as far as the schema allows, as llama-server's grammar does)."""
+        return cls("call", agent=agent, tool=tool, arguments=json.dumps(arguments))
 
     @classmethod
     def loop(cls, *, agent: str | None = None) -> Fault:
@@ -212,6 +221,9 @@ def apply_fault(
         return NON_JSON_PLAN, []
     if fault.kind == "reply":
         return fault.content, []
+    if fault.kind == "call":
+        made = sum(len(message.get("tool_calls") or []) for message in body.get("messages") or [])
+        return "", [(f"call_{made + 1}", fault.tool, fault.arguments)]
     if fault.kind == "malformed_plan":
         return _mangle_plan(reply.content), []
     if fault.kind == "plan_without_title":

@@ -25,7 +25,7 @@ from http.server import ThreadingHTTPServer
 from typing import Any
 
 from offline.agent_text import ScriptedReply, ScriptedToolCall, text_of
-from offline.json_tool_mode import action_reply, is_action_request, native_view
+from offline.json_tool_mode import action_reply, action_schema, conformed, is_action_request, native_view
 from offline.loopback_http import FakeServerHandler, send_json, serve_in_thread, shut_down
 from offline.model_faults import Fault, apply_fault, requested_output_cap, runs_to_cap
 from offline.scripted_agents import detect_agent, respond
@@ -280,8 +280,8 @@ class FakeModelServer:
         """What to send for ``body``: worked out now, sent when the caller calls it."""
         if self.ignore_tools:
             body = {key: value for key, value in body.items() if key not in ("tools", "tool_choice")}
-        action_request = is_action_request(body)
-        if action_request:  # the model reads the JSON-mode request as its tools and conversation
+        schema = action_schema(body) if is_action_request(body) else None
+        if schema is not None:  # the model reads the JSON-mode request as its tools and conversation
             body = native_view(body)
         agent = detect_agent(body)
         fault = self._take_fault(agent)
@@ -305,7 +305,7 @@ class FakeModelServer:
         except Exception as exc:  # a bug in a scripted agent should read as a server error, not a hang
             traceback.print_exc(file=sys.stderr)
             return functools.partial(handler.send_error_json, 500, f"Offline model failed: {exc!r}")
-        content, calls, rambles = self._shaped(reply, body, fault, action_request)
+        content, calls, rambles = self._shaped(reply, body, fault, schema)
         completion = self._completion(number, body, content, calls)
         if rambles or runs_to_cap(fault, content, body):
             completion["choices"][0]["finish_reason"] = "length"
@@ -332,17 +332,18 @@ class FakeModelServer:
         handler.close_connection = True
         send()
 
-    def _shaped(self, reply: ScriptedReply, body: dict[str, Any], fault: Fault | None, action_request: bool,
-                ) -> tuple[str, list[tuple[str, str, str]], bool]:
+    def _shaped(self, reply: ScriptedReply, body: dict[str, Any], fault: Fault | None,
+                schema: dict[str, Any] | None) -> tuple[str, list[tuple[str, str, str]], bool]:
         """The agent's reply as this server lets the model write it: a forced call made, text before
-        or instead of a call (``tool_text``), the fault applied, one action object in JSON tool mode;
-        and whether the model rambled to its cap instead of calling."""
+        or instead of a call (``tool_text``), the fault applied, one action object in JSON tool mode
+        (``schema``: the action's, None for a native request) as the schema allows it; and whether the
+        model rambled to its cap instead of calling."""
         content, calls = reply.content, [(c.id, c.name, json.dumps(c.arguments, ensure_ascii=False))
                                          for c in reply.tool_calls]
         forced = forced_tool(body)
         if forced is not None and not calls:  # the server's grammar makes the model call it
             content, calls = "", [("call_forced", forced, "{}")]
-        native_calls = bool(calls) and not action_request  # a JSON-mode reply is no tool call to the server
+        native_calls = bool(calls) and schema is None  # a JSON-mode reply is no tool call to the server
         rambles = native_calls and self.tool_text == "instead"
         if rambles:  # the model never reaches the call the grammar allows after free text
             cap = requested_output_cap(body) or PROBE_FALLBACK_CAP
@@ -351,9 +352,9 @@ class FakeModelServer:
             content = PREAMBLE
         if fault is not None:
             content, calls = apply_fault(fault, reply, content, calls, body)
-        if action_request:  # the schema allows one action object and nothing else
-            content, calls = action_reply(ScriptedReply(content, tuple(
-                ScriptedToolCall(cid, name, _arguments(args)) for cid, name, args in calls))), []
+        if schema is not None:  # the schema allows one action object and nothing else
+            content, calls = action_reply(conformed(ScriptedReply(content, tuple(
+                ScriptedToolCall(cid, name, _arguments(args)) for cid, name, args in calls)), schema)), []
         return content, calls, rambles
 
     @staticmethod

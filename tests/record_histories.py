@@ -52,6 +52,7 @@ from workflows.slides import SLIDES_WORKFLOW, SlidesRequest
 from workflows.speech import SPEECH_WORKFLOW
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
+MADE_UP_URL = "http://127.0.0.2:9/zqx-invented-quasar"
 # name -> (start input, plan feedback to send (a list: signal arguments sent on the same plan; a
 # tuple: on the next plan), model faults to inject first)
 SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
@@ -101,6 +102,12 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     # A researcher that calls no tool (a model that never does): the report says so at its top (issue #24).
     "no_search_step": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                        [Fault.no_tool_call(agent="researcher")]),
+    # A researcher that searches for a URL it made up, then crawls it (issue #42 §7): refused since
+    # FOUND_URLS_ONLY_PATCH, the URL being found nowhere but in the model's own words (a loopback
+    # address on the discard port: were it ever crawled, nothing would leave the machine).
+    "unfound_url_refused": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
+                            [Fault.call("web_search", {"query": MADE_UP_URL}, agent="researcher"),
+                             Fault.call("crawl_tool", {"url": MADE_UP_URL}, agent="researcher")]),
     # DeerFlow's prompt enhancer, its own small workflow (POST /api/prompt/enhance).
     "prompt_enhance": (EnhanceRequest(prompt="solar panels on school roofs", report_style=ReportStyle.NEWS), [], []),
     # The content flows (server/content.py), each its own small workflow.

@@ -44,6 +44,7 @@ from workflows.agent_loop import run_agent
 from workflows.agents import AgentSpec
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import MeasureRequest
+from workflows.found_urls import FoundUrls
 from workflows.models import (
     ChatMessage,
     ChatRequest,
@@ -66,7 +67,7 @@ from workflows.models import (
 from workflows.podcast import SpeechRequest
 from workflows.queues import queue_name
 from workflows.slides import Deck, Slide
-from workflows.tools import ToolContext, crawl_key
+from workflows.tools import ToolContext
 
 SAMPLE_INPUTS: dict[str, Any] = {
     "chat": ChatRequest(prompt="planner", messages=[]),
@@ -329,11 +330,6 @@ def test_a_crawl_summary_names_the_host_only_and_never_raises(url: str, summary:
     assert ACTIVITY_OPTIONS["crawl_tool"].summary(CrawlRequest(url=url)) == summary
 
 
-def test_a_url_that_does_not_parse_is_its_own_crawl_key() -> None:
-    assert crawl_key(" http://[not-an-address ") == "http://[not-an-address"
-    assert crawl_key("HTTPS://Example.org#part") == "https://example.org/"
-
-
 async def test_a_research_run_shows_each_activity_in_the_timeline(time_worker: Client) -> None:
     handle = await start(time_worker, auto_accept_plan=True, max_step_num=1)
     result = await handle.result()
@@ -402,8 +398,10 @@ class AgentStepProbe:
     @workflow.run
     async def run(self) -> str:
         agent = AgentSpec(name="coder", prompt="coder", tools=("python_repl_tool", "crawl_tool", "web_search"))
+        # The pages were found (in the task, say): they are crawled, as a found URL must be.
+        found = FoundUrls(call.arguments["url"] for call in STEP_CALLS if call.name == "crawl_tool")
         context = ToolContext(max_search_results=3, mcp_routes={"search_code": MCPServerChoice(name="github")},
-                              step_number=3)
+                              step_number=3, found=found)
         return await run_agent(agent, {}, "Compute it.", 3, context, Usage())
 
 

@@ -23,6 +23,7 @@ from activities.model.plan_schema import plan_json_schema
 from activities.model.tool_support import ToolSupport, Verdict, template_description
 from cli.render import status_text
 from config.settings import Settings
+from offline.json_tool_mode import GIVEN_UP
 from offline.model_server import FakeModelServer, Fault
 from offline.search_server import FakeSearchServer
 from tests.support.history_checks import HISTORIES, load
@@ -30,6 +31,7 @@ from tests.support.runs import QUESTION, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.agent_loop import FINAL_ANSWER_REQUEST
+from workflows.found_urls import FoundUrls
 from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome, RunConfig, RunStatus, ToolCall, ToolSpec
 from workflows.step_loop import NO_SEARCH_PATCH
 from workflows.tools import HANDOFF_TO_PLANNER, TOOLS
@@ -175,7 +177,7 @@ def test_every_action_the_schema_allows_fits_the_turns_output_cap(cap: int, tool
     """A small model looping inside a tool's argument stops at the schema, before the cap cuts the action
     (the plan's schema likewise: tests/test_plan_schema.py). Not below the floor: 17 strings of the MCP
     tool at 16 characters each do not fit a 100-token cap, and its arrays keep their 16 items."""
-    schema = json.loads(json.dumps(json_tools.response_format(tools, [TOOL_RESULT], cap)))["json_schema"]["schema"]
+    schema = json.loads(json.dumps(json_tools.response_format(tools, [TOOL_RESULT], cap, [])))["json_schema"]["schema"]
     for option in schema["anyOf"]:
         if option["properties"]["action"]["const"] != json_tools.FINAL_ACTION:
             assert len(json.dumps(longest_value(option))) <= cap * json_tools.CHARS_PER_TOKEN, option
@@ -195,25 +197,61 @@ def actions(schema: dict[str, Any]) -> list[str]:
     return [option["properties"]["action"]["const"] for option in schema["anyOf"]]
 
 
-def test_a_url_argument_is_one_the_conversation_holds_and_no_call_has_used() -> None:
+def test_a_url_argument_is_one_the_step_found_and_no_call_has_used() -> None:
     """SmolLM2-135M crawled made-up URLs (``https://example.com/...``, ``http#heat-pumps``) instead of
     searching, then the same one until the step's turns ran out (measured on llama-server)."""
     tools = [TOOLS["web_search"].spec, TOOLS["crawl_tool"].spec]
+    found = FoundUrls()
     task = [ChatMessage(role="user", content=STEP)]
-    first = json_tools.action_schema(tools, None, json_tools.fresh_urls(task))
+    first = json_tools.action_schema(tools, None, found.choices(task))
     assert actions(first) == ["web_search"]  # nothing to crawl yet: the step searches first
-    found = ('[{"url": "https://t.example/tides"}, {"url": "https://t.example/moon."}, '
-             '{"url": "https://t.example/tides"}]')
-    crawled = ToolCall(id="call_2", name="crawl_tool", arguments={"url": "https://t.example/tides"})
+    found.add(["https://t.example/tides", "https://t.example/moon", "https://t.example/tides"])
+    crawled = ToolCall(id="call_2", name="crawl_tool", arguments={"url": "HTTPS://t.example/tides#top"})
     later = [*task, ChatMessage(role="assistant", tool_calls=[ToolCall(id="call_1", name="web_search")]),
-             ChatMessage(role="tool", tool_call_id="call_1", name="web_search", content=found),
+             ChatMessage(role="tool", tool_call_id="call_1", name="web_search", content="(the results)"),
              ChatMessage(role="assistant", tool_calls=[crawled])]
-    schema = json_tools.action_schema(tools, 100, json_tools.fresh_urls(later))
+    schema = json_tools.action_schema(tools, 100, found.choices(later))
     assert actions(schema) == ["web_search", "crawl_tool", json_tools.FINAL_ACTION]
     assert schema["anyOf"][1]["properties"]["arguments"]["properties"]["url"]["enum"] == ["https://t.example/moon"]
     assert unbounded(schema) == []
     only_crawl = json_tools.action_schema([TOOLS["crawl_tool"].spec], None, [])
     assert actions(only_crawl) == ["crawl_tool"]  # no action left otherwise: offered as it is
+
+
+async def test_a_json_turn_offers_to_crawl_only_the_urls_the_workflow_found(
+    provider_env: dict[str, str], toolless: FakeModelServer
+) -> None:
+    """Not the URLs the conversation's text holds: a search for a URL the model made up answers
+    "No results found for '<that URL>'." (issue #42, item 7), and errors quote the model's arguments."""
+    invented = "https://www.amazon.com/dp/B0INVENTED"
+    searched = ToolCall(id="call_1", name="web_search", arguments={"query": invented})
+    echoed = [ChatMessage(role="assistant", tool_calls=[searched]),
+              ChatMessage(role="tool", tool_call_id="call_1", name="web_search",
+                          content=f"No results found for {invented!r}.")]
+    activities = ModelActivities(pointed_at(provider_env, toolless, "json"))
+    await chat(activities, researcher(*echoed))
+    assert actions(toolless.requests[-1]["response_format"]["json_schema"]["schema"]) == [
+        "web_search", json_tools.FINAL_ACTION]
+    given = researcher(*echoed).model_copy(update={"url_choices": ["https://t.example/tides"]})
+    await chat(activities, given)
+    crawl = toolless.requests[-1]["response_format"]["json_schema"]["schema"]["anyOf"][1]
+    assert crawl["properties"]["arguments"]["properties"]["url"]["enum"] == ["https://t.example/tides"]
+
+
+async def test_the_fake_writes_only_what_the_schema_allows_as_llama_servers_grammar_does(
+    provider_env: dict[str, str], toolless: FakeModelServer
+) -> None:
+    searched = [ChatMessage(role="assistant", tool_calls=[ToolCall(id="call_1", name="web_search",
+                                                                   arguments={"query": "tides"})]), TOOL_RESULT]
+    activities = ModelActivities(pointed_at(provider_env, toolless, "json"))
+    listed = researcher(*searched).model_copy(update={"url_choices": ["https://t.example/moon",
+                                                                      "https://t.example/tides"]})
+    toolless.inject(Fault.call("crawl_tool", {"url": "https://t.example/tide-tables"}))
+    nearest = await chat(activities, listed)
+    assert nearest.message.tool_calls[0].arguments == {"url": "https://t.example/tides"}
+    toolless.inject(Fault.call("crawl_tool", {"url": "https://t.example/tide-tables"}))
+    unlisted = await chat(activities, researcher(*searched))  # nothing found: no crawl offered, the answer is
+    assert not unlisted.message.tool_calls and unlisted.message.content == GIVEN_UP
 
 
 def test_a_tool_called_twice_with_the_same_arguments_is_not_offered_again() -> None:
@@ -225,7 +263,8 @@ def test_a_tool_called_twice_with_the_same_arguments_is_not_offered_again() -> N
         search = ToolCall(id=f"call_{number}", name="web_search", arguments={"query": "heat pump"})
         messages += [ChatMessage(role="assistant", tool_calls=[search]),
                      ChatMessage(role="tool", tool_call_id=search.id, name="web_search", content=found)]
-        schema = json.loads(json.dumps(json_tools.response_format(tools, messages, 100)))["json_schema"]["schema"]
+        schema = json.loads(json.dumps(json_tools.response_format(tools, messages, 100, ["https://t.example/a"])))
+        schema = schema["json_schema"]["schema"]
         offered = actions(schema)
         assert ("web_search" in offered) is (number == 1)
         assert offered[-2:] == ["crawl_tool", json_tools.FINAL_ACTION]

@@ -19,7 +19,7 @@ from temporalio.worker import Replayer
 
 import starter
 from runtime.workflow_runner import workflow_runner
-from tests.support.history_checks import HISTORIES, load, most_pending, tool_batches
+from tests.support.history_checks import HISTORIES, activity_types, load, most_pending, tool_batches
 from workflows import research
 from workflows.activity_options import CANCELLED_CALL_PATCH
 from workflows.agent_loop import BOUNDED_DROPS_PATCH
@@ -29,6 +29,7 @@ from workflows.models import ResearchResult
 from workflows.research import DeepResearchWorkflow
 from workflows.research_run import ResearchRun
 from workflows.step_loop import OWN_STEP_USAGE_PATCH
+from workflows.tools import FOUND_URLS_ONLY_PATCH
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
@@ -38,7 +39,7 @@ def test_the_reference_scenarios_are_recorded() -> None:
             "no_research_review", "prompt_enhance", "report_evaluation", "prose_fix", "slides",
             "podcast_no_voice", "podcast", "speech", "mcp_check", "named_reviewers", "budget_timeout_finish",
             "bounded_dropped_calls", "cost_budget_timeout_finish", "budget_reserve_timeout_finish",
-            "budget_maximum_parallel", "cancelled_researcher_turn", "cancelled_parallel_steps",
+            "unfound_url_refused", "budget_maximum_parallel", "cancelled_researcher_turn", "cancelled_parallel_steps",
             "cancelled_researcher_turn_before_cancel_patch", "review_timeout_cancel",
             "budget_timeout_cancel", "review_timeout_cancel_before_cancel_itself",
             "budget_timeout_cancel_before_cancel_itself"} <= {
@@ -56,6 +57,14 @@ def test_the_capped_history_ran_only_the_first_tool_calls_of_the_flood(name: str
     history = load(HISTORIES / f"{name}.json")
     assert max(tool_batches(history)) == 4  # of 12 calls; recorded with DEERFLOW_MAX_TOOL_CALLS_PER_TURN=4
     assert most_pending(history) <= 2  # and DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT=2
+
+
+def test_the_unfound_url_history_refused_the_crawl_behind_its_patch() -> None:
+    history = load(HISTORIES / "unfound_url_refused.json")
+    assert "crawl_tool" not in activity_types(history).values() and "web_search" in activity_types(history).values()
+    patches = [payload.data for event in history.events if event.HasField("marker_recorded_event_attributes")
+               for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
+    assert any(f'"id":"{FOUND_URLS_ONLY_PATCH}"'.encode() in data for data in patches)
 
 
 def test_the_bounded_history_carries_the_patch_marker() -> None:

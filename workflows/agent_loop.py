@@ -42,6 +42,23 @@ def dropped_calls_notice(made: int, cap: int) -> str:
             f"and the other {made - cap} were not run (they are left out above). Make fewer calls at a time.")
 
 
+def answered(reply: ChatMessage, ran: list[ToolCall], outputs: list[str]) -> list[ChatMessage]:
+    """``reply`` as the conversation keeps it, then its calls' answers: each call that ran, its output;
+    the calls past the per-turn cap left out, and one notice saying so (in runs recorded before
+    ``BOUNDED_DROPS_PATCH``: kept, each answered as not run)."""
+    calls, made, notice = reply.tool_calls, len(reply.tool_calls), None
+    if dropped := made - len(ran):
+        workflow.logger.warning("Model made %d tool calls in one turn; ran the first %d", made, len(ran))
+        if workflow.patched(BOUNDED_DROPS_PATCH):
+            reply = reply.model_copy(update={"tool_calls": ran})
+            calls, notice = ran, dropped_calls_notice(made, len(ran))
+        else:
+            outputs = outputs + [dropped_call_message(made, len(ran))] * dropped
+    answers = [ChatMessage(role="tool", content=output, tool_call_id=call.id, name=call.name)
+               for call, output in zip(calls, outputs, strict=True)]
+    return [reply, *answers, *([ChatMessage(role="user", content=notice)] if notice is not None else [])]
+
+
 async def run_agent(
     agent: AgentSpec,
     prompt_vars: dict[str, str],
@@ -76,28 +93,14 @@ async def run_agent(
     messages = [ChatMessage(role="user", content=task)]
     specs = tool_specs(agent.tools) + (extra_tools or [])
     for number in range(1, recursion_limit + 1):
-        reply = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
-                                       tools=specs, model_tier=agent.model_tier), number)
+        reply = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages, tools=specs,
+                                       model_tier=agent.model_tier, url_choices=tool_context.found.choices(messages)),
+                           number)
         messages.append(reply)
         if not reply.tool_calls:
             return reply.content
         ran = reply.tool_calls[:max_tool_calls]  # [:None] is every call
-        outputs = await together(*(tool(call) for call in ran))
-        answered, notice = reply.tool_calls, None
-        if dropped := len(reply.tool_calls) - len(ran):
-            workflow.logger.warning("Model made %d tool calls in one turn; ran the first %d",
-                                    len(reply.tool_calls), len(ran))
-            if workflow.patched(BOUNDED_DROPS_PATCH):
-                messages[-1] = reply.model_copy(update={"tool_calls": ran})
-                answered, notice = ran, dropped_calls_notice(len(reply.tool_calls), len(ran))
-            else:
-                outputs += [dropped_call_message(len(reply.tool_calls), len(ran))] * dropped
-        messages.extend(
-            ChatMessage(role="tool", content=output, tool_call_id=call.id, name=call.name)
-            for call, output in zip(answered, outputs, strict=True)
-        )
-        if notice is not None:
-            messages.append(ChatMessage(role="user", content=notice))
+        messages[-1:] = answered(reply, ran, list(await together(*(tool(call) for call in ran))))
     messages.append(ChatMessage(role="user", content=FINAL_ANSWER_REQUEST))
     final = await turn(ChatRequest(prompt=agent.prompt, prompt_vars=prompt_vars, messages=messages,
                                    model_tier=agent.model_tier), recursion_limit + 1)

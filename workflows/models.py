@@ -245,6 +245,9 @@ class ChatRequest(BaseModel):
     # A named JSON schema the reply must follow (with json_mode): the activity sends it as
     # ``response_format: json_schema`` where the provider takes it. Named, so history stays small.
     response_schema: Literal["plan"] | None = None
+    # JSON tool mode: what a ``url`` argument may be, the newest URLs the step found that no call has
+    # used yet (workflows/found_urls.py); the model's own words never make one.
+    url_choices: list[str] = Field(default_factory=list)
 
 
 class ChatResponse(BaseModel):

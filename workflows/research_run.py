@@ -15,7 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from workflows.activity_slots import ActivitySlots
-    from workflows.models import Awaiting, Phase, Plan, ResearchRequest, ResearchResult, RunConfig
+    from workflows.models import Awaiting, CrawlResult, Phase, Plan, ResearchRequest, ResearchResult, RunConfig
     from workflows.queues import QueueRouting
     from workflows.review import Inbox
     from workflows.run_state import RunState
@@ -45,7 +45,7 @@ class ResearchRun:
         self.inbox = inbox  # filled by the workflow's signal and update handlers
         self.slots = ActivitySlots(state.config.max_activities_in_flight)
         # Crawls of this run by normalised URL (workflows/tools.py: ToolContext.crawls).
-        self.crawls: dict[str, asyncio.Task[str]] = {}
+        self.crawls: dict[str, asyncio.Task[CrawlResult]] = {}
         self.budget_lock = asyncio.Lock()  # one budget pause at a time (workflows/budget.py)
 
     @property

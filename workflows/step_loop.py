@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agents import agent_for
     from workflows.budget import within_budget
     from workflows.findings import finding_preview
+    from workflows.found_urls import FoundUrls, task_urls
     from workflows.messages import step_task
     from workflows.models import Phase, StepState, StepType
     from workflows.research_run import ResearchRun
@@ -88,7 +89,8 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     async with run.slots.held():
         mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers, run.routing)
     tools = ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
-                        crawls=run.crawls, mcp_routes=mcp_routes, step_number=index + 1, routing=run.routing)
+                        crawls=run.crawls, found=FoundUrls(task_urls(request.question, plan)), mcp_routes=mcp_routes,
+                        step_number=index + 1, routing=run.routing)
     finding = await run_agent(
         agent,
         {**run.prompt_vars(locale), "tool_guidance": tool_guidance},

@@ -12,7 +12,6 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -28,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         execute,
     )
     from workflows.errors import failure_message
+    from workflows.found_urls import FoundUrls, url_key, urls_in
     from workflows.models import (
         CrawlRequest,
         CrawlResult,
@@ -80,7 +80,9 @@ class ToolContext:
     resources: tuple[str, ...] = ()
     # Crawls of this run by normalised URL: a page is fetched once per run, and a second call
     # (even a concurrent one) reuses the first one's result without another activity.
-    crawls: dict[str, asyncio.Task[str]] = field(default_factory=dict)
+    crawls: dict[str, asyncio.Task[CrawlResult]] = field(default_factory=dict)
+    # What this step found, from its task and its tools' results: the only URLs it may crawl.
+    found: FoundUrls = field(default_factory=FoundUrls)
     # MCP tools offered in this step: model-facing name -> the request's choice of its server.
     mcp_routes: dict[str, MCPServerChoice] = field(default_factory=dict)
     # The plan step (1-based) the agent works on, for the timeline's activity summaries.
@@ -100,37 +102,36 @@ async def search(query: str, max_results: int, routing: QueueRouting) -> SearchR
 
 
 async def _web_search(arguments: dict[str, Any], context: ToolContext) -> str:
-    return format_search_response(await search(str(arguments["query"]), context.max_search_results, context.routing))
+    response = await search(str(arguments["query"]), context.max_search_results, context.routing)
+    context.found.add(result.url for result in response.results)
+    return format_search_response(response)
 
 
-def crawl_key(url: str) -> str:
-    """Same page, same key: scheme and host are case-insensitive and the fragment is not sent.
-
-    A URL that does not parse (the model wrote it) is its own key; the crawl activity refuses it
-    with a message, where a ValueError here would fail the workflow task.
-    """
-    try:
-        parts = urlsplit(url.strip())
-    except ValueError:
-        return url.strip()
-    return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path or "/", parts.query, ""))
+# Runs recorded before it crawled any URL the model gave; now only one the step found (workflows/found_urls.py).
+FOUND_URLS_ONLY_PATCH = "found-urls-only"
+UNFOUND_URL_MESSAGE = ("Error: crawl_tool reads only a URL this step found: in the question, the plan, a "
+                       "search's results, the user's documents or a page read before. Search for the page first.")
 
 
 async def _crawl(arguments: dict[str, Any], context: ToolContext) -> str:
-    key = crawl_key(str(arguments["url"]))
+    url = str(arguments["url"])
+    if not context.found.holds(url) and workflow.patched(FOUND_URLS_ONLY_PATCH):
+        return UNFOUND_URL_MESSAGE
+    key = url_key(url)
     if key not in context.crawls:
-        context.crawls[key] = asyncio.ensure_future(_fetch_page(str(arguments["url"]), context.routing))
-    return await asyncio.shield(context.crawls[key])
-
-
-async def _fetch_page(url: str, routing: QueueRouting) -> str:
-    return format_crawl_result(await execute(CRAWL, CrawlRequest(url=url), CrawlResult, routing=routing))
+        context.crawls[key] = asyncio.ensure_future(
+            execute(CRAWL, CrawlRequest(url=url), CrawlResult, routing=context.routing))
+    page = await asyncio.shield(context.crawls[key])
+    context.found.add([page.url, *urls_in(page.markdown)])
+    return format_crawl_result(page)
 
 
 async def _local_search(arguments: dict[str, Any], context: ToolContext) -> str:
     request = LocalSearchRequest(query=str(arguments["query"]), resources=list(context.resources),
                                  max_results=context.max_search_results)
-    return format_search_response(await execute(LOCAL_SEARCH, request, SearchResponse, routing=context.routing))
+    response = await execute(LOCAL_SEARCH, request, SearchResponse, routing=context.routing)
+    context.found.add(url for result in response.results for url in [result.url, *urls_in(result.content)])
+    return format_search_response(response)
 
 
 async def _python(arguments: dict[str, Any], context: ToolContext) -> str:

@@ -17,10 +17,11 @@ tool messages.
 Every string and array of the schema is bounded (``maxLength``/``maxItems``), the arguments'
 strings sharing what the turn's output cap holds (:func:`argument_chars`), so a small model that
 loops inside a value stops at the schema, not at the output cap. A ``url`` argument may only be
-a URL the conversation holds and no call has used yet (an ``enum``), and a tool that needs one is
-not offered while there is none: a small model makes URLs up (SmolLM2-135M on llama-server crawled
-``https://example.com/...`` and ``http#heat-pumps`` instead of searching, then crawled the same URL
-until the step's turns ran out), so its first step action is a search, and no crawl repeats. A tool
+a URL the step found and no call has used yet (an ``enum`` of the request's ``url_choices``, which
+the workflow keeps by where each URL came from: ``workflows/found_urls.py``), and a tool that needs
+one is not offered while there is none: a small model makes URLs up (SmolLM2-135M on llama-server
+crawled ``https://example.com/...`` and ``http#heat-pumps`` instead of searching, then crawled the
+same URL until the step's turns ran out), so its first step action is a search, and no crawl repeats. A tool
 the model has called twice with the same arguments is not offered again in the conversation (it
 searched "heat pump" twelve times running): it is looping, and must use another tool or answer.
 
@@ -30,11 +31,11 @@ Pure: the offline fake model (``offline/json_tool_mode.py``) reads the same prot
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 import json_repair
 
+from workflows.found_urls import URL_ARGUMENT
 from workflows.json_tool_protocol import FINAL_ACTION, RESULT_HEADER, SCHEMA_NAME
 from workflows.models import ChatMessage, ToolCall, ToolSpec
 
@@ -51,9 +52,6 @@ CHARS_PER_TOKEN = 3  # an answer's bound from a small output cap, which then sti
 MAX_ANSWER_CHARS = MAX_CHARS
 SCALAR_CHARS = 24  # the longest number (or true, false, null) a reply's JSON holds
 MIN_STRING_CHARS = 16  # a value shorter than this is of no use; a cap this small cannot hold an action anyway
-URL_ARGUMENT = "url"  # an argument of this name takes a URL (crawl_tool's; an MCP fetch tool's alike)
-MAX_URL_CHOICES = 32  # the newest URLs the conversation holds: a step's searches give about that many
-_URL = re.compile(r"https?://[^\s\"'<>()\[\]{}\\^`|]+")
 
 
 def types_of(schema: dict[str, Any]) -> set[Any]:
@@ -91,21 +89,6 @@ def may_answer(messages: list[ChatMessage]) -> bool:
 def answer_chars(messages: list[ChatMessage], output_cap: int) -> int | None:
     """The final answer's bound for a turn capped at ``output_cap`` tokens; None where it may not answer."""
     return min(output_cap * CHARS_PER_TOKEN, MAX_ANSWER_CHARS) if may_answer(messages) else None
-
-
-def fresh_urls(messages: list[ChatMessage]) -> list[str]:
-    """The URLs the conversation's task and tool outputs hold that no call has passed as its ``url`` yet,
-    oldest first, the newest ``MAX_URL_CHOICES`` of them."""
-    used = {str(call.arguments.get(URL_ARGUMENT)) for message in messages for call in message.tool_calls}
-    found: dict[str, None] = {}
-    for message in messages:
-        if message.role in ("user", "tool"):
-            for match in _URL.findall(message.content):
-                url = match.rstrip(".,;:!?")
-                if url not in used and len(url) <= MAX_CHARS:
-                    found.pop(url, None)
-                    found[url] = None
-    return list(found)[-MAX_URL_CHOICES:]
 
 
 def looping_tools(messages: list[ChatMessage]) -> set[str]:
@@ -195,9 +178,11 @@ def action_schema(tools: list[ToolSpec], max_answer_chars: int | None, urls: lis
     return {"anyOf": [*calls, final]}
 
 
-def response_format(tools: list[ToolSpec], messages: list[ChatMessage], output_cap: int) -> dict[str, Any]:
-    """The ``response_format`` of a JSON-mode turn of ``messages`` capped at ``output_cap`` tokens."""
-    schema = action_schema(tools, answer_chars(messages, output_cap), fresh_urls(messages),
+def response_format(tools: list[ToolSpec], messages: list[ChatMessage], output_cap: int,
+                    url_choices: list[str]) -> dict[str, Any]:
+    """The ``response_format`` of a JSON-mode turn of ``messages`` capped at ``output_cap`` tokens, whose
+    ``url`` arguments may be ``url_choices``."""
+    schema = action_schema(tools, answer_chars(messages, output_cap), url_choices,
                            frozenset(looping_tools(messages)), output_cap)
     return {"type": "json_schema", "json_schema": {"name": SCHEMA_NAME, "strict": False, "schema": schema}}
 

@@ -76,7 +76,7 @@ def _response_formats(settings: Settings, request: ChatRequest, cap: int, action
     if settings.llm_structured_output != "json_schema":
         return [plain]
     if action_object:
-        return [json_tools.response_format(request.tools, request.messages, cap), plain]
+        return [json_tools.response_format(request.tools, request.messages, cap, request.url_choices), plain]
     if request.response_schema is None:
         return [plain]
     schema = {"name": request.response_schema, "schema": SCHEMAS[request.response_schema](request, cap),
