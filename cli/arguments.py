@@ -84,7 +84,7 @@ def older_than(text: str) -> timedelta:
     return margin
 
 
-def add_as_argument(parser: argparse.ArgumentParser) -> None:
-    """``--as NAME``: who the command says decided (cli/actor.py)."""
+def add_as_argument(parser: argparse.ArgumentParser, recorded_as: str = "having decided") -> None:
+    """``--as NAME``: who the command says decided, or started what it starts (cli/actor.py)."""
     parser.add_argument("--as", dest="as_name", metavar="NAME",
-                        help="the name recorded as having decided (default: the OS user)")
+                        help=f"the name recorded as {recorded_as} (default: the OS user)")

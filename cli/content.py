@@ -14,10 +14,13 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
+from cli.actor import cli_actor
 from cli.terminal import printable
 from config.settings import Settings
 from runtime import artefacts
 from runtime.front_door import CliError, connect
+from runtime.run_memo import flow_memo
+from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchResult
@@ -48,10 +51,12 @@ async def finished_report(client: Client, run_id: str) -> ResearchResult:
     return result
 
 
-async def run_flow(client: Client, workflow: str, request: BaseModel, result_type: type[R], label: str) -> R:
+async def run_flow(client: Client, workflow: str, request: BaseModel, result_type: type[R], label: str,
+                   started_by: Actor) -> R:
+    """Run the flow to its result; its memo names who started it (``starter.py costs`` reads it)."""
     handle = await client.start_workflow(workflow, request, id=f"{label}-{uuid.uuid4().hex[:16]}",
                                          task_queue=TASK_QUEUE, result_type=result_type,
-                                         static_summary=f"{label} (CLI)")
+                                         static_summary=f"{label} (CLI)", memo=flow_memo(started_by))
     try:
         return await handle.result()
     except WorkflowFailureError as error:
@@ -80,7 +85,8 @@ async def evaluate_command(args: argparse.Namespace, settings: Settings) -> int:
     result = await finished_report(client, args.id)
     query: Any = result.plan.title if result.plan else ""
     request = EvaluateRequest(content=result.report, query=query, report_style=args.style, use_llm=args.llm)
-    print(evaluation_text(await run_flow(client, EVALUATOR_WORKFLOW, request, EvaluationResult, "report-evaluation")))
+    print(evaluation_text(await run_flow(client, EVALUATOR_WORKFLOW, request, EvaluationResult, "report-evaluation",
+                                          cli_actor(args))))
     return 0
 
 
@@ -97,7 +103,7 @@ async def slides_command(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings)
     result = await finished_report(client, args.id)
     request = SlidesRequest(content=result.report, locale=result.locale)
-    deck = await run_flow(client, SLIDES_WORKFLOW, request, SlidesResult, "slide-composer")
+    deck = await run_flow(client, SLIDES_WORKFLOW, request, SlidesResult, "slide-composer", cli_actor(args))
     path.write_bytes(await artefacts.get(settings, deck.pptx))
     print(printable(f"Wrote {path} ({len(deck.deck.slides) + 1} slides: {deck.deck.title})"))
     return 0
@@ -109,7 +115,7 @@ async def podcast_command(args: argparse.Namespace, settings: Settings) -> int:
     client = await connect(settings)
     result = await finished_report(client, args.id)
     podcast = await run_flow(client, PODCAST_WORKFLOW, PodcastRequest(content=result.report), PodcastResult,
-                             "podcast")
+                             "podcast", cli_actor(args))
     if podcast.audio is None:
         script = path.with_suffix(".txt")
         script.write_text(script_text(podcast.script) + "\n", encoding="utf-8")

@@ -225,16 +225,19 @@ def _add_content(sub: Subcommands) -> None:
     evaluate.add_argument("--style", choices=[s.value for s in ReportStyle], default=ReportStyle.ACADEMIC.value,
                           help="the report style to judge it against (default: academic, as runs)")
     evaluate.add_argument("--llm", action="store_true", help="also ask the model to judge it")
+    add_as_argument(evaluate, "having started it (starter.py costs)")
     evaluate.set_defaults(handler=Command("content", "evaluate_command"))
 
     slides = sub.add_parser("slides", help="a finished run's report as a PowerPoint deck")
     slides.add_argument("id")
     slides.add_argument("-o", "--output", required=True, help="the .pptx file to write")
+    add_as_argument(slides, "having started it (starter.py costs)")
     slides.set_defaults(handler=Command("content", "slides_command"))
 
     podcast = sub.add_parser("podcast", help="a finished run's report as a two-voice podcast (MP3)")
     podcast.add_argument("id")
     podcast.add_argument("-o", "--output", required=True, help="the .mp3 file to write")
+    add_as_argument(podcast, "having started it (starter.py costs)")
     podcast.set_defaults(handler=Command("content", "podcast_command"))
 
 

@@ -3,7 +3,8 @@
 Our page's run list shows each run by its question. The workflow input holds it too, but reading
 it there costs a history fetch per run; a memo comes with ``list_workflows`` itself. Every starter
 of research runs (the page, DeerFlow's chat endpoint, ``starter.py run``) sets it; a run started
-before it existed has none and is listed by its id.
+before it existed has none and is listed by its id. The content flows' starters (the API's content
+routes and ``starter.py evaluate|slides|podcast``) set ``started_by`` alone.
 
 Who started the run (``started_by``, an ``Actor``) decides which named API tokens may see and act on
 it (server/access.py); a run without one (started before, or by the ``temporal`` CLI) is seen only by
@@ -25,7 +26,13 @@ QUESTION_CHARS = 500  # a list entry, not the record: the input keeps the whole 
 
 
 def run_memo(question: str, started_by: Actor) -> dict[str, Any]:
-    return {QUESTION: question[:QUESTION_CHARS], STARTED_BY: started_by.model_dump(mode="json")}
+    return {QUESTION: question[:QUESTION_CHARS], **flow_memo(started_by)}
+
+
+def flow_memo(started_by: Actor) -> dict[str, Any]:
+    """A content flow's memo (prose, evaluation, slides, podcast, the enhancer, the MCP check): who
+    started it, so ``starter.py costs`` puts its spend under that holder as it does a run's."""
+    return {STARTED_BY: started_by.model_dump(mode="json")}
 
 
 async def started_by(execution: WorkflowExecution | WorkflowExecutionDescription) -> Actor | None:

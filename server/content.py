@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from config.settings import Settings
 from runtime import artefacts
 from runtime.token_stream_format import Delta
+from server.access import principal
 from server.feed import FeedItem
 from server.flows import flow_id, flow_result, read_content, start_flow
 from server.live import TokenHub
@@ -31,6 +32,7 @@ from server.security import RequestError, log, read_json
 from server.services import endpoint, services
 from server.sse import BrokenStream
 from workflows.artefact import ArtefactRef
+from workflows.decisions import Actor
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
 from workflows.podcast import NO_VOICE_MESSAGE, PODCAST_WORKFLOW, PodcastRequest, PodcastResult, TTSRequest
 from workflows.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
@@ -38,37 +40,37 @@ from workflows.slides import PPTX_MEDIA_TYPE, SLIDES_WORKFLOW, SlidesRequest, Sl
 from workflows.speech import SPEECH_WORKFLOW
 
 
-async def evaluate(client: Client, settings: Settings, body: Any) -> dict[str, Any]:
+async def evaluate(client: Client, settings: Settings, body: Any, who: Actor) -> dict[str, Any]:
     """``POST /api/report/evaluate``: DeerFlow's metrics, score and grade (+ the judge with ``use_llm``)."""
     request = EvaluateRequest.model_validate(body)
-    handle = await start_flow(client, settings, EVALUATOR_WORKFLOW, request, EvaluationResult, "report evaluation")
+    handle = await start_flow(client, settings, EVALUATOR_WORKFLOW, request, EvaluationResult, "report evaluation", who)
     return (await flow_result(handle, settings, "report evaluation")).answer()
 
 
-async def slides(client: Client, settings: Settings, body: Any) -> Response:
+async def slides(client: Client, settings: Settings, body: Any, who: Actor) -> Response:
     """``POST /api/ppt/generate``: the ``.pptx`` file itself, as DeerFlow answers."""
     request = SlidesRequest.model_validate(body)
-    handle = await start_flow(client, settings, SLIDES_WORKFLOW, request, SlidesResult, "slide composer")
+    handle = await start_flow(client, settings, SLIDES_WORKFLOW, request, SlidesResult, "slide composer", who)
     result = await flow_result(handle, settings, "slide composer")
     return Response(await artefacts.get(settings, result.pptx), media_type=PPTX_MEDIA_TYPE,
                     headers={"Content-Disposition": 'attachment; filename="presentation.pptx"'})
 
 
-async def podcast(client: Client, settings: Settings, body: Any) -> Response:
+async def podcast(client: Client, settings: Settings, body: Any, who: Actor) -> Response:
     """``POST /api/podcast/generate``: the MP3 DeerFlow's UI plays. Without a voice: a 503 whose
     ``detail`` says so (the UI shows it), with the script in ``script`` (``starter.py podcast`` too)."""
     request = PodcastRequest.model_validate(body)
-    handle = await start_flow(client, settings, PODCAST_WORKFLOW, request, PodcastResult, "podcast")
+    handle = await start_flow(client, settings, PODCAST_WORKFLOW, request, PodcastResult, "podcast", who)
     result = await flow_result(handle, settings, "podcast")
     if result.audio is None:
         return JSONResponse({"detail": result.note, "script": result.script.model_dump()}, status_code=503)
     return Response(await artefacts.get(settings, result.audio), media_type="audio/mp3")
 
 
-async def speech(client: Client, settings: Settings, body: Any) -> Response:
+async def speech(client: Client, settings: Settings, body: Any, who: Actor) -> Response:
     """``POST /api/tts``: one text read aloud (as DeerFlow, its first characters), as ``audio/mp3``."""
     request = TTSRequest.model_validate(body)
-    handle = await start_flow(client, settings, SPEECH_WORKFLOW, request.speech(), ArtefactRef, "speech")
+    handle = await start_flow(client, settings, SPEECH_WORKFLOW, request.speech(), ArtefactRef, "speech", who)
     try:
         audio = await flow_result(handle, settings, "speech")
     except RequestError as error:
@@ -95,7 +97,7 @@ HIGHLIGHT_RE = re.compile(r"</?mark\b[^>]*>", re.IGNORECASE)
 END_HOLD_SECONDS = 0.25
 
 
-async def prose(client: Client, settings: Settings, hub: TokenHub, body: Any) -> AsyncIterator[str]:
+async def prose(client: Client, settings: Settings, hub: TokenHub, body: Any, who: Actor) -> AsyncIterator[str]:
     """``POST /api/prose/generate``: validated and started here (a bad body is a 400, nothing
     started); the returned stream carries the model's token previews, then the rest of the text.
 
@@ -109,7 +111,8 @@ async def prose(client: Client, settings: Settings, hub: TokenHub, body: Any) ->
     subscription = contextlib.ExitStack()
     queue = subscription.enter_context(hub.subscribe(workflow_id))  # before the start: no early token missed
     try:
-        handle = await start_flow(client, settings, PROSE_WORKFLOW, request, ProseResult, "prose writer", workflow_id)
+        handle = await start_flow(client, settings, PROSE_WORKFLOW, request, ProseResult, "prose writer", who,
+                                  workflow_id)
         answer = _ProseAnswer(handle, settings, queue)
         try:
             first = await answer.next_piece()
@@ -197,33 +200,39 @@ def _cap(request: Request) -> int:
 
 async def report_evaluate(request: Request) -> Any:
     shared = services(request)
-    return await evaluate(shared.client, shared.settings, await read_content(request, _cap(request)))
+    return await evaluate(shared.client, shared.settings, await read_content(request, _cap(request)),
+                          principal(request).actor)
 
 
 async def prose_generate(request: Request) -> Any:
     shared = services(request)
-    stream = await prose(shared.client, shared.settings, shared.hub, await read_content(request, _cap(request)))
+    stream = await prose(shared.client, shared.settings, shared.hub, await read_content(request, _cap(request)),
+                         principal(request).actor)
     return shared.event_stream(stream, "content")
 
 
 async def ppt_generate(request: Request) -> Any:
     shared = services(request)
-    return await slides(shared.client, shared.settings, await read_content(request, _cap(request)))
+    return await slides(shared.client, shared.settings, await read_content(request, _cap(request)),
+                        principal(request).actor)
 
 
 async def podcast_generate(request: Request) -> Any:
     shared = services(request)
-    return await podcast(shared.client, shared.settings, await read_content(request, _cap(request)))
+    return await podcast(shared.client, shared.settings, await read_content(request, _cap(request)),
+                         principal(request).actor)
 
 
 async def tts(request: Request) -> Any:
     shared = services(request)
-    return await speech(shared.client, shared.settings, await read_content(request, _cap(request)))
+    return await speech(shared.client, shared.settings, await read_content(request, _cap(request)),
+                        principal(request).actor)
 
 
 async def mcp_metadata(request: Request) -> Any:
     shared = services(request)
-    return await metadata(shared.client, shared.settings, await read_json(request, shared.body_limit))
+    return await metadata(shared.client, shared.settings, await read_json(request, shared.body_limit),
+                          principal(request).actor)
 
 
 ROUTES = [

@@ -72,7 +72,7 @@ async def rag_upload(request: Request) -> Any:
 
 async def prompt_enhance(request: Request) -> Any:
     shared = services(request)
-    return await enhance(shared.client, await read_json(request, shared.body_limit))
+    return await enhance(shared.client, await read_json(request, shared.body_limit), principal(request).actor)
 
 
 def _resources(uploads: Uploads, who: Principal, query: str) -> list[dict[str, str]]:

@@ -14,7 +14,9 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowFailureError
 
+from runtime.run_memo import flow_memo
 from server.security import RequestError
+from workflows.decisions import Actor
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult
 from workflows.errors import failure_message
 from workflows.models import TASK_QUEUE
@@ -23,11 +25,12 @@ from workflows.models import TASK_QUEUE
 WAIT = timedelta(seconds=90)
 
 
-async def enhance(client: Client, body: Any) -> dict[str, str]:
+async def enhance(client: Client, body: Any, who: Actor) -> dict[str, str]:
     request = EnhanceRequest.model_validate(body)
     handle = await client.start_workflow(
         ENHANCER_WORKFLOW, request, id=f"prompt-enhance-{uuid.uuid4().hex[:16]}", task_queue=TASK_QUEUE,
-        execution_timeout=WAIT, result_type=EnhanceResult, static_summary="Prompt enhancer (web)")
+        execution_timeout=WAIT, result_type=EnhanceResult, static_summary="Prompt enhancer (web)",
+        memo=flow_memo(who))
     try:
         result = await asyncio.wait_for(handle.result(), WAIT.total_seconds())
     except WorkflowFailureError as error:

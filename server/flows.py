@@ -20,7 +20,9 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import TimeoutError as RunTimeout
 
 from config.settings import Settings
+from runtime.run_memo import flow_memo
 from server.security import RequestError, read_json
+from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.models import TASK_QUEUE
 
@@ -48,10 +50,11 @@ def wait(settings: Settings) -> timedelta:
 
 
 async def start_flow(client: Client, settings: Settings, workflow: str, request: BaseModel, result_type: type[R],
-                     label: str, workflow_id: str | None = None) -> WorkflowHandle[Any, R]:
+                     label: str, started_by: Actor, workflow_id: str | None = None) -> WorkflowHandle[Any, R]:
+    """Start the flow, its memo naming the token's holder who asked (``starter.py costs`` reads it)."""
     return await client.start_workflow(
         workflow, request, id=workflow_id or flow_id(label), task_queue=TASK_QUEUE, result_type=result_type,
-        execution_timeout=wait(settings), static_summary=f"{label.capitalize()} (web)")
+        execution_timeout=wait(settings), static_summary=f"{label.capitalize()} (web)", memo=flow_memo(started_by))
 
 
 async def flow_result(handle: WorkflowHandle[Any, R], settings: Settings, label: str) -> R:

@@ -18,6 +18,7 @@ from temporalio.client import Client
 from config.settings import Settings
 from server.flows import flow_result, start_flow
 from server.security import RequestError, log
+from workflows.decisions import Actor
 from workflows.mcp_checker import MCP_CHECK_WORKFLOW
 from workflows.mcp_naming import MCP_TOOL_PREFIX, sanitize_name_part
 from workflows.models import MCPListRequest, MCPToolList
@@ -71,13 +72,13 @@ def _tool(server: str, spec_name: str, description: str, schema: dict[str, Any])
     return {"name": spec_name.removeprefix(prefix), "description": description, "inputSchema": schema}
 
 
-async def metadata(client: Client, settings: Settings, body: Any) -> dict[str, Any]:
+async def metadata(client: Client, settings: Settings, body: Any, who: Actor) -> dict[str, Any]:
     request = MetadataRequest.model_validate(body)
     name, agent = operator_server_for(request, settings)
     tools: list[dict[str, Any]] = []
     if agent is not None:
         handle = await start_flow(client, settings, MCP_CHECK_WORKFLOW, MCPListRequest(server_name=name, agent=agent),
-                                  MCPToolList, "mcp check")
+                                  MCPToolList, "mcp check", who)
         listed = await flow_result(handle, settings, "MCP server check")
         tools = [_tool(name, spec.name, spec.description, spec.parameters) for spec in listed.tools]
     return {**request.model_dump(exclude={"name", "timeout_seconds", "sse_read_timeout"}), "name": name,

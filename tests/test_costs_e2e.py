@@ -1,11 +1,13 @@
 """``starter.py costs`` equals the cost metric, end to end (issue #48 item 5): the dev server, a real
 worker process (its metrics on a port of its own), ``starter.py serve``, a research run and every
 content flow that calls the model through the API (the report judge, prose, slides, the podcast's
-script, the prompt enhancer), one of them failing after its calls, then ``starter.py costs``.
+script, the prompt enhancer), one of them failing after its calls, and ``starter.py evaluate --llm``,
+then ``starter.py costs``.
 
 Before, ``costs`` read research runs only: the flows were on the dashboard and not in ``costs``
 ($10.20 against $10.00). Now each flow counts under its own name, a failed one by its ``usage``
-query, and the two totals agree to the metric's micro-USD.
+query, and the two totals agree to the metric's micro-USD. Each flow is under who started it in the
+STARTED BY table (it was "(not recorded)": only research runs named their starter).
 """
 
 from __future__ import annotations
@@ -59,17 +61,28 @@ def post(url: str, body: dict) -> httpx.Response:
     return httpx.post(url, json=body, timeout=120)
 
 
-def research_run(api: str) -> None:
+def research_run(api: str) -> str:
     run = post(f"{api}/api/runs", {"question": QUESTION, "auto_accept_plan": True, "max_step_num": 1}).json()["id"]
     deadline = time.monotonic() + 120
     while httpx.get(f"{api}/api/runs/{run}", timeout=30).json()["status"] != "completed":
         assert time.monotonic() < deadline, f"run {run} did not complete"
         time.sleep(0.5)
+    return str(run)
+
+
+def table(output: str, heading: str) -> dict[str, str]:
+    """A table of ``costs``' output: each row's first column and its RUNS figure."""
+    rows = output.split(f"\n{heading} ", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    return {name.strip(): runs for name, runs in (re.split(r"\s{2,}", row)[:2] for row in rows)}
 
 
 def test_costs_counts_every_model_call_the_metric_counts(
         api: str, dev_server: DevServer, folder: Path, model_server: FakeModelServer) -> None:
-    research_run(api)
+    run = research_run(api)
+    env = {"TEMPORAL_ADDRESS": dev_server.address, "DEERFLOW_HOME": str(folder / "home"), "PATH": "/usr/bin:/bin"}
+    # The CLI's content flow, in the name it is given (its own judge's calls).
+    graded = run_starter(env, "evaluate", run, "--llm", "--as", "dana")
+    assert graded.returncode == 0, graded.stderr
     assert post(f"{api}/api/report/evaluate", {"content": SAMPLE_REPORT, "query": "tidal power",
                                                "use_llm": True}).status_code == 200
     assert post(f"{api}/api/prose/generate", {"prompt": "tides rise  twice a day.", "option": "fix"}).status_code == 200
@@ -82,13 +95,14 @@ def test_costs_counts_every_model_call_the_metric_counts(
 
     metric = total(scrape(METRICS), "deerflow_llm_cost_microusd") / MICRO
     assert metric > 0
-    costs = run_starter({"TEMPORAL_ADDRESS": dev_server.address, "DEERFLOW_HOME": str(folder / "home"),
-                         "PATH": "/usr/bin:/bin"}, "costs", "--since", "1h")
+    costs = run_starter(env, "costs", "--since", "1h")
     assert costs.returncode == 0, costs.stderr
     said = re.search(r"(\d+) runs · [\d,]+ tokens · \$([\d,.]+) estimated", costs.stdout)
     assert said is not None, costs.stdout
-    assert said[1] == "7" and float(said[2].replace(",", "")) == round(metric, 4), (costs.stdout, metric)
+    assert said[1] == "8" and float(said[2].replace(",", "")) == round(metric, 4), (costs.stdout, metric)
     kinds = {line.split("  ")[0] for line in costs.stdout.splitlines()}
     assert {"research", "report evaluation", "prose writer", "slide composer", "podcast",
             "prompt enhancer"} <= kinds, costs.stdout
     assert "without a readable usage" not in costs.stdout, costs.stdout
+    # Who started each flow, as each research run (the API server's holder: "local" without tokens).
+    assert table(costs.stdout, "STARTED BY") == {"local (api)": "7", "dana (cli)": "1"}, costs.stdout
