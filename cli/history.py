@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
-from pathlib import Path
 
-from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
@@ -19,7 +17,7 @@ from cli.terminal import printable
 from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.front_door import CliError, connect
-from runtime.history_export import self_contained
+from runtime.history_export import read_history_file, self_contained
 
 
 async def history(args: argparse.Namespace, settings: Settings) -> int:
@@ -52,10 +50,9 @@ async def _resolved(recorded: WorkflowHistory, converter: DataConverter, otherwi
 async def replay(args: argparse.Namespace, settings: Settings) -> int:
     if args.file:
         try:
-            recorded = WorkflowHistory.from_json(args.id or "", Path(args.file).read_text())
+            recorded = read_history_file(args.file, args.id)
         except (OSError, ValueError) as error:
             raise CliError(f"Cannot read history file {args.file}: {error}") from error
-        recorded = WorkflowHistory(args.id or _history_run_name(recorded, args.file), recorded.events)
     elif args.id:
         client = await connect(settings, ensure_worker=False)
         handle = client.get_workflow_handle(args.id)
@@ -82,16 +79,6 @@ async def replay(args: argparse.Namespace, settings: Settings) -> int:
         return 1
     print(f"Replay OK: {recorded.workflow_id} ({len(recorded.events)} events) is deterministic with this code.")
     return 0
-
-
-def _history_run_name(recorded: WorkflowHistory, file: str) -> str:
-    """The run a history file records, by its workflow ID where the server wrote it, else by the file."""
-    started = recorded.events[0] if recorded.events else None
-    if started is not None and started.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
-        workflow_id = started.workflow_execution_started_event_attributes.workflow_id
-        if workflow_id:
-            return workflow_id
-    return f"the run in {file}"
 
 
 def _failure_text(failure: BaseException) -> str:

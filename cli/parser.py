@@ -176,7 +176,7 @@ def _add_reading(sub: Subcommands) -> None:
 
 
 def _add_history(sub: Subcommands) -> None:
-    """A run's event history: export and replay."""
+    """A run's event history: export, inspect and replay."""
     exported = sub.add_parser("history", help="export a run's event history as JSON (replayable)")
     exported.add_argument("id")
     exported.add_argument("-o", "--output", help="write it to this file (default: standard output)")
@@ -184,6 +184,17 @@ def _add_history(sub: Subcommands) -> None:
                          help="as the server holds it, blob-store references and all (replays only where the "
                               "store is reachable); default: every reference resolved, so the file replays anywhere")
     exported.set_defaults(handler=Command("history", "history"))
+
+    inspect = sub.add_parser("inspect", help="what a run did, call by call: prompts, replies, searches, pages, "
+                                             "attempts, tokens and cost, who decided what")
+    inspect.add_argument("id", nargs="?", help="the run (with --file: the name to give the file's run)")
+    inspect.add_argument("--file", help="a history exported with `history` or the Web UI, instead of the server")
+    shown = inspect.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="the same as data (one JSON object)")
+    shown.add_argument("--html", metavar="FILE", help="write it as a self-contained page for a bug report")
+    shown.add_argument("--full", action="store_true", help="show every text whole (default: the first 1,500 "
+                                                           "characters of each)")
+    inspect.set_defaults(handler=Command("inspection", "inspect_command"))
 
     replay = sub.add_parser("replay", help="replay a run's history against this code")
     replay.add_argument("id", nargs="?")

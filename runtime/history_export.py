@@ -11,6 +11,10 @@ server did not, and replaying it needs the same keys as replaying the run.
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from google.protobuf import json_format
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 
@@ -31,3 +35,20 @@ async def self_contained(history: WorkflowHistory, converter: DataConverter) -> 
                 [written] = await encrypt_payloads(converter, [readable])
                 payload.CopyFrom(written)
     return WorkflowHistory(history.workflow_id, events)
+
+
+def read_history_file(path: str, workflow_id: str | None = None) -> WorkflowHistory:
+    """A history file (``starter.py history``, the Web UI's JSON download, ``temporal workflow show -o
+    json``), named ``workflow_id``, else by the workflow ID its first event records, else by the file.
+    Raises ``OSError`` or ``ValueError`` when it cannot be read."""
+    try:
+        recorded = WorkflowHistory.from_json(workflow_id or "", Path(path).read_text(encoding="utf-8"))
+    except json_format.ParseError as error:  # not a ValueError: said as one
+        raise ValueError(str(error)) from error
+    if workflow_id:
+        return recorded
+    started = recorded.events[0] if recorded.events else None
+    named = ""
+    if started is not None and started.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED:
+        named = started.workflow_execution_started_event_attributes.workflow_id
+    return WorkflowHistory(named or f"the run in {path}", recorded.events)

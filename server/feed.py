@@ -29,6 +29,7 @@ from temporalio.client import Client
 from temporalio.converter import DataConverter
 
 from runtime.token_stream_format import stream_id
+from runtime.tool_calls import runs_call
 from workflows.decisions import cancel_words
 from workflows.models import (
     ChatRequest,
@@ -172,7 +173,7 @@ class Translator:
         request = await self._decode(attributes.input, _INPUTS[activity])
         entry = _Scheduled(activity, request, activity_id=attributes.activity_id)
         if activity != "chat":
-            match = next((p for p in self.pending if _matches(p.call, activity, request)), None)
+            match = next((p for p in self.pending if runs_call(p.call, activity, request)), None)
             if match is not None:
                 self.pending.remove(match)
                 entry.call_id, entry.agent = match.call.id, match.agent
@@ -274,20 +275,6 @@ def _root_cause(failure: Failure) -> str:
 
 def _content(text: str) -> dict[str, str]:
     return {"content": text} if text else {}
-
-
-def _matches(call: ToolCall, activity: str, request: Any) -> bool:
-    """Whether a tool activity runs this model tool call (the activity input carries no call id)."""
-    arguments = call.arguments
-    if activity == "web_search":
-        return call.name == "web_search" and arguments.get("query") == request.query
-    if activity == "crawl_tool":
-        return call.name == "crawl_tool" and arguments.get("url") == request.url
-    if activity == "python_repl_tool":
-        return call.name == "python_repl_tool" and arguments.get("code") == request.code
-    if activity == "local_search_tool":
-        return call.name == "local_search_tool" and arguments.get("query") == request.query
-    return activity == "mcp_call_tool" and arguments == request.arguments
 
 
 def _deerflow_args(call: ToolCall) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """Our page's API over research runs (server/runs.py does the work): list, start, show, follow,
-review, answer, decide at the budget and cancel."""
+inspect, review, answer, decide at the budget and cancel."""
 
 from __future__ import annotations
 
@@ -38,6 +38,10 @@ async def show(request: Request) -> Any:
     return await services(request).runs.show(request.path_params["run"], principal(request))
 
 
+async def inspection(request: Request) -> Any:
+    return await services(request).runs.inspection(request.path_params["run"], principal(request))
+
+
 async def run_events(request: Request) -> Response:
     shared = services(request)
     run = request.path_params["run"]
@@ -70,6 +74,7 @@ ROUTES = [
     Route("/api/runs", endpoint(start_run), methods=["POST"]),
     Route("/api/runs/{run:str}", endpoint(show), methods=["GET"]),
     Route("/api/runs/{run:str}/events", endpoint(run_events), methods=["GET"]),
+    Route("/api/runs/{run:str}/inspection", endpoint(inspection), methods=["GET"]),
     Route("/api/runs/{run:str}/review", endpoint(decision(Runs.review)), methods=["POST"]),
     Route("/api/runs/{run:str}/answer", endpoint(decision(Runs.answer)), methods=["POST"]),
     Route("/api/runs/{run:str}/budget", endpoint(decision(Runs.budget)), methods=["POST"]),

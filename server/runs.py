@@ -25,8 +25,10 @@ from temporalio.client import (
 from temporalio.exceptions import CancelledError
 from temporalio.service import RPCError, RPCStatusCode
 
+from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings
 from runtime import research_client
+from runtime.inspection_source import inspect_run
 from runtime.retries import retries_of
 from runtime.run_memo import question_of, started_by
 from runtime.run_names import question_slug
@@ -77,6 +79,7 @@ class Runs:
         self.hub = hub
         self.prefix = settings.web_thread_prefix
         self.uploads = uploads
+        self.scrubber = SecretScrubber.for_settings(settings)  # the inspection shows no secret of this process
 
     async def handle(self, run: str, who: Principal, act: Act = Act.SEE) -> WorkflowHandle:
         """The research run with this workflow id, if ``who`` may ``act`` on it; anything else is
@@ -153,6 +156,12 @@ class Runs:
                 why = why_cancelled(status) if status is not None and isinstance(error.cause, CancelledError) else None
                 shown["error"] = why or failure_message(error.cause)
         return shown
+
+    async def inspection(self, run: str, who: Principal) -> dict[str, Any]:
+        """The run's timeline, call by call (runtime/inspection.py), for whoever may see the run."""
+        await self._described(run, who, Act.SEE)
+        found = await inspect_run(self.client, run, "the server")
+        return self.scrubber.scrub_value(found).model_dump(mode="json")
 
     async def review(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
         feedback = ReviewBody.model_validate(body).feedback()
