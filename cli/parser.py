@@ -180,6 +180,9 @@ def _add_history(sub: Subcommands) -> None:
     exported = sub.add_parser("history", help="export a run's event history as JSON (replayable)")
     exported.add_argument("id")
     exported.add_argument("-o", "--output", help="write it to this file (default: standard output)")
+    exported.add_argument("--as-test", nargs="?", const="", metavar="NAME",
+                          help="write it into tests/histories/NAME.json (default: the run's ID) for the replay "
+                               "tests: every payload readable, secrets scrubbed; run from the checkout")
     exported.add_argument("--raw", action="store_true",
                          help="as the server holds it, blob-store references and all (replays only where the "
                               "store is reachable); default: every reference resolved, so the file replays anywhere")
@@ -196,9 +199,19 @@ def _add_history(sub: Subcommands) -> None:
                                                            "characters of each)")
     inspect.set_defaults(handler=Command("inspection", "inspect_command"))
 
-    replay = sub.add_parser("replay", help="replay a run's history against this code")
+    replay = sub.add_parser("replay", help="replay a run's history, or every closed run's, against this code "
+                                           "(the check before a deploy)")
     replay.add_argument("id", nargs="?")
     replay.add_argument("--file", help="a history exported with `history` or the Web UI")
+    replay.add_argument("--since", type=since_duration, metavar="AGE",
+                        help="every run closed within this long that the server keeps: 30m, 12h, 7d, 2w; "
+                             "exit 1 if any diverges, 2 if any cannot be read")
+    replay.add_argument("--query", metavar="VISIBILITY_QUERY",
+                        help="only the runs this visibility query selects (with or without --since), "
+                             "e.g. \"TaskQueue = 'deep-research'\"")
+    replay.add_argument("--open", action="store_true", help="with --since/--query: the runs still open too")
+    replay.add_argument("--concurrency", type=positive, default=4, metavar="N",
+                        help="with --since/--query: histories fetched at once (default 4); memory grows with it")
     replay.set_defaults(handler=Command("history", "replay"))
 
 

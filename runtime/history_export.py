@@ -22,9 +22,11 @@ from runtime.blob_gc import payloads_in
 from runtime.payload_steps import decode_payloads, encrypt_payloads
 
 
-async def self_contained(history: WorkflowHistory, converter: DataConverter) -> WorkflowHistory:
+async def self_contained(history: WorkflowHistory, converter: DataConverter, *,
+                         encrypted: bool = True) -> WorkflowHistory:
     """``history`` with each payload the converter's codecs or store changed replaced by its
-    readable form, re-encrypted when encryption is on. Payloads nothing changes (search attributes,
+    readable form, re-encrypted when encryption is on (unless not ``encrypted``: a replay corpus
+    file is plain, as tests/test_replay.py reads it). Payloads nothing changes (search attributes,
     small inline values) stay byte for byte."""
     events = [type(event)() for event in history.events]
     for copy, event in zip(events, history.events, strict=True):
@@ -32,7 +34,7 @@ async def self_contained(history: WorkflowHistory, converter: DataConverter) -> 
         for payload in payloads_in(copy):
             [readable] = await decode_payloads(converter, [payload])
             if readable != payload:
-                [written] = await encrypt_payloads(converter, [readable])
+                [written] = await encrypt_payloads(converter, [readable]) if encrypted else [readable]
                 payload.CopyFrom(written)
     return WorkflowHistory(history.workflow_id, events)
 

@@ -8,7 +8,7 @@ with its sender. A history exported on one machine is inspected the same on anot
 
 Stages are read from the lines the workflow gives its calls (workflows/activity_options.py and the
 ``summary=`` of each call): "planner · v2", "researcher · step 2 · turn 3", "reporter"; a tool
-activity belongs to the stage of the model turn whose tool call it runs (runtime/tool_calls.py),
+activity belongs to the stage of the model turn whose tool call it runs (runtime/activity_io.py),
 the first web search before any plan to the background investigation, and each wait for a person
 (a durable timer named "plan review deadline", …) is a stage of its own. Nothing here runs a
 regular expression over the run's text.
@@ -25,11 +25,11 @@ from pydantic import ValidationError
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
+from runtime.activity_io import runs_call
 from runtime.inspection_decode import Key, Unreadable
 from runtime.inspection_messages import Messages
 from runtime.inspection_model import AttemptFailure, Call, CallState, CallUsage, Part, RunInspection, Stage, Wait
 from runtime.inspection_parts import Conversations, as_json, input_parts, output_parts
-from runtime.tool_calls import runs_call
 from workflows.models import ChatResponse, Plan, ResearchResult, ToolCall
 from workflows.usage import COST_DIGITS, Usage
 

@@ -23,7 +23,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError, FailureError
 
-from runtime.inspection_parts import INPUTS, RESULTS
+from runtime.activity_io import INPUTS, RESULTS
 
 DECODES_AT_ONCE = 16
 MAX_CAUSES = 5  # a failure's chain of causes shown; deeper ones add nothing a person reads

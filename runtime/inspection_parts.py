@@ -27,26 +27,11 @@ from workflows.models import (
     LocalSearchRequest,
     MCPCallRequest,
     MCPCallResult,
-    MCPListRequest,
-    MCPToolList,
     PythonRequest,
     PythonResult,
-    RunConfig,
     SearchRequest,
     SearchResponse,
 )
-
-# What each activity takes and returns, to decode its payloads as the worker did; others are read as JSON.
-INPUTS: dict[str, type[Any]] = {
-    "chat": ChatRequest, "web_search": SearchRequest, "local_search_tool": LocalSearchRequest,
-    "crawl_tool": CrawlRequest, "python_repl_tool": PythonRequest, "mcp_call_tool": MCPCallRequest,
-    "mcp_list_tools": MCPListRequest, "load_run_config": list[str],
-}
-RESULTS: dict[str, type[Any]] = {
-    "chat": ChatResponse, "web_search": SearchResponse, "local_search_tool": SearchResponse,
-    "crawl_tool": CrawlResult, "python_repl_tool": PythonResult, "mcp_call_tool": MCPCallResult,
-    "mcp_list_tools": MCPToolList, "load_run_config": RunConfig,
-}
 
 
 def as_json(value: Any) -> str:

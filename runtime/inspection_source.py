@@ -58,7 +58,7 @@ async def inspect_run(client: Client, workflow_id: str, source: str) -> RunInspe
     description = await client.get_workflow_handle(workflow_id).describe()
     pending: list[PendingAttempt] = []
     if description.status == WorkflowExecutionStatus.RUNNING:
-        pending = [await _pending(client.data_converter, info)
+        pending = [await attempt_in_flight(client.data_converter, info)
                    for info in description.raw_description.pending_activities]
     return await inspect_histories(chain(client, workflow_id, description.run_id), client.data_converter, source,
                                    pending)
@@ -80,7 +80,8 @@ async def chain(client: Client, workflow_id: str, latest_run: str) -> AsyncItera
         run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
 
 
-async def _pending(converter: DataConverter, info: PendingActivityInfo) -> PendingAttempt:
+async def attempt_in_flight(converter: DataConverter, info: PendingActivityInfo) -> PendingAttempt:
+    """A pending activity as the server describes it: history records an attempt only once it ends."""
     started = info.state in (PendingActivityState.PENDING_ACTIVITY_STATE_STARTED,
                              PendingActivityState.PENDING_ACTIVITY_STATE_CANCEL_REQUESTED)
     failure = await failure_text(converter, info.last_failure) if info.HasField("last_failure") else None

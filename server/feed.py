@@ -28,35 +28,24 @@ from temporalio.api.history.v1 import HistoryEvent
 from temporalio.client import Client
 from temporalio.converter import DataConverter
 
+from runtime.activity_io import INPUTS, RESULTS, runs_call
 from runtime.token_stream_format import stream_id
-from runtime.tool_calls import runs_call
 from workflows.decisions import cancel_words
 from workflows.models import (
-    ChatRequest,
     ChatResponse,
-    CrawlRequest,
     CrawlResult,
     LocalSearchRequest,
-    MCPCallRequest,
-    MCPCallResult,
     Outcome,
-    PythonRequest,
     PythonResult,
     ResearchResult,
-    SearchRequest,
     SearchResponse,
     ToolCall,
 )
 
-# What each activity takes and returns; others (run config, MCP listing) are not shown.
-_INPUTS: dict[str, type[BaseModel]] = {
-    "chat": ChatRequest, "web_search": SearchRequest, "crawl_tool": CrawlRequest,
-    "python_repl_tool": PythonRequest, "local_search_tool": LocalSearchRequest, "mcp_call_tool": MCPCallRequest,
-}
-_RESULTS: dict[str, type[BaseModel]] = {
-    "chat": ChatResponse, "web_search": SearchResponse, "crawl_tool": CrawlResult,
-    "python_repl_tool": PythonResult, "local_search_tool": SearchResponse, "mcp_call_tool": MCPCallResult,
-}
+# The activities the feed shows; others (run config, MCP listing) are not.
+SHOWN = ("chat", "web_search", "crawl_tool", "python_repl_tool", "local_search_tool", "mcp_call_tool")
+_INPUTS: dict[str, type[BaseModel]] = {activity: INPUTS[activity] for activity in SHOWN}
+_RESULTS: dict[str, type[BaseModel]] = {activity: RESULTS[activity] for activity in SHOWN}
 # The review wait is a durable timer with this summary (workflows/research.py); it marks the interrupt.
 PLAN_REVIEW_TIMER = "plan review deadline"
 CLARIFICATION_TIMER = "clarification deadline"

@@ -30,16 +30,14 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from config.settings import load_settings
-from offline.model_server import FakeModelServer
-from offline.providers import offline_env
-from offline.search_server import FakeSearchServer
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
 from runtime.encryption import encryption_codec
 from storage.subtrees import references_in
 from tests.support.cdp import Page
-from tests.support.fake_http import FakeHTTPServer, Reply, Seen
+from tests.support.deployments import PAGE_PHRASE, providers
+from tests.support.fake_http import FakeHTTPServer
 from tests.support.processes import REPO_DIR, DevServer, free_port, start_worker, wait_for_port
 from tests.support.runs import QUESTION, run_id
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
@@ -48,8 +46,6 @@ from workflows.research import DeepResearchWorkflow
 pytestmark = pytest.mark.timeout(300)  # a loaded 2-core machine: the run and the UI can each take a minute
 
 KEYS = f"e2e-2026:{base64.b64encode(os.urandom(32)).decode()},e2e-old:{base64.b64encode(os.urandom(32)).decode()}"
-PAGE_PHRASE = "Zephyrite lattice anodes kept 97 percent of their capacity after 4000 cycles"
-THRESHOLD = 2048
 # The page's text including same-origin frames (the UI renders some details in an iframe).
 ALL_TEXT = """() => [document, ...[...document.querySelectorAll('iframe')].map((f) => f.contentDocument)]
   .filter((d) => d && d.body).map((d) => d.body.innerText).join('\\n')"""
@@ -74,39 +70,24 @@ class FinishedRun:
     history: WorkflowHistory
 
 
-def page(seen: Seen) -> Reply:
-    paragraphs = "".join(f"<p>Finding {n}: {PAGE_PHRASE}, in a solid-state cell for electric vehicles.</p>"
-                         for n in range(12))
-    return Reply(body=f"<html><head><title>Zephyrite anodes</title></head><body><article>{paragraphs}"
-                      "</article></body></html>")
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     root = tmp_path_factory.mktemp("codec-e2e")
     with contextlib.ExitStack() as stack:
-        site = stack.enter_context(FakeHTTPServer(page))
-        corpus = root / "corpus.json"
-        corpus.write_text(json.dumps([
-            {"title": f"Solid-state battery study {n}", "url": f"{site.base_url}/study-{n}",
-             "content": "Solid-state batteries for electric vehicles: a study of lattice anodes.",
-             "published_date": "2026-01-01"} for n in range(2)]))
-        search = stack.enter_context(FakeSearchServer(corpus_path=corpus))
-        model = stack.enter_context(FakeModelServer())
+        fakes = stack.enter_context(providers(root))
         codec_port = free_port()
         dev = DevServer(root / "temporal.db", extra_args=[
             "--ui-codec-endpoint", f"http://127.0.0.1:{codec_port}", *search_attribute_flags()]).start()
         stack.callback(dev.stop)
         env = {"DEERFLOW_HOME": str(root / "home"), "DEERFLOW_ENCRYPTION_KEYS": KEYS,
-               "DEERFLOW_PAYLOAD_THRESHOLD_BYTES": str(THRESHOLD), "DEERFLOW_UI_PORT": str(dev.ui_port),
-               "DEERFLOW_CRAWL_ALLOW_HOSTS": "127.0.0.1", **offline_env(model, search)}
+               "DEERFLOW_UI_PORT": str(dev.ui_port), **fakes.env}
         codec = subprocess.Popen(
             [sys.executable, str(REPO_DIR / "starter.py"), "codec-server", "--port", str(codec_port)],
             env={**os.environ, **env}, cwd=REPO_DIR, stdout=subprocess.DEVNULL,
             stderr=(root / "codec.log").open("wb"), start_new_session=True)
         stack.callback(lambda: (codec.terminate(), codec.wait(timeout=10)))
         wait_for_port(codec_port)
-        yield World(dev, f"http://127.0.0.1:{codec_port}", env, site)
+        yield World(dev, f"http://127.0.0.1:{codec_port}", env, fakes.site)
 
 
 @pytest.fixture(scope="module")

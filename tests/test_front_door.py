@@ -34,12 +34,15 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 import cli.watch
 import starter
-from cli import history, operate, research, runs
+from cli import operate, research, runs
 from cli.render import status_text
+from cli.terminal import printable
 from cli.watch import Described, Watcher, render_status
 from config.settings import Settings
 from runtime import build_info, embedded
 from runtime.front_door import CliError
+from runtime.history_export import read_history_file
+from runtime.replay import failure_text
 from tests.support.processes import REPO_DIR, free_port, kill_group, run_starter
 from tests.support.runs import OFFLINE_REPORT
 from workflows.decisions import Actor
@@ -166,19 +169,20 @@ def test_the_live_panel_of_an_ended_run_says_how_it_ended_and_where_it_stood() -
 def test_replay_failures_are_one_readable_sentence() -> None:
     core = ('Workflow activation completion failed: Failure { failure: Some(Failure { message: "[TMPRL1100] '
             'Nondeterminism error: Activity type of scheduled event \'web_search\' does not match", source: "" }) }')
-    assert history._failure_text(RuntimeError(core)) == (
+    assert failure_text(RuntimeError(core)) == (
         "[TMPRL1100] Nondeterminism error: Activity type of scheduled event 'web_search' does not match")
-    assert history._failure_text(RuntimeError("\x1b[33mplain\x1b[0m text")) == "plain text"
+    assert printable(failure_text(RuntimeError("\x1b[33mplain\x1b[0m text"))) == "plain text"
 
 
-def test_a_history_file_replays_under_its_run_name_not_the_file_name() -> None:
+def test_a_history_file_replays_under_its_run_name_not_the_file_name(tmp_path: Path) -> None:
     path = REPO_DIR / "tests" / "histories" / "accepted_plan.json"
-    recorded = WorkflowHistory.from_json("", path.read_text())
     # This server version leaves workflow_id out of the started event: the file is named as such.
-    assert history._history_run_name(recorded, str(path)) == f"the run in {path}"
-    started = recorded.events[0].workflow_execution_started_event_attributes
-    started.workflow_id = "research-rain-1a2b3c"
-    assert history._history_run_name(recorded, str(path)) == "research-rain-1a2b3c"
+    assert read_history_file(str(path)).workflow_id == f"the run in {path}"
+    recorded = WorkflowHistory.from_json("", path.read_text())
+    recorded.events[0].workflow_execution_started_event_attributes.workflow_id = "research-rain-1a2b3c"
+    named = tmp_path / "named.json"
+    named.write_text(recorded.to_json())
+    assert read_history_file(str(named)).workflow_id == "research-rain-1a2b3c"
 
 
 def test_ctrl_c_names_the_run_not_a_placeholder(monkeypatch: pytest.MonkeyPatch,

@@ -11,11 +11,13 @@ import asyncio
 import base64
 import json
 import os
+from datetime import UTC, datetime
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
-from temporalio.api.enums.v1 import EventType
+from temporalio.api.enums.v1 import EventType, PendingActivityState
+from temporalio.api.workflow.v1 import PendingActivityInfo
 
 import starter
 from cli.inspection_html import POLICY, render_html
@@ -23,9 +25,12 @@ from cli.inspection_text import render
 from config.settings import load_settings
 from runtime.converter import data_converter
 from runtime.inspection_model import ForkLink, RunInspection
-from runtime.inspection_source import inspect_histories
+from runtime.inspection_source import attempt_in_flight, inspect_histories, inspect_run
 from tests.support.history_checks import HISTORIES, load
 from tests.support.history_events import HistoryWriter
+from tests.support.runs import start
+from tests.support.settings import settings_with
+from tests.support.workers import WorkerWith
 from workflows.models import (
     ChatMessage,
     ChatRequest,
@@ -228,3 +233,36 @@ async def test_a_response_s_tool_calls_and_ending_are_shown() -> None:
     inspection = await inspect_histories([writer.history()], data_converter(SETTINGS), "file")
     [ending] = inspection.calls[0].output
     assert ending.text == "finish reason: length · cut at its output cap (512 tokens)"
+
+
+async def test_a_run_that_continued_as_new_is_inspected_whole(worker_with: WorkerWith,
+                                                              provider_env: dict[str, str]) -> None:
+    async with worker_with(settings_with(provider_env, DEERFLOW_CONTINUE_AS_NEW_EVENTS="40")) as client:
+        handle = await start(client, auto_accept_plan=True, max_step_num=4)
+        await handle.result()
+        inspection = await inspect_run(client, handle.id, "the time-skipping server")
+        runs = [await client.get_workflow_handle(handle.id, run_id=run).fetch_history()
+                for run in inspection.run_ids]
+    assert len(runs) >= 2 and inspection.run_ids[0] == handle.result_run_id
+    assert runs[0].events[-1].event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW
+    scheduled = [f"{position}.{event.event_id}" for position, history in enumerate(runs) for event in history.events
+                 if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert [call.id for call in inspection.calls] == scheduled
+    assert {"step 1", "step 2", "step 3", "step 4", "reporter"} <= {stage.key for stage in inspection.stages}
+    assert inspection.status == "completed" and inspection.result[0].text.startswith("report")
+    assert all(call.state == "completed" for call in inspection.calls)
+
+
+async def test_a_live_run_s_attempt_in_flight_shows_its_retries() -> None:
+    writer = HistoryWriter(data_converter(SETTINGS))
+    await writer.started(ResearchRequest(question="Why do tides rise twice a day?"))
+    await writer.scheduled("web_search", SearchRequest(query="tides"), "web_search: tides")
+    info = PendingActivityInfo(activity_id="2", attempt=3, state=PendingActivityState.PENDING_ACTIVITY_STATE_STARTED)
+    info.last_failure.CopyFrom(await writer.failure("search provider answered 503"))
+    info.last_started_time.FromDatetime(datetime(2026, 12, 1, 9, 5, tzinfo=UTC))
+    pending = await attempt_in_flight(data_converter(SETTINGS), info)
+    inspection = await inspect_histories([writer.history()], data_converter(SETTINGS), "server", [pending])
+    [call] = inspection.calls
+    assert (call.state, call.attempts, call.closed_at) == ("running", 3, None)
+    assert call.failures[0].attempt == 2 and "503" in call.failures[0].message
+    assert "in flight" in render(inspection) and inspection.stages[0].ended_at is None

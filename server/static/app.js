@@ -214,7 +214,8 @@ async function openRun(id, push = true) {
   clearTimeout(state.retryTimer);
   Object.assign(state, { run: id, after: null, report: "", sources: new Map(), lastStatus: null,
     previews: new Map(), offlineNotice: null, locale: null, resultShown: false, metricsGrade: null });
-  for (const list of ["activity", "sources", "citations", "plan-steps", "podcast-script", "evaluation"]) {
+  for (const list of ["activity", "sources", "citations", "plan-steps", "podcast-script", "evaluation",
+    "timeline-stages"]) {
     $(list).replaceChildren();
   }
   for (const text of ["report", "review-message", "run-phase", "run-error", "run-retries", "usage", "flow-notice",
@@ -223,7 +224,7 @@ async function openRun(id, push = true) {
   }
   closeCancel();
   for (const box of ["report-box", "plan", "review", "clarify", "budget", "run-error", "run-retries", "flows", "evaluation",
-    "podcast-box", "podcast-script", "editor"]) $(box).hidden = true;
+    "podcast-box", "podcast-script", "editor", "timeline"]) $(box).hidden = true;
   forgetAudio();
   $("run").hidden = false;
   $("run-title").textContent = state.questions.get(id) || id;
