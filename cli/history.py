@@ -20,6 +20,8 @@ from runtime.replay import diverged, replayer
 
 
 async def history(args: argparse.Namespace, settings: Settings) -> int:
+    if args.as_test is not None and (args.output or args.raw):
+        raise CliError("--as-test writes into tests/histories/, plain: without -o or --raw")
     _check_output(args.output)
     client = await connect(settings, ensure_worker=False)
     handle = client.get_workflow_handle(args.id)

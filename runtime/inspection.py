@@ -34,6 +34,7 @@ from workflows.models import ChatResponse, Plan, ResearchResult, ToolCall
 from workflows.usage import COST_DIGITS, Usage
 
 E = EventType
+MAX_PROBLEMS = 50
 # The durable waits for a person (workflows/research_run.py: wait_for_person), by their timer's line.
 WAITS = {"plan review deadline": "plan review", "clarification deadline": "clarification",
          "budget decision deadline": "budget decision"}
@@ -80,6 +81,7 @@ class InspectionBuilder:
         self.conversations = Conversations()
         self.messages = Messages(self)
         self.plan: Plan | None = None
+        self.seen_problems: set[str] = set()
 
     def add_run(self, events: Sequence[HistoryEvent], values: dict[Key, Any]) -> None:
         """One run of the chain (the next), with its values decoded (runtime/inspection_decode.py)."""
@@ -101,7 +103,11 @@ class InspectionBuilder:
         return parts(value) if value is not None else []
 
     def problem(self, text: str) -> None:
-        if text not in self.inspection.problems:
+        """A problem, once; past ``MAX_PROBLEMS`` (a history of many bad messages) only counted."""
+        if text in self.seen_problems:
+            return
+        self.seen_problems.add(text)
+        if len(self.inspection.problems) < MAX_PROBLEMS:
             self.inspection.problems.append(text)
 
     def finish(self, pending: Sequence[PendingAttempt] = ()) -> RunInspection:
@@ -121,6 +127,8 @@ class InspectionBuilder:
                 if number.isdigit() and 0 < int(number) <= len(self.plan.steps):
                     stage.title += f": {self.plan.steps[int(number) - 1].title}"
         _total(self.inspection)
+        if (more := len(self.seen_problems) - MAX_PROBLEMS) > 0:
+            self.inspection.problems.append(f"… and {more} more problems")
         return self.inspection
 
     # ------------------------------------------------------------------ the run
@@ -232,8 +240,12 @@ class InspectionBuilder:
             agent, _, rest = title.partition(" · ")
             part = rest.split(" · ")[0]
             if part.startswith("step "):
-                return self.stage(part, f"{part} · {agent}", since)
-            return self.stage(f"{agent} · {part}" if agent == "planner" and part else agent, title, since)
+                stage = self.stage(part, f"{part} · {agent}", since)
+            else:
+                stage = self.stage(f"{agent} · {part}" if agent == "planner" and part else agent, title, since)
+            # The stage's earlier tool calls have run (or were dropped) by its next turn: none is left to match.
+            self.tool_calls = [entry for entry in self.tool_calls if entry[1] is not stage]
+            return stage
         made_by = next((entry for entry in self.tool_calls if _runs(entry[0], activity, request)), None)
         if made_by is not None:
             self.tool_calls.remove(made_by)

@@ -101,6 +101,7 @@ async function showTimeline() {
   timeline.run = run;
   $("timeline").hidden = false;
   $("timeline-stages").replaceChildren(item("p", "Reading the run's history…", "phase"));
+  $("timeline").scrollIntoView({ block: "start" });  // below the report: the button is at the top
   let inspection;
   try {
     inspection = await api(`/api/runs/${encodeURIComponent(run)}/inspection`);
