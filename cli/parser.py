@@ -66,6 +66,7 @@ def build_parser(servers: ServerCommands) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_run(sub)
     _add_steering(sub)
+    _add_fork(sub)
     _add_reading(sub)
     _add_history(sub)
     _add_servers(sub, servers)
@@ -138,6 +139,27 @@ def _add_steering(sub: Subcommands) -> None:
     decision.add_argument("--cancel", action="store_true", help="end the run without a report")
     add_as_argument(budget)
     budget.set_defaults(handler=Command("research", "budget"))
+
+
+def _add_fork(sub: Subcommands) -> None:
+    """A new run from a point of another, reusing what it found before that point."""
+    fork = sub.add_parser("fork", help="a new run from a run's plan, step N or report, reusing (not paying again "
+                                       "for) what the run found before that point")
+    fork.add_argument("id", help="the run to fork")
+    fork.add_argument("--from", dest="stage", nargs="+", required=True, metavar="STAGE",
+                      help="plan (plan again from its background investigation), step N (run steps N onwards "
+                           "again) or report (write the report again)")
+    fork.add_argument("--report-style", choices=[style.value for style in ReportStyle])
+    fork.add_argument("--locale", help="the fork's report locale, e.g. en-US or zh-CN (default: the run's)")
+    fork.add_argument("--edit", metavar="TEXT",
+                      help="plan: feedback on the run's plan, as a review's edit; step N: step N's new description; "
+                           "report: an instruction to the reporter")
+    fork.add_argument("--fork-id", help="workflow ID for the fork (default: the run's, with -fork-…)")
+    fork.add_argument("--no-wait", action="store_true", help="print the fork's ID and return at once")
+    fork.add_argument("-o", "--output", help="write the fork's report to this file")
+    fork.add_argument("-v", "--verbose", action="store_true", help="print the event-to-display delay at the end")
+    add_as_argument(fork)
+    fork.set_defaults(handler=Command("fork", "fork"))
 
 
 def _add_reading(sub: Subcommands) -> None:

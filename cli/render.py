@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from temporalio.client import WorkflowExecutionStatus
 
 from cli.terminal import printable
+from runtime.forks import ForkListed
 from workflows.models import Awaiting, Plan, RunStatus
 from workflows.status_view import (
     Retry,
@@ -60,9 +61,11 @@ def plan_text(plan: Plan) -> str:
     return printable("\n".join(lines))
 
 
-def status_text(run_id: str, status: RunStatus, ended: str | None = None, retries: Sequence[Retry] = ()) -> str:
+def status_text(run_id: str, status: RunStatus, ended: str | None = None, retries: Sequence[Retry] = (),
+                forks: Sequence[ForkListed] = ()) -> str:
     """``ended`` (from ``ended_label``) heads the text: a cancelled run's last phase may be awaiting_review.
-    ``retries`` are the calls the server is retrying (``cli/retries.py``), shown under the phase."""
+    ``retries`` are the calls the server is retrying (``cli/retries.py``), shown under the phase;
+    ``forks``, the run's forks (runtime/forks.py), after its own source if it is one."""
     if ended is not None and ended != status.phase.value:
         lines = [f"Run {run_id}: {ended}", f"  Last phase: {status.phase.value}"]
     else:
@@ -72,6 +75,7 @@ def status_text(run_id: str, status: RunStatus, ended: str | None = None, retrie
         lines.append(f"  Awaiting: {status.awaiting.value}: {headline}")
         lines.extend(f"    {command}" for command in awaiting_commands(status.awaiting, run_id))
     lines.extend(f"  {retry_line(retry, status)}" for retry in retries)
+    lines.extend(f"  {line}" for line in fork_lines(status, forks))
     if status.error:
         lines.append(f"  Error: {status.error}")
     lines.extend(f"  {line}" for line in outcome_lines(status))
@@ -88,6 +92,15 @@ def status_text(run_id: str, status: RunStatus, ended: str | None = None, retrie
     if notice is not None:
         lines.append(f"  {notice}")
     return printable("\n".join(lines))
+
+
+def fork_lines(status: RunStatus, forks: Sequence[ForkListed]) -> list[str]:
+    """The run's source, if it is a fork, and its own forks: who started each, how it stands."""
+    lines = [f"Forked from {status.forked_from.workflow_id} at {status.forked_from.at}"] if status.forked_from else []
+    for fork in forks:
+        by = f", by {fork.started_by}" if fork.started_by else ""
+        lines.append(f"Fork: {fork.workflow_id} at {fork.at or 'an unknown point'} ({fork.status}{by})")
+    return lines
 
 
 def review_help(run_id: str) -> str:

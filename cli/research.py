@@ -56,6 +56,13 @@ def _run_id(question: str) -> str:
 BCP47 = re.compile(r"[A-Za-z]{2,3}(-[A-Za-z]{4})?(-([A-Za-z]{2}|[0-9]{3}))?(-([A-Za-z0-9]{5,8}|[0-9][A-Za-z0-9]{3}))*")
 
 
+def warn_of_locale(locale: str | None) -> None:
+    """A ``--locale`` that is no language tag is sent as given, with a warning."""
+    if locale is not None and not BCP47.fullmatch(locale):
+        print(f"Warning: --locale {printable(locale)!r} is not a BCP 47 language tag (like en-US or zh-CN); "
+              "the report may not be written in the language you meant.", file=sys.stderr)
+
+
 def _question(args: argparse.Namespace) -> str:
     """The question from the argument, stdin (``-``) or ``--question-file``: exactly one of them.
 
@@ -79,9 +86,7 @@ def _request(args: argparse.Namespace, question: str, settings: Settings) -> Res
     """The request ``run``'s flags describe, for ``question`` (read by ``_question``); ``settings``
     name the resource roots the worker will hold its resources to."""
     fields: dict[str, object] = {"question": question, "auto_accept_plan": args.auto_accept}
-    if args.locale is not None and not BCP47.fullmatch(args.locale):
-        print(f"Warning: --locale {printable(args.locale)!r} is not a BCP 47 language tag (like en-US or zh-CN); "
-              "the report may not be written in the language you meant.", file=sys.stderr)
+    warn_of_locale(args.locale)
     optional = {"report_style": args.report_style, "locale": args.locale, "max_step_num": args.max_steps,
                 "max_plan_iterations": args.max_plan_iterations, "max_search_results": args.max_search_results}
     fields.update({key: value for key, value in optional.items() if value is not None})
@@ -142,10 +147,17 @@ async def _start_and_follow(client: Client, request: ResearchRequest, run_id: st
     except WorkflowAlreadyStartedError as error:
         raise CliError(await _id_taken(client.get_workflow_handle(run_id))) from error
     print(f"Started research run {run_id}", file=sys.stderr)
-    if args.no_wait:
-        print(run_id)
-        return 0
     interactive = sys.stdin.isatty() and args.question != "-" and not request.auto_accept_plan
+    return await follow_to_report(handle, args, settings, interactive=interactive)
+
+
+async def follow_to_report(handle: WorkflowHandle, args: argparse.Namespace, settings: Settings, *,
+                           interactive: bool) -> int:
+    """After a start: the run's ID (``--no-wait``), or the run followed to its report, with how it
+    ended and who decided what; the exit code says the outcome."""
+    if args.no_wait:
+        print(handle.id)
+        return 0
     result = await _follow(handle, settings, cli_actor(args), interactive=interactive, verbose=args.verbose,
                            output=args.output)
     if result is None:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
+    Client,
     WorkflowExecutionDescription,
     WorkflowExecutionStatus,
     WorkflowFailureError,
@@ -25,6 +26,7 @@ from cli.terminal import printable, printable_json
 from cli.waiting import noticed
 from config.settings import Settings
 from runtime import research_client
+from runtime.forks import ForkListed, forks_of
 from runtime.front_door import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from runtime.retries import retries_of
 from workflows.errors import failure_message
@@ -150,13 +152,25 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         if ended is None:
             raise CliError(f"{error}{_indexed(description)}") from error
         raise CliError(f"Run {args.id} was {ended}; its last phase is unknown ({error})") from error
+    forks = await _forks(client, args.id)
     if args.json:
         shown = json.loads(current.model_dump_json())
-        shown = {"ended": ended, **shown, "retries": [asdict(retry) for retry in retries]}
+        shown = {"ended": ended, **shown, "retries": [asdict(retry) for retry in retries],
+                 "forks": [{**asdict(fork), "started_by": fork.started_by.model_dump(mode="json")
+                            if fork.started_by else None} for fork in forks]}
         print(printable_json(json.dumps(shown, indent=2, ensure_ascii=False)))
     else:
-        print(status_text(args.id, current, ended=ended, retries=retries))
+        print(status_text(args.id, current, ended=ended, retries=retries, forks=forks))
     return 0
+
+
+async def _forks(client: Client, run_id: str) -> list[ForkListed]:
+    """The run's forks, as the server's index lists them (none, with a warning, where it cannot)."""
+    try:
+        return await forks_of(client, run_id)
+    except RPCError as error:
+        print(f"Warning: the forks of {run_id} could not be listed: {error.message}", file=sys.stderr)
+        return []
 
 
 def _indexed(description: WorkflowExecutionDescription) -> str:

@@ -21,6 +21,7 @@ from activities.content.evaluation import measure_report
 from activities.content.slides import SlideActivities
 from activities.content.speech import SpeechActivities
 from activities.documents.retrieval import RetrievalActivities
+from activities.fork_source import read_fork_source
 from activities.mcp.calls import McpActivities
 from activities.model.chat import ChatActivity
 from activities.run_config import RunConfigActivities
@@ -56,7 +57,8 @@ def queue_activities(
              SlideActivities(settings).render_slides,
              speech.speak, speech.join_audio, measure_report]
     python = [sandbox.python_repl_tool]
-    own_run = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config, cancel_itself]
+    own_run = [RunConfigActivities(settings, search_attributes_enabled, served).load_run_config, cancel_itself,
+               read_fork_source]
     return {"main": [*model, *tools, *python, *own_run], "model": model, "tools": tools, "sandbox": python}
 
 

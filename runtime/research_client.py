@@ -26,6 +26,7 @@ from runtime.run_memo import run_memo
 from workflows.budget_models import BudgetDecision
 from workflows.decisions import Actor, cancel_reason
 from workflows.models import (
+    CHECKPOINT_QUERY,
     DECIDE_BUDGET_UPDATE,
     REVIEW_PLAN_UPDATE,
     STATUS_QUERY,
@@ -37,6 +38,7 @@ from workflows.models import (
     ReviewOutcome,
     RunStatus,
 )
+from workflows.run_state import RunState
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]
 # A status query the server answered "context canceled" is asked again this many times, after this
@@ -56,7 +58,8 @@ async def start(client: Client, request: ResearchRequest, *, run_id: str, summar
     without a lookup per run."""
     return await client.start_workflow(WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE,
                                        result_type=ResearchResult, static_summary=summary,
-                                       memo=run_memo(request.question, started_by), id_reuse_policy=id_reuse_policy)
+                                       memo=run_memo(request.question, started_by, request.forked_from),
+                                       id_reuse_policy=id_reuse_policy)
 
 
 async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
@@ -76,6 +79,12 @@ async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:
                 raise
         retries += 1
         await asyncio.sleep(CANCELLED_QUERY_PAUSE_SECONDS * retries)
+
+
+async def checkpoint(handle: WorkflowHandle[Any, Any]) -> RunState:
+    """The ``checkpoint`` query: everything the run knows (what a fork of it reuses). A closed run's is
+    its state at its end, rebuilt by a worker replaying its history."""
+    return await handle.query(CHECKPOINT_QUERY, result_type=RunState)
 
 
 async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str, by: Actor) -> ReviewOutcome:

@@ -18,7 +18,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -34,6 +34,7 @@ from tests.support.runs import IGNORED_SIGNALS, QUESTION, SAMPLE_REPORT
 from workflows.decisions import Actor, Via
 from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
 from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
+from workflows.fork_point import ForkPoint, ForkStage
 from workflows.mcp_checker import MCP_CHECK_WORKFLOW
 from workflows.models import (
     TASK_QUEUE,
@@ -128,6 +129,24 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
                                   [Fault.timeout(4, agent="researcher")]),
     "cancelled_parallel_steps": (ResearchRequest(question=QUESTION, auto_accept_plan=True, parallel_steps=True), [],
                                  [Fault.timeout(4, agent="researcher")]),
+    # Forks of a run that ran to its report (FORK_SOURCES): the source's results before the point are read from
+    # it (read_fork_source), and only what comes after is run again, in the fork's style and with its edit.
+    "fork_from_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, forked_from=ForkPoint(
+        workflow_id="history-fork_from_plan-source", stage=ForkStage.PLAN, edit="add a step on manufacturing costs")),
+                       [], []),
+    "fork_from_step": (ResearchRequest(question=QUESTION, auto_accept_plan=True, report_style=ReportStyle.NEWS,
+                                       forked_from=ForkPoint(workflow_id="history-fork_from_step-source",
+                                                             stage=ForkStage.STEP, step=2,
+                                                             edit="Compare sulfide and oxide electrolytes")), [], []),
+    "fork_from_report": (ResearchRequest(question=QUESTION, auto_accept_plan=True, report_style=ReportStyle.NEWS,
+                                         locale="zh-CN", forked_from=ForkPoint(
+                                             workflow_id="history-fork_from_report-source", stage=ForkStage.REPORT,
+                                             edit="Lead with the costs")), [], []),
+}
+# The run each fork scenario forks, run to its end first under the id its point names.
+FORK_SOURCES: dict[str, ResearchRequest] = {
+    name: ResearchRequest(question=QUESTION, auto_accept_plan=True)
+    for name in ("fork_from_plan", "fork_from_step", "fork_from_report")
 }
 # Scenarios cancelled once their first (held) model fault has been taken; by whom.
 CANCELLED_AT: dict[str, Actor] = {"cancelled_researcher_turn": Actor(name="carol", via=Via.CLI),
@@ -170,6 +189,12 @@ async def _cancel_once_held(handle: WorkflowHandle, model: FakeModelServer, by: 
     raise TimeoutError("the held call never reached the model")
 
 
+async def _run_source(client: Client, workflow_id: str, request: ResearchRequest) -> None:
+    """Run a fork scenario's source to its end (its history is not recorded: the fork's holds what it read)."""
+    handle = await client.start_workflow(WORKFLOW_TYPE, request, id=workflow_id, task_queue=TASK_QUEUE)
+    await handle.result()
+
+
 async def record(names: list[str]) -> None:
     providers = start_offline_providers(load_settings())
     assert providers.model is not None, "record with the offline model (unset OPENAI_API_KEY)"
@@ -188,6 +213,8 @@ async def record(names: list[str]) -> None:
             overrides = {key: value.replace("{tts}", speech.base_url) for key, value in SETTINGS.get(name, {}).items()}
             async with running(build_workers(env.client, load_settings({**base, **overrides}), sandbox=sandbox)):
                 request, feedback, faults = SCENARIOS[name]
+                if name in FORK_SOURCES:
+                    await _run_source(env.client, f"history-{name}-source", FORK_SOURCES[name])
                 providers.model.inject(*faults)
                 workflow_type = FLOW_TYPES.get(type(request), WORKFLOW_TYPE)
                 handle = await env.client.start_workflow(workflow_type, request, id=f"history-{name}",

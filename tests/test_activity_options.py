@@ -44,6 +44,7 @@ from workflows.agent_loop import run_agent
 from workflows.agents import AgentSpec
 from workflows.artefact import ArtefactRef
 from workflows.evaluation import MeasureRequest
+from workflows.fork_point import ForkPoint, ForkStage
 from workflows.found_urls import FoundUrls
 from workflows.models import (
     ChatMessage,
@@ -83,6 +84,7 @@ SAMPLE_INPUTS: dict[str, Any] = {
     "measure_report": MeasureRequest(report="# Tides", style="news"),
     "load_run_config": [],
     "cancel_itself": "The run was cancelled at its token budget (7,000 tokens): a person cancelled it.",
+    "read_fork_source": ForkPoint(workflow_id="research-solid-state-1a2b3c", stage=ForkStage.STEP, step=2),
 }
 
 

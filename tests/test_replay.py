@@ -6,6 +6,7 @@ proves the suite can fail: a deliberately altered workflow must not replay.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -42,7 +43,8 @@ def test_the_reference_scenarios_are_recorded() -> None:
             "unfound_url_refused", "budget_maximum_parallel", "cancelled_researcher_turn", "cancelled_parallel_steps",
             "cancelled_researcher_turn_before_cancel_patch", "review_timeout_cancel",
             "budget_timeout_cancel", "review_timeout_cancel_before_cancel_itself",
-            "budget_timeout_cancel_before_cancel_itself"} <= {
+            "budget_timeout_cancel_before_cancel_itself", "fork_from_plan", "fork_from_step",
+            "fork_from_report"} <= {
         path.stem for path in RECORDED}
 
 
@@ -80,6 +82,22 @@ async def test_recorded_history_replays_with_current_code(path: Path) -> None:
                         workflow_runner=workflow_runner())
     result = await replayer.replay_workflow(load(path), raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure}"
+
+
+@pytest.mark.parametrize(("name", "activities"), [
+    # Read the source beside the config, then plan again (with the edit), its 4 steps' turns, the report.
+    ("fork_from_plan", {"read_fork_source": 1, "chat": 8}),
+    ("fork_from_step", {"read_fork_source": 1, "chat": 5}),  # steps 2 and 3, two turns each, and the report
+    ("fork_from_report", {"read_fork_source": 1, "chat": 1}),  # the report alone
+])
+def test_a_fork_history_read_its_source_once_and_paid_only_after_its_point(name: str,
+                                                                            activities: dict[str, int]) -> None:
+    order = [event.activity_task_scheduled_event_attributes.activity_type.name
+             for event in load(HISTORIES / f"{name}.json").events
+             if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
+    assert {kind: Counter(order)[kind] for kind in activities} == activities
+    assert sorted(order[:2]) == ["load_run_config", "read_fork_source"] and order[2] == "chat"  # no coordinator,
+    # no background search: the first call is the planner's, a step's or the reporter's
 
 
 def test_edited_history_contains_both_review_signals() -> None:

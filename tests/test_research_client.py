@@ -94,9 +94,10 @@ async def test_each_handler_is_sent_by_the_workflows_name_and_read_as_the_type_i
     typed = cast(WorkflowHandle[Any, Any], handle)
     by = Actor(name="someone", via=Via.CLI)
     await research_client.status(typed)
+    await research_client.checkpoint(typed)
     await research_client.review_plan(typed, "[ACCEPTED]", by)
     await research_client.answer_clarification(typed, "the EU", by)
     await research_client.decide_budget(typed, BudgetDecision(action=BudgetAction.FINISH), by)
-    assert len(handle.sent) == 4
+    assert len(handle.sent) == 5
     for kind, name, result_type in handle.sent:
         assert declared.get((kind, name)) is result_type, f"{kind} {name}"

@@ -43,7 +43,8 @@ def test_dev_server_flags_register_every_key_as_keyword() -> None:
     assert flags == search_attribute_flags()
     assert flags[::2] == ["--search-attribute"] * len(ALL_KEYS)
     assert flags[1::2] == [f"{key.name}=Keyword" for key in ALL_KEYS]
-    assert {key.name for key in ALL_KEYS} == {"DeerFlowPhase", "DeerFlowAwaiting", "DeerFlowReportStyle"}
+    assert {key.name for key in ALL_KEYS} == {"DeerFlowPhase", "DeerFlowAwaiting", "DeerFlowReportStyle",
+                                               "DeerFlowForkedFrom"}
 
 
 async def test_registers_missing_attributes_then_is_a_no_op(bare_server: DevServer) -> None:

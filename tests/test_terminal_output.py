@@ -22,7 +22,9 @@ from cli.runs import _write_report
 from cli.terminal import printable, printable_json
 from cli.watch import Watcher, render_status
 from config.settings import Settings
+from runtime.forks import ForkListed
 from tests.support.status_samples import T0, ScriptedRun, handle, sample_status
+from workflows.fork_point import ForkPoint, ForkStage
 from workflows.models import Awaiting, Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
 
 CLEAR, TITLE, CLIPBOARD = "\x1b[2J", "\x1b]0;pwned\x07", "\x1b]52;c;cm0gLXJmIH4=\x1b\\"
@@ -67,7 +69,8 @@ def test_report_on_screen_is_stripped_and_the_file_keeps_the_text(
 def hostile_status(**changes: object) -> RunStatus:
     plan = Plan(title=HOSTILE, thought=HOSTILE, steps=[Step(title=HOSTILE, description=HOSTILE)])
     status = sample_status(plan=plan, error=HOSTILE, question=HOSTILE,
-                           events=[ProgressEvent(at=T0.isoformat(), kind="plan", message=HOSTILE)])
+                           events=[ProgressEvent(at=T0.isoformat(), kind="plan", message=HOSTILE)],
+                           forked_from=ForkPoint(workflow_id=HOSTILE, stage=ForkStage.REPORT))
     status.steps[0].title = status.steps[0].finding_preview = HOSTILE
     return status.model_copy(update=changes)
 
@@ -127,8 +130,11 @@ def commands(monkeypatch: pytest.MonkeyPatch) -> object:
     async def revive_worker(_client: object, _settings: object) -> None:
         """No embedded worker to start: the run's status is the fake's."""
 
+    async def forks(_client: object, _run_id: str) -> list[ForkListed]:
+        return [ForkListed(workflow_id=HOSTILE, at="step 2", started_by=None, status="completed")]
+
     fakes = (("connect", connect), ("_status", status), ("_describe", describe), ("_result", result),
-             ("revive_worker", revive_worker))
+             ("revive_worker", revive_worker), ("_forks", forks))
     for name, fake in fakes:
         monkeypatch.setattr(commands_module, name, fake)
     return commands_module
@@ -142,6 +148,7 @@ async def test_status_and_report_commands_print_no_escapes(
     shown = capsys.readouterr().out
     assert_harmless(shown)
     assert shown.count(VISIBLE) >= 2
+    assert f"Forked from {VISIBLE} at report" in shown and f"Fork: {VISIBLE} at step 2 (completed)" in shown
     await commands_module.status(argparse.Namespace(id="r1", json=True), Settings())
     shown = capsys.readouterr().out
     assert "\x1b" not in shown and "\x07" not in shown and "\x9b" not in shown and BIDI not in shown

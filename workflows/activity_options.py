@@ -43,6 +43,7 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from workflows.artefact import ArtefactRef
     from workflows.evaluation import MeasureRequest
+    from workflows.fork_point import ForkPoint
     from workflows.models import (
         ChatRequest,
         CrawlRequest,
@@ -241,10 +242,19 @@ CANCEL_ITSELF: ActivityOptions[str] = ActivityOptions(
     cancellation=ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
 )
 
+# A fork reads its source's state: the source's checkpoint query, answered by a worker replaying the
+# source's history (activities/fork_source.py). A source that is gone or never a research run is final.
+READ_FORK_SOURCE: ActivityOptions[ForkPoint] = ActivityOptions(
+    "read_fork_source", start_to_close=timedelta(minutes=2), schedule_to_close=timedelta(minutes=10),
+    heartbeat_timeout=None, retry=RetryPolicy(maximum_interval=timedelta(seconds=10),
+                                              non_retryable_error_types=["ForkSourceRefused"]),
+    summary=lambda point: f"read fork source · {summary_text(point.workflow_id)} at {point.at}",
+)
+
 ACTIVITY_OPTIONS: dict[str, ActivityOptions[Any]] = {
     options.name: options
     for options in (CHAT, WEB_SEARCH, LOCAL_SEARCH, CRAWL, PYTHON, MCP_LIST_TOOLS, MCP_CALL_TOOL, RENDER_SLIDES,
-                    SPEAK, JOIN_AUDIO, MEASURE_REPORT, LOAD_RUN_CONFIG, CANCEL_ITSELF)
+                    SPEAK, JOIN_AUDIO, MEASURE_REPORT, LOAD_RUN_CONFIG, CANCEL_ITSELF, READ_FORK_SOURCE)
 }
 
 

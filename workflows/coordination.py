@@ -35,13 +35,13 @@ async def configure_and_coordinate(run: ResearchRun) -> str:
     coordinator's call then goes on the model queue: the config that would put it on the
     main queue, ``RunConfig.main_queue_kinds``, has not arrived yet.) Returns the research topic."""
     if run.request.resources or not workflow.patched(CONCURRENT_CONFIG_PATCH):
-        await _configure(run)
+        await configure(run)
         return await _coordinate(run)
-    _, topic = await together(_configure(run, concurrent=True), _coordinate(run))
+    _, topic = await together(configure(run, concurrent=True), _coordinate(run))
     return topic
 
 
-async def _configure(run: ResearchRun, concurrent: bool = False) -> None:
+async def configure(run: ResearchRun, concurrent: bool = False) -> None:
     # It also refuses resources outside the worker's resource roots (input only: no new command).
     run.use_config(await execute(LOAD_RUN_CONFIG, list(run.request.resources), RunConfig, routing=run.routing))
     if run.state.config.search_attributes_enabled:

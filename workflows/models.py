@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validat
 
 from workflows.budget_models import BudgetStanding, BudgetTimeoutAction, ReportReserve, RunBudget, standing
 from workflows.decisions import Decision
+from workflows.fork_point import ForkPoint
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice
 from workflows.report_style import ReportStyle
 from workflows.usage import Usage
@@ -26,6 +27,7 @@ WORKFLOW_TYPE = "DeepResearchWorkflow"
 # the clarification update with ``Awaiting.CLARIFICATION``), so that a client sends them without
 # importing the workflow's code (runtime/research_client.py).
 STATUS_QUERY = "status"
+CHECKPOINT_QUERY = "checkpoint"  # the whole RunState, which a fork of the run reuses (workflows/fork.py)
 REVIEW_PLAN_UPDATE = "review_plan"
 DECIDE_BUDGET_UPDATE = "decide_budget"
 
@@ -164,6 +166,8 @@ class ResearchRequest(BaseModel):
     token_budget: int | None = Field(default=None, ge=1)
     cost_budget_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     budget_timeout_action: BudgetTimeoutAction = BudgetTimeoutAction.FINISH  # after review_timeout
+    # A fork of another run: where it starts; what it reuses is read from that run (workflows/fork.py).
+    forked_from: ForkPoint | None = None
 
 
 class Outcome(StrEnum):
@@ -459,6 +463,7 @@ class RunProgress(BaseModel):
     notes: list[str] = Field(default_factory=list)  # as ``ResearchResult.notes``, while the run goes on
     budget: RunBudget | None = None  # None until the research starts
     decisions: list[Decision] = Field(default_factory=list)  # who decided what, in order
+    forked_from: ForkPoint | None = None  # the run this one is a fork of, and where
 
 
 class RunStatus(RunProgress):

@@ -5,9 +5,10 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.fork_point import ForkStage
     from workflows.messages import reporter_messages
     from workflows.model_calls import chat
-    from workflows.models import ChatRequest, Phase
+    from workflows.models import ChatMessage, ChatRequest, Phase
     from workflows.research_run import ResearchRun
     from workflows.status_view import budget_line
 
@@ -26,7 +27,7 @@ async def write_report(run: ResearchRun) -> str:
         ChatRequest(
             prompt="reporter",
             prompt_vars={**run.prompt_vars(state.report_locale), "report_style": run.request.report_style.value},
-            messages=reporter_messages(run.current_plan(), state.observations),
+            messages=reporter_messages(run.current_plan(), state.observations) + _fork_instruction(run),
         ),
         state.status.usage,
         summary="reporter",
@@ -39,6 +40,14 @@ async def write_report(run: ResearchRun) -> str:
         state.note(cut)
         report += f"\n\n> **Note:** {cut}"
     return report + budget_footer(run)
+
+
+def _fork_instruction(run: ResearchRun) -> list[ChatMessage]:
+    """A fork from the report with an edit: the person's instruction to the reporter, after the findings."""
+    point = run.request.forked_from
+    if point is None or point.stage is not ForkStage.REPORT or point.edit is None:
+        return []
+    return [ChatMessage(role="user", name="feedback", content=f"When writing the report: {point.edit}")]
 
 
 def budget_footer(run: ResearchRun) -> str:

@@ -26,8 +26,11 @@ with workflow.unsafe.imports_passed_through():
     from workflows.coordination import configure_and_coordinate, investigate
     from workflows.decisions import OWN_CANCEL_PREFIX, actor_of_cancel
     from workflows.errors import failure_message
+    from workflows.fork import seed_fork
+    from workflows.fork_point import ForkPoint, ForkStage
     from workflows.mcp_choices import ignored_mcp_note
     from workflows.models import (
+        CHECKPOINT_QUERY,
         DECIDE_BUDGET_UPDATE,
         REVIEW_PLAN_UPDATE,
         STATUS_QUERY,
@@ -107,10 +110,13 @@ class DeepResearchWorkflow:
         try:
             if continued:  # finish the steps the previous run had started, then go on as it would have
                 await run_steps(research)
+                await self._plan_review_and_research(research)
+            elif research.request.forked_from is not None:
+                await self._fork(research, research.request.forked_from)
             else:
                 topic = await configure_and_coordinate(research)  # may end the run with a direct reply
                 await investigate(research, topic)
-            await self._plan_review_and_research(research)  # may end it: no usable plan, no review in time
+                await self._plan_review_and_research(research)  # may end it: no usable plan, no review in time
             report = await write_report(research)
             return ResearchResult(report=report, plan=self._state.plan, locale=self._state.report_locale)
         except RunEnded as ended:
@@ -157,12 +163,25 @@ class DeepResearchWorkflow:
         self._state.record("phase", f"continued as a new run after {len(self._state.observations)} finding(s)")
         return ResearchRun(request, self._state, self._inbox), True
 
-    async def _plan_review_and_research(self, run: ResearchRun) -> None:
+    async def _fork(self, run: ResearchRun, point: ForkPoint) -> None:
+        """A fork: the source's results before ``point`` adopted, then on from there as the source went
+        on (workflows/fork.py): plan again, or run the steps from N (then plan again while plans are
+        left, as after any plan's steps), or only write the report."""
+        feedback = await seed_fork(run, point)
+        if point.stage is ForkStage.PLAN:
+            await self._plan_review_and_research(run, feedback)
+        elif point.stage is ForkStage.STEP:
+            await run_steps(run)
+            budget = run.state.status.budget
+            if budget is None or not budget.cut_short:
+                await self._plan_review_and_research(run)
+
+    async def _plan_review_and_research(self, run: ResearchRun, feedback: str | None = None) -> None:
         """Plan, have the plan reviewed, run its steps; again until ``max_plan_iterations`` plans
         have run or the planner has enough context. An edit sends the plan back to the planner
-        without counting as an iteration (DeerFlow's rule)."""
+        without counting as an iteration (DeerFlow's rule). ``feedback``: what the first plan answers
+        (a fork's plan edit)."""
         request, state = run.request, run.state
-        feedback: str | None = None
         while state.plan_iterations < request.max_plan_iterations:
             reply, plan = await usable_plan(run, feedback)
             if plan is None:
@@ -312,6 +331,11 @@ class DeepResearchWorkflow:
     @workflow.query(name=STATUS_QUERY)
     def status(self) -> RunStatus:
         return self._state.view()
+
+    @workflow.query(name=CHECKPOINT_QUERY)
+    def checkpoint(self) -> RunState:
+        """Everything the run knows, as continue-as-new hands it on: what a fork of it reuses."""
+        return self._state
 
     def _ensure_awaiting(self, what: Awaiting, inbox: Sized) -> None:
         status = self._state.status

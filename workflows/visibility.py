@@ -11,8 +11,10 @@ from temporalio.common import SearchAttributeKey, TypedSearchAttributes
 PHASE = SearchAttributeKey.for_keyword("DeerFlowPhase")
 AWAITING = SearchAttributeKey.for_keyword("DeerFlowAwaiting")
 REPORT_STYLE = SearchAttributeKey.for_keyword("DeerFlowReportStyle")
+# A fork's source (its workflow id): ``DeerFlowForkedFrom = 'ID'`` lists the forks of a run.
+FORKED_FROM = SearchAttributeKey.for_keyword("DeerFlowForkedFrom")
 
-ALL_KEYS: tuple[SearchAttributeKey[str], ...] = (PHASE, AWAITING, REPORT_STYLE)
+ALL_KEYS: tuple[SearchAttributeKey[str], ...] = (PHASE, AWAITING, REPORT_STYLE, FORKED_FROM)
 
 
 def indexed_place(attributes: TypedSearchAttributes) -> tuple[str | None, str | None]:
