@@ -44,7 +44,7 @@ from workflows.budget_models import BudgetDecision
 from workflows.errors import failure_message
 from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import offline_notice, retry_line, why_cancelled
+from workflows.status_view import budget_forecast, offline_notice, retry_line, why_cancelled
 from workflows.visibility import indexed_place
 
 MAX_LISTED = 100
@@ -142,6 +142,7 @@ class Runs:
         shown: dict[str, Any] = {"id": run, "status": description.status.name.lower() if description.status else None,
                                  "run": status.model_dump(mode="json") if status else None, "result": None,
                                  "offline_notice": offline_notice(status) if status else None, "retries": [],
+                                 "budget_forecast": budget_forecast(status) if status else [],
                                  "indexed": None, "may": await _may(who, description)}
         if description.status == WorkflowExecutionStatus.RUNNING:
             shown["retries"] = [retry_line(retry, status) for retry in retries_of(description.raw_description)]

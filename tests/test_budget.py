@@ -79,7 +79,10 @@ async def test_a_run_keeps_its_report_within_the_budget_and_a_pause_says_when_it
     # Spent past what the report needs before the first step: the pause says finishing now goes over.
     handle = await start(time_worker, auto_accept_plan=True, token_budget=3_000)
     status = await wait_for(handle, paused_for_budget)
-    assert "more than the budget has left: it would go over" in (awaiting_headline(status) or "")
+    headline = awaiting_headline(status) or ""
+    assert "more than the budget has left: it would go over" in headline
+    # No step has finished: no step's cost is known (it said "expected to cost 0 tokens ($0.0000)").
+    assert "no step has finished yet, so what a step costs is not known" in headline and "cost 0 tokens" not in headline
     await decide(handle, BudgetDecision(action=BudgetAction.CANCEL))
     await cancelled_status(handle)
 

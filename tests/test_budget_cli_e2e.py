@@ -46,7 +46,9 @@ def test_a_run_paused_at_its_budget_is_finished_from_the_cli_and_says_it_was_cut
     status = starter(dev_server, "status", workflow_id)
     assert status.returncode == 0, status.stderr
     assert "Awaiting a budget decision" in status.stdout and "of 7,000 tokens spent" in status.stdout
-    assert "of $5.00 spent" in status.stdout and "the rest of the plan" in status.stdout
+    assert "of $5.00 spent" in status.stdout and "finishing now, the report is expected to cost" in status.stdout
+    # Paused before its first step (the report's reserve): no step's cost is known yet, and it says so.
+    assert "no step has finished yet, so what a step costs is not known" in status.stdout
     assert f"python starter.py budget {workflow_id} --finish" in status.stdout
 
     refused = starter(dev_server, "budget", workflow_id, "--raise-usd", "0.5")  # a raise must raise

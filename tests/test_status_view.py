@@ -13,6 +13,7 @@ from tests.support.status_samples import T0, at, sample_status
 from workflows.budget_models import RunBudget
 from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus
 from workflows.progress import current_details
+from workflows.status_view import budget_forecast
 from workflows.usage import PriceQuote, call_usage
 
 REVIEW = sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK, review_deadline=at(86400))
@@ -56,7 +57,7 @@ def test_every_view_shows_spent_and_remaining_of_both_budgets_and_the_price_sour
     usage = call_usage("gpt-4o", price, 1_000, 0, 200, 1_200)
     usage.add(call_usage("local-model", None, 800, 0, 0, 800))
     paused = sample_status(phase=Phase.AWAITING_BUDGET, awaiting=Awaiting.BUDGET, usage=usage,
-                           budget=RunBudget(tokens=2_500, cost_usd=0.01, expected_next_step=900,
+                           budget=RunBudget(tokens=2_500, cost_usd=0.01, step_tokens=[900], expected_next_step=900,
                                             expected_next_step_usd=0.004, expected_rest=1_800,
                                             expected_rest_usd=0.008))
     line = "2,000 of 2,500 tokens spent, 500 left; $0.0045 of $0.0100 spent, $0.0055 left"
@@ -68,3 +69,20 @@ def test_every_view_shows_spent_and_remaining_of_both_budgets_and_the_price_sour
         assert "--raise-usd USD" in flat
     assert "gpt-4o at $2.5 in, $1.25 cached in, $10 out per million tokens (DEERFLOW_MODEL_PRICES)" in \
         status_text("r1", paused)
+
+
+def test_a_pause_before_any_step_says_no_steps_cost_is_known_and_prices_only_what_has_a_price() -> None:
+    """Before a step has finished the run has no mean to go by: it said "the next step is expected to
+    cost 0 tokens ($0.0000)". With no priced model, no price is said at all."""
+    usage = call_usage("local-model", None, 2_000, 0, 145, 2_145)
+    paused = sample_status(phase=Phase.AWAITING_BUDGET, awaiting=Awaiting.BUDGET, usage=usage,
+                           budget=RunBudget(tokens=7_000, expected_next_step=0, expected_rest=0,
+                                            expected_next_step_usd=0.0, expected_rest_usd=0.0,
+                                            expected_report=8_922, expected_report_usd=0.0))
+    assert budget_forecast(paused) == [
+        "no step has finished yet, so what a step costs is not known",
+        "finishing now, the report is expected to cost at most 8,922 tokens, more than the budget has left: "
+        "it would go over"]
+    for text in (current_details(paused), status_text("r1", paused), panel_text(paused)):
+        flat = " ".join(text.replace("│", " ").split())
+        assert "no step has finished yet" in flat and "cost 0 tokens" not in flat and "($0.0000)" not in flat, flat

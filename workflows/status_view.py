@@ -165,26 +165,38 @@ def spent_line(status: RunStatus) -> str:
 
 
 def expected_line(status: RunStatus) -> str:
-    """While paused at the budget: what the next step and the rest of the plan are expected to cost."""
-    budget = status.budget
-    if budget is None or budget.expected_next_step is None:
-        return ""
-    cost = budget.expected_next_step_usd or 0.0
-    line = (f"; the next step is expected to cost {budget.expected_next_step:,} tokens ({usd(cost)}), the rest "
-            f"of the plan {budget.expected_rest or 0:,} tokens ({usd(budget.expected_rest_usd or 0.0)})")
-    return line + _report_line(status)
+    """While paused at the budget: what the next step, the rest of the plan and finishing now are
+    expected to cost, as clauses after the budget's line."""
+    return "".join(f"; {clause}" for clause in budget_forecast(status))
 
 
-def _report_line(status: RunStatus) -> str:
-    """While paused: what finishing now costs (the report, at most), and whether the budget has that left."""
+def budget_forecast(status: RunStatus) -> list[str]:
+    """While paused at the budget, one clause each (lower case, no full stop; our page shows them as
+    sentences): what the next step and the rest of the plan are expected to cost, and what finishing
+    now costs. Before any step has finished there is no step to take the mean of, so the run knows
+    no step's cost (it said "0 tokens ($0.0000)"); with no priced model there is no price to say."""
     budget, standing = status.budget, status.budget_standing
-    if budget is None or standing is None or budget.expected_report is None:
-        return ""
-    report_usd = budget.expected_report_usd or 0.0
-    over = ((standing.remaining_tokens is not None and budget.expected_report > standing.remaining_tokens)
-            or (standing.remaining_usd is not None and report_usd > standing.remaining_usd))
-    return (f"; finishing now, the report is expected to cost at most {tokens_text(budget.expected_report)} "
-            f"tokens ({usd(report_usd)})" + (", more than the budget has left: it would go over" if over else ""))
+    if budget is None or budget.expected_next_step is None:
+        return []
+    priced = standing is None or not standing.unpriced_models or standing.spent_usd > 0
+
+    def price(amount: float | None) -> str:
+        return f" ({usd(amount or 0.0)})" if priced else ""
+
+    if not budget.step_tokens:
+        clauses = ["no step has finished yet, so what a step costs is not known"]
+    else:
+        clauses = [f"the next step is expected to cost {budget.expected_next_step:,} tokens"
+                   f"{price(budget.expected_next_step_usd)}, the rest of the plan {budget.expected_rest or 0:,} "
+                   f"tokens{price(budget.expected_rest_usd)}"]
+    if standing is not None and budget.expected_report is not None:
+        report_usd = budget.expected_report_usd or 0.0
+        over = ((standing.remaining_tokens is not None and budget.expected_report > standing.remaining_tokens)
+                or (standing.remaining_usd is not None and report_usd > standing.remaining_usd))
+        clauses.append(f"finishing now, the report is expected to cost at most {tokens_text(budget.expected_report)} "
+                       f"tokens{price(report_usd)}" + (", more than the budget has left: it would go over" if over
+                                                        else ""))
+    return clauses
 
 
 def _unpriced(models: list[str]) -> str:

@@ -149,7 +149,7 @@ function budgetHints(budgets) {
     return value == null ? `${say(most)} by default (the maximum)` : `${say(value)} by default` +
       (most != null ? `, at most ${say(most)}` : "");
   };
-  $("token-budget").placeholder = hint(budgets.tokens, budgets.tokens_max, (n) => n.toLocaleString("en-US"));
+  $("token-budget").placeholder = hint(budgets.tokens, budgets.tokens_max, thousands);
   $("cost-budget").placeholder = hint(budgets.cost_usd, budgets.cost_usd_max, usd);
 }
 
@@ -272,8 +272,9 @@ async function refresh() {
   $("run-error").textContent = error || "";
   if (status) {
     const u = status.usage;
-    $("usage").textContent = `Model calls: ${u.llm_calls} · tokens: ${u.total_tokens} (${u.input_tokens} in, ${u.output_tokens} out)`;
-    showBudget(status, running);
+    $("usage").textContent = `Model calls: ${u.llm_calls} · tokens: ${thousands(u.total_tokens)} ` +
+      `(${thousands(u.input_tokens)} in, ${thousands(u.output_tokens)} out)`;
+    showBudget(status, running, shown.budget_forecast);
     showPlan(status, running);
     $("clarify").hidden = !running || status.awaiting !== "clarification_answer" || !state.may.decide;
     $("clarify-question").textContent = status.question || "";
@@ -355,6 +356,11 @@ $("clarify-form").addEventListener("submit", async (event) => {
 
 // ------------------------------------------------------------------ the budget
 
+// Token counts as the CLI and the server's words write them: 14,000.
+function thousands(tokens) {
+  return tokens.toLocaleString("en-US");
+}
+
 // Amounts in USD as the CLI and the Web UI write them (workflows/budget_models.py: usd).
 function usd(amount) {
   return amount >= 1 ? `$${amount.toFixed(2)}` : `$${amount.toFixed(4)}`;
@@ -369,15 +375,17 @@ function budgetFields(tokens, cost, tokensField, costField) {
 }
 
 // Spent and remaining of the run's budgets (the run's budget_standing), and while it waits at its
-// budget, what the rest is expected to cost and the three decisions (POST /api/runs/ID/budget).
-function showBudget(status, running) {
+// budget, what the rest and finishing now are expected to cost (the server's words, the CLI's too:
+// workflows/status_view.py budget_forecast) and the three decisions (POST /api/runs/ID/budget).
+function showBudget(status, running, forecast = []) {
   const budget = status.budget, standing = status.budget_standing;
   const paused = running && status.awaiting === "budget";
   $("budget").hidden = !paused || !state.may.decide;
   if (!budget || !standing) return;
   if (paused) pausedAgain(status);
-  const tokens = budget.tokens === null ? `${standing.spent_tokens} tokens spent (no token budget)`
-    : `${standing.spent_tokens} of ${budget.tokens} tokens spent, ${standing.remaining_tokens} left`;
+  const spent = thousands(standing.spent_tokens);
+  const tokens = budget.tokens === null ? `${spent} tokens spent (no token budget)`
+    : `${spent} of ${thousands(budget.tokens)} tokens spent, ${thousands(standing.remaining_tokens)} left`;
   const unpricedOnly = standing.unpriced_models.length && !standing.spent_usd;  // no price: no cost to say
   const cost = unpricedOnly ? `cost unknown: no price for ${standing.unpriced_models.join(", ")}`
     : budget.cost_usd === null ? `${usd(standing.spent_usd)} spent (no cost budget)`
@@ -385,12 +393,8 @@ function showBudget(status, running) {
   const unpriced = standing.unpriced_models.length && !unpricedOnly
     ? ` · no price for ${standing.unpriced_models.join(", ")}: its tokens count, its cost does not` : "";
   $("budget-line").textContent = `Budget: ${tokens} · ${cost}${budget.cut_short ? " · cut short" : ""}${unpriced}`;
-  if (budget.expected_next_step !== null) {
-    const price = (amount) => (unpricedOnly ? "" : ` (${usd(amount || 0)})`);
-    $("budget-expected").textContent = `${$("budget-line").textContent}. The next step is expected to cost ` +
-      `${budget.expected_next_step} tokens${price(budget.expected_next_step_usd)}, the rest of the plan ` +
-      `${budget.expected_rest} tokens${price(budget.expected_rest_usd)}.`;
-  }
+  const sentences = forecast.map((clause) => `${clause[0].toUpperCase()}${clause.slice(1)}.`);
+  $("budget-expected").textContent = [`${$("budget-line").textContent}.`, ...sentences].join(" ");
 }
 
 // A run that paused again after a budget decision says when, and the old decision's message goes.
