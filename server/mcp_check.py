@@ -4,8 +4,16 @@ DeerFlow starts whatever program or URL the request names (when ENABLE_MCP_SERVE
 is set). Here a request never defines a server: it may name one from the operator's table
 (config/mcp_servers.py), and a definition it sends must agree with the operator's (transport,
 command, args, url); the tools are listed by ``McpServerCheckWorkflow`` through the same
-``mcp_list_tools`` activity a research run uses. Anything else is a 403 whose ``detail`` DeerFlow's
-dialog shows. The answer echoes only what the request sent, never the operator's env or headers.
+``mcp_list_tools`` activity a research run uses. Anything else is a 403 whose ``detail`` says why.
+
+DeerFlow's add-server dialog never shows that ``detail``: its ``queryMCPServerMetadata`` reads only
+``response.ok`` and throws ``HTTP error! status: 403``, which the dialog logs to the console, showing
+"Failed to add server: NAME" built from the name the person typed (the refresh and enable paths log
+and show nothing). No status, reason phrase or field of a refusal reaches the screen, and a 200 would
+add the server as enabled, so the refusal stays a 403; the server logs it with its reason, and a run
+sent a refused server says in its first message which servers it ignored and why
+(server/mcp_settings.py). The answer echoes only what the request sent, never the operator's env or
+headers.
 """
 
 from __future__ import annotations
@@ -61,7 +69,7 @@ def operator_server_for(request: MetadataRequest, settings: Settings) -> tuple[s
     """The operator's server the request names, and the agent to list it for; 403 otherwise."""
     name = request.name or ""
     if (reason := why_not_the_operators(name, request, settings)) is not None:
-        log.warning("MCP server check refused %r: %s", name, reason)  # DeerFlow's dialog drops the detail
+        log.warning("MCP server check refused %r: %s", name, reason)  # DeerFlow's dialog shows only the name
         raise RequestError(f"{NOT_CONFIGURED}: {name + ': ' if name else ''}{reason}.", 403)
     server = settings.mcp_servers[name]
     return name, (server.add_to_agents[0] if server.add_to_agents else None)
