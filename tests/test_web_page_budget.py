@@ -10,6 +10,7 @@ second (tests/test_budget.py).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import AsyncIterator
@@ -53,6 +54,17 @@ async def page(page: Page, base: str) -> Page:
     await page.navigate(f"{base}/")
     await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page's scripts")
     return page
+
+
+@contextlib.asynccontextmanager
+async def status_on_failure(page: Page, tmp_path: Path) -> AsyncIterator[None]:
+    """On a failure: a screenshot, and the run's status as the page last read it."""
+    try:
+        yield
+    except Exception:
+        await page.screenshot(tmp_path / "failure.png")
+        print("STATUS", json.dumps(await page.evaluate("window.deerflowPage.state.lastStatus"))[:6000])
+        raise
 
 
 async def start_paused(page: Page, tokens: str = "", cost: str = "") -> tuple[str, str]:
@@ -131,7 +143,7 @@ async def test_cancel_from_the_page_ends_the_run(page: Page, tmp_path: Path) -> 
 async def test_a_raise_that_is_not_enough_shows_the_new_budget_and_when_it_paused_again(
         page: Page, tmp_path: Path, width: int) -> None:
     await page.use_width(width)
-    try:
+    async with status_on_failure(page, tmp_path):
         _, shown = await start_paused(page, tokens="7000")
         assert "of 7,000 tokens spent" in shown and not await page.evaluate(
             "document.getElementById('budget-again').hidden === false"), shown
@@ -149,10 +161,6 @@ async def test_a_raise_that_is_not_enough_shows_the_new_budget_and_when_it_pause
         await page.screenshot(Path("/tmp/our-page") / f"budget-paused-again-{width}.png")
         await page.press("#budget-finish")
         await page.wait_for(f"{REPORT_TEXT}.includes('Budget:')", 90, what="the report")
-    except Exception:
-        await page.screenshot(tmp_path / "failure.png")
-        print("STATUS", json.dumps(await page.evaluate("window.deerflowPage.state.lastStatus"))[:6000])
-        raise
 
 
 @pytest.mark.parametrize("width", [1280, 390])
@@ -164,7 +172,7 @@ async def test_the_banner_says_what_a_step_and_finishing_now_are_expected_to_cos
     await page.use_width(width)
     SHOTS.mkdir(exist_ok=True)
     in_view = "document.getElementById('budget').scrollIntoView(); true"
-    try:
+    async with status_on_failure(page, tmp_path):
         _, first = await start_paused(page, tokens="7000")
         assert "No step has finished yet, so what a step costs is not known." in first, first
         assert "cost 0 tokens" not in first and "($0.0000)" not in first, first
@@ -187,10 +195,6 @@ async def test_the_banner_says_what_a_step_and_finishing_now_are_expected_to_cos
         await page.screenshot(SHOTS / f"budget-after-a-step-{width}.png")
         await page.press("#budget-finish")
         await page.wait_for(f"{REPORT_TEXT}.includes('Budget:')", 90, what="the report")
-    except Exception:
-        await page.screenshot(tmp_path / "failure.png")
-        print("STATUS", json.dumps(await page.evaluate("window.deerflowPage.state.lastStatus"))[:6000])
-        raise
 
 
 @pytest.mark.parametrize("width", [1280, 390])
