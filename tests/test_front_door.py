@@ -548,7 +548,7 @@ BAD_INPUTS = [
     (["cancel", "no-such-run"], "No research run with ID 'no-such-run'"),
     (["history", "no-such-run"], "No research run with ID 'no-such-run'"),
     (["history", "research-done", "-o", "/nonexistent/dir/h.json"], "does not exist"),
-    (["replay"], "replay needs a run ID or --file"),
+    (["replay"], "replay needs a run ID, --file FILE.json, or --since"),
     (["replay", "--file", "/nonexistent.json"], "Cannot read history file"),
     (["nonsense"], "invalid choice"),
     (["blobs", "gc", "--older-than", "0.01"], "under the one-hour safety margin"),

@@ -240,9 +240,12 @@ class BusyLoops:
 
 
 async def wait_for_worker(client: Client, log: Path, timeout: float = 60) -> None:
-    """Until a worker polls the task queue; on time-out the worker's log says why it did not."""
+    """Until the worker writing ``log`` says it polls and the server lists a poller; on time-out the
+    worker's log says why it did not. The log line matters on a module's shared dev server: the server
+    lists an earlier test's dead worker for minutes, and a signal sent before this one has installed
+    its handlers kills it instead of stopping it."""
     deadline = time.monotonic() + timeout
-    while not await has_worker(client):
+    while not (log.exists() and "Worker polling" in log.read_text(errors="replace") and await has_worker(client)):
         assert time.monotonic() < deadline, log.read_text() if log.exists() else f"no worker log at {log}"
         await asyncio.sleep(0.2)
 
