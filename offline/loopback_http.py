@@ -43,10 +43,21 @@ def send_body(handler: BaseHTTPRequestHandler, status: int, data: bytes, headers
         handler.close_connection = True
 
 
+def wire_json(value: Any) -> str:
+    """``value`` as JSON text for the wire: non-ASCII kept as is, as servers send it, unless it holds
+    a lone surrogate (which UTF-8 cannot carry): then escaped, as a real server sends "\\ud800"."""
+    text = json.dumps(value, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value)
+    return text
+
+
 def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any,
               headers: Mapping[str, str] | None = None) -> None:
-    """``payload`` as a JSON reply (UTF-8, non-ASCII kept as is)."""
-    data = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    """``payload`` as a JSON reply (UTF-8; see :func:`wire_json`)."""
+    data = wire_json(payload).encode("utf-8")
     send_body(handler, status, data, {"Content-Type": "application/json", **(headers or {})})
 
 

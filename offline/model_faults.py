@@ -92,8 +92,9 @@ class Fault:
 
     @classmethod
     def reply(cls, content: str, *, agent: str | None = None) -> Fault:
-        """The model answers with ``content`` and no tool call: a hostile reply (a lone surrogate, JSON
-        thousands of levels deep, a run of 60,000 blanks) played as the provider would send it."""
+        """The model answers with ``content`` and no tool call, also in JSON tool mode (no action object
+        around it): a hostile reply (a lone surrogate, JSON thousands of levels deep, a run of 60,000
+        blanks) played as the provider would send it."""
         return cls("reply", agent=agent, content=content)
 
     @classmethod

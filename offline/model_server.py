@@ -26,7 +26,7 @@ from typing import Any
 
 from offline.agent_text import ScriptedReply, ScriptedToolCall, text_of
 from offline.json_tool_mode import action_reply, action_schema, conformed, is_action_request, native_view
-from offline.loopback_http import FakeServerHandler, send_json, serve_in_thread, shut_down
+from offline.loopback_http import FakeServerHandler, send_json, serve_in_thread, shut_down, wire_json
 from offline.model_faults import Fault, apply_fault, requested_output_cap, runs_to_cap
 from offline.scripted_agents import detect_agent, respond
 
@@ -352,7 +352,7 @@ class FakeModelServer:
             content = PREAMBLE
         if fault is not None:
             content, calls = apply_fault(fault, reply, content, calls, body)
-        if schema is not None:  # the schema allows one action object and nothing else
+        if schema is not None and not (fault and fault.kind == "reply"):  # the schema allows one action object
             content, calls = action_reply(conformed(ScriptedReply(content, tuple(
                 ScriptedToolCall(cid, name, _arguments(args)) for cid, name, args in calls)), schema)), []
         return content, calls, rambles
@@ -427,7 +427,7 @@ class FakeModelServer:
         handler.send_header("Cache-Control", "no-cache")
         handler.send_header("Transfer-Encoding", "chunked")
         handler.end_headers()
-        lines = [f"data: {_wire_json(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
+        lines = [f"data: {wire_json(e)}\n\n" for e in events] + ["data: [DONE]\n\n"]
         for number, line in enumerate(lines):
             if cut and number == len(lines) // 2:
                 handler.close_connection = True
@@ -465,17 +465,6 @@ def main(argv: list[str] | None = None) -> None:
         pass
     finally:
         server.stop()
-
-
-def _wire_json(value: Any) -> str:
-    """``value`` as JSON text for the wire: UTF-8 as servers send it, and a lone surrogate (which UTF-8
-    cannot carry) as its "\\ud800" escape, as a real server sends one."""
-    text = json.dumps(value, ensure_ascii=False)
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return json.dumps(value)
-    return text
 
 
 if __name__ == "__main__":

@@ -100,6 +100,9 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
                      [Fault.plan_without_title()]),
     # A first plan claiming enough context: reviewed like any other, then reported from nothing.
     "no_research_review": (ResearchRequest(question=QUESTION), ["[ACCEPTED]"], [Fault.no_research_plan()]),
+    # A plan that is not quite JSON, mended by the chat activity, read strictly by the workflow (issue #42 §1).
+    "mended_plan": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
+                    [Fault.malformed_plan()]),
     # A researcher that calls no tool (a model that never does): the report says so at its top (issue #24).
     "no_search_step": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                        [Fault.no_tool_call(agent="researcher")]),

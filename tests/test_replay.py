@@ -44,7 +44,7 @@ def test_the_reference_scenarios_are_recorded() -> None:
             "cancelled_researcher_turn_before_cancel_patch", "review_timeout_cancel",
             "budget_timeout_cancel", "review_timeout_cancel_before_cancel_itself",
             "budget_timeout_cancel_before_cancel_itself", "fork_from_plan", "fork_from_step",
-            "fork_from_report"} <= {
+            "fork_from_report", "mended_plan", "report_evaluation_before_metrics_activity"} <= {
         path.stem for path in RECORDED}
 
 

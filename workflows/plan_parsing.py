@@ -14,7 +14,9 @@ a value nested deeper than ``MAX_PLAN_DEPTH`` is refused, and "\ud800" escapes a
 
 from __future__ import annotations
 
+import json
 import re
+from typing import Any
 
 from temporalio import workflow
 
@@ -30,6 +32,7 @@ FENCE = "```"
 # Many times what the planner's output cap lets through (a plan of 30 steps is some 20,000).
 MAX_PLAN_REPLY_CHARS = 200_000
 MAX_PLAN_DEPTH = 32  # a plan is 4 levels deep
+_TOO_DEEP = object()  # json.loads gave up: deeper than its recursion limit
 
 
 class PlanParseError(ValueError):
@@ -47,17 +50,11 @@ def without_fences(text: str) -> str:
     return text[start:end]
 
 
-def parse_plan(text: str, max_steps: int, default_locale: str) -> Plan:
-    if len(text) > MAX_PLAN_REPLY_CHARS:
-        raise PlanParseError(f"the planner's reply is {len(text):,} characters long, over the "
-                             f"{MAX_PLAN_REPLY_CHARS:,} a plan may take")
-    try:
-        data = json_repair.loads(without_fences(text))
-    except Exception as error:  # json_repair raises various types on hopeless input (RecursionError too)
-        raise PlanParseError(f"the planner's reply is not JSON ({error})") from error
-    if nested_deeper(data, MAX_PLAN_DEPTH):
-        raise PlanParseError(f"the planner's reply is nested deeper than {MAX_PLAN_DEPTH} levels")
-    data = scrubbed(data)
+def parse_plan(text: str, max_steps: int, default_locale: str, *, repair: bool = False) -> Plan:
+    """The plan in the planner's reply, read strictly: the ``chat`` activity has mended a reply that
+    was not quite JSON already (activities/model/plan_schema.py: ``mended_plan``). ``repair``: mend
+    it here with json-repair instead, as runs recorded before that did (their replay)."""
+    data = _plan_data(text, repair)
     if isinstance(data, list) and len(data) == 1:
         data = data[0]
     if not isinstance(data, dict) or not data:
@@ -69,6 +66,28 @@ def parse_plan(text: str, max_steps: int, default_locale: str) -> Plan:
         raise PlanParseError(f"the planner's plan does not match the schema: {_one_line(error)}") from error
     plan.steps = plan.steps[:max_steps]
     return plan
+
+
+def _plan_data(text: str, repair: bool) -> Any:
+    """The reply's JSON value, bounded; None: the reply holds none (read strictly)."""
+    if len(text) > MAX_PLAN_REPLY_CHARS:
+        raise PlanParseError(f"the planner's reply is {len(text):,} characters long, over the "
+                             f"{MAX_PLAN_REPLY_CHARS:,} a plan may take")
+    if repair:
+        try:
+            data = json_repair.loads(without_fences(text))
+        except Exception as error:  # json_repair raises various types on hopeless input (RecursionError too)
+            raise PlanParseError(f"the planner's reply is not JSON ({error})") from error
+    else:
+        try:
+            data = json.loads(without_fences(text))
+        except RecursionError:
+            data = _TOO_DEEP
+        except ValueError:
+            return None  # refused by the caller as no plan object, quoting the reply
+    if data is _TOO_DEEP or nested_deeper(data, MAX_PLAN_DEPTH):
+        raise PlanParseError(f"the planner's reply is nested deeper than {MAX_PLAN_DEPTH} levels")
+    return scrubbed(data)
 
 
 def require_steps(plan: Plan) -> None:

@@ -14,6 +14,9 @@ with workflow.unsafe.imports_passed_through():
 
 # An unusable plan (bad JSON, no title, no steps) gets one re-ask quoting the error (issue #11).
 PLAN_REASK_PATCH = "plan-reask"
+# The chat activity mends a plan that is not quite JSON; runs recorded before mended it here, with
+# json-repair, whose time on hostile text grows with its nesting (issue #42 §1).
+PLAN_MENDED_PATCH = "plan-mended-by-chat"
 
 
 async def usable_plan(run: ResearchRun, feedback: str | None) -> tuple[ChatMessage, Plan | None]:
@@ -57,7 +60,8 @@ async def _plan(run: ResearchRun, reask: list[ChatMessage] | None = None) -> Cha
 def _adopt_plan(run: ResearchRun, response: ChatResponse, feedback: str | None) -> Plan:
     """The planner's plan, now the run's; raises ``PlanParseError`` for an unusable one."""
     try:
-        plan = parse_plan(response.message.content, run.request.max_step_num, run.state.report_locale)
+        plan = parse_plan(response.message.content, run.request.max_step_num, run.state.report_locale,
+                          repair=not workflow.patched(PLAN_MENDED_PATCH))
     except PlanParseError as error:
         if response.truncated:
             raise PlanParseError(f"{error} (the reply was cut at the output cap of "

@@ -33,11 +33,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import json_repair
-
+from activities.model.lenient_json import Unrepairable, lenient_json
 from workflows.found_urls import URL_ARGUMENT
 from workflows.json_tool_protocol import FINAL_ACTION, RESULT_HEADER, SCHEMA_NAME
 from workflows.models import ChatMessage, ToolCall, ToolSpec
+from workflows.untrusted_text import nested_deeper
 
 # Bounds of the model's values. llama.cpp turns a schema into a grammar and refuses a repetition
 # of 2,000 or more (llama-grammar.cpp: MAX_REPETITION_THRESHOLD; the request fails "failed to parse
@@ -52,6 +52,7 @@ CHARS_PER_TOKEN = 3  # an answer's bound from a small output cap, which then sti
 MAX_ANSWER_CHARS = MAX_CHARS
 SCALAR_CHARS = 24  # the longest number (or true, false, null) a reply's JSON holds
 MIN_STRING_CHARS = 16  # a value shorter than this is of no use; a cap this small cannot hold an action anyway
+MAX_DEPTH = 32  # an action nested deeper is no action (its arguments could not be carried: reply_safety.py)
 
 
 def types_of(schema: dict[str, Any]) -> set[Any]:
@@ -237,14 +238,15 @@ def parse_action(text: str, messages: list[ChatMessage]) -> tuple[str, list[Tool
 
     Any other action is a ``ToolCall`` (of a tool not offered, or with arguments that are not an
     object: the agent loop answers it with an error the model reads); ``final_answer`` is the content.
-    A reply that is no action object at all (a provider that ignored the schema) is content as it
+    A reply that is no action object at all (a provider that ignored the schema; an action nested
+    deeper than ``MAX_DEPTH``, which could not be carried) is content as it
     stands: for the coordinator a direct reply, for a step agent its answer.
     """
     try:
-        data = json_repair.loads(text)  # a reply cut at the output cap is mended, not lost
-    except Exception:  # json_repair raises various types on hopeless input
+        data = lenient_json(text)  # a reply cut at the output cap is mended, not lost
+    except Unrepairable:
         data = None
-    if not isinstance(data, dict) or not isinstance(data.get("action"), str):
+    if not isinstance(data, dict) or not isinstance(data.get("action"), str) or nested_deeper(data, MAX_DEPTH):
         return text, []
     action = data["action"]
     if action == FINAL_ACTION:

@@ -12,6 +12,7 @@ running into the request timeout and being retried with the identical request.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import timedelta
 from typing import Any
@@ -37,8 +38,9 @@ from activities.model.context_budget import (
 from activities.model.context_window import ContextWindows, Overflow, context_exceeded, overflow_of, retrim_limit
 from activities.model.kept_verdicts import KeptVerdicts
 from activities.model.output_caps import output_cap, output_caps
-from activities.model.plan_schema import planner_schema
+from activities.model.plan_schema import mended_plan, planner_schema
 from activities.model.prompts import render_prompt
+from activities.model.reply_safety import safe_reply
 from activities.model.telemetry import failure_usage, model_call_telemetry
 from activities.model.tool_support import (
     PROBE_MAX_TOKENS,
@@ -368,8 +370,11 @@ class ModelActivities:
                                         limit)
         content = reply.content if isinstance(reply.content, str) else json.dumps(reply.content)
         calls = reply_calls.tool_calls(reply)
-        if json_mode:
-            content, calls = json_tools.parse_action(content, request.messages)
+        if json_mode:  # json-repair is pure Python: a long reply would hold the event loop
+            content, calls = await asyncio.to_thread(json_tools.parse_action, content, request.messages)
+        elif request.response_schema == "plan":
+            content = await asyncio.to_thread(mended_plan, content)
+        content, calls = safe_reply(content, calls)
         finish_reason = (reply.response_metadata or {}).get("finish_reason")
         truncated = finish_reason == "length"
         if truncated:

@@ -1,4 +1,5 @@
-"""The schema the planner's reply must follow (``response_format: json_schema``), sized to its output cap.
+"""The schema the planner's reply must follow (``response_format: json_schema``), sized to its output cap,
+and the reply mended into the JSON it meant (``mended_plan``), for the workflow to read strictly.
 
 A provider that enforces schemas (llama.cpp turns one into a grammar) makes a model close a string at
 its ``maxLength`` and an array at its ``maxItems``. A small model loops inside a string (SmolLM2-135M
@@ -18,7 +19,9 @@ import json
 from typing import Any
 
 from activities.model.json_tools import CHARS_PER_TOKEN
+from activities.model.lenient_json import Unrepairable, lenient_json
 from workflows.models import ChatRequest, Plan, Step, StepType
+from workflows.plan_parsing import without_fences
 
 # The most a plan needs of each string: far above a good plan's, kept under a large output cap.
 PLAN_STRING_CHARS = {"thought": 1_500, "title": 200}
@@ -83,3 +86,15 @@ def skeleton_chars(steps: int) -> int:
                 steps=[step] * steps)
     return len(json.dumps(plan.model_dump(mode="json", exclude={"steps": {"__all__": {"execution_res"}}}),
                           ensure_ascii=False))
+
+
+def mended_plan(reply: str) -> str:
+    """The planner's reply as the JSON it meant (fences off, trailing commas, quotes and a cut end
+    mended: activities/model/lenient_json.py), or the reply as it was when it holds no JSON object or
+    array even so: the workflow reads the plan strictly, so json-repair never runs in workflow code,
+    where its time on a hostile reply ("{" × 100,000: 13 s) would fail workflow tasks."""
+    try:
+        value = lenient_json(without_fences(reply))
+    except Unrepairable:
+        return reply
+    return json.dumps(value, ensure_ascii=False) if isinstance(value, dict | list) else reply
