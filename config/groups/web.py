@@ -43,20 +43,26 @@ class WebSettings(SettingsGroup):
     # The front door (cli/, runtime/embedded.py). The embedded dev server's Web UI port; tests and a
     # second checkout choose another so that two embedded servers can run side by side.
     ui_port: int = Field(default=8233, ge=1, le=65535, alias="DEERFLOW_UI_PORT")
+    """Web UI port of the embedded dev server (another one runs two checkouts side by side)."""
     # Where the front door runs the embedded dev server when no Temporal address is configured
     # (TEMPORAL_ADDRESS or a profile's address, which are only ever connected to). Loopback only.
     embedded_address: str = Field(default="127.0.0.1:7233", alias="DEERFLOW_EMBEDDED_ADDRESS",
                                   pattern=r"^(127\.\d{1,3}\.\d{1,3}\.\d{1,3}|localhost|\[::1\]):\d{1,5}$")
+    """Loopback address of the embedded dev server, used when no Temporal address is configured."""
 
     # The codec server (server/codec.py) serves the Web UI and the `temporal` CLI: beyond loopback it
     # needs the token; browsers need their origin listed (unset: the embedded Web UI's,
     # http://127.0.0.1:<DEERFLOW_UI_PORT> and localhost). The embedded default starts it on
     # DEERFLOW_CODEC_PORT (unset: a free port).
     codec_token: str | None = Field(default=None, alias="DEERFLOW_CODEC_TOKEN")
+    """Bearer token of the codec server; required beyond loopback."""
     codec_allowed_origins: list[str] | None = Field(default=None, alias="DEERFLOW_CODEC_ALLOWED_ORIGINS")
+    """Browser origins the codec server answers. Unset: the embedded Web UI's."""
     codec_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024, le=64 * 1024 * 1024,
                                       alias="DEERFLOW_CODEC_MAX_BODY_BYTES")
+    """Request body cap of the codec server."""
     codec_port: int | None = Field(default=None, ge=1, le=65535, alias="DEERFLOW_CODEC_PORT")
+    """Port of the embedded default's codec server. Unset: a free port."""
 
     def codec_origins(self) -> list[str]:
         """The browser origins the codec server answers: the operator's, else the embedded Web UI's."""
@@ -69,39 +75,65 @@ class WebSettings(SettingsGroup):
     # origin listed. Runs it starts for DeerFlow threads get workflow ids under the prefix, so a
     # thread id can only ever address runs the server itself started for that thread.
     web_token: str | None = Field(default=None, alias="DEERFLOW_WEB_TOKEN")
+    """Bearer token for `starter.py serve`; required for any non-loopback bind (an admin named "operator")."""
     # Named tokens with roles (JSON list in the env, a table in conf.yaml): [{"name": "alice",
     # "token": "…", "role": "reviewer"}]. DEERFLOW_WEB_TOKEN, if set too, is one more: an admin
     # named "operator". Either one makes every API call need a token.
     web_tokens: list[NamedToken] = Field(default_factory=list, alias="DEERFLOW_WEB_TOKENS")
+    """Named API tokens, JSON (or a list in conf.yaml, where `token: $VAR` reads the token from the environment):
+    `[{"name": "alice", "token": "…", "role": "reviewer"}]`; `role` is `reviewer`, `viewer`, `admin` or absent (own
+    runs only); names and tokens distinct, `DEERFLOW_WEB_TOKEN` (named `operator`) counted in (a clash stops every
+    entry point, exit 2), tokens 16+ characters. See Security.
+    """
     web_allowed_origins: list[str] = Field(default_factory=lambda: ["http://localhost:3000"],
                                            alias="DEERFLOW_WEB_ALLOWED_ORIGINS")
+    """Comma-separated browser origins allowed by the API server's CORS (DeerFlow's `ALLOWED_ORIGINS`)."""
     web_max_body_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024,
                                     alias="DEERFLOW_WEB_MAX_BODY_BYTES")
+    """Request body cap of the API server."""
     web_thread_prefix: str = Field(default="deerflow-web-", pattern=r"^[A-Za-z0-9_.-]{1,40}$",
                                    alias="DEERFLOW_WEB_THREAD_PREFIX")
+    """Workflow-id prefix of runs started for DeerFlow threads."""
     # Event streams open at once; each holds a long poll on Temporal while its page is open.
     web_max_streams: int = Field(default=64, ge=1, le=10_000, alias="DEERFLOW_WEB_MAX_STREAMS")
+    """Event streams the API server keeps open at once."""
     # DeerFlow's Stop: its UI aborts its /api/chat/stream, and a run whose client goes away while it
     # works is cancelled, as DeerFlow stops its graph (not once the turn delivered a plan for review,
     # a question or the report). Off: runs outlive the tab, and only /api/chat/cancel stops them.
     web_cancel_on_disconnect: bool = Field(default=True, alias="DEERFLOW_WEB_CANCEL_ON_DISCONNECT")
+    """A run whose `/api/chat/stream` client goes away mid-turn (DeerFlow's Stop, a closed tab) is cancelled; `false`:
+    it goes on.
+    """
     # The content flows' request bodies (a whole report: evaluation, slides, podcast, prose edits).
     web_max_content_bytes: int = Field(default=1024 * 1024, ge=64 * 1024, le=16 * 1024 * 1024,
                                        alias="DEERFLOW_WEB_MAX_CONTENT_BYTES")
+    """Body cap of the content flows (evaluation, slides, podcast, prose)."""
     # Seconds a content flow's request waits for its answer, which is also how long the flow's run may
     # take at all: a worker that comes back within it (a crash's replacement, a deploy) finishes the
     # flow and the request answers; past it, the request is a 504 and the run ends on its own.
     web_content_wait: float = Field(default=300.0, ge=1, le=3600, alias="DEERFLOW_WEB_CONTENT_WAIT")
+    """Seconds a content flow's request waits for its answer (and its run may take): a worker back within it finishes
+    the flow; past it, a 504.
+    """
     # DeerFlow's RAG upload (server/uploads.py): where uploaded .md/.txt files go (inside a
     # resource root; unset: uploads/ in the first root), and the caps per file and for the folder.
     # Each token's uploads go to <folder>/<token name>/, seen by it and by admins only; the team
     # folder, if the operator sets one (inside a resource root), takes every upload instead, seen by all.
     web_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_UPLOAD_DIR")
+    """Where DeerFlow's RAG upload stores files (inside a resource root): each token's in `<folder>/<token name>/`
+    (`local` without tokens), seen and usable by that token and admins only. See Security. Unset: `uploads/` in the
+    first resource root.
+    """
     web_team_upload_dir: Path | None = Field(default=None, alias="DEERFLOW_WEB_TEAM_UPLOAD_DIR")
+    """A shared team folder (inside a resource root): every upload goes there, and every token sees and may use what it
+    holds. Unset: unset (no shared folder).
+    """
     web_upload_max_bytes: int = Field(default=10 * 1024 * 1024, ge=1024, le=256 * 1024 * 1024,
                                       alias="DEERFLOW_WEB_UPLOAD_MAX_BYTES")
+    """Cap per uploaded file."""
     web_upload_max_total_bytes: int = Field(default=512 * 1024 * 1024, ge=1024,
                                             alias="DEERFLOW_WEB_UPLOAD_MAX_TOTAL_BYTES")
+    """Cap of each token's upload folder (and of the team folder)."""
 
     # Token previews (issue #14; activities/model/token_stream.py, server/live.py): the chat activity
     # publishes its reply as it is generated to the API server's /internal/token-stream, best
@@ -109,13 +141,18 @@ class WebSettings(SettingsGroup):
     # (the embedded default). The token is the shared secret between workers and API servers; a
     # server with none makes a new one at each start and announces it. Off: no streaming at all.
     token_stream: bool = Field(default=True, alias="DEERFLOW_TOKEN_STREAM")
+    """Token previews of the model's reply as it is generated; `false`: none."""
     token_stream_url: str | None = Field(default=None, pattern=r"^https?://", alias="DEERFLOW_TOKEN_STREAM_URL")
+    """Where workers publish previews (an API server's `/internal/token-stream`). Unset: the local `serve`'s."""
     token_stream_token: str | None = Field(default=None, alias="DEERFLOW_TOKEN_STREAM_TOKEN")
+    """The secret workers and API servers share for previews. Unset: a new one per `serve`."""
     # Seconds one publish may take before the rest of that reply goes unpublished.
     token_stream_timeout: float = Field(default=0.5, gt=0, le=10, alias="DEERFLOW_TOKEN_STREAM_TIMEOUT")
+    """Seconds one publish may take before the rest of that reply goes unpublished."""
     # Characters waiting for a slow sink before the rest of that reply goes unpublished.
     token_stream_max_pending: int = Field(default=65_536, ge=1024, le=4 * 1024 * 1024,
                                           alias="DEERFLOW_TOKEN_STREAM_MAX_PENDING")
+    """Characters waiting for a slow sink before the rest goes unpublished."""
 
     @field_validator("web_tokens", mode="before")
     @classmethod
