@@ -17,13 +17,13 @@ from temporalio.service import RPCError
 from activities.guards.secret_scrubber import SecretScrubber
 from cli.inspection_html import render_html
 from cli.inspection_text import PART_LIMIT, render
-from cli.runs import _check_output, _describe, _write_file
+from cli.runs import _check_output, _describe, _forks, _write_file
 from cli.terminal import printable_json
 from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.front_door import CliError, connect
 from runtime.history_export import read_history_file
-from runtime.inspection_model import RunInspection
+from runtime.inspection_model import ForkLink, RunInspection
 from runtime.inspection_source import inspect_histories, inspect_run
 
 
@@ -55,6 +55,8 @@ async def _inspection(args: argparse.Namespace, settings: Settings) -> RunInspec
     client = await connect(settings, ensure_worker=False)
     await _describe(client.get_workflow_handle(args.id))  # "No research run with ID …" before any work
     try:
-        return await inspect_run(client, args.id, f"server {client.service_client.config.target_host}")
+        inspection = await inspect_run(client, args.id, f"server {client.service_client.config.target_host}")
     except RPCError as error:
         raise CliError(f"Could not read the history of {args.id}: {error.message}") from error
+    inspection.forks = [ForkLink(workflow_id=fork.workflow_id, at=fork.at) for fork in await _forks(client, args.id)]
+    return inspection

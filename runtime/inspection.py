@@ -28,9 +28,19 @@ from temporalio.api.history.v1 import HistoryEvent
 from runtime.activity_io import runs_call
 from runtime.inspection_decode import Key, Unreadable
 from runtime.inspection_messages import Messages
-from runtime.inspection_model import AttemptFailure, Call, CallState, CallUsage, Part, RunInspection, Stage, Wait
+from runtime.inspection_model import (
+    AttemptFailure,
+    Call,
+    CallState,
+    CallUsage,
+    ForkLink,
+    Part,
+    RunInspection,
+    Stage,
+    Wait,
+)
 from runtime.inspection_parts import Conversations, as_json, input_parts, output_parts
-from workflows.models import ChatResponse, Plan, ResearchResult, ToolCall
+from workflows.models import ChatResponse, Plan, ResearchRequest, ResearchResult, ToolCall
 from workflows.usage import COST_DIGITS, Usage
 
 E = EventType
@@ -139,7 +149,11 @@ class InspectionBuilder:
         if self.run == 0:
             self.inspection.workflow_type = attributes.workflow_type.name
             self.inspection.started_at = at(event)
-            self.inspection.request = self.readable(self.value(event, "input"), _request_parts)
+            request = self.value(event, "input")
+            self.inspection.request = self.readable(request, _request_parts)
+            if isinstance(request, ResearchRequest) and request.forked_from is not None:
+                source = request.forked_from
+                self.inspection.forked_from = ForkLink(workflow_id=source.workflow_id, at=source.at)
         self.inspection.status = "running"
 
     def _closed(self, event: HistoryEvent) -> None:

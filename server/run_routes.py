@@ -1,5 +1,5 @@
 """Our page's API over research runs (server/runs.py does the work): list, start, show, follow,
-inspect, review, answer, decide at the budget and cancel."""
+inspect, review, answer, decide at the budget, cancel and fork (server/forks.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from server import sse
+from server import forks, sse
 from server.access import Principal, principal, token_table
 from server.runs import Runs
 from server.security import read_json
@@ -39,7 +39,23 @@ async def show(request: Request) -> Any:
 
 
 async def inspection(request: Request) -> Any:
-    return await services(request).runs.inspection(request.path_params["run"], principal(request))
+    """The run's timeline, with the forks of it the caller may see (the run's source is in its history)."""
+    runs, run, who = services(request).runs, request.path_params["run"], principal(request)
+    shown = await runs.inspection(run, who)
+    shown["forks"] = [{"workflow_id": found.workflow_id, "at": found.at}
+                      for found in await forks.visible_forks(runs, run, who)]
+    return shown
+
+
+async def fork_run(request: Request) -> Any:
+    shared = services(request)
+    body = await read_json(request, shared.body_limit)
+    return {"id": await forks.fork(shared.runs, request.path_params["run"], body, principal(request))}
+
+
+async def list_forks(request: Request) -> Any:
+    found = await forks.visible_forks(services(request).runs, request.path_params["run"], principal(request))
+    return {"forks": [forks.listed(fork) for fork in found]}
 
 
 async def run_events(request: Request) -> Response:
@@ -79,4 +95,6 @@ ROUTES = [
     Route("/api/runs/{run:str}/answer", endpoint(decision(Runs.answer)), methods=["POST"]),
     Route("/api/runs/{run:str}/budget", endpoint(decision(Runs.budget)), methods=["POST"]),
     Route("/api/runs/{run:str}/cancel", endpoint(cancel), methods=["POST"]),
+    Route("/api/runs/{run:str}/fork", endpoint(fork_run), methods=["POST"]),
+    Route("/api/runs/{run:str}/forks", endpoint(list_forks), methods=["GET"]),
 ]

@@ -202,7 +202,8 @@ class Runs:
 async def _may(who: Principal, description: WorkflowExecutionDescription) -> dict[str, bool]:
     """What the caller may do with the run, so the page offers only that (the routes check again)."""
     starter = await started_by(description)
-    return {"decide": who.may(Act.DECIDE, starter), "cancel": who.may(Act.CANCEL, starter)}
+    return {"decide": who.may(Act.DECIDE, starter), "cancel": who.may(Act.CANCEL, starter),
+            "fork": not who.read_only}  # whoever may see a run and start runs may fork it
 
 
 async def _status(handle: WorkflowHandle) -> RunStatus | None:

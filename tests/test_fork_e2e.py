@@ -83,6 +83,10 @@ async def test_a_fork_from_step_2_in_another_style_pays_for_steps_2_on_and_both_
                                "started_by": {"name": "alice", "via": "cli"}}]
     assert shown["forked_from"] is None
     assert [fork.workflow_id for fork in await forks_of(client, source_id)] == [fork_id]
+    # inspect shows the link both ways too: the fork's from its start input, the source's from the index.
+    assert f"Forked from {source_id} at step 2" in starter(dev_server, "inspect", fork_id).stdout
+    inspected = json.loads(starter(dev_server, "inspect", source_id, "--json").stdout)
+    assert inspected["forks"] == [{"workflow_id": fork_id, "at": "step 2"}] and inspected["forked_from"] is None
 
 
 def test_a_point_the_source_never_reached_is_refused_before_anything_starts(

@@ -8,7 +8,7 @@
 const $ = (id) => document.getElementById(id);
 const state = { run: null, after: null, feed: null, report: "", sources: new Map(), lastStatus: null,
   retryTimer: null, previews: new Map(), offlineNotice: null, locale: null, questions: new Map(), audio: null,
-  resultShown: false, reveal: false, metricsGrade: null, may: { decide: true, cancel: true } };
+  resultShown: false, reveal: false, metricsGrade: null, may: { decide: true, cancel: true, fork: true } };
 const RUN_LIST_SECONDS = 5;
 // How a closed workflow ended (Temporal's status), in a reader's words.
 const ENDED = { completed: "finished", failed: "failed", canceled: "cancelled", terminated: "terminated",
@@ -219,12 +219,12 @@ async function openRun(id, push = true) {
     $(list).replaceChildren();
   }
   for (const text of ["report", "review-message", "run-phase", "run-error", "run-retries", "usage", "flow-notice",
-    "budget-line", "budget-message", "cancel-message", "budget-again"]) {
+    "budget-line", "budget-message", "cancel-message", "budget-again", "fork-links", "fork-message"]) {
     $(text).replaceChildren();
   }
   closeCancel();
   for (const box of ["report-box", "plan", "review", "clarify", "budget", "run-error", "run-retries", "flows", "evaluation",
-    "podcast-box", "podcast-script", "editor", "timeline"]) $(box).hidden = true;
+    "podcast-box", "podcast-script", "editor", "timeline", "fork-open", "fork-form"]) $(box).hidden = true;
   forgetAudio();
   $("run").hidden = false;
   $("run-title").textContent = state.questions.get(id) || id;
@@ -257,6 +257,7 @@ async function refresh() {
   syncListed(id, running ? (status ? phaseWords(status) : phase) : ENDED[shown.status] || shown.status);
   $("run-phase").className = running ? "" : ended.startsWith("finished") ? "ended" : "ended badly";
   $("cancel-run").hidden = !running || !state.may.cancel;
+  showForking(id, status, state.may);  // fork.js: the links to its source and forks, and the Fork button
   if (status) {  // the run knows which bundled providers served it
     state.offlineNotice = shown.offline_notice;
     $("offline").hidden = !shown.offline_notice;
