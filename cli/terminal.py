@@ -21,8 +21,8 @@ from pydantic import BaseModel
 _SEQUENCES = re.compile(
     r"""
       (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]          # CSI: cursor, erase, colours
-    | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]) [^\x07\x1b\x9c]* (?:\x07|\x1b\\|\x9c)  # OSC, DCS, SOS, PM, APC
-                                                                     # to BEL or ST (linear: stops at any ESC)
+    | (?:\x1b[\]PX^_]|[\x90\x98\x9d\x9e\x9f]) [^\x07\x1b\x9c\x90\x98\x9d\x9e\x9f]* (?:\x07|\x1b\\|\x9c)
+                                          # OSC, DCS, SOS, PM, APC to BEL or ST (linear: stops at any opener)
     | \x1b [\x20-\x2f]* [\x30-\x7e]                                    # other ESC sequences
     | [\x00-\x08\x0b-\x1f\x7f-\x9f]                                    # C0 (but \t, \n), DEL, C1, lone ESC
     | [\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]                   # bidi marks, embeddings, overrides

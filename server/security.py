@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -26,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from workflows.untrusted_text import nested_deeper
+from workflows.untrusted_text import nested_deeper, scrubbed
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # Deeper than any body the API takes (DeerFlow's deepest, mcp_settings, has 5 levels), and shallow
@@ -168,9 +169,15 @@ async def read_body(request: Request, max_bytes: int, setting: str = "DEERFLOW_W
 
 
 async def read_json(request: Request, max_bytes: int) -> Any:
-    """The body as JSON, refused beyond ``max_bytes`` before more than that is read, or nested
-    deeper than ``MAX_JSON_DEPTH`` (the parser itself recurses: 30,000 levels is a RecursionError)."""
-    body = await read_body(request, max_bytes)
+    """The body as JSON (:func:`parsed_body`), refused beyond ``max_bytes`` before more than that is
+    read; parsed in a thread, so a large body never holds the event loop other requests wait on."""
+    return await asyncio.to_thread(parsed_body, await read_body(request, max_bytes))
+
+
+def parsed_body(body: bytes) -> Any:
+    """``body`` as JSON, refused when it is not JSON or is nested deeper than ``MAX_JSON_DEPTH`` (the
+    parser itself recurses: 30,000 levels is a RecursionError); a "\\ud800" escape, which no payload
+    or response could carry, reads as U+FFFD."""
     too_deep = RequestError(f"request body is nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         value = json.loads(body)
@@ -180,4 +187,4 @@ async def read_json(request: Request, max_bytes: int) -> Any:
         raise RequestError(f"request body is not JSON: {error}") from error
     if nested_deeper(value, MAX_JSON_DEPTH):
         raise too_deep
-    return value
+    return scrubbed(value)

@@ -8,10 +8,12 @@ them to ``/internal/token-stream``), so the prose stream is the model's tokens a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
 import json
 import sys
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -21,6 +23,8 @@ import pytest
 from pptx import Presentation
 from temporalio.client import Client
 
+import server.content
+import server.security
 from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 from offline.content_agents import prose_writer
@@ -159,6 +163,40 @@ async def test_bad_input_is_a_400_and_starts_nothing(served: tuple[str, Client],
     response = await post(base, path, body)
     assert response.status_code == 400 and problem in response.json()["detail"], response.text
     assert started == []
+
+
+# ---------------------------------------------------------------- request text off the event loop (issue #42 §1)
+
+OFF_THE_LOOP = {  # route, body, the function that works on the request's text (module, name)
+    "prose": ("/api/prose/generate", {"prompt": "<mark>Tides</mark>", "option": "improve"},
+              (server.content, "prose_request")),
+    "evaluation": ("/api/report/evaluate", {"content": SAMPLE_REPORT, "report_style": "news"},
+                   (server.security, "parsed_body")),
+}
+
+
+@pytest.mark.parametrize("route", list(OFF_THE_LOOP))
+async def test_the_server_works_on_a_requests_text_off_its_event_loop(
+        base: str, monkeypatch: pytest.MonkeyPatch, route: str) -> None:
+    """The work is held until another request was answered: on the event loop, nothing else could be
+    (the evaluation's "[" x 120,000 and prose's "<mark " x 60,000 made every other client wait)."""
+    path, body, (module, name) = OFF_THE_LOOP[route]
+    work, started, answered, held = getattr(module, name), threading.Event(), threading.Event(), []
+
+    def held_work(*args: object) -> object:
+        started.set()
+        held.append(answered.wait(30))
+        return work(*args)
+
+    monkeypatch.setattr(module, name, held_work)
+    async with httpx.AsyncClient(timeout=90) as http:
+        request = asyncio.create_task(http.post(f"{base}{path}", json=body))
+        assert await asyncio.to_thread(started.wait, 30)
+        other = await http.get(f"{base}/api/config")
+        answered.set()
+        response = await request
+    assert other.status_code == 200 and held == [True]
+    assert response.status_code == 200, response.text
 
 
 # ---------------------------------------------------------------- prose

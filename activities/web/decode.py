@@ -106,7 +106,8 @@ CHARSET_SUPERSETS = {
     "gb2312": "gb18030",
     "gbk": "gb18030",
 }
-_META_CHARSET = re.compile(rb"<meta[^>]*?charset\s*=\s*[\"']?\s*([a-z0-9_:.\-]+)", re.IGNORECASE)
+# (Blanks around the quote as r"\s*[\"']?\s*" would match them too, but split a run of blanks every way.)
+_META_CHARSET = re.compile(rb"<meta[^>]*?charset\s*=\s*(?:[\"']\s*)?([a-z0-9_:.\-]+)", re.IGNORECASE)
 _XML_ENCODING = re.compile(rb"<\?xml[^>]*encoding\s*=\s*[\"']([a-z0-9_:.\-]+)", re.IGNORECASE)
 
 
@@ -135,8 +136,24 @@ def _bom_codec(body: bytes) -> str | None:
 
 def _declared_in_document(body: bytes) -> str | None:
     head = body[:META_SCAN_BYTES]
-    match = _META_CHARSET.search(head) or _XML_ENCODING.search(head)
+    match = _first_in_tag(_META_CHARSET, head, b"<meta") or _first_in_tag(_XML_ENCODING, head, b"<?xml")
     return match.group(1).decode("ascii") if match else None
+
+
+def _first_in_tag(pattern: re.Pattern[bytes], head: bytes, opener: bytes) -> re.Match[bytes] | None:
+    """What ``pattern.search(head)`` finds, tried only at an ``opener`` (any case) that starts after
+    the ">" ending the last one tried: a pattern that failed from one opener fails from every other
+    before the same ">" (they see the same tag's rest), and ``pattern.search`` itself would scan from
+    each of them again (quadratic in a page of "<meta")."""
+    lowered, position = head.lower(), 0
+    while (start := lowered.find(opener, position)) >= 0:
+        if match := pattern.match(head, start):
+            return match
+        closing = head.find(b">", start)
+        if closing < 0:
+            return None
+        position = closing + 1
+    return None
 
 
 def decode_body(body: bytes, header_charset: str | None) -> str:

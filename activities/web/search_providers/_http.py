@@ -44,7 +44,10 @@ def plain_text(value: Any) -> str:
     """Snippet HTML (``<strong>``, entities) to plain text, whitespace collapsed."""
     if not isinstance(value, str):
         return ""
-    return " ".join(html.unescape(_TAG_RE.sub("", value)).split())
+    # Only up to the last ">": after it no tag can close, and from each "<" there the pattern would
+    # scan to the end, which is quadratic in a snippet of "<" (a provider's text is nobody's).
+    closed = value.rfind(">") + 1
+    return " ".join(html.unescape(_TAG_RE.sub("", value[:closed]) + value[closed:]).split())
 
 
 def check_base_url(provider: HttpProvider, url: str) -> str:
