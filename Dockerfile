@@ -1,7 +1,7 @@
 # The deerflow-temporal image: the worker, the sandbox worker, the API server, the codec server and the
 # CLI (docker-compose.yml's worker, sandbox, api, codec and cli services; deploy/kubernetes/).
 #
-# BASE_IMAGE is pinned by digest (README: "The image" says how to bump it). A machine without a registry
+# BASE_IMAGE is pinned by digest (docs/deploying/compose.md, "The image", says how to bump it). A machine without a registry
 # builds its own Debian bookworm + Python 3.11 base (deploy/offline/base-image.sh) and passes it:
 #   docker build --build-arg BASE_IMAGE=deerflow-base:bookworm-python3.11 -t deerflow-temporal-worker .
 ARG BASE_IMAGE=python:3.11-slim-bookworm@sha256:2e32f7d302adc1c37428355c1e646897c0c53f4fd60b6a551245fb90ee129f91

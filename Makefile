@@ -63,7 +63,7 @@ lint: $(VENV)/.installed
 down: $(VENV)/.installed
 	$(PY) starter.py down
 
-# The real image and the real stack, run by Docker on this machine (tests/test_deploy_stack.py; README:
+# The real image and the real stack, run by Docker on this machine (tests/test_deploy_stack.py; docs/deploying/compose.md:
 # "docker-compose" says what it does and how long it takes). It needs a Docker daemon (`docker info`)
 # and docker-compose; it builds what no registry gives here: a Debian bookworm + Python 3.11 base
 # (mmdebstrap, once), the image from the shipped Dockerfile on it, the Temporal service from the lock's

@@ -131,7 +131,7 @@ def conf_values(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
             problems.append("TOOL_INTERRUPTS: interrupting before a tool is not supported; "
                             "review the plan instead (auto_accept_plan=false); remove it")
         else:
-            problems.append(f"{key}: not a conf.yaml setting here (see README, Configuration); remove it")
+            problems.append(f"{key}: not a conf.yaml setting here (see docs/configuration/reference.md); remove it")
     if problems:  # a secret of the file's own (a literal api_key) is masked here, where it is known
         secrets = known_secrets(env, values)
         raise ConfigError([secrets.mask(f"{path}: {problem}") for problem in problems])

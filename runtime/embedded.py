@@ -53,7 +53,7 @@ WORKER_START_SECONDS = 60.0
 # commits, as with DEERFLOW_HOME's document index (activities/documents/index.py).
 DEV_SERVER_STORAGE_FLAGS = ("--sqlite-pragma", "journal_mode=wal", "--sqlite-pragma", "synchronous=normal")
 # One partition per task queue instead of the server's 4, for the model queue's rate limit
-# (LLM_REQUESTS_PER_SECOND, README "Quotas"). The server gives each read partition an equal share of
+# (LLM_REQUESTS_PER_SECOND, docs/deploying/workers.md, "Quotas"). The server gives each read partition an equal share of
 # a queue's limit, R / partitions, and spends it on the tasks written to that partition (matching's
 # rateLimitManager), so while fewer calls wait than would keep all four busy, an empty partition's
 # share goes unused: 0.87 R measured with the default 4, 0.99 R with 1 (bench/quota.py). start-dev's

@@ -261,7 +261,7 @@ async def test_server_restart_mid_run(client: Client, dev_server: DevServer, wor
     handle = await start_run(client, f"crash-server-{sig.name.lower()}")
     cleanup.append(handle)
     await wait_until(lambda: len(model_server.requests_for("researcher")) == 1, "the researcher's first turn")
-    # The turn's in-flight beat leaves before its request but is not awaited (README, "Choosing a
+    # The turn's in-flight beat leaves before its request but is not awaited (docs/models.md, "Choosing a
     # model"): a server killed before it records the beat cannot count the call run again. On loopback
     # the request can win that race by a millisecond; the counting below holds once the beat is on record.
     await beat_on_record(handle, "chat")

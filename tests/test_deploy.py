@@ -1,7 +1,7 @@
 """A deploy of changed workflow code under a run paused at review (issue #12).
 
 Why: enterprise runs wait for a reviewer for days while teams deploy. We keep every build able to
-replay every open run by patching discipline (README, "Changing workflow code safely"), enforced
+replay every open run by patching discipline (docs/changing-code.md), enforced
 in CI by the replay corpus and before a deploy by ``starter.py replay``. This test plays the
 operator's steps with real processes: build N pauses a run; build N+1 changes the commands the
 workflow issues before that pause. Unguarded, the replay check refuses the build; guarded by

@@ -9,7 +9,7 @@ with token previews on the page's stream; the worker's container SIGTERMed in th
 which drains there and the run completes; a run paused for review across ``down`` and ``up``.
 
 It needs a Docker daemon and the images the make target builds, so `make test` (CI) skips it: CI's machine
-has no daemon, and the images alone take minutes to build (README: "docker-compose" gives the time).
+has no daemon, and the images alone take minutes to build (docs/deploying/compose.md gives the time).
 """
 
 from __future__ import annotations

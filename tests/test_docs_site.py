@@ -6,6 +6,7 @@ of each planted must not build."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -34,8 +35,8 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
 def test_a_broken_link_an_anchor_or_an_orphan_page_fails_the_build(tmp_path: Path) -> None:
     copy = tmp_path / "checkout"
     shutil.copytree(ROOT / "docs", copy / "docs")
-    shutil.copy(ROOT / "mkdocs.yml", copy / "mkdocs.yml")
-    shutil.copy(ROOT / "ARCHITECTURE.md", copy / "ARCHITECTURE.md")
+    for name in ("mkdocs.yml", "README.md", "ARCHITECTURE.md"):  # the last two: included by snippets
+        shutil.copy(ROOT / name, copy / name)
     planted = {
         "[gone](no-such-page.md)": "no-such-page.md",
         "[gone](security.md#no-such-heading)": "no-such-heading",
@@ -47,3 +48,12 @@ def test_a_broken_link_an_anchor_or_an_orphan_page_fails_the_build(tmp_path: Pat
     assert built.returncode != 0
     for name in [*planted.values(), "orphan.md"]:
         assert name in built.stdout + built.stderr, name
+
+
+def test_the_readme_and_architecture_link_to_files_that_exist() -> None:
+    """The README's map of the docs (and ARCHITECTURE.md) are read on GitHub, outside the site's build."""
+    for page in (ROOT / "README.md", ROOT / "ARCHITECTURE.md"):
+        targets = re.findall(r"\]\(([^)\s]+)\)", page.read_text(encoding="utf-8"))
+        local = [target.split("#")[0] for target in targets if "://" not in target and not target.startswith("#")]
+        assert all((ROOT / target).exists() for target in local), [t for t in local if not (ROOT / t).exists()]
+    assert "docs/index.md" in (ROOT / "README.md").read_text(encoding="utf-8"), "the README maps the docs"

@@ -79,7 +79,7 @@ async def test_two_workers_together_keep_to_the_fleets_request_rate(client: Clie
     # The cap is the server's: it hands out at most R calls a second (a GCRA with a 1 s burst, so at
     # most R x (SPAN + 1) + 1 in any SPAN seconds: 43 of the 44 allowed), and R while calls wait.
     # Counted where the server starts the calls: a worker starved on a busy machine sends calls
-    # started seconds apart in one clump, which no server-side cap can smooth (README, "Quotas").
+    # started seconds apart in one clump, which no server-side cap can smooth (docs/deploying/workers.md, "Quotas").
     # Within 10 % both ways needs the queue's one partition (runtime.embedded.DEV_SERVER_QUEUE_FLAGS):
     # with the server's 4, an empty partition's share of R goes unused while another's calls wait.
     started = measured_rate([start.started for start in starts], span=SPAN)

@@ -10,7 +10,7 @@ build re-read the proxy environment, built openai's clients and serialized the m
 langchain's callbacks, about 3 ms of a warm turn before its request left. The turn's in-flight
 heartbeat (``activities/model/chat.py``) had that much of a head start over the request; it is sent,
 not awaited, so its order was never guaranteed, and a Temporal server killed between the two
-still cannot count the call it then runs again (README, "Choosing a model").
+still cannot count the call it then runs again (docs/models.md).
 """
 
 from __future__ import annotations

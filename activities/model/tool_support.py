@@ -53,7 +53,7 @@ SERVE_TOOLS = ("use a model and server that support tool calling (llama.cpp: lla
                "a model tagged 'tools')")
 USE_JSON = ("set LLM_TOOL_MODE=auto (the default) or json, so that the agents act through schema-enforced JSON "
             "replies, which llama.cpp, vLLM and Ollama enforce without tool support")
-ADVICE = f"The research pipeline needs tools: {USE_JSON}, or {SERVE_TOOLS}. See README, \"Choosing a model\"."
+ADVICE = f"The research pipeline needs tools: {USE_JSON}, or {SERVE_TOOLS}. See docs/models.md."
 
 # How providers word a refusal of ``tools``: llama-server without --jinja, vLLM without auto tool
 # choice, Ollama for a model without tool support, and generic gateways.
@@ -104,7 +104,7 @@ class ProbeAnswer:
                     f"offered {tool} and answered in text, and a probe whose tool_choice required a call ran "
                     f"to its {PROBE_MAX_TOKENS}-token cap in text without calling (finish_reason length)"
                     f"{template}. The server's grammar allows text before the call and this model never reaches "
-                    f"it: {USE_JSON}, or use a larger model. See README, \"Choosing a model\".")
+                    f"it: {USE_JSON}, or use a larger model. See docs/models.md.")
         return (f"The model provider ignores tools: the {agent} was offered {tool} and answered in text, and a "
                 "probe whose tool_choice required a call was answered in text too (finish_reason stop)"
                 f"{template}, so no question can be handed to research. {ADVICE}")
