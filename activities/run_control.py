@@ -21,7 +21,7 @@ import asyncio
 
 from temporalio import activity
 
-from activities.support.heartbeat import heartbeating
+from runtime.heartbeat import heartbeating
 
 # The run's cancel reaches this call within a beat or two; past this, the run completes instead.
 ACKNOWLEDGED_WITHIN_SECONDS = 60.0

@@ -10,7 +10,7 @@ survives a SIGKILL; a machine crash can lose the tail, and then the heartbeat ti
 The log is append-only (``+<n> <token>`` and ``-<n>`` lines after a JSON header) and is rewritten
 to the attempts still open when it grows past a bound. A ``*<n> <JSON list>`` line holds the
 heartbeat details attempt ``n`` asked to carry to its next attempt (``carry`` in
-activities/support/heartbeat.py): a chat turn notes there, before its request leaves, that a call is
+runtime/heartbeat.py): a chat turn notes there, before its request leaves, that a call is
 in flight, so the successor's reclaim hands that on and the lost call still counts in the run's usage.
 
 A task token lets its holder complete the attempt it names, so journals are 0600 in a 0700

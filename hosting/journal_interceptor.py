@@ -4,7 +4,7 @@ Why an interceptor: every activity attempt passes through it, whatever its kind,
 holds each attempt's task token from its start until it ends (completed, failed or cancelled);
 what is left open when the process dies is exactly what it lost. It is registered first, so the
 end is written after every other interceptor is done with the attempt. While it runs, what the
-attempt carries to its next attempt (``carry`` in activities/support/heartbeat.py) is noted too.
+attempt carries to its next attempt (``carry`` in runtime/heartbeat.py) is noted too.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from activities.support.heartbeat import carried_details_sink
 from hosting.inflight_journal import InflightJournal
+from runtime.heartbeat import carried_details_sink
 
 
 class InflightJournalInterceptor(Interceptor):

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.support.heartbeat import heartbeating
 from config.settings import Settings
+from runtime.heartbeat import heartbeating
 from sandbox.errors import SandboxStartError, sandbox_error
 from sandbox.runner import ISOLATED, PLAIN, SandboxLimits, clamp_timeout, execute
 from workflows.models import PythonRequest, PythonResult

@@ -25,9 +25,9 @@ from temporalio.testing import ActivityEnvironment, WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.model import chat as chat_activity
-from activities.support.heartbeat import heartbeat_interval, heartbeating
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
+from runtime.heartbeat import heartbeat_interval, heartbeating
 from tests.support.runs import start
 from workflows.activity_options import (
     ACTIVITY_OPTIONS,

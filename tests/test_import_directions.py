@@ -79,3 +79,13 @@ def test_the_check_sees_imports_inside_functions_and_between_neighbours() -> Non
         "server/serve.py:2 imports cli.terminal (server may not import cli)"]
     assert violations(REPO_DIR / "storage" / "gc.py", "import runtime.encryption\n") != []
     assert violations(REPO_DIR / "runtime" / "converter.py", "from storage import filesystem\n") == []
+
+
+def test_the_sandbox_reaches_into_no_activity_module() -> None:
+    """The sandbox's queue runs apart from the activities' (issue #47): what the two share (heartbeats) lives
+    in runtime/, so the sandbox's worker imports nothing of activities/, not even its support package."""
+    sandbox = sorted((REPO_DIR / "sandbox").glob("*.py"))
+    found = [f"{path.name}:{line} {name}" for path in sandbox
+             for line, name in imported_names(ast.parse(path.read_text(encoding="utf-8")))
+             if name.split(".")[0] == "activities"]
+    assert found == []

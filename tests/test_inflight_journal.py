@@ -25,11 +25,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
-from activities.support.heartbeat import carried_details_sink
 from hosting import inflight_journal, reclaim
 from hosting.inflight_journal import InflightJournal, OpenAttempt, ProcessStamp, is_dead, read_journal
 from hosting.journal_interceptor import InflightJournalInterceptor
 from hosting.reclaim import WORKER_LOST, claim, reclaim_at_start, reclaim_lost_attempts, settled
+from runtime.heartbeat import carried_details_sink
 from runtime.process_info import start_ticks
 from workflows.activity_options import LOST_ATTEMPT_RETRY
 from workflows.models import Usage

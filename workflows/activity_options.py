@@ -3,7 +3,7 @@
 Every activity the workflow schedules goes through ``execute`` with one entry of this table, so
 a kind's limits are read in one place instead of at each call site. The heartbeat *interval* is
 not here: each activity derives it from the heartbeat timeout it was scheduled with
-(``activities/support/heartbeat.py``), so the two cannot drift apart.
+(``runtime/heartbeat.py``), so the two cannot drift apart.
 
 Each kind names the queue it runs on (``workflows/queues.py``). Runs recorded before a kind had
 its own queue keep scheduling it on the run's main queue: the queue is part of each scheduling
@@ -63,7 +63,7 @@ ResultT = TypeVar("ResultT")
 # A call in flight on a dead worker is retried after this long instead of its start-to-close.
 HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 # Model calls and web searches only wait on the network, beating from the event loop
-# (activities/support/heartbeat.py), and the worker sends a received beat on within
+# (runtime/heartbeat.py), and the worker sends a received beat on within
 # HEARTBEAT_THROTTLE (hosting/registry.py): a lost one is noticed in 3-4 s, and a live one is
 # declared lost only if its worker's event loop stalls for about 3 s. Measured beside two busy
 # loops (bench/crash_cost.py --false-alarms): the longest gap between beats was 1.2-2.5 s, and a

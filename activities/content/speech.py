@@ -22,11 +22,11 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.support.heartbeat import heartbeating
 from activities.support.pooled_http import pooled_client
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from runtime import artefacts
+from runtime.heartbeat import heartbeating
 from workflows.artefact import ArtefactRef
 from workflows.podcast import NO_VOICE, NO_VOICE_MESSAGE, SpeechRequest
 

@@ -42,13 +42,13 @@ from temporalio.exceptions import ApplicationError
 
 from activities.documents import extract as doc_extract
 from activities.documents.index import DB_FILENAME, DocumentStore, Hit, StoreUnavailable
-from activities.support.heartbeat import heartbeating
 from activities.support.pooled_http import pooled_client
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from activities.web.search import parse_retry_after, trim_response
 from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, resource_path_text, uses_local_resources
 from config.settings import Settings
+from runtime.heartbeat import heartbeating
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
 
 log = logging.getLogger(__name__)

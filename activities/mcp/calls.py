@@ -9,10 +9,10 @@ from __future__ import annotations
 from temporalio import activity
 
 from activities.guards.secret_scrubber import SecretScrubber
-from activities.support.heartbeat import heartbeating
 from activities.support.lazy import MCP_MODULE, load
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
+from runtime.heartbeat import heartbeating
 from workflows.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList
 
 

@@ -14,7 +14,7 @@ activity raises:
   and type kept), so a provider that stays down still ends the call with its own error.
 
 The count is carried from attempt to attempt in the heartbeat details: each beat repeats the
-details the attempt started with (activities/support/heartbeat.py), so an attempt lost on the way keeps
+details the attempt started with (runtime/heartbeat.py), so an attempt lost on the way keeps
 it, and the count is beaten once more just before the failure is raised. The SDK reports the
 newest details with the failure, and the server hands them to the next attempt. The failure's own
 first detail rides along after the count (:func:`carried_detail`): the chat activity's failure says

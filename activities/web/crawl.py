@@ -20,13 +20,13 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from activities.support.heartbeat import heartbeating
 from activities.support.limits import provider_slot
 from activities.support.retry_pacing import paced_retries
 from activities.support.tool_metrics import count_crawl_bytes
 from activities.web.extract import extract_within_budget
 from activities.web.fetch import fetch
 from config.settings import Settings
+from runtime.heartbeat import heartbeating
 from workflows.models import CrawlRequest, CrawlResult
 
 

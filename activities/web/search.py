@@ -31,12 +31,12 @@ from typing import Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.support.heartbeat import heartbeating
 from activities.support.lazy import SEARCH_PROVIDERS_MODULE
 from activities.support.limits import provider_slot
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
+from runtime.heartbeat import heartbeating
 from workflows.models import SearchRequest, SearchResponse
 
 RATE_LIMITED = "SearchRateLimited"

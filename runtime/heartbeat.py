@@ -1,5 +1,8 @@
 """Heartbeats for activities that wait on the outside world.
 
+In runtime/, not activities/: the sandbox's activity (sandbox/activity.py) heartbeats too, and the
+sandbox's worker imports nothing of activities/ (tests/test_import_directions.py).
+
 An activity with a heartbeat timeout is declared lost as soon as its worker stops heartbeating,
 so a call in flight on a crashed worker is retried within seconds instead of after its whole
 start-to-close timeout. The interval is derived from the heartbeat timeout the workflow scheduled
