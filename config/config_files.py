@@ -30,6 +30,11 @@ class ConfigError(ValueError):
         super().__init__("\n".join(problems))
 
 
+# What variables may put into one file's values, in all (``${VAR}`` in ``.env``, ``$VAR`` in conf.yaml):
+# far above any real file (a certificate or two), far below what a file naming a value in every line
+# (or, in .env, a line doubling the one before) reaches.
+MAX_EXPANDED_CHARS = 1_000_000
+
 # DeerFlow's deepest setting is MCP_SERVERS.<name>.env.<VAR> (4 levels); the limit leaves room.
 MAX_DEPTH = 32
 

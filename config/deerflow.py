@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from config.config_files import ConfigError, read_conf_yaml
+from config.config_files import MAX_EXPANDED_CHARS, ConfigError, read_conf_yaml
 from config.secrets import MASK, is_secret, known_secrets
 
 # conf.yaml's blocks that DeerFlow's ``__`` environment form (``BASIC_MODEL__api_key``) may fill in.
@@ -110,7 +110,7 @@ def conf_values(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
             block = data.setdefault(match.group(1), {})
             if isinstance(block, dict):
                 block[match.group(2).lower()] = value
-    data = _expand(data, "", env, problems)
+    data = _Expansion(path, env, problems).expand(data)
     values: dict[str, Any] = {}
     for key, value in data.items():
         if key in MODEL_KEYS:
@@ -138,20 +138,31 @@ def conf_values(path: Path, env: Mapping[str, str]) -> dict[str, Any]:
     return values
 
 
-def _expand(value: Any, key: str, env: Mapping[str, str], problems: list[str]) -> Any:
-    """DeerFlow's ``replace_env_vars``: a string value ``$NAME`` is the variable's value. Unlike
-    DeerFlow (which then sends the bare name as the value), an unset variable is refused."""
-    if isinstance(value, dict):
-        return {name: _expand(item, f"{key}.{name}" if key else str(name), env, problems)
-                for name, item in value.items()}
-    if isinstance(value, list):  # our own keys hold lists of tables (WEB_TOKENS: each token a $VAR)
-        return [_expand(item, f"{key}.{index}", env, problems) for index, item in enumerate(value)]
-    if isinstance(value, str) and value.startswith("$"):
-        if not env.get(value[1:]):
-            problems.append(f"{key}: {value} is not set in the environment or .env")
-            return None
-        return env[value[1:]]
-    return value
+class _Expansion:
+    """DeerFlow's ``replace_env_vars``: a string value ``$NAME`` is the variable's value. Unlike DeerFlow
+    (which then sends the bare name as the value), an unset variable is refused. What the variables put
+    into the document is counted as they are put: a value named in many places is walked in each (the
+    secrets are looked for in every string), so past ``MAX_EXPANDED_CHARS`` the file is refused."""
+
+    def __init__(self, path: Path, env: Mapping[str, str], problems: list[str]) -> None:
+        self.path, self.env, self.problems, self.left = path, env, problems, MAX_EXPANDED_CHARS
+
+    def expand(self, value: Any, key: str = "") -> Any:
+        if isinstance(value, dict):
+            return {name: self.expand(item, f"{key}.{name}" if key else str(name)) for name, item in value.items()}
+        if isinstance(value, list):  # our own keys hold lists of tables (WEB_TOKENS: each token a $VAR)
+            return [self.expand(item, f"{key}.{index}") for index, item in enumerate(value)]
+        if isinstance(value, str) and value.startswith("$"):
+            found = self.env.get(value[1:])
+            if not found:
+                self.problems.append(f"{key}: {value} is not set in the environment or .env")
+                return None
+            self.left -= len(found)
+            if self.left < 0:
+                raise ConfigError([f"{self.path}: {key}: {value} and the variables before it put more than "
+                                   f"{MAX_EXPANDED_CHARS:,} characters into the file; write the values out"])
+            return found
+        return value
 
 
 def _model_block(block: str, value: Any, values: dict[str, Any], problems: list[str]) -> None:

@@ -109,3 +109,15 @@ def test_secrets_are_known_by_name_and_by_key_and_matched_in_any_case() -> None:
     for shown in ("32000000", "abc", "a-long-holder-name", "readonly-x"):  # named for what they count; short; names
         assert not secrets.holds(shown), shown
     assert Secrets(["longer-secret-value", "secret-value"]).mask("x longer-secret-value") == f"x {MASK}"
+
+
+def test_a_variable_named_in_every_line_of_conf_yaml_is_bounded_as_it_is_put(tmp_path: Path) -> None:
+    """conf.yaml's ``$VAR`` copies nothing, but every later walk (the secrets are looked for in every
+    string) reads the value once per place it is named: 100,000 places of a 1 MB value were 100 GB."""
+    conf = "RESOURCE_ROOTS:\n" + "  - $BIG\n" * 100  # the 51st place passes a million
+    [line] = problems(tmp_path, conf.encode(), BIG="x" * 20_000)
+    assert line == (f"{tmp_path / 'conf.yaml'}: RESOURCE_ROOTS.50: $BIG and the variables before it put more than "
+                    "1,000,000 characters into the file; write the values out")
+    (tmp_path / "ten.yaml").write_text("RESOURCE_ROOTS:\n" + "  - $BIG\n" * 10)  # a million in all: read
+    settings = load_settings({"BIG": "/" + "x" * 99_999}, conf_path=tmp_path / "ten.yaml", env_file=tmp_path / ".env")
+    assert len(settings.resource_roots or []) == 10
