@@ -11,11 +11,12 @@ tag copied from elsewhere) or a pasted document must not cost a traceback, a han
   20,000 levels were a RecursionError); and tags other than YAML's plain types (``!!python/object``).
   So nothing walks more than the file's own size.
 * A YAML syntax error is its first line and the place (line, column, key).
+
+``.env``'s grammar and its ``${VAR}`` expansion are config/env_file.py's.
 """
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
@@ -83,7 +84,7 @@ def read_conf_yaml(path: Path) -> Any:
     """The document in ``path`` (None when there is no such file); :class:`ConfigError` otherwise."""
     if not path.is_file():
         return None
-    loader = _ConfLoader(_text(path, ":"))
+    loader = _ConfLoader(file_text(path, ":"))
     try:
         return loader.get_single_data()
     except yaml.YAMLError as error:
@@ -104,17 +105,7 @@ def _yaml_problem(error: yaml.YAMLError, key_path: list[str] | None) -> str:
     return f"{key}{place}: {problem}{f', {context}' if context else ''}"
 
 
-def read_env_file(path: Path) -> dict[str, str]:
-    """The ``.env`` file's variables (none when it is absent), as DeerFlow's ``load_dotenv`` reads them."""
-    from dotenv import dotenv_values
-
-    if not path.is_file():
-        return {}
-    values = dotenv_values(stream=io.StringIO(_text(path, "=")))
-    return {key: value for key, value in values.items() if value is not None}
-
-
-def _text(path: Path, separator: str) -> str:
+def file_text(path: Path, separator: str) -> str:
     """The file as UTF-8 text; a byte that is not UTF-8 is refused by line, with the setting named on
     it (the text before ``separator``) if any."""
     try:

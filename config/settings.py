@@ -19,8 +19,9 @@ from pathlib import Path
 
 from pydantic import PrivateAttr, ValidationError
 
-from config.config_files import ConfigError, read_env_file
+from config.config_files import ConfigError
 from config.deerflow import TRUE_WORDS, conf_values, env_problems
+from config.env_file import read_env_file
 from config.groups.crawl import CrawlSettings
 from config.groups.mcp import McpSettings
 from config.groups.model import ModelSettings
@@ -90,7 +91,8 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
 
     An empty variable counts as unset: compose's ``${VAR:-}`` produces them for every option the
     operator did not give. ``environ`` defaults to the process's environment. ``.env`` and
-    ``conf.yaml`` are read as DeerFlow reads them (config/deerflow.py, config/config_files.py).
+    ``conf.yaml`` are read as DeerFlow reads them (config/env_file.py, config/deerflow.py,
+    config/config_files.py).
     Raises :class:`ConfigError` with one line per problem (an unreadable file, a refused DeerFlow
     key, a bad value), each naming the setting and where it came from, never a traceback's worth,
     and never showing a secret (config/secrets.py). The settings remember the variables and sources
@@ -100,7 +102,7 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
     dotenv_path = (env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")).absolute()
     problems: list[str] = []
     try:
-        dotenv = read_env_file(dotenv_path)
+        dotenv = read_env_file(dotenv_path, process_env)
     except ConfigError as error:
         problems, dotenv = error.problems, {}
     env = {**dotenv, **process_env}

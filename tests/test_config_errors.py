@@ -151,13 +151,18 @@ BROKEN_FILES: dict[str, tuple[str, bytes, str]] = {  # file, content, what the o
     "unclosed-list": ("conf.yaml", b"RESOURCE_ROOTS: [a, b\n", "RESOURCE_ROOTS (line 2, column 1): expected"),
     "non-utf8-conf": ("conf.yaml", b"BASIC_MODEL:\n  model: caf\xe9\n", "line 2 (model): byte 0xe9 is not UTF-8"),
     "non-utf8-env": ("absent.env", b"LOG_LEVEL=caf\xe9\n", "line 1 (LOG_LEVEL): byte 0xe9 is not UTF-8"),
+    # Each line twice the one before: 8 GB by line 31, built by python-dotenv before anything could refuse it.
+    "env-doubling": ("absent.env", ("A=xxxxxxxx\nL0=${A}${A}\n" + "".join(
+        f"L{n}=${{L{n - 1}}}${{L{n - 1}}}\n" for n in range(1, 40))).encode(),
+        "line 17 (L15): its ${…} variables expand the file past 1,000,000 characters"),
 }
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
 @pytest.mark.parametrize("case", BROKEN_FILES)
 def test_a_broken_file_is_one_line_naming_it_in_every_entry_point(tmp_path: Path, case: str, entry: str) -> None:
-    """Issue #42 §5: each was a traceback and exit 1, and the alias bomb hung every entry point."""
+    """Issue #42 §5: each was a traceback and exit 1, and the alias bomb and the doubling .env hung every
+    entry point."""
     name, content, says = BROKEN_FILES[case]
     (tmp_path / name).write_bytes(content)
     code, lines = run(tmp_path, ENTRY_POINTS[entry])
@@ -185,3 +190,19 @@ def test_a_key_used_as_the_model_name_is_masked_by_config(tmp_path: Path) -> Non
     assert f"BASIC_MODEL = ***  ({tmp_path / 'conf.yaml'})" in lines
     assert SECRET not in "\n".join(lines)
 
+
+def test_dot_envs_variables_are_filled_as_load_settings_fills_them_environment_first(tmp_path: Path) -> None:
+    """python-dotenv filled ``${LEVEL}`` from the file's earlier line over the environment (and, in
+    ``load_settings(environ=…)``, from the process's environment, not the variables given): the CLI and
+    a caller with the same variables read two different settings. The environment wins, as for every
+    setting and in DeerFlow's ``load_dotenv``; a variable of the process is not seen where not given."""
+    from config.settings import load_settings
+
+    env_file = tmp_path / "absent.env"
+    env_file.write_text("LEVEL=warning\nLOG_LEVEL=${LEVEL}\nLLM_MAX_CONCURRENCY=${CONCURRENCY:-7}\n")
+    code, lines = run(tmp_path, ["starter.py", "config"], LEVEL="debug", CONCURRENCY="3")
+    assert code == 0, lines
+    assert {f"LOG_LEVEL = DEBUG  ({env_file})", f"LLM_MAX_CONCURRENCY = 3  ({env_file})"} <= set(lines), lines
+    given = load_settings({"DEERFLOW_ENV_FILE": str(env_file), "DEERFLOW_CONF": str(tmp_path / "absent.yaml"),
+                           "LEVEL": "debug", "CONCURRENCY": "3"})
+    assert (given.log_level, given.llm_max_concurrency) == ("DEBUG", 3)

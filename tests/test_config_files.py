@@ -75,13 +75,15 @@ def test_a_bad_value_names_where_it_came_from(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("conf", "env_file", "environ"), [
     (b"", f"OPENAI_API_KEY={SECRET}\nLOG_LEVEL=${{OPENAI_API_KEY}}\n".encode(), {}),  # .env's ${VAR}; upper-cased
+    (b"", b"LOG_LEVEL=x${OPENAI_API_KEY}\n", {"OPENAI_API_KEY": SECRET}),  # .env's ${VAR} of the environment's
     (b"BASIC_MODEL:\n  max_retries: $ARK_KEY\n", b"", {"ARK_KEY": SECRET}),  # conf.yaml's $VAR
     (b"", b"", {"MY_DEPLOYMENT_PASS": SECRET, "DEERFLOW_SECRET_ENV_NAMES": "MY_DEPLOYMENT_PASS",
                 "LLM_MAX_CONCURRENCY": f"x{SECRET}"}),  # a listed variable, inside another value
     (f"BASIC_MODEL:\n  api_key: {SECRET}\nSEARCH_ENGINE:\n  engine: {SECRET}\n".encode(), b"", {}),  # a literal key
     (b"", b"", {"DEERFLOW_WEB_TOKENS": f'[{{"name": "ann", "token": "{SECRET}"}}]', "DEERFLOW_WEB_TOKEN": SECRET}),
     (b"", f"OPENAI_API_KEY={SECRET}\nRAG_PROVIDER=${{OPENAI_API_KEY}}\n".encode(), {}),  # a refused DeerFlow value
-], ids=["dotenv-interpolation", "conf-variable", "listed-variable", "conf-literal", "named-token", "deerflow-refusal"])
+], ids=["dotenv-interpolation", "dotenv-interpolation-of-environment", "conf-variable", "listed-variable",
+        "conf-literal", "named-token", "deerflow-refusal"])
 def test_a_secret_in_a_setting_that_is_not_one_is_never_shown(tmp_path: Path, conf: bytes, env_file: bytes,
                                                                environ: dict[str, str]) -> None:
     lines = problems(tmp_path, conf, env_file, **environ)

@@ -41,6 +41,12 @@ LINEAR_FOR_A_REASON = {
         "matched only at a '<?xml' after the '>' that closed the last one tried (decode._first_in_tag)",
     r"<[^>]+>": "applied only up to the text's last '>': an attempt from every '<' there ends at a '>' and matches",
     "OSC, DCS, SOS, PM, APC": "a string sequence's body stops at any opener, so failed attempts never overlap",
+    # config/env_file.py's reader matches each of its patterns only where it stands (_Reader._read).
+    r"[^\S\r\n]*(?:\r\n|\n|\r|$)": "matched once, at the end of a .env statement (config/env_file.py)",
+    r"'((?:\\.|[^'\\])*)'": "matched once, where a .env value opens a quote; one that fails has no closing "
+                             "quote after it, so no later value opens one (config/env_file.py)",
+    r'"((?:\\.|[^"\\])*)"': "matched once, where a .env value opens a quote; one that fails has no closing "
+                             "quote after it, so no later value opens one (config/env_file.py)",
 }
 # Built at run time, so the inventory cannot read them: (path, start of the call) -> what they can be,
 # or None when the text they read is trusted (the operator's configuration).
