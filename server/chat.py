@@ -128,7 +128,9 @@ def feedback_text(choice: str, content: str) -> str:
 
 def problem(error: Exception) -> str:
     if isinstance(error, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        # A model's own check (a fork from a step that names none) has no field to name.
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else e["msg"]
+                         for e in error.errors())
     if isinstance(error, WorkflowUpdateFailedError):
         return f"rejected: {failure_message(error.cause)}"
     if isinstance(error, RPCError):
