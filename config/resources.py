@@ -24,11 +24,14 @@ Why it is built this way:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
+
+from workflows.document_names import LOCAL_SCHEME
 
 if TYPE_CHECKING:  # the extraction fork server imports the suffix sets through here: no settings there
     from config.settings import Settings
@@ -73,6 +76,28 @@ class ResourcePolicy:
         """Whether walking the real ``folder`` could find an allowed file (prunes the walk)."""
         return self.allows(folder) or any(root.is_relative_to(folder) for root in self.roots)
 
+    def path_text(self, resource: str) -> str:
+        """The path a local resource names, as text: a path as given, a ``file://`` URI's path with
+        its %-escapes undone, or a ``local://`` URI (what the API server lists: no server path in
+        DeerFlow's UI or our page) below the first root that holds it. The worker reads this path and
+        the API server checks the same one; either still asks :meth:`allows` of its real path, so a
+        ``..`` in a URI leaves no root."""
+        text = resource.strip()
+        if text.lower().startswith("file://"):
+            return url2pathname(urlparse(text).path)
+        if not text.lower().startswith(LOCAL_SCHEME):
+            return text
+        relative = unquote(text[len(LOCAL_SCHEME):]).lstrip("/")
+        if not relative or not self.roots:
+            return ""
+        candidates = [root / relative for root in self.roots]
+        return str(next((path for path in candidates if os.path.exists(path)), candidates[0]))
+
+    def relative_path(self, path: Path) -> str:
+        """The real ``path`` below the first root holding it, as a POSIX path (what ``local://`` names)."""
+        root = next(root for root in self.roots if path.is_relative_to(root))
+        return path.relative_to(root).as_posix()
+
     def refusal(self, resource: str) -> str:
         """The message for a refused resource: what it was, where resources may be, what to do."""
         roots = ", ".join(str(root) for root in self.roots) or "none configured"
@@ -87,13 +112,6 @@ class ResourcePolicy:
 def uses_local_resources(settings: Settings) -> bool:
     """Whether resources are files under the resource roots (the local retriever), not RAGFlow URIs."""
     return (settings.rag_provider.strip().lower() or LOCAL_RETRIEVER) == LOCAL_RETRIEVER
-
-
-def resource_path_text(resource: str) -> str:
-    """The path a local resource names, as text: a path as given, or a ``file://`` URI's path with
-    its %-escapes undone (what the worker reads; the API server checks the same path)."""
-    text = resource.strip()
-    return url2pathname(urlparse(text).path) if text.lower().startswith("file://") else text
 
 
 def resolve(text: str) -> Path | None:

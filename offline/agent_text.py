@@ -12,8 +12,8 @@ from typing import Any
 
 LOCALE_RE = re.compile(r"Locale:\s*([A-Za-z]{2,3}-[A-Za-z]{2,4})")
 HAN_RE = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]")
-# The user's own documents are cited as file:// links, web sources as http(s).
-LINK_RE = re.compile(r"(?<!!)\[([^\]\n]+)\]\(((?:https?|file)://[^)\s]+)\)")
+# The user's own documents are cited as document:// links (file:// before), web sources as http(s).
+LINK_RE = re.compile(r"(?<!!)\[([^\]\n]+)\]\(((?:https?|file|document)://[^)\s]+)\)")
 BULLET_TITLE_RE = re.compile(r"(?m)^[-*]\s+\*\*[^*\n]+\*\*[:：]\s*")  # "- **Source title**: "
 
 

@@ -55,7 +55,7 @@ AGENT_TOOLS = (
 ROLE_RE = re.compile(r"^You are an? (researcher|coder|analyst|reporter|prompt enhancer|report judge|prose writer"
                      r"|presentation composer|podcast script writer)\b", re.MULTILINE)
 STYLE_RE = re.compile(r"Report style:\s*([A-Za-z_]+)")
-URL_RE = re.compile(r"(?:https?|file)://[^\s)\]>\"']+")
+URL_RE = re.compile(r"(?:https?|file|document)://[^\s)\]>\"']+")
 OBSERVATION_PREFIX = "Below are some observations for the research task:"
 
 

@@ -18,6 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime.inspection_model import Part
+from workflows.document_names import document_name
 from workflows.models import (
     ChatMessage,
     ChatRequest,
@@ -113,7 +114,8 @@ def input_parts(activity: str, title: str, value: Any, conversations: Conversati
     if isinstance(value, ChatRequest):
         return conversations.request_parts(title, value)
     if isinstance(value, SearchRequest | LocalSearchRequest):
-        where = f" · in {', '.join(value.resources)}" if isinstance(value, LocalSearchRequest) else ""
+        documents = value.resources if isinstance(value, LocalSearchRequest) else []
+        where = f" · in {', '.join(map(document_name, documents))}" if documents else ""
         return [Part(label="query", text=f"{value.query}{where} · at most {value.max_results} results")]
     if isinstance(value, CrawlRequest):
         return [Part(label="url", text=value.url)]

@@ -49,6 +49,7 @@ from server.security import RequestError
 from server.threads import ThreadError, checked_thread_id, latest_run, run_count, workflow_id
 from server.uploads import Uploads
 from workflows.decisions import Actor
+from workflows.document_names import document_name
 from workflows.errors import failure_message
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice, ignored_mcp_note
 from workflows.models import Awaiting, ResearchRequest
@@ -95,7 +96,7 @@ class ChatStreamRequest(BaseModel):
         The run gets the documents themselves in ``resources``."""
         text = self.messages[-1].content
         for resource in self.resources:
-            name = resource.title or resource.uri.rstrip("/").rsplit("/", 1)[-1]
+            name = resource.title or document_name(resource.uri)
             text = text.replace(f"[{resource.title}]({resource.uri})", name)
         return text
 

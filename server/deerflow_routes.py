@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from config.resources import SUPPORTED_SUFFIXES
+from config.resources import SUPPORTED_SUFFIXES, resolve
 from offline.providers import offline_parts
 from runtime import research_client
 from runtime.run_memo import started_by
@@ -77,7 +77,7 @@ async def prompt_enhance(request: Request) -> Any:
 
 def _resources(uploads: Uploads, who: Principal, query: str) -> list[dict[str, str]]:
     """Documents under the operator's resource roots that ``who`` may use (others' uploads are not
-    listed), as DeerFlow's Resource JSON (uri = path)."""
+    listed), as DeerFlow's Resource JSON (a ``local://`` URI, no server path: ``Uploads.listed``)."""
     found: list[dict[str, str]] = []
     policy = uploads.policy
     for root in policy.roots:
@@ -88,8 +88,9 @@ def _resources(uploads: Uploads, who: Principal, query: str) -> list[dict[str, s
                 return found
             if path.is_file() and path.suffix.lower() in SUPPORTED_SUFFIXES and policy.allows(real := path.resolve()) \
                     and uploads.may_use(real, who) and query in path.name.lower():
-                found.append({"uri": str(path.resolve()), "title": path.name,
-                              "description": str(path.relative_to(root))})
+                listed = uploads.listed(real)
+                if resolve(policy.path_text(listed["uri"])) == real:  # not shadowed by an earlier root's
+                    found.append(listed)
     return found
 
 

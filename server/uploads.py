@@ -31,10 +31,11 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from starlette.requests import Request
 
 from config.groups.web import Role
-from config.resources import ResourcePolicy, resolve, resource_path_text, uses_local_resources
+from config.resources import ResourcePolicy, resolve, uses_local_resources
 from config.settings import Settings
 from server.access import Principal
 from server.security import RequestError, read_body
+from workflows.document_names import local_uri
 
 UPLOAD_SUFFIXES = (".md", ".txt")  # what DeerFlow's upload dialog offers
 MULTIPART_OVERHEAD = 16 * 1024  # boundaries and part headers around the file
@@ -100,7 +101,7 @@ class Uploads:
         if not uses_local_resources(self.settings):
             return  # RAGFlow's rag:// URIs: its own datasets, not files here
         for resource in resources:
-            path = resolve(resource_path_text(resource))
+            path = resolve(self.policy.path_text(resource))
             if path is not None and not self.may_use(path, who):
                 raise RequestError(f"resources: {resource[:300]!r} holds uploads of another token; a token may "
                                    "name only its own uploads (admins: all)", 403)
@@ -129,8 +130,13 @@ class Uploads:
         except UnicodeDecodeError as error:
             raise RequestError("the file is not UTF-8 text") from error
         path = await asyncio.to_thread(self._save, folder, name, content)
-        root = next(root for root in self.policy.roots if path.is_relative_to(root))
-        return {"uri": str(path), "title": path.name, "description": str(path.relative_to(root))}
+        return self.listed(path)
+
+    def listed(self, path: Path) -> dict[str, str]:
+        """DeerFlow's Resource JSON for the real ``path`` below a root: a ``local://`` URI and the
+        file's name, never the server's path (its settings list showed the URI; issue #49 §1)."""
+        relative = self.policy.relative_path(path)
+        return {"uri": local_uri(relative), "title": path.name, "description": relative}
 
     def _save(self, folder: Path, name: str, content: bytes) -> Path:
         folder.mkdir(parents=True, exist_ok=True)

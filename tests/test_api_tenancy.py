@@ -168,17 +168,19 @@ async def start(stack: Stack, who: str, resources: list[str]) -> httpx.Response:
 
 async def test_an_upload_is_its_uploaders_and_the_admins(stack: Stack) -> None:
     mine = await upload(stack, "alice", "alices fleet trial.md")
-    assert mine == str(stack.root / "uploads" / "alice" / "alices-fleet-trial.md")
-    operators = stack.root / "handbook.md"  # the operator's own document: everyone's
-    operators.write_bytes(NOTE)
-    assert {mine, str(operators)} <= await listed(stack, "alice")
-    assert {mine, str(operators)} <= await listed(stack, "ada")
+    assert mine == "local://uploads/alice/alices-fleet-trial.md"
+    path = str(stack.root / "uploads" / "alice" / "alices-fleet-trial.md")
+    operators = "local://handbook.md"  # the operator's own document: everyone's
+    (stack.root / "handbook.md").write_bytes(NOTE)
+    assert {mine, operators} <= await listed(stack, "alice")
+    assert {mine, operators} <= await listed(stack, "ada")
     for other in ("bob", "rita"):
         seen = await listed(stack, other)
-        assert mine not in seen and str(operators) in seen, (other, seen)
+        assert mine not in seen and operators in seen, (other, seen)
 
-    for named in (mine, Path(mine).as_uri(), str(stack.root / "uploads" / "bob" / ".." / "alice"),
-                  str(stack.root), str(stack.root / "uploads")):
+    for named in (mine, path, Path(path).as_uri(), "local://uploads/bob/../alice", "local://uploads/bob/%2E%2E/alice",
+                  str(stack.root / "uploads" / "bob" / ".." / "alice"), str(stack.root), str(stack.root / "uploads"),
+                  "local://uploads"):
         refused = await start(stack, "bob", [named])
         assert refused.status_code == 403 and "another token" in refused.json()["detail"], (named, refused.text)
         chat_refused = error_of(await chat(stack, "bob", turn(f"bobs-{len(named)}", QUESTION,
@@ -189,7 +191,7 @@ async def test_an_upload_is_its_uploaders_and_the_admins(stack: Stack) -> None:
         assert started.status_code == 200, started.text
         await stack.client.get_workflow_handle(started.json()["id"]).terminate()
     theirs = await upload(stack, "bob", "fleet trial.md")  # the same name: a folder of bob's own
-    assert theirs == str(stack.root / "uploads" / "bob" / "fleet-trial.md")
+    assert theirs == "local://uploads/bob/fleet-trial.md"
     assert theirs not in await listed(stack, "alice")
 
 
@@ -201,7 +203,7 @@ async def test_a_shared_team_folder_only_where_the_operator_sets_one(dev_server:
     try:
         stack = Stack(server.url, client, folder / "resources")
         shared = await upload(stack, "alice", "team notes.md")
-        assert shared == str(team / "team-notes.md")
+        assert shared == "local://team/team-notes.md"
         assert shared in await listed(stack, "bob")
         started = await start(stack, "bob", [shared])
         assert started.status_code == 200, started.text

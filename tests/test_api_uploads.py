@@ -52,7 +52,9 @@ async def test_an_upload_becomes_a_listed_resource_and_never_replaces_one(base: 
     assert first.status_code == 200, first.text
     resource = first.json()
     stored = root / "uploads" / "local" / "fleet-trial.md"
-    assert resource == {"uri": str(stored), "title": "fleet-trial.md", "description": "uploads/local/fleet-trial.md"}
+    # Named below the resource root, never by the server's path (DeerFlow's settings list shows the uri).
+    assert resource == {"uri": "local://uploads/local/fleet-trial.md", "title": "fleet-trial.md",
+                        "description": "uploads/local/fleet-trial.md"}
     assert stored.read_bytes() == NOTE
     second = await upload(base, "fleet trial.md", b"another text")
     assert second.json()["title"] == "fleet-trial-2.md"
@@ -60,6 +62,7 @@ async def test_an_upload_becomes_a_listed_resource_and_never_replaces_one(base: 
     async with httpx.AsyncClient(timeout=30) as http:
         listed = (await http.get(f"{base}/api/rag/resources", params={"query": "fleet"})).json()["resources"]
     assert {item["title"] for item in listed} == {"fleet-trial.md", "fleet-trial-2.md"}
+    assert str(root) not in str(listed)
     assert sorted(path.name for path in root.rglob("*")) == ["fleet-trial-2.md", "fleet-trial.md", "local", "uploads"]
 
 
@@ -67,7 +70,7 @@ async def test_an_upload_becomes_a_listed_resource_and_never_replaces_one(base: 
 async def test_the_name_cannot_pick_the_folder(base: str, root: Path, name: str) -> None:
     response = await upload(base, name, NOTE)
     assert response.status_code == 200, response.text
-    stored = Path(response.json()["uri"])
+    stored = root / response.json()["description"]  # the path below the root
     assert stored.parent == root / "uploads" / "local" and not stored.name.startswith(".")
     assert stored.read_bytes() == NOTE
     assert not (root.parent / "outside.md").exists()

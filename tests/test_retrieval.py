@@ -31,6 +31,7 @@ from activities.documents.retrieval import (
     CONFIG_ERROR,
     RATE_LIMITED,
     RESOURCE_NOT_FOUND,
+    RESOURCE_OUTSIDE_ROOTS,
     UNAVAILABLE,
     RetrievalActivities,
 )
@@ -155,7 +156,7 @@ async def test_the_most_relevant_document_ranks_first(home: Path, corpus: Path) 
     assert names(response)[:2] == ["solar.md", "bread.txt"]
     top = response.results[0]
     assert top.title == "Solar Panels"  # the first heading
-    assert top.url == f"{(corpus / 'solar.md').as_uri()}#chunk-1"
+    assert top.url == "document://solar.md#chunk-1"  # the file's name, not its folder on the worker (#49 §1)
     assert "22 %" in top.content
     assert top.score is not None and top.score > response.results[1].score
 
@@ -211,6 +212,23 @@ async def test_results_come_only_from_the_given_resources(home: Path, tmp_path: 
     assert "panels.md" not in names(await local_search(home, "photovoltaic", [corpus]))
     assert names(await local_search(home, "photovoltaic", [corpus / "bread.txt"])) == ["bread.txt"]
     assert names(await local_search(home, "photovoltaic", [(corpus / "bread.txt").as_uri()])) == ["bread.txt"]
+
+
+async def test_a_local_uri_names_a_document_below_a_root_and_leaves_none(home: Path, corpus: Path) -> None:
+    """What the API server lists (``local://`` + the path below the root, issue #49 §1) is searched as
+    that document; a ``..`` in it is refused like the path it leads to, before anything is looked for."""
+    assert names(await local_search(home, "photovoltaic", ["local://docs/bread.txt"])) == ["bread.txt"]
+    assert names(await local_search(home, "photovoltaic", ["LOCAL://docs/solar%2Emd"])) == ["solar.md"]
+    for escape in ("local://../../../etc/passwd", "local://docs/%2E%2E/%2E%2E/%2E%2E/etc/passwd",
+                   "local://docs/.hidden/secret.md"):
+        with pytest.raises(ApplicationError) as caught:
+            await local_search(home, "photovoltaic", [escape])
+        assert caught.value.type == RESOURCE_OUTSIDE_ROOTS, escape
+    for missing in ("local://", "local:///etc/passwd"):  # the latter is etc/passwd below the root
+        with pytest.raises(ApplicationError) as caught:
+            await local_search(home, "photovoltaic", [missing])
+        assert caught.value.type == RESOURCE_NOT_FOUND
+        assert str(home.parent) not in caught.value.message  # where the worker looked is not said
 
 
 async def test_a_missing_path_is_a_non_retryable_resource_not_found(home: Path, corpus: Path) -> None:

@@ -57,11 +57,14 @@ async def test_resources_are_searched_first_and_cited_in_the_report(
     for body in researcher_first_turns:
         assert body["tools"][0]["function"]["name"] == "local_search_tool"
         assert "local_search_tool" in body["messages"][0]["content"]  # the prompt says to prefer it
-        assert str(documents) in body["messages"][1]["content"]  # the step input lists the documents
+        # The step input lists the documents by name (issue #49 §1: the path went into the titles).
+        assert f"- {documents.name}\n" in body["messages"][1]["content"]
+    # No model request, nor the report, holds the server's path: the model is never told it.
+    assert str(documents) not in json.dumps(model_server.requests) + result.report
     citations = result.report.split("## Key Citations", 1)[1]
     # The researcher searches the question's subject (solid-state batteries for EVs): the document
-    # on it is cited, the sodium-ion trial, which is about something else, is not.
-    assert f"(file://{documents}/notes.txt#chunk-1)" in citations
+    # on it is cited, by its name, the sodium-ion trial, which is about something else, is not.
+    assert "(document://notes.txt#chunk-1)" in citations
     assert "sodium-ion.md" not in citations
     assert "pilot production" in result.report
 
@@ -87,7 +90,7 @@ async def test_without_the_web_nothing_is_searched_or_crawled(
     assert offered == ({"local_search_tool"} if with_documents else set())
     assert "web search is off" in researcher_requests[0]["messages"][0]["content"].lower()
     if with_documents:
-        assert f"(file://{documents}/notes.txt#chunk-1)" in result.report
+        assert "(document://notes.txt#chunk-1)" in result.report
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.document_names import document_name
     from workflows.models import ChatMessage, Plan, SearchResponse, Step
     from workflows.search_format import search_results_json
 
@@ -66,7 +67,8 @@ def step_task(plan: Plan, step: Step, locale: str, context: set[int] | None = No
         f"## Locale\n\n{locale}"
     )
     if resources:
-        listed = "\n".join(f"- {resource}" for resource in resources)
+        # By name: the model needs no path (local_search_tool searches them all) and wrote it into titles.
+        listed = "\n".join(f"- {document_name(resource)}" for resource in resources)
         parts.append(f"\n\n**The user provided these documents:**\n\n{listed}\n\n"
                      "You MUST search them with `local_search_tool` before using the web.")
     return "".join(parts)

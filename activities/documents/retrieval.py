@@ -46,9 +46,10 @@ from activities.support.pooled_http import pooled_client
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from activities.web.search import parse_retry_after, trim_response
-from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, resource_path_text, uses_local_resources
+from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources
 from config.settings import Settings
 from runtime.heartbeat import heartbeating
+from workflows.document_names import LOCAL_SCHEME, passage_address
 from workflows.models import LocalSearchRequest, SearchResponse, SearchResult
 
 log = logging.getLogger(__name__)
@@ -168,21 +169,22 @@ class LocalRetriever:
 
 
 def hit_result(hit: Hit) -> SearchResult:
-    """A passage as a search result; the URL names the file and the chunk within it."""
+    """A passage as a search result; its address names the file and the chunk within it, never the
+    folder it lies in on the worker (the model cites it in the report: issue #49 §1)."""
     return SearchResult(
-        title=hit.title, url=f"{Path(hit.path).as_uri()}#chunk-{hit.ordinal}", content=hit.content, score=hit.score
+        title=hit.title, url=passage_address(Path(hit.path).name, hit.ordinal), content=hit.content, score=hit.score
     )
 
 
 def resolve_resource(resource: str, policy: ResourcePolicy) -> Path:
-    """The absolute, symlink-free path a resource (a path or ``file://`` URI) names on the worker.
+    """The absolute, symlink-free path a resource (a path, a ``file://`` or ``local://`` URI) names on the worker.
 
     Refused unless ``policy`` allows it; refused before the existence check, which would
     otherwise tell a requester which files exist outside the roots.
     """
     if resource.strip().lower().startswith("rag://"):
         raise config_error(f"{resource!r} is a RAG resource; searching it needs RAG_PROVIDER=ragflow.")
-    text = resource_path_text(resource)
+    text = policy.path_text(resource)
     if not text:
         raise resource_not_found(resource)
     path = resolve(text)
@@ -192,8 +194,8 @@ def resolve_resource(resource: str, policy: ResourcePolicy) -> Path:
         exists = path.exists()
     except OSError:  # e.g. a folder on the way that the worker may not enter
         exists = False
-    if not exists:
-        raise resource_not_found(resource, path)
+    if not exists:  # a local:// URI is the API server's name for the path: where it lies is not said
+        raise resource_not_found(resource, None if resource.strip().lower().startswith(LOCAL_SCHEME) else path)
     return path
 
 
