@@ -128,6 +128,8 @@ class Runs:
         if isinstance(body, dict) and "mcp_servers" in body:
             raise RequestError("the page does not pick MCP servers; use the CLI")
         request = ResearchRequest.model_validate(body)
+        if request.forked_from is not None:  # the fork door checks that the caller may see the source
+            raise RequestError(f"a fork is started with POST /api/runs/{request.forked_from.workflow_id}/fork")
         self.uploads.check_resources(request.resources, who)
         # Named by its question, as the CLI names its runs, for `starter.py list` and the downloads.
         slug = question_slug(request.question, limit=30, ascii_only=True)

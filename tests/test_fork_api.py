@@ -98,6 +98,10 @@ async def test_who_may_see_a_run_and_start_runs_may_fork_it_and_the_fork_is_thei
         which = await alice.post(fork, json={"from": "step"})
         assert which.status_code == 400 and which.json()["detail"].startswith("Value error, a fork from a step names")
         assert (await alice.post(fork, json={"from": "report", "state": {}})).status_code == 400  # no state from here
+        # Nor through the door for new runs, naming the source in the request itself.
+        smuggled = await bob.post("/api/runs", json={"question": QUESTION, "auto_accept_plan": True,
+                                                     "forked_from": {"workflow_id": source, "stage": "report"}})
+        assert smuggled.status_code == 400 and f"/api/runs/{source}/fork" in smuggled.json()["detail"]
         too_far = await alice.post(fork, json={"from": "step", "step": 9})
         assert too_far.status_code == 409 and "plan has 3 step(s), not 9" in too_far.json()["detail"]
         assert model_server.requests == []  # a refusal starts nothing
