@@ -22,7 +22,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from runtime.run_memo import run_memo
+from runtime.run_memo import indexes_questions, run_memo, start_attributes
 from workflows.budget_models import BudgetDecision
 from workflows.decisions import Actor, cancel_reason
 from workflows.models import (
@@ -55,11 +55,25 @@ async def start(client: Client, request: ResearchRequest, *, run_id: str, summar
 
     The question and who started it go into the memo as well: a listing returns memos for free,
     so the page names each run by its question, and the API server shows each token its own runs,
-    without a lookup per run."""
-    return await client.start_workflow(WORKFLOW_TYPE, request, id=run_id, task_queue=TASK_QUEUE,
-                                       result_type=ResearchResult, static_summary=summary,
-                                       memo=run_memo(request.question, started_by, request.forked_from),
-                                       id_reuse_policy=id_reuse_policy)
+    without a lookup per run. Both are indexed (runtime/run_memo.py: the question only where
+    payloads are not encrypted) so lists filter on them; a namespace that lacks those search
+    attributes (registered by the worker where it may) gets the run without them.
+    """
+    options: dict[str, Any] = {
+        "id": run_id, "task_queue": TASK_QUEUE, "result_type": ResearchResult, "static_summary": summary,
+        "memo": run_memo(request.question, started_by, request.forked_from), "id_reuse_policy": id_reuse_policy}
+    attributes = start_attributes(request.question, started_by, index_question=indexes_questions(client))
+    try:
+        return await client.start_workflow(WORKFLOW_TYPE, request, search_attributes=attributes, **options)
+    except RPCError as error:
+        if not _unknown_search_attribute(error):
+            raise
+    return await client.start_workflow(WORKFLOW_TYPE, request, **options)
+
+
+def _unknown_search_attribute(error: RPCError) -> bool:
+    """The server's refusal of a start naming a search attribute the namespace does not define."""
+    return error.status == RPCStatusCode.INVALID_ARGUMENT and "search attribute" in error.message
 
 
 async def status(handle: WorkflowHandle[Any, Any]) -> RunStatus:

@@ -1,8 +1,12 @@
-"""Registers the custom search attributes runs upsert (DeerFlowPhase, DeerFlowAwaiting, ...).
+"""Registers the custom search attributes: those runs upsert (DeerFlowPhase, DeerFlowAwaiting, ...)
+and those their starters set (DeerFlowStartedBy, DeerFlowQuestion).
 
 Why here and not in the workflow: upserting an attribute the namespace does not know fails the
 workflow task over and over, so the worker checks (and, where it may, registers) them once at
 start-up and tells each run through ``RunConfig.search_attributes_enabled`` whether to upsert.
+That depends on the upserted ones only: a namespace that has them but not the starters' (a
+cluster registered before those existed, where the worker may not register) keeps its runs'
+phases; starters then leave theirs out (runtime/research_client.py).
 The keys themselves live in ``workflows.visibility`` so the workflow and this module share them.
 """
 
@@ -16,7 +20,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
-from workflows.visibility import ALL_KEYS
+from workflows.visibility import ALL_KEYS, UPSERTED_KEYS
 
 __all__ = ["ALL_KEYS", "dev_server_flags", "ensure_search_attributes", "missing_search_attributes"]
 
@@ -53,13 +57,14 @@ def dev_server_flags() -> list[str]:
     return flags
 
 
-async def missing_search_attributes(client: Client) -> list[SearchAttributeKey[str]]:
-    """Our keys the namespace lacks. Raises if one exists with another type: that cannot be fixed here."""
+async def missing_search_attributes(client: Client, keys: tuple[SearchAttributeKey[str], ...] = ALL_KEYS,
+                                    ) -> list[SearchAttributeKey[str]]:
+    """Those of ``keys`` the namespace lacks. Raises if one exists with another type: that cannot be fixed here."""
     response = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
     missing: list[SearchAttributeKey[str]] = []
-    for key in ALL_KEYS:
+    for key in keys:
         registered = response.custom_attributes.get(key.name)
         if registered is None:
             missing.append(key)
@@ -70,12 +75,14 @@ async def missing_search_attributes(client: Client) -> list[SearchAttributeKey[s
 
 
 async def ensure_search_attributes(client: Client) -> bool:
-    """True when every custom search attribute is usable on the client's namespace.
+    """True when the search attributes runs upsert are usable on the client's namespace.
 
-    Registers missing ones through the operator service (dev server, self-hosted). Where that is
-    not allowed (Temporal Cloud, no permission) it logs a warning and returns False: runs then
-    work without them instead of failing, and the worker keeps starting.
+    Registers missing ones (the starters' too) through the operator service (dev server,
+    self-hosted). Where that is not allowed (Temporal Cloud, no permission) it logs a warning and
+    returns whether the upserted ones exist: without them runs work without them instead of
+    failing, and the worker keeps starting.
     """
+    missing = list(ALL_KEYS)  # until the namespace says otherwise
     try:
         missing = await missing_search_attributes(client)
         if not missing:
@@ -90,9 +97,10 @@ async def ensure_search_attributes(client: Client) -> bool:
     except Exception as error:  # any failure means "run without them", never "do not start"
         # Another worker may have registered them at the same moment: look once more.
         with contextlib.suppress(Exception):  # the first error is the one worth reporting
-            if not await missing_search_attributes(client):
+            missing = await missing_search_attributes(client)
+            if not missing:
                 return True
-        logger.warning("Custom search attributes (%s) are not available on namespace %s, so runs will not "
-                       "set them: %s. Register them with `temporal operator search-attribute create`.",
-                       ", ".join(key.name for key in ALL_KEYS), client.namespace, error)
-        return False
+        logger.warning("Custom search attributes (%s) are not available on namespace %s: %s. Register them with "
+                       "`temporal operator search-attribute create` (README: Search attributes).",
+                       ", ".join(key.name for key in missing), client.namespace, error)
+        return not set(UPSERTED_KEYS) & set(missing)

@@ -145,6 +145,8 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
                                          locale="zh-CN", forked_from=ForkPoint(
                                              workflow_id="history-fork_from_report-source", stage=ForkStage.REPORT,
                                              edit="Lead with the costs")), [], []),
+    # Since USAGE_MEMO_PATCH (issue #46) a run keeps what it has spent in its memo, at each phase and step.
+    "usage_memo": (ResearchRequest(question=QUESTION, max_step_num=1), ["[ACCEPTED]"], []),
 }
 # The run each fork scenario forks, run to its end first under the id its point names.
 FORK_SOURCES: dict[str, ResearchRequest] = {

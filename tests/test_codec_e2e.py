@@ -30,6 +30,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.worker import Replayer
 
 from config.settings import load_settings
+from runtime import research_client
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import search_attribute_flags
@@ -40,7 +41,8 @@ from tests.support.deployments import PAGE_PHRASE, providers
 from tests.support.fake_http import FakeHTTPServer
 from tests.support.processes import REPO_DIR, DevServer, free_port, start_worker, wait_for_port
 from tests.support.runs import QUESTION, run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.decisions import Actor, Via
+from workflows.models import Outcome, ResearchRequest, ResearchResult
 from workflows.research import DeepResearchWorkflow
 
 pytestmark = pytest.mark.timeout(300)  # a loaded 2-core machine: the run and the UI can each take a minute
@@ -101,9 +103,10 @@ async def finished(world: World, client: Client, tmp_path_factory: pytest.TempPa
                                 **world.env)
     try:
         workflow_id = run_id("encrypted")
-        handle = await client.start_workflow(
-            WORKFLOW_TYPE, ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1),
-            id=workflow_id, task_queue=TASK_QUEUE, result_type=ResearchResult)
+        # As every starter does: the memo (encrypted) and the search attributes, which hold no question here.
+        handle = await research_client.start(
+            client, ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), run_id=workflow_id,
+            summary="encrypted run", started_by=Actor(name="tester", via=Via.CLI))
         result = await handle.result()
     finally:
         worker.stop()

@@ -6,6 +6,7 @@ proves the suite can fail: a deliberately altered workflow must not replay.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,8 +30,10 @@ from workflows.catalog import WORKFLOWS
 from workflows.models import ResearchResult
 from workflows.research import DeepResearchWorkflow
 from workflows.research_run import ResearchRun
+from workflows.run_state import USAGE_MEMO_PATCH
 from workflows.step_loop import OWN_STEP_USAGE_PATCH
 from workflows.tools import FOUND_URLS_ONLY_PATCH
+from workflows.visibility import USAGE_MEMO
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 
@@ -44,7 +47,7 @@ def test_the_reference_scenarios_are_recorded() -> None:
             "cancelled_researcher_turn_before_cancel_patch", "review_timeout_cancel",
             "budget_timeout_cancel", "review_timeout_cancel_before_cancel_itself",
             "budget_timeout_cancel_before_cancel_itself", "fork_from_plan", "fork_from_step",
-            "fork_from_report", "mended_plan", "report_evaluation_before_metrics_activity"} <= {
+            "fork_from_report", "mended_plan", "report_evaluation_before_metrics_activity", "usage_memo"} <= {
         path.stem for path in RECORDED}
 
 
@@ -129,6 +132,19 @@ def test_the_budget_histories_paused_on_a_durable_timer(name: str) -> None:
     assert timers == [2 * 3600]  # the budget decision's deadline (review_timeout PT2H)
     cost_paused = any(f'"id":"{COST_BUDGET_PATCH}"'.encode() in data for data in patches_of(name))
     assert cost_paused == (name == "cost_budget_timeout_finish")
+
+
+def test_the_usage_memo_history_kept_the_spend_at_each_phase_and_step_and_ended_with_the_results() -> None:
+    """Since USAGE_MEMO_PATCH the memo says what the run has spent: a listing reads it, no query per run."""
+    events = load(HISTORIES / "usage_memo.json").events
+    memos = [json.loads(event.workflow_properties_modified_event_attributes.upserted_memo.fields[USAGE_MEMO].data)
+             for event in events if event.HasField("workflow_properties_modified_event_attributes")]
+    assert [memo["llm_calls"] for memo in memos] == [0, 1, 2, 4, 5]  # coordinating, background, review, step, end
+    result = json.loads(events[-1].workflow_execution_completed_event_attributes.result.payloads[0].data)
+    assert memos[-1] == result["usage"]
+    assert any(f'"id":"{USAGE_MEMO_PATCH}"'.encode() in data for data in patches_of("usage_memo"))
+    assert not any(event.HasField("workflow_properties_modified_event_attributes")
+                   for event in load(HISTORIES / "accepted_plan.json").events)  # before it: none, and it replays
 
 
 def test_the_maximum_and_parallel_budget_history_carries_both_patches() -> None:

@@ -17,17 +17,21 @@ from typing import Any
 
 import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError, RPCStatusCode
 
 from config.settings import load_settings
+from runtime import research_client
 from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from runtime.embedded import has_worker, search_attribute_flags
 from runtime.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.runs import listed, run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ReportStyle, ResearchRequest, ResearchResult
-from workflows.visibility import AWAITING, PHASE, REPORT_STYLE
+from workflows.decisions import Actor, Via
+from workflows.models import ReportStyle, ResearchRequest
+from workflows.visibility import AWAITING, PHASE, QUESTION, REPORT_STYLE, START_KEYS, STARTED_BY, UPSERTED_KEYS
 
 
 @pytest.fixture(scope="module")
@@ -38,13 +42,12 @@ def bare_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]
     server.stop()
 
 
-def test_dev_server_flags_register_every_key_as_keyword() -> None:
+def test_dev_server_flags_register_every_key_with_its_type() -> None:
     flags = dev_server_flags()
     assert flags == search_attribute_flags()
     assert flags[::2] == ["--search-attribute"] * len(ALL_KEYS)
-    assert flags[1::2] == [f"{key.name}=Keyword" for key in ALL_KEYS]
-    assert {key.name for key in ALL_KEYS} == {"DeerFlowPhase", "DeerFlowAwaiting", "DeerFlowReportStyle",
-                                               "DeerFlowForkedFrom"}
+    assert flags[1::2] == ["DeerFlowPhase=Keyword", "DeerFlowAwaiting=Keyword", "DeerFlowReportStyle=Keyword",
+                           "DeerFlowForkedFrom=Keyword", "DeerFlowStartedBy=Keyword", "DeerFlowQuestion=Text"]
 
 
 async def test_registers_missing_attributes_then_is_a_no_op(bare_server: DevServer) -> None:
@@ -76,16 +79,15 @@ async def test_dev_server_started_with_the_flags_needs_nothing(tmp_path: Path) -
         server.stop()
 
 
-async def test_refused_registration_returns_false_without_raising(
-    bare_server: DevServer, caplog: pytest.LogCaptureFixture
-) -> None:
-    client = await connect_when_ready(bare_server.address, namespace="default")
+def registration_refused(client: Client, hidden: tuple[SearchAttributeKey[str], ...]) -> list[Any]:
+    """The namespace lists none of ``hidden`` and refuses to register anything, as Temporal Cloud does
+    for a key without the permission; returns the list requests, as they come."""
     listed: list[Any] = []
 
-    async def nothing_registered(request: ListSearchAttributesRequest, **_: Any) -> Any:
+    async def without(request: ListSearchAttributesRequest, **_: Any) -> Any:
         listed.append(request)
         response = await type(client.operator_service).list_search_attributes(client.operator_service, request)
-        for key in ALL_KEYS:
+        for key in hidden:
             if key.name in response.custom_attributes:
                 del response.custom_attributes[key.name]
         return response
@@ -93,12 +95,51 @@ async def test_refused_registration_returns_false_without_raising(
     async def refuse(*_: Any, **__: Any) -> Any:
         raise RPCError("Request unauthorized.", RPCStatusCode.PERMISSION_DENIED, b"")
 
-    client.operator_service.list_search_attributes = nothing_registered  # type: ignore[method-assign]
+    client.operator_service.list_search_attributes = without  # type: ignore[method-assign]
     client.operator_service.add_search_attributes = refuse  # type: ignore[method-assign]
+    return listed
+
+
+async def test_refused_registration_returns_false_without_raising(
+    bare_server: DevServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = await connect_when_ready(bare_server.address, namespace="default")
+    listed = registration_refused(client, hidden=ALL_KEYS)
     with caplog.at_level(logging.WARNING, logger="runtime.search_attributes"):
         assert await ensure_search_attributes(client) is False
     assert "Request unauthorized" in caplog.text
     assert len(listed) == 2, "after a refusal it looks once more (another worker may have registered them)"
+
+
+async def test_without_the_starters_attributes_runs_still_upsert_their_phase(
+    bare_server: DevServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cluster that registered the phase attributes before DeerFlowStartedBy and DeerFlowQuestion
+    existed, where the worker may not register: its runs keep their phases in the index."""
+    client = await connect_when_ready(bare_server.address, namespace="default")
+    assert await ensure_search_attributes(client) is True  # all of them, on this server
+    registration_refused(client, hidden=START_KEYS)
+    with caplog.at_level(logging.WARNING, logger="runtime.search_attributes"):
+        assert await ensure_search_attributes(client) is True
+    assert "DeerFlowStartedBy, DeerFlowQuestion" in caplog.text and "DeerFlowPhase" not in caplog.text
+
+
+async def test_a_run_starts_where_the_starters_attributes_are_missing(tmp_path: Path) -> None:
+    """research_client.start sets DeerFlowStartedBy and DeerFlowQuestion; a namespace without them
+    (the server refuses the start naming one) gets the run without them."""
+    upserted = [arg for key in UPSERTED_KEYS for arg in ("--search-attribute", f"{key.name}=Keyword")]
+    server = DevServer(tmp_path / "temporal.db", extra_args=upserted).start()
+    try:
+        client = await connect_when_ready(server.address, data_converter=data_converter(load_settings()))
+        assert {key.name for key in await missing_search_attributes(client)} == {key.name for key in START_KEYS}
+        handle = await research_client.start(client, ResearchRequest(question="How do tides work?"),
+                                             run_id=run_id("no-starter-attrs"), summary="tides",
+                                             started_by=Actor(name="ann", via=Via.CLI))
+        attributes = (await handle.describe()).typed_search_attributes
+        assert attributes.get(STARTED_BY) is None and attributes.get(QUESTION) is None
+        await handle.terminate()
+    finally:
+        server.stop()
 
 
 async def test_unreachable_operator_service_returns_false(bare_server: DevServer) -> None:
@@ -127,13 +168,14 @@ async def test_worker_registers_them_and_runs_set_them(tmp_path: Path) -> None:
 
         request = ResearchRequest(question="How do heat pumps work?", auto_accept_plan=True, max_step_num=1,
                                   report_style=ReportStyle.NEWS)
-        handle = await client.start_workflow(WORKFLOW_TYPE, request, id=run_id("sa"), task_queue=TASK_QUEUE,
-                                             result_type=ResearchResult)
+        handle = await research_client.start(client, request, run_id=run_id("sa"), summary="heat pumps",
+                                             started_by=Actor(name="o'brien", via=Via.CLI))
         await asyncio.wait_for(handle.result(), 90)
         attributes = (await handle.describe()).typed_search_attributes
         assert attributes.get(PHASE) == "completed"
         assert attributes.get(AWAITING) == ""
         assert attributes.get(REPORT_STYLE) == "news"
+        assert attributes.get(STARTED_BY) == "cli:o%27brien" and attributes.get(QUESTION) == request.question
         # Every phase is upserted, the first one too, though the run config that says the
         # attributes exist arrives after it (it loads beside the coordinator's first turn).
         upserted = [json.loads(fields[PHASE.name].data) for event in (await handle.fetch_history()).events
@@ -142,6 +184,8 @@ async def test_worker_registers_them_and_runs_set_them(tmp_path: Path) -> None:
         assert upserted[0] == "coordinating" and upserted[-1] == "completed"
         # ...and so the list of runs can be filtered by them.
         await listed(client, "DeerFlowPhase = 'completed'", lambda runs: handle.id in {run.id for run in runs})
+        await listed(client, "DeerFlowStartedBy = 'cli:o%27brien' AND DeerFlowQuestion = 'pumps'",
+                     lambda runs: [run.id for run in runs] == [handle.id])
     finally:
         if worker is not None:
             worker.stop()

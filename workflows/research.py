@@ -235,6 +235,7 @@ class DeepResearchWorkflow:
         if not self._cancelling_itself:  # the run's own was recorded as it decided
             self._state.decide("cancel", "cancel", actor_of_cancel(reason))
             self._state.status.outcome = Outcome.CANCELLED
+        self._state.publish_usage()  # its last spend, for lists and costs: a cancelled run has no result
         count_end(Outcome.CANCELLED)
 
     def _failed(self, error: ActivityError) -> ApplicationError:

@@ -12,9 +12,9 @@ Web UI's current details, and each phase the search attributes and the phase cou
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_serializer
+from pydantic import BaseModel, Field, PrivateAttr, field_serializer
 from temporalio import workflow
 
 from workflows.decisions import Actor, Decision
@@ -35,9 +35,11 @@ from workflows.models import (
 )
 from workflows.progress import current_details
 from workflows.run_metrics import count_phase
-from workflows.visibility import AWAITING, PHASE
+from workflows.visibility import AWAITING, PHASE, USAGE_MEMO
 
 DEFAULT_LOCALE = "en-US"
+# The run keeps what it has spent in its memo (workflows/visibility.py USAGE_MEMO): issue #46.
+USAGE_MEMO_PATCH = "usage-memo"
 
 
 class RunState(BaseModel):
@@ -55,6 +57,7 @@ class RunState(BaseModel):
     locale: str | None = None  # the run's language; None until the coordinator handed off
     planner_messages: list[ChatMessage] = Field(default_factory=list)
     observations: list[str] = Field(default_factory=list)  # findings of finished steps, in plan order
+    _published_usage: dict[str, Any] | None = PrivateAttr(default=None)  # as last put in the memo
 
     @field_serializer("status")
     def _status_as_view(self, _progress: RunProgress) -> RunStatus:
@@ -94,8 +97,18 @@ class RunState(BaseModel):
         self.status.awaiting = awaiting
         if self.config.search_attributes_enabled:
             self.upsert_phase()
+        self.publish_usage()
         self.record("phase", phase.value + (f" (awaiting {awaiting.value})" if awaiting else ""))
         count_phase(phase, self.status.outcome)
+
+    def publish_usage(self) -> None:
+        """What the run has spent, in its memo when it changed (at each phase, step and cancel): a
+        listing carries memos, so ``list``, ``costs`` and the page read spend without a query per
+        run, which with a thousand runs paused would be a thousand replays (issue #46)."""
+        spent = self.status.usage.model_dump(mode="json")
+        if spent != self._published_usage and workflow.patched(USAGE_MEMO_PATCH):
+            workflow.upsert_memo({USAGE_MEMO: spent})
+            self._published_usage = spent
 
     def upsert_phase(self) -> None:
         awaiting = self.status.awaiting

@@ -109,6 +109,7 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     status.finding_preview = finding_preview(finding)
     _count_step(run, own, before)
     state.record("step_done", step.title, index)
+    state.publish_usage()
 
 
 def _count_step(run: ResearchRun, own: Usage, before: Usage) -> None:

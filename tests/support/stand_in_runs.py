@@ -2,7 +2,9 @@
 
 With a report it finishes at once; without one it awaits a plan review (as its ``status`` query
 says, even after it ended) until it is cancelled, terminated, timed out or signalled to fail: the
-state in which the page once offered "Accept" for a run that could take nothing any more.
+state in which the page once offered "Accept" for a run that could take nothing any more. Like a
+real run, it keeps its phase and what it awaits in the search attributes lists read (its worker
+registers them first, as ``worker.py`` does).
 """
 
 from __future__ import annotations
@@ -17,9 +19,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
 from runtime.run_memo import run_memo
+from runtime.search_attributes import ensure_search_attributes
 from tests.support.runs import run_id
 from workflows.decisions import Actor, Via
 from workflows.models import WORKFLOW_TYPE, Awaiting, Phase, Plan, ResearchResult, RunStatus, Step
+from workflows.visibility import AWAITING, PHASE
 
 QUEUE = "stand-in-runs"
 STAND_IN = Actor(name="stand-in", via=Via.API)  # who the memo says started a stand-in run
@@ -34,11 +38,16 @@ class StandInRun:
         self.failing = False
 
     @workflow.run
-    async def run(self, report: str) -> ResearchResult:
+    async def run(self, report: str, indexed: bool = False) -> ResearchResult:
         if not report:
+            if indexed:
+                workflow.upsert_search_attributes([PHASE.value_set(Phase.AWAITING_REVIEW.value),
+                                                   AWAITING.value_set(Awaiting.PLAN_FEEDBACK.value)])
             await workflow.wait_condition(lambda: self.failing)
             raise ApplicationError(FAILURE, non_retryable=True)
         self.finished = True
+        if indexed:
+            workflow.upsert_search_attributes([PHASE.value_set(Phase.COMPLETED.value), AWAITING.value_set("")])
         return ResearchResult(report=report, plan=PLAN)
 
     @workflow.signal
@@ -59,10 +68,11 @@ StartStandIn = Callable[..., Awaitable[WorkflowHandle]]
 async def stand_in_runs(client: Client) -> AsyncIterator[StartStandIn]:
     """``start(report, question=..., timeout=...)`` starts a stand-in run (with the question in its
     memo, as every real starter sets it); its worker answers the page's queries until the block ends."""
+    indexed = await ensure_search_attributes(client)  # not on the time-skipping server
     async with Worker(client, task_queue=QUEUE, workflows=[StandInRun]):
         async def start(report: str, question: str | None = None, timeout: float | None = None) -> WorkflowHandle:
             return await client.start_workflow(
-                StandInRun.run, report, id=run_id("stand-in"), task_queue=QUEUE,
+                StandInRun.run, args=[report, indexed], id=run_id("stand-in"), task_queue=QUEUE,
                 memo=run_memo(question, STAND_IN) if question else None,
                 execution_timeout=timedelta(seconds=timeout) if timeout else None)
         yield start
