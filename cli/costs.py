@@ -21,13 +21,15 @@ from datetime import UTC, datetime
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from cli.filters import missing_for, run_filter
 from cli.render import state_label
 from cli.spend import RESEARCH, summarise, summary_tables, total_line
 from cli.terminal import printable
 from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect
-from runtime.run_memo import started_by
+from runtime.run_listing import RunFilter
+from runtime.run_memo import indexes_questions, question_of, started_by, usage_memo
 from workflows.flow_usage import COUNTED_FLOWS, USAGE_QUERY
 from workflows.models import WORKFLOW_TYPE
 from workflows.usage import Usage
@@ -36,6 +38,11 @@ READS_AT_ONCE = 8  # results and queries in flight while listing: the server's a
 # A status query waits for a worker; one that died a moment ago is still listed as polling, and a
 # listing must not wait the server's whole query timeout for each of its runs.
 QUERY_SECONDS = 5.0
+# Runs whose memo holds their spend (workflows/run_state.py publish_usage, issue #46): it is written at
+# completion and at a cancel, and while a run runs at each phase and step, so a running run's spend
+# leaves out the step in progress. A run failed, terminated or timed out may have spent after its last
+# memo, and is read as before, as is a run from before runs kept it (no memo).
+MEMO_SAYS_ALL = {WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.RUNNING}
 
 
 def kind_of(execution: WorkflowExecution) -> str:
@@ -59,12 +66,15 @@ async def run_usage(client: Client, execution: WorkflowExecution) -> Usage | Non
 
 
 async def usages(client: Client, executions: Sequence[WorkflowExecution]) -> list[Usage | None]:
-    """Each execution's usage (None for one that continued as new: its successor carries it), a few at a time."""
+    """Each execution's usage (None for one that continued as new: its successor carries it): from its
+    memo, which came with the listing, where that is its last word (``MEMO_SAYS_ALL``); else read, a few at a time."""
     gate = asyncio.Semaphore(READS_AT_ONCE)
 
     async def one(execution: WorkflowExecution) -> Usage | None:
         if execution.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
             return None
+        if execution.status in MEMO_SAYS_ALL and (kept := await usage_memo(execution)) is not None:
+            return kept
         async with gate:
             return await run_usage(client, execution)
 
@@ -81,16 +91,25 @@ def _table(rows: list[tuple[str, ...]]) -> str:
 
 
 async def costs(args: argparse.Namespace, settings: Settings) -> int:
-    """Spend of the runs started in the last ``--since``, by model and by who started them."""
+    """Spend of the runs started in the last ``--since``, by model and by who started them. The other
+    filters (phase, starter, question, age, query) narrow it to research runs: the content flows have
+    neither phase nor question."""
+    wanted = run_filter(args)
     client = await connect(settings, ensure_worker=False)
     since = datetime.now(UTC) - args.since
-    types = ", ".join(f"'{kind}'" for kind in (WORKFLOW_TYPE, *COUNTED_FLOWS))
-    query = f"WorkflowType IN ({types}) AND StartTime > '{since.isoformat(timespec='seconds')}'"
+    if wanted == RunFilter(since=args.since):
+        types = ", ".join(f"'{kind}'" for kind in (WORKFLOW_TYPE, *COUNTED_FLOWS))
+        query = f"WorkflowType IN ({types}) AND StartTime > '{since.isoformat(timespec='seconds')}'"
+    else:
+        await missing_for(client, wanted)
+        query = wanted.visibility_query(question_indexed=indexes_questions(client))
     try:
         executions = [execution async for execution in client.list_workflows(query)
                       if execution.status != WorkflowExecutionStatus.CONTINUED_AS_NEW]
     except RPCError as error:
         raise CliError(f"Could not list runs: {error.message}") from error
+    if not indexes_questions(client) and wanted.question:
+        executions = [execution for execution in executions if wanted.matches_question(await question_of(execution))]
     starters = await asyncio.gather(*(started_by(execution) for execution in executions))
     kinds = [kind_of(execution) for execution in executions]
     endings = [state_label(execution.status) for execution in executions]

@@ -114,13 +114,17 @@ def _add_run(sub: Subcommands) -> None:
 
 def _add_steering(sub: Subcommands) -> None:
     """Answer a run that waits for a person."""
-    review = sub.add_parser("review", help="accept or edit the plan of a paused run")
-    review.add_argument("id")
+    review = sub.add_parser("review", help="accept or edit the plan of a paused run, or accept every one waiting")
+    review.add_argument("id", nargs="?")
     choice = review.add_mutually_exclusive_group(required=True)
     choice.add_argument("--accept", action="store_true")
     choice.add_argument("--edit", metavar="TEXT", help="what the planner should change")
+    review.add_argument("--all-awaiting", action="store_true",
+                        help="every run waiting for a plan review (narrowed by the filters below)")
+    add_filters(review, since="with --all-awaiting: runs started within this long")
+    review.add_argument("--dry-run", action="store_true", help="with --all-awaiting: count the runs, decide none")
     add_as_argument(review)
-    review.set_defaults(handler=Command("research", "review"))
+    review.set_defaults(handler=Command("bulk", "review"))
 
     answer = sub.add_parser("answer", help="answer the coordinator's clarifying question")
     answer.add_argument("id")
@@ -180,21 +184,37 @@ def _add_reading(sub: Subcommands) -> None:
     report.add_argument("-o", "--output", help="write the report to this file")
     report.set_defaults(handler=Command("runs", "report"))
 
-    listing = sub.add_parser("list", help="list research runs")
+    listing = sub.add_parser("list", help="list research runs, newest first, a page at a time")
     listing.add_argument("--running", action="store_true", help="only runs still in progress")
     listing.add_argument("--awaiting-review", action="store_true", help="only runs waiting for a plan review")
-    listing.add_argument("--limit", type=positive, default=50)
-    listing.set_defaults(handler=Command("operate", "list_runs"))
+    add_filters(listing, since="runs started within this long: 30m, 12h, 7d, 2w")
+    listing.add_argument("--limit", type=positive, default=50, help="runs a page (default 50, at most 500)")
+    listing.add_argument("--page", metavar="TOKEN", help="the next page, as the previous page said")
+    listing.set_defaults(handler=Command("listing", "list_runs"))
 
     spend = sub.add_parser("costs", help="what the runs started lately spent, by model and by who started them")
-    spend.add_argument("--since", type=since_duration, default=since_duration("7d"),
-                       help="runs started within this long: 30m, 12h, 7d (default), 2w")
-    spend.set_defaults(handler=Command("costs", "costs"))
+    add_filters(spend, since="runs started within this long: 30m, 12h, 7d (default), 2w")
+    spend.set_defaults(handler=Command("costs", "costs"), since=since_duration("7d"))
 
-    cancel = sub.add_parser("cancel", help="cancel a run")
-    cancel.add_argument("id")
+    cancel = sub.add_parser("cancel", help="cancel a run, or with --query every running run it matches")
+    cancel.add_argument("id", nargs="?")
+    add_filters(cancel, since="without an ID: the running runs started within this long")
+    cancel.add_argument("--dry-run", action="store_true", help="without an ID: count the runs, cancel none")
     add_as_argument(cancel)
-    cancel.set_defaults(handler=Command("operate", "cancel"))
+    cancel.set_defaults(handler=Command("bulk", "cancel"))
+
+
+def add_filters(parser: argparse.ArgumentParser, since: str) -> None:
+    """The filters of research runs (runtime/run_listing.py RunFilter), as flags."""
+    parser.add_argument("--phase", help="only runs in this phase: awaiting_review, researching, completed, …")
+    parser.add_argument("--awaiting", metavar="WHAT", help="only runs waiting for plan_feedback, "
+                                                           "clarification_answer or budget")
+    parser.add_argument("--started-by", metavar="NAME", help="only runs NAME started ('alice', or 'alice (api)')")
+    parser.add_argument("--question", metavar="WORDS", help="only runs whose question holds all these words")
+    parser.add_argument("--since", type=since_duration, help=since)
+    parser.add_argument("--older-than", type=since_duration, metavar="AGE", help="only runs started longer ago: 2d")
+    parser.add_argument("--query", help="a visibility query of your own, ANDed with the rest "
+                                        "(e.g. \"DeerFlowPhase = 'awaiting_review'\")")
 
 
 def _add_history(sub: Subcommands) -> None:

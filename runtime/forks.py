@@ -24,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from runtime import research_client
 from runtime.run_memo import FORKED_FROM, forked_from_memo, started_by
+from runtime.visibility_query import quoted
 from workflows.decisions import Actor
 from workflows.fork_point import ForkPoint
 from workflows.fork_seed import ForkRefused, fork_seed
@@ -96,7 +97,7 @@ async def forks_of(client: Client, workflow_id: str) -> list[ForkListed]:
     """The forks of run ``workflow_id`` (newest first, at most ``MAX_FORKS_LISTED``), whoever started
     them. Without the attribute, the newest ``MAX_RUNS_SCANNED`` runs are read (a fork is newer than its
     source, so it is among them unless that many runs started since)."""
-    query = f"WorkflowType = '{WORKFLOW_TYPE}' AND {FORKED_FROM_ATTRIBUTE.name} = {_quoted(workflow_id)}"
+    query = f"WorkflowType = '{WORKFLOW_TYPE}' AND {FORKED_FROM_ATTRIBUTE.name} = {quoted(workflow_id)}"
     try:
         return [await _listed(execution) async for execution in client.list_workflows(query, limit=MAX_FORKS_LISTED)]
     except RPCError as error:
@@ -116,7 +117,3 @@ async def _listed(execution: WorkflowExecution) -> ForkListed:
                       started_by=await started_by(execution),
                       status=execution.status.name.lower() if execution.status else "unknown")
 
-
-def _quoted(value: str) -> str:
-    """``value`` as a string literal of a visibility query (its quotes and backslashes escaped)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

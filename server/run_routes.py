@@ -1,5 +1,6 @@
-"""Our page's API over research runs (server/runs.py does the work): list, start, show, follow,
-inspect, review, answer, decide at the budget, cancel and fork (server/forks.py)."""
+"""Our page's API over research runs (server/runs.py and server/run_lists.py do the work): list, start,
+show, follow, inspect, review, answer, decide at the budget, cancel (one run, or every run a filter
+matches) and fork (server/forks.py)."""
 
 from __future__ import annotations
 
@@ -26,7 +27,18 @@ async def me(request: Request) -> Any:
 
 
 async def list_runs(request: Request) -> Any:
-    return {"runs": await services(request).runs.overview(principal(request))}
+    """A page of runs, filtered (server/run_lists.py): ``?phase=&started_by=&…&page=``."""
+    return await services(request).lists.overview(principal(request), request.query_params)
+
+
+async def review_all(request: Request) -> Any:
+    shared = services(request)
+    return await shared.lists.review_all(await read_json(request, shared.body_limit), principal(request))
+
+
+async def cancel_all(request: Request) -> Any:
+    shared = services(request)
+    return await shared.lists.cancel_all(await read_json(request, shared.body_limit), principal(request))
 
 
 async def start_run(request: Request) -> Any:
@@ -88,6 +100,8 @@ ROUTES = [
     Route("/api/me", endpoint(me), methods=["GET"]),
     Route("/api/runs", endpoint(list_runs), methods=["GET"]),
     Route("/api/runs", endpoint(start_run), methods=["POST"]),
+    Route("/api/runs/review-all", endpoint(review_all), methods=["POST"]),
+    Route("/api/runs/cancel-all", endpoint(cancel_all), methods=["POST"]),
     Route("/api/runs/{run:str}", endpoint(show), methods=["GET"]),
     Route("/api/runs/{run:str}/events", endpoint(run_events), methods=["GET"]),
     Route("/api/runs/{run:str}/inspection", endpoint(inspection), methods=["GET"]),

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -30,7 +29,7 @@ from config.settings import Settings
 from runtime import research_client
 from runtime.inspection_source import inspect_run
 from runtime.retries import retries_of
-from runtime.run_memo import question_of, started_by
+from runtime.run_memo import started_by
 from runtime.run_names import question_slug
 from server import sse
 from server.access import Act, Principal
@@ -42,12 +41,11 @@ from server.threads import workflow_id
 from server.uploads import Uploads
 from workflows.budget_models import BudgetDecision
 from workflows.errors import failure_message
-from workflows.models import WORKFLOW_TYPE, Awaiting, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.models import WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.status_view import budget_forecast, offline_notice, retry_line, why_cancelled
 from workflows.visibility import indexed_place
 
-MAX_LISTED = 100
 # How long a view waits for a worker to answer a run's status query. With no worker running (a
 # deployment whose workers are down) the server holds the query for about 30 s before it fails it;
 # the run view shows where the server's index has the run instead, and the page asks again every 5 s.
@@ -102,26 +100,6 @@ class Runs:
             raise RequestError("no such research run", 404)
         who.check(act, await started_by(description))
         return handle, description
-
-    async def overview(self, who: Principal) -> list[dict[str, Any]]:
-        """The latest runs ``who`` may see (of the latest ``MAX_LISTED``), those awaiting review first."""
-        now = datetime.now(UTC)
-        runs = []
-        async for execution in self.client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'", limit=MAX_LISTED):
-            starter = await started_by(execution)
-            if not who.may(Act.SEE, starter):
-                continue
-            running = execution.status == WorkflowExecutionStatus.RUNNING
-            phase, awaiting = indexed_place(execution.typed_search_attributes)
-            if phase is None and running:
-                status = await _status(self.client.get_workflow_handle(execution.id))
-                phase, awaiting = (status.phase.value, status.awaiting) if status else (None, None)
-            runs.append({"id": execution.id, "status": execution.status.name.lower() if execution.status else "unknown",
-                         "question": await question_of(execution), "phase": phase,
-                         "awaiting": awaiting if running else None, "started_by": str(starter) if starter else None,
-                         "age_seconds": int((now - execution.start_time).total_seconds())})
-        runs.sort(key=lambda r: (r["awaiting"] != Awaiting.PLAN_FEEDBACK, r["status"] != "running", r["age_seconds"]))
-        return runs
 
     async def start(self, body: Any, who: Principal) -> str:
         who.check_start()

@@ -23,6 +23,7 @@ from config.settings import Settings
 from server import sse
 from server.chat import ChatTurns, problem
 from server.live import TokenHub
+from server.run_lists import RunLists
 from server.runs import Runs
 from server.security import RequestError
 from server.threads import ThreadError
@@ -39,6 +40,7 @@ class Services:
     hub: TokenHub
     chat: ChatTurns
     runs: Runs
+    lists: RunLists
     uploads: Uploads
     streams: sse.StreamLimit
     keep_alive: float
@@ -47,7 +49,7 @@ class Services:
     def build(cls, client: Client, settings: Settings, hub: TokenHub, keep_alive: float) -> Services:
         uploads = Uploads(settings)
         return cls(client=client, settings=settings, hub=hub, chat=ChatTurns(client, settings, hub, uploads),
-                   runs=Runs(client, settings, hub, uploads), uploads=uploads,
+                   runs=Runs(client, settings, hub, uploads), lists=RunLists(client), uploads=uploads,
                    streams=sse.StreamLimit(settings.web_max_streams), keep_alive=keep_alive)
 
     @property

@@ -34,7 +34,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 import cli.watch
 import starter
-from cli import operate, research, runs
+from cli import listing, operate, research, runs
 from cli.render import status_text
 from cli.terminal import printable
 from cli.watch import Described, Watcher, render_status
@@ -43,12 +43,14 @@ from runtime import build_info, embedded
 from runtime.front_door import CliError
 from runtime.history_export import read_history_file
 from runtime.replay import failure_text
+from runtime.run_listing import ListedRun, Page
 from tests.support.processes import REPO_DIR, free_port, kill_group, run_starter
 from tests.support.runs import OFFLINE_REPORT
-from workflows.decisions import Actor
+from workflows.decisions import Actor, Via
 from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
 from workflows.status_view import OFFLINE_NOTICE
 from workflows.usage import Usage
+from workflows.visibility import AWAITING, PHASE
 
 # The issue's bound: from the kill, each command is served by a replacement worker within 10 s (the
 # CLI's imports, the worker's start-up until it polls, and the query; the run then goes on to its
@@ -221,6 +223,8 @@ async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
 
 async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.MonkeyPatch,
                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    """Where the namespace keeps no phases, a running run's phase is asked of it; one that cannot answer
+    says why in its row and the list goes on."""
     now = datetime.now(UTC)
     rows = [
         SimpleNamespace(id="research-ok", status=WorkflowExecutionStatus.RUNNING, start_time=now,
@@ -232,40 +236,42 @@ async def test_list_survives_a_row_that_cannot_be_queried(monkeypatch: pytest.Mo
     ]
 
     class Client:
-        async def list_workflows(self, _query: str, limit: int) -> Any:
-            for row in rows:
-                yield row
-
         def get_workflow_handle(self, workflow_id: str) -> Any:
             return SimpleNamespace(id=workflow_id)
 
     async def connect(_settings: Settings, **_kwargs: Any) -> Client:
         return Client()
 
+    async def page(*_args: Any, **_kwargs: Any) -> Page:
+        return Page([ListedRun(row, None, Actor(name="ann", via=Via.CLI) if row.id == "research-gone" else None)
+                     for row in rows], None)  # type: ignore[arg-type]
+
     async def status(handle: Any) -> RunStatus:
         if handle.id == "research-ok":
             return RunStatus(phase=Phase.RESEARCHING)
         raise CliError("Could not read the status of it: no worker answers this run's queries")
 
-    async def indexed(_client: Any) -> bool:
-        return False
+    async def unindexed(_client: Any, _filter: Any) -> list[Any]:
+        return [PHASE, AWAITING]
 
     async def usages(_client: Any, executions: list[Any]) -> list[Usage | None]:
         # The spend is read apart from the phase (cli/costs.py); a run whose spend cannot be read shows "-".
         return [Usage(llm_calls=2, total_tokens=1234) if row.id == "research-ok" else None for row in executions]
 
-    monkeypatch.setattr(operate, "connect", connect)
-    monkeypatch.setattr(operate, "_status", status)
-    monkeypatch.setattr(operate, "_has_search_attributes", indexed)
-    monkeypatch.setattr(operate, "usages", usages)
-    args = argparse.Namespace(running=False, awaiting_review=False, limit=50)
-    assert await operate.list_runs(args, Settings()) == 0
+    monkeypatch.setattr(listing, "connect", connect)
+    monkeypatch.setattr(listing, "list_page", page)
+    monkeypatch.setattr(listing, "_status", status)
+    monkeypatch.setattr(listing, "missing_for", unindexed)
+    monkeypatch.setattr(listing, "indexes_questions", lambda _client: True)
+    monkeypatch.setattr(listing, "usages", usages)
+    args = argparse.Namespace(running=False, awaiting_review=False, limit=50, page=None)
+    assert await listing.list_runs(args, Settings()) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 4
     assert lines[1].split()[:3] == ["research-ok", "running", "researching"]
     assert "1,234 tokens · no cost recorded" in lines[1] and lines[3].split()[3] == "-"
     assert "? Could not read the status of it: no worker answers" in lines[2]
-    assert lines[3].split()[:2] == ["research-gone", "cancelled"]
+    assert lines[3].split()[:2] == ["research-gone", "cancelled"] and lines[3].endswith("ann (cli)")
     # Columns fit their content: every STATUS cell starts where the longest ID ends, plus two spaces.
     column = len("research-a-much-longer-id-than-the-others") + 2
     assert {line[column:column + 9].strip() for line in lines} == {"STATUS", "running", "cancelled"}

@@ -76,21 +76,79 @@ function item(tag, text, className) {
 
 // ------------------------------------------------------------------ runs list and new runs
 
-// The list shows each run by its question (its id for runs started without one on record) and
-// refreshes itself while the page is in view, so a run started elsewhere or one that ended shows.
-let listing = false;
+// The list shows each run by its question (its id for runs started without one on record), newest
+// first, a page at a time (More runs), filtered by the form above it (GET /api/runs?…: the server's
+// visibility index does the filtering and paging). It refreshes itself while the page is in view, so
+// a run started elsewhere or one that ended shows; a refresh reloads as many runs as are shown.
+const RUN_PAGE = 50;
+const list = { filter: new URLSearchParams(), shown: 0, next: null, busy: false };
+
+function listFilter() {
+  const filter = new URLSearchParams();
+  const words = $("filter-question").value.trim();
+  const starter = $("filter-started-by").value.trim();
+  if (words) filter.set("question", words);
+  if (starter) filter.set("started_by", starter);
+  for (const choice of [$("filter-state").value, $("filter-age").value].filter(Boolean)) {
+    const [key, value] = choice.split("=");
+    filter.set(key, value);
+  }
+  return filter;
+}
+
+function listPath(size, page) {
+  const query = new URLSearchParams(list.filter);
+  query.set("page_size", String(size));
+  if (page) query.set("page", page);
+  return `/api/runs?${query}`;
+}
 
 async function loadRuns() {
-  if (listing) return;
-  listing = true;
+  if (list.busy) return;
+  list.busy = true;
   try {
-    const { runs } = await api("/api/runs");
+    const size = Math.min(Math.max(RUN_PAGE, list.shown), 500);
+    const { runs, next_page: next } = await api(listPath(size));
     $("runs").replaceChildren(...runs.map(runItem));
+    showPaging(runs.length, next);
     if (state.questions.has(state.run)) $("run-title").textContent = state.questions.get(state.run);
   } finally {
-    listing = false;
+    list.busy = false;
   }
 }
+
+async function moreRuns() {
+  if (list.busy || !list.next) return;
+  list.busy = true;
+  try {
+    const { runs, next_page: next } = await api(listPath(RUN_PAGE, list.next));
+    $("runs").append(...runs.map(runItem));
+    showPaging(list.shown + runs.length, next);
+  } finally {
+    list.busy = false;
+  }
+}
+
+function showPaging(shown, next) {
+  list.shown = shown;
+  list.next = next;
+  $("more-runs").hidden = !next;
+  $("runs-none").hidden = shown > 0 || Boolean(next);
+}
+
+$("run-filter").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  list.filter = listFilter();
+  list.shown = 0;
+  $("filter-problem").hidden = true;
+  try {
+    await loadRuns();
+  } catch (error) {
+    $("filter-problem").textContent = `Cannot filter so: ${error.message}`;
+    $("filter-problem").hidden = false;
+  }
+});
+$("more-runs").addEventListener("click", () => moreRuns().catch(() => {}));
 
 function runItem(run) {
   if (run.question) state.questions.set(run.id, run.question);
@@ -101,9 +159,11 @@ function runItem(run) {
   li.classList.toggle("awaiting", run.awaiting === "plan_feedback");
   li.classList.toggle("current", run.id === state.run);
   li.title = run.id;
-  const how = run.status !== "running" ? (ENDED[run.status] || run.status) : phaseWords(run);
-  const age = item("div", `${how} · ${Math.round(run.age_seconds / 60)} min ago`, "phase");
-  age.dataset.age = `${Math.round(run.age_seconds / 60)} min ago`;
+  const how = run.status !== "running" ? (ENDED[run.status] || run.status)
+    : run.phase ? phaseWords(run) : PHASE_WORDS.starting;
+  const when = `${Math.round(run.age_seconds / 60)} min ago${run.started_by ? ` · ${run.started_by}` : ""}`;
+  const age = item("div", `${how} · ${when}`, "phase");
+  age.dataset.age = when;
   li.append(age);
   li.dataset.run = run.id;
   li.addEventListener("click", (event) => {

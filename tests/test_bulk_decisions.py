@@ -1,0 +1,267 @@
+"""Lists and decisions on many runs at once (issue #46), end to end: the dev server, a real worker
+process, the API server with named tokens (alice and bob see their own runs, rita reviews, vera
+views, adam is an admin) and the CLI.
+
+Each test names its runs by a word of its own in their questions and filters by it, so the tests of
+this module see only their own runs on the shared server. Runs reach their plan review on the
+bundled offline model at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client, WorkflowExecutionStatus
+
+from config.settings import load_settings
+from runtime import research_client
+from runtime.bulk_decisions import Verdict, accept_plan
+from runtime.run_memo import run_memo
+from runtime.visibility_query import all_of, quoted
+from tests.support.processes import DevServer, run_starter, start_worker
+from tests.support.runs import run_id
+from tests.support.web_server import api_server
+from workflows.decisions import Actor, Via
+from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, RunStatus
+
+pytestmark = pytest.mark.timeout(300)
+
+TOKENS = {"alice": "alice-token-0123456789", "bob": "bob-token-0123456789", "rita": "rita-token-0123456789",
+          "vera": "vera-token-0123456789", "adam": "adam-token-0123456789"}
+ROLES = {"rita": "reviewer", "vera": "viewer", "adam": "admin"}
+QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("bulk")
+
+
+@pytest.fixture(scope="module")
+async def base(dev_server: DevServer, client: Client, home: Path) -> AsyncIterator[str]:
+    worker = await start_worker(dev_server, client, home / "worker.log", DEERFLOW_HOME=str(home))
+    named = [{"name": name, "token": token, **({"role": ROLES[name]} if name in ROLES else {})}
+             for name, token in TOKENS.items()]
+    try:
+        async with api_server(client, load_settings(environ={"DEERFLOW_WEB_TOKENS": json.dumps(named)})) as url:
+            yield url
+    finally:
+        worker.stop()
+
+
+def as_(name: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {TOKENS[name]}"}
+
+
+def tagged() -> str:
+    """A word of this test's own, in its runs' questions: its filters find only them."""
+    return f"zq{uuid.uuid4().hex[:8]}"
+
+
+async def start(http: httpx.AsyncClient, base: str, who: str, tag: str, extra: str = "") -> str:
+    response = await http.post(f"{base}/api/runs", json={"question": f"{QUESTION} {extra} {tag}"}, headers=as_(who))
+    assert response.status_code == 200, response.text
+    return str(response.json()["id"])
+
+
+async def count(client: Client, tag: str, awaiting: bool, expected: int, timeout: float = 120) -> None:
+    """Until the index has ``expected`` runs of ``tag`` awaiting review (or running, when not ``awaiting``)."""
+    query = f"DeerFlowQuestion = '{tag}' AND ExecutionStatus = 'Running'"
+    query += " AND DeerFlowAwaiting = 'plan_feedback'" if awaiting else ""
+    await count_matching(client, query, expected, timeout)
+
+
+async def listed(http: httpx.AsyncClient, base: str, who: str, **params: Any) -> list[str]:
+    """Every run ``who`` is listed, page after page."""
+    ids: list[str] = []
+    page: str | None = None
+    while True:
+        response = await http.get(f"{base}/api/runs", params={**params, **({"page": page} if page else {})},
+                                  headers=as_(who))
+        assert response.status_code == 200, response.text
+        ids += [run["id"] for run in response.json()["runs"]]
+        if not (page := response.json()["next_page"]):
+            return ids
+
+
+async def post(http: httpx.AsyncClient, base: str, who: str, what: str, body: dict[str, Any]) -> httpx.Response:
+    return await http.post(f"{base}/api/runs/{what}", json=body, headers=as_(who))
+
+
+async def test_lists_page_filter_and_show_each_token_what_it_may_see(base: str, client: Client) -> None:
+    tag = tagged()
+    async with httpx.AsyncClient(timeout=60) as http:
+        alice = [await start(http, base, "alice", tag, "costs") for _ in range(2)] + \
+            [await start(http, base, "alice", tag, "recycling")]
+        bob = [await start(http, base, "bob", tag, "costs") for _ in range(2)]
+        # A run from before runs were indexed by starter: its memo alone says alice started it.
+        old = (await client.start_workflow(WORKFLOW_TYPE, ResearchRequest(question=f"{QUESTION} {tag}"),
+                                           id=run_id("unindexed"), task_queue=TASK_QUEUE,
+                                           memo=run_memo(QUESTION, Actor(name="alice", via=Via.API)))).id
+        await count(client, tag, awaiting=True, expected=5)  # the old run has no question in the index
+        assert sorted(await listed(http, base, "alice", question=tag, page_size=2)) == sorted(alice)
+        assert old in await listed(http, base, "alice") and old not in await listed(http, base, "bob")
+        assert sorted(await listed(http, base, "bob", question=tag)) == sorted(bob)
+        assert sorted(await listed(http, base, "rita", question=tag, page_size=2)) == sorted(alice + bob)
+        assert sorted(await listed(http, base, "vera", question=f"{tag} costs")) == sorted(alice[:2] + bob)
+        assert sorted(await listed(http, base, "adam", question=tag, started_by="bob")) == sorted(bob)
+        assert await listed(http, base, "rita", question=tag, awaiting="plan_feedback", older_than=3600) == []
+        first = (await http.get(f"{base}/api/runs", params={"question": tag, "page_size": 1},
+                                headers=as_("rita"))).json()
+        assert len(first["runs"]) == 1 and first["next_page"]
+        # Her starter is part of alice's query: a page of one is one of hers, though bob's runs are newer.
+        own = (await http.get(f"{base}/api/runs", params={"question": tag, "page_size": 1},
+                              headers=as_("alice"))).json()
+        assert [run["id"] for run in own["runs"]] == [alice[-1]], own
+        # A query of alice's own cannot reach past her runs, however it is written.
+        for widening in ("DeerFlowStartedBy IS NOT NULL OR DeerFlowStartedBy IS NULL",
+                         "DeerFlowStartedBy = 'api:bob' OR WorkflowType = 'DeepResearchWorkflow'",
+                         "NOT (DeerFlowStartedBy = 'api:alice')"):
+            assert set(await listed(http, base, "alice", question=tag, query=widening)) <= set(alice), widening
+        # A filter's values (who started it, the question's words) are values, however they are written.
+        for value in ("x') OR (HistoryLength >= 0) --", "\\') OR (HistoryLength >= 0) --", "a\\", "o'brien --"):
+            assert await listed(http, base, "alice", question=tag, started_by=value) == [], value
+            assert await listed(http, base, "alice", question=f"{tag} {value}") == [], value
+        control = await http.get(f"{base}/api/runs", params={"started_by": "x\n-- "}, headers=as_("alice"))
+        assert control.status_code == 400 and "started_by" in control.text, control.text
+        for hostile in ("x = 'a') OR (y = 'b') --", "DeerFlowStartedBy = 'api:alice' -- ", "`x` = 'a'",
+                        "x = 'a\\\\' OR y = 'b'"):
+            refused = await http.get(f"{base}/api/runs", params={"query": hostile}, headers=as_("alice"))
+            assert refused.status_code == 400 and "query" in refused.text, (hostile, refused.text)
+        unknown = await http.get(f"{base}/api/runs", params={"query": "NoSuchAttribute = 'x'"}, headers=as_("rita"))
+        assert unknown.status_code == 400 and "NoSuchAttribute" in unknown.text, unknown.text
+        bad_page = await http.get(f"{base}/api/runs", params={"page": "not a token!"}, headers=as_("rita"))
+        assert bad_page.status_code == 400, bad_page.text
+        cancelled = await post(http, base, "adam", "cancel-all", {"question": tag})
+        assert cancelled.json()["decided"] == 5, cancelled.text
+        await client.get_workflow_handle(old).cancel()
+
+
+async def test_a_quoted_value_stays_one_value_on_the_server(client: Client) -> None:
+    """runtime/visibility_query.py ``quoted``: with only its quotes doubled, a value ending a backslash
+    before them (``\\') OR (WorkflowId != ') --``) would close the literal and the clause, and widen the query to every
+    run; escaped, the query parses and the value matches nothing."""
+    bystander = await client.start_workflow("NoSuchWorkflow", id=run_id("bystander"), task_queue="no-such-queue")
+    try:
+        await count_matching(client, f"WorkflowId = {quoted(bystander.id)}", 1)
+        for value in ("\\') OR (WorkflowId != ') --", "a\\", "x' OR 'a' = 'a", "\\' OR WorkflowId != '--\n"):
+            query = all_of(f"WorkflowType = {quoted('none')}", f"WorkflowId = {quoted(value)}")
+            assert [execution.id async for execution in client.list_workflows(query, limit=5)] == [], value
+    finally:
+        await bystander.terminate()
+
+
+async def count_matching(client: Client, query: str, expected: int, timeout: float = 60) -> None:
+    """Until the index has ``expected`` runs matching ``query``."""
+    deadline = time.monotonic() + timeout
+    while (found := (await client.count_workflows(query)).count) != expected:
+        assert time.monotonic() < deadline, f"{found} runs match {query}, not {expected}"
+        await asyncio.sleep(0.5)
+
+
+async def test_bulk_review_decides_what_each_token_may_decide_in_its_name(base: str, client: Client) -> None:
+    tag = tagged()
+    async with httpx.AsyncClient(timeout=120) as http:
+        alice = [await start(http, base, "alice", tag, "costs"), await start(http, base, "alice", tag, "costs"),
+                 await start(http, base, "alice", tag, "recycling")]
+        bob = [await start(http, base, "bob", tag)]
+        await count(client, tag, awaiting=True, expected=4)
+        viewer = await post(http, base, "vera", "review-all", {"accept": True, "question": tag})
+        assert viewer.status_code == 403, viewer.text
+        edit = await post(http, base, "alice", "review-all", {"accept": False, "question": tag})
+        assert edit.status_code == 400, edit.text
+        mine = await post(http, base, "bob", "review-all", {"accept": True, "question": tag})
+        assert mine.json() == {"decided": 1, "skipped": 0, "refused": 0, "failed": 0, "notes": []}, mine.text
+        costs = await post(http, base, "alice", "review-all", {"accept": True, "question": f"{tag} costs"})
+        assert costs.json()["decided"] == 2, costs.text
+        await count(client, tag, awaiting=True, expected=1)
+        rest = await post(http, base, "rita", "review-all", {"accept": True, "question": tag})
+        assert rest.json()["decided"] == 1, rest.text  # a reviewer decides anyone's
+    deciders = {run: (await research_client.status(client.get_workflow_handle(run))).decisions[0].by
+                for run in alice + bob}
+    assert deciders == {alice[0]: Actor(name="alice", via=Via.API), alice[1]: Actor(name="alice", via=Via.API),
+                        alice[2]: Actor(name="rita", via=Via.API), bob[0]: Actor(name="bob", via=Via.API)}
+    for run in alice + bob:
+        await client.get_workflow_handle(run).result()
+
+
+async def test_bulk_cancel_refuses_what_a_reviewer_may_not_cancel(base: str, client: Client) -> None:
+    tag = tagged()
+    async with httpx.AsyncClient(timeout=120) as http:
+        alice = [await start(http, base, "alice", tag), await start(http, base, "alice", tag)]
+        bob = [await start(http, base, "bob", tag)]
+        rita = [await start(http, base, "rita", tag)]
+        await count(client, tag, awaiting=True, expected=4)
+        everything = await post(http, base, "alice", "cancel-all", {})
+        assert everything.status_code == 400, everything.text
+        reviewer = (await post(http, base, "rita", "cancel-all", {"question": tag})).json()
+        assert (reviewer["decided"], reviewer["refused"]) == (1, 3), reviewer
+        assert {note["id"] for note in reviewer["notes"]} == set(alice + bob)
+        assert all("'rita' (reviewer) may not cancel" in note["reason"] for note in reviewer["notes"])
+        own = (await post(http, base, "alice", "cancel-all", {"query": f"DeerFlowQuestion = '{tag}'"})).json()
+        assert own == {"decided": 2, "skipped": 0, "refused": 0, "failed": 0, "notes": []}, own  # bob's: not seen
+        await count(client, tag, awaiting=False, expected=1)
+    for run in alice + rita:
+        assert (await client.get_workflow_handle(run).describe()).status == WorkflowExecutionStatus.CANCELED
+    status = await research_client.status(client.get_workflow_handle(alice[0]))
+    assert [(d.kind, d.by) for d in status.decisions] == [("cancel", Actor(name="alice", via=Via.API))]
+    await client.get_workflow_handle(bob[0]).cancel()
+
+
+async def test_a_decision_on_a_run_that_moved_on_is_skipped_with_why(base: str, client: Client) -> None:
+    tag = tagged()
+    async with httpx.AsyncClient(timeout=120) as http:
+        run = await start(http, base, "alice", tag)
+        await count(client, tag, awaiting=True, expected=1)
+        carol = Actor(name="carol", via=Via.CLI)
+        assert (await accept_plan(client, run, carol, 30))[0] is Verdict.DECIDED
+        again = await accept_plan(client, run, carol, 30)
+        assert again[0] is Verdict.SKIPPED and "not waiting" in again[1], again
+        await client.get_workflow_handle(run).result()
+        ended = await accept_plan(client, run, carol, 30)
+        assert ended == (Verdict.SKIPPED, "it has ended"), ended
+
+
+async def test_the_cli_lists_pages_reviews_and_cancels_by_filter(base: str, dev_server: DevServer, client: Client,
+                                                                  home: Path) -> None:
+    tag = tagged()
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "DEERFLOW_HOME": str(home)}
+    for index in range(3):
+        started = await asyncio.to_thread(run_starter, env, "run", f"{QUESTION} {tag}", "--no-wait",
+                                          "--as", "dora" if index else "ed")
+        assert started.returncode == 0, started.stderr
+    await count(client, tag, awaiting=True, expected=3)
+    first = await asyncio.to_thread(run_starter, env, "list", "--question", tag, "--limit", "2")
+    assert first.returncode == 0 and len(first.stdout.splitlines()) == 3, first.stdout
+    token = first.stderr.split("--page ", 1)[1].split()[0]
+    rest = await asyncio.to_thread(run_starter, env, "list", "--question", tag, "--limit", "2", "--page", token)
+    assert len(rest.stdout.splitlines()) == 2 and "More runs" not in rest.stderr, (rest.stdout, rest.stderr)
+    assert "awaiting_review" in rest.stdout and "tokens" in rest.stdout and "(cli)" in rest.stdout
+    hostile = await asyncio.to_thread(run_starter, env, "list", "--query", "x = 'a') OR (y = 'b') --")
+    assert hostile.returncode == 2 and "--query" in hostile.stderr, hostile.stderr
+    counted = await asyncio.to_thread(run_starter, env, "review", "--all-awaiting", "--accept", "--question", tag,
+                                      "--started-by", "dora", "--dry-run")
+    assert counted.stdout.startswith("2 run(s)"), counted.stdout
+    accepted = await asyncio.to_thread(run_starter, env, "review", "--all-awaiting", "--accept", "--question", tag,
+                                       "--started-by", "dora", "--as", "frank")
+    assert accepted.returncode == 0 and accepted.stdout.startswith("2 plan(s) accepted, 0 skipped"), accepted.stdout
+    await count(client, tag, awaiting=True, expected=1)
+    cancelled = await asyncio.to_thread(run_starter, env, "cancel", "--question", tag, "--awaiting", "plan_feedback",
+                                        "--as", "frank")
+    assert cancelled.returncode == 0 and cancelled.stdout.startswith("1 cancelled"), cancelled.stdout
+    ended = await asyncio.to_thread(run_starter, env, "list", "--question", tag, "--started-by", "ed (cli)")
+    assert ended.stdout.splitlines()[1].split()[1] == "cancelled", ended.stdout
+    ed = ended.stdout.splitlines()[1].split()[0]
+    status: RunStatus = await research_client.status(client.get_workflow_handle(ed))
+    assert status.decisions[-1].by == Actor(name="frank", via=Via.CLI)
+    spent = await asyncio.to_thread(run_starter, env, "costs", "--question", tag)
+    assert spent.returncode == 0 and spent.stdout.startswith("Runs started since") and " 3 runs · " in spent.stdout
