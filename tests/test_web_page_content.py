@@ -110,18 +110,6 @@ async def test_a_finished_report_offers_the_content_flows(
         await page.wait_for("!document.getElementById('flows').hidden", 30, what="the content flows")
         await page.evaluate(CAPTURE)
 
-        await page.press("#evaluate")
-        await page.wait_for("!document.getElementById('evaluation').hidden", 60, what="the evaluation")
-        metrics = await page.evaluate("document.getElementById('evaluation').innerText")
-        assert metrics.startswith("Grade ") and "words" in metrics and "Sections missing" in metrics, metrics
-        await page.press("#evaluation button")
-        judged = await page.wait_for("document.getElementById('evaluation').innerText.includes(\"The model's scores\")"
-                                     " && document.getElementById('evaluation').innerText", 60,
-                                     what="the model's evaluation")
-        # The metrics once, and why the grade moved: the metrics' own grade and the 40/60 weighing.
-        assert judged.count("Sections missing") == 1 and "the metrics alone gave " in judged, judged
-        assert "metrics 40 % and the model 60 %" in judged and "**" not in judged, judged
-
         await page.press("#slides")
         deck = Presentation(io.BytesIO(await blob(page, PPTX_MEDIA_TYPE)))
         assert deck.slides[0].shapes.title.text == "Tidal power in 2030"
@@ -164,6 +152,28 @@ async def test_a_finished_report_offers_the_content_flows(
         SCREENSHOTS.mkdir(exist_ok=True)
         await page.screenshot(SCREENSHOTS / "content-flows-failure.png")
         raise
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+async def test_the_evaluation_shows_its_metrics_once_and_why_the_grade_moved(
+        base: str, finished: str, page: Page, width: int) -> None:
+    """#49 §2: the metrics were shown twice, and the grade went from D to C with no word of why."""
+    await page.use_width(width)
+    await page.navigate(f"{base}/runs/{finished}")
+    await page.wait_for("!document.getElementById('flows').hidden", 30, what="the content flows")
+    await page.press("#evaluate")
+    await page.wait_for("!document.getElementById('evaluation').hidden", 60, what="the evaluation")
+    metrics = await page.evaluate("document.getElementById('evaluation').innerText")
+    assert metrics.startswith("Grade ") and "words" in metrics and "Sections missing" in metrics, metrics
+    await page.press("#evaluation button")
+    judged = await page.wait_for("document.getElementById('evaluation').innerText.includes(\"The model's scores\")"
+                                 " && document.getElementById('evaluation').innerText", 60,
+                                 what="the model's evaluation")
+    # The metrics once, and why the grade moved: the metrics' own grade and the 40/60 weighing.
+    assert judged.count("Sections missing") == 1 and "the metrics alone gave " in judged, judged
+    assert "metrics 40 % and the model 60 %" in judged and "**" not in judged, judged
+    SCREENSHOTS.mkdir(exist_ok=True)
+    await page.screenshot(SCREENSHOTS / f"evaluation-{width}.png")
 
 
 # From the Key Points heading to the blank line before "## Detailed Analysis": a list, a heading and

@@ -22,6 +22,7 @@ from tests.support.cdp import Page, chromium_path
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import StartStandIn, stand_in_runs
 from tests.support.web_server import api_server
+from workflows.findings import finding_preview
 
 CHROMIUM = chromium_path()
 pytestmark = [
@@ -33,6 +34,8 @@ SCREENSHOTS = Path("/tmp/our-page")
 QUESTION = "How much power do tidal stream turbines produce?"
 TOKENS = {"ada": "ada-token-0123456789abcdef", "vera": "vera-token-0123456789abcdef"}
 STARTED = "window.deerflowPage !== undefined && window.deerflowPage.started"
+RESTATED_FINDING = ("## Problem Statement\n\n" + "The step, restated at length. " * 12 + "\n\n## Findings\n\n"
+                    "- Tidal stream turbines produce 6 MW [EMEC](https://www.emec.org.uk/).\n\n## Conclusion\n\nok")
 INTERNAL_NAMES = ("awaiting_review", "plan_feedback", "background_investigation", "awaiting ", "Phase:")
 
 
@@ -176,5 +179,13 @@ async def test_the_smaller_points(base: str, stand_in: StartStandIn, page: Page,
     assert broken == [], broken
     # Downloads are named by the question.
     assert await page.evaluate("window.deerflowPage.fileStem()") == "what-will-tidal-power-deliver-by-2030"
+    # A step's finding preview, as the run's status gives it, shows the findings, not the step restated.
+    preview = finding_preview(RESTATED_FINDING)
+    shown = await page.evaluate(f"""(() => {{ window.deerflowPage.showPlan({{plan: {{title: 'Tidal power',
+        thought: '', steps: [{{title: 'Output', description: 'How much'}}]}}, plan_history: [],
+        steps: [{{state: 'done', finding_preview: {json.dumps(preview)}}}]}}, false);
+        return document.querySelector('#plan-steps .finding').innerText; }})()""")
+    assert shown.startswith("Findings") and "Tidal stream turbines produce 6 MW" in shown, shown
+    assert "Problem Statement" not in shown and "restated" not in shown, shown
     SCREENSHOTS.mkdir(exist_ok=True)
     await page.screenshot(SCREENSHOTS / f"smaller-points-{width}.png")

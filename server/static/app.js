@@ -1046,5 +1046,5 @@ window.addEventListener("popstate", () => {
 // `started` tells a driver (and its tests) that the first layout shift (the offline banner, the run
 // list) is over, so what it clicks stays where it was measured.
 window.deerflowPage = { openRun, exportedHtml, exportedMarkdown, sanitisedReportHtml, state, phaseWords, showBudget,
-  fileStem, started: false };
+  showPlan, fileStem, started: false };
 start().finally(() => { window.deerflowPage.started = true; });
