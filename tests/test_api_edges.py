@@ -81,7 +81,7 @@ def served(dev_server: DevServer, worker: WorkerProcess, folder: Path) -> Iterat
 # The API's routes that take a JSON body, by path; every POST route must be here or in NOT_JSON.
 JSON_ENDPOINTS = ("/api/chat/stream", "/api/chat/cancel", "/api/prompt/enhance", "/api/runs",
                   "/api/runs/{run:str}/review", "/api/runs/{run:str}/answer", "/api/runs/{run:str}/budget",
-                  "/api/runs/review-all", "/api/runs/cancel-all",
+                  "/api/runs/review-all", "/api/runs/cancel-all", "/api/runs/{run:str}/fork",
                   "/internal/token-stream",
                   "/api/report/evaluate", "/api/prose/generate", "/api/ppt/generate", "/api/podcast/generate",
                   "/api/tts", "/api/mcp/server/metadata")
