@@ -213,6 +213,7 @@ def test_sandbox_worker_holds_only_a_read_only_store_key_and_the_namespace_privi
     others = [name for name, service in compose["services"].items()
               if name != "sandbox" and "sandbox" in (service.get("networks") or [])]
     assert sorted(others) == ["minio", "temporal"]
+    assert compose["networks"]["sandbox"] == {"internal": True}  # and no route out of it
 
 
 def test_every_payload_reader_shares_one_store_in_minio(compose: dict[str, Any]) -> None:

@@ -29,7 +29,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
-from tests.support.compose_stack import BIND, IMAGE, ROOT, TOKENS, Stack
+from tests.support.compose_stack import IMAGE, ROOT, TEAM_SETTINGS, TOKENS, Stack
 from tests.support.runs import QUESTION
 from tests.support.web_server import parse_sse
 
@@ -50,7 +50,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     stack.write_operator_files()
     stack.down(volumes=True)  # what an earlier, interrupted run left
     try:
-        stack.compose("up", "-d", "--no-build")
+        stack.up()
         print(f"up: every healthcheck passed after {stack.wait_healthy(SERVICES, ONE_SHOTS):.0f} s")
         yield stack
     finally:
@@ -73,8 +73,8 @@ def finished(stack: Stack, run: str) -> dict[str, Any]:
     return shown
 
 
-async def temporal() -> Client:
-    return await Client.connect(f"{BIND}:7233")  # the published port; history needs no payload decoded
+async def temporal(stack: Stack) -> Client:
+    return await Client.connect(f"{stack.address('temporal')}:7233")  # history needs no payload decoded
 
 
 def test_the_image_holds_the_locked_versions_and_no_build_tools(stack: Stack) -> None:
@@ -103,12 +103,24 @@ def test_config_names_the_temporal_target_and_token_holders(stack: Stack) -> Non
     assert not [token for token, _ in TOKENS.values() if token in shown]
 
 
+def test_the_worker_has_the_team_settings_and_conf_yaml(stack: Stack) -> None:
+    """What the settings folder holds reaches the worker: deerflow.env by env_file, conf.yaml mounted."""
+    shown = stack.compose("exec", "-T", "worker", "python", "starter.py", "config").stdout
+    settings = dict(line.split(" = ", 1) for line in shown.splitlines() if " = " in line)
+    assert {name: settings[name].rsplit("  ", 1)[1] for name in TEAM_SETTINGS} == \
+        dict.fromkeys(TEAM_SETTINGS, "(environment)")
+    assert settings["DEERFLOW_RUN_TOKEN_BUDGET"] == "2000000  (environment)"
+    assert settings["DEERFLOW_TTS_URL"] == f"{TEAM_SETTINGS['DEERFLOW_TTS_URL']}  (environment)"
+    assert settings["DEERFLOW_MODEL_PRICES"].startswith('{"team-model": {"input": 0.5, "output": 1.5,')
+    assert settings["MCP_SERVERS"] == "[team-docs]  (/etc/deerflow/conf.yaml)"
+
+
 def test_a_research_run_reaches_its_report_with_token_previews(stack: Stack) -> None:
     run = stack.api("POST", "/api/runs", {"question": QUESTION, "auto_accept_plan": True})["id"]
     headers = {"Authorization": f"Bearer {TOKENS['rita'][0]}"}  # a reviewer sees every run
     text = ""
-    with httpx.Client(timeout=RUN_SECONDS) as http, \
-            http.stream("GET", f"http://{BIND}:8000/api/runs/{run}/events", headers=headers) as response:
+    events_url = f"http://{stack.address('api')}:8000/api/runs/{run}/events"
+    with httpx.Client(timeout=RUN_SECONDS) as http, http.stream("GET", events_url, headers=headers) as response:
         assert response.status_code == 200
         for chunk in response.iter_text():
             text += chunk
@@ -153,7 +165,7 @@ async def test_sigterm_mid_call_drains_the_call_and_the_run_completes(stack: Sta
     stack.compose("up", "-d", "--no-recreate", "--scale", "worker=2", "worker")
     stack.wait_healthy({"worker"}, set())
     assert len(stack.containers("worker")) == 2
-    client = await temporal()
+    client = await temporal(stack)
     run = stack.api("POST", "/api/runs", {"question": QUESTION, "auto_accept_plan": True})["id"]
     handle = client.get_workflow_handle(run)
     deadline = time.monotonic() + RUN_SECONDS
@@ -191,7 +203,7 @@ async def test_a_paused_run_survives_down_and_up(stack: Stack) -> None:
     run = stack.api("POST", "/api/runs", {"question": QUESTION})["id"]
     until(lambda: stack.api("GET", f"/api/runs/{run}")["run"]["awaiting"] == "plan_feedback", "the plan review")
     stack.down()  # containers and networks go; the volumes (Temporal's database, the blobs) stay
-    stack.compose("up", "-d", "--no-build")
+    stack.up()
     print(f"down, up: healthy again after {stack.wait_healthy(SERVICES, ONE_SHOTS):.0f} s")
     shown = stack.api("GET", f"/api/runs/{run}", who="rita")
     assert shown["status"] == "running" and shown["run"]["awaiting"] == "plan_feedback", shown

@@ -2,8 +2,10 @@
 
 A stack of the repository's compose file plus deploy/offline/docker-compose.offline.yml (the images this
 machine cannot pull, built locally), under a project name of its own, with an operator's ``.env`` and
-settings folder written for the test. Its ports are published on a loopback address of their own
-(``DEERFLOW_BIND``), so nothing of another stack or an embedded dev server on 127.0.0.1 is in the way.
+settings folder written for the test. Its networks are internal (the override): no container has a route
+off the machine, and no port is published, so the host reaches the API server and Temporal at their
+addresses on the stack's own bridge (``Stack.address``); nothing of another stack or an embedded dev server
+on 127.0.0.1 is in the way.
 """
 
 from __future__ import annotations
@@ -14,12 +16,14 @@ import shutil
 import subprocess
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
-BIND = "127.0.0.43"
+BIND = "127.0.0.43"  # DEERFLOW_BIND: where the ports would be published, were the networks not internal
 PROJECT = "deerflow-deploy-test"
 IMAGE = "deerflow-temporal-worker:latest"
 # What an operator puts in .env: every required secret, and the API's named tokens with roles.
@@ -31,8 +35,14 @@ SECRETS = {
     "DEERFLOW_TOKEN_STREAM_TOKEN": "deploy-test-token-stream-secret",
 }
 # The team's settings: each model call takes as long as a real provider's short reply, so a stop lands
-# mid-call; a budget, so the worker's env_file is what sets it.
-TEAM_SETTINGS = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.5", "DEERFLOW_RUN_TOKEN_BUDGET": "2000000"}
+# mid-call; a budget, prices and a speech endpoint, which the worker gets from its env_file only.
+TEAM_SETTINGS = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.5", "DEERFLOW_RUN_TOKEN_BUDGET": "2000000",
+                 "DEERFLOW_MODEL_PRICES": '{"team-model": {"input": 0.5, "output": 1.5}}',
+                 "DEERFLOW_TTS_URL": "https://api.openai.com/v1/audio/speech"}
+# The team's conf.yaml: an MCP server, which the worker gets from the mounted file only (a run uses it only
+# when its request names it, so none of these runs reaches for it).
+CONF_YAML = ("MCP_SERVERS:\n  team-docs:\n    transport: streamable_http\n    url: https://mcp.example.com/mcp\n"
+             "    enabled_tools: [search]\n")
 HEALTHY_SECONDS = 300
 
 
@@ -43,13 +53,14 @@ class Stack:
     workdir: Path
     docker: str = os.environ.get("DOCKER", "docker")
     compose_command: str = os.environ.get("DOCKER_COMPOSE", "docker-compose")
+    addresses: dict[str, str] = field(default_factory=dict)  # service -> its IP, until the next `down`
 
     def write_operator_files(self) -> None:
         settings = self.workdir / "settings"
         settings.mkdir(parents=True, exist_ok=True)
         (settings / "deerflow.env").write_text("".join(f"{k}={v}\n" for k, v in TEAM_SETTINGS.items()))
         shutil.copy(ROOT / "deploy" / "compose" / "sandbox.env", settings / "sandbox.env")
-        shutil.copy(ROOT / "deploy" / "compose" / "conf.yaml", settings / "conf.yaml")
+        (settings / "conf.yaml").write_text(CONF_YAML)
         tokens = [{"name": name, "token": token, "role": role} for name, (token, role) in TOKENS.items()]
         env = {**SECRETS, "COMPOSE_PROJECT_NAME": PROJECT, "DEERFLOW_BIND": BIND,
                "DEERFLOW_CODEC_PUBLIC_URL": f"http://{BIND}:8081", "DEERFLOW_SETTINGS_DIR": str(settings),
@@ -63,6 +74,14 @@ class Stack:
         result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout, check=False)
         assert result.returncode == 0 or not check, f"{' '.join(args)}: {result.stdout}{result.stderr}"
         return result
+
+    def up(self) -> None:
+        """``up -d`` of the built images, once the merged files make every network internal (the guard of
+        this machine's rule: no traffic off it)."""
+        networks = yaml.safe_load(self.compose("config").stdout)["networks"]
+        assert {name: network.get("internal") for name, network in networks.items()} == \
+            {"default": True, "sandbox": True}, networks
+        self.compose("up", "-d", "--no-build")
 
     def run_docker(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         result = subprocess.run([self.docker, *args], capture_output=True, text=True, timeout=timeout, check=False)
@@ -78,6 +97,13 @@ class Stack:
         """The full ids of the service's running containers."""
         return [self.inspect(short)["Id"] for short in self.compose("ps", "-q", service).stdout.split()
                 if self.inspect(short)["State"]["Running"]]
+
+    def address(self, service: str) -> str:
+        """The service's IP address on the stack's default network (a bridge of this machine's)."""
+        if service not in self.addresses:
+            networks = self.inspect(self.containers(service)[0])["NetworkSettings"]["Networks"]
+            self.addresses[service] = networks[f"{PROJECT}_default"]["IPAddress"]
+        return self.addresses[service]
 
     def inspect(self, container: str) -> dict[str, Any]:
         return json.loads(self.run_docker("inspect", container).stdout)[0]
@@ -112,7 +138,7 @@ class Stack:
 
     def api(self, method: str, path: str, body: Any = None, who: str = "ann") -> Any:
         """The API server as a client on the host reaches it, with ``who``'s bearer token."""
-        request = urllib.request.Request(f"http://{BIND}:8000{path}", method=method,
+        request = urllib.request.Request(f"http://{self.address('api')}:8000{path}", method=method,
                                          data=None if body is None else json.dumps(body).encode(),
                                          headers={"Authorization": f"Bearer {TOKENS[who][0]}",
                                                   "Content-Type": "application/json"})
@@ -120,4 +146,5 @@ class Stack:
             return json.loads(response.read())
 
     def down(self, volumes: bool = False) -> None:
+        self.addresses.clear()
         self.compose("down", *(["-v"] if volumes else []), "--remove-orphans", timeout=900)
