@@ -1,0 +1,126 @@
+"""Every handler of untrusted text we have, and the worst text we know for them (issue #42 §1).
+
+Shared by the property tests (tests/test_hostile_text.py), which feed each handler these shapes
+under a time budget, and the bench (bench/hostile_text.py), which times each handler on a megabyte
+of them. A handler is called with one text and returns nothing useful: it must only end, with at
+most the errors it is documented to raise (each wrapper lets those through and no other).
+
+The shapes: deep brackets, long runs of one character, a prefix repeated (each unit below made one
+of the patterns this project used, or DeerFlow uses, scan from every repeat to the end of the text),
+lone surrogates and mixed line ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import ValidationError
+
+from activities.documents.chunk import chunk_text
+from activities.documents.extract import markdown_title
+from activities.documents.tokens import query_terms
+from activities.guards.secret_scrubber import SecretScrubber
+from activities.guards.url_guard import display_url
+from activities.model.context_budget import count_tokens
+from activities.model.json_tools import parse_action
+from activities.model.reply_safety import safe_reply
+from activities.model.tool_support import refuses_tools
+from activities.web.decode import decode_body
+from activities.web.page_text import prepare_html
+from activities.web.search_providers._http import plain_text
+from cli.terminal import printable, printable_json
+from server.content import prose_request
+from server.security import RequestError, parsed_body
+from workflows.activity_options import summary_text, url_host
+from workflows.enhance import enhanced_text
+from workflows.evaluation import parse_judgement
+from workflows.findings import finding_preview
+from workflows.found_urls import url_key, urls_in
+from workflows.markdown_links import links
+from workflows.models import ToolCall
+from workflows.plan_parsing import PlanParseError, parse_plan
+from workflows.podcast import NoScript, script_from_reply, without_markup
+from workflows.reply_json import ReplyNotJson, reply_json
+from workflows.report_metrics import compute_metrics
+from workflows.slides import NoDeck, deck_from_reply
+
+# Repeated, each of these made a pattern of ours or DeerFlow's quadratic (or worse).
+UNITS = (
+    " ", "\t", "[", "![", "](", "[](", "[](http://", "](http://a", "<", "<a", "<mark ", "<meta", "<?xml", "```",
+    "```json ", "#", "# a ", "title: a ", "*", "\x9d", "\x1b]", "\x9b0", "技术", "investment", "key ", "http://",
+    "\\", '"', '\\"', "{", '{"a":', "\\u", "\ud800", "a", "-", "\r\n", "\r", "\u2028",
+)
+PAIRS = ("[]", "{}", "()", "<>")
+
+
+def run_of(unit: str, size: int) -> str:
+    """``unit`` repeated to ``size`` characters."""
+    return (unit * (size // len(unit) + 1))[:size]
+
+
+def nested(pair: str, size: int) -> str:
+    """``size`` characters of ``pair`` opened then closed (half of each), e.g. "[[[…]]]"."""
+    return pair[0] * (size // 2) + pair[1] * (size - size // 2)
+
+
+def shapes(size: int) -> dict[str, str]:
+    """Every shape at ``size`` characters, by name: each unit's run, bare and framed (a line "x", the run
+    from a line's start, a line "x": what ``strip`` leaves inside, and a pattern scanning on fails at),
+    each pair nested, and every line end mixed."""
+    return {**{f"run of {unit!r}": run_of(unit, size) for unit in UNITS},
+            **{f"framed run of {unit!r}": "x\n" + run_of(unit, size - 4) + "\nx" for unit in UNITS},
+            **{f"nested {pair}": nested(pair, size) for pair in PAIRS},
+            "mixed line ends": run_of("a\r\nb\rc\n\u2028\u2029\x85\v\f", size)}
+
+
+def _quietly(run: Callable[[str], Any], *allowed: type[BaseException]) -> Callable[[str], None]:
+    """``run``, with the errors it documents (``allowed``) taken as an answer."""
+    def call(text: str) -> None:
+        with contextlib.suppress(*allowed):
+            run(text)
+    return call
+
+
+def _bytes(text: str) -> bytes:
+    return text.encode("utf-8", "surrogatepass")
+
+
+_SCRUBBER = SecretScrubber(["sk-live-0123456789abcdef"])
+
+# Each handler of text a request, a model, a page, a search result or a document sent, by where it runs.
+HANDLERS: dict[str, Callable[[str], None]] = {
+    # workflow code: model replies, a request's report
+    "reply_json": _quietly(reply_json, ReplyNotJson),
+    "slide_deck": _quietly(deck_from_reply, NoDeck),
+    "podcast_script": _quietly(script_from_reply, NoScript),
+    "judgement": _quietly(parse_judgement),
+    "plan": _quietly(lambda text: parse_plan(text, 3, "en-US"), PlanParseError),
+    "enhanced_prompt": _quietly(lambda text: enhanced_text(text, "original")),
+    "podcast_markup": _quietly(without_markup),
+    "report_metrics": _quietly(lambda text: compute_metrics(text, "strategic_investment")),
+    "activity_summary": _quietly(lambda text: (summary_text(text), url_host(text))),
+    "url_key": _quietly(url_key),
+    "found_urls": _quietly(urls_in),
+    "finding_preview": _quietly(finding_preview),
+    "markdown_links": _quietly(lambda text: (list(links(text, "[", "web")), list(links(text, "![", "nonempty")))),
+    # the API server: request bodies
+    "request_body": _quietly(lambda text: parsed_body(_bytes(text)), RequestError),
+    "prose_request": _quietly(lambda text: prose_request({"prompt": text, "option": "improve"}), ValidationError),
+    # activities: model replies, pages, search results, documents
+    "model_reply": _quietly(lambda text: safe_reply(text, [ToolCall(id="c", name=text[:64], arguments={"q": text})])),
+    "json_tool_action": _quietly(lambda text: parse_action(text, [])),
+    "tool_refusal": _quietly(refuses_tools),
+    "token_estimate": _quietly(count_tokens),
+    "secret_scrubber": _quietly(_SCRUBBER.scrub),
+    "url_display": _quietly(display_url),
+    "search_snippet": _quietly(plain_text),
+    "page_decoding": _quietly(lambda text: decode_body(_bytes(text), None)),
+    "page_text": _quietly(lambda text: prepare_html(text, 20_000)),
+    "document_title": _quietly(markdown_title),
+    "document_chunks": _quietly(chunk_text),
+    "document_terms": _quietly(query_terms),
+    # the CLI: whatever a run holds, shown in a terminal
+    "terminal": _quietly(lambda text: (printable(text), printable_json(text))),
+}
