@@ -133,7 +133,8 @@ async def test_lists_page_filter_and_show_each_token_what_it_may_see(base: str, 
             assert await listed(http, base, "alice", question=f"{tag} {value}") == [], value
         control = await http.get(f"{base}/api/runs", params={"started_by": "x\n-- "}, headers=as_("alice"))
         assert control.status_code == 400 and "started_by" in control.text, control.text
-        for hostile in ("x = 'a') OR (y = 'b') --", "DeerFlowStartedBy = 'api:alice' -- ", "`x` = 'a'",
+        for hostile in ("x = 'a') OR (y = 'b') --", f"DeerFlowQuestion = '{tag}') OR (WorkflowId != '') --",
+                        "DeerFlowStartedBy = 'api:alice' -- ", "`x` = 'a'",
                         "x = 'a\\\\' OR y = 'b'"):
             refused = await http.get(f"{base}/api/runs", params={"query": hostile}, headers=as_("alice"))
             assert refused.status_code == 400 and "query" in refused.text, (hostile, refused.text)

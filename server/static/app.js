@@ -81,7 +81,7 @@ function item(tag, text, className) {
 // visibility index does the filtering and paging). It refreshes itself while the page is in view, so
 // a run started elsewhere or one that ended shows; a refresh reloads as many runs as are shown.
 const RUN_PAGE = 50;
-const list = { filter: new URLSearchParams(), shown: 0, next: null, busy: false };
+const list = { filter: new URLSearchParams(), shown: 0, next: null, queue: Promise.resolve(), pending: null };
 
 function listFilter() {
   const filter = new URLSearchParams();
@@ -103,30 +103,37 @@ function listPath(size, page) {
   return `/api/runs?${query}`;
 }
 
-async function loadRuns() {
-  if (list.busy) return;
-  list.busy = true;
-  try {
-    const size = Math.min(Math.max(RUN_PAGE, list.shown), 500);
-    const { runs, next_page: next } = await api(listPath(size));
-    $("runs").replaceChildren(...runs.map(runItem));
-    showPaging(runs.length, next);
-    if (state.questions.has(state.run)) $("run-title").textContent = state.questions.get(state.run);
-  } finally {
-    list.busy = false;
-  }
+// Loads of the list (a refresh, a filter, More runs) run one after another, so none renders over a
+// newer one: a refresh in flight when a filter is sent would otherwise put the old filter's runs
+// back, and a More runs clicked meanwhile would be lost. A refresh asked for while one waits to
+// start is that one.
+function queued(load) {
+  const run = list.queue.catch(() => {}).then(load);
+  list.queue = run;
+  return run;
 }
 
-async function moreRuns() {
-  if (list.busy || !list.next) return;
-  list.busy = true;
-  try {
+function loadRuns() {
+  if (!list.pending) list.pending = queued(() => { list.pending = null; return reloadRuns(); });
+  return list.pending;
+}
+
+async function reloadRuns() {
+  const size = Math.min(Math.max(RUN_PAGE, list.shown), 500);
+  const { runs, next_page: next } = await api(listPath(size));
+  $("runs").replaceChildren(...runs.map(runItem));
+  $("runs").dataset.filter = list.filter.toString();  // which filter the list shows
+  showPaging(runs.length, next);
+  if (state.questions.has(state.run)) $("run-title").textContent = state.questions.get(state.run);
+}
+
+function moreRuns() {
+  return queued(async () => {
+    if (!list.next) return;
     const { runs, next_page: next } = await api(listPath(RUN_PAGE, list.next));
     $("runs").append(...runs.map(runItem));
     showPaging(list.shown + runs.length, next);
-  } finally {
-    list.busy = false;
-  }
+  });
 }
 
 function showPaging(shown, next) {
@@ -138,11 +145,14 @@ function showPaging(shown, next) {
 
 $("run-filter").addEventListener("submit", async (event) => {
   event.preventDefault();
-  list.filter = listFilter();
-  list.shown = 0;
+  const filter = listFilter();
   $("filter-problem").hidden = true;
   try {
-    await loadRuns();
+    await queued(() => {
+      list.filter = filter;
+      list.shown = 0;
+      return reloadRuns();
+    });
   } catch (error) {
     $("filter-problem").textContent = `Cannot filter so: ${error.message}`;
     $("filter-problem").hidden = false;
@@ -1045,6 +1055,6 @@ window.addEventListener("popstate", () => {
 
 // `started` tells a driver (and its tests) that the first layout shift (the offline banner, the run
 // list) is over, so what it clicks stays where it was measured.
-window.deerflowPage = { openRun, exportedHtml, exportedMarkdown, sanitisedReportHtml, state, phaseWords, showBudget,
-  showPlan, fileStem, started: false };
+window.deerflowPage = { openRun, listFilter, exportedHtml, exportedMarkdown, sanitisedReportHtml, state, phaseWords,
+  showBudget, showPlan, fileStem, started: false };
 start().finally(() => { window.deerflowPage.started = true; });

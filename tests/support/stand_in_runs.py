@@ -18,7 +18,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import ApplicationError
 from temporalio.worker import Worker
 
-from runtime.run_memo import run_memo
+from runtime.run_memo import run_memo, start_attributes
 from runtime.search_attributes import ensure_search_attributes
 from tests.support.runs import run_id
 from workflows.decisions import Actor, Via
@@ -66,13 +66,17 @@ StartStandIn = Callable[..., Awaitable[WorkflowHandle]]
 
 @contextlib.asynccontextmanager
 async def stand_in_runs(client: Client) -> AsyncIterator[StartStandIn]:
-    """``start(report, question=..., timeout=...)`` starts a stand-in run (with the question in its
-    memo, as every real starter sets it); its worker answers the page's queries until the block ends."""
+    """``start(report, question=..., timeout=..., started_by=...)`` starts a stand-in run (with the
+    question and its starter in its memo and, where the server indexes them, its search attributes,
+    as every real starter sets them); its worker answers the page's queries until the block ends."""
     indexed = await ensure_search_attributes(client)  # not on the time-skipping server
     async with Worker(client, task_queue=QUEUE, workflows=[StandInRun]):
-        async def start(report: str, question: str | None = None, timeout: float | None = None) -> WorkflowHandle:
+        async def start(report: str, question: str | None = None, timeout: float | None = None,
+                        started_by: Actor = STAND_IN) -> WorkflowHandle:
             return await client.start_workflow(
                 StandInRun.run, args=[report, indexed], id=run_id("stand-in"), task_queue=QUEUE,
-                memo=run_memo(question, STAND_IN) if question else None,
+                memo=run_memo(question, started_by) if question else None,
+                search_attributes=start_attributes(question, started_by, index_question=True)
+                if question and indexed else None,
                 execution_timeout=timedelta(seconds=timeout) if timeout else None)
         yield start
