@@ -99,7 +99,8 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
     they were loaded from (``Settings.sources``).
     """
     process_env = {name: value for name, value in (os.environ if environ is None else environ).items() if value}
-    dotenv_path = (env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or ".env")).absolute()
+    defaults = Settings.model_fields  # ./.env and ./conf.yaml (the suite's are its own: tests/support/isolation.py)
+    dotenv_path = (env_file or Path(process_env.get("DEERFLOW_ENV_FILE") or defaults["env_file"].default)).absolute()
     problems: list[str] = []
     try:
         dotenv = read_env_file(dotenv_path, process_env)
@@ -112,7 +113,7 @@ def load_settings(environ: Mapping[str, str] | None = None, conf_path: Path | No
         return "environment" if name in process_env else str(dotenv_path) if name in dotenv else None
 
     problems += env_problems(env, origin)
-    conf_file = (conf_path or Path(env.get("DEERFLOW_CONF") or "conf.yaml")).absolute()
+    conf_file = (conf_path or Path(env.get("DEERFLOW_CONF") or defaults["conf_path"].default)).absolute()
     try:
         conf = conf_values(conf_file, env)
     except ConfigError as error:

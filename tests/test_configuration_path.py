@@ -125,8 +125,9 @@ def test_the_processes_a_front_door_starts_read_its_conf_yaml_and_dot_env(tmp_pa
 
     (tmp_path / "conf.yaml").write_text("BASIC_MODEL:\n  model: users-model\n")
     (tmp_path / ".env").write_text("SEARCH_API=duckduckgo\n")
-    monkeypatch.chdir(tmp_path)
-    settings = load_settings({"DEERFLOW_HOME": str(tmp_path / "home")})
+    monkeypatch.chdir(tmp_path)  # the product's defaults, relative (the suite's: tests/support/isolation.py)
+    settings = load_settings({"DEERFLOW_HOME": str(tmp_path / "home"), "DEERFLOW_CONF": "conf.yaml",
+                              "DEERFLOW_ENV_FILE": ".env"})
     monkeypatch.chdir(REPO_DIR)
     child = load_settings(EmbeddedStack(settings).child_env())
     assert (child.basic_model, child.search_api, child.home) == ("users-model", "duckduckgo", tmp_path / "home")

@@ -1,10 +1,13 @@
-"""The suite is hermetic: the checkout's ``.deerflow/`` changes no test (issue #42, item 8).
+"""The suite is hermetic: the checkout's ``.deerflow/``, ``.env`` and ``conf.yaml`` change no test (issue #42,
+item 8).
 
 A ``starter.py serve`` running in the checkout announces its token stream in ``.deerflow/``; the
-suite's workers found it and streamed every turn, and three tests failed. Each pytest process now
-has a home of its own (tests/support/isolation.py). The first tests hold that in any session; the
-last plays it for real: a copy of the checkout with ``serve`` running in it and a dead run's
-leftovers in its ``.deerflow/``, and the suite's home-sensitive tests run there.
+suite's workers found it and streamed every turn, and three tests failed. A developer's ``.env`` naming
+a model server and the JSON tool mode failed two more. Each pytest process now has a home and
+configuration files of its own (tests/support/isolation.py). The first tests hold that in any session;
+the last plays it for real: a copy of the checkout with ``serve`` running in it, a dead run's leftovers
+in its ``.deerflow/`` and a developer's ``.env`` and ``conf.yaml`` beside it, and the suite's
+checkout-sensitive tests run there.
 """
 
 from __future__ import annotations
@@ -25,12 +28,17 @@ from offline.model_server import FakeModelServer
 from runtime.token_stream_format import ANNOUNCEMENT, configured_sink
 from tests.support.chat_requests import COORDINATOR
 from tests.support.checkout import copy_checkout
-from tests.support.isolation import CHECKOUT_HOME
+from tests.support.isolation import CHECKOUT_FILES, CHECKOUT_HOME
 from tests.support.processes import DevServer, WorkerProcess, free_port, wait_for_port
 
-# What the real test runs inside the copy: the tests a checkout's home would change.
-HOME_SENSITIVE = ["tests/test_hermetic.py::test_no_setting_of_the_suite_points_at_the_checkouts_home",
-                  "tests/test_hermetic.py::test_the_suites_model_turns_are_not_previewed"]
+# What the real test runs inside the copy: the tests a checkout's home or configuration files would change.
+CHECKOUT_SENSITIVE = ["tests/test_hermetic.py::test_no_setting_of_the_suite_points_at_the_checkouts_home",
+                      "tests/test_hermetic.py::test_no_setting_of_the_suite_reads_the_checkouts_files",
+                      "tests/test_hermetic.py::test_the_suites_model_turns_are_not_previewed"]
+# A developer's own configuration in the checkout: a model server, a key, JSON tool mode, tiny caps.
+DEVELOPERS_ENV = ("OPENAI_API_KEY=sk-a-developers-own-key-0000\nOPENAI_BASE_URL=http://127.0.0.2:9/v1\n"
+                  "LLM_TOOL_MODE=json\nLLM_MAX_OUTPUT_TOKENS=64\nDEERFLOW_WEB_TOKEN=a-developers-web-token-00\n")
+DEVELOPERS_CONF = "BASIC_MODEL:\n  base_url: http://127.0.0.2:9/v1\n  model: a-developers-model\n"
 
 
 def test_no_setting_of_the_suite_points_at_the_checkouts_home(worker_settings: Settings, tmp_path: Path) -> None:
@@ -38,6 +46,18 @@ def test_no_setting_of_the_suite_points_at_the_checkouts_home(worker_settings: S
              Path(WorkerProcess("127.0.0.1:1", tmp_path / "log").environment()["DEERFLOW_HOME"])}
     assert len(homes) == 1 and CHECKOUT_HOME not in homes, homes
     assert Settings(DEERFLOW_HOME=str(tmp_path)).home == tmp_path  # a test's own home still wins
+
+
+def test_no_setting_of_the_suite_reads_the_checkouts_files(worker_settings: Settings, tmp_path: Path) -> None:
+    """Where a developer keeps a ``.env`` and a ``conf.yaml``, every setting would have come from them."""
+    loaded = [Settings(), load_settings(), load_settings(environ={}), worker_settings]
+    files = {path.absolute() for settings in loaded for path in (settings.env_file, settings.conf_path)}
+    environment = WorkerProcess("127.0.0.1:1", tmp_path / "log").environment()
+    files |= {Path(environment[name]).absolute() for name in ("DEERFLOW_CONF", "DEERFLOW_ENV_FILE")}
+    assert not files & set(CHECKOUT_FILES), files
+    assert [source for settings in loaded for source in settings.sources().values()
+            if source != "environment"] == []  # nothing came from a file
+    assert worker_settings.llm_tool_mode == Settings.model_fields["llm_tool_mode"].default
 
 
 async def test_the_suites_model_turns_are_not_previewed(worker_settings: Settings,
@@ -69,9 +89,12 @@ def test_a_serve_running_in_the_checkout_and_its_leftovers_change_no_test(dev_se
     home = checkout / ".deerflow"
     leave_a_dead_runs_state(home)
     stale = (home / ANNOUNCEMENT).read_text()
-    # As a developer runs them there: nothing says where the home is, so each takes the checkout's.
+    (checkout / ".env").write_text(DEVELOPERS_ENV)
+    (checkout / "conf.yaml").write_text(DEVELOPERS_CONF)
+    # As a developer runs them there: nothing says where the home and the files are, so each takes the checkout's.
     environ = {key: value for key, value in os.environ.items()
-               if key != "DEERFLOW_HOME" and not key.startswith(("PYTEST_", "DEERFLOW_WEB_"))}
+               if key not in ("DEERFLOW_HOME", "DEERFLOW_CONF", "DEERFLOW_ENV_FILE")
+               and not key.startswith(("PYTEST_", "DEERFLOW_WEB_"))}
     port = free_port()
     serve = subprocess.Popen([sys.executable, "starter.py", "serve", "--port", str(port)], cwd=checkout,
                              env={**environ, "TEMPORAL_ADDRESS": dev_server.address}, stdout=subprocess.DEVNULL,
@@ -83,10 +106,10 @@ def test_a_serve_running_in_the_checkout_and_its_leftovers_change_no_test(dev_se
             assert time.monotonic() < deadline, "serve never announced its sink in the copy's home"
             time.sleep(0.1)
         suite = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:xdist", "-p", "no:cacheprovider",
-                                *HOME_SENSITIVE], cwd=checkout, env=environ, capture_output=True, text=True,
+                                *CHECKOUT_SENSITIVE], cwd=checkout, env=environ, capture_output=True, text=True,
                                timeout=180, check=False)
     finally:
         serve.terminate()
         serve.wait(timeout=30)
     assert suite.returncode == 0, suite.stdout[-4000:] + suite.stderr[-2000:]
-    assert f"{len(HOME_SENSITIVE)} passed" in suite.stdout
+    assert f"{len(CHECKOUT_SENSITIVE)} passed" in suite.stdout

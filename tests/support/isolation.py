@@ -12,6 +12,12 @@ what earlier runs left there (tool-support verdicts, blobs, in-flight journals, 
 reach the suite's workers too, and the suite would delete that serve's verdicts. So each pytest
 process has a home of its own: every process it starts inherits it, and every ``Settings`` it
 builds defaults to it, whether loaded from the environment or from a test's own variables.
+
+Nor are the checkout's ``.env`` and ``conf.yaml`` the suite's: they are its developer's (a key, a model
+server, ``LLM_TOOL_MODE=json``), and the suite runs in the checkout, so every ``Settings`` loaded without
+naming its files read them (with a developer's ``.env`` naming a model and the JSON tool mode, a test of
+JSON mode's fallback and a slide composer's deep reply failed). Each pytest process names files of its
+own that do not exist, for its settings and its children alike; a test that wants a file writes its own.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from config.settings import Settings
 
 SANDBOX_UID_BASE = 64064  # above the default 64000, which tests/test_sandbox_deployment.py's worker keeps
 CHECKOUT_HOME: Path = Settings.model_fields["home"].default  # the product's default: the checkout's .deerflow
+CHECKOUT_FILES = [CHECKOUT_HOME.parent / Settings.model_fields[name].default for name in ("conf_path", "env_file")]
 
 
 def isolate_this_process() -> str:
@@ -36,6 +43,7 @@ def isolate_this_process() -> str:
     os.environ["TMPDIR"] = own_tmp
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
     use_home(Path(own_tmp) / "home")
+    use_config_files(Path(own_tmp) / "absent-conf.yaml", Path(own_tmp) / "absent.env")
     return own_tmp
 
 
@@ -43,4 +51,13 @@ def use_home(home: Path) -> None:
     """``home`` instead of the checkout's ``.deerflow`` for this process's settings and its children."""
     os.environ["DEERFLOW_HOME"] = str(home)
     Settings.model_fields["home"].default = home
+    Settings.model_rebuild(force=True)
+
+
+def use_config_files(conf: Path, env_file: Path) -> None:
+    """``conf`` and ``env_file`` instead of ``./conf.yaml`` and ``./.env`` (the checkout's, in the suite's
+    working directory) for this process's settings and its children."""
+    os.environ["DEERFLOW_CONF"], os.environ["DEERFLOW_ENV_FILE"] = str(conf), str(env_file)
+    Settings.model_fields["conf_path"].default = conf
+    Settings.model_fields["env_file"].default = env_file
     Settings.model_rebuild(force=True)
