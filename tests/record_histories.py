@@ -112,6 +112,9 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "unfound_url_refused": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                             [Fault.call("web_search", {"query": MADE_UP_URL}, agent="researcher"),
                              Fault.call("crawl_tool", {"url": MADE_UP_URL}, agent="researcher")]),
+    # A step starts with the background investigation's result URLs found (issue #42 §7), since
+    # BACKGROUND_URLS_PATCH; before it, only the question's and the plan's.
+    "background_urls_found": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [], []),
     # DeerFlow's prompt enhancer, its own small workflow (POST /api/prompt/enhance).
     "prompt_enhance": (EnhanceRequest(prompt="solar panels on school roofs", report_style=ReportStyle.NEWS), [], []),
     # The content flows (server/content.py), each its own small workflow.

@@ -30,7 +30,8 @@ from tests.support.runs import run_id, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows import found_urls
-from workflows.found_urls import FoundUrls, task_urls, urls_in
+from workflows.found_urls import FoundUrls, background_urls, task_urls, urls_in
+from workflows.messages import BACKGROUND_INVESTIGATION, background_message
 from workflows.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
@@ -39,6 +40,8 @@ from workflows.models import (
     Plan,
     ResearchRequest,
     ResearchResult,
+    SearchResponse,
+    SearchResult,
     Step,
     StepType,
     ToolCall,
@@ -81,6 +84,17 @@ def test_a_steps_task_finds_the_questions_and_the_plans_urls_not_earlier_finding
     assert task_urls("What does https://question.example/paper say?", plan) == [
         "https://question.example/paper", "https://plan.example/title", "https://plan.example/thought",
         "https://plan.example/step", "https://plan.example/desc"]
+
+
+def test_the_background_investigation_finds_its_results_urls_not_its_query_nor_their_text() -> None:
+    """The query is the coordinator model's research topic: a URL it made up and searched for is not found."""
+    found = SearchResponse(query="https://made-up.example/topic", results=[
+        SearchResult(title="Tides", url="https://background.example/tides", content="see https://text.example/x")])
+    messages = [ChatMessage(role="user", content="How do tides work?"), background_message(found)]
+    assert background_urls(messages) == ["https://background.example/tides"]
+    assert background_urls([background_message(SearchResponse(query="https://made-up.example/topic"))]) == []
+    for content in ("background investigation results\n" + "[" * 5_000, "no JSON", '\n{"url": "https://x.example"}'):
+        assert background_urls([ChatMessage(role="user", name=BACKGROUND_INVESTIGATION, content=content)]) == []
 
 
 # ---------------------------------------------------------------- in runs, on loopback
@@ -136,15 +150,16 @@ Research = Callable[..., Awaitable[WorkflowHandle]]
 @pytest.fixture
 def research(worker_with: WorkerWith, provider_env: dict[str, str], engine: FakeSearchServer, mode: str,
              model: FakeModelServer) -> Research:
-    """``await research(question, documents=None)``: a one-step run on a worker of the test's mode,
-    searching ``engine`` and reaching the site; its handle once it reported."""
-    async def run(question: str, documents: Path | None = None) -> WorkflowHandle:
+    """``await research(question, documents=None, background=False)``: a one-step run on a worker of the
+    test's mode, searching ``engine`` (before planning too, with ``background``) and reaching the site;
+    its handle once it reported."""
+    async def run(question: str, documents: Path | None = None, background: bool = False) -> WorkflowHandle:
         roots = {"DEERFLOW_RESOURCE_ROOTS": str(documents)} if documents else {}
         settings = settings_with(provider_env, OPENAI_BASE_URL=model.base_url, LLM_TOOL_MODE=mode,
                                  TAVILY_BASE_URL=engine.base_url, DEERFLOW_CRAWL_ALLOW_HOSTS="127.0.0.1", **roots)
         async with worker_with(settings) as client:
             handle = await start(client, question=question, auto_accept_plan=True, max_step_num=1,
-                                 enable_background_investigation=False,
+                                 enable_background_investigation=background,
                                  resources=[str(documents)] if documents else [])
             assert (await handle.result()).outcome is Outcome.REPORT
         return handle
@@ -201,6 +216,43 @@ async def test_the_questions_url_and_the_links_of_a_page_read_may_be_crawled(
     assert await crawled(handle) >= 2
     if mode == "json":
         assert {asked, f"{site.base_url}/linked-page"} <= offered_urls(model)
+
+
+async def test_a_url_the_background_investigation_found_may_be_crawled(
+    mode: str, model: FakeModelServer, research: Research, site: FakeHTTPServer
+) -> None:
+    """Its search results are search results: the step's first turn may crawl one without searching again."""
+    background = f"{site.base_url}/tides-page"
+    model.inject(Fault.call("crawl_tool", {"url": background}, agent="researcher"))
+    handle = await research("How do tides work?", background=True)
+
+    assert not model.pending_faults
+    assert "web_search" in list(activity_types(await handle.fetch_history()).values())  # the background search
+    assert [seen.path for seen in site.requests][:1] == ["/tides-page"]
+    assert await crawled(handle) >= 1
+    if mode == "json":
+        assert background in offered_urls(model)
+
+
+async def test_a_background_search_for_a_url_the_coordinator_made_up_finds_nothing_to_crawl(
+    mode: str, model: FakeModelServer, research: Research, site: FakeHTTPServer
+) -> None:
+    """The background search's query is the coordinator model's research topic, its own words."""
+    invented = f"{site.base_url}/{MADE_UP}"
+    model.inject(Fault.call("handoff_to_planner", {"research_topic": invented, "locale": "en-US"},
+                            agent="coordinator"),
+                 Fault.call("crawl_tool", {"url": invented}, agent="researcher"))
+    handle = await research("How do tides work?", background=True)
+
+    assert not model.pending_faults
+    searched = [body for body in model.requests_for("planner")
+                if any(message.get("name") == BACKGROUND_INVESTIGATION for message in body["messages"])]
+    assert searched, "the planner never read a background investigation"
+    assert await crawled(handle) == 0 and site.requests == []
+    if mode == "json":
+        assert invented not in offered_urls(model)
+    else:
+        assert any(UNFOUND_URL_MESSAGE in output for output in tool_outputs(model)), tool_outputs(model)
 
 
 async def test_a_url_the_users_documents_hold_may_be_crawled(

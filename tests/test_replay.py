@@ -31,7 +31,7 @@ from workflows.models import ResearchResult
 from workflows.research import DeepResearchWorkflow
 from workflows.research_run import ResearchRun
 from workflows.run_state import USAGE_MEMO_PATCH
-from workflows.step_loop import OWN_STEP_USAGE_PATCH
+from workflows.step_loop import BACKGROUND_URLS_PATCH, OWN_STEP_USAGE_PATCH
 from workflows.tools import FOUND_URLS_ONLY_PATCH
 from workflows.visibility import USAGE_MEMO
 
@@ -47,7 +47,8 @@ def test_the_reference_scenarios_are_recorded() -> None:
             "cancelled_researcher_turn_before_cancel_patch", "review_timeout_cancel",
             "budget_timeout_cancel", "review_timeout_cancel_before_cancel_itself",
             "budget_timeout_cancel_before_cancel_itself", "fork_from_plan", "fork_from_step",
-            "fork_from_report", "mended_plan", "report_evaluation_before_metrics_activity", "usage_memo"} <= {
+            "fork_from_report", "mended_plan", "report_evaluation_before_metrics_activity", "usage_memo",
+            "background_urls_found"} <= {
         path.stem for path in RECORDED}
 
 
@@ -72,11 +73,10 @@ def test_the_unfound_url_history_refused_the_crawl_behind_its_patch() -> None:
     assert any(f'"id":"{FOUND_URLS_ONLY_PATCH}"'.encode() in data for data in patches)
 
 
-def test_the_bounded_history_carries_the_patch_marker() -> None:
-    patches = [payload.data for event in load(HISTORIES / "bounded_dropped_calls.json").events
-               if event.HasField("marker_recorded_event_attributes")
-               for payload in event.marker_recorded_event_attributes.details["patch-data"].payloads]
-    assert any(f'"id":"{BOUNDED_DROPS_PATCH}"'.encode() in data for data in patches)
+@pytest.mark.parametrize(("name", "patch"), [("bounded_dropped_calls", BOUNDED_DROPS_PATCH),
+                                             ("background_urls_found", BACKGROUND_URLS_PATCH)])
+def test_the_history_carries_its_patch_marker(name: str, patch: str) -> None:
+    assert any(f'"id":"{patch}"'.encode() in data for data in patches_of(name))
 
 
 @pytest.mark.parametrize("path", RECORDED, ids=[path.stem for path in RECORDED])

@@ -1,4 +1,4 @@
-"""The URLs a research step has found, known by where each came from, never read back from the conversation.
+"""The URLs a research step has found, known by where each came from, never scraped from the conversation's text.
 
 Why (issue #42, item 7): JSON tool mode offered a ``url`` argument every URL found in the text of
 the conversation's user and tool messages, and a search that finds nothing answers
@@ -8,8 +8,9 @@ addresses) was then offered that URL to crawl. Tool messages echo the model's ow
 places (every error quotes its arguments), and a model given tools natively could crawl anything.
 
 So a step's found URLs are collected as its tools return, from the results themselves: the
-question's and the plan's, each web search's result URLs, the user's documents' (a result's address
-and the URLs its text holds), and a crawled page's (its address and the URLs its text holds). Never
+question's and the plan's, each web search's result URLs (the run's background investigation's too:
+:func:`background_urls`), the user's documents' (a result's address and the URLs its text holds),
+and a crawled page's (its address and the URLs its text holds). Never
 a tool's error, the Python tool's output or an MCP server's (which may echo its arguments too).
 Only these may be crawled, in either tool mode (``workflows/tools.py``), and JSON mode's ``url``
 argument offers the newest of them no call has used yet (:meth:`FoundUrls.choices`).
@@ -19,6 +20,7 @@ Pure and linear: text is scanned once, with a single character class, and only s
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
@@ -26,6 +28,7 @@ from urllib.parse import urlsplit, urlunsplit
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from workflows.messages import BACKGROUND_INVESTIGATION
     from workflows.models import ChatMessage, Plan
 
 # A URL offered to JSON mode stays under llama.cpp's grammar repetition limit (activities/model/json_tools.py).
@@ -76,6 +79,23 @@ def task_urls(question: str, plan: Plan) -> list[str]:
     earlier steps' findings, which are a model's words)."""
     texts = [question, plan.title, plan.thought, *(f"{step.title}\n{step.description}" for step in plan.steps)]
     return [url for text in texts for url in urls_in(text)]
+
+
+def background_urls(planner_messages: Iterable[ChatMessage]) -> list[str]:
+    """The result URLs of the run's background investigation, from the planner's message that holds them
+    (``workflows.messages.background_message``: our own JSON of the results). Each result's ``url`` only:
+    not the search's query (the coordinator model's research topic, as a model wrote it), nor the URLs a
+    result's text holds (a step's own web search counts none of those either). None when the run made
+    no background search, or the message is not that JSON (a state from elsewhere): never a failure."""
+    for message in planner_messages:
+        if message.name == BACKGROUND_INVESTIGATION:
+            try:
+                results = json.loads(message.content.partition("\n")[2])
+            except (ValueError, RecursionError):
+                return []
+            return [result["url"] for result in (results if isinstance(results, list) else [])
+                    if isinstance(result, dict) and isinstance(result.get("url"), str)]
+    return []
 
 
 class FoundUrls:

@@ -33,10 +33,15 @@ def clarified_task(conversation: list[ChatMessage]) -> ChatMessage:
     ))
 
 
+# The name of the planner's message holding the background investigation's results (read back by
+# workflows/found_urls.background_urls, and by the offline planner).
+BACKGROUND_INVESTIGATION = "background_investigation"
+
+
 def background_message(response: SearchResponse) -> ChatMessage:
     return ChatMessage(
         role="user",
-        name="background_investigation",
+        name=BACKGROUND_INVESTIGATION,
         content=f"background investigation results of user query:\n{search_results_json(response)}",
     )
 

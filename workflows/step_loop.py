@@ -12,9 +12,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.agents import agent_for
     from workflows.budget import within_budget
     from workflows.findings import finding_preview
-    from workflows.found_urls import FoundUrls, task_urls
+    from workflows.found_urls import FoundUrls, background_urls, task_urls
     from workflows.messages import step_task
-    from workflows.models import Phase, StepState, StepType
+    from workflows.models import Phase, Plan, StepState, StepType
     from workflows.research_run import ResearchRun
     from workflows.run_state import RunContinuation
     from workflows.scheduling import step_dependencies
@@ -27,6 +27,9 @@ NO_SEARCH_PATCH = "no-search-note"
 # A step's cost is its own calls' (issue #48 item 4): parallel runs recorded before counted the run's
 # usage while the step ran, its siblings' calls included. Serial runs add up alike either way.
 OWN_STEP_USAGE_PATCH = "own-step-usage"
+# A step's background search results count as found (issue #42 §7): runs recorded before found only the
+# question's and the plan's URLs before the step's own tools returned, and refused a crawl of the others.
+BACKGROUND_URLS_PATCH = "background-urls-found"
 NO_SEARCH_NOTE = ("Research step {number} ({title}) made no search: the researcher called no tool, so its "
                   "findings rest on the model's own knowledge.")
 
@@ -89,7 +92,7 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     async with run.slots.held():
         mcp_specs, mcp_routes = await mcp_tools_for(agent.name, request.mcp_servers, run.routing)
     tools = ToolContext(max_search_results=request.max_search_results, resources=tuple(request.resources),
-                        crawls=run.crawls, found=FoundUrls(task_urls(request.question, plan)), mcp_routes=mcp_routes,
+                        crawls=run.crawls, found=_found_before_the_step(run, plan), mcp_routes=mcp_routes,
                         step_number=index + 1, routing=run.routing)
     finding = await run_agent(
         agent,
@@ -110,6 +113,15 @@ async def _run_step(run: ResearchRun, index: int, context: set[int] | None = Non
     _count_step(run, own, before)
     state.record("step_done", step.title, index)
     state.publish_usage()
+
+
+def _found_before_the_step(run: ResearchRun, plan: Plan) -> FoundUrls:
+    """What a step has found before its tools return: the background investigation's results (found
+    first), then the URLs of the question and the plan (workflows/found_urls.py)."""
+    background = background_urls(run.state.planner_messages)
+    if background and not workflow.patched(BACKGROUND_URLS_PATCH):
+        background = []
+    return FoundUrls([*background, *task_urls(run.request.question, plan)])
 
 
 def _count_step(run: ResearchRun, own: Usage, before: Usage) -> None:
