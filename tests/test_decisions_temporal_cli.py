@@ -31,7 +31,7 @@ from tests.support.processes import (
 )
 from tests.support.runs import QUESTION, run_id
 from workflows.decisions import OUTSIDE
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE
+from workflows.models import REVIEW_PLAN_UPDATE, TASK_QUEUE, WORKFLOW_TYPE
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -116,17 +116,22 @@ async def test_a_budget_pause_is_decided_with_the_single_object_update_and_signa
     worker_log_is_clean(worker)
 
 
-async def test_a_plan_review_and_a_clarification_answer_are_updates_with_one_string(
-        dev_server: DevServer, client: Client, worker: WorkerProcess) -> None:
-    reviewed, clarified = run_id("review-temporal-cli"), run_id("answer-temporal-cli")
+def review_and_clarification(dev_server: DevServer, door: str) -> tuple[str, str]:
+    """A run waiting for its plan's review, and one about to ask a clarifying question (auto-accepted)."""
+    reviewed, clarified = run_id(f"review-{door}"), run_id(f"answer-{door}")
     assert starter(dev_server, "run", QUESTION, "--no-wait", "--id", reviewed).returncode == 0
     request = {"question": "Tell me about batteries", "enable_clarification": True, "max_clarification_rounds": 1,
                "auto_accept_plan": True}
     started = dev_server.cli("workflow", "start", "--type", WORKFLOW_TYPE, "--task-queue", TASK_QUEUE,
                              "--workflow-id", clarified, "--input", json.dumps(request))
     assert started.returncode == 0, started.stderr
-
     wait_for_cli_status(dev_server, reviewed, lambda s: s["awaiting"] == "plan_feedback", timeout=60)
+    return reviewed, clarified
+
+
+async def test_a_plan_review_and_a_clarification_answer_are_updates_with_one_string(
+        dev_server: DevServer, client: Client, worker: WorkerProcess) -> None:
+    reviewed, clarified = review_and_clarification(dev_server, "temporal-cli")
     for inputs, reason in [(["42"], "feedback must be a string, got int"),
                            (['"ship it"'], "feedback must start with [ACCEPTED] or [EDIT_PLAN]"),
                            (['"[ACCEPTED]"', '{"name": "eve"}'], "the sender must be an object with name and via")]:
@@ -174,36 +179,75 @@ def json_payload(value: object) -> dict[str, object]:
             "data": base64.b64encode(json.dumps(value).encode()).decode()}
 
 
+class WebUI:
+    """The Web UI's own routes on the dev server's UI port, with the CSRF cookie its page sets and
+    the bodies its update and signal dialogs send."""
+
+    def __init__(self, http: httpx.Client, workflow_id: str) -> None:
+        assert http.get("/").status_code == 200  # the page sets the CSRF cookie its requests echo
+        self.http, self.workflow_id = http, workflow_id
+        self.routes = f"/api/v1/namespaces/default/workflows/{workflow_id}"
+        self.headers = {"X-CSRF-TOKEN": http.cookies["_csrf"]}
+
+    def update(self, name: str, value: object, update_id: str) -> dict:
+        """The update's outcome: ``success`` with its answer's payloads, or ``failure``."""
+        body = {"workflowExecution": {}, "request": {"meta": {"updateId": update_id},
+                                                     "input": {"args": {"payloads": [json_payload(value)]}}}}
+        answered = self.http.post(f"{self.routes}/update/{name}", json=body, headers=self.headers)
+        assert answered.status_code == 200, answered.text
+        outcome: dict = answered.json()["outcome"]
+        return outcome
+
+    def signal(self, name: str, value: object) -> None:
+        signalled = self.http.post(f"{self.routes}/signal/{name}", headers=self.headers, json={
+            "signalName": name, "workflowExecution": {"workflowId": self.workflow_id},
+            "input": {"payloads": [json_payload(value)]}})
+        assert signalled.status_code == 200, signalled.text
+
+
+def answer_of(outcome: dict) -> str:
+    return base64.b64decode(outcome["success"]["payloads"][0]["data"]).decode()
+
+
+def web_ui(dev_server: DevServer) -> httpx.Client:
+    wait_for_port(dev_server.ui_port)
+    return httpx.Client(base_url=f"http://127.0.0.1:{dev_server.ui_port}", timeout=60)
+
+
 async def test_a_budget_pause_is_decided_from_the_web_ui(dev_server: DevServer, client: Client,
                                                         worker: WorkerProcess) -> None:
     workflow_id = run_id("budget-web-ui")
     assert starter(dev_server, "run", QUESTION, "--no-wait", "--id", workflow_id, "--auto-accept",
                    "--token-budget", "700").returncode == 0
     wait_for_cli_status(dev_server, workflow_id, paused_at_budget, timeout=60)
-    wait_for_port(dev_server.ui_port)
-    routes = f"/api/v1/namespaces/default/workflows/{workflow_id}"
-    with httpx.Client(base_url=f"http://127.0.0.1:{dev_server.ui_port}", timeout=60) as ui:
-        assert ui.get("/").status_code == 200  # the page sets the CSRF cookie its requests echo
-        headers = {"X-CSRF-TOKEN": ui.cookies["_csrf"]}
-
-        def update(value: object, update_id: str) -> dict:
-            body = {"workflowExecution": {}, "request": {"meta": {"updateId": update_id},
-                                                         "input": {"args": {"payloads": [json_payload(value)]}}}}
-            answered = ui.post(f"{routes}/update/decide_budget", json=body, headers=headers)
-            assert answered.status_code == 200, answered.text
-            return answered.json()["outcome"]
-
-        refused = update({"action": "fly"}, "refused")
+    with web_ui(dev_server) as http:
+        ui = WebUI(http, workflow_id)
+        refused = ui.update("decide_budget", {"action": "fly"}, "refused")
         assert "action: Input should be 'raise', 'finish' or 'cancel'" in refused["failure"]["message"], refused
-        signalled = ui.post(f"{routes}/signal/budget", headers=headers, json={
-            "signalName": "budget", "workflowExecution": {"workflowId": workflow_id},
-            "input": {"payloads": [json_payload({"action": "raise", "tokens": 900})]}})
-        assert signalled.status_code == 200, signalled.text
+        ui.signal("budget", {"action": "raise", "tokens": 900})
         wait_for_cli_status(dev_server, workflow_id, lambda s: paused_at_budget(s) and len(s["decisions"]) == 1)
-        taken = update({"action": "finish"}, "taken")
-        assert b"Budget decision taken: finish." in base64.b64decode(taken["success"]["payloads"][0]["data"])
+        assert "Budget decision taken: finish." in answer_of(ui.update("decide_budget", {"action": "finish"}, "taken"))
     done = wait_for_cli_status(dev_server, workflow_id, lambda s: s["phase"] == "completed", timeout=60)
     assert decisions(done) == [("budget", "raise to 900 tokens", SENDER_FROM_OUTSIDE),
                                ("budget", "finish", SENDER_FROM_OUTSIDE)]
     await no_task_failures(client, workflow_id)
+    worker_log_is_clean(worker)
+
+
+async def test_a_plan_review_and_a_clarification_answer_are_decided_from_the_web_ui(
+        dev_server: DevServer, client: Client, worker: WorkerProcess) -> None:
+    """The review as the update (a malformed one refused to the dialog first), the answer as the
+    signal: with the CLI's test above, each of the four is taken with one input from some door."""
+    reviewed, clarified = review_and_clarification(dev_server, "web-ui")
+    wait_for_cli_status(dev_server, clarified, lambda s: s["awaiting"] == "clarification_answer", timeout=60)
+    with web_ui(dev_server) as http:
+        review = WebUI(http, reviewed)
+        refused = review.update(REVIEW_PLAN_UPDATE, "ship it", "refused")
+        assert "feedback must start with [ACCEPTED] or [EDIT_PLAN]" in refused["failure"]["message"], refused
+        assert "Plan accepted" in answer_of(review.update(REVIEW_PLAN_UPDATE, "[ACCEPTED]", "taken"))
+        WebUI(http, clarified).signal("clarification_answer", "solid-state cells for cars")
+    for workflow_id, kind in ((reviewed, "plan_review"), (clarified, "clarification")):
+        done = wait_for_cli_status(dev_server, workflow_id, lambda s: s["phase"] == "completed", timeout=90)
+        assert [(d["kind"], d["by"]) for d in done["decisions"]] == [(kind, SENDER_FROM_OUTSIDE)]
+        await no_task_failures(client, workflow_id)
     worker_log_is_clean(worker)
