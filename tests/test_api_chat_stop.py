@@ -44,7 +44,7 @@ async def worker(dev_server: DevServer, client: Client, model_server: FakeModelS
                  search_server: FakeSearchServer, tmp_path_factory: pytest.TempPathFactory,
                  ) -> AsyncIterator[WorkerProcess]:
     folder: Path = tmp_path_factory.mktemp("stop")
-    process = await start_worker(dev_server, client, folder / "worker.log", DEERFLOW_HOME=str(folder / "home"),
+    process = await start_worker(dev_server, client, folder / "worker.log",
                                  **offline_env(model_server, search_server))
     yield process
     process.stop()

@@ -52,7 +52,7 @@ async def worker(dev_server: DevServer, client: Client, model_server: FakeModelS
                  search_server: FakeSearchServer, tmp_path_factory: pytest.TempPathFactory,
                  ) -> AsyncIterator[WorkerProcess]:
     folder = tmp_path_factory.mktemp("routes")
-    process = await start_worker(dev_server, client, folder / "worker.log", DEERFLOW_HOME=str(folder / "home"),
+    process = await start_worker(dev_server, client, folder / "worker.log",
                                  DEERFLOW_MODEL_PRICES=json.dumps({"deerflow-offline-demo": {"input": 1, "output": 1}}),
                                  **offline_env(model_server, search_server))
     yield process
