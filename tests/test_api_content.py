@@ -356,9 +356,14 @@ async def test_an_operator_server_is_listed_in_deerflows_shape(base: str) -> Non
     {"transport": "stdio", "command": "touch", "args": ["{marker}"]},
 ])
 async def test_a_server_the_request_defines_is_refused_and_never_started(base: str, tmp_path: Path,
-                                                                       body: dict) -> None:
+                                                                       body: dict, caplog: pytest.LogCaptureFixture
+                                                                       ) -> None:
     marker = tmp_path / "started"
     body = json.loads(json.dumps(body).replace("{marker}", str(marker)))
     response = await post(base, "/api/mcp/server/metadata", body)
     assert response.status_code == 403 and "operator configured" in response.json()["detail"], response.text
     assert not marker.exists()
+    # DeerFlow's dialog shows only "Failed to add server: NAME" (its client reads response.ok alone):
+    # the operator's log says why (#49 §1).
+    reason = response.json()["detail"].rsplit(": ", 1)[-1].rstrip(".")
+    assert f"MCP server check refused {body.get('name', '')!r}: {reason}" in caplog.messages
