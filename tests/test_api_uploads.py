@@ -66,6 +66,20 @@ async def test_an_upload_becomes_a_listed_resource_and_never_replaces_one(base: 
     assert sorted(path.name for path in root.rglob("*")) == ["fleet-trial-2.md", "fleet-trial.md", "local", "uploads"]
 
 
+async def test_a_document_is_listed_by_the_name_the_worker_finds_it_by(time_env: WorkflowEnvironment, root: Path,
+                                                                      tmp_path: Path) -> None:
+    """``local://`` names a path below the first root that holds it: a second root's file of the same
+    path is not listed (its uri would search the first root's), a file of its own is."""
+    second = tmp_path / "second"
+    second.mkdir()
+    for folder, text in ((root, "first"), (second, "second")):
+        (folder / "notes.md").write_text(f"# {text}\n")
+    (second / "only-here.md").write_text("# only here\n")
+    async with serving(time_env, root, resource_roots=[root, second]) as url, httpx.AsyncClient(timeout=30) as http:
+        listed = (await http.get(f"{url}/api/rag/resources")).json()["resources"]
+    assert [item["uri"] for item in listed] == ["local://notes.md", "local://only-here.md"]
+    assert str(tmp_path) not in str(listed)
+
 @pytest.mark.parametrize("name", ["../../outside.md", "/etc/cron.d/x.md", "..\\..\\outside.md", ".hidden.md"])
 async def test_the_name_cannot_pick_the_folder(base: str, root: Path, name: str) -> None:
     response = await upload(base, name, NOTE)
