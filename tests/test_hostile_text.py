@@ -16,6 +16,7 @@ compares it with the old pattern (a scanner that reads something else would be a
 from __future__ import annotations
 
 import html
+import json
 import re
 import time
 
@@ -32,6 +33,7 @@ from workflows.markdown_links import links
 from workflows.plan_parsing import without_fences
 from workflows.podcast import without_markup
 from workflows.reply_json import fenced
+from workflows.untrusted_text import without_lone_surrogates
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -68,6 +70,30 @@ def test_a_repeated_piece_between_any_text_is_handled_within_the_budget(
         name: str, prefix: str, unit: str, suffix: str, repeats: int) -> None:
     text = prefix + (unit * repeats)[:SIZE] + suffix
     assert cpu_seconds(HANDLERS[name], text) <= BUDGET
+
+
+# ---------------------------------------------------------------- model replies shaped like what a flow asked for
+
+# A flow's keys among others, so hypothesis reaches the parsers' checks of each field's type.
+KEYS = st.sampled_from(["title", "slides", "bullets", "lines", "speaker", "paragraph", "scores", "overall_score",
+                        "strengths", "weaknesses", "steps", "step_type", "locale", "thought", "action", "arguments",
+                        "has_enough_context", "need_search", "description", "x"])
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(ANY_CHARACTER, max_size=12))
+JSON_VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner,
+                                                                                                max_size=6),
+                           max_leaves=24)
+MODEL_REPLY_PARSERS = ("reply_json", "slide_deck", "podcast_script", "judgement", "plan", "json_tool_action")
+
+
+@pytest.mark.parametrize("name", MODEL_REPLY_PARSERS)
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@given(value=JSON_VALUES, fence=st.booleans(), depth=st.sampled_from([0, 40, 3000]))
+def test_any_json_a_model_sends_is_read_or_refused_as_documented(name: str, value: object, fence: bool,
+                                                                depth: int) -> None:
+    """Every field of the wrong type, a lone surrogate's escape, nesting past each bound: the parser
+    returns, or raises the one error its flow answers (a re-ask, a 502, DeerFlow's parsing failure)."""
+    text = "[" * depth + json.dumps(value, allow_nan=True) + "]" * depth
+    HANDLERS[name](f"```json\n{text}\n```" if fence else text)
 
 
 # ---------------------------------------------------------------- rewrites read what their patterns read
@@ -141,3 +167,9 @@ def test_markup_goes_as_the_old_pattern_took_it(text: str) -> None:
 def test_citations_and_images_are_counted_as_deerflow_counts_them(text: str) -> None:
     assert sum(1 for _ in links(text, "[", "web")) == len(re.findall(r"\[[^\]]*\]\(https?://[^\s\)]+\)", text))
     assert sum(1 for _ in links(text, "![", "nonempty")) == len(re.findall(r"!\[[^\]]*\]\([^)]+\)", text))
+
+
+@EQUIVALENT
+@given(texts("a", "\ud800", "\udbff", "\udc00", "\udfff", "\ud83d", "\ude00", "\U0001f600"))
+def test_lone_surrogates_are_replaced_as_utf_16_decoding_replaces_them(text: str) -> None:
+    assert without_lone_surrogates(text) == text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")

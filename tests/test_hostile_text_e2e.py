@@ -1,4 +1,4 @@
-"""Hostile text end to end (issue #42 §1, §2): the dev server, a real worker process and ``starter.py
+"""Hostile text end to end (issue #42 §1, §2, §9): the dev server, a real worker process and ``starter.py
 serve``, driven over HTTP as any token holder could.
 
 Seen before: a report of "[" x 120,000 to ``/api/report/evaluate`` held the worker in workflow code
@@ -12,6 +12,7 @@ of 60,000 blanks failed workflow tasks for a minute before the review. Now each 
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
@@ -22,8 +23,10 @@ from temporalio.client import Client
 
 from offline.model_faults import Fault
 from offline.model_server import FakeModelServer
-from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker
+from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker, starter
 from tests.support.runs import QUESTION, SAMPLE_REPORT, awaiting_review, wait_for
+from workflows.models import TASK_QUEUE
+from workflows.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -122,3 +125,16 @@ async def test_a_plan_holding_60_000_blanks_reaches_the_review(api: str, client:
         assert not any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for event in history.events)
     finally:
         await handle.terminate("test over")
+
+
+async def test_evaluate_on_a_slides_run_is_one_line_and_exit_2(api: str, client: Client,
+                                                              dev_server: DevServer) -> None:
+    """Issue #42 §9: ``starter.py evaluate`` on a content flow's run (it printed pydantic's many lines, exit 1)."""
+    flow = f"slides-{uuid.uuid4().hex[:8]}"
+    await client.execute_workflow(SLIDES_WORKFLOW, SlidesRequest(content=SAMPLE_REPORT), id=flow,
+                                  task_queue=TASK_QUEUE, result_type=SlidesResult)
+    refused = starter(dev_server, "evaluate", flow)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"Error: {flow} is not a research run (it is a {SLIDES_WORKFLOW}): "
+        "only a research run has a report to work on."]

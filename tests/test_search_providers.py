@@ -511,6 +511,24 @@ async def test_results_are_mapped_and_capped(provider_env: dict[str, str], case:
     assert case.sent_count(sent) == "2"
 
 
+async def test_a_lone_surrogate_in_a_result_is_a_replacement_character(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, loopback_only: LoopbackGuard) -> None:
+    """A provider's JSON may escape a lone surrogate; the results must still be carried (issue #42 §2)."""
+    brave = BY_NAME["brave"]
+
+    def answer(seen: Seen) -> Reply:
+        reply = brave.answer(seen)
+        for item in reply.body["web"]["results"]:
+            item["title"], item["description"] = "Solar \ud800 power", "Sun \udfff light."
+        return reply
+
+    with FakeHTTPServer(answer) as fake:
+        env = {"DEERFLOW_CONF": str(tmp_path / "absent.yaml"), "SEARCH_API": "brave", **brave.env(fake.base_url)}
+        response = SearchResponse.model_validate_json((await run_search(env)).model_dump_json())
+    assert response.results[0].title == "Solar \ufffd power"
+    assert response.results[0].content == "Sun \ufffd light. Renewable & clean."
+
+
 async def test_content_is_capped(provider_env: dict[str, str], case: Case) -> None:
     use_setting(provider_env, "SEARCH_CONTENT_CHARS", "40")
 

@@ -19,6 +19,7 @@ from workflows.decisions import Decision
 from workflows.fork_point import ForkPoint
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice
 from workflows.report_style import ReportStyle
+from workflows.untrusted_text import without_lone_surrogates
 from workflows.usage import Usage
 
 TASK_QUEUE = "deep-research"
@@ -278,6 +279,13 @@ class SearchResult(BaseModel):
     raw_content: str | None = None
     score: float | None = None
     published_date: str | None = None
+
+    @field_validator("title", "url", "content", "raw_content", "published_date")
+    @classmethod
+    def _carriable(cls, value: str | None) -> str | None:
+        """A provider's "\\ud800" escape is a lone surrogate, which no payload can carry (the search
+        failed on every retry): it reads as U+FFFD (issue #42 §2)."""
+        return None if value is None else without_lone_surrogates(value)
 
 
 class SearchResponse(BaseModel):

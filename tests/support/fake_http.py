@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
-from offline.loopback_http import FakeServerHandler, send_body, serve_in_thread, shut_down
+from offline.loopback_http import FakeServerHandler, send_body, serve_in_thread, shut_down, wire_json
 
 
 @dataclass
@@ -40,7 +40,7 @@ class Reply:
         headers = dict(self.headers)
         if isinstance(self.body, dict | list):
             headers.setdefault("Content-Type", "application/json; charset=utf-8")
-            return json.dumps(self.body, ensure_ascii=False).encode("utf-8"), headers
+            return wire_json(self.body).encode("utf-8"), headers  # a lone surrogate as its escape
         if isinstance(self.body, str):
             headers.setdefault("Content-Type", "text/html; charset=utf-8")
             return self.body.encode("utf-8"), headers

@@ -13,10 +13,11 @@ lone surrogates and mixed line ends.
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Callable
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from activities.documents.chunk import chunk_text
 from activities.documents.extract import markdown_title
@@ -39,7 +40,7 @@ from workflows.evaluation import parse_judgement
 from workflows.findings import finding_preview
 from workflows.found_urls import url_key, urls_in
 from workflows.markdown_links import links
-from workflows.models import ToolCall
+from workflows.models import SearchResult, ToolCall
 from workflows.plan_parsing import PlanParseError, parse_plan
 from workflows.podcast import NoScript, script_from_reply, without_markup
 from workflows.reply_json import ReplyNotJson, reply_json
@@ -75,12 +76,26 @@ def shapes(size: int) -> dict[str, str]:
             "mixed line ends": run_of("a\r\nb\rc\n\u2028\u2029\x85\v\f", size)}
 
 
-def _quietly(run: Callable[[str], Any], *allowed: type[BaseException]) -> Callable[[str], None]:
-    """``run``, with the errors it documents (``allowed``) taken as an answer."""
+def _quietly(run: Callable[[str], Any], *allowed: type[BaseException], carries: bool = True) -> Callable[[str], None]:
+    """``run``, with the errors it documents (``allowed``) taken as an answer; what it returns must be
+    fit to carry (a payload, a response, a log line: UTF-8, so no lone surrogate), unless ``carries``
+    is False: a handler only ever given text a payload carried already (so none)."""
     def call(text: str) -> None:
         with contextlib.suppress(*allowed):
-            run(text)
+            result = run(text)
+            if carries:
+                carried(result)
     return call
+
+
+def carried(value: Any) -> None:
+    """Encode ``value`` as a payload would: pydantic's JSON, else JSON, in UTF-8 (raises if it cannot)."""
+    if isinstance(value, BaseModel):
+        value.model_dump_json()
+    elif isinstance(value, bytes):
+        return
+    else:
+        json.dumps(value, ensure_ascii=False, default=repr).encode("utf-8")
 
 
 def _bytes(text: str) -> bytes:
@@ -90,6 +105,8 @@ def _bytes(text: str) -> bytes:
 _SCRUBBER = SecretScrubber(["sk-live-0123456789abcdef"])
 
 # Each handler of text a request, a model, a page, a search result or a document sent, by where it runs.
+# ``carries=False``: given only text a payload carried already, or bytes decoded with "replace", so
+# never a lone surrogate; the others are given what an outsider sent, and must leave none.
 HANDLERS: dict[str, Callable[[str], None]] = {
     # workflow code: model replies, a request's report
     "reply_json": _quietly(reply_json, ReplyNotJson),
@@ -97,30 +114,30 @@ HANDLERS: dict[str, Callable[[str], None]] = {
     "podcast_script": _quietly(script_from_reply, NoScript),
     "judgement": _quietly(parse_judgement),
     "plan": _quietly(lambda text: parse_plan(text, 3, "en-US"), PlanParseError),
-    "enhanced_prompt": _quietly(lambda text: enhanced_text(text, "original")),
-    "podcast_markup": _quietly(without_markup),
+    "enhanced_prompt": _quietly(lambda text: enhanced_text(text, "original"), carries=False),
+    "podcast_markup": _quietly(without_markup, carries=False),
     "report_metrics": _quietly(lambda text: compute_metrics(text, "strategic_investment")),
-    "activity_summary": _quietly(lambda text: (summary_text(text), url_host(text))),
-    "url_key": _quietly(url_key),
+    "activity_summary": _quietly(lambda text: (summary_text(text), url_host(text)), carries=False),
+    "url_key": _quietly(url_key, carries=False),  # of a URL a search result or tool call carried
     "found_urls": _quietly(urls_in),
-    "finding_preview": _quietly(finding_preview),
+    "finding_preview": _quietly(finding_preview, carries=False),
     "markdown_links": _quietly(lambda text: (list(links(text, "[", "web")), list(links(text, "![", "nonempty")))),
     # the API server: request bodies
     "request_body": _quietly(lambda text: parsed_body(_bytes(text)), RequestError),
     "prose_request": _quietly(lambda text: prose_request({"prompt": text, "option": "improve"}), ValidationError),
     # activities: model replies, pages, search results, documents
     "model_reply": _quietly(lambda text: safe_reply(text, [ToolCall(id="c", name=text[:64], arguments={"q": text})])),
-    "json_tool_action": _quietly(lambda text: parse_action(text, [])),
+    "json_tool_action": _quietly(lambda text: safe_reply(*parse_action(text, []))),  # as the chat activity
     "tool_refusal": _quietly(refuses_tools),
     "token_estimate": _quietly(count_tokens),
-    "secret_scrubber": _quietly(_SCRUBBER.scrub),
-    "url_display": _quietly(display_url),
-    "search_snippet": _quietly(plain_text),
+    "secret_scrubber": _quietly(_SCRUBBER.scrub, carries=False),  # of payloads and log lines
+    "url_display": _quietly(display_url, carries=False),  # of a tool call's carried arguments
+    "search_snippet": _quietly(lambda text: SearchResult(title=plain_text(text), url="u", content=plain_text(text))),
     "page_decoding": _quietly(lambda text: decode_body(_bytes(text), None)),
     "page_text": _quietly(lambda text: prepare_html(text, 20_000)),
     "document_title": _quietly(markdown_title),
-    "document_chunks": _quietly(chunk_text),
+    "document_chunks": _quietly(chunk_text, carries=False),
     "document_terms": _quietly(query_terms),
     # the CLI: whatever a run holds, shown in a terminal
-    "terminal": _quietly(lambda text: (printable(text), printable_json(text))),
+    "terminal": _quietly(lambda text: (printable(text), printable_json(text)), carries=False),  # of what runs carried
 }
