@@ -58,10 +58,12 @@ def shown(element: str) -> str:
     return f"!document.getElementById('{element}').hidden"
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("ending", ["cancelled", "terminated", "failed", "timed out"])
 async def test_an_ended_run_says_how_and_offers_no_review(base: str, stand_in: StartStandIn, page: Page,
-                                                          ending: str) -> None:
+                                                          ending: str, width: int) -> None:
     handle = await stand_in("", timeout=6.0 if ending == "timed out" else None)
+    await page.use_width(width)
     await page.navigate(f"{base}/?run={handle.id}")
     if ending != "timed out":  # (that one may be over before the page has loaded)
         await page.wait_for(shown("review"), what="the review offered while the run awaits it")
@@ -86,8 +88,10 @@ async def test_an_ended_run_says_how_and_offers_no_review(base: str, stand_in: S
         assert error and (FAILURE in error if ending == "failed" else True), error
 
 
+@pytest.mark.parametrize("width", WIDTHS)
 async def test_the_run_list_refreshes_itself_and_names_runs_by_question(base: str, stand_in: StartStandIn,
-                                                                        page: Page) -> None:
+                                                                        page: Page, width: int) -> None:
+    await page.use_width(width)
     await page.navigate(f"{base}/")
     await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
     question = "How much power do tidal stream turbines produce?"
