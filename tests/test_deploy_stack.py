@@ -144,7 +144,7 @@ async def running_call(handle: WorkflowHandle) -> tuple[str, str] | None:
     return None
 
 
-def gap_after(history: WorkflowHistory, activity_id: str) -> tuple[float, list[str], str]:
+def gap_after(history: WorkflowHistory, activity_id: str) -> tuple[float, list[tuple[str, float]], str]:
     """Seconds from the call's completion to the run's next workflow task completed, the workflow tasks that
     timed out in the run (a task a stopping worker took and dropped: START_TO_CLOSE, 10 s; or a sticky queue
     nobody polled: SCHEDULE_TO_START, 2 s), each with its kind and seconds since it was scheduled, and the
@@ -155,8 +155,8 @@ def gap_after(history: WorkflowHistory, activity_id: str) -> tuple[float, list[s
               and scheduled[e.activity_task_completed_event_attributes.scheduled_event_id] == activity_id]
     after = next(e for e in history.events if e.event_id > done.event_id and e.event_type == WORKFLOW_TASK_COMPLETED)
     times = {e.event_id: e.event_time.ToDatetime() for e in history.events}
-    lost = [f"{TimeoutType.Name(a.timeout_type)} after "
-            f"{(e.event_time.ToDatetime() - times[a.scheduled_event_id]).total_seconds():.1f} s"
+    lost = [(TimeoutType.Name(a.timeout_type),
+             (e.event_time.ToDatetime() - times[a.scheduled_event_id]).total_seconds())
             for e in history.events if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT
             for a in [e.workflow_task_timed_out_event_attributes]]
     took = after.workflow_task_completed_event_attributes.identity.split("@", 1)[1].split()[0]
@@ -198,8 +198,11 @@ async def test_sigterm_mid_call_drains_the_call_and_the_run_completes(stack: Sta
           f"{'stopping' if took == host else 'other'} worker), workflow tasks "
           f"timed out: {lost or 'none'}, the run done {time.monotonic() - signalled:.0f} s after the signal")
     # The next task goes to the other worker, or to the stopping one while it still drains (it completes
-    # what it takes); never lost on its way out (a 10 s workflow task timeout).
-    assert not lost and gap <= 2.0, (lost, gap, took)
+    # what it takes); never lost on its way out (a 10 s workflow task timeout). What the deploy adds is
+    # that gap and any wait on the stopped worker's sticky queue: the server may still time a task out
+    # there just after the queue was released (temporalio/temporal#7566), then the other worker takes it.
+    assert not [kind for kind, _ in lost if kind != "TIMEOUT_TYPE_SCHEDULE_TO_START"], (lost, gap, took)
+    assert gap + sum(waited for _, waited in lost) <= 2.0, (lost, gap, took)
     stack.compose("up", "-d", "--scale", "worker=1", "worker")
     stack.wait_healthy({"worker"}, set())
 
