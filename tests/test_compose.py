@@ -323,3 +323,15 @@ def test_workers_get_their_grace_to_finish_calls_before_sigkill(compose: dict[st
         assert grace >= 60, f"{name}: a grace of {grace} s cuts normal model calls short"
         period = compose_seconds(str(service.get("stop_grace_period", "10s")))
         assert grace + STOP_MARGIN_SECONDS <= period <= grace + 60, (name, grace, period)
+
+
+def test_the_offline_override_keeps_the_stack_on_the_machine(compose: dict[str, Any]) -> None:
+    """make deploy-test's override (deploy/offline/): every network of the stack internal (no route off the
+    machine) and every service resolving names on the compose networks only, whatever services the shipped
+    file gains."""
+    override = yaml.safe_load((ROOT / "deploy" / "offline" / "docker-compose.offline.yml").read_text(encoding="utf-8"))
+    assert set(override["networks"]) == set(compose["networks"])
+    assert all(network == {"internal": True} for network in override["networks"].values()), override["networks"]
+    services = override["services"]
+    assert set(services) == set(compose["services"]) - {"otel-collector", "prometheus"}  # profiles it never runs
+    assert {name for name, service in services.items() if service.get("dns") != ["127.0.0.1"]} == set()
