@@ -21,7 +21,7 @@ import re
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from activities.documents import extract
@@ -82,12 +82,14 @@ SCALARS = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.tex
 JSON_VALUES = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(KEYS, inner,
                                                                                                 max_size=6),
                            max_leaves=24)
-MODEL_REPLY_PARSERS = ("reply_json", "slide_deck", "podcast_script", "judgement", "plan", "json_tool_action")
+# The model replies' parsers, and the API server's request bodies (JSON too, from anybody).
+JSON_PARSERS = ("reply_json", "slide_deck", "podcast_script", "judgement", "plan", "json_tool_action", "request_body")
 
 
-@pytest.mark.parametrize("name", MODEL_REPLY_PARSERS)
+@pytest.mark.parametrize("name", JSON_PARSERS)
 @settings(max_examples=150, deadline=None, database=None, derandomize=True)
 @given(value=JSON_VALUES, fence=st.booleans(), depth=st.sampled_from([0, 40, 3000]))
+@example(value={"title": "Tides \ud800", "lines": ["\udfff"], "action": "x\ud800"}, fence=False, depth=0)
 def test_any_json_a_model_sends_is_read_or_refused_as_documented(name: str, value: object, fence: bool,
                                                                 depth: int) -> None:
     """Every field of the wrong type, a lone surrogate's escape, nesting past each bound: the parser
