@@ -54,6 +54,10 @@ UNITS = (
     "\\", '"', '\\"', "{", '{"a":', "\\u", "\ud800", "a", "-", "\r\n", "\r", "\u2028",
 )
 PAIRS = ("[]", "{}", "()", "<>")
+# A run of blanks between these: a heading's or a title's text, a fenced reply, a tag (a lazy group
+# tried the trailing blanks from each position: 20,000 in a heading took 20 s).
+UNDER_A_CAP = 19_000  # blanks that fit in a prefix a handler reads (a title is looked for in the first 20,000)
+BLANKS_BETWEEN = (("# a", "b\n"), ("---\ntitle: a", "b\n---\n"), ("```json\n{", "x"), ("<mark", "x"), ("[a](", "x"))
 
 
 def run_of(unit: str, size: int) -> str:
@@ -73,7 +77,9 @@ def shapes(size: int) -> dict[str, str]:
     return {**{f"run of {unit!r}": run_of(unit, size) for unit in UNITS},
             **{f"framed run of {unit!r}": "x\n" + run_of(unit, size - 4) + "\nx" for unit in UNITS},
             **{f"nested {pair}": nested(pair, size) for pair in PAIRS},
-            "mixed line ends": run_of("a\r\nb\rc\n\u2028\u2029\x85\v\f", size)}
+            "mixed line ends": run_of("a\r\nb\rc\n\u2028\u2029\x85\v\f", size),
+            **{f"{head!r}, {blanks:,} blanks, {tail!r}": head + " " * blanks + tail
+               for head, tail in BLANKS_BETWEEN for blanks in (size - len(head) - len(tail), UNDER_A_CAP)}}
 
 
 def _quietly(run: Callable[[str], Any], *allowed: type[BaseException], carries: bool = True) -> Callable[[str], None]:
