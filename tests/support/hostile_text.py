@@ -78,8 +78,8 @@ def shapes(size: int) -> dict[str, str]:
             **{f"framed run of {unit!r}": "x\n" + run_of(unit, size - 4) + "\nx" for unit in UNITS},
             **{f"nested {pair}": nested(pair, size) for pair in PAIRS},
             "mixed line ends": run_of("a\r\nb\rc\n\u2028\u2029\x85\v\f", size),
-            **{f"{head!r}, {blanks:,} blanks, {tail!r}": head + " " * blanks + tail
-               for head, tail in BLANKS_BETWEEN for blanks in (size - len(head) - len(tail), UNDER_A_CAP)}}
+            **{f"{head!r}, {label} blanks, {tail!r}": head + " " * blanks + tail for head, tail in BLANKS_BETWEEN
+               for label, blanks in (("all", size - len(head) - len(tail)), (f"{UNDER_A_CAP:,}", UNDER_A_CAP))}}
 
 
 def _quietly(run: Callable[[str], Any], *allowed: type[BaseException], carries: bool = True) -> Callable[[str], None]:
