@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +18,7 @@ from pathlib import Path
 import httpx
 import pytest
 from temporalio.client import Client
+from temporalio.service import RPCError
 
 from config.settings import Settings, load_settings
 from runtime.embedded import has_worker
@@ -252,18 +255,40 @@ async def test_cors_answers_only_configured_origins(base: str) -> None:
     assert posted.status_code == 403  # a page elsewhere cannot start runs, even with a simple request
 
 
+async def started(client: Client, workflow_id: str, timeout: float = 60) -> None:
+    """Until the server knows the run ``workflow_id`` (a stopped worker does not hold its start)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            await client.get_workflow_handle(workflow_id).describe()
+            return
+        except RPCError:
+            assert time.monotonic() < deadline, f"{workflow_id} never started"
+            await asyncio.sleep(0.1)
+
+
 async def test_open_streams_are_bounded(client: Client, worker: WorkerProcess) -> None:
+    """The worker is stopped (SIGSTOP) while the first stream is open, so its turn cannot reach the
+    plan and end the stream before the second request: on an idle machine the offline model's turn
+    took less time than the second request did, and the stream's place was free again."""
+    assert worker.process is not None
     # Runs outlive their streams here: the first is left mid-turn.
     async with api_server(client, settings(web_max_streams=1, web_cancel_on_disconnect=False)) as url, \
             httpx.AsyncClient(timeout=60) as http:
-        async with http.stream("POST", f"{url}/api/chat/stream", json=turn("bounded", QUESTION)) as first:
-            await anext(first.aiter_lines())  # the first stream is open and following its run
-            refused = parse_sse((await http.post(f"{url}/api/chat/stream", json=turn("bounded2", QUESTION))).text)
-            assert refused == [("error", {"thread_id": "bounded2",
-                                          "error": "the server has 1 streams open, its limit; try again later"})]
+        os.killpg(worker.process.pid, signal.SIGSTOP)
+        try:
+            # The server counts a stream from its headers; its run is started once the stream is read.
+            async with http.stream("POST", f"{url}/api/chat/stream", json=turn("bounded", QUESTION)):
+                await started(client, f"{PREFIX}bounded.1")
+                refused = parse_sse((await http.post(f"{url}/api/chat/stream",
+                                                     json=turn("bounded2", QUESTION))).text)
+                assert refused == [("error", {"thread_id": "bounded2",
+                                              "error": "the server has 1 streams open, its limit; try again later"})]
+        finally:
+            os.killpg(worker.process.pid, signal.SIGCONT)
         await asyncio.sleep(0.5)  # the closed stream gave its place back
         again = await chat(url, turn("bounded", "x", interrupt_feedback="accepted"))
-        assert again[-1][0] == "citations"
+        assert again[-1][0] == "citations", again[-3:]
 
 
 async def test_token_and_host_header(client: Client) -> None:
