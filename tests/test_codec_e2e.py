@@ -228,14 +228,14 @@ async def test_the_web_ui_shows_the_stored_report_and_a_researchers_input(
     text = f"({ALL_TEXT})()"
     heading = (finished.result.report or "").splitlines()[0]
     try:
-        await page.navigate(f"{base}/history")
-        await page.wait_for(f"{text}.includes({json.dumps(heading)})", 90, what="the report as the run's result")
+        await page.open_until(f"{base}/history", f"{text}.includes({json.dumps(heading)})", 120,
+                              what="the report as the run's result")
         shown = str(await page.evaluate(text))
         assert PAGE_PHRASE in shown and QUESTION in shown and "claimData" not in shown
         await page.screenshot(tmp_path / "1-result.png")
 
-        await page.navigate(f"{base}/history/events/{researcher}")
-        await page.wait_for(f"{text}.includes('\"prompt\": \"researcher\"')", 90, what="the researcher's input")
+        await page.open_until(f"{base}/history/events/{researcher}", f"{text}.includes('\"prompt\": \"researcher\"')",
+                              120, what="the researcher's input")
         shown = str(await page.evaluate(text))
         assert "read one page in full" in shown and "Background and key facts" in shown
         assert "claimData" not in shown and "binary/encrypted" not in shown and "$subtree" not in shown

@@ -33,7 +33,7 @@ LEAD_SCREENSHOT = Path("/tmp/ui-awaiting-review.png")  # kept outside pytest's t
 
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)"),
-    pytest.mark.timeout(90),
+    pytest.mark.timeout(300),  # a loaded 2-core machine: the dev server, the worker and the UI can each take a minute
 ]
 
 # The UI renders some dialogs twice (one copy hidden), so elements are looked up among visible ones.
@@ -113,8 +113,8 @@ async def test_approve_a_plan_from_the_web_ui(server: DevServer, client: Client,
 
     try:
         # 1. The run's page shows it running.
-        await page.navigate(f"http://127.0.0.1:{server.ui_port}/namespaces/default/workflows/{workflow_id}")
-        await page.wait_for("document.body.innerText.includes('More Actions')", 30, what="the run page")
+        await page.open_until(f"http://127.0.0.1:{server.ui_port}/namespaces/default/workflows/{workflow_id}",
+                              "document.body.innerText.includes('More Actions')", 90, what="the run page")
         text = await page_text(page)
         assert workflow_id in text and "Running" in text.title(), text[:2000]
         await page.screenshot(tmp_path / "1-run-page.png")
@@ -150,8 +150,8 @@ async def test_approve_a_plan_from_the_web_ui(server: DevServer, client: Client,
     assert result.outcome is Outcome.REPORT
     assert result.report.strip()
     assert (await handle.describe()).status is WorkflowExecutionStatus.COMPLETED
-    await page.navigate(f"http://127.0.0.1:{server.ui_port}/namespaces/default/workflows/{workflow_id}")
-    await page.wait_for("document.body.innerText.toUpperCase().includes('COMPLETED')", 30, what="the run completed")
+    await page.open_until(f"http://127.0.0.1:{server.ui_port}/namespaces/default/workflows/{workflow_id}",
+                          "document.body.innerText.toUpperCase().includes('COMPLETED')", 90, what="the run completed")
     await page.screenshot(tmp_path / "5-completed.png")
 
     # The signal in history is the UI's, exactly as the README tells people to send it.

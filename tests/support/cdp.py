@@ -124,6 +124,23 @@ class Page(Session):
         await self.send("Page.navigate", url=url)
         await self.wait_for("document.readyState === 'complete'", what=f"{url} to load")
 
+    async def open_until(self, url: str, expression: str, timeout: float, what: str, reload_every: float = 30.0) -> Any:
+        """Load ``url`` until ``expression`` holds, loading it again every ``reload_every`` seconds.
+
+        For Temporal's Web UI, which asks the API and the codec server once per load and never
+        again: a request that timed out on a loaded machine leaves that load without the payloads,
+        and a person would reload. A TimeoutError still names what never showed, with the page's text."""
+        deadline = time.monotonic() + timeout
+        while True:
+            await self.navigate(url)
+            remaining = deadline - time.monotonic()
+            try:
+                return await self.wait_for(expression, min(reload_every, max(remaining, 0.0)), what=what)
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    text = await self.evaluate("document.body ? document.body.innerText : ''")
+                    raise TimeoutError(f"timed out waiting for {what}; the page showed: {str(text)[:1500]!r}") from None
+
     async def insert_text(self, text: str) -> None:
         """Type into the focused element as a keyboard would (works for editors like CodeMirror)."""
         await self.send("Input.insertText", text=text)
