@@ -37,6 +37,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.guards.secret_scrubber import SecretScrubber
 from activities.mcp.checks import ConnectionPlan, child_environment, config_error, plan_connection, unavailable_error
+from activities.mcp.lenient_wire import MendingReadStream
 from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 
@@ -127,7 +128,10 @@ async def open_session(plan: ConnectionPlan, progress: Progress) -> AsyncIterato
         if plan.transport == "stdio":
             assert plan.command is not None
             params = StdioServerParameters(
-                command=plan.command, args=list(plan.args), env=child_environment(dict(plan.env))
+                command=plan.command,
+                args=list(plan.args),
+                env=child_environment(dict(plan.env)),
+                encoding_error_handler="replace",  # bytes that are not UTF-8: U+FFFD, not a dead reader
             )
             errlog = progress.stderr if progress.stderr is not None else sys.stderr
             streams = await stack.enter_async_context(stdio_client(params, errlog=errlog))
@@ -146,7 +150,8 @@ async def open_session(plan: ConnectionPlan, progress: Progress) -> AsyncIterato
             assert plan.url is not None
             http = await stack.enter_async_context(progress.http_client(headers=dict(plan.headers)))
             streams = await stack.enter_async_context(streamable_http_client(plan.url, http_client=http))
-        session = await stack.enter_async_context(ClientSession(*streams))
+        read_stream, write_stream = streams
+        session = await stack.enter_async_context(ClientSession(MendingReadStream(read_stream), write_stream))
         with progress.step("initializing", CONNECT_TIMEOUT_SECONDS):
             await session.initialize()
         yield session
