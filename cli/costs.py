@@ -17,6 +17,7 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Protocol
 
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowQueryFailedError
 from temporalio.service import RPCError
@@ -28,11 +29,13 @@ from cli.terminal import printable
 from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect
+from runtime.memo_listing import memo_rows
 from runtime.run_listing import RunFilter
-from runtime.run_memo import indexes_questions, question_of, started_by, usage_memo
+from runtime.run_memo import QUESTION, STARTED_BY, actor_in, indexes_questions, question_in, usage_in, usage_memo
 from workflows.flow_usage import COUNTED_FLOWS, USAGE_QUERY
 from workflows.models import WORKFLOW_TYPE
 from workflows.usage import Usage
+from workflows.visibility import USAGE_MEMO
 
 READS_AT_ONCE = 8  # results and queries in flight while listing: the server's and the worker's share
 # A status query waits for a worker; one that died a moment ago is still listed as polling, and a
@@ -45,20 +48,34 @@ QUERY_SECONDS = 5.0
 MEMO_SAYS_ALL = {WorkflowExecutionStatus.COMPLETED, WorkflowExecutionStatus.CANCELED, WorkflowExecutionStatus.RUNNING}
 
 
-def kind_of(execution: WorkflowExecution) -> str:
+class Counted(Protocol):
+    """A run as a listing has it, enough to read what it spent: a ``WorkflowExecution`` (``list``'s
+    page) or a ``MemoRow`` (``costs``: runtime/memo_listing.py)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def workflow_type(self) -> str: ...
+    @property
+    def status(self) -> WorkflowExecutionStatus | None: ...
+
+
+def kind_of(run: Counted) -> str:
     """``research``, or the content flow's name (``prose writer``, ``slide composer``, …)."""
-    return COUNTED_FLOWS.get(execution.workflow_type, RESEARCH)
+    return COUNTED_FLOWS.get(run.workflow_type, RESEARCH)
 
 
-async def run_usage(client: Client, execution: WorkflowExecution) -> Usage | None:
+async def run_usage(client: Client, run: Counted) -> Usage | None:
     """The run's or flow's usage as recorded (result, else its status or usage query); None when
     neither can be read."""
-    handle = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+    handle = client.get_workflow_handle(run.id, run_id=run.run_id)
     try:
-        if execution.status == WorkflowExecutionStatus.COMPLETED:  # each result type carries its usage
+        if run.status == WorkflowExecutionStatus.COMPLETED:  # each result type carries its usage
             result = await handle.result(follow_runs=False)
             return Usage.model_validate(result.get("usage") or {}) if isinstance(result, dict) else None
-        if execution.workflow_type in COUNTED_FLOWS:
+        if run.workflow_type in COUNTED_FLOWS:
             return await asyncio.wait_for(handle.query(USAGE_QUERY, result_type=Usage), QUERY_SECONDS)
         return (await asyncio.wait_for(research_client.status(handle), QUERY_SECONDS)).usage
     except (RPCError, WorkflowQueryFailedError, ValueError, TimeoutError):  # no worker to answer, or a record
@@ -66,19 +83,30 @@ async def run_usage(client: Client, execution: WorkflowExecution) -> Usage | Non
 
 
 async def usages(client: Client, executions: Sequence[WorkflowExecution]) -> list[Usage | None]:
-    """Each execution's usage (None for one that continued as new: its successor carries it): from its
-    memo, which came with the listing, where that is its last word (``MEMO_SAYS_ALL``); else read, a few at a time."""
+    """Each listed execution's usage (``spent``), its memo read from the execution."""
+    return await spent(client, executions, [await usage_memo(execution) for execution in executions])
+
+
+async def spent(client: Client, runs: Sequence[Counted], memos: Sequence[Usage | None]) -> list[Usage | None]:
+    """Each run's usage (None for one that continued as new: its successor carries it): ``memos``, each
+    run's usage memo as the listing brought it, where that is its last word (``MEMO_SAYS_ALL``); else
+    read, a few at a time."""
     gate = asyncio.Semaphore(READS_AT_ONCE)
 
-    async def one(execution: WorkflowExecution) -> Usage | None:
-        if execution.status == WorkflowExecutionStatus.CONTINUED_AS_NEW:
-            return None
-        if execution.status in MEMO_SAYS_ALL and (kept := await usage_memo(execution)) is not None:
-            return kept
+    async def read(run: Counted) -> Usage | None:
         async with gate:
-            return await run_usage(client, execution)
+            return await run_usage(client, run)
 
-    return list(await asyncio.gather(*(one(execution) for execution in executions)))
+    found: list[Usage | None] = [None] * len(runs)
+    unread: dict[int, Counted] = {}
+    for index, (run, memo) in enumerate(zip(runs, memos, strict=True)):
+        if run.status in MEMO_SAYS_ALL and memo is not None:
+            found[index] = memo
+        elif run.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            unread[index] = run
+    for index, usage in zip(unread, await asyncio.gather(*(read(run) for run in unread.values())), strict=True):
+        found[index] = usage
+    return found
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -97,23 +125,24 @@ async def costs(args: argparse.Namespace, settings: Settings) -> int:
     wanted = run_filter(args)
     client = await connect(settings, ensure_worker=False)
     since = datetime.now(UTC) - args.since
+    indexed = indexes_questions(client)
     if wanted == RunFilter(since=args.since):
         types = ", ".join(f"'{kind}'" for kind in (WORKFLOW_TYPE, *COUNTED_FLOWS))
         query = f"WorkflowType IN ({types}) AND StartTime > '{since.isoformat(timespec='seconds')}'"
     else:
         await missing_for(client, wanted)
-        query = wanted.visibility_query(question_indexed=indexes_questions(client))
+        query = wanted.visibility_query(question_indexed=indexed)
+    keys = (STARTED_BY, USAGE_MEMO) if indexed else (STARTED_BY, USAGE_MEMO, QUESTION)
     try:
-        executions = [execution async for execution in client.list_workflows(query)
-                      if execution.status != WorkflowExecutionStatus.CONTINUED_AS_NEW]
+        rows = [row for row in await memo_rows(client, query, keys)
+                if row.status != WorkflowExecutionStatus.CONTINUED_AS_NEW]
     except RPCError as error:
         raise CliError(f"Could not list runs: {error.message}") from error
-    if not indexes_questions(client) and wanted.question:
-        executions = [execution for execution in executions if wanted.matches_question(await question_of(execution))]
-    starters = await asyncio.gather(*(started_by(execution) for execution in executions))
-    kinds = [kind_of(execution) for execution in executions]
-    endings = [state_label(execution.status) for execution in executions]
-    summary = summarise(zip(starters, kinds, await usages(client, executions), endings, strict=True))
+    if not indexed and wanted.question:
+        rows = [row for row in rows if wanted.matches_question(question_in(row.memo.get(QUESTION)))]
+    memos = [usage_in(row.memo.get(USAGE_MEMO)) for row in rows]
+    summary = summarise(zip([actor_in(row.memo.get(STARTED_BY)) for row in rows], [kind_of(row) for row in rows],
+                            await spent(client, rows, memos), [state_label(row.status) for row in rows], strict=True))
     print(f"Runs started since {since:%Y-%m-%d %H:%M} UTC: {total_line(summary)}")
     for table in summary_tables(summary):
         if len(table) > 1:

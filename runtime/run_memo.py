@@ -92,22 +92,33 @@ def starter_keywords(name: str) -> list[str]:
 
 async def started_by(execution: WorkflowExecution | WorkflowExecutionDescription) -> Actor | None:
     """Who started the run, as its memo says (None: it does not say)."""
-    value = await execution.memo_value(STARTED_BY, None)
+    return actor_in(await execution.memo_value(STARTED_BY, None))
+
+
+async def question_of(execution: WorkflowExecution) -> str | None:
+    return question_in(await execution.memo_value(QUESTION, None))
+
+
+async def usage_memo(execution: WorkflowExecution) -> Usage | None:
+    """What the run had spent at its last phase change, as its memo says (None: a run from before,
+    a content flow, or a value this build cannot read)."""
+    return usage_in(await execution.memo_value(USAGE_MEMO, None))
+
+
+def actor_in(value: object) -> Actor | None:
+    """A memo's ``started_by`` value as an ``Actor`` (None: absent, or not one)."""
     try:
         return Actor.model_validate(value) if value is not None else None
     except ValidationError:
         return None
 
 
-async def question_of(execution: WorkflowExecution) -> str | None:
-    value = await execution.memo_value(QUESTION, None)
+def question_in(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-async def usage_memo(execution: WorkflowExecution) -> Usage | None:
-    """What the run had spent at its last phase change, as its memo says (None: a run from before,
-    a content flow, or a value this build cannot read)."""
-    value = await execution.memo_value(USAGE_MEMO, None)
+def usage_in(value: object) -> Usage | None:
+    """A memo's ``usage`` value as a ``Usage`` (None: absent, or not one)."""
     try:
         return Usage.model_validate(value) if value is not None else None
     except ValidationError:

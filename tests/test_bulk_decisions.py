@@ -10,6 +10,7 @@ bundled offline model at once.
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import time
@@ -20,18 +21,25 @@ from typing import Any
 
 import httpx
 import pytest
+from temporalio.api.common.v1 import Payload, WorkflowExecution
+from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
-from config.settings import load_settings
+from config.settings import Settings, load_settings
 from runtime import research_client
 from runtime.bulk_decisions import Verdict, accept_plan
-from runtime.run_memo import run_memo
+from runtime.converter import data_converter
+from runtime.memo_listing import memo_rows
+from runtime.run_memo import QUESTION as QUESTION_MEMO
+from runtime.run_memo import STARTED_BY, actor_in, run_memo, usage_in
 from runtime.visibility_query import all_of, quoted
 from tests.support.processes import DevServer, run_starter, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
 from workflows.decisions import Actor, Via
 from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, RunStatus
+from workflows.usage import Usage
+from workflows.visibility import USAGE_MEMO
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -266,3 +274,37 @@ async def test_the_cli_lists_pages_reviews_and_cancels_by_filter(base: str, dev_
     assert status.decisions[-1].by == Actor(name="frank", via=Via.CLI)
     spent = await asyncio.to_thread(run_starter, env, "costs", "--question", tag)
     assert spent.returncode == 0 and spent.stdout.startswith("Runs started since") and " 3 runs · " in spent.stdout
+
+
+async def test_a_listing_read_for_its_memos_reads_what_the_sdk_reads_and_a_bad_field_hides_no_other(
+        dev_server: DevServer, tmp_path: Path) -> None:
+    """runtime/memo_listing.py (what ``costs`` sums): the memo fields of a whole listing decoded in one call
+    of one converter read as the SDK's own binding to each run reads them, encrypted ones included; a field
+    anyone wrote that no decoding reads is left out of its run alone (one decode call would fail them all)."""
+    settings = Settings(DEERFLOW_HOME=tmp_path, DEERFLOW_ENCRYPTION_KEYS=f"k1:{base64.b64encode(bytes(32)).decode()}")
+    sealed = await Client.connect(dev_server.address, data_converter=data_converter(settings))
+    tag = tagged()
+    spent = Usage(llm_calls=3, total_tokens=1234, cost_usd=0.5)
+    broken = Payload(metadata={"encoding": b"json/plain"}, data=b"{not json")
+    started = [await sealed.start_workflow("NoSuchWorkflow", id=run_id(tag), task_queue="no-such-queue", memo=memo)
+               for memo in ({STARTED_BY: {"name": "ann", "via": "api"}, USAGE_MEMO: spent.model_dump(mode="json")},
+                            {STARTED_BY: broken, USAGE_MEMO: spent.model_dump(mode="json")},
+                            {QUESTION_MEMO: "no spend"})]
+    query = f"WorkflowId STARTS_WITH {quoted(f'{tag}-')}"
+    try:
+        await count_matching(sealed, query, 3)
+        rows = {row.id: row for row in await memo_rows(sealed, query, (STARTED_BY, USAGE_MEMO))}
+        listed = {execution.id: execution async for execution in sealed.list_workflows(query)}
+        assert rows.keys() == listed.keys() == {handle.id for handle in started}
+        first, second, third = (rows[handle.id] for handle in started)
+        assert first.memo == {STARTED_BY: await listed[first.id].memo_value(STARTED_BY),
+                              USAGE_MEMO: await listed[first.id].memo_value(USAGE_MEMO)}
+        assert usage_in(first.memo[USAGE_MEMO]) == spent and actor_in(first.memo[STARTED_BY]) == Actor(name="ann", via=Via.API)
+        assert second.memo == {USAGE_MEMO: first.memo[USAGE_MEMO]}  # its starter unreadable, its spend read
+        assert third.memo == {} and (first.status, first.workflow_type) == (listed[first.id].status, "NoSuchWorkflow")
+        raw = (await sealed.workflow_service.describe_workflow_execution(DescribeWorkflowExecutionRequest(
+            namespace=sealed.namespace, execution=WorkflowExecution(workflow_id=first.id))))
+        assert raw.workflow_execution_info.memo.fields[USAGE_MEMO].metadata["encoding"] == b"binary/encrypted"
+    finally:
+        for handle in started:
+            await handle.terminate()
