@@ -299,7 +299,8 @@ async def test_a_listing_read_for_its_memos_reads_what_the_sdk_reads_and_a_bad_f
         first, second, third = (rows[handle.id] for handle in started)
         assert first.memo == {STARTED_BY: await listed[first.id].memo_value(STARTED_BY),
                               USAGE_MEMO: await listed[first.id].memo_value(USAGE_MEMO)}
-        assert usage_in(first.memo[USAGE_MEMO]) == spent and actor_in(first.memo[STARTED_BY]) == Actor(name="ann", via=Via.API)
+        assert usage_in(first.memo[USAGE_MEMO]) == spent
+        assert actor_in(first.memo[STARTED_BY]) == Actor(name="ann", via=Via.API)
         assert second.memo == {USAGE_MEMO: first.memo[USAGE_MEMO]}  # its starter unreadable, its spend read
         assert third.memo == {} and (first.status, first.workflow_type) == (listed[first.id].status, "NoSuchWorkflow")
         raw = (await sealed.workflow_service.describe_workflow_execution(DescribeWorkflowExecutionRequest(
