@@ -14,6 +14,7 @@ import os
 import sys
 
 from cli.parser import Handler
+from runtime.text_streams import replace_lone_surrogates_on_output
 
 
 class RunInterrupted(Exception):
@@ -25,6 +26,7 @@ class RunInterrupted(Exception):
 
 
 def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
+    replace_lone_surrogates_on_output()  # before anything prints
     args = argparse.Namespace()  # filled by parsing; the Ctrl-C hint reads the run ID from it
     try:
         parser.parse_args(argv, namespace=args)  # inside the try: `--help | head` closes the pipe too

@@ -154,7 +154,7 @@ async def status(args: argparse.Namespace, settings: Settings) -> int:
         raise CliError(f"Run {args.id} was {ended}; its last phase is unknown ({error})") from error
     forks = await _forks(client, args.id)
     if args.json:
-        shown = json.loads(current.model_dump_json())
+        shown = current.model_dump(mode="json")  # not model_dump_json: it refuses a lone surrogate
         shown = {"ended": ended, **shown, "retries": [asdict(retry) for retry in retries],
                  "forks": [{**asdict(fork), "started_by": fork.started_by.model_dump(mode="json")
                             if fork.started_by else None} for fork in forks]}

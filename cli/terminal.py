@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from workflows.untrusted_text import without_lone_surrogates
+
 _SEQUENCES = re.compile(
     r"""
       (?:\x1b\[|\x9b) [\x30-\x3f]* [\x20-\x2f]* [\x40-\x7e]          # CSI: cursor, erase, colours
@@ -36,8 +38,9 @@ Model = TypeVar("Model", bound=BaseModel)
 
 
 def printable(text: str) -> str:
-    """``text`` without terminal control sequences and control characters (``\\n`` and ``\\t`` stay)."""
-    return _SEQUENCES.sub("", text)
+    """``text`` without terminal control sequences and control characters (``\\n`` and ``\\t`` stay), and
+    with each lone surrogate U+FFFD (which a terminal's UTF-8 cannot carry)."""
+    return without_lone_surrogates(_SEQUENCES.sub("", text))
 
 
 def printable_json(text: str) -> str:
@@ -45,7 +48,7 @@ def printable_json(text: str) -> str:
 
     They can only occur inside strings (JSON syntax is ASCII), where the escape means the same.
     """
-    return _JSON_UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
+    return without_lone_surrogates(_JSON_UNSAFE.sub(lambda match: f"\\u{ord(match.group()):04x}", text))
 
 
 def printable_model(model: Model) -> Model:

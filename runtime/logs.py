@@ -21,6 +21,7 @@ from temporalio import activity, workflow
 from temporalio.runtime import LogForwardingConfig, LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 
 from config.settings import Settings
+from runtime.text_streams import replace_lone_surrogates_on_output
 
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 # The SDK's names for a run's details, and ours in the JSON object (one name for the run id).
@@ -60,7 +61,8 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname, "logger": record.name, "message": record.getMessage(),
             **run_details(record)}
         if record.exc_info:
-            entry["exception"] = self.formatException(record.exc_info)
+            # The text a filter left (the worker's scrubs secrets out of it), else the traceback's own.
+            entry["exception"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False, default=str)
 
 
@@ -73,12 +75,14 @@ def core_logging(settings: Settings) -> LoggingConfig:
 
 
 def configure_logging(settings: Settings) -> None:
-    """The root logger's one handler (standard error), at ``settings.log_level`` in ``settings.log_format``.
+    """The root logger's one handler (standard error), at ``settings.log_level`` in ``settings.log_format``;
+    standard output and error write U+FFFD for a lone surrogate (runtime/text_streams.py).
 
     In JSON the SDK's loggers leave the run's details out of the message, since they are fields. The
     default Temporal runtime (every client's unless given another) forwards the core's records too:
     call this before any client is built.
     """
+    replace_lone_surrogates_on_output()
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(ActivityContext())
     json_lines = settings.log_format == "json"

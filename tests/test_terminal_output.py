@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +25,7 @@ from cli.terminal import printable, printable_json
 from cli.watch import Watcher, render_status
 from config.settings import Settings
 from runtime.forks import ForkListed
+from tests.support.processes import REPO_DIR
 from tests.support.status_samples import T0, ScriptedRun, handle, sample_status
 from workflows.fork_point import ForkPoint, ForkStage
 from workflows.models import Awaiting, Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
@@ -155,3 +158,46 @@ async def test_status_and_report_commands_print_no_escapes(
     assert json.loads(shown)["plan"]["title"] == HOSTILE  # the same JSON value, escaped
     await commands_module.report(argparse.Namespace(id="r1", output=str(tmp_path / "r.md")), Settings())
     assert (tmp_path / "r.md").read_bytes().decode() == HOSTILE
+
+
+LONE = "lone \ud800 high, \udcff low, pair \ud83d\ude00"  # a "\ud800" escape, a byte Python escaped, a pair
+LONE_SHOWN = "lone \ufffd high, \ufffd low, pair \U0001f600"
+
+
+async def test_lone_surrogates_in_a_run_are_printed_as_replacement_characters(
+    commands: object, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """status, status --json and report of a run whose texts hold lone surrogates. pytest's capture
+    encodes strictly, as standard output on a pipe does: printed as they are, they fail the command."""
+    plan = Plan(title=LONE, thought=LONE, steps=[Step(title=LONE, description=LONE)])
+
+    async def status(_handle: object) -> RunStatus:
+        return sample_status(plan=plan, error=LONE, question=LONE)
+
+    async def result(_handle: object) -> ResearchResult:
+        return ResearchResult(report=LONE)
+
+    monkeypatch.setattr(commands_module, "_status", status)
+    monkeypatch.setattr(commands_module, "_result", result)
+    await commands_module.status(argparse.Namespace(id="r1", json=False), Settings())
+    await commands_module.report(argparse.Namespace(id="r1", output=None), Settings())
+    shown = capsys.readouterr().out
+    assert shown.count(LONE_SHOWN) >= 3 and LONE_SHOWN in plan_text(plan)
+    await commands_module.status(argparse.Namespace(id="r1", json=True), Settings())
+    assert json.loads(capsys.readouterr().out)["plan"]["title"] == LONE_SHOWN
+
+
+@pytest.mark.parametrize("utf8_mode", ["0", "1"])
+def test_a_real_command_writes_utf_8_to_a_pipe_whatever_it_prints(utf8_mode: str, tmp_path: Path) -> None:
+    """``starter.py config`` printing a conf.yaml value with lone surrogates (YAML's "\\ud800" escape),
+    its standard output a pipe: it failed with UnicodeEncodeError (strict, the default), and wrote a
+    0xFF byte (surrogateescape: UTF-8 mode). The process's streams replace them (runtime/text_streams.py)."""
+    conf = tmp_path / "conf.yaml"
+    conf.write_text('BASIC_MODEL:\n  model: "caf\\ud800 \\udcff \\ud83d\\ude00"\n  base_url: "http://127.0.0.1:9/v1"\n')
+    env = {"PATH": "/usr/bin:/bin", "DEERFLOW_HOME": str(tmp_path / "home"), "DEERFLOW_CONF": str(conf),
+           "PYTHONUTF8": utf8_mode, "LANG": "C.UTF-8"}
+    done = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "config"], env=env, cwd=tmp_path,
+                          capture_output=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr.decode("utf-8", "replace")[-2000:]
+    shown = done.stdout.decode("utf-8")  # strictly: raises on bytes that are not UTF-8
+    assert "BASIC_MODEL = caf\ufffd \ufffd \U0001f600" in shown

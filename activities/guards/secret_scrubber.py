@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from config.mcp_servers import placeholder_values
 from config.secrets import MIN_SECRET_CHARS
 from config.settings import Settings
+from workflows.untrusted_text import without_lone_surrogates
 
 REDACTED = "[redacted]"
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
@@ -46,7 +47,10 @@ class SecretScrubber:
         self.longest = len(values[0]) if values else 0
 
     def scrub(self, text: str) -> str:
-        return self._pattern.sub(REDACTED, text) if self._pattern else text
+        """``text`` without the secrets, and with each lone surrogate U+FFFD: what it returns goes into
+        payloads and log lines, which are UTF-8 (a lone surrogate failed them, or a log line came out
+        with its escape)."""
+        return without_lone_surrogates(self._pattern.sub(REDACTED, text) if self._pattern else text)
 
     def scrub_value(self, value: Any) -> Any:
         """``value`` with every string inside it (dicts, lists, tuples, pydantic models) scrubbed.

@@ -17,6 +17,8 @@ import json
 from collections.abc import Callable
 from typing import Any
 
+from mcp import types as mcp_types
+from mcp.shared.message import SessionMessage
 from pydantic import BaseModel, ValidationError
 
 from activities.documents.chunk import chunk_text
@@ -24,6 +26,8 @@ from activities.documents.extract import markdown_title
 from activities.documents.tokens import query_terms
 from activities.guards.secret_scrubber import SecretScrubber
 from activities.guards.url_guard import display_url
+from activities.mcp.lenient_wire import mended
+from activities.mcp.tools import format_content
 from activities.model.context_budget import count_tokens
 from activities.model.json_tools import parse_action
 from activities.model.reply_safety import safe_reply
@@ -40,7 +44,7 @@ from workflows.evaluation import parse_judgement
 from workflows.findings import finding_preview
 from workflows.found_urls import url_key, urls_in
 from workflows.markdown_links import links
-from workflows.models import SearchResult, ToolCall
+from workflows.models import MCPCallResult, SearchResult, ToolCall
 from workflows.plan_parsing import PlanParseError, parse_plan
 from workflows.podcast import NoScript, script_from_reply, without_markup
 from workflows.reply_json import ReplyNotJson, reply_json
@@ -108,6 +112,19 @@ def _bytes(text: str) -> bytes:
     return text.encode("utf-8", "surrogatepass")
 
 
+def _mcp_tool_output(text: str) -> MCPCallResult:
+    """A tool's ``text`` as a server's JSON-RPC line carries it (a lone surrogate as its escape), read
+    as the MCP client reads a line: strictly, then leniently (activities/mcp/lenient_wire.py)."""
+    line = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": [{"type": "text", "text": text}]}})
+    try:
+        item: SessionMessage | Exception = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+        item = SessionMessage(item)
+    except ValidationError as refused:
+        item = mended(refused)
+    assert isinstance(item, SessionMessage) and isinstance(item.message, mcp_types.JSONRPCResponse), item
+    return MCPCallResult(content=format_content(mcp_types.CallToolResult.model_validate(item.message.result)))
+
+
 _SCRUBBER = SecretScrubber(["sk-live-0123456789abcdef"])
 
 # Each handler of text a request, a model, a page, a search result or a document sent, by where it runs.
@@ -136,8 +153,9 @@ HANDLERS: dict[str, Callable[[str], None]] = {
     "json_tool_action": _quietly(lambda text: safe_reply(*parse_action(text, []))),  # as the chat activity
     "tool_refusal": _quietly(refuses_tools),
     "token_estimate": _quietly(count_tokens),
-    "secret_scrubber": _quietly(_SCRUBBER.scrub, carries=False),  # of payloads and log lines
+    "secret_scrubber": _quietly(_SCRUBBER.scrub),  # of payloads and log lines: whatever an activity or a library sent
     "url_display": _quietly(display_url, carries=False),  # of a tool call's carried arguments
+    "mcp_tool_output": _quietly(_mcp_tool_output),
     "search_snippet": _quietly(lambda text: SearchResult(title=plain_text(text), url="u", content=plain_text(text))),
     "page_decoding": _quietly(lambda text: decode_body(_bytes(text), None)),
     "page_text": _quietly(lambda text: prepare_html(text, 20_000)),
@@ -145,5 +163,6 @@ HANDLERS: dict[str, Callable[[str], None]] = {
     "document_chunks": _quietly(chunk_text, carries=False),
     "document_terms": _quietly(query_terms),
     # the CLI: whatever a run holds, shown in a terminal
-    "terminal": _quietly(lambda text: (printable(text), printable_json(text)), carries=False),  # of what runs carried
+    # of what runs carried, and what the user's arguments and files hold (bytes Python escaped)
+    "terminal": _quietly(lambda text: (printable(text), printable_json(text))),
 }
