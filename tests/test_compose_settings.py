@@ -57,6 +57,24 @@ def test_every_service_of_ours_reads_the_teams_settings_file(services: dict[str,
     assert not [name for name in examples if is_secret(name)]
 
 
+def test_every_service_reads_a_settings_file_of_the_shipped_folder(services: dict[str, Any]) -> None:
+    """Every service, one-shots and profiles included, takes a team's settings from a file of the settings
+    folder (env_file): the shipped folder has each, a fresh clone runs with it, and none holds a secret."""
+    files = {name: service.get("env_file") for name, service in services.items()}
+    assert not [name for name, read in files.items() if not read], files
+    for name, read in files.items():
+        for path in read:
+            folder, _, file = path.rpartition("/")
+            assert folder == SETTINGS_DIR, (name, path)
+            values = assignments(SHIPPED / file)
+            assert not [variable for variable in values if is_secret(variable)], file
+    # Third-party services read their own file, never the team's (which the keyed services read).
+    assert {name for name, read in files.items() if f"{SETTINGS_DIR}/deerflow.env" in read} == set(TEAM)
+    commented = [line for line in (SHIPPED / "minio.env").read_text(encoding="utf-8").splitlines()
+                 if re.match(r"# MINIO_[A-Z_]+=", line)]
+    assert commented and not [line for line in commented if "PASSWORD" in line or "ROOT_USER" in line]
+
+
 def test_the_worker_mounts_conf_yaml_read_only_and_reads_it(services: dict[str, Any], tmp_path: Path) -> None:
     worker = services["worker"]
     target = worker["environment"]["DEERFLOW_CONF"]

@@ -22,14 +22,16 @@ import time
 import tomllib
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import yaml
 from temporalio.api.enums.v1 import EventType, PendingActivityState, TimeoutType
 from temporalio.client import Client, WorkflowHandle, WorkflowHistory
 
-from tests.support.compose_stack import IMAGE, ROOT, TEAM_SETTINGS, TOKENS, Stack
+from tests.support.compose_stack import IMAGE, ROOT, SETTINGS_FILE_MARKER, TEAM_SETTINGS, TOKENS, Stack
 from tests.support.runs import QUESTION
 from tests.support.web_server import parse_sse
 
@@ -113,6 +115,19 @@ def test_the_worker_has_the_team_settings_and_conf_yaml(stack: Stack) -> None:
     assert settings["DEERFLOW_TTS_URL"] == f"{TEAM_SETTINGS['DEERFLOW_TTS_URL']}  (environment)"
     assert settings["DEERFLOW_MODEL_PRICES"].startswith('{"team-model": {"input": 0.5, "output": 1.5,')
     assert settings["MCP_SERVERS"] == "[team-docs]  (/etc/deerflow/conf.yaml)"
+
+
+def test_every_service_reads_its_settings_file(stack: Stack) -> None:
+    """compose gave each container, one-shots included, the settings file the shipped file names (env_file):
+    its environment holds the variable that file of the test's settings folder sets to its own name."""
+    shipped = yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
+    read = {}
+    for name in sorted(SERVICES | ONE_SHOTS):
+        [container] = stack.compose("ps", "-q", "-a", name).stdout.split()
+        read[name] = [value.split("=", 1)[1] for value in stack.inspect(container)["Config"]["Env"]
+                      if value.startswith(f"{SETTINGS_FILE_MARKER}=")]
+    assert read == {name: [Path(shipped[name]["env_file"][0]).name] for name in read}, read
+    print("settings files read: " + ", ".join(f"{name} {files[0]}" for name, files in read.items()))
 
 
 def test_a_research_run_reaches_its_report_with_token_previews(stack: Stack) -> None:

@@ -39,6 +39,9 @@ SECRETS = {
 TEAM_SETTINGS = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.5", "DEERFLOW_RUN_TOKEN_BUDGET": "2000000",
                  "DEERFLOW_MODEL_PRICES": '{"team-model": {"input": 0.5, "output": 1.5}}',
                  "DEERFLOW_TTS_URL": "https://api.openai.com/v1/audio/speech"}
+# A variable each settings file of the test's folder sets to its own name: a container's environment shows
+# which file compose gave it (env_file).
+SETTINGS_FILE_MARKER = "DEPLOY_TEST_SETTINGS_FILE"
 # The team's conf.yaml: an MCP server, which the worker gets from the mounted file only (a run uses it only
 # when its request names it, so none of these runs reaches for it).
 CONF_YAML = ("MCP_SERVERS:\n  team-docs:\n    transport: streamable_http\n    url: https://mcp.example.com/mcp\n"
@@ -59,7 +62,11 @@ class Stack:
         settings = self.workdir / "settings"
         settings.mkdir(parents=True, exist_ok=True)
         (settings / "deerflow.env").write_text("".join(f"{k}={v}\n" for k, v in TEAM_SETTINGS.items()))
-        shutil.copy(ROOT / "deploy" / "compose" / "sandbox.env", settings / "sandbox.env")
+        for shipped in sorted((ROOT / "deploy" / "compose").glob("*.env")):
+            if shipped.name != "deerflow.env":
+                shutil.copy(shipped, settings / shipped.name)
+        for file in settings.glob("*.env"):  # which file a container read: it carries the file's name
+            file.write_text(f"{file.read_text()}{SETTINGS_FILE_MARKER}={file.name}\n")
         (settings / "conf.yaml").write_text(CONF_YAML)
         tokens = [{"name": name, "token": token, "role": role} for name, (token, role) in TOKENS.items()]
         env = {**SECRETS, "COMPOSE_PROJECT_NAME": PROJECT, "DEERFLOW_BIND": BIND,
