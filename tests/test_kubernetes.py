@@ -9,6 +9,7 @@ strict: an unknown field is an error) and read for the rest (issue #43 §4).
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from pathlib import Path
 from typing import Any
@@ -153,3 +154,46 @@ def test_the_pods_run_what_compose_runs_and_previews_reach_the_api() -> None:
     assert worker["DEERFLOW_TOKEN_STREAM_TOKEN"] == env_of(deployments["deerflow-api"])["DEERFLOW_TOKEN_STREAM_TOKEN"]
     settings = of_kind("ConfigMap")["deerflow-settings"]["data"]
     load_settings(settings)  # every value there is a valid setting
+
+
+# Addresses the sandbox pod must never reach: the cluster's and the node's private ranges, loopback, and the
+# instance metadata service (the node's cloud credentials).
+NEVER_REACHED = ("10.0.0.1", "172.16.0.1", "192.168.1.1", "100.64.0.1", "169.254.169.254", "127.0.0.1")
+
+
+def reached_by(block: dict[str, Any], address: str) -> bool:
+    """Whether a NetworkPolicy ipBlock admits ``address``: inside its CIDR and outside every exception."""
+    ip = ipaddress.ip_address(address)
+    return ip in ipaddress.ip_network(block["cidr"]) and \
+        not any(ip in ipaddress.ip_network(excepted) for excepted in block.get("except", []))
+
+
+def test_the_sandbox_reaches_only_dns_temporal_and_the_store_and_nothing_reaches_it() -> None:
+    """The coder's Python runs in the sandbox pod: its NetworkPolicy denies every connection in and allows
+    out only the cluster's DNS, Temporal's frontend on the port TEMPORAL_ADDRESS names and the store over
+    HTTPS on public addresses. A rule without `to` or `ports` would allow every destination or port."""
+    sandbox = of_kind("Deployment")["deerflow-sandbox"]["spec"]["template"]["metadata"]["labels"]
+    selecting = {name: policy["spec"] for name, policy in of_kind("NetworkPolicy").items()
+                 if policy["spec"]["podSelector"]["matchLabels"].items() <= sandbox.items()}
+    [spec] = selecting.values()
+    assert set(spec["policyTypes"]) == {"Ingress", "Egress"} and not spec.get("ingress"), spec
+    rules = spec["egress"]
+    assert all(rule.get("to") and rule.get("ports") for rule in rules), rules
+    allowed = {(port["protocol"], port["port"]) for rule in rules for port in rule["ports"]}
+    settings = of_kind("ConfigMap")["deerflow-settings"]["data"]
+    host, _, temporal_port = settings["TEMPORAL_ADDRESS"].rpartition(":")
+    store_port = 443 if "DEERFLOW_S3_ENDPOINT_URL" not in settings else None  # AWS S3 itself: HTTPS
+    assert allowed == {("UDP", 53), ("TCP", 53), ("TCP", int(temporal_port)), ("TCP", store_port)}, allowed
+    # Temporal's frontend: pods of the namespace its service name is in, on its port only.
+    [temporal] = [rule for rule in rules if ("TCP", int(temporal_port)) in
+                  {(port["protocol"], port["port"]) for port in rule["ports"]}]
+    namespace = host.split(".")[1]
+    assert [peer["namespaceSelector"]["matchLabels"] for peer in temporal["to"]] == \
+        [{"kubernetes.io/metadata.name": namespace}]
+    assert len(temporal["ports"]) == 1
+    # Address blocks (the store's) admit no private, loopback or metadata address.
+    blocks = [peer["ipBlock"] for rule in rules for peer in rule["to"] if "ipBlock" in peer]
+    assert blocks and not [(block, address) for block in blocks for address in NEVER_REACHED
+                           if reached_by(block, address)]
+    for rule in rules:  # a rule is either address blocks or selected pods, each in a namespace named
+        assert all("ipBlock" in peer or "namespaceSelector" in peer for peer in rule["to"]), rule
