@@ -19,7 +19,6 @@ either way).
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
@@ -230,4 +229,3 @@ def test_moto_enforces_the_policies_the_test_relies_on(store: Store, monkeypatch
     s3 = boto3.client("s3", endpoint_url=store.url, region_name="us-east-1", **root)
     with pytest.raises(ClientError, match="InvalidAccessKeyId"):
         s3.get_object(Bucket=store.bucket, Key="existing")
-    assert os.environ.get("AWS_ACCESS_KEY_ID") is None
