@@ -124,3 +124,15 @@ def resolve(text: str) -> Path | None:
 
 def _strictly_inside(path: Path, place: Path) -> bool:
     return path != place and path.is_relative_to(place)
+
+
+def utf8_named(path: Path) -> bool:
+    """Whether ``path`` is UTF-8. A name of other bytes (a Latin-1 archive's "caf\\xe9.md") reaches
+    Python as lone surrogates, which neither the document index (SQLite's text), a search result nor
+    a JSON response can hold: a search failed with UnicodeEncodeError on every attempt, and the API
+    server's listing of documents answered 500. Such a file is skipped."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

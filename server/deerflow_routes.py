@@ -10,7 +10,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from config.resources import SUPPORTED_SUFFIXES, resolve
+from config.resources import SUPPORTED_SUFFIXES, resolve, utf8_named
 from offline.providers import offline_parts
 from runtime import research_client
 from runtime.run_memo import started_by
@@ -86,7 +86,8 @@ def _resources(uploads: Uploads, who: Principal, query: str) -> list[dict[str, s
         for path in sorted(root.rglob("*")):
             if len(found) >= MAX_RESOURCES:
                 return found
-            if path.is_file() and path.suffix.lower() in SUPPORTED_SUFFIXES and policy.allows(real := path.resolve()) \
+            if utf8_named(path) and path.is_file() and path.suffix.lower() in SUPPORTED_SUFFIXES \
+                    and policy.allows(real := path.resolve()) \
                     and uploads.may_use(real, who) and query in path.name.lower():
                 listed = uploads.listed(real)
                 if resolve(policy.path_text(listed["uri"])) == real:  # not shadowed by an earlier root's

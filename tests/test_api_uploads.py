@@ -7,6 +7,7 @@ under a name it chose, within the operator's caps. Whose uploads a token sees: t
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -79,6 +80,18 @@ async def test_a_document_is_listed_by_the_name_the_worker_finds_it_by(time_env:
         listed = (await http.get(f"{url}/api/rag/resources")).json()["resources"]
     assert [item["uri"] for item in listed] == ["local://notes.md", "local://only-here.md"]
     assert str(tmp_path) not in str(listed)
+
+async def test_a_file_whose_name_is_not_utf_8_is_left_out_of_the_listing(time_env: WorkflowEnvironment,
+                                                                        root: Path) -> None:
+    """A Latin-1 name under a root (a lone surrogate to Python) made the listing's JSON fail: a 500
+    for every listing (issue #42). It is left out; the others are listed."""
+    (root / "fleet.md").write_bytes(NOTE)
+    (root / os.fsdecode(b"caf\xe9.md")).write_bytes(NOTE)
+    async with serving(time_env, root) as url, httpx.AsyncClient(timeout=30) as http:
+        answer = await http.get(f"{url}/api/rag/resources")
+    assert answer.status_code == 200, answer.text
+    assert [item["uri"] for item in answer.json()["resources"]] == ["local://fleet.md"]
+
 
 @pytest.mark.parametrize("name", ["../../outside.md", "/etc/cron.d/x.md", "..\\..\\outside.md", ".hidden.md"])
 async def test_the_name_cannot_pick_the_folder(base: str, root: Path, name: str) -> None:

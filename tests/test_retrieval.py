@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -183,6 +184,18 @@ async def test_unsupported_and_hidden_files_are_skipped(home: Path, corpus: Path
     response = await local_search(home, "photovoltaic", [corpus])
     assert sorted(extractions) == ["bread.txt", "quantum.md", "solar.md", "tidal.pdf", "volcano.html"]
     assert set(names(response)) == {"solar.md", "bread.txt"}
+
+
+async def test_a_file_whose_name_is_not_utf_8_is_skipped_and_the_others_found(
+    home: Path, corpus: Path, extractions: list[str]
+) -> None:
+    """A Latin-1 name ("caf\xe9.md") reaches Python as a lone surrogate, which SQLite's text and a
+    payload refuse: the whole search failed with UnicodeEncodeError, on every attempt (issue #42)."""
+    (corpus / os.fsdecode(b"caf\xe9 photovoltaic.md")).write_bytes(SOLAR_MD.encode())
+    response = await local_search(home, "photovoltaic", [corpus])
+    assert set(names(response)) == {"solar.md", "bread.txt"}
+    assert not any(name.startswith("caf") for name in extractions)
+    response.model_dump_json()
 
 
 async def test_results_point_at_the_matching_chunk(home: Path, tmp_path: Path) -> None:

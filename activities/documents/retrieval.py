@@ -46,7 +46,7 @@ from activities.support.pooled_http import pooled_client
 from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from activities.web.search import parse_retry_after, trim_response
-from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources
+from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources, utf8_named
 from config.settings import Settings
 from runtime.heartbeat import heartbeating
 from workflows.document_names import LOCAL_SCHEME, passage_address
@@ -219,7 +219,9 @@ def collect_files(roots: list[Path], policy: ResourcePolicy) -> LocalResources:
         if root.is_dir():
             folders.append(root)
         for path in _candidates(root, policy):
-            if doc_extract.is_supported(path):
+            if not utf8_named(path):
+                log.warning("Skipping %r: its name is not UTF-8, which the index and a run's history hold", path)
+            elif doc_extract.is_supported(path):
                 files[path] = None
             else:
                 log.debug("Skipping %s: %r files are not indexed", path, path.suffix or "extensionless")

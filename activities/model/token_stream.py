@@ -88,7 +88,9 @@ class Publisher:
             return
         window = self.text[max(self.checked - self.scrubber.longest, 0):end]
         if self.scrubber.scrub(window) != window:
-            self.stopped = True  # a secret: nothing from here on leaves the worker
+            # A secret, or a lone surrogate (which the sink's JSON cannot carry; the scrubber replaces
+            # it): nothing from here on leaves the worker.
+            self.stopped = True
             return
         self.checked = end
         if self.checked - self.sent > self.max_pending:
