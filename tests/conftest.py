@@ -30,6 +30,8 @@ from tests.support.cdp import Chromium, Page, chromium_path, open_page
 from tests.support.isolation import isolate_this_process
 from tests.support.processes import TEST_SERVER, DevServer
 from tests.support.runs import STARTED
+from tests.support.stand_in_runs import StartStandIn, stand_in_runs
+from tests.support.web_server import api_server
 from tests.support.workers import WorkerWith, harness_workers, own_worker
 
 _own_tmp = pytest.StashKey[str]()
@@ -189,3 +191,16 @@ def dev_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DevServer]:
 async def client(dev_server: DevServer) -> AsyncIterator[Client]:
     yield await connect_when_ready(dev_server.address, data_converter=data_converter(load_settings()))
 
+
+@pytest.fixture(scope="module")
+async def open_api(client: Client) -> AsyncIterator[str]:
+    """Our API server without a token (loopback callers are the local admin) on the module's dev server."""
+    async with api_server(client, load_settings().model_copy(update={"web_token": None})) as url:
+        yield url
+
+
+@pytest.fixture
+async def stand_in(client: Client) -> AsyncIterator[StartStandIn]:
+    """Starts stand-in runs (tests/support/stand_in_runs.py) that end as each test asks."""
+    async with stand_in_runs(client) as start:
+        yield start

@@ -13,16 +13,13 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client, WorkflowHandle
 
-from config.settings import load_settings
 from tests.support.cdp import Page, chromium_path
-from tests.support.stand_in_runs import StartStandIn, stand_in_runs
-from tests.support.web_server import api_server
+from tests.support.stand_in_runs import StartStandIn
 from workflows.decisions import Actor, Via
 
 CHROMIUM = chromium_path()
@@ -35,18 +32,6 @@ FINISHED, PAUSED = 160, 80  # runs of the test: finished, and waiting for a plan
 ANN = Actor(name="ann", via=Via.API)
 MAX_PAGES = 12  # more than the test's runs fill (a list that never ends fails)
 LISTED = "[...document.querySelectorAll('#runs li')].map((li) => li.dataset.run)"
-
-
-@pytest.fixture(scope="module")
-async def base(client: Client) -> AsyncIterator[str]:
-    async with api_server(client, load_settings().model_copy(update={"web_token": None})) as url:
-        yield url
-
-
-@pytest.fixture
-async def stand_in(client: Client) -> AsyncIterator[StartStandIn]:
-    async with stand_in_runs(client) as start:
-        yield start
 
 
 async def many(stand_in: StartStandIn, tag: str) -> tuple[list[WorkflowHandle], list[WorkflowHandle]]:
@@ -63,7 +48,7 @@ async def many(stand_in: StartStandIn, tag: str) -> tuple[list[WorkflowHandle], 
     return list(finished), list(paused)
 
 
-async def indexed(client: Client, query: str, expected: int, timeout: float = 120) -> None:
+async def indexed(client: Client, query: str, expected: int, timeout: float = 300) -> None:
     deadline = time.monotonic() + timeout
     while (found := (await client.count_workflows(query)).count) != expected:
         assert time.monotonic() < deadline, f"{found} runs match {query}, not {expected}"
@@ -92,14 +77,14 @@ async def filter_by(page: Page, question: str, state: str = "", started_by: str 
     return list(shown)
 
 
-async def test_the_list_pages_and_filters_a_few_hundred_runs(client: Client, base: str, stand_in: StartStandIn,
+async def test_the_list_pages_and_filters_a_few_hundred_runs(client: Client, open_api: str, stand_in: StartStandIn,
                                                             page: Page) -> None:
     tag = f"zq{uuid.uuid4().hex[:8]}"
     finished, paused = await many(stand_in, tag)
     await indexed(client, f"DeerFlowQuestion = '{tag}' AND DeerFlowPhase = 'completed'", FINISHED)
     await indexed(client, f"DeerFlowQuestion = '{tag}' AND DeerFlowAwaiting = 'plan_feedback'", PAUSED)
-    await page.navigate(f"{base}/")
-    await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
+    await page.navigate(f"{open_api}/")
+    await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", 60, what="the page")
 
     every = await filter_by(page, tag)
     assert len(every) == len(set(every)) == FINISHED + PAUSED  # every run once, none twice across pages

@@ -20,7 +20,7 @@ from temporalio.client import Client
 from config.settings import load_settings
 from tests.support.cdp import Page, chromium_path
 from tests.support.runs import SAMPLE_REPORT
-from tests.support.stand_in_runs import StartStandIn, stand_in_runs
+from tests.support.stand_in_runs import StartStandIn
 from tests.support.web_server import api_server
 from workflows.findings import finding_preview
 
@@ -40,12 +40,6 @@ INTERNAL_NAMES = ("awaiting_review", "plan_feedback", "background_investigation"
 
 
 @pytest.fixture(scope="module")
-async def base(client: Client) -> AsyncIterator[str]:
-    async with api_server(client, load_settings().model_copy(update={"web_token": None})) as url:
-        yield url
-
-
-@pytest.fixture(scope="module")
 async def guarded(client: Client) -> AsyncIterator[str]:
     """The API server with two named tokens: an admin and a viewer."""
     named = [{"name": "ada", "token": TOKENS["ada"], "role": "admin"},
@@ -55,12 +49,6 @@ async def guarded(client: Client) -> AsyncIterator[str]:
         yield url
 
 
-@pytest.fixture
-async def stand_in(client: Client) -> AsyncIterator[StartStandIn]:
-    async with stand_in_runs(client) as start:
-        yield start
-
-
 async def opened(page: Page, url: str, width: int) -> None:
     await page.use_width(width)
     await page.navigate(url)
@@ -68,11 +56,11 @@ async def opened(page: Page, url: str, width: int) -> None:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-async def test_a_run_has_an_address_that_reload_and_links_keep(base: str, stand_in: StartStandIn, page: Page,
+async def test_a_run_has_an_address_that_reload_and_links_keep(open_api: str, stand_in: StartStandIn, page: Page,
                                                                width: int) -> None:
     handle = await stand_in("", question=QUESTION)
     other = await stand_in(SAMPLE_REPORT, question="What will tidal power deliver by 2030?")
-    await opened(page, f"{base}/", width)
+    await opened(page, f"{open_api}/", width)
     row = f"[...document.querySelectorAll('#runs li')].find((li) => li.title === {json.dumps(handle.id)})"
     link = await page.wait_for(f"{row}?.querySelector('a')?.getAttribute('href')", 20, what="the run's link")
     assert link == f"/runs/{handle.id}"
@@ -80,7 +68,7 @@ async def test_a_run_has_an_address_that_reload_and_links_keep(base: str, stand_
     await page.wait_for(f"location.pathname === {json.dumps(link)} && "
                         "document.getElementById('run-title').textContent === " + json.dumps(QUESTION),
                         what="the run opened at its address")
-    await page.navigate(f"{base}{link}")  # a reload, or the link shared with someone
+    await page.navigate(f"{open_api}{link}")  # a reload, or the link shared with someone
     await page.wait_for(STARTED, 30, what="the page again")
     assert await page.wait_for("window.deerflowPage.state.run", what="the run") == handle.id
     await page.evaluate(f"window.deerflowPage.openRun({json.dumps(other.id)}); true")
@@ -88,7 +76,7 @@ async def test_a_run_has_an_address_that_reload_and_links_keep(base: str, stand_
     await page.evaluate("history.back(); true")  # back to the first run
     await page.wait_for(f"window.deerflowPage.state.run === {json.dumps(handle.id)}", what="back to the first run")
     legacy = await stand_in("", question=QUESTION)  # the page's addresses before: ?run=ID
-    await page.navigate(f"{base}/?run={legacy.id}")
+    await page.navigate(f"{open_api}/?run={legacy.id}")
     await page.wait_for(f"location.pathname === {json.dumps(f'/runs/{legacy.id}')}", what="the old address moved")
     for run in (handle, other, legacy):
         await run.cancel() if run is not other else None
@@ -96,9 +84,9 @@ async def test_a_run_has_an_address_that_reload_and_links_keep(base: str, stand_
 
 @pytest.mark.parametrize("width", WIDTHS)
 async def test_the_page_speaks_in_words_and_the_list_says_what_the_view_says(
-        base: str, stand_in: StartStandIn, page: Page, width: int) -> None:
+        open_api: str, stand_in: StartStandIn, page: Page, width: int) -> None:
     handle = await stand_in("", question=QUESTION)
-    await opened(page, f"{base}/runs/{handle.id}", width)
+    await opened(page, f"{open_api}/runs/{handle.id}", width)
     said = await page.wait_for("document.getElementById('run-phase').textContent", 30, what="the phase")
     assert said == "Now: waiting for a review of its plan", said
     # In the same moment, not at the list's next refresh.
@@ -150,15 +138,15 @@ async def test_a_viewer_is_offered_nothing_it_may_not_do_and_everyone_sees_who_t
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-async def test_the_smaller_points(base: str, stand_in: StartStandIn, page: Page, width: int) -> None:
+async def test_the_smaller_points(open_api: str, stand_in: StartStandIn, page: Page, width: int) -> None:
     async with httpx.AsyncClient() as http:
-        icon = await http.get(f"{base}/favicon.ico")
+        icon = await http.get(f"{open_api}/favicon.ico")
     assert icon.status_code == 200 and icon.headers["content-type"].startswith("image/svg+xml")
     wide = SAMPLE_REPORT + "\n| Commissioned | Operator | Capacity (MW) | Grid connection |\n|---|---|---|---|\n" \
                            "| 2016 | SIMEC Atlantis Energy | 6 | subsea export cables |\n"
     handle = await stand_in(wide, question="What will tidal power deliver by 2030?")
     await handle.result()
-    await opened(page, f"{base}/runs/{handle.id}", width)
+    await opened(page, f"{open_api}/runs/{handle.id}", width)
     await page.wait_for("!document.getElementById('flows').hidden", 30, what="the report")
     # No documents: the box is replaced by a hint; empty budgets say what the operator's default is.
     assert await page.evaluate("document.getElementById('resources').hidden && "

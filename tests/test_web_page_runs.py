@@ -10,18 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from config.settings import load_settings
 from tests.support.cdp import PHONE, WIDTHS, Page, chromium_path
 from tests.support.runs import SAMPLE_REPORT
-from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn, stand_in_runs
-from tests.support.web_server import api_server
+from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn
 
 CHROMIUM = chromium_path()
 pytestmark = [
@@ -42,29 +39,17 @@ print("a code line that is far wider than a phone's screen, and must scroll in i
 """
 
 
-@pytest.fixture(scope="module")
-async def base(client: Client) -> AsyncIterator[str]:
-    async with api_server(client, load_settings().model_copy(update={"web_token": None})) as url:
-        yield url
-
-
-@pytest.fixture
-async def stand_in(client: Client) -> AsyncIterator[StartStandIn]:
-    async with stand_in_runs(client) as start:
-        yield start
-
-
 def shown(element: str) -> str:
     return f"!document.getElementById('{element}').hidden"
 
 
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("ending", ["cancelled", "terminated", "failed", "timed out"])
-async def test_an_ended_run_says_how_and_offers_no_review(base: str, stand_in: StartStandIn, page: Page,
+async def test_an_ended_run_says_how_and_offers_no_review(open_api: str, stand_in: StartStandIn, page: Page,
                                                           ending: str, width: int) -> None:
     handle = await stand_in("", timeout=6.0 if ending == "timed out" else None)
     await page.use_width(width)
-    await page.navigate(f"{base}/?run={handle.id}")
+    await page.navigate(f"{open_api}/?run={handle.id}")
     if ending != "timed out":  # (that one may be over before the page has loaded)
         await page.wait_for(shown("review"), what="the review offered while the run awaits it")
         if ending == "cancelled":
@@ -78,7 +63,7 @@ async def test_an_ended_run_says_how_and_offers_no_review(base: str, stand_in: S
     # The page left open finds out, and so does one opened afterwards.
     for reload in (False, True):
         if reload:
-            await page.navigate(f"{base}/?run={handle.id}")
+            await page.navigate(f"{open_api}/?run={handle.id}")
         said = await page.wait_for("document.getElementById('run-phase').textContent.startsWith('Ended:') && "
                                    "document.getElementById('run-phase').textContent", 30, what="how it ended")
         assert said == f"Ended: {ending}"
@@ -89,10 +74,10 @@ async def test_an_ended_run_says_how_and_offers_no_review(base: str, stand_in: S
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-async def test_the_run_list_refreshes_itself_and_names_runs_by_question(base: str, stand_in: StartStandIn,
+async def test_the_run_list_refreshes_itself_and_names_runs_by_question(open_api: str, stand_in: StartStandIn,
                                                                         page: Page, width: int) -> None:
     await page.use_width(width)
-    await page.navigate(f"{base}/")
+    await page.navigate(f"{open_api}/")
     await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
     question = "How much power do tidal stream turbines produce?"
     handle = await stand_in("", question=question)  # started elsewhere, after the page loaded
@@ -119,11 +104,11 @@ OFF_SCREEN = """[...document.querySelectorAll('button, input, select, textarea, 
   .concat(document.documentElement.scrollWidth > innerWidth ? [`page: ${document.documentElement.scrollWidth}`] : [])"""
 
 
-async def test_the_page_fits_a_phone(base: str, stand_in: StartStandIn, page: Page) -> None:
+async def test_the_page_fits_a_phone(open_api: str, stand_in: StartStandIn, page: Page) -> None:
     await page.send("Emulation.setDeviceMetricsOverride", **PHONE)
     handle = await stand_in(WIDE_REPORT, question="What will tidal power deliver by 2030?")
     await handle.result()
-    await page.navigate(f"{base}/?run={handle.id}")
+    await page.navigate(f"{open_api}/?run={handle.id}")
     await page.wait_for(shown("flows"), 30, what="the finished report and its buttons")
     assert await page.evaluate("innerWidth") == PHONE["width"]
     SCREENSHOTS.mkdir(exist_ok=True)
@@ -142,14 +127,14 @@ PHASE = "document.getElementById('run-phase').textContent"
 
 
 @pytest.mark.parametrize("width", list(WIDTHS))
-async def test_cancel_asks_first_and_then_ends_the_run_cancelled(base: str, stand_in: StartStandIn, page: Page,
+async def test_cancel_asks_first_and_then_ends_the_run_cancelled(open_api: str, stand_in: StartStandIn, page: Page,
                                                                 width: int) -> None:
     """Every running or paused run offers Cancel (issue #49 §2); it asks first, No keeps the run, and
     Yes ends it cancelled (POST /api/runs/ID/cancel), said in the run view and the list; an ended run
     offers it no more. At a budget pause the banner's Cancel asks the same (tests/test_web_page_budget.py)."""
     await page.use_width(width)
     handle = await stand_in("", question="How much power do tidal stream turbines produce?")
-    await page.navigate(f"{base}/?run={handle.id}")
+    await page.navigate(f"{open_api}/?run={handle.id}")
     await page.wait_for(f"{PHASE}.startsWith('Now:')", 30, what="the paused run")
     await page.press("#cancel-ask")
     question = await page.wait_for(f"{shown('cancel-confirm')} && document.getElementById('cancel-confirm')"
