@@ -15,6 +15,8 @@ from __future__ import annotations
 import gc
 import sys
 
+from runtime.process_start import skip_pydantic_plugin_discovery
+
 # Optional extras that two libraries import only because other packages happen to install what they
 # need, and that no worker uses: httpx's command line (rich, click and pygments, which our CLI and
 # others install) and the openai SDK's aiohttp client (aiohttp comes with aiobotocore, the S3 blob
@@ -26,6 +28,7 @@ if __name__ == "__main__":
     # No garbage collection while the process imports (1,200 modules: the collector ran about 500
     # times over the growing heap, 0.4 s of the start's 3 s of CPU); warm_up resumes it.
     gc.disable()
+    skip_pydantic_plugin_discovery()  # before the first model builds its validator (runtime/process_start.py)
     for extra in OPTIONAL_EXTRAS_NOT_USED:
         sys.modules.setdefault(extra, None)  # type: ignore[arg-type]
 

@@ -13,7 +13,8 @@ import argparse
 import os
 import sys
 
-from cli.parser import Handler
+from cli.parser import Command, Handler
+from runtime.process_start import collection_paused, skip_pydantic_plugin_discovery
 from runtime.text_streams import replace_lone_surrogates_on_output
 
 
@@ -45,12 +46,14 @@ def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import asyncio
+    skip_pydantic_plugin_discovery()
+    with collection_paused():  # the imports: most of a command's CPU (runtime/process_start.py)
+        import asyncio
 
-    from config.settings import load_settings
+        from config.settings import load_settings
 
-    handler: Handler = args.handler
-    settings = load_settings()  # before any command starts a server or a worker: a bad value stops here
+        handler: Handler = args.handler.load() if isinstance(args.handler, Command) else args.handler
+        settings = load_settings()  # before any command starts a server or a worker: a bad value stops here
     return asyncio.run(handler(args, settings))
 
 

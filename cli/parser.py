@@ -47,9 +47,13 @@ class Command:
     module: str
     name: str
 
-    async def __call__(self, args: argparse.Namespace, settings: Settings) -> int:
+    def load(self) -> Handler:
+        """The handler, its module imported (cli/main.py imports it with the settings, before running it)."""
         handler: Handler = getattr(importlib.import_module(f"cli.{self.module}"), self.name)
-        return await handler(args, settings)
+        return handler
+
+    async def __call__(self, args: argparse.Namespace, settings: Settings) -> int:
+        return await self.load()(args, settings)
 
 
 class _Parser(argparse.ArgumentParser):

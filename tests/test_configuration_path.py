@@ -32,6 +32,7 @@ PROCESS_PLUMBING = {
     "runtime/embedded.py": "the environment the processes a front door starts inherit (PATH, TEMPORAL_*, "
                            "the AWS chain), with where its settings files are",
     "activities/mcp/checks.py": "PATH, HOME and LANG for a stdio MCP server",
+    "runtime/process_start.py": "pydantic's own PYDANTIC_DISABLE_PLUGINS, set for the process before it builds a model",
 }
 ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 
