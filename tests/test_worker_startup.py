@@ -49,7 +49,7 @@ def test_the_cli_starts_without_the_web_stack_and_the_workflow() -> None:
 # What httpx and the openai SDK import only because other packages installed it (worker.py keeps them out).
 UNUSED_EXTRAS = ("rich", "click", "pygments", "aiohttp")
 AS_A_WORKER_PROCESS = f"""
-import runpy, sys
+import os, runpy, sys
 sys.argv = ["worker.py", "--version"]
 try:
     runpy.run_path("worker.py", run_name="__main__")
@@ -59,16 +59,19 @@ import activities.model.llm
 from activities.model import clients
 from config.settings import load_settings
 clients.warm(load_settings())
-print(" ".join(m for m in {UNUSED_EXTRAS!r} if m in sys.modules), "|", "langchain_openai" in sys.modules)
+print(" ".join(m for m in {UNUSED_EXTRAS!r} if m in sys.modules), "|", "langchain_openai" in sys.modules,
+      "|", os.environ.get("PYDANTIC_DISABLE_PLUGINS"))
 """
 
 
 def test_a_worker_process_loads_no_optional_extras_it_does_not_use() -> None:
     """The worker's model libraries and HTTP client are there and warm, without httpx's command line
-    (rich, click, pygments) or the openai SDK's aiohttp client: 0.07 and 0.17 s of CPU a start."""
-    done = subprocess.run([sys.executable, "-c", AS_A_WORKER_PROCESS], cwd=REPO_DIR, capture_output=True, text=True,
-                          timeout=120, check=True)
-    assert done.stdout.splitlines()[-1].split() == ["|", "True"], done.stdout + done.stderr  # after --version's line
+    (rich, click, pygments) or the openai SDK's aiohttp client: 0.07 and 0.17 s of CPU a start. Nor does
+    it look for pydantic plugins (runtime/process_start.py)."""
+    env = {name: value for name, value in os.environ.items() if name != "PYDANTIC_DISABLE_PLUGINS"}
+    done = subprocess.run([sys.executable, "-c", AS_A_WORKER_PROCESS], cwd=REPO_DIR, env=env, capture_output=True,
+                          text=True, timeout=120, check=True)
+    assert done.stdout.splitlines()[-1].split() == ["|", "True", "|", "__all__"], done.stdout + done.stderr
 
 
 # What a first model call imports on its way (activities.model.clients.warm), and a first search.
