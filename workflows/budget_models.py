@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
+from workflows.contract import Contract
 from workflows.usage import COST_DIGITS, PriceQuote, Usage
 
 # Beyond these, an amount is said in three significant digits: a request may name 1e300, which a
@@ -28,7 +29,7 @@ class BudgetAction(StrEnum):
     CANCEL = "cancel"  # the run ends without a report
 
 
-class BudgetDecision(BaseModel):
+class BudgetDecision(Contract):
     """What a person sends a run paused for its budget (the ``budget`` signal, the ``decide_budget`` update)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -63,7 +64,7 @@ def tokens_text(count: int) -> str:
     return f"{count:,}" if count < READABLE_TOKENS else f"{float(count):.3g}"
 
 
-class ReportReserve(BaseModel):
+class ReportReserve(Contract):
     """What the reporter's turn needs beyond the findings it reads, from the worker's settings (the
     ``load_run_config`` activity): its prompt and fixed messages (estimated), its output cap, and the
     price of its model. The budget keeps that much free before every step, so that "finish now" (or
@@ -74,7 +75,7 @@ class ReportReserve(BaseModel):
     price: PriceQuote | None = None  # None: the reporter's model has no price; its cost is not counted
 
 
-class RunBudget(BaseModel):
+class RunBudget(Contract):
     """The run's token and cost budgets as they stand (in the status); spent is the run's usage."""
 
     tokens: int | None = None  # None: no token budget
@@ -96,7 +97,7 @@ class RunBudget(BaseModel):
     expected_report_usd: float | None = None
 
 
-class BudgetStanding(BaseModel):
+class BudgetStanding(Contract):
     """Spent and remaining of a run's budgets, as the status and the result show them: computed from
     the budget and the usage whenever it is read, so it is never out of step with either."""
 

@@ -16,7 +16,9 @@ import json
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
+
+from workflows.contract import Contract
 
 
 class Via(StrEnum):
@@ -27,7 +29,7 @@ class Via(StrEnum):
     TEMPORAL = "temporal"  # no actor sent: the temporal CLI or the Web UI
 
 
-class Actor(BaseModel):
+class Actor(Contract):
     """Who sent a message, and through which door."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -43,7 +45,7 @@ class Actor(BaseModel):
 OUTSIDE = Actor(name="temporal CLI or Web UI", via=Via.TEMPORAL)
 
 
-class Decision(BaseModel):
+class Decision(Contract):
     """One decision a person made about a run; ``at`` is workflow time (ISO 8601)."""
 
     at: str

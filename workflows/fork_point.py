@@ -17,7 +17,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from workflows.contract import Contract
 
 MAX_EDIT_CHARS = 10_000
 
@@ -28,7 +30,7 @@ class ForkStage(StrEnum):
     REPORT = "report"
 
 
-class ForkPoint(BaseModel):
+class ForkPoint(Contract):
     """The run a fork starts from (a research run's workflow id, and the run of it the door read) and
     where; ``step`` counts from 1, as people count steps."""
 

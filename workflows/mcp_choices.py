@@ -7,13 +7,15 @@ operator's (config/mcp_servers.py) and never part of a request.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from workflows.contract import Contract
 
 # Server names become part of model-facing tool names and of messages: keep them plain.
 MCP_SERVER_NAME_PATTERN = r"^[A-Za-z0-9_-]{1,64}$"
 
 
-class MCPServerChoice(BaseModel):
+class MCPServerChoice(Contract):
     """A request's pick of one operator-defined MCP server (``MCP_SERVERS`` on the worker).
 
     Only the name and a narrower tool list: what the server runs, where it is and what credentials
@@ -29,7 +31,7 @@ class MCPServerChoice(BaseModel):
     add_to_agents: list[str] | None = Field(default=None, max_length=10)
 
 
-class IgnoredMCPServer(BaseModel):
+class IgnoredMCPServer(Contract):
     """A server a client asked for that its front door did not pass on (DeerFlow's ``mcp_settings``
     naming one the operator did not configure, or defining it otherwise), and why: the run says so."""
 

@@ -12,9 +12,10 @@ from datetime import timedelta
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, computed_field, field_validator, model_validator
+from pydantic import ConfigDict, Field, computed_field, field_validator, model_validator
 
 from workflows.budget_models import BudgetStanding, BudgetTimeoutAction, ReportReserve, RunBudget, standing
+from workflows.contract import Contract
 from workflows.decisions import Decision
 from workflows.fork_point import ForkPoint
 from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice
@@ -31,17 +32,6 @@ STATUS_QUERY = "status"
 CHECKPOINT_QUERY = "checkpoint"  # the whole RunState, which a fork of the run reuses (workflows/fork.py)
 REVIEW_PLAN_UPDATE = "review_plan"
 DECIDE_BUDGET_UPDATE = "decide_budget"
-
-
-class Contract(BaseModel):
-    """The base of this module's contracts: each builds its validator when first used (``defer_build``).
-
-    A process uses a few of them: a command reading a run's status validates one answer, an activity
-    its request and result, and the workflow's sandbox, which imports this module afresh for each run,
-    those of its messages. Building all of them at import was 0.02 s of every process's start, and of
-    every run's first workflow task (issue #45)."""
-
-    model_config = ConfigDict(defer_build=True)
 
 
 class StepType(StrEnum):

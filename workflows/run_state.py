@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, PrivateAttr, field_serializer
+from pydantic import Field, PrivateAttr, field_serializer
 from temporalio import workflow
 
+from workflows.contract import Contract
 from workflows.decisions import Actor, Decision
 from workflows.models import (
     MAX_EVENTS,
@@ -42,7 +43,7 @@ DEFAULT_LOCALE = "en-US"
 USAGE_MEMO_PATCH = "usage-memo"
 
 
-class RunState(BaseModel):
+class RunState(Contract):
     """The run's state; the continuation checkpoint.
 
     The serialised shape is that of the checkpoint earlier versions wrote (``status`` the whole
@@ -144,7 +145,7 @@ class RunState(BaseModel):
         self.record("plan", f"Plan v{len(history)}: {plan.title} ({len(plan.steps)} steps)")
 
 
-class RunContinuation(BaseModel):
+class RunContinuation(Contract):
     """The second start argument of a continued run: its checkpoint and the run that wrote it.
 
     Accepted only when ``written_by_run_id`` is the run this one continues (workflows/run_input.py).

@@ -12,14 +12,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from workflows.contract import Contract
 
 MICRO = 1_000_000
 # Costs are kept to the micro-USD (the cost metric's unit), so sums stay exact enough to compare.
 COST_DIGITS = 6
 
 
-class PriceQuote(BaseModel):
+class PriceQuote(Contract):
     """The price a model's tokens were charged at (USD per million tokens), and where it came from."""
 
     model_config = ConfigDict(frozen=True)
@@ -40,7 +42,7 @@ class PriceQuote(BaseModel):
                 f"({self.source})")
 
 
-class ModelUsage(BaseModel):
+class ModelUsage(Contract):
     """One model's share of the usage; ``price`` None: the model has no price, its cost is not counted."""
 
     llm_calls: int = 0
@@ -51,7 +53,7 @@ class ModelUsage(BaseModel):
     price: PriceQuote | None = None
 
 
-class Usage(BaseModel):
+class Usage(Contract):
     """LLM usage, summed over a run: tokens of every call, cost of the priced ones, and per model."""
 
     llm_calls: int = 0
