@@ -14,13 +14,14 @@ from cli.actor import cli_actor
 from cli.filters import FLAGS, missing_for, run_filter
 from cli.terminal import printable
 from config.settings import Settings
-from runtime.bulk_decisions import BulkOutcome, accept_plan, cancel_run, for_each, matching
+from runtime.bulk_decisions import BulkOutcome, accept_plan, cancel_run, decision_id, for_each, matching
 from runtime.front_door import CliError, connect
 from runtime.run_listing import RunFilter
 from runtime.run_memo import indexes_questions, question_of
 from workflows.models import Awaiting
 
 WAIT_SECONDS = 60.0  # for a worker to take each review
+EXIT_PENDING = 75  # sysexits' EX_TEMPFAIL: nothing failed, some decisions are sent but not yet confirmed
 
 
 async def review(args: argparse.Namespace, settings: Settings) -> int:
@@ -42,7 +43,8 @@ async def review(args: argparse.Namespace, settings: Settings) -> int:
         print(f"{len(runs)} run(s) wait for a plan review and match; none decided (--dry-run).")
         return 0
     by = cli_actor(args)
-    outcome = await for_each(runs, lambda run: accept_plan(client, run.id, by, WAIT_SECONDS))
+    update_id = decision_id(by)
+    outcome = await for_each(runs, lambda run: accept_plan(client, run.id, by, WAIT_SECONDS, update_id))
     return _report(outcome, "plan(s) accepted")
 
 
@@ -85,10 +87,11 @@ async def _matching(client: Client, wanted: RunFilter) -> list[WorkflowExecution
 
 
 def _report(outcome: BulkOutcome, decided: str) -> int:
-    """The counts, then each run not decided with why; exit 1 when a decision failed."""
+    """The counts, then each run not decided with why; exit 1 when a decision failed, else
+    ``EXIT_PENDING`` when one is not yet confirmed (a script can tell "look again later" from "act")."""
     print(outcome.line(decided))
     for note in outcome.notes:
         print(printable(f"  {note['id']}: {note['verdict']}: {note['reason']}"))
-    if len(outcome.notes) < outcome.skipped + outcome.refused + outcome.failed:
+    if len(outcome.notes) < outcome.skipped + outcome.refused + outcome.pending + outcome.failed:
         print(f"  (the first {len(outcome.notes)} not decided are named)", file=sys.stderr)
-    return 1 if outcome.failed else 0
+    return 1 if outcome.failed else EXIT_PENDING if outcome.pending else 0

@@ -101,10 +101,13 @@ async def checkpoint(handle: WorkflowHandle[Any, Any]) -> RunState:
     return await handle.query(CHECKPOINT_QUERY, result_type=RunState)
 
 
-async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str, by: Actor) -> ReviewOutcome:
+async def review_plan(handle: WorkflowHandle[Any, Any], feedback: str, by: Actor,
+                      update_id: str | None = None) -> ReviewOutcome:
     """The ``review_plan`` update (``[ACCEPTED]`` or ``[EDIT_PLAN] …``) from ``by``; its validator's
-    refusal comes back as ``WorkflowUpdateFailedError``."""
-    return await handle.execute_update(REVIEW_PLAN_UPDATE, args=[feedback, by], result_type=ReviewOutcome)
+    refusal comes back as ``WorkflowUpdateFailedError``. The same ``update_id`` sent again attaches to
+    the first (the server keeps one update per id and run): a retry decides nothing twice."""
+    return await handle.execute_update(REVIEW_PLAN_UPDATE, args=[feedback, by], id=update_id,
+                                       result_type=ReviewOutcome)
 
 
 async def answer_clarification(handle: WorkflowHandle[Any, Any], answer: str, by: Actor) -> ReviewOutcome:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
-from runtime.bulk_decisions import BulkOutcome, Verdict, accept_plan, cancel_run, for_each, matching
+from runtime.bulk_decisions import BulkOutcome, Verdict, accept_plan, cancel_run, decision_id, for_each, matching
 from runtime.run_listing import ListedRun, RunFilter, list_page, listed, owner_scope
 from runtime.run_memo import indexes_questions, started_by
 from runtime.search_attributes import missing_search_attributes
@@ -36,9 +36,13 @@ KNOWN_FOR_SECONDS = 60.0  # how long the namespace's search attributes are taken
 
 
 class ReviewAllBody(RunFilter):
-    """``review-all``: the filter, and ``accept: true`` (a plan is edited one run at a time)."""
+    """``review-all``: the filter, ``accept: true`` (a plan is edited one run at a time), and optionally
+    ``request_id`` (the same one again attaches to the same decisions: a retry learns what became of
+    them and decides nothing twice) and ``wait_seconds`` (for a worker to confirm each, at most the server's)."""
 
     accept: bool
+    request_id: str | None = Field(default=None, pattern=r"^[A-Za-z0-9._:-]{1,64}$")
+    wait_seconds: float = Field(default=DECISION_WAIT_SECONDS, gt=0, le=DECISION_WAIT_SECONDS)
 
 
 class CancelAllBody(RunFilter):
@@ -105,12 +109,13 @@ class RunLists:
             raise RequestError("send accept: true (a plan is edited one run at a time)")
         if wanted.awaiting not in (None, Awaiting.PLAN_FEEDBACK):
             raise RequestError("review-all decides runs awaiting plan_feedback")
-        runs = await self._matching(RunFilter.model_validate(
-            wanted.model_dump(exclude={"accept"}) | {"awaiting": Awaiting.PLAN_FEEDBACK}), who)
+        runs = await self._matching(RunFilter.model_validate(wanted.model_dump(
+            exclude={"accept", "request_id", "wait_seconds"}) | {"awaiting": Awaiting.PLAN_FEEDBACK}), who)
+        update_id = decision_id(who.actor, wanted.request_id)
 
         async def decide(execution: WorkflowExecution) -> tuple[Verdict, str] | None:
-            return await _as(who, Act.DECIDE, execution, lambda: accept_plan(self.client, execution.id, who.actor,
-                                                                             DECISION_WAIT_SECONDS))
+            return await _as(who, Act.DECIDE, execution, lambda: accept_plan(
+                self.client, execution.id, who.actor, wanted.wait_seconds, update_id))
 
         return _answer(await for_each(runs, decide))
 
@@ -151,7 +156,7 @@ async def _as(who: Principal, act: Act, execution: WorkflowExecution,
 
 def _answer(outcome: BulkOutcome) -> dict[str, Any]:
     return {"decided": outcome.decided, "skipped": outcome.skipped, "refused": outcome.refused,
-            "failed": outcome.failed, "notes": outcome.notes}
+            "pending": outcome.pending, "failed": outcome.failed, "notes": outcome.notes}
 
 
 def _refused_query(error: RPCError) -> Exception:

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import json
 import os
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -22,18 +23,19 @@ from typing import Any
 import httpx
 import pytest
 from temporalio.api.common.v1 import Payload, WorkflowExecution
+from temporalio.api.enums.v1 import EventType
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionRequest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from config.settings import Settings, load_settings
 from runtime import research_client
-from runtime.bulk_decisions import Verdict, accept_plan
+from runtime.bulk_decisions import Verdict, accept_plan, decision_id
 from runtime.converter import data_converter
 from runtime.memo_listing import memo_rows
 from runtime.run_memo import QUESTION as QUESTION_MEMO
 from runtime.run_memo import STARTED_BY, actor_in, run_memo, usage_in
 from runtime.visibility_query import all_of, quoted
-from tests.support.processes import DevServer, run_starter, start_worker
+from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
 from workflows.decisions import Actor, Via
@@ -55,15 +57,18 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-async def base(dev_server: DevServer, client: Client, home: Path) -> AsyncIterator[str]:
-    worker = await start_worker(dev_server, client, home / "worker.log", DEERFLOW_HOME=str(home))
+async def worker(dev_server: DevServer, client: Client, home: Path) -> AsyncIterator[WorkerProcess]:
+    started = await start_worker(dev_server, client, home / "worker.log", DEERFLOW_HOME=str(home))
+    yield started
+    started.stop()
+
+
+@pytest.fixture(scope="module")
+async def base(worker: WorkerProcess, client: Client) -> AsyncIterator[str]:
     named = [{"name": name, "token": token, **({"role": ROLES[name]} if name in ROLES else {})}
              for name, token in TOKENS.items()]
-    try:
-        async with api_server(client, load_settings(environ={"DEERFLOW_WEB_TOKENS": json.dumps(named)})) as url:
-            yield url
-    finally:
-        worker.stop()
+    async with api_server(client, load_settings(environ={"DEERFLOW_WEB_TOKENS": json.dumps(named)})) as url:
+        yield url
 
 
 def as_(name: str) -> dict[str, str]:
@@ -189,7 +194,8 @@ async def test_bulk_review_decides_what_each_token_may_decide_in_its_name(base: 
         edit = await post(http, base, "alice", "review-all", {"accept": False, "question": tag})
         assert edit.status_code == 400, edit.text
         mine = await post(http, base, "bob", "review-all", {"accept": True, "question": tag})
-        assert mine.json() == {"decided": 1, "skipped": 0, "refused": 0, "failed": 0, "notes": []}, mine.text
+        assert mine.json() == {"decided": 1, "skipped": 0, "refused": 0, "pending": 0, "failed": 0,
+                               "notes": []}, mine.text
         costs = await post(http, base, "alice", "review-all", {"accept": True, "question": f"{tag} costs"})
         assert costs.json()["decided"] == 2, costs.text
         await count(client, tag, awaiting=True, expected=1)
@@ -217,7 +223,8 @@ async def test_bulk_cancel_refuses_what_a_reviewer_may_not_cancel(base: str, cli
         assert {note["id"] for note in reviewer["notes"]} == set(alice + bob)
         assert all("'rita' (reviewer) may not cancel" in note["reason"] for note in reviewer["notes"])
         own = (await post(http, base, "alice", "cancel-all", {"query": f"DeerFlowQuestion = '{tag}'"})).json()
-        assert own == {"decided": 2, "skipped": 0, "refused": 0, "failed": 0, "notes": []}, own  # bob's: not seen
+        # bob's: not seen
+        assert own == {"decided": 2, "skipped": 0, "refused": 0, "pending": 0, "failed": 0, "notes": []}, own
         await count(client, tag, awaiting=False, expected=1)
     for run in alice + rita:
         assert (await client.get_workflow_handle(run).describe()).status == WorkflowExecutionStatus.CANCELED
@@ -309,3 +316,53 @@ async def test_a_listing_read_for_its_memos_reads_what_the_sdk_reads_and_a_bad_f
     finally:
         for handle in started:
             await handle.terminate()
+
+
+FLEET = 50
+FROZEN = 5  # of the fleet, decided while no worker can take a workflow task
+
+
+async def test_fifty_runs_pause_are_listed_and_approved_at_once_and_each_completes_exactly_once(
+        base: str, client: Client, worker: WorkerProcess, dev_server: DevServer, home: Path) -> None:
+    """The fleet bench's small version (bench/fleet.py, issue #46): 50 runs started through the API pause
+    at their review, every list answers, one ``review-all`` accepts them all, each completes exactly once.
+    A decision no worker could confirm in time is reported pending (the server holds it), not failed,
+    and the same ``request_id`` again attaches to it: it decides nothing twice."""
+    tag, env = tagged(), {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "DEERFLOW_HOME": str(home)}
+    gate = asyncio.Semaphore(8)
+
+    async def one(http: httpx.AsyncClient, number: int) -> str:
+        async with gate:
+            return await start(http, base, "alice", tag, f"frozen{tag}" if number < FROZEN else "")
+
+    async with httpx.AsyncClient(timeout=120) as http:
+        runs = await asyncio.gather(*(one(http, number) for number in range(FLEET)))
+        await count(client, tag, awaiting=True, expected=FLEET, timeout=600)
+        assert sorted(await listed(http, base, "rita", question=tag, awaiting="plan_feedback")) == sorted(runs)
+        listing = await asyncio.to_thread(run_starter, env, "list", "--question", tag, "--limit", "100")
+        assert listing.returncode == 0 and len(listing.stdout.splitlines()) == FLEET + 1, listing.stdout
+        spent = await asyncio.to_thread(run_starter, env, "costs", "--question", tag)
+        assert spent.returncode == 0 and f" {FLEET} runs · " in spent.stdout, spent.stdout
+        request = {"accept": True, "question": tag, "request_id": f"fleet-{tag}"}
+        assert worker.process is not None
+        os.killpg(worker.process.pid, signal.SIGSTOP)
+        try:
+            held = (await post(http, base, "rita", "review-all",
+                               {**request, "question": f"{tag} frozen{tag}", "wait_seconds": 10})).json()
+        finally:
+            os.killpg(worker.process.pid, signal.SIGCONT)
+        assert (held["pending"], held["decided"], held["failed"]) == (FROZEN, 0, 0), held
+        assert all(note["verdict"] == "pending" and "server holds it" in note["reason"] for note in held["notes"])
+        every = (await post(http, base, "rita", "review-all", request)).json()
+        # Every run still listed is decided: the held ones by their first update, attached to, not refused.
+        assert every["decided"] >= FLEET - FROZEN and every["skipped"] == every["failed"] == every["pending"] == 0
+    rita, held_runs = Actor(name="rita", via=Via.API), runs[:FROZEN]
+    same = decision_id(rita, request["request_id"])
+    for run in held_runs:  # the same decision again reads what became of it (ended or not): its plan accepted
+        assert (await accept_plan(client, run, rita, 60, same))[0] is Verdict.DECIDED
+    assert (await accept_plan(client, held_runs[0], rita, 60))[0] is Verdict.SKIPPED  # a new one: refused
+    for run in runs:
+        await asyncio.wait_for(client.get_workflow_handle(run).result(), 600)
+        kinds = [event.event_type for event in (await client.get_workflow_handle(run).fetch_history()).events]
+        assert (kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED),
+                kinds.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED)) == (1, 1), run

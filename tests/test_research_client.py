@@ -78,7 +78,7 @@ class RecordingHandle:
     async def query(self, name: str, *, result_type: type) -> None:
         self.sent.append(("query", name, result_type))
 
-    async def execute_update(self, name: str, *, args: list[Any], result_type: type) -> None:
+    async def execute_update(self, name: str, *, args: list[Any], result_type: type, id: str | None = None) -> None:
         self.sent.append(("update", name, result_type))
 
 
