@@ -241,15 +241,15 @@ async def storm(fleet: Fleet, http: httpx.AsyncClient, total: int, kill: bool) -
     completed exactly once (a worker SIGKILLed meanwhile with ``kill``)."""
     began, began_epoch = time.perf_counter(), time.time()
     killer = asyncio.create_task(kill_mid_storm(fleet, total)) if kill else None
-    response = await http.post(f"{fleet.api}/api/runs/review-all", json={"accept": True, "question": fleet.tag},
-                               timeout=STORM_TIMEOUT)
+    request = {"accept": True, "question": fleet.tag, "request_id": fleet.tag}
+    response = await http.post(f"{fleet.api}/api/runs/review-all", json=request, timeout=STORM_TIMEOUT)
     decided = time.perf_counter() - began
     answer = response.json()
     again = ""
-    if answer.get("failed"):  # a decision a dead worker never took: decided again, as a person would
-        second = (await http.post(f"{fleet.api}/api/runs/review-all", json={"accept": True, "question": fleet.tag},
-                                  timeout=STORM_TIMEOUT)).json()
-        again = f"; review-all again: {second['decided']} decided, {second['failed']} failed"
+    if answer.get("failed") or answer.get("pending"):  # the same request again: what became of them
+        second = (await http.post(f"{fleet.api}/api/runs/review-all", json=request, timeout=STORM_TIMEOUT)).json()
+        again = (f"; review-all again: {second['decided']} decided, {second['skipped']} skipped, "
+                 f"{second['pending']} pending, {second['failed']} failed")
     try:
         await until(fleet, "ExecutionStatus != 'Running'", total, timeout=STORM_TIMEOUT)
     finally:
@@ -257,7 +257,8 @@ async def storm(fleet: Fleet, http: httpx.AsyncClient, total: int, kill: bool) -
     completed, last, wrong = await exactly_once(fleet)
     seconds = last - began_epoch
     print(f"bulk accept of {total}: the call answered in {decided:.1f} s ({answer['decided']} decided, "
-          f"{answer['skipped']} skipped, {answer['refused']} refused, {answer['failed']} failed{again}); the last "
+          f"{answer['skipped']} skipped, {answer['refused']} refused, {answer['pending']} pending, "
+          f"{answer['failed']} failed{again}); the last "
           f"report {seconds:.0f} s after it = {total / seconds * 60:.0f} runs/min; {killed}; "
           f"{completed} of {total} completed, {len(wrong)} not exactly once", flush=True)
     for line in wrong[:5]:
