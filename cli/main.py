@@ -53,8 +53,28 @@ def _run(args: argparse.Namespace) -> int:
         from config.settings import load_settings
 
         handler: Handler = args.handler.load() if isinstance(args.handler, Command) else args.handler
+        _carriable_arguments(args)
         settings = load_settings()  # before any command starts a server or a worker: a bad value stops here
     return asyncio.run(handler(args, settings))
+
+
+# The arguments that name local files: kept as given, so a name of bytes that are not UTF-8 still opens.
+FILE_ARGUMENTS = frozenset({"question_file", "output", "file", "html"})
+
+
+def _carriable_arguments(args: argparse.Namespace) -> None:
+    """Every other argument with its lone surrogates as U+FFFD. Python decodes an argument of bytes
+    that are not UTF-8 with ``surrogateescape``, and a question holding one was refused as "not a valid
+    string", an edit or an answer failed where it became a payload (UTF-8 cannot encode it)."""
+    from workflows.untrusted_text import without_lone_surrogates
+
+    for name, value in vars(args).items():
+        if name in FILE_ARGUMENTS:
+            continue
+        if isinstance(value, str):
+            setattr(args, name, without_lone_surrogates(value))
+        elif isinstance(value, list) and all(isinstance(item, str) for item in value):
+            setattr(args, name, [without_lone_surrogates(item) for item in value])
 
 
 def _failed(error: Exception) -> int:

@@ -40,6 +40,7 @@ from workflows.errors import failure_message
 from workflows.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
 from workflows.review import ACCEPTED, EDIT_PLAN
 from workflows.status_view import decision_lines, outcome_lines
+from workflows.untrusted_text import without_lone_surrogates
 
 
 def _run_id(question: str) -> str:
@@ -78,7 +79,10 @@ def _question(args: argparse.Namespace) -> str:
     if args.question == "-":
         if sys.stdin.isatty():
             print("Type the question, then Ctrl-D:", file=sys.stderr)
-        return sys.stdin.read()
+        try:
+            return without_lone_surrogates(sys.stdin.read())  # UTF-8 mode reads other bytes as surrogates
+        except UnicodeDecodeError as error:
+            raise CliError(f"Cannot read the question from standard input: {error}") from error
     return str(args.question)
 
 
