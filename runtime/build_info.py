@@ -43,19 +43,41 @@ def version() -> str:
         return "unknown"
 
 
-def code_digest() -> str:
-    """SHA-256 over the product's files under :data:`ROOT` (relative path and content of each)."""
-    digest = hashlib.sha256()
+def _code_files() -> list[Path]:
+    """The product's files under :data:`ROOT`, sorted: what the digest and the stamp cover."""
     paths = [ROOT / name for name in MODULES]
     for package in PACKAGES:
         for folder, folders, files in os.walk(ROOT / package):
             folders[:] = sorted(name for name in folders if name != "__pycache__" and not name.startswith("."))
             paths.extend(Path(folder) / name for name in files if not name.endswith((".pyc", ".pyo")))
-    for path in sorted(paths):
+    return sorted(paths)
+
+
+def code_digest() -> str:
+    """SHA-256 over the product's files under :data:`ROOT` (relative path and content of each)."""
+    digest = hashlib.sha256()
+    for path in _code_files():
         if path.is_file():
             digest.update(f"{path.relative_to(ROOT)}\0".encode())
             digest.update(hashlib.sha256(path.read_bytes()).digest())
     return digest.hexdigest()
+
+
+def code_stamp() -> str:
+    """SHA-256 over the product files' paths, sizes and modification times, reading no file.
+
+    Not an identity (times are a checkout's own), but this checkout's cheap check that its files are
+    those of an earlier stamp: the front door records it beside a worker's digest and compares it
+    first. Reading and hashing the 400 files for the digest was 0.015 s of CPU, and three times that
+    of wall time, of every command that checks its worker (issue #45)."""
+    stamp = hashlib.sha256()
+    for path in _code_files():
+        try:
+            found = path.stat()
+        except OSError:
+            continue
+        stamp.update(f"{path.relative_to(ROOT)}\0{found.st_size}\0{found.st_mtime_ns}\n".encode())
+    return stamp.hexdigest()
 
 
 def build_label(digest: str | None = None) -> str:

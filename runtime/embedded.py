@@ -38,7 +38,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from config.settings import Settings
-from runtime.build_info import code_digest
+from runtime.build_info import code_digest, code_stamp
 from runtime.process_info import start_ticks
 from runtime.search_attributes import dev_server_flags
 from workflows.models import TASK_QUEUE
@@ -162,6 +162,12 @@ class ProcessRecord:
     started: str  # kernel start time: a reused pid has another
     address: str  # the Temporal address it was started for
     code: str  # code_digest() when it was started ("" in records of older versions)
+    stamp: str = ""  # code_stamp() when it was started, taken before the digest ("" in older records)
+
+    def runs_current_code(self) -> bool:
+        """Whether the code is still what the process started with: its files untouched since (the
+        stamp, no file read), else the same contents (the digest)."""
+        return (bool(self.stamp) and self.stamp == code_stamp()) or self.code == code_digest()
 
 
 def search_attribute_flags() -> list[str]:
@@ -256,8 +262,9 @@ class EmbeddedStack:
             command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, cwd=REPO_DIR, env=self.child_env(),
         )
+        stamp = code_stamp()  # first: a file changed meanwhile leaves it stale, never the digest
         record = {"pid": process.pid, "started": _start_time(process.pid) or "", "address": address,
-                  "code": code_digest()}
+                  "code": code_digest(), "stamp": stamp}
         (self.state_dir() / f"{name}.pid").write_text(json.dumps(record))
         return process.pid
 
@@ -265,7 +272,7 @@ class EmbeddedStack:
         try:
             record = json.loads((self.state_dir() / f"{name}.pid").read_text())
             return ProcessRecord(int(record["pid"]), str(record["started"]), str(record["address"]),
-                                 str(record.get("code", "")))
+                                 str(record.get("code", "")), str(record.get("stamp", "")))
         except (OSError, ValueError, TypeError, KeyError):
             return None  # none, or an unreadable or older-format file: nothing we can vouch for
 
@@ -372,7 +379,7 @@ class EmbeddedStack:
             if record is not None and record.address == address:
                 pid = self.recorded_process("worker", address)
                 if pid is not None:
-                    if record.code == code_digest():
+                    if record.runs_current_code():
                         return False
                     print("The code changed since the background worker started: restarting it…", file=sys.stderr)
                     with contextlib.suppress(ProcessLookupError):

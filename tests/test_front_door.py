@@ -318,6 +318,54 @@ async def test_a_worker_started_before_the_code_changed_is_replaced(tmp_path: Pa
             old.kill()
 
 
+async def test_the_worker_check_reads_the_stamp_first_and_the_digest_when_the_files_were_touched(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record's stamp (paths, sizes, times) spares each command hashing the code; a stale stamp
+    falls back on the digest, so touched but unchanged files keep the worker, and changed ones replace it."""
+    (tmp_path / "workflows").mkdir()
+    (tmp_path / "workflows" / "a.py").write_text("x")
+    monkeypatch.setattr(build_info, "ROOT", tmp_path)
+    hashed: list[str] = []
+    monkeypatch.setattr(embedded, "code_digest", lambda: hashed.append("digest") or build_info.code_digest())
+    stack = embedded.EmbeddedStack(Settings(DEERFLOW_HOME=tmp_path / "home"))
+    started: list[str] = []
+
+    async def start_worker(client: object, address: str) -> None:
+        started.append(address)
+
+    monkeypatch.setattr(stack, "start_worker", start_worker)
+    old = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    try:
+        record = {"pid": old.pid, "started": embedded._start_time(old.pid), "address": "a:1",
+                  "code": build_info.code_digest(), "stamp": build_info.code_stamp()}
+        (stack.state_dir() / "worker.pid").write_text(json.dumps(record))
+        assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]
+        assert hashed == []  # the stamp alone said the files are those the worker started with
+        os.utime(tmp_path / "workflows" / "a.py", (1, 1))  # touched, same contents: the digest says so
+        assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]
+        assert hashed == ["digest"] and started == []
+        (tmp_path / "workflows" / "a.py").write_text("y")  # changed: the digest differs, the worker goes
+        assert await stack.ensure_worker(object(), "a:1") is True  # type: ignore[arg-type]
+        assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
+    finally:
+        if old.poll() is None:
+            old.kill()
+
+
+def test_the_code_stamp_follows_each_files_size_and_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "workflows").mkdir()
+    source = tmp_path / "workflows" / "a.py"
+    source.write_text("x")
+    monkeypatch.setattr(build_info, "ROOT", tmp_path)
+    first = build_info.code_stamp()
+    assert build_info.code_stamp() == first
+    os.utime(source, (5, 5))
+    touched = build_info.code_stamp()
+    source.write_text("xy")
+    os.utime(source, (5, 5))
+    assert len({first, touched, build_info.code_stamp()}) == 3
+
+
 def test_only_the_recorded_process_counts_never_a_reused_pid(tmp_path: Path) -> None:
     stack = embedded.EmbeddedStack(Settings(DEERFLOW_HOME=tmp_path))
     sleeper = subprocess.Popen(["sleep", "30"], start_new_session=True)
