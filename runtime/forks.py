@@ -106,13 +106,16 @@ async def forks_of(client: Client, workflow_id: str) -> list[ForkListed]:
     forks: list[ForkListed] = []
     async for execution in client.list_workflows(f"WorkflowType = '{WORKFLOW_TYPE}'", limit=MAX_RUNS_SCANNED):
         memo = forked_from_memo(await execution.memo_value(FORKED_FROM, None))
-        if memo is not None and memo["workflow_id"] == workflow_id and len(forks) < MAX_FORKS_LISTED:
-            forks.append(await _listed(execution))
+        if memo is not None and memo["workflow_id"] == workflow_id:
+            forks.append(await _listed(execution, memo))
+            if len(forks) == MAX_FORKS_LISTED:
+                break
     return forks
 
 
-async def _listed(execution: WorkflowExecution) -> ForkListed:
-    memo = forked_from_memo(await execution.memo_value(FORKED_FROM, None))
+async def _listed(execution: WorkflowExecution, memo: dict[str, str] | None = None) -> ForkListed:
+    """A fork as listed; ``memo``: its ``forked_from`` entry, when the caller has read it already."""
+    memo = memo or forked_from_memo(await execution.memo_value(FORKED_FROM, None))
     return ForkListed(workflow_id=execution.id, at=memo.get("at", "") if memo else "",
                       started_by=await started_by(execution),
                       status=execution.status.name.lower() if execution.status else "unknown")
