@@ -17,7 +17,6 @@ from config.settings import Settings
 from runtime.bulk_decisions import BulkOutcome, accept_plan, cancel_run, decision_id, for_each, matching
 from runtime.front_door import CliError, connect
 from runtime.run_listing import RunFilter
-from runtime.run_memo import indexes_questions, question_of
 from workflows.models import Awaiting
 
 WAIT_SECONDS = 60.0  # for a worker to take each review
@@ -78,12 +77,10 @@ def _one_run(args: argparse.Namespace, alternative: str) -> None:
 
 async def _matching(client: Client, wanted: RunFilter) -> list[WorkflowExecution]:
     await missing_for(client, wanted)
-    indexed = indexes_questions(client)
     try:
-        runs = await matching(client, wanted.visibility_query(question_indexed=indexed))
+        return await matching(client, wanted)
     except RPCError as error:
         raise CliError(f"Could not list runs: {error.message}") from error
-    return runs if indexed else [run for run in runs if wanted.matches_question(await question_of(run))]
 
 
 def _report(outcome: BulkOutcome, decided: str) -> int:

@@ -47,6 +47,8 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from runtime import research_client
+from runtime.run_listing import RunFilter
+from runtime.run_memo import indexes_questions, question_of
 from workflows.decisions import Actor
 from workflows.errors import failure_message
 from workflows.review import ACCEPTED
@@ -91,9 +93,13 @@ class BulkOutcome:
 Act = Callable[[WorkflowExecution], Awaitable[tuple[Verdict, str] | None]]
 
 
-async def matching(client: Client, query: str) -> list[WorkflowExecution]:
-    """Every run ``query`` matches now (a page of up to 1,000 a request)."""
-    return [execution async for execution in client.list_workflows(query)]
+async def matching(client: Client, wanted: RunFilter, scope: str | None = None) -> list[WorkflowExecution]:
+    """Every run ``wanted`` matches now within ``scope`` (a page of up to 1,000 a request). Where the
+    index keeps no questions (encrypted payloads), the question's words are checked on each run's memo."""
+    indexed = indexes_questions(client)
+    query = wanted.visibility_query(scope, question_indexed=indexed)
+    runs = [execution async for execution in client.list_workflows(query)]
+    return runs if indexed else [run for run in runs if wanted.matches_question(await question_of(run))]
 
 
 async def for_each(executions: list[WorkflowExecution], act: Act, at_once: int = AT_ONCE) -> BulkOutcome:

@@ -21,7 +21,7 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.service import RPCError, RPCStatusCode
 
 from runtime.bulk_decisions import BulkOutcome, Verdict, accept_plan, cancel_run, decision_id, for_each, matching
-from runtime.run_listing import ListedRun, RunFilter, list_page, listed, owner_scope
+from runtime.run_listing import ListedRun, RunFilter, list_page, owner_scope
 from runtime.run_memo import indexes_questions, started_by
 from runtime.search_attributes import missing_search_attributes
 from runtime.visibility_query import QueryError
@@ -134,12 +134,9 @@ class RunLists:
 
     async def _matching(self, wanted: RunFilter, who: Principal) -> list[WorkflowExecution]:
         try:
-            runs = await matching(self.client, self._query(wanted, await self._scope(who)))
+            return await matching(self.client, wanted, await self._scope(who))
         except RPCError as error:
             raise _refused_query(error) from error
-        if indexes_questions(self.client):
-            return runs
-        return [execution for execution in runs if wanted.matches_question((await listed(execution)).question)]
 
 
 async def _as(who: Principal, act: Act, execution: WorkflowExecution,
