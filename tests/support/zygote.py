@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
+import io
 import json
 import os
 import pkgutil
@@ -261,6 +262,7 @@ def become(request: dict, streams: list[int]) -> NoReturn:
         for target, descriptor in enumerate(streams):
             os.dup2(descriptor, target)
         os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+        _standard_streams()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -281,6 +283,21 @@ def become(request: dict, streams: list[int]) -> NoReturn:
         traceback.print_exc()
     _flush()
     os._exit(code)
+
+
+def _standard_streams() -> None:
+    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` made again for the descriptors the child now
+    has, as a new interpreter makes them. The zygote's were made for its own: a stream keeps whether
+    its file was seekable, and the zygote's standard error is its log file where the child's is a
+    pipe, so changing that stream's error handler (runtime/text_streams.py, at every command's
+    start) sought on the pipe and failed with "Illegal seek"."""
+    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
+                                 encoding=sys.stdin.encoding, errors=sys.stdin.errors)
+    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
+                                  encoding=sys.stdout.encoding, errors=sys.stdout.errors, line_buffering=os.isatty(1))
+    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
+                                  encoding=sys.stderr.encoding, errors=sys.stderr.errors, write_through=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 
 def _exit_code(code: object) -> int:
