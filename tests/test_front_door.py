@@ -23,6 +23,7 @@ import sys
 import termios
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -294,32 +295,49 @@ def test_the_code_digest_follows_the_product_code_not_tests(tmp_path: Path, monk
     assert build_info.code_digest() == digests[-1]
 
 
-async def test_a_worker_started_before_the_code_changed_is_replaced(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """After `git pull`, the old background worker would reject requests with new fields."""
-    stack = embedded.EmbeddedStack(Settings(DEERFLOW_HOME=tmp_path))
-    started: list[str] = []
+@dataclass
+class RecordedWorker:
+    """An embedded stack whose worker record names a live process (a sleeper), and whose worker starts
+    are recorded, not made."""
+
+    stack: embedded.EmbeddedStack
+    process: subprocess.Popen[bytes]
+    started: list[str]
+
+    def record(self, **fields: str) -> None:
+        record = {"pid": self.process.pid, "started": embedded._start_time(self.process.pid), "address": "a:1"}
+        (self.stack.state_dir() / "worker.pid").write_text(json.dumps({**record, **fields}))
+
+
+@pytest.fixture
+def recorded_worker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[RecordedWorker]:
+    worker = RecordedWorker(embedded.EmbeddedStack(Settings(DEERFLOW_HOME=tmp_path / "home")),
+                            subprocess.Popen(["sleep", "30"], start_new_session=True), [])
 
     async def start_worker(client: object, address: str) -> None:
-        started.append(address)
+        worker.started.append(address)
 
-    monkeypatch.setattr(stack, "start_worker", start_worker)
-    old = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    monkeypatch.setattr(worker.stack, "start_worker", start_worker)
     try:
-        record = {"pid": old.pid, "started": embedded._start_time(old.pid), "address": "a:1"}
-        (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": build_info.code_digest()}))
-        assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]  # same code: kept
-        assert old.poll() is None and started == []
-        (tmp_path / "worker.pid").write_text(json.dumps({**record, "code": "before the pull"}))
-        assert await stack.ensure_worker(object(), "a:1") is True  # type: ignore[arg-type]
-        assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
+        yield worker
     finally:
-        if old.poll() is None:
-            old.kill()
+        if worker.process.poll() is None:
+            worker.process.kill()
+
+
+async def test_a_worker_started_before_the_code_changed_is_replaced(recorded_worker: RecordedWorker) -> None:
+    """After `git pull`, the old background worker would reject requests with new fields."""
+    stack, old, started = recorded_worker.stack, recorded_worker.process, recorded_worker.started
+    recorded_worker.record(code=build_info.code_digest())
+    assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]  # same code: kept
+    assert old.poll() is None and started == []
+    recorded_worker.record(code="before the pull")
+    assert await stack.ensure_worker(object(), "a:1") is True  # type: ignore[arg-type]
+    assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
 
 
 async def test_the_worker_check_reads_the_stamp_first_and_the_digest_when_the_files_were_touched(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, recorded_worker: RecordedWorker) -> None:
     """The record's stamp (paths, sizes, times) spares each command hashing the code; a stale stamp
     falls back on the digest, so touched but unchanged files keep the worker, and changed ones replace it."""
     (tmp_path / "workflows").mkdir()
@@ -327,29 +345,16 @@ async def test_the_worker_check_reads_the_stamp_first_and_the_digest_when_the_fi
     monkeypatch.setattr(build_info, "ROOT", tmp_path)
     hashed: list[str] = []
     monkeypatch.setattr(embedded, "code_digest", lambda: hashed.append("digest") or build_info.code_digest())
-    stack = embedded.EmbeddedStack(Settings(DEERFLOW_HOME=tmp_path / "home"))
-    started: list[str] = []
-
-    async def start_worker(client: object, address: str) -> None:
-        started.append(address)
-
-    monkeypatch.setattr(stack, "start_worker", start_worker)
-    old = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    try:
-        record = {"pid": old.pid, "started": embedded._start_time(old.pid), "address": "a:1",
-                  "code": build_info.code_digest(), "stamp": build_info.code_stamp()}
-        (stack.state_dir() / "worker.pid").write_text(json.dumps(record))
-        assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]
-        assert hashed == []  # the stamp alone said the files are those the worker started with
-        os.utime(tmp_path / "workflows" / "a.py", (1, 1))  # touched, same contents: the digest says so
-        assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]
-        assert hashed == ["digest"] and started == []
-        (tmp_path / "workflows" / "a.py").write_text("y")  # changed: the digest differs, the worker goes
-        assert await stack.ensure_worker(object(), "a:1") is True  # type: ignore[arg-type]
-        assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
-    finally:
-        if old.poll() is None:
-            old.kill()
+    stack, old, started = recorded_worker.stack, recorded_worker.process, recorded_worker.started
+    recorded_worker.record(code=build_info.code_digest(), stamp=build_info.code_stamp())
+    assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]
+    assert hashed == []  # the stamp alone said the files are those the worker started with
+    os.utime(tmp_path / "workflows" / "a.py", (1, 1))  # touched, same contents: the digest says so
+    assert await stack.ensure_worker(object(), "a:1") is False  # type: ignore[arg-type]
+    assert hashed == ["digest"] and started == []
+    (tmp_path / "workflows" / "a.py").write_text("y")  # changed: the digest differs, the worker goes
+    assert await stack.ensure_worker(object(), "a:1") is True  # type: ignore[arg-type]
+    assert old.wait(timeout=10) == -signal.SIGTERM and started == ["a:1"]
 
 
 def test_the_code_stamp_follows_each_files_size_and_time(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
