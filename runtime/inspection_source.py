@@ -13,7 +13,7 @@ from typing import Any
 
 from temporalio.api.enums.v1 import EventType, PendingActivityState
 from temporalio.api.workflow.v1 import PendingActivityInfo
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHistory
+from temporalio.client import Client, WorkflowExecutionDescription, WorkflowExecutionStatus, WorkflowHistory
 from temporalio.converter import DataConverter
 
 from runtime.inspection import InspectionBuilder, PendingAttempt
@@ -53,9 +53,11 @@ async def _each(histories: Histories) -> AsyncIterator[WorkflowHistory]:
             yield history
 
 
-async def inspect_run(client: Client, workflow_id: str, source: str) -> RunInspection:
-    """The latest run of ``workflow_id`` with the runs it continued, and its attempts in flight."""
-    description = await client.get_workflow_handle(workflow_id).describe()
+async def inspect_run(client: Client, workflow_id: str, source: str,
+                      description: WorkflowExecutionDescription | None = None) -> RunInspection:
+    """The latest run of ``workflow_id`` with the runs it continued, and its attempts in flight
+    (``description``: the run's, where the caller has just read it to check access)."""
+    description = description or await client.get_workflow_handle(workflow_id).describe()
     pending: list[PendingAttempt] = []
     if description.status == WorkflowExecutionStatus.RUNNING:
         pending = [await attempt_in_flight(client.data_converter, info)

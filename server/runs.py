@@ -140,8 +140,8 @@ class Runs:
 
     async def inspection(self, run: str, who: Principal) -> dict[str, Any]:
         """The run's timeline, call by call (runtime/inspection.py), for whoever may see the run."""
-        await self._described(run, who, Act.SEE)
-        found = await inspect_run(self.client, run, "the server")
+        _, description = await self._described(run, who, Act.SEE)
+        found = await inspect_run(self.client, run, "the server", description)
         return self.scrubber.scrub_value(found).model_dump(mode="json")
 
     async def review(self, run: str, body: Any, who: Principal) -> ReviewOutcome:
