@@ -68,10 +68,7 @@ async def inspect_run(client: Client, workflow_id: str, source: str,
 
 async def chain(client: Client, workflow_id: str, latest_run: str) -> AsyncIterator[WorkflowHistory]:
     """Each run's history, from the first run of ``latest_run``'s continue-as-new chain to it."""
-    run_id = latest_run
-    async for event in client.get_workflow_handle(workflow_id, run_id=latest_run).fetch_history_events(page_size=1):
-        run_id = event.workflow_execution_started_event_attributes.first_execution_run_id or latest_run
-        break
+    run_id = await first_run_id(client, workflow_id, latest_run) or latest_run
     while True:
         history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
         yield history
@@ -80,6 +77,14 @@ async def chain(client: Client, workflow_id: str, latest_run: str) -> AsyncItera
                 last.event_type != EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
             return
         run_id = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+
+
+async def first_run_id(client: Client, workflow_id: str, run_id: str | None = None) -> str | None:
+    """The first run of the continue-as-new chain that ``run_id`` (the latest, if None) is part of,
+    as that run's start records it: one request, however long the chain. None: no history."""
+    async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events(page_size=1):
+        return event.workflow_execution_started_event_attributes.first_execution_run_id or None
+    return None
 
 
 async def attempt_in_flight(converter: DataConverter, info: PendingActivityInfo) -> PendingAttempt:

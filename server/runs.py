@@ -27,7 +27,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings
 from runtime import research_client
-from runtime.inspection_source import inspect_run
+from runtime.inspection_source import first_run_id, inspect_run
 from runtime.retries import retries_of
 from runtime.run_memo import started_by
 from runtime.run_names import question_slug
@@ -166,7 +166,7 @@ class Runs:
         and the token previews of its model turns in between (without ids: they are not resumed)."""
         previews = Previews(run)
         try:
-            first = await _first_run_id(self.client, run)
+            first = await first_run_id(self.client, run)
             feed = follow(self.client, run, first, run, parse_position(after))
             async for entry in with_previews(feed, self.hub, run):
                 if isinstance(entry, FeedItem):
@@ -191,18 +191,3 @@ async def _status(handle: WorkflowHandle) -> RunStatus | None:
         return await asyncio.wait_for(research_client.status(handle), STATUS_WAIT_SECONDS)
     except (RPCError, TimeoutError):
         return None  # no worker answered in time, or the run's history is gone
-
-
-async def _first_run_id(client: Client, workflow_id: str) -> str | None:
-    """The first run of a continue-as-new chain (None: the workflow's only run), so the feed
-    counts runs from the same place on every read."""
-    run_id: str | None = None
-    while True:
-        async for event in client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history_events(page_size=1):
-            previous = event.workflow_execution_started_event_attributes.continued_execution_run_id
-            break
-        else:
-            return run_id
-        if not previous:
-            return run_id
-        run_id = previous
