@@ -141,3 +141,24 @@ def test_a_command_looks_for_no_pydantic_plugin_unless_the_operator_asks(switch:
                           capture_output=True, text=True, timeout=120, check=True)
     assert done.stdout.splitlines()[-1].split() == ["entry", "point", "listings:", listings, "collector:", "True",
                                                     "True"], done.stderr
+
+
+def test_reading_and_deciding_commands_build_no_contract_validator_at_import() -> None:
+    """Every pydantic model of workflows/ builds its validator when first used (workflows/contract.py):
+    built at import, ``list`` built 23 for the content flows it never validates, and every command the
+    run state's, the budgets' and the usage's. The one built is the constant ``decisions.OUTSIDE``."""
+    code = """
+import cli.bulk, cli.listing, cli.runs
+from config.settings import load_settings
+from pydantic import BaseModel
+load_settings()
+def models(base):
+    for model in base.__subclasses__():
+        yield model
+        yield from models(model)
+print(" ".join(sorted({f"{model.__module__}.{model.__name__}" for model in models(BaseModel)
+                       if model.__module__.startswith("workflows.") and model.__pydantic_complete__})))
+"""
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True, text=True, timeout=120,
+                          check=True)
+    assert done.stdout.split() == ["workflows.decisions.Actor"], done.stderr

@@ -7,10 +7,12 @@ is no store, and the bytes travel inline, as every other payload then does.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from workflows.contract import Contract
 
 
-class ArtefactRef(BaseModel):
+class ArtefactRef(Contract):
     # Audio and decks are binary: JSON carries them as base64 (pydantic's default, UTF-8, fails on them).
     model_config = ConfigDict(ser_json_bytes="base64", val_json_bytes="base64")
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
+from workflows.contract import Contract
 from workflows.models import ReportStyle, Usage
 
 ENHANCER_WORKFLOW = "PromptEnhancerWorkflow"
@@ -18,7 +19,7 @@ MAX_CONTEXT_CHARS = 8_000
 _TAGGED = re.compile(r"<enhanced_prompt>(.*?)(?:</enhanced_prompt>|$)", re.DOTALL | re.IGNORECASE)
 
 
-class EnhanceRequest(BaseModel):
+class EnhanceRequest(Contract):
     """DeerFlow's request body (its UI sends the style upper-case); other fields are ignored."""
 
     model_config = ConfigDict(extra="ignore")
@@ -44,7 +45,7 @@ class EnhanceRequest(BaseModel):
         return f"Original prompt:\n{self.prompt.strip()}{context}"
 
 
-class EnhanceResult(BaseModel):
+class EnhanceResult(Contract):
     result: str
     usage: Usage = Field(default_factory=Usage)
 

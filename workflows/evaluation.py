@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr, field_validator
+from pydantic import ConfigDict, Field, StrictBool, StrictStr, field_validator
 
+from workflows.contract import Contract
 from workflows.models import Usage
 from workflows.reply_json import reply_json
 from workflows.report_metrics import ReportMetrics, compute_metrics, grade, metrics_score
@@ -26,7 +27,7 @@ MAX_ITEMS = 5
 MAX_ITEM_CHARS = 500
 
 
-class EvaluateRequest(BaseModel):
+class EvaluateRequest(Contract):
     """DeerFlow's body: the report, its question, its style (lower-case, or "default")."""
 
     model_config = ConfigDict(extra="ignore")
@@ -42,14 +43,14 @@ class EvaluateRequest(BaseModel):
         return (value or "default").lower()
 
 
-class MeasureRequest(BaseModel):
+class MeasureRequest(Contract):
     """Input of the ``measure_report`` activity: the report as the request sent it, and its style."""
 
     report: str
     style: str
 
 
-class MeasuredReport(BaseModel):
+class MeasuredReport(Contract):
     """DeerFlow's metrics of a report and the score they give."""
 
     metrics: ReportMetrics
@@ -62,7 +63,7 @@ def measure(request: MeasureRequest) -> MeasuredReport:
     return MeasuredReport(metrics=metrics, score=metrics_score(metrics, request.style))
 
 
-class LlmEvaluation(BaseModel):
+class LlmEvaluation(Contract):
     """DeerFlow's ``llm_evaluation``."""
 
     scores: dict[str, int]
@@ -73,7 +74,7 @@ class LlmEvaluation(BaseModel):
     suggestions: list[str] = Field(default_factory=list)
 
 
-class EvaluationResult(BaseModel):
+class EvaluationResult(Contract):
     """DeerFlow's answer (``metrics``, ``score``, ``grade``, with the model: ``llm_evaluation``, ``summary``)."""
 
     metrics: ReportMetrics

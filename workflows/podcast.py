@@ -11,9 +11,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import ConfigDict, Field, StrictStr
 
 from workflows.artefact import ArtefactRef
+from workflows.contract import Contract
 from workflows.evaluation import MAX_CONTENT_CHARS
 from workflows.markdown_links import links
 from workflows.models import Usage
@@ -33,7 +34,7 @@ _MARKS = re.compile(r"[*_`#>]+")
 Speaker = Literal["male", "female"]
 
 
-class PodcastRequest(BaseModel):
+class PodcastRequest(Contract):
     """DeerFlow's body: the report."""
 
     model_config = ConfigDict(extra="ignore")
@@ -41,24 +42,24 @@ class PodcastRequest(BaseModel):
     content: StrictStr = Field(min_length=1, max_length=MAX_CONTENT_CHARS)
 
 
-class ScriptLine(BaseModel):
+class ScriptLine(Contract):
     speaker: Speaker = "male"
     paragraph: str = Field(max_length=MAX_LINE_CHARS)
 
 
-class Script(BaseModel):
+class Script(Contract):
     locale: Literal["en", "zh"] = "en"
     lines: list[ScriptLine] = Field(max_length=MAX_LINES)
 
 
-class SpeechRequest(BaseModel):
+class SpeechRequest(Contract):
     """One line for the ``speak`` activity: the text and which of the operator's voices reads it."""
 
     text: str = Field(min_length=1, max_length=MAX_LINE_CHARS)
     speaker: Speaker = "male"
 
 
-class PodcastResult(BaseModel):
+class PodcastResult(Contract):
     """The script, and the joined audio in the blob store (None: no voice is configured; ``note`` says so)."""
 
     script: Script
@@ -120,7 +121,7 @@ def script_text(script: Script) -> str:
     return "\n\n".join(f"{line.speaker.capitalize()}: {line.paragraph}" for line in script.lines)
 
 
-class TTSRequest(BaseModel):
+class TTSRequest(Contract):
     """DeerFlow's ``/api/tts`` body; like DeerFlow, only the first characters are read aloud.
     Its Volcengine-only knobs (speed, volume, pitch ratios, frontend) are accepted and ignored."""
 

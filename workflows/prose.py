@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr, model_validator
+from pydantic import ConfigDict, Field, StrictStr, model_validator
 
+from workflows.contract import Contract
 from workflows.evaluation import MAX_CONTENT_CHARS
 from workflows.models import Usage
 
@@ -26,7 +27,7 @@ class ProseOption(StrEnum):
     ZAP = "zap"
 
 
-class ProseRequest(BaseModel):
+class ProseRequest(Contract):
     """DeerFlow's body: ``prompt`` is the text to work on, ``command`` the zap's instruction."""
 
     model_config = ConfigDict(extra="ignore")
@@ -47,6 +48,6 @@ class ProseRequest(BaseModel):
         return f"Text:\n{self.prompt}"
 
 
-class ProseResult(BaseModel):
+class ProseResult(Contract):
     text: str
     usage: Usage = Field(default_factory=Usage)

@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from urllib.parse import urlparse
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
+from workflows.contract import Contract
 from workflows.markdown_links import links
 
 _BASE_SECTIONS = ("title", "key_points", "overview", "detailed_analysis", "key_citations")
@@ -54,7 +55,7 @@ GRADES = ((9.0, "A+"), (8.5, "A"), (8.0, "A-"), (7.5, "B+"), (7.0, "B"), (6.5, "
           (5.5, "C"), (5.0, "C-"), (4.0, "D"))
 
 
-class ReportMetrics(BaseModel):
+class ReportMetrics(Contract):
     """DeerFlow's ``metrics`` object, field for field."""
 
     word_count: int = 0

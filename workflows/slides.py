@@ -9,9 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictStr
+from pydantic import ConfigDict, Field, StrictStr
 
 from workflows.artefact import ArtefactRef
+from workflows.contract import Contract
 from workflows.evaluation import MAX_CONTENT_CHARS
 from workflows.models import Usage
 from workflows.reply_json import reply_json
@@ -28,7 +29,7 @@ MAX_TEXT = 300
 MAX_CELL = 100
 
 
-class SlidesRequest(BaseModel):
+class SlidesRequest(Contract):
     """DeerFlow's body: the report and its locale."""
 
     model_config = ConfigDict(extra="ignore")
@@ -37,24 +38,24 @@ class SlidesRequest(BaseModel):
     locale: StrictStr = Field(default="en-US", pattern=r"^[A-Za-z]{2,3}(-[A-Za-z0-9]{2,8})?$")
 
 
-class Table(BaseModel):
+class Table(Contract):
     header: list[str] = Field(default_factory=list, max_length=MAX_COLUMNS)
     rows: list[list[str]] = Field(default_factory=list, max_length=MAX_ROWS)
 
 
-class Slide(BaseModel):
+class Slide(Contract):
     title: str = Field(max_length=MAX_TITLE)
     bullets: list[str] = Field(default_factory=list, max_length=MAX_BULLETS)
     table: Table | None = None
 
 
-class Deck(BaseModel):
+class Deck(Contract):
     title: str = Field(max_length=MAX_TITLE)
     subtitle: str = Field(default="", max_length=MAX_TEXT)
     slides: list[Slide] = Field(max_length=MAX_SLIDES)
 
 
-class SlidesResult(BaseModel):
+class SlidesResult(Contract):
     """The deck as composed and its ``.pptx`` file, in the blob store."""
 
     deck: Deck
