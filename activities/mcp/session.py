@@ -37,7 +37,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.guards.secret_scrubber import SecretScrubber
 from activities.mcp.checks import ConnectionPlan, child_environment, config_error, plan_connection, unavailable_error
-from activities.mcp.lenient_wire import MendingReadStream
+from activities.mcp.lenient_wire import MendingReadStream, MendingTransport
 from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 
@@ -90,6 +90,7 @@ class Progress:
             timeout=timeout or httpx2.Timeout(CONNECT_TIMEOUT_SECONDS, read=HTTP_READ_TIMEOUT_SECONDS),
             auth=auth,
             event_hooks={"response": [self.record_response]},
+            transport=MendingTransport(httpx2.AsyncHTTPTransport()),  # lone surrogates read as U+FFFD
         )
 
     def stderr_note(self, label: str) -> str:
