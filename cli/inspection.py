@@ -53,9 +53,10 @@ async def _inspection(args: argparse.Namespace, settings: Settings) -> RunInspec
     if not args.id:
         raise CliError("inspect needs a run ID or --file FILE.json")
     client = await connect(settings, ensure_worker=False)
-    await _describe(client.get_workflow_handle(args.id))  # "No research run with ID …" before any work
+    described = await _describe(client.get_workflow_handle(args.id))  # "No research run with ID …" before any work
     try:
-        inspection = await inspect_run(client, args.id, f"server {client.service_client.config.target_host}")
+        inspection = await inspect_run(client, args.id, f"server {client.service_client.config.target_host}",
+                                       described)
     except RPCError as error:
         raise CliError(f"Could not read the history of {args.id}: {error.message}") from error
     inspection.forks = [ForkLink(workflow_id=fork.workflow_id, at=fork.at) for fork in await _forks(client, args.id)]
