@@ -57,14 +57,13 @@ def dev_server_flags() -> list[str]:
     return flags
 
 
-async def missing_search_attributes(client: Client, keys: tuple[SearchAttributeKey[str], ...] = ALL_KEYS,
-                                    ) -> list[SearchAttributeKey[str]]:
-    """Those of ``keys`` the namespace lacks. Raises if one exists with another type: that cannot be fixed here."""
+async def missing_search_attributes(client: Client) -> list[SearchAttributeKey[str]]:
+    """Our keys the namespace lacks. Raises if one exists with another type: that cannot be fixed here."""
     response = await client.operator_service.list_search_attributes(
         ListSearchAttributesRequest(namespace=client.namespace)
     )
     missing: list[SearchAttributeKey[str]] = []
-    for key in keys:
+    for key in ALL_KEYS:
         registered = response.custom_attributes.get(key.name)
         if registered is None:
             missing.append(key)
