@@ -22,9 +22,10 @@ import starter
 from cli.parser import Command
 from tests.support.processes import REPO_DIR
 
-# Temporal's SDK, pydantic, the model libraries and the web stacks (client and server side).
+# Temporal's SDK, pydantic, the model libraries, the web stacks (client and server side) and PyYAML.
 HEAVY = ("temporalio", "grpc", "google.protobuf", "pydantic", "openai", "langchain_core", "langchain_openai",
-         "langsmith", "httpx", "httpx2", "aiohttp", "requests", "starlette", "uvicorn", "rich", "config.settings")
+         "langsmith", "httpx", "httpx2", "aiohttp", "requests", "starlette", "uvicorn", "rich", "config.settings",
+         "yaml")
 # Each command line given (as JSON) runs in turn in one process, as ``python starter.py ARGS`` would; after
 # each, the heavy modules loaded so far are printed on a line of their own, after "loaded:".
 LOADED_BY_ARGV = f"""
@@ -56,10 +57,11 @@ def test_the_parser_answers_without_temporal_pydantic_model_or_web_libraries() -
 
 def test_a_command_imports_what_it_needs() -> None:
     """The lazy handler does load its module: ``config`` reads the settings (pydantic) and Temporal's
-    client configuration, and no other command's libraries (rich for ``watch``, the web stack)."""
+    client configuration, and no other command's libraries (rich for ``watch``, the web stack), nor
+    PyYAML where there is no conf.yaml."""
     [loaded] = heavy_modules_loaded_by(["config"])
     assert "config.settings" in loaded and "temporalio.envconfig" in loaded
-    assert not [name for name in loaded if name.startswith(("rich", "starlette", "uvicorn", "openai"))]
+    assert not [name for name in loaded if name.startswith(("rich", "starlette", "uvicorn", "openai", "yaml"))]
 
 
 def _handlers(parser: argparse.ArgumentParser) -> list[Command]:
