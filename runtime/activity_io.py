@@ -40,15 +40,18 @@ RESULTS: dict[str, type[Any]] = {
 }
 
 
+# Each tool activity's request type, and the argument of the model's tool call its request holds.
+_TOOL_ARGUMENTS: dict[str, tuple[type[Any], str]] = {
+    "web_search": (SearchRequest, "query"), "local_search_tool": (LocalSearchRequest, "query"),
+    "crawl_tool": (CrawlRequest, "url"), "python_repl_tool": (PythonRequest, "code"),
+}
+
+
 def runs_call(call: ToolCall, activity: str, request: Any) -> bool:
-    """Whether the tool activity ``activity`` with input ``request`` runs this model tool call."""
-    arguments = call.arguments
-    if activity == "web_search":
-        return call.name == "web_search" and arguments.get("query") == request.query
-    if activity == "crawl_tool":
-        return call.name == "crawl_tool" and arguments.get("url") == request.url
-    if activity == "python_repl_tool":
-        return call.name == "python_repl_tool" and arguments.get("code") == request.code
-    if activity == "local_search_tool":
-        return call.name == "local_search_tool" and arguments.get("query") == request.query
-    return activity == "mcp_call_tool" and arguments == request.arguments
+    """Whether the tool activity ``activity`` with input ``request`` runs this model tool call. An
+    input that is not its activity's request (one that did not decode as it) runs none."""
+    if activity == "mcp_call_tool":
+        return isinstance(request, MCPCallRequest) and call.arguments == request.arguments
+    kind, argument = _TOOL_ARGUMENTS.get(activity, (None, ""))
+    return (kind is not None and call.name == activity and isinstance(request, kind)
+            and call.arguments.get(argument) == getattr(request, argument))

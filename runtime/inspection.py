@@ -260,7 +260,7 @@ class InspectionBuilder:
             # The stage's earlier tool calls have run (or were dropped) by its next turn: none is left to match.
             self.tool_calls = [entry for entry in self.tool_calls if entry[1] is not stage]
             return stage
-        made_by = next((entry for entry in self.tool_calls if _runs(entry[0], activity, request)), None)
+        made_by = next((entry for entry in self.tool_calls if runs_call(entry[0], activity, request)), None)
         if made_by is not None:
             self.tool_calls.remove(made_by)
             self.current = made_by[1]
@@ -315,13 +315,6 @@ def _total(inspection: RunInspection) -> None:
     inspection.unpriced_models = sorted({model for call in inspection.calls
                                          if call.usage and call.usage.model and not call.usage.priced
                                          for model in call.usage.model.split(", ")})
-
-
-def _runs(call: ToolCall, activity: str, request: Any) -> bool:
-    try:
-        return runs_call(call, activity, request)
-    except AttributeError:  # an input that did not decode as its activity's request
-        return False
 
 
 def _timeout(event: HistoryEvent) -> Any:

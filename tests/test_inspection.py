@@ -23,6 +23,7 @@ import starter
 from cli.inspection_html import POLICY, render_html
 from cli.inspection_text import render
 from config.settings import load_settings
+from runtime.activity_io import runs_call
 from runtime.converter import data_converter
 from runtime.inspection_model import ForkLink, RunInspection
 from runtime.inspection_source import attempt_in_flight, inspect_histories, inspect_run
@@ -39,6 +40,7 @@ from workflows.models import (
     SearchRequest,
     SearchResponse,
     SearchResult,
+    ToolCall,
 )
 
 SETTINGS = load_settings({"DEERFLOW_PAYLOAD_STORE": "none"})
@@ -111,6 +113,16 @@ async def test_a_retried_call_shows_its_attempts_and_failures() -> None:
         (2, "ModelProviderError: 503 Service Unavailable from the provider"),
         (3, "ModelProviderError: quota exceeded: try again tomorrow")]
     assert "attempt 2 failed: ModelProviderError: 503" in render(inspection)
+
+
+def test_a_tool_input_that_did_not_decode_as_its_request_runs_no_call() -> None:
+    """The inspection reads an input that is not its activity's request as plain JSON: no model tool
+    call is paired with it, and pairing the others goes on (the feed reads the same pairing)."""
+    search = ToolCall(id="call_1", name="web_search", arguments={"query": "tides"})
+    assert runs_call(search, "web_search", SearchRequest(query="tides"))
+    assert not runs_call(search, "web_search", {"query": "tides"})
+    assert not runs_call(search, "crawl_tool", {"url": "https://example.org"})
+    assert not runs_call(search, "mcp_call_tool", {"arguments": {"query": "tides"}})
 
 
 async def hostile_run() -> HistoryWriter:
