@@ -1,4 +1,4 @@
-"""The worker: serves the task queues of ``workflows/queues.py`` for runs on ``deep-research``.
+"""The worker: serves the task queues of ``workflows/calls/queues.py`` for runs on ``deep-research``.
 
 ``main`` (the workflow), ``model`` (chat), ``tools`` (search, crawl, retrieval, MCP) and
 ``sandbox`` (the coder's Python). The default serves all four, so one process runs everything;
@@ -72,7 +72,7 @@ from runtime.search_attributes import ensure_search_attributes
 from runtime.shutdown import exit_now
 from runtime.stall_watchdog import exit_if_stalled
 from sandbox.activity import SandboxActivities
-from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
+from workflows.calls.queues import QUEUE_KINDS, QueueKind, queue_name
 
 QUEUE_PRESETS: dict[str, tuple[QueueKind, ...]] = {"all": QUEUE_KINDS, "keyed": ("main", "model", "tools")}
 

@@ -18,9 +18,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from runtime.research_client import checkpoint
-from workflows.fork_point import ForkPoint
-from workflows.models import WORKFLOW_TYPE
-from workflows.run_state import RunState
+from workflows.contracts.fork_point import ForkPoint
+from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.research.run_state import RunState
 
 REFUSED = "ForkSourceRefused"
 

@@ -19,8 +19,8 @@ from temporalio import activity
 from activities.documents.retrieval import check_resources
 from activities.model.report_reserve import report_reserve
 from config.settings import Settings
-from workflows.models import RunConfig
-from workflows.queues import QUEUE_KINDS, QueueKind
+from workflows.calls.queues import QUEUE_KINDS, QueueKind
+from workflows.contracts.models import RunConfig
 
 # Never the sandbox: model-written code runs only on the sandbox's own workers.
 EAGER_KINDS: tuple[Literal["model", "tools"], ...] = ("model", "tools")

@@ -40,7 +40,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 
 from runtime.embedded import free_port
 from tests.support.processes import TEMPORAL_CLI, DevServer, wait_for_port
-from workflows.visibility import indexed_place
+from workflows.research.visibility import indexed_place
 
 QUESTION = "Is nuclear power safe?"
 DONE = "cli-bench-done"  # a finished run: status, report, costs

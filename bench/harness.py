@@ -45,7 +45,7 @@ from runtime.converter import data_converter
 from runtime.embedded import process_polls
 from runtime.shutdown import exit_now
 from tests.support.processes import DevServer, WorkerProcess
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 REPO = Path(__file__).resolve().parent.parent
 MACHINE_NOTE = "2 cores, shared with other work (load average often 3-6)"
@@ -66,7 +66,7 @@ class BenchWorker(WorkerProcess):
     It caches bytecode as a deployed worker has it: a shell's ``PYTHONDONTWRITEBYTECODE`` is
     dropped and the cache goes to ``PYTHONPYCACHEPREFIX`` (set by :func:`bench_stack` to its own
     directory, so no tree is written to). Without it, each run's workflow sandbox would compile
-    ``workflows/research.py`` from source again (about 10 ms at every run's head), which neither the
+    ``workflows/research/workflow.py`` from source again (about 10 ms at every run's head), which neither the
     image (``compileall``) nor a plain checkout (Python writes ``__pycache__`` on first import) does.
     """
 

@@ -53,8 +53,8 @@ from runtime.shutdown import exit_now
 from tests.support.history_checks import SCHEDULED, completed_once_problems, given_up, retries_by_cause
 from tests.support.processes import BusyLoops, ServeProcess, free_port
 from tests.support.runs import QUESTION
-from workflows.errors import failure_message
-from workflows.models import Outcome, ResearchResult
+from workflows.calls.errors import failure_message
+from workflows.contracts.models import Outcome, ResearchResult
 
 LOOPS_PER_CORE = 2
 

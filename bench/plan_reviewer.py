@@ -15,8 +15,8 @@ from typing import Any
 from temporalio.client import WorkflowHandle
 
 from runtime import research_client
-from workflows.decisions import Actor, Via
-from workflows.models import Awaiting, Phase
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import Awaiting, Phase
 
 MAX_EDITS = 3
 RESEARCH_PLEASE = ("[EDIT_PLAN] Do not answer from what you know: plan one research step that searches the web "

@@ -21,7 +21,7 @@ from temporalio.worker import Replayer
 
 from config.settings import load_settings
 from runtime.converter import data_converter
-from workflows.research import DeepResearchWorkflow
+from workflows.research.workflow import DeepResearchWorkflow
 
 TARGET_SECONDS = 0.2
 WARM_REPLAYS = 20

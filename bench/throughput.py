@@ -5,7 +5,7 @@ Run from the repository root: ``.venv/bin/python bench/throughput.py`` (about 3 
 
 Why it is measured this way: Temporal lets a team add worker processes, on any machine, to run
 more research at once. With fixed fake latencies (model 0.5 s per call, search 0.05 s), a worker's
-throughput is bounded by its per-queue concurrency limits (workflows/queues.py): with
+throughput is bounded by its per-queue concurrency limits (workflows/calls/queues.py): with
 ``LLM_MAX_CONCURRENCY`` at 4, one process runs at most 4 model calls at a time. Each extra process
 adds its own slots, so runs per minute should grow with the processes until the machine's 2 cores
 (or the dev server) set the pace. Every configuration runs the same batch of runs (3 steps,
@@ -22,7 +22,7 @@ import time
 from harness import REPO, BenchWorker, bench_stack, header, run_main, start_run
 
 from tests.support.runs import QUESTION
-from workflows.models import ResearchRequest
+from workflows.contracts.models import ResearchRequest
 
 MODEL_LATENCY, SEARCH_LATENCY = 0.5, 0.05
 WORKER_ENV = {"LLM_MAX_CONCURRENCY": "4", "DEERFLOW_MAX_CACHED_WORKFLOWS": "1000"}

@@ -1,6 +1,6 @@
 """Who the CLI says decided: the OS user running it, or the name given with ``--as``.
 
-The workflow records it with each review, answer and cancel (workflows/decisions.py). The CLI
+The workflow records it with each review, answer and cancel (workflows/contracts/decisions.py). The CLI
 vouches for nothing more than the OS account; ``--as`` is for people sharing one (a bastion host).
 """
 
@@ -13,7 +13,7 @@ import os
 from pydantic import ValidationError
 
 from runtime.front_door import CliError
-from workflows.decisions import Actor, Via
+from workflows.contracts.decisions import Actor, Via
 
 
 def cli_actor(args: argparse.Namespace) -> Actor:

@@ -20,12 +20,12 @@ from config.settings import Settings
 from runtime import artefacts
 from runtime.front_door import CliError, connect
 from runtime.run_memo import flow_memo
-from workflows.decisions import Actor
-from workflows.errors import failure_message
-from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchResult
-from workflows.podcast import PODCAST_WORKFLOW, PodcastRequest, PodcastResult, script_text
-from workflows.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
+from workflows.calls.errors import failure_message
+from workflows.contracts.decisions import Actor
+from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
+from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchResult
+from workflows.contracts.podcast import PODCAST_WORKFLOW, PodcastRequest, PodcastResult, script_text
+from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 R = TypeVar("R", bound=BaseModel)
 

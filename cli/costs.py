@@ -5,7 +5,7 @@ going, or one that ended without a result (cancelled, terminated, timed out), an
 query, which a worker answers for a closed run too by replaying it. A run that continued as new is
 counted once, by its newest execution: the usage travels whole across continue-as-new.
 
-The content flows that call the model (workflows/flow_usage.py: prose, the report judge, slides, the
+The content flows that call the model (workflows/content/flow_usage.py: prose, the report judge, slides, the
 podcast's script, the prompt enhancer) are counted the same way, their ``usage`` query standing in
 for the status: every model call in the ``deerflow_llm_cost_microusd`` metric is in ``costs``, under
 the run or flow that made it (issue #48 item 5).
@@ -32,16 +32,16 @@ from runtime.front_door import CliError, connect
 from runtime.memo_listing import memo_rows
 from runtime.run_listing import RunFilter
 from runtime.run_memo import QUESTION, STARTED_BY, actor_in, indexes_questions, question_in, usage_in, usage_memo
-from workflows.flow_usage import COUNTED_FLOWS, USAGE_QUERY
-from workflows.models import WORKFLOW_TYPE
-from workflows.usage import Usage
-from workflows.visibility import USAGE_MEMO
+from workflows.content.flow_usage import COUNTED_FLOWS, USAGE_QUERY
+from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.contracts.usage import Usage
+from workflows.research.visibility import USAGE_MEMO
 
 READS_AT_ONCE = 8  # results and queries in flight while listing: the server's and the worker's share
 # A status query waits for a worker; one that died a moment ago is still listed as polling, and a
 # listing must not wait the server's whole query timeout for each of its runs.
 QUERY_SECONDS = 5.0
-# Runs whose memo holds their spend (workflows/run_state.py publish_usage, issue #46): it is written at
+# Runs whose memo holds their spend (workflows/research/run_state.py publish_usage, issue #46): it is written at
 # completion and at a cancel, and while a run runs at each phase and step, so a running run's spend
 # leaves out the step in progress. A run failed, terminated or timed out may have spent after its last
 # memo, and is read as before, as is a run from before runs kept it (no memo).

@@ -22,8 +22,8 @@ from config.settings import Settings
 from runtime import research_client
 from runtime.forks import ForkError, fork_id, fork_request
 from runtime.front_door import CliError, connect
-from workflows.fork_point import ForkPoint, ForkStage
-from workflows.report_style import ReportStyle
+from workflows.contracts.fork_point import ForkPoint, ForkStage
+from workflows.contracts.report_style import ReportStyle
 
 USAGE = "--from is plan, step N or report"
 

@@ -27,7 +27,7 @@ from runtime.front_door import CliError, connect
 from runtime.run_listing import ListedRun, list_page
 from runtime.run_memo import indexes_questions
 from runtime.visibility_query import QueryError
-from workflows.visibility import PHASE
+from workflows.research.visibility import PHASE
 
 HEADER = ("ID", "STATUS", "PHASE", "SPENT", "AGE", "STARTED BY")
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from cli.arguments import add_as_argument, duration, older_than, positive, since_duration, usd
 from runtime.build_info import add_version_argument
-from workflows.report_style import ReportStyle
+from workflows.contracts.report_style import ReportStyle
 
 if TYPE_CHECKING:
     from config.settings import Settings

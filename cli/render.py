@@ -11,8 +11,8 @@ from temporalio.client import WorkflowExecutionStatus
 
 from cli.terminal import printable
 from runtime.forks import ForkListed
-from workflows.models import Awaiting, Plan, RunStatus
-from workflows.status_view import (
+from workflows.contracts.models import Awaiting, Plan, RunStatus
+from workflows.research.status_view import (
     Retry,
     awaiting_commands,
     awaiting_headline,

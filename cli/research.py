@@ -34,13 +34,13 @@ from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect, revive_worker
 from runtime.run_names import question_slug
-from workflows.budget_models import BudgetAction, BudgetDecision
-from workflows.decisions import Actor
-from workflows.errors import failure_message
-from workflows.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
-from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import decision_lines, outcome_lines
-from workflows.untrusted_text import without_lone_surrogates
+from workflows.calls.errors import failure_message
+from workflows.contracts.budget import BudgetAction, BudgetDecision
+from workflows.contracts.decisions import Actor
+from workflows.contracts.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.research.review import ACCEPTED, EDIT_PLAN
+from workflows.research.status_view import decision_lines, outcome_lines
+from workflows.text.untrusted_text import without_lone_surrogates
 
 
 def _run_id(question: str) -> str:

@@ -29,10 +29,10 @@ from runtime import research_client
 from runtime.forks import ForkListed, forks_of
 from runtime.front_door import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from runtime.retries import retries_of
-from workflows.errors import failure_message
-from workflows.models import Outcome, ResearchResult, RunStatus
-from workflows.status_view import offline_notice
-from workflows.visibility import indexed_place
+from workflows.calls.errors import failure_message
+from workflows.contracts.models import Outcome, ResearchResult, RunStatus
+from workflows.research.status_view import offline_notice
+from workflows.research.visibility import indexed_place
 
 
 async def _status(handle: WorkflowHandle) -> RunStatus:

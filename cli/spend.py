@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from workflows.decisions import Actor
-from workflows.usage import COST_DIGITS, Usage
+from workflows.contracts.decisions import Actor
+from workflows.contracts.usage import COST_DIGITS, Usage
 
 NOT_RECORDED = "(not recorded)"  # a run started before the memo named its starter, or from outside our doors
-RESEARCH = "research"  # the kind of a research run; a content flow's is its name (workflows/flow_usage.py)
+RESEARCH = "research"  # the kind of a research run; a content flow's is its name (workflows/content/flow_usage.py)
 
 
 def usd(amount: float) -> str:

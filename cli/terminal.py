@@ -17,7 +17,6 @@ import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-
 from workflows.untrusted_text import without_lone_surrogates
 
 _SEQUENCES = re.compile(

@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from workflows.mcp_choices import MCP_SERVER_NAME_PATTERN
+from workflows.contracts.mcp_choices import MCP_SERVER_NAME_PATTERN
 
 ServerName = Annotated[str, StringConstraints(pattern=MCP_SERVER_NAME_PATTERN)]
 _PLACEHOLDER = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")

@@ -1,4 +1,4 @@
-"""Default model prices, for each call's cost (workflows/usage.py): the run's budget, its result and
+"""Default model prices, for each call's cost (workflows/contracts/usage.py): the run's budget, its result and
 the estimated-cost metric (runtime/metrics.py) all count the same figure.
 
 Why a table in code: an operator on a known model gets a sane estimate with no setting, and one on
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workflows.usage import PriceQuote
+from workflows.contracts.usage import PriceQuote
 
 OPERATOR_SOURCE = "DEERFLOW_MODEL_PRICES"
 LIST_SOURCE = "list price (config/model_prices.py)"

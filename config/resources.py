@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
-from workflows.document_names import LOCAL_SCHEME
+from workflows.research.document_names import LOCAL_SCHEME
 
 if TYPE_CHECKING:  # the extraction fork server imports the suffix sets through here: no settings there
     from config.settings import Settings

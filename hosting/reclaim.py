@@ -40,7 +40,7 @@ from hosting.inflight_journal import (
     is_dead,
     read_journal,
 )
-from workflows.activity_options import LOST_ATTEMPT_RETRY
+from workflows.calls.activity_options import LOST_ATTEMPT_RETRY
 
 logger = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 The worker, the tests, the history recorder and the benchmarks all build their workers with
 :func:`build_workers`, so a new activity or queue is registered in one place. The main queue
 keeps every activity for runs recorded before their kind had a queue of its own
-(workflows/queues.py): on a worker that cannot contain the code, python_repl_tool refuses them.
+(workflows/calls/queues.py): on a worker that cannot contain the code, python_repl_tool refuses them.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ from hosting.retry_window import RetryWindowInterceptor
 from runtime.message_payloads import worker_client
 from runtime.workflow_runner import workflow_runner
 from sandbox.activity import SandboxActivities
-from workflows.activity_options import HEARTBEAT_THROTTLE
+from workflows.calls.activity_options import HEARTBEAT_THROTTLE
+from workflows.calls.queues import QUEUE_KINDS, QueueKind, queue_name
 from workflows.catalog import WORKFLOWS
-from workflows.models import TASK_QUEUE
-from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
+from workflows.contracts.models import TASK_QUEUE
 
 log = logging.getLogger(__name__)
 

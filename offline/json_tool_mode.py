@@ -1,5 +1,5 @@
 """How the offline model reads and writes JSON tool mode (``activities/model/json_tools.py``; the
-words both sides agree on are in ``workflows/json_tool_protocol.py``).
+words both sides agree on are in ``workflows/contracts/json_tool_protocol.py``).
 
 A JSON-mode request offers no ``tools``: it describes them in its schema and system prompt, sends
 earlier calls as their JSON and tool outputs as "Result of …" user messages, and enforces one action
@@ -17,7 +17,7 @@ from itertools import takewhile
 from typing import Any
 
 from offline.agent_text import ScriptedReply, ScriptedToolCall, text_of
-from workflows.json_tool_protocol import FINAL_ACTION, RESULT_RE, SCHEMA_NAME
+from workflows.contracts.json_tool_protocol import FINAL_ACTION, RESULT_RE, SCHEMA_NAME
 
 
 def is_action_request(body: dict[str, Any]) -> bool:

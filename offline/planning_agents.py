@@ -26,7 +26,7 @@ from offline.agent_text import (
     zh_wanted,
 )
 from offline.plan_edits import Revision, angle_of, focuses, limit_note, revise
-from workflows.messages import ASKED
+from workflows.research.messages import ASKED
 
 MAX_STEPS_RE = re.compile(r"at most\s+(\d+)\s+steps", re.IGNORECASE)
 BACKGROUND_PREFIX = "background investigation results of user query:"
@@ -184,7 +184,7 @@ def _whole_sentences(text: str) -> str:
     return text.rstrip("?.!？。！ ")
 
 
-# The planner's task after clarifying questions (workflows.messages.clarified_task): the question,
+# The planner's task after clarifying questions (workflows.research.messages.clarified_task): the question,
 # then each question asked and its answer.
 ASKED_RE = re.compile(r"\s*{}.*?{}(?=\n\n|\Z)\s*".format(*map(re.escape, ASKED.split("{}"))), re.DOTALL)
 

@@ -74,7 +74,7 @@ def _results_of(content: str) -> list[dict[str, str]]:
     try:
         data = json.loads(content)
     except ValueError:
-        page = CRAWLED_RE.match(content)  # a crawled page, as workflows/search_format.py lays it out
+        page = CRAWLED_RE.match(content)  # a crawled page, as workflows/research/search_format.py lays it out
         if page:
             return [{"title": page["title"], "url": page["url"], "content": content[page.end():]}]
         return [{"title": shorten(first_sentence(content), 80) or "Tool output", "url": "", "content": content}]
@@ -98,7 +98,7 @@ def _results_of(content: str) -> list[dict[str, str]]:
 ZH_TABLE_LABELS = {"Metric": "指标", "Value": "数值", "Findings": "发现数", "Words": "词数",
                    "Distinct URLs": "不同来源数", "Top words": "高频词"}
 CRAWLED_RE = re.compile(r"# (?P<title>[^\n]+)\n\nSource: (?P<url>\S+)\n\n")
-NO_RESULTS_RE = re.compile(r"\s*No results found for ")  # workflows/search_format.py's words
+NO_RESULTS_RE = re.compile(r"\s*No results found for ")  # workflows/research/search_format.py's words
 
 
 def _is_error(content: str) -> bool:

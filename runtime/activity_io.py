@@ -2,14 +2,14 @@
 and which model tool call a tool activity runs.
 
 The activity's input carries no tool call id: the workflow turns a call's arguments into the
-activity's request (workflows/tools.py), so a reader of history pairs them by those arguments.
+activity's request (workflows/research/tools.py), so a reader of history pairs them by those arguments.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from workflows.models import (
+from workflows.contracts.models import (
     ChatRequest,
     ChatResponse,
     CrawlRequest,

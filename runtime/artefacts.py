@@ -1,4 +1,4 @@
-"""Writing and reading a content flow's file in the blob store (workflows/artefact.py).
+"""Writing and reading a content flow's file in the blob store (workflows/contracts/artefact.py).
 
 The file goes through the same driver and encryption as every large payload, wrapped as one
 binary payload, so an operator's store, encryption keys and blob collector cover it too. The
@@ -16,7 +16,7 @@ from temporalio.converter import StorageDriverClaim, StorageDriverRetrieveContex
 from config.settings import Settings
 from runtime.converter import storage_driver
 from runtime.encryption import encryption_codec
-from workflows.artefact import ArtefactRef
+from workflows.contracts.artefact import ArtefactRef
 
 ENCODING = b"binary/plain"
 

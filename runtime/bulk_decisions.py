@@ -3,7 +3,7 @@ run a query names (``starter.py review --all-awaiting``, ``cancel --query``, and
 
 Why each run gets its own update or cancel request, a few at a time, and not one of Temporal's batch
 operations: a batch operation signals or cancels what a query matches with one identity and reports
-only how many it reached. Here who decided is recorded on each run (workflows/decisions.py), the
+only how many it reached. Here who decided is recorded on each run (workflows/contracts/decisions.py), the
 API server checks each run's starter against the caller's role before it acts, and the answer says
 what happened to each run: its plan accepted, skipped (it no longer waited for one, or had ended),
 refused (the caller may see it but not do this to it), pending or failed. An update goes through
@@ -49,9 +49,9 @@ from temporalio.service import RPCError, RPCStatusCode
 from runtime import research_client
 from runtime.run_listing import RunFilter
 from runtime.run_memo import indexes_questions, question_of
-from workflows.decisions import Actor
-from workflows.errors import failure_message
-from workflows.review import ACCEPTED
+from workflows.calls.errors import failure_message
+from workflows.contracts.decisions import Actor
+from workflows.research.review import ACCEPTED
 
 AT_ONCE = 16  # updates or cancels in flight: the worker validates each update in a workflow task
 NOTES_KEPT = 100  # runs named in an answer (those not decided); the counts cover them all

@@ -35,7 +35,7 @@ from config.settings import Settings
 from runtime.encryption import EncryptionCodec, KeylessGuard, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
 from storage.subtrees import SubtreeCodec, SubtreeDriver
-from workflows.undecodable import PayloadConverter
+from workflows.contracts.undecodable import PayloadConverter
 
 PAYLOAD_STORES = ("filesystem", "s3", "none")
 

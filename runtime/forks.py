@@ -3,7 +3,7 @@ between a run and its forks, both ways.
 
 The fork's request is the source's own, read from the source's history (its start input), with
 the report style and locale the person chose and the fork's point; the state the fork reuses is
-not in it (the fork's worker reads it from the source: workflows/fork.py). Before starting, the
+not in it (the fork's worker reads it from the source: workflows/research/fork.py). Before starting, the
 door reads the source's state once itself (the ``checkpoint`` query) and refuses a point the
 source never reached, so the person hears why at once rather than from a failed run.
 
@@ -25,12 +25,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from runtime import research_client
 from runtime.run_memo import FORKED_FROM, forked_from_memo, started_by
 from runtime.visibility_query import quoted
-from workflows.decisions import Actor
-from workflows.fork_point import ForkPoint
-from workflows.fork_seed import ForkRefused, fork_seed
-from workflows.models import WORKFLOW_TYPE, ResearchRequest
-from workflows.report_style import ReportStyle
-from workflows.visibility import FORKED_FROM as FORKED_FROM_ATTRIBUTE
+from workflows.contracts.decisions import Actor
+from workflows.contracts.fork_point import ForkPoint
+from workflows.contracts.models import WORKFLOW_TYPE, ResearchRequest
+from workflows.contracts.report_style import ReportStyle
+from workflows.research.fork_seed import ForkRefused, fork_seed
+from workflows.research.visibility import FORKED_FROM as FORKED_FROM_ATTRIBUTE
 
 MAX_FORKS_LISTED = 100
 # Runs read for their memos where the namespace lacks the search attribute (newest first).

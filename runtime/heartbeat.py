@@ -6,7 +6,7 @@ sandbox's worker imports nothing of activities/ (tests/test_import_directions.py
 An activity with a heartbeat timeout is declared lost as soon as its worker stops heartbeating,
 so a call in flight on a crashed worker is retried within seconds instead of after its whole
 start-to-close timeout. The interval is derived from the heartbeat timeout the workflow scheduled
-the activity with (``workflows/activity_options.py``), like the SDK's ``contrib/openai_agents``
+the activity with (``workflows/calls/activity_options.py``), like the SDK's ``contrib/openai_agents``
 does, so the two cannot drift apart: several beats fit in one timeout, and the SDK sends at most
 one per 80% of it anyway.
 

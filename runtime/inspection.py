@@ -6,7 +6,7 @@ attempts (the last attempt's start and worker, the failure the retry followed, t
 the timeline line the workflow gave it, the waits for a person and every message sent to the run
 with its sender. A history exported on one machine is inspected the same on another.
 
-Stages are read from the lines the workflow gives its calls (workflows/activity_options.py and the
+Stages are read from the lines the workflow gives its calls (workflows/calls/activity_options.py and the
 ``summary=`` of each call): "planner · v2", "researcher · step 2 · turn 3", "reporter"; a tool
 activity belongs to the stage of the model turn whose tool call it runs (runtime/activity_io.py),
 the first web search before any plan to the background investigation, and each wait for a person
@@ -40,12 +40,12 @@ from runtime.inspection_model import (
     Wait,
 )
 from runtime.inspection_parts import Conversations, as_json, input_parts, output_parts
-from workflows.models import ChatResponse, Plan, ResearchRequest, ResearchResult, ToolCall
-from workflows.usage import COST_DIGITS, Usage
+from workflows.contracts.models import ChatResponse, Plan, ResearchRequest, ResearchResult, ToolCall
+from workflows.contracts.usage import COST_DIGITS, Usage
 
 E = EventType
 MAX_PROBLEMS = 50
-# The durable waits for a person (workflows/research_run.py: wait_for_person), by their timer's line.
+# The durable waits for a person (workflows/research/research_run.py: wait_for_person), by their timer's line.
 WAITS = {"plan review deadline": "plan review", "clarification deadline": "clarification",
          "budget decision deadline": "budget decision"}
 CLOSED = {E.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED: "completed", E.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED: "failed",

@@ -1,7 +1,7 @@
 """Who decided what, and when: the messages a run received, read from its history.
 
 Signals and updates carry their sender as a second argument when they came through our doors
-(workflows/decisions.py: the CLI's OS user or ``--as``, the API token's holder); a cancel carries it
+(workflows/contracts/decisions.py: the CLI's OS user or ``--as``, the API token's holder); a cancel carries it
 in its reason. Without one, the message came from outside our doors (the temporal CLI, the Web UI).
 An update's answer (accepted, or why it was not) is recorded with it. Every message is shown as
 the sender wrote it: untrusted text, shown as text.
@@ -17,7 +17,7 @@ from temporalio.api.history.v1 import HistoryEvent
 from runtime.inspection_decode import Unreadable
 from runtime.inspection_model import Message
 from runtime.inspection_parts import as_json
-from workflows.decisions import InvalidActor, actor_of, actor_of_cancel
+from workflows.contracts.decisions import InvalidActor, actor_of, actor_of_cancel
 
 if TYPE_CHECKING:
     from runtime.inspection import InspectionBuilder

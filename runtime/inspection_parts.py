@@ -18,8 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime.inspection_model import Part
-from workflows.document_names import document_name
-from workflows.models import (
+from workflows.contracts.models import (
     ChatMessage,
     ChatRequest,
     ChatResponse,
@@ -33,6 +32,7 @@ from workflows.models import (
     SearchRequest,
     SearchResponse,
 )
+from workflows.research.document_names import document_name
 
 
 def as_json(value: Any) -> str:

@@ -8,7 +8,7 @@ forged subtree reference) fails the run. Anyone who may signal a run can send su
 
 So, in the workflow's own serialization context (its start input, signals, updates and queries;
 activity results are decoded in theirs and keep their errors), a payload whose decoding fails
-becomes a marker (``workflows/undecodable.py``) that the workflow refuses like any unusable
+becomes a marker (``workflows/contracts/undecodable.py``) that the workflow refuses like any unusable
 message. Failures of *this worker* are not the payload's fault and still fail the task, so that
 the server retries it, here or on a worker that can: no encryption keys (``EncryptionKeysMissing``)
 and a blob store that cannot be read right now (``PayloadStoreError``).
@@ -33,7 +33,7 @@ from temporalio.converter import DataConverter, SerializationContext, WorkflowSe
 
 from runtime.encryption import EncryptionKeysMissing, KeylessGuard
 from storage.filesystem import PayloadStoreError
-from workflows.undecodable import marker
+from workflows.contracts.undecodable import marker
 
 logger = logging.getLogger(__name__)
 # The worker's own shortcomings: the task must fail and be retried, not the message be dropped.

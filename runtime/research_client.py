@@ -2,12 +2,12 @@
 answer its question.
 
 Each handler is sent by the name the workflow declares it with (``STATUS_QUERY`` and the others in
-workflows/models.py) and read back as the type it returns, rather than by a method reference to
+workflows/contracts/models.py) and read back as the type it returns, rather than by a method reference to
 ``DeepResearchWorkflow``: a reference imports the workflow's whole code (its stages, the plan
 parser), a tenth of a second before every ``status``, ``review`` and ``list`` (issue #45), and the CLI
 and the API server never run it. tests/test_research_client.py checks each name and result type
 here against the workflow's own definition, which is what a reference would have guaranteed. The
-workflow is registered as the dynamic workflow (its input validated in workflows/run_input.py);
+workflow is registered as the dynamic workflow (its input validated in workflows/research/run_input.py);
 its start goes by type name (``WORKFLOW_TYPE``). This module does I/O (it talks to the Temporal
 server): workflow code never imports it.
 """
@@ -23,9 +23,9 @@ from temporalio.common import WorkflowIDReusePolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from runtime.run_memo import indexes_questions, run_memo, start_attributes
-from workflows.budget_models import BudgetDecision
-from workflows.decisions import Actor, cancel_reason
-from workflows.models import (
+from workflows.contracts.budget import BudgetDecision
+from workflows.contracts.decisions import Actor, cancel_reason
+from workflows.contracts.models import (
     CHECKPOINT_QUERY,
     DECIDE_BUDGET_UPDATE,
     REVIEW_PLAN_UPDATE,
@@ -38,7 +38,7 @@ from workflows.models import (
     ReviewOutcome,
     RunStatus,
 )
-from workflows.run_state import RunState
+from workflows.research.run_state import RunState
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]
 # A status query the server answered "context canceled" is asked again this many times, after this

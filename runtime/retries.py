@@ -13,7 +13,7 @@ from typing import Any
 from temporalio.api.workflow.v1 import PendingActivityInfo
 from temporalio.api.workflowservice.v1 import DescribeWorkflowExecutionResponse
 
-from workflows.status_view import Retry
+from workflows.research.status_view import Retry
 
 
 def _retry(pending: PendingActivityInfo) -> Retry | None:

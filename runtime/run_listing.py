@@ -26,9 +26,9 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from runtime.run_memo import question_of, started_by, starter_keyword, starter_keywords
 from runtime.visibility_query import MAX_QUERY_CHARS, QueryError, all_of, canonical_query, quoted
-from workflows.decisions import Actor
-from workflows.models import WORKFLOW_TYPE, Awaiting, Phase
-from workflows.visibility import AWAITING, PHASE, QUESTION, STARTED_BY
+from workflows.contracts.decisions import Actor
+from workflows.contracts.models import WORKFLOW_TYPE, Awaiting, Phase
+from workflows.research.visibility import AWAITING, PHASE, QUESTION, STARTED_BY
 
 MAX_PAGE = 500
 MAX_WORDS = 10  # of a question filter

@@ -26,12 +26,12 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionDescri
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from runtime.converter import encryption_of
-from workflows.decisions import Actor, Via
-from workflows.fork_point import ForkPoint
-from workflows.usage import Usage
-from workflows.visibility import QUESTION as QUESTION_KEY
-from workflows.visibility import STARTED_BY as STARTED_BY_KEY
-from workflows.visibility import USAGE_MEMO
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.fork_point import ForkPoint
+from workflows.contracts.usage import Usage
+from workflows.research.visibility import QUESTION as QUESTION_KEY
+from workflows.research.visibility import STARTED_BY as STARTED_BY_KEY
+from workflows.research.visibility import USAGE_MEMO
 
 QUESTION = "question"
 STARTED_BY = "started_by"

@@ -7,7 +7,7 @@ start-up and tells each run through ``RunConfig.search_attributes_enabled`` whet
 That depends on the upserted ones only: a namespace that has them but not the starters' (a
 cluster registered before those existed, where the worker may not register) keeps its runs'
 phases; starters then leave theirs out (runtime/research_client.py).
-The keys themselves live in ``workflows.visibility`` so the workflow and this module share them.
+The keys themselves live in ``workflows.research.visibility`` so the workflow and this module share them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest, ListSe
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
-from workflows.visibility import ALL_KEYS, UPSERTED_KEYS
+from workflows.research.visibility import ALL_KEYS, UPSERTED_KEYS
 
 __all__ = ["ALL_KEYS", "dev_server_flags", "ensure_search_attributes", "missing_search_attributes"]
 

@@ -11,7 +11,7 @@ as a ``Principal``. A run remembers who started it (its memo, runtime/run_memo.p
   admin named "operator", and a server with no token at all (loopback only) treats its callers
   as the local admin, as before.
 
-Whatever a holder does is recorded under its name (workflows/decisions.py), so the name, not the
+Whatever a holder does is recorded under its name (workflows/contracts/decisions.py), so the name, not the
 token, is what the record shows.
 """
 
@@ -25,7 +25,7 @@ from starlette.requests import Request
 from config.groups.web import SINGLE_TOKEN_NAME, Role
 from config.settings import Settings
 from server.security import RequestError
-from workflows.decisions import Actor, Via
+from workflows.contracts.decisions import Actor, Via
 
 
 class Act(StrEnum):

@@ -48,11 +48,11 @@ from server.mcp_settings import DeerFlowMCPSettings, mcp_picks
 from server.security import RequestError
 from server.threads import ThreadError, checked_thread_id, latest_run, run_count, workflow_id
 from server.uploads import Uploads
-from workflows.decisions import Actor
-from workflows.document_names import document_name
-from workflows.errors import failure_message
-from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice, ignored_mcp_note
-from workflows.models import Awaiting, ResearchRequest
+from workflows.calls.errors import failure_message
+from workflows.contracts.decisions import Actor
+from workflows.contracts.mcp_choices import IgnoredMCPServer, MCPServerChoice, ignored_mcp_note
+from workflows.contracts.models import Awaiting, ResearchRequest
+from workflows.research.document_names import document_name
 
 logger = logging.getLogger(__name__)
 

@@ -31,13 +31,13 @@ from server.mcp_check import metadata
 from server.security import RequestError, log, read_json
 from server.services import endpoint, services
 from server.sse import BrokenStream
-from workflows.artefact import ArtefactRef
-from workflows.decisions import Actor
-from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
-from workflows.podcast import NO_VOICE_MESSAGE, PODCAST_WORKFLOW, PodcastRequest, PodcastResult, TTSRequest
-from workflows.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
-from workflows.slides import PPTX_MEDIA_TYPE, SLIDES_WORKFLOW, SlidesRequest, SlidesResult
-from workflows.speech import SPEECH_WORKFLOW
+from workflows.content.speech import SPEECH_WORKFLOW
+from workflows.contracts.artefact import ArtefactRef
+from workflows.contracts.decisions import Actor
+from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
+from workflows.contracts.podcast import NO_VOICE_MESSAGE, PODCAST_WORKFLOW, PodcastRequest, PodcastResult, TTSRequest
+from workflows.contracts.prose import PROSE_WORKFLOW, ProseRequest, ProseResult
+from workflows.contracts.slides import PPTX_MEDIA_TYPE, SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 
 async def evaluate(client: Client, settings: Settings, body: Any, who: Actor) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from typing import Any
 from temporalio.client import WorkflowHandle, WorkflowUpdateRPCTimeoutOrCancelledError
 
 from runtime import research_client
-from workflows.decisions import Actor
-from workflows.models import ReviewOutcome
+from workflows.contracts.decisions import Actor
+from workflows.contracts.models import ReviewOutcome
 
 DECISION_WAIT_SECONDS = 30.0
 

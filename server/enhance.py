@@ -16,10 +16,10 @@ from temporalio.client import Client, WorkflowFailureError
 
 from runtime.run_memo import flow_memo
 from server.security import RequestError
-from workflows.decisions import Actor
-from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult
-from workflows.errors import failure_message
-from workflows.models import TASK_QUEUE
+from workflows.calls.errors import failure_message
+from workflows.contracts.decisions import Actor
+from workflows.contracts.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult
+from workflows.contracts.models import TASK_QUEUE
 
 # How long a request waits for the enhanced prompt, and how long its run may take at all.
 WAIT = timedelta(seconds=90)

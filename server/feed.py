@@ -30,8 +30,8 @@ from temporalio.converter import DataConverter
 
 from runtime.activity_io import INPUTS, RESULTS, runs_call
 from runtime.token_stream_format import stream_id
-from workflows.decisions import cancel_words
-from workflows.models import (
+from workflows.contracts.decisions import cancel_words
+from workflows.contracts.models import (
     ChatResponse,
     CrawlResult,
     LocalSearchRequest,
@@ -46,7 +46,7 @@ from workflows.models import (
 SHOWN = ("chat", "web_search", "crawl_tool", "python_repl_tool", "local_search_tool", "mcp_call_tool")
 _INPUTS: dict[str, type[BaseModel]] = {activity: INPUTS[activity] for activity in SHOWN}
 _RESULTS: dict[str, type[BaseModel]] = {activity: RESULTS[activity] for activity in SHOWN}
-# The review wait is a durable timer with this summary (workflows/research.py); it marks the interrupt.
+# The review wait is a durable timer with this summary (workflows/research/workflow.py); it marks the interrupt.
 PLAN_REVIEW_TIMER = "plan review deadline"
 CLARIFICATION_TIMER = "clarification deadline"
 INTERRUPT_CONTENT = "Please Review the Plan."

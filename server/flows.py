@@ -22,9 +22,9 @@ from temporalio.exceptions import TimeoutError as RunTimeout
 from config.settings import Settings
 from runtime.run_memo import flow_memo
 from server.security import RequestError, read_json
-from workflows.decisions import Actor
-from workflows.errors import failure_message
-from workflows.models import TASK_QUEUE
+from workflows.calls.errors import failure_message
+from workflows.contracts.decisions import Actor
+from workflows.contracts.models import TASK_QUEUE
 
 R = TypeVar("R", bound=BaseModel)
 

@@ -19,8 +19,8 @@ from runtime.forks import ForkError, ForkListed, fork_id, fork_request, forks_of
 from server.access import Act, Principal
 from server.runs import Runs
 from server.security import RequestError
-from workflows.fork_point import MAX_EDIT_CHARS, ForkPoint, ForkStage
-from workflows.report_style import ReportStyle
+from workflows.contracts.fork_point import MAX_EDIT_CHARS, ForkPoint, ForkStage
+from workflows.contracts.report_style import ReportStyle
 
 
 class ForkBody(BaseModel):

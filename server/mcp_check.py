@@ -26,10 +26,10 @@ from temporalio.client import Client
 from config.settings import Settings
 from server.flows import flow_result, start_flow
 from server.security import RequestError, log
-from workflows.decisions import Actor
-from workflows.mcp_checker import MCP_CHECK_WORKFLOW
-from workflows.mcp_naming import MCP_TOOL_PREFIX, sanitize_name_part
-from workflows.models import MCPListRequest, MCPToolList
+from workflows.content.mcp_checker import MCP_CHECK_WORKFLOW
+from workflows.contracts.decisions import Actor
+from workflows.contracts.mcp_naming import MCP_TOOL_PREFIX, sanitize_name_part
+from workflows.contracts.models import MCPListRequest, MCPToolList
 
 NOT_CONFIGURED = ("Only MCP servers the operator configured can be added here (MCP_SERVERS in conf.yaml or "
                   "the environment)")

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError
 
 from config.settings import Settings
 from server.mcp_check import MetadataRequest, why_not_the_operators
-from workflows.mcp_choices import IgnoredMCPServer, MCPServerChoice
+from workflows.contracts.mcp_choices import IgnoredMCPServer, MCPServerChoice
 
 MAX_SERVERS = 20  # ResearchRequest.mcp_servers' bound, and ignored_mcp_servers'
 MAX_CHOSEN_TOOLS = 100  # MCPServerChoice.enabled_tools' bound

@@ -28,8 +28,8 @@ from runtime.visibility_query import QueryError
 from server.access import Act, Principal
 from server.decisions import DECISION_WAIT_SECONDS
 from server.security import RequestError
-from workflows.models import Awaiting
-from workflows.visibility import STARTED_BY
+from workflows.contracts.models import Awaiting
+from workflows.research.visibility import STARTED_BY
 
 PAGE_SIZE = 50
 KNOWN_FOR_SECONDS = 60.0  # how long the namespace's search attributes are taken as read

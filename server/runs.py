@@ -39,12 +39,12 @@ from server.live import Previews, TokenHub, with_previews
 from server.security import RequestError
 from server.threads import workflow_id
 from server.uploads import Uploads
-from workflows.budget_models import BudgetDecision
-from workflows.errors import failure_message
-from workflows.models import WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
-from workflows.review import ACCEPTED, EDIT_PLAN
-from workflows.status_view import budget_forecast, offline_notice, retry_line, why_cancelled
-from workflows.visibility import indexed_place
+from workflows.calls.errors import failure_message
+from workflows.contracts.budget import BudgetDecision
+from workflows.contracts.models import WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.research.review import ACCEPTED, EDIT_PLAN
+from workflows.research.status_view import budget_forecast, offline_notice, retry_line, why_cancelled
+from workflows.research.visibility import indexed_place
 
 # How long a view waits for a worker to answer a run's status query. With no worker running (a
 # deployment whose workers are down) the server holds the query for about 30 s before it fails it;

@@ -27,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from workflows.untrusted_text import nested_deeper, scrubbed
+from workflows.text.untrusted_text import nested_deeper, scrubbed
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 # Deeper than any body the API takes (DeerFlow's deepest, mcp_settings, has 5 levels), and shallow

@@ -35,7 +35,7 @@ from config.resources import ResourcePolicy, resolve, uses_local_resources
 from config.settings import Settings
 from server.access import Principal
 from server.security import RequestError, read_body
-from workflows.document_names import local_uri
+from workflows.research.document_names import local_uri
 
 UPLOAD_SUFFIXES = (".md", ".txt")  # what DeerFlow's upload dialog offers
 MULTIPART_OVERHEAD = 16 * 1024  # boundaries and part headers around the file

@@ -31,12 +31,13 @@ from sandbox.activity import SandboxActivities
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import TEST_SERVER
 from tests.support.runs import IGNORED_SIGNALS, QUESTION, SAMPLE_REPORT
-from workflows.decisions import Actor, Via
-from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
-from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
-from workflows.fork_point import ForkPoint, ForkStage
-from workflows.mcp_checker import MCP_CHECK_WORKFLOW
-from workflows.models import (
+from workflows.content.mcp_checker import MCP_CHECK_WORKFLOW
+from workflows.content.speech import SPEECH_WORKFLOW
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.enhance import ENHANCER_WORKFLOW, EnhanceRequest
+from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
+from workflows.contracts.fork_point import ForkPoint, ForkStage
+from workflows.contracts.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
     BudgetTimeoutAction,
@@ -47,10 +48,9 @@ from workflows.models import (
     ReviewTimeoutAction,
     RunStatus,
 )
-from workflows.podcast import PODCAST_WORKFLOW, PodcastRequest, SpeechRequest
-from workflows.prose import PROSE_WORKFLOW, ProseOption, ProseRequest
-from workflows.slides import SLIDES_WORKFLOW, SlidesRequest
-from workflows.speech import SPEECH_WORKFLOW
+from workflows.contracts.podcast import PODCAST_WORKFLOW, PodcastRequest, SpeechRequest
+from workflows.contracts.prose import PROSE_WORKFLOW, ProseOption, ProseRequest
+from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 MADE_UP_URL = "http://127.0.0.2:9/zqx-invented-quasar"
@@ -70,7 +70,7 @@ SCENARIOS: dict[str, tuple[Any, list[Any], list[Fault]]] = {
     "bounded_dropped_calls": (ResearchRequest(question=QUESTION, auto_accept_plan=True, max_step_num=1), [],
                               [Fault.tool_call_flood(12, agent="researcher")]),
     "ignored_feedback": (ResearchRequest(question=QUESTION), [*IGNORED_SIGNALS, "[ACCEPTED]"], []),
-    # Reviews that name their sender (workflows/decisions.py), each on its own plan: a tuple.
+    # Reviews that name their sender (workflows/contracts/decisions.py), each on its own plan: a tuple.
     "named_reviewers": (ResearchRequest(question=QUESTION),
                         [("[EDIT_PLAN] add a step on manufacturing costs", {"name": "alice", "via": "cli"}),
                          ("[ACCEPTED]", {"name": "bob", "via": "api"})], []),

@@ -29,7 +29,7 @@ from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from runtime.heartbeat import heartbeat_interval, heartbeating
 from tests.support.runs import start
-from workflows.activity_options import (
+from workflows.calls.activity_options import (
     ACTIVITY_OPTIONS,
     CHAT,
     HEARTBEAT_THROTTLE,
@@ -40,13 +40,11 @@ from workflows.activity_options import (
     WEB_SEARCH,
     summary_text,
 )
-from workflows.agent_loop import run_agent
-from workflows.agents import AgentSpec
-from workflows.artefact import ArtefactRef
-from workflows.evaluation import MeasureRequest
-from workflows.fork_point import ForkPoint, ForkStage
-from workflows.found_urls import FoundUrls
-from workflows.models import (
+from workflows.calls.queues import queue_name
+from workflows.contracts.artefact import ArtefactRef
+from workflows.contracts.evaluation import MeasureRequest
+from workflows.contracts.fork_point import ForkPoint, ForkStage
+from workflows.contracts.models import (
     ChatMessage,
     ChatRequest,
     ChatResponse,
@@ -65,10 +63,12 @@ from workflows.models import (
     ToolCall,
     Usage,
 )
-from workflows.podcast import SpeechRequest
-from workflows.queues import queue_name
-from workflows.slides import Deck, Slide
-from workflows.tools import ToolContext
+from workflows.contracts.podcast import SpeechRequest
+from workflows.contracts.slides import Deck, Slide
+from workflows.research.agent_loop import run_agent
+from workflows.research.agents import AgentSpec
+from workflows.research.found_urls import FoundUrls
+from workflows.research.tools import ToolContext
 
 SAMPLE_INPUTS: dict[str, Any] = {
     "chat": ChatRequest(prompt="planner", messages=[]),

@@ -27,8 +27,8 @@ from offline.providers import offline_env
 from offline.search_server import FakeSearchServer
 from tests.support.processes import DevServer, WorkerProcess, start_worker
 from tests.support.web_server import api_server, parse_sse
-from workflows.decisions import Actor, Via
-from workflows.models import RunStatus
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import RunStatus
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -35,8 +35,8 @@ from tests.support.processes import free_port
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.web_server import api_server
 from tests.support.workers import WorkerWith
-from workflows.podcast import NO_VOICE_MESSAGE
-from workflows.slides import PPTX_MEDIA_TYPE
+from workflows.contracts.podcast import NO_VOICE_MESSAGE
+from workflows.contracts.slides import PPTX_MEDIA_TYPE
 
 pytestmark = pytest.mark.timeout(90)
 TOKEN = "content-stream-token-0123456789ab"

@@ -18,11 +18,11 @@ from tests.support.history_checks import model_turns
 from tests.support.runs import cancelled_status, start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.budget_models import BudgetAction, BudgetDecision
-from workflows.decisions import Actor, Via
-from workflows.errors import failure_message
-from workflows.models import Outcome, Phase, RunStatus, StepState
-from workflows.status_view import awaiting_headline
+from workflows.calls.errors import failure_message
+from workflows.contracts.budget import BudgetAction, BudgetDecision
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import Outcome, Phase, RunStatus, StepState
+from workflows.research.status_view import awaiting_headline
 
 ALICE = Actor(name="alice", via=Via.API)
 CROSSED_MID_RESEARCH = 14_000

@@ -39,10 +39,10 @@ from runtime.visibility_query import all_of, quoted
 from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
-from workflows.decisions import Actor, Via
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, RunStatus
-from workflows.usage import Usage
-from workflows.visibility import USAGE_MEMO
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, RunStatus
+from workflows.contracts.usage import Usage
+from workflows.research.visibility import USAGE_MEMO
 
 pytestmark = pytest.mark.timeout(300)
 

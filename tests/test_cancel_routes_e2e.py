@@ -31,8 +31,8 @@ from offline.search_server import FakeSearchServer
 from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.web_server import api_server, parse_sse
-from workflows.decisions import OUTSIDE, Actor, Via
-from workflows.models import RunStatus
+from workflows.contracts.decisions import OUTSIDE, Actor, Via
+from workflows.contracts.models import RunStatus
 
 CHROMIUM = chromium_path()
 pytestmark = [

@@ -89,7 +89,7 @@ def test_reading_and_deciding_commands_import_neither_the_workflows_code_nor_the
     """``status``, ``list``, ``review`` and the others send the workflow's handlers by name (the workflow's
     code is a tenth of a second of imports) and draw no live panel (rich): only ``run`` and ``watch`` do."""
     code = ("import sys, cli.runs, cli.operate, cli.research, cli.costs, cli.listing, cli.bulk; "
-            "print(' '.join(m for m in sys.modules if m.startswith(('rich', 'workflows.research'))))")
+            "print(' '.join(m for m in sys.modules if m.startswith(('rich', 'workflows.research.workflow'))))")
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True, text=True, timeout=120,
                           check=True)
     assert done.stdout.split() == []

@@ -19,9 +19,9 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from cli import research, runs, waiting
 from config.settings import Settings
 from runtime.front_door import CliError
-from workflows.decisions import Actor
-from workflows.models import ReviewOutcome
-from workflows.visibility import AWAITING, PHASE
+from workflows.contracts.decisions import Actor
+from workflows.contracts.models import ReviewOutcome
+from workflows.research.visibility import AWAITING, PHASE
 
 BY = Actor(name="ana", via="cli")
 OUTCOME = ReviewOutcome(accepted=True, message="Plan accepted; the research steps will run now.")

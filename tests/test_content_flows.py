@@ -22,10 +22,10 @@ from runtime import artefacts
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.workers import WorkerWith
-from workflows.artefact import ArtefactRef
-from workflows.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult, parse_judgement
-from workflows.models import TASK_QUEUE
-from workflows.podcast import (
+from workflows.contracts.artefact import ArtefactRef
+from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult, parse_judgement
+from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.podcast import (
     MAX_LINE_CHARS,
     MAX_LINES,
     NO_VOICE_MESSAGE,
@@ -36,9 +36,9 @@ from workflows.podcast import (
     SpeechRequest,
     script_from_reply,
 )
-from workflows.prose import PROSE_WORKFLOW, ProseOption, ProseRequest, ProseResult
-from workflows.report_metrics import compute_metrics, grade, metrics_score
-from workflows.slides import MAX_SLIDES, SLIDES_WORKFLOW, SlidesRequest, SlidesResult, deck_from_reply
+from workflows.contracts.prose import PROSE_WORKFLOW, ProseOption, ProseRequest, ProseResult
+from workflows.contracts.slides import MAX_SLIDES, SLIDES_WORKFLOW, SlidesRequest, SlidesResult, deck_from_reply
+from workflows.text.report_metrics import compute_metrics, grade, metrics_score
 
 pytestmark = pytest.mark.timeout(60)
 

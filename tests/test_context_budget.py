@@ -36,8 +36,8 @@ from config.deerflow import conf_values
 from config.settings import Settings
 from offline.model_server import FakeModelServer
 from tests.support.settings import settings_with
-from workflows.models import ChatMessage, ChatRequest, ToolCall
-from workflows.tools import TOOLS
+from workflows.contracts.models import ChatMessage, ChatRequest, ToolCall
+from workflows.research.tools import TOOLS
 
 MARKER = "characters trimmed to fit the context window"
 WORDS = ("tide", "moon", "ocean", "gravity", "coast", "water", "level", "cycle", "spring", "neap", "basin",

@@ -20,11 +20,11 @@ from tests.support.budgets import paused_for_budget, steps_run
 from tests.support.runs import cancelled_status, start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.budget_models import BudgetAction, BudgetDecision
-from workflows.decisions import Actor, Via
-from workflows.errors import failure_message
-from workflows.models import Outcome, RunStatus, StepState
-from workflows.status_view import budget_line
+from workflows.calls.errors import failure_message
+from workflows.contracts.budget import BudgetAction, BudgetDecision
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import Outcome, RunStatus, StepState
+from workflows.research.status_view import budget_line
 
 ALICE = Actor(name="alice", via=Via.CLI)
 OFFLINE_MODEL = "deerflow-offline-demo"

@@ -27,7 +27,7 @@ from offline.model_server import FakeModelServer
 from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, run_starter, start_worker
 from tests.support.prometheus_text import scrape, total
 from tests.support.runs import QUESTION, SAMPLE_REPORT
-from workflows.usage import MICRO
+from workflows.contracts.usage import MICRO
 
 pytestmark = pytest.mark.timeout(300)
 

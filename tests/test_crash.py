@@ -17,7 +17,7 @@ the one lost with the dead worker. Nothing else is slowed down.
 
 Time: a killed worker's in-flight model call or search is failed by the replacement worker as
 soon as it polls, from the dead worker's in-flight journal (hosting/reclaim.py), and retried
-0.1 s later; without the journal, the heartbeat timeout (4 s, ``workflows/activity_options.py``)
+0.1 s later; without the journal, the heartbeat timeout (4 s, ``workflows/calls/activity_options.py``)
 would end it. The replacement's start-up takes 3-8 s on a loaded 2-core machine. So the replacement
 worker of one test is handed to the next (``WorkerSlot``) instead of starting afresh.
 Run with ``-rP`` to see the measured resume times.
@@ -52,7 +52,7 @@ from tests.support.history_checks import (
 )
 from tests.support.processes import DevServer
 from tests.support.runs import QUESTION, run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 
 RESUME_LIMIT = timedelta(seconds=30)
 # How long the request the worker dies in is held open; far longer than a kill takes to land.
@@ -252,7 +252,7 @@ async def test_server_restart_mid_run(client: Client, dev_server: DevServer, wor
     The worker process survives it: its polls, and the completion of the model call that finished
     while the server was down, are retried by the SDK until the server answers again. So nothing
     is lost and nothing that completed runs again. The one cost an outage can have: when it lasts
-    longer than the model call's heartbeat timeout (4 s, workflows/activity_options.py), the
+    longer than the model call's heartbeat timeout (4 s, workflows/calls/activity_options.py), the
     server gives up on the call in flight before its late completion arrives, and runs it again:
     the trade made for a quick resume after a worker dies (bench/README.md, crash cost).
     """

@@ -30,8 +30,8 @@ from tests.support.processes import (
     wait_for_port,
 )
 from tests.support.runs import QUESTION, run_id
-from workflows.decisions import OUTSIDE
-from workflows.models import REVIEW_PLAN_UPDATE, TASK_QUEUE, WORKFLOW_TYPE
+from workflows.contracts.decisions import OUTSIDE
+from workflows.contracts.models import REVIEW_PLAN_UPDATE, TASK_QUEUE, WORKFLOW_TYPE
 
 pytestmark = pytest.mark.timeout(240)
 

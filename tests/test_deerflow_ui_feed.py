@@ -21,7 +21,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from config.settings import Settings
 from runtime.converter import data_converter
 from server.feed import PLAN_REVIEW_TIMER, FeedItem, Translator
-from workflows.models import (
+from workflows.contracts.models import (
     ChatMessage,
     ChatRequest,
     ChatResponse,

@@ -33,7 +33,15 @@ from tests.support.processes import (
     wait_for_cli_status,
 )
 from tests.support.runs import OFFLINE_REPORT, QUESTION, run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus, StepState
+from workflows.contracts.models import (
+    TASK_QUEUE,
+    WORKFLOW_TYPE,
+    Phase,
+    ResearchRequest,
+    ResearchResult,
+    RunStatus,
+    StepState,
+)
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ from langchain_openai import ChatOpenAI
 from activities.model.prompts import PROMPTS_DIR, render_prompt
 from offline.model_server import MODEL_NAME, FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
-from workflows.agents import ANALYST, CODER, RESEARCHER, agent_for
-from workflows.models import Plan, StepType, ToolSpec
-from workflows.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, tool_specs
+from workflows.contracts.models import Plan, StepType, ToolSpec
+from workflows.research.agents import ANALYST, CODER, RESEARCHER, agent_for
+from workflows.research.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, tool_specs
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPT_VARS = {"CURRENT_TIME": "now", "locale": "en-US", "max_step_num": "3", "report_style": "academic",

@@ -17,8 +17,8 @@ from offline.search_server import Fault as SearchFault
 from tests.support.runs import start
 from tests.support.settings import READINGS, settings_with
 from tests.support.workers import WorkerWith
-from workflows.errors import failure_message
-from workflows.models import Outcome
+from workflows.calls.errors import failure_message
+from workflows.contracts.models import Outcome
 
 
 @pytest.fixture

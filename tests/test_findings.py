@@ -1,8 +1,8 @@
-"""A step's finding preview shows its findings, not the step restated (workflows/findings.py)."""
+"""A step's finding preview shows its findings, not the step restated (workflows/research/findings.py)."""
 
 from __future__ import annotations
 
-from workflows.findings import FINDING_PREVIEW_CHARS, finding_preview
+from workflows.research.findings import FINDING_PREVIEW_CHARS, finding_preview
 
 RESTATED = "## Problem Statement\n\n" + "The step, restated at length. " * 12 + "\n\n"
 

@@ -36,11 +36,11 @@ from tests.support.deployments import (
 )
 from tests.support.processes import REPO_DIR
 from tests.support.zygote import zygote
-from workflows import research as research_module
 from workflows.catalog import WORKFLOWS
-from workflows.models import TASK_QUEUE, ResearchResult
-from workflows.research import DeepResearchWorkflow
-from workflows.research_run import ResearchRun
+from workflows.contracts.models import TASK_QUEUE, ResearchResult
+from workflows.research import workflow as research_module
+from workflows.research.research_run import ResearchRun
+from workflows.research.workflow import DeepResearchWorkflow
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -13,10 +13,10 @@ from temporalio.client import Client, WorkflowFailureError
 from offline.model_server import FakeModelServer, Fault
 from tests.support.runs import SAMPLE_REPORT
 from workflows.catalog import WORKFLOWS
-from workflows.flow_usage import COUNTED_FLOWS, USAGE_QUERY, CountedFlow
-from workflows.models import TASK_QUEUE
-from workflows.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
-from workflows.usage import Usage
+from workflows.content.flow_usage import COUNTED_FLOWS, USAGE_QUERY, CountedFlow
+from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
+from workflows.contracts.usage import Usage
 
 pytestmark = pytest.mark.timeout(60)
 CALLS_THE_MODEL = {"ProseWriterWorkflow", "ReportEvaluationWorkflow", "SlideComposerWorkflow", "PodcastWorkflow",

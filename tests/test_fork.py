@@ -15,9 +15,9 @@ from temporalio.exceptions import ApplicationError
 from offline.model_server import FakeModelServer
 from offline.search_server import FakeSearchServer
 from tests.support.runs import QUESTION, awaiting_review, run_id, start, wait_for
-from workflows.enhance import ENHANCER_WORKFLOW, EnhanceRequest
-from workflows.fork_point import ForkPoint, ForkStage
-from workflows.models import (
+from workflows.contracts.enhance import ENHANCER_WORKFLOW, EnhanceRequest
+from workflows.contracts.fork_point import ForkPoint, ForkStage
+from workflows.contracts.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
     Outcome,
@@ -40,7 +40,8 @@ def calls(model: FakeModelServer) -> dict[str, int]:
 
 
 def steps_worked_on(model: FakeModelServer) -> set[str]:
-    """The titles of the steps the researcher and the coder were asked to do (workflows/messages.py: step_task)."""
+    """The titles of the steps the researcher and the coder were asked to do
+    (workflows/research/messages.py: step_task)."""
     bodies = model.requests_for("researcher") + model.requests_for("coder")
     return {found.group(1) for body in bodies for message in body["messages"]
             if (found := CURRENT_STEP.search(str(message.get("content") or "")))}

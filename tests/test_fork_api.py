@@ -24,8 +24,8 @@ from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, WorkerProcess, start_worker
 from tests.support.runs import QUESTION
 from tests.support.web_server import api_server
-from workflows.decisions import Actor, Via
-from workflows.models import ResearchResult
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import ResearchResult
 
 pytestmark = pytest.mark.timeout(300)
 SCREENSHOTS = Path("/tmp/our-page")

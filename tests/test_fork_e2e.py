@@ -19,7 +19,7 @@ from offline.search_server import FakeSearchServer
 from runtime.forks import forks_of
 from tests.support.processes import DevServer, WorkerProcess, start_worker, starter
 from tests.support.runs import QUESTION, listed, run_id
-from workflows.models import ResearchResult
+from workflows.contracts.models import ResearchResult
 
 CURRENT_STEP = re.compile(r"# Current Step\n\n## Title\n\n(.+)")
 
@@ -33,7 +33,7 @@ async def worker(dev_server: DevServer, client: Client, tmp_path: Path,
 
 
 def steps_asked(model: FakeModelServer) -> list[str]:
-    """The title of the step in each researcher's and coder's call, in order (workflows/messages.py)."""
+    """The title of the step in each researcher's and coder's call, in order (workflows/research/messages.py)."""
     return [found.group(1) for body in model.requests for message in body.get("messages", [])
             if (found := CURRENT_STEP.search(str(message.get("content") or "")))]
 

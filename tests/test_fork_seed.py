@@ -1,4 +1,4 @@
-"""What a fork reuses of its source's state (workflows/fork_seed.py), for sources the workflow tests do
+"""What a fork reuses of its source's state (workflows/research/fork_seed.py), for sources the workflow tests do
 not reach cheaply: several planning rounds, a run that failed in its steps, one continued as new; the
 fork point's own checks; and how a source's forks are found on a namespace without our attributes."""
 
@@ -13,11 +13,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from runtime.forks import forks_of
 from runtime.run_memo import run_memo
-from workflows.decisions import Actor, Via
-from workflows.fork_point import ForkPoint, ForkStage
-from workflows.fork_seed import ForkRefused, fork_seed, planning_input
-from workflows.models import ChatMessage, Phase, Plan, PlanVersion, RunProgress, Step, StepState, StepStatus
-from workflows.run_state import RunState
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.fork_point import ForkPoint, ForkStage
+from workflows.contracts.models import ChatMessage, Phase, Plan, PlanVersion, RunProgress, Step, StepState, StepStatus
+from workflows.research.fork_seed import ForkRefused, fork_seed, planning_input
+from workflows.research.run_state import RunState
 
 TASK = ChatMessage(role="user", content="solid-state batteries")
 BACKGROUND = ChatMessage(role="user", name="background_investigation", content="background investigation results")

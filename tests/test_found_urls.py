@@ -3,7 +3,7 @@
 SmolLM2-135M and Gemma-3-270M on llama-server searched for URLs they had made up; the search found
 nothing and answered ``No results found for '<the URL>'.``, and JSON tool mode, which offered a
 ``url`` argument every URL in the conversation's text, then offered that URL to crawl. Found URLs are
-now kept by where they came from (``workflows/found_urls.py``). Played here with the fake model as
+now kept by where they came from (``workflows/research/found_urls.py``). Played here with the fake model as
 llama-server plays JSON mode (its grammar writes only what the schema allows) and natively, on a site
 and a search engine on loopback that the crawler may reach, so a crawl the guard let through shows.
 """
@@ -29,10 +29,7 @@ from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows import found_urls
-from workflows.found_urls import FoundUrls, background_urls, task_urls, urls_in
-from workflows.messages import BACKGROUND_INVESTIGATION, background_message
-from workflows.models import (
+from workflows.contracts.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
     ChatMessage,
@@ -46,7 +43,10 @@ from workflows.models import (
     StepType,
     ToolCall,
 )
-from workflows.tools import UNFOUND_URL_MESSAGE
+from workflows.research import found_urls
+from workflows.research.found_urls import FoundUrls, background_urls, task_urls, urls_in
+from workflows.research.messages import BACKGROUND_INVESTIGATION, background_message
+from workflows.research.tools import UNFOUND_URL_MESSAGE
 
 MADE_UP = "zqx-invented-quasar"  # no page of the corpus is about it: a search for it finds nothing
 ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"

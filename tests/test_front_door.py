@@ -47,11 +47,11 @@ from runtime.replay import failure_text
 from runtime.run_listing import ListedRun, Page
 from tests.support.processes import REPO_DIR, free_port, kill_group, run_starter
 from tests.support.runs import OFFLINE_REPORT
-from workflows.decisions import Actor, Via
-from workflows.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
-from workflows.status_view import OFFLINE_NOTICE
-from workflows.usage import Usage
-from workflows.visibility import AWAITING, PHASE
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
+from workflows.contracts.usage import Usage
+from workflows.research.status_view import OFFLINE_NOTICE
+from workflows.research.visibility import AWAITING, PHASE
 
 # The bound: from the kill, each command is served by a replacement worker within 10 s (the
 # CLI's imports, the worker's start-up until it polls, and the query; the run then goes on to its

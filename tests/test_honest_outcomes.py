@@ -16,11 +16,11 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.runs import awaiting_review, start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.coordination import DIRECT_REPLY_NOTE
-from workflows.models import Outcome, Phase, Plan, RunStatus
-from workflows.progress import current_details
-from workflows.reporter import ZERO_FINDINGS_NOTE
-from workflows.research import NO_RESEARCH_NOTE
+from workflows.contracts.models import Outcome, Phase, Plan, RunStatus
+from workflows.research.coordination import DIRECT_REPLY_NOTE
+from workflows.research.progress import current_details
+from workflows.research.reporter import ZERO_FINDINGS_NOTE
+from workflows.research.workflow import NO_RESEARCH_NOTE
 
 
 def reask_of(model_server: FakeModelServer) -> str:

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from storage.subtrees import ENCODING as SUBTREES
 from tests.support.runs import STARTED, cancelled_status, run_id
-from workflows.models import (
+from workflows.contracts.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
     Outcome,
@@ -33,8 +33,8 @@ from workflows.models import (
     RunStatus,
     Step,
 )
-from workflows.run_input import parse_inputs
-from workflows.run_state import RunContinuation, RunState
+from workflows.research.run_input import parse_inputs
+from workflows.research.run_state import RunContinuation, RunState
 
 DEEP_JSON = RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"[" * 3000 + b"]" * 3000))
 FORGED = RunState(

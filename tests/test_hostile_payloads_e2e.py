@@ -41,7 +41,15 @@ from storage.subtrees import ENCODING as SUBTREES
 from storage.subtrees import references_in
 from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.runs import QUESTION, run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Awaiting, Outcome, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.models import (
+    TASK_QUEUE,
+    WORKFLOW_TYPE,
+    Awaiting,
+    Outcome,
+    ResearchRequest,
+    ResearchResult,
+    RunStatus,
+)
 
 pytestmark = pytest.mark.timeout(240)
 

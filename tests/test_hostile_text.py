@@ -29,11 +29,11 @@ from activities.web import decode
 from activities.web.search_providers._http import plain_text
 from server.content import without_highlight
 from tests.support.hostile_text import HANDLERS, UNITS, shapes
-from workflows.markdown_links import links
-from workflows.plan_parsing import without_fences
-from workflows.podcast import without_markup
-from workflows.reply_json import fenced
-from workflows.untrusted_text import without_lone_surrogates
+from workflows.contracts.podcast import without_markup
+from workflows.research.plan_parsing import without_fences
+from workflows.text.markdown_links import links
+from workflows.text.reply_json import fenced
+from workflows.text.untrusted_text import without_lone_surrogates
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -31,8 +31,8 @@ from hosting.journal_interceptor import InflightJournalInterceptor
 from hosting.reclaim import WORKER_LOST, claim, reclaim_at_start, reclaim_lost_attempts, settled
 from runtime.heartbeat import carried_details_sink
 from runtime.process_info import start_ticks
-from workflows.activity_options import LOST_ATTEMPT_RETRY
-from workflows.models import Usage
+from workflows.calls.activity_options import LOST_ATTEMPT_RETRY
+from workflows.contracts.models import Usage
 
 ADDRESS = "127.0.0.1:7233"
 

@@ -32,7 +32,7 @@ from tests.support.history_events import HistoryWriter
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.models import (
+from workflows.contracts.models import (
     ChatMessage,
     ChatRequest,
     ChatResponse,

@@ -30,11 +30,20 @@ from tests.support.history_checks import HISTORIES, load
 from tests.support.runs import QUESTION, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.agent_loop import FINAL_ANSWER_REQUEST
-from workflows.found_urls import FoundUrls
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, Outcome, RunConfig, RunStatus, ToolCall, ToolSpec
-from workflows.step_loop import NO_SEARCH_PATCH
-from workflows.tools import HANDOFF_TO_PLANNER, TOOLS
+from workflows.contracts.models import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    Outcome,
+    RunConfig,
+    RunStatus,
+    ToolCall,
+    ToolSpec,
+)
+from workflows.research.agent_loop import FINAL_ANSWER_REQUEST
+from workflows.research.found_urls import FoundUrls
+from workflows.research.step_loop import NO_SEARCH_PATCH
+from workflows.research.tools import HANDOFF_TO_PLANNER, TOOLS
 
 CHATML = ("{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
           "{% endfor %}")

@@ -18,8 +18,8 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.support.chat_requests import COORDINATOR
 from tests.support.settings import settings_with
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolSpec
-from workflows.tools import TOOLS
+from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolSpec
+from workflows.research.tools import TOOLS
 
 
 async def run_chat(settings: Settings, request: ChatRequest) -> ChatResponse:

@@ -41,8 +41,8 @@ from activities.mcp.tools import MAX_RESULT_CHARS, format_content
 from config.mcp_servers import MCPServerConfig
 from config.settings import load_settings
 from tests.support.mcp_test_server import server as test_mcp_server
-from workflows.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
-from workflows.models import (
+from workflows.contracts.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
+from workflows.contracts.models import (
     MCP_SETTINGS_REMOVED,
     MCPCallRequest,
     MCPCallResult,

@@ -17,8 +17,8 @@ from runtime.converter import data_converter, with_driver
 from runtime.encryption import EncryptionKeysMissing
 from runtime.message_payloads import WorkerDataConverter, worker_converter
 from storage.filesystem import FileSystemStorageDriver, PayloadStoreError
-from workflows.review import InvalidFeedback, parse_feedback
-from workflows.undecodable import Undecodable
+from workflows.contracts.undecodable import Undecodable
+from workflows.research.review import InvalidFeedback, parse_feedback
 
 KEYS = f"k1:{base64.b64encode(os.urandom(32)).decode()}"
 IN_WORKFLOW = WorkflowSerializationContext(namespace="default", workflow_id="w")

@@ -15,8 +15,8 @@ from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault, requested_output_cap
 from tests.support.settings import settings_with
-from workflows.models import ChatMessage, ChatRequest, ChatResponse
-from workflows.plan_parsing import parse_plan
+from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse
+from workflows.research.plan_parsing import parse_plan
 
 VARS = {"CURRENT_TIME": "now", "locale": "en-US", "max_step_num": "2", "report_style": "academic"}
 PLANNER = ChatRequest(prompt="planner", prompt_vars=VARS, json_mode=True, response_schema="plan",

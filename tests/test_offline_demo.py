@@ -23,8 +23,7 @@ from cli.runs import _write_report
 from offline.agent_text import sentences
 from offline.scripted_agents import respond
 from offline.search_index import DEFAULT_CORPUS, SearchIndex
-from workflows.messages import background_message, clarified_task, reporter_messages, step_task
-from workflows.models import (
+from workflows.contracts.models import (
     ChatMessage,
     Phase,
     Plan,
@@ -35,10 +34,11 @@ from workflows.models import (
     StepType,
     ToolSpec,
 )
-from workflows.progress import current_details
-from workflows.search_format import format_search_response
-from workflows.status_view import OFFLINE_NOTICE
-from workflows.tools import HANDOFF_TO_PLANNER, tool_specs
+from workflows.research.messages import background_message, clarified_task, reporter_messages, step_task
+from workflows.research.progress import current_details
+from workflows.research.search_format import format_search_response
+from workflows.research.status_view import OFFLINE_NOTICE
+from workflows.research.tools import HANDOFF_TO_PLANNER, tool_specs
 
 INDEX = SearchIndex.from_file(DEFAULT_CORPUS)
 TOPICS = {doc.url: set(doc.topics) for doc in INDEX.documents}

@@ -11,8 +11,8 @@ import json
 import pytest
 
 from activities.model.plan_schema import mended_plan
-from workflows.models import StepType
-from workflows.plan_parsing import PlanParseError, parse_plan
+from workflows.contracts.models import StepType
+from workflows.research.plan_parsing import PlanParseError, parse_plan
 
 PLAN = {
     "locale": "en-US",

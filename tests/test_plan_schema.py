@@ -18,8 +18,8 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.models import Outcome, StepType
-from workflows.plan_parsing import parse_plan
+from workflows.contracts.models import Outcome, StepType
+from workflows.research.plan_parsing import parse_plan
 
 
 def plan_at_its_bounds(schema: dict[str, Any]) -> dict[str, Any]:

@@ -33,8 +33,8 @@ from sandbox.bootstrap import BOOT_MARKER
 from sandbox.errors import SandboxStartError
 from sandbox.runner import PLAIN, SandboxLimits
 from sandbox.uids import UID_POOL_SIZE
-from workflows.models import PythonRequest, PythonResult
-from workflows.tool_format import format_python_result
+from workflows.contracts.models import PythonRequest, PythonResult
+from workflows.research.tool_format import format_python_result
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 OWN_UID_BASE = int(os.environ["DEERFLOW_SANDBOX_UID_BASE"])  # this pytest process's pool (tests/support/isolation.py)

@@ -25,9 +25,9 @@ from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from worker import parse_queues, warm_up
-from workflows.activity_options import HEARTBEAT_THROTTLE
-from workflows.models import TASK_QUEUE
-from workflows.queues import QUEUE_KINDS, QueueKind, queue_name
+from workflows.calls.activity_options import HEARTBEAT_THROTTLE
+from workflows.calls.queues import QUEUE_KINDS, QueueKind, queue_name
+from workflows.contracts.models import TASK_QUEUE
 
 
 def activity_name(bound: object) -> str:
@@ -125,7 +125,7 @@ async def test_each_queue_gets_its_own_worker_and_limit(time_worker: Client, pro
     limits = {worker.task_queue: worker.config()["max_concurrent_activities"] for worker in workers}
     assert limits == {"team-a": 7, "team-a-model": 3, "team-a-tools": 5, "team-a-sandbox": 1}
     assert [bool(worker.config()["workflows"]) for worker in workers] == [True, False, False, False]
-    # Beats reach the server often enough for the quick heartbeat timeouts (workflows/activity_options.py).
+    # Beats reach the server often enough for the quick heartbeat timeouts (workflows/calls/activity_options.py).
     assert {worker.config()["max_heartbeat_throttle_interval"] for worker in workers} == {HEARTBEAT_THROTTLE}
     names = {worker.task_queue: {activity_name(fn) for fn in worker.config()["activities"]} for worker in workers}
     assert names["team-a-sandbox"] == {"python_repl_tool"}, "the sandbox's worker holds nothing keyed"

@@ -27,7 +27,7 @@ from tests.support.history_checks import activity_events
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.queues import QUEUE_KINDS, queue_name
+from workflows.calls.queues import QUEUE_KINDS, queue_name
 
 
 async def test_the_request_cap_reaches_the_model_queues_worker_only(time_worker: Client,

@@ -22,18 +22,18 @@ from temporalio.worker import Replayer
 import starter
 from runtime.workflow_runner import workflow_runner
 from tests.support.history_checks import HISTORIES, activity_types, load, most_pending, tool_batches
-from workflows import research
-from workflows.activity_options import CANCELLED_CALL_PATCH
-from workflows.agent_loop import BOUNDED_DROPS_PATCH
-from workflows.budget import COST_BUDGET_PATCH, MAXIMUM_BOUNDS_PATCH
+from workflows.calls.activity_options import CANCELLED_CALL_PATCH
 from workflows.catalog import WORKFLOWS
-from workflows.models import ResearchResult
-from workflows.research import DeepResearchWorkflow
-from workflows.research_run import ResearchRun
-from workflows.run_state import USAGE_MEMO_PATCH
-from workflows.step_loop import BACKGROUND_URLS_PATCH, OWN_STEP_USAGE_PATCH
-from workflows.tools import FOUND_URLS_ONLY_PATCH
-from workflows.visibility import USAGE_MEMO
+from workflows.contracts.models import ResearchResult
+from workflows.research import workflow as research
+from workflows.research.agent_loop import BOUNDED_DROPS_PATCH
+from workflows.research.budget import COST_BUDGET_PATCH, MAXIMUM_BOUNDS_PATCH
+from workflows.research.research_run import ResearchRun
+from workflows.research.run_state import USAGE_MEMO_PATCH
+from workflows.research.step_loop import BACKGROUND_URLS_PATCH, OWN_STEP_USAGE_PATCH
+from workflows.research.tools import FOUND_URLS_ONLY_PATCH
+from workflows.research.visibility import USAGE_MEMO
+from workflows.research.workflow import DeepResearchWorkflow
 
 RECORDED = sorted(HISTORIES.glob("*.json"))
 

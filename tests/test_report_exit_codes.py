@@ -18,7 +18,7 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 
 import starter
 from cli import runs
-from workflows.models import Outcome, Phase, ResearchResult, RunStatus
+from workflows.contracts.models import Outcome, Phase, ResearchResult, RunStatus
 
 
 @dataclass

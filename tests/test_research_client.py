@@ -11,9 +11,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from runtime import research_client
 from tests.support.status_samples import sample_status
-from workflows.budget_models import BudgetAction, BudgetDecision
-from workflows.decisions import Actor, Via
-from workflows.models import RunStatus
+from workflows.contracts.budget import BudgetAction, BudgetDecision
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import RunStatus
 
 
 def cancelled() -> RPCError:
@@ -85,7 +85,7 @@ class RecordingHandle:
 async def test_each_handler_is_sent_by_the_workflows_name_and_read_as_the_type_it_returns() -> None:
     """The client names the handlers instead of referring to the workflow's methods (which would import
     the workflow's code into every command): the names and result types must be the workflow's own."""
-    from workflows.research import DeepResearchWorkflow
+    from workflows.research.workflow import DeepResearchWorkflow
 
     definition = workflow._Definition.must_from_class(DeepResearchWorkflow)
     declared = {("query", name): query.ret_type for name, query in definition.queries.items()}

@@ -29,8 +29,8 @@ from tests.support.history_checks import activity_events
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.errors import failure_message
-from workflows.models import LocalSearchRequest, Outcome, Phase, RunStatus
+from workflows.calls.errors import failure_message
+from workflows.contracts.models import LocalSearchRequest, Outcome, Phase, RunStatus
 
 SECRET = "zebrafish-private-passphrase"
 PUBLIC = "Our fleet trial found sodium-ion packs kept 91% capacity after 2,000 cycles."

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from workflows.review import InvalidFeedback, parse_feedback
+from workflows.research.review import InvalidFeedback, parse_feedback
 
 
 @pytest.mark.parametrize("raw", ["[ACCEPTED]", "  [accepted] looks good", "[ACCEPTED]\n"])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from pydantic_core import to_json
 
-from workflows.models import RunConfig
-from workflows.run_state import DEFAULT_LOCALE, RunState
+from workflows.contracts.models import RunConfig
+from workflows.research.run_state import DEFAULT_LOCALE, RunState
 
 CHECKPOINT = Path(__file__).parent / "fixtures" / "checkpoint_before_status_view.json"
 

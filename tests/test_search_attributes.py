@@ -29,9 +29,9 @@ from runtime.embedded import has_worker, search_attribute_flags
 from runtime.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_attributes, missing_search_attributes
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.runs import listed, run_id
-from workflows.decisions import Actor, Via
-from workflows.models import ReportStyle, ResearchRequest
-from workflows.visibility import AWAITING, PHASE, QUESTION, REPORT_STYLE, START_KEYS, STARTED_BY, UPSERTED_KEYS
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import ReportStyle, ResearchRequest
+from workflows.research.visibility import AWAITING, PHASE, QUESTION, REPORT_STYLE, START_KEYS, STARTED_BY, UPSERTED_KEYS
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from server import decisions
-from workflows.decisions import Actor
-from workflows.models import ReviewOutcome
+from workflows.contracts.decisions import Actor
+from workflows.contracts.models import ReviewOutcome
 
 
 async def cancelled_plainly(_handle: Any, _value: Any, _by: Actor) -> ReviewOutcome:

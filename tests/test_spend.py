@@ -20,8 +20,8 @@ from cli.spend import NOT_RECORDED, RESEARCH, cost_cell, summarise, summary_tabl
 from offline.model_server import FakeModelServer
 from tests.support.chat_requests import COORDINATOR
 from tests.support.settings import settings_with
-from workflows.decisions import Actor, Via
-from workflows.usage import PriceQuote, Usage, call_usage
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.usage import PriceQuote, Usage, call_usage
 
 ALICE = Actor(name="alice", via=Via.CLI)
 BOB = Actor(name="bob", via=Via.API)

@@ -10,11 +10,11 @@ from rich.console import Console
 from cli.render import status_text
 from cli.watch import render_status
 from tests.support.status_samples import T0, at, sample_status
-from workflows.budget_models import RunBudget
-from workflows.models import Awaiting, Phase, ProgressEvent, RunStatus
-from workflows.progress import current_details
-from workflows.status_view import budget_forecast
-from workflows.usage import PriceQuote, call_usage
+from workflows.contracts.budget import RunBudget
+from workflows.contracts.models import Awaiting, Phase, ProgressEvent, RunStatus
+from workflows.contracts.usage import PriceQuote, call_usage
+from workflows.research.progress import current_details
+from workflows.research.status_view import budget_forecast
 
 REVIEW = sample_status(phase=Phase.AWAITING_REVIEW, awaiting=Awaiting.PLAN_FEEDBACK, review_deadline=at(86400))
 IGNORED = ProgressEvent(at=at(30), kind="ignored", message="plan_feedback: feedback must be a string, got int")

@@ -24,9 +24,9 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.runs import QUESTION, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.errors import failure_message
-from workflows.models import ChatMessage, ChatRequest, Outcome, Phase, RunStatus
-from workflows.tools import HANDOFF_TO_PLANNER
+from workflows.calls.errors import failure_message
+from workflows.contracts.models import ChatMessage, ChatRequest, Outcome, Phase, RunStatus
+from workflows.research.tools import HANDOFF_TO_PLANNER
 
 VARS = {"CURRENT_TIME": "now", "locale": "en-US"}
 

@@ -28,7 +28,7 @@ from runtime.front_door import CliError
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.runs import run_id
 from tests.support.status_samples import T0, ScriptedRun, at, handle, sample_status
-from workflows.models import (
+from workflows.contracts.models import (
     TASK_QUEUE,
     WORKFLOW_TYPE,
     Awaiting,
@@ -153,7 +153,7 @@ async def test_plain_watch_prints_each_change_once_and_survives_an_outage() -> N
     assert body == [
         "phase → coordinating",
         "phase → awaiting_review (awaiting plan_feedback)",
-        "  Awaiting plan review",  # shown once, with every way to answer (workflows/status_view.py)
+        "  Awaiting plan review",  # shown once, with every way to answer (workflows/research/status_view.py)
         "    python starter.py review research-scripted --accept",
         '    python starter.py review research-scripted --edit "what to change"',
         "    temporal workflow signal --workflow-id research-scripted --name plan_feedback --input '\"[ACCEPTED]\"'",

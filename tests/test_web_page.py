@@ -24,8 +24,8 @@ from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
-from workflows.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
-from workflows.status_view import OFFLINE_NOTICE
+from workflows.contracts.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
+from workflows.research.status_view import OFFLINE_NOTICE
 
 CHROMIUM = chromium_path()
 pytestmark = [

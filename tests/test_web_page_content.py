@@ -31,8 +31,8 @@ from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import stand_in_runs
 from tests.support.web_server import api_server
 from tests.support.workers import WorkerWith
-from workflows.podcast import NO_VOICE_MESSAGE
-from workflows.slides import PPTX_MEDIA_TYPE
+from workflows.contracts.podcast import NO_VOICE_MESSAGE
+from workflows.contracts.slides import PPTX_MEDIA_TYPE
 
 CHROMIUM = chromium_path()
 pytestmark = [

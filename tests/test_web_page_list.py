@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.cdp import Page, chromium_path
 from tests.support.stand_in_runs import StartStandIn
-from workflows.decisions import Actor, Via
+from workflows.contracts.decisions import Actor, Via
 
 CHROMIUM = chromium_path()
 pytestmark = [

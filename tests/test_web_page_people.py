@@ -22,7 +22,7 @@ from tests.support.cdp import Page, chromium_path
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import StartStandIn
 from tests.support.web_server import api_server
-from workflows.findings import finding_preview
+from workflows.research.findings import finding_preview
 
 CHROMIUM = chromium_path()
 pytestmark = [

@@ -20,7 +20,7 @@ from server.live import TokenHub
 from tests.support.cdp import Page, chromium_path
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
-from workflows.models import (
+from workflows.contracts.models import (
     WORKFLOW_TYPE,
     ChatMessage,
     ChatRequest,

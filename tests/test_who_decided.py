@@ -14,8 +14,8 @@ from cli.actor import cli_actor
 from runtime import research_client
 from runtime.front_door import CliError
 from tests.support.runs import awaiting_review, start, wait_for
-from workflows.decisions import OUTSIDE, Actor, Via
-from workflows.models import Phase, RunStatus
+from workflows.contracts.decisions import OUTSIDE, Actor, Via
+from workflows.contracts.models import Phase, RunStatus
 
 ALICE = Actor(name="alice", via=Via.CLI)
 BOB = Actor(name="bob", via=Via.API)

@@ -26,9 +26,9 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.chat_requests import probe_requests
 from tests.support.runs import start
 from tests.support.settings import settings_with
-from workflows.activity_options import CHAT
-from workflows.errors import failure_message
-from workflows.models import ChatRequest, ChatResponse, Outcome
+from workflows.calls.activity_options import CHAT
+from workflows.calls.errors import failure_message
+from workflows.contracts.models import ChatRequest, ChatResponse, Outcome
 
 # More lost attempts in a row than the model call's attempt limit had (6), and than it has now for
 # the provider's errors.

@@ -23,12 +23,12 @@ from runtime import embedded, research_client
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, wait_for_worker
 from tests.support.runs import run_id
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
 
 # Each costs seconds of start-up; the activities that need them import them on first use.
 HEAVY_FOR_THE_WORKER = ("langchain_core", "langchain_openai", "openai", "mcp", "trafilatura")
 # Only `serve` and `replay` need them; every other command may be reviving a dead worker.
-HEAVY_FOR_THE_CLI = ("uvicorn", "fastapi", "server.app", "workflows.research")
+HEAVY_FOR_THE_CLI = ("uvicorn", "fastapi", "server.app", "workflows.research.workflow")
 
 
 def modules_loaded_by(module: str, candidates: tuple[str, ...]) -> list[str]:

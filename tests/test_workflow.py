@@ -18,8 +18,8 @@ from offline.search_server import Fault as SearchFault
 from tests.support.runs import awaiting_review, start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.errors import failure_message
-from workflows.models import (
+from workflows.calls.errors import failure_message
+from workflows.contracts.models import (
     Outcome,
     Phase,
     ReviewOutcome,

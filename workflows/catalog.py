@@ -3,20 +3,20 @@ replayer (``starter.py replay``, the replay corpus) must know, so any run's hist
 
 from __future__ import annotations
 
-from workflows.enhance import ENHANCER_WORKFLOW
-from workflows.evaluation import EVALUATOR_WORKFLOW
-from workflows.mcp_checker import MCP_CHECK_WORKFLOW, McpServerCheckWorkflow
-from workflows.models import WORKFLOW_TYPE
-from workflows.podcast import PODCAST_WORKFLOW
-from workflows.podcast_writer import PodcastWorkflow
-from workflows.prompt_enhancer import PromptEnhancerWorkflow
-from workflows.prose import PROSE_WORKFLOW
-from workflows.prose_writer import ProseWriterWorkflow
-from workflows.report_evaluator import ReportEvaluationWorkflow
-from workflows.research import DeepResearchWorkflow
-from workflows.slide_composer import SlideComposerWorkflow
-from workflows.slides import SLIDES_WORKFLOW
-from workflows.speech import SPEECH_WORKFLOW, SpeechWorkflow
+from workflows.content.mcp_checker import MCP_CHECK_WORKFLOW, McpServerCheckWorkflow
+from workflows.content.podcast_writer import PodcastWorkflow
+from workflows.content.prompt_enhancer import PromptEnhancerWorkflow
+from workflows.content.prose_writer import ProseWriterWorkflow
+from workflows.content.report_evaluator import ReportEvaluationWorkflow
+from workflows.content.slide_composer import SlideComposerWorkflow
+from workflows.content.speech import SPEECH_WORKFLOW, SpeechWorkflow
+from workflows.contracts.enhance import ENHANCER_WORKFLOW
+from workflows.contracts.evaluation import EVALUATOR_WORKFLOW
+from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.contracts.podcast import PODCAST_WORKFLOW
+from workflows.contracts.prose import PROSE_WORKFLOW
+from workflows.contracts.slides import SLIDES_WORKFLOW
+from workflows.research.workflow import DeepResearchWorkflow
 
 WORKFLOWS = (DeepResearchWorkflow, PromptEnhancerWorkflow, ReportEvaluationWorkflow, ProseWriterWorkflow,
              McpServerCheckWorkflow, SlideComposerWorkflow, PodcastWorkflow, SpeechWorkflow)

@@ -1,4 +1,4 @@
-"""``measure_report``: DeerFlow's metrics of a report a request sent (workflows/report_metrics.py).
+"""``measure_report``: DeerFlow's metrics of a report a request sent (workflows/text/report_metrics.py).
 
 An activity because the report is anybody's text, up to the operator's content cap: scoring it in
 the workflow would hold the worker's workflow thread (and, for a run's replay, again each time)
@@ -12,7 +12,7 @@ import asyncio
 
 from temporalio import activity
 
-from workflows.evaluation import MeasuredReport, MeasureRequest, measure
+from workflows.contracts.evaluation import MeasuredReport, MeasureRequest, measure
 
 
 @activity.defn(name="measure_report")

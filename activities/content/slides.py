@@ -15,8 +15,8 @@ from temporalio import activity
 
 from config.settings import Settings
 from runtime import artefacts
-from workflows.artefact import ArtefactRef
-from workflows.slides import Deck, Slide
+from workflows.contracts.artefact import ArtefactRef
+from workflows.contracts.slides import Deck, Slide
 
 TITLE_LAYOUT = 0
 CONTENT_LAYOUT = 1

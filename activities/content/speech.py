@@ -7,7 +7,7 @@ history holds references, not audio. Without an endpoint it fails with ``NoVoice
 which the podcast turns into a script-only answer that says so. The endpoint's answer is capped
 in size, and its refusals (4xx but 408/429) are not retried; the key travels only in the header.
 ``speak`` heartbeats while it waits and counts the endpoint's failures across attempts, as a search
-does (workflows/activity_options.py: ``SPEAK``), so a line lost with its worker is retried at once.
+does (workflows/calls/activity_options.py: ``SPEAK``), so a line lost with its worker is retried at once.
 MP3 clips are joined by concatenation, as DeerFlow does: MP3 is a sequence of self-contained
 frames, so players play the clips back to back.
 """
@@ -27,8 +27,8 @@ from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from runtime import artefacts
 from runtime.heartbeat import heartbeating
-from workflows.artefact import ArtefactRef
-from workflows.podcast import NO_VOICE, NO_VOICE_MESSAGE, SpeechRequest
+from workflows.contracts.artefact import ArtefactRef
+from workflows.contracts.podcast import NO_VOICE, NO_VOICE_MESSAGE, SpeechRequest
 
 MAX_AUDIO_BYTES = 20 * 1024 * 1024
 

@@ -29,7 +29,6 @@ from mcp import types as mcp_types
 from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
-
 from workflows.untrusted_text import nested_deeper, scrubbed
 
 Item = SessionMessage | Exception

@@ -18,7 +18,7 @@ Every string and array of the schema is bounded (``maxLength``/``maxItems``), th
 strings sharing what the turn's output cap holds (:func:`argument_chars`), so a small model that
 loops inside a value stops at the schema, not at the output cap. A ``url`` argument may only be
 a URL the step found and no call has used yet (an ``enum`` of the request's ``url_choices``, which
-the workflow keeps by where each URL came from: ``workflows/found_urls.py``), and a tool that needs
+the workflow keeps by where each URL came from: ``workflows/research/found_urls.py``), and a tool that needs
 one is not offered while there is none: a small model makes URLs up (SmolLM2-135M on llama-server
 crawled ``https://example.com/...`` and ``http#heat-pumps`` instead of searching, then crawled the
 same URL until the step's turns ran out), so its first step action is a search, and no crawl repeats. A tool
@@ -34,10 +34,10 @@ import json
 from typing import Any
 
 from activities.model.lenient_json import Unrepairable, lenient_json
-from workflows.found_urls import URL_ARGUMENT
-from workflows.json_tool_protocol import FINAL_ACTION, RESULT_HEADER, SCHEMA_NAME
-from workflows.models import ChatMessage, ToolCall, ToolSpec
-from workflows.untrusted_text import nested_deeper
+from workflows.contracts.json_tool_protocol import FINAL_ACTION, RESULT_HEADER, SCHEMA_NAME
+from workflows.contracts.models import ChatMessage, ToolCall, ToolSpec
+from workflows.research.found_urls import URL_ARGUMENT
+from workflows.text.untrusted_text import nested_deeper
 
 # Bounds of the model's values. llama.cpp turns a schema into a grammar and refuses a repetition
 # of 2,000 or more (llama-grammar.cpp: MAX_REPETITION_THRESHOLD; the request fails "failed to parse

@@ -53,8 +53,8 @@ from activities.model.tool_support import (
 )
 from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
-from workflows.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, Usage
-from workflows.tools import HANDOFF_TO_PLANNER
+from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, Usage
+from workflows.research.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}
 # How often a turn is asked while its completions come back empty: a glitch passes on the next ask;
@@ -252,7 +252,7 @@ class ModelActivities:
         template without tool support cannot render. Every call made here,
         the probe and a discarded native reply included, counts in the returned usage; a failure
         carries the usage spent so far, the failed call's included, in its details
-        (``workflows/model_calls.py`` adds it).
+        (``workflows/calls/model_calls.py`` adds it).
         """
         mode = self.settings.llm_tool_mode
         probe = self.clients.get(request.model_tier.value, PROBE_MAX_TOKENS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from activities.model.context_budget import output_reserve, token_limit_for
 from config.settings import Settings
-from workflows.models import ChatRequest
+from workflows.contracts.models import ChatRequest
 
 
 def output_cap(settings: Settings, request: ChatRequest, window: int | None = None) -> int:

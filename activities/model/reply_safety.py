@@ -11,8 +11,8 @@ JSON.
 
 from __future__ import annotations
 
-from workflows.models import ToolCall
-from workflows.untrusted_text import nested_deeper, scrubbed, without_lone_surrogates
+from workflows.contracts.models import ToolCall
+from workflows.text.untrusted_text import nested_deeper, scrubbed, without_lone_surrogates
 
 # Deeper than any tool's arguments (an MCP tool's schema rarely nests 4 levels).
 MAX_ARGUMENT_DEPTH = 32

@@ -1,6 +1,6 @@
 """What the reporter's turn needs beyond the findings it reads, from the worker's settings: handed to
 each run by ``load_run_config`` (``ReportReserve``), whose budget keeps that much free before every
-research step (workflows/report_reserve.py).
+research step (workflows/research/report_reserve.py).
 
 Estimated once per run, not per check: the prompt (its longest style, since the run's is not asked)
 and the fixed messages counted as the context budget counts a request, the reply at the reporter's
@@ -13,9 +13,9 @@ from activities.model.context_budget import count_request_tokens, script_weights
 from activities.model.output_caps import output_cap
 from activities.model.prompts import render_prompt
 from config.settings import Settings
-from workflows.budget_models import ReportReserve
-from workflows.messages import reporter_messages
-from workflows.models import ChatRequest, Plan, ReportStyle
+from workflows.contracts.budget import ReportReserve
+from workflows.contracts.models import ChatRequest, Plan, ReportStyle
+from workflows.research.messages import reporter_messages
 
 # A stand-in for the reporter's time variable, as long as the one the workflow renders.
 SAMPLE_TIME = "Mon Jan 01 2029 00:00:00 +0000"

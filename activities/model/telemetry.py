@@ -23,8 +23,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
-from workflows.models import ChatRequest, ChatResponse
-from workflows.usage import MICRO, Usage
+from workflows.contracts.models import ChatRequest, ChatResponse
+from workflows.contracts.usage import MICRO, Usage
 
 
 class _HasSettings(Protocol):
@@ -84,7 +84,7 @@ def _count_call(labels: dict[str, Any], outcome: str, calls: int) -> None:
 
 
 def _count_usage(labels: dict[str, Any], usage: Usage) -> None:
-    """The call's tokens, and its cost as the call priced it (workflows/usage.py): the run's figure."""
+    """The call's tokens, and its cost as the call priced it (workflows/contracts/usage.py): the run's figure."""
     meter = activity.metric_meter()
     tokens = meter.create_counter("deerflow_llm_tokens", "Tokens the provider reported, by model, agent and kind")
     tokens.add(usage.input_tokens, {**labels, "kind": "prompt"})

@@ -32,7 +32,7 @@ from typing import ParamSpec, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, FailureError
 
-from workflows.activity_options import ACTIVITY_OPTIONS
+from workflows.calls.activity_options import ACTIVITY_OPTIONS
 
 P = ParamSpec("P")
 R = TypeVar("R")

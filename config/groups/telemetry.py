@@ -9,7 +9,7 @@ from pydantic import Field, ValidationInfo, field_validator
 
 from config.groups.base import SettingsGroup
 from config.model_prices import LIST_SOURCE, OPERATOR_SOURCE, ModelPrice, default_price
-from workflows.usage import PriceQuote
+from workflows.contracts.usage import PriceQuote
 
 SERVICE_NAME = "deerflow-temporal"  # the traces' service.name unless OTEL_SERVICE_NAME gives one
 

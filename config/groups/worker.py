@@ -15,7 +15,7 @@ MIN_STALL_SECONDS = 5.0
 
 
 class WorkerSettings(SettingsGroup):
-    """What ``worker.py`` and the workflow's run configuration read (hosting/, workflows/queues.py)."""
+    """What ``worker.py`` and the workflow's run configuration read (hosting/, workflows/calls/queues.py)."""
 
     # Per-provider concurrency inside one worker process (see activities/support/limits.py).
     llm_max_concurrency: int = Field(default=8, ge=1, alias="LLM_MAX_CONCURRENCY")
@@ -34,7 +34,7 @@ class WorkerSettings(SettingsGroup):
     """Model requests per second across every worker of the model queue (the queue's rate limit; see Quotas)."""
     llm_tokens_per_minute: int | None = Field(default=None, ge=1, alias="LLM_TPM")
     """Model tokens per minute (prompt plus output cap) in one worker process (see Quotas)."""
-    # Activities one worker runs at once per task queue (workflows/queues.py). A worker takes no
+    # Activities one worker runs at once per task queue (workflows/calls/queues.py). A worker takes no
     # more tasks than it can run, so the rest wait on the server for another worker. The model
     # queue defaults to LLM_MAX_CONCURRENCY: a slot held while waiting on the provider semaphore
     # would be a task another worker could have run.
@@ -71,7 +71,7 @@ class WorkerSettings(SettingsGroup):
     """Tool calls one model reply may run (1–256). See Security."""
     max_activities_in_flight: int = Field(default=32, ge=1, le=500, alias="DEERFLOW_MAX_ACTIVITIES_IN_FLIGHT")
     """Activities one run keeps pending (1–500)."""
-    # A run's token budget (workflows/budget.py): the default a run gets, and the most a request or a
+    # A run's token budget (workflows/research/budget.py): the default a run gets, and the most a request or a
     # person's raise may give it. Unset: no budget unless the request sets one, and no maximum.
     run_token_budget: int | None = Field(default=None, ge=1, alias="DEERFLOW_RUN_TOKEN_BUDGET")
     """A run's default token budget (see Budgets)."""

@@ -13,7 +13,7 @@ const RUN_LIST_SECONDS = 5;
 // How a closed workflow ended (Temporal's status), in a reader's words.
 const ENDED = { completed: "finished", failed: "failed", canceled: "cancelled", terminated: "terminated",
   timed_out: "timed out", continued_as_new: "continued as a new run" };
-// Where a running run is, in a reader's words (the workflow's phases: workflows/models.py Phase).
+// Where a running run is, in a reader's words (the workflow's phases: workflows/contracts/models.py Phase).
 const PHASE_WORDS = { starting: "starting", coordinating: "reading the question",
   background_investigation: "searching for background", planning: "writing the plan",
   awaiting_clarification: "waiting for an answer to its question", awaiting_review: "waiting for a review of its plan",
@@ -432,7 +432,7 @@ function thousands(tokens) {
   return tokens.toLocaleString("en-US");
 }
 
-// Amounts in USD as the CLI and the Web UI write them (workflows/budget_models.py: usd).
+// Amounts in USD as the CLI and the Web UI write them (workflows/contracts/budget.py: usd).
 function usd(amount) {
   return amount >= 1 ? `$${amount.toFixed(2)}` : `$${amount.toFixed(4)}`;
 }
@@ -447,7 +447,7 @@ function budgetFields(tokens, cost, tokensField, costField) {
 
 // Spent and remaining of the run's budgets (the run's budget_standing), and while it waits at its
 // budget, what the rest and finishing now are expected to cost (the server's words, the CLI's too:
-// workflows/status_view.py budget_forecast) and the three decisions (POST /api/runs/ID/budget).
+// workflows/research/status_view.py budget_forecast) and the three decisions (POST /api/runs/ID/budget).
 function showBudget(status, running, forecast = []) {
   const budget = status.budget, standing = status.budget_standing;
   const paused = running && status.awaiting === "budget";
@@ -666,7 +666,7 @@ function callText(call) {
   return what ? `${call.name}: ${what}` : call.name;
 }
 
-// A step's finding preview is its first characters (FINDING_PREVIEW_CHARS, workflows/research.py):
+// A step's finding preview is its first characters (FINDING_PREVIEW_CHARS, workflows/research/workflow.py):
 // a cut preview loses its last, partial line, so no half-written "**" or link shows as raw markdown.
 const FINDING_PREVIEW_CHARS = 300;
 

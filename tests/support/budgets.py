@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from temporalio.client import WorkflowHandle
 
-from workflows.budget_models import BudgetDecision
-from workflows.decisions import Actor
-from workflows.models import Awaiting, Phase, ResearchResult, RunStatus
+from workflows.contracts.budget import BudgetDecision
+from workflows.contracts.decisions import Actor
+from workflows.contracts.models import Awaiting, Phase, ResearchResult, RunStatus
 
 
 def paused_for_budget(status: RunStatus) -> bool:

@@ -24,7 +24,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 
-from workflows.models import TASK_QUEUE, ChatResponse, Usage
+from workflows.contracts.models import TASK_QUEUE, ChatResponse, Usage
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED

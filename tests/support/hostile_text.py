@@ -38,18 +38,18 @@ from activities.web.search_providers._http import plain_text
 from cli.terminal import printable, printable_json
 from server.content import prose_request
 from server.security import RequestError, parsed_body
-from workflows.activity_options import summary_text, url_host
-from workflows.enhance import enhanced_text
-from workflows.evaluation import parse_judgement
-from workflows.findings import finding_preview
-from workflows.found_urls import url_key, urls_in
-from workflows.markdown_links import links
-from workflows.models import MCPCallResult, SearchResult, ToolCall
-from workflows.plan_parsing import PlanParseError, parse_plan
-from workflows.podcast import NoScript, script_from_reply, without_markup
-from workflows.reply_json import ReplyNotJson, reply_json
-from workflows.report_metrics import compute_metrics
-from workflows.slides import NoDeck, deck_from_reply
+from workflows.calls.activity_options import summary_text, url_host
+from workflows.contracts.enhance import enhanced_text
+from workflows.contracts.evaluation import parse_judgement
+from workflows.contracts.models import MCPCallResult, SearchResult, ToolCall
+from workflows.contracts.podcast import NoScript, script_from_reply, without_markup
+from workflows.contracts.slides import NoDeck, deck_from_reply
+from workflows.research.findings import finding_preview
+from workflows.research.found_urls import url_key, urls_in
+from workflows.research.plan_parsing import PlanParseError, parse_plan
+from workflows.text.markdown_links import links
+from workflows.text.reply_json import ReplyNotJson, reply_json
+from workflows.text.report_metrics import compute_metrics
 
 # Repeated, each of these made a pattern of ours or DeerFlow's quadratic (or worse).
 UNITS = (

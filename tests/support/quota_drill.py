@@ -19,8 +19,8 @@ from temporalio.client import Client
 from runtime import research_client
 from tests.support.history_checks import process_of
 from tests.support.runs import QUESTION, run_id
-from workflows.decisions import Actor, Via
-from workflows.models import ResearchRequest, ResearchResult
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import ResearchRequest, ResearchResult
 
 
 @dataclass(frozen=True)

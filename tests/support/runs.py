@@ -17,8 +17,8 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
-from workflows.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
-from workflows.status_view import OFFLINE_NOTICE
+from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.research.status_view import OFFLINE_NOTICE
 
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"
 OFFLINE_REPORT = f"> {OFFLINE_NOTICE}\n\n# "  # how a saved report the offline model wrote begins

@@ -21,9 +21,9 @@ from temporalio.worker import Worker
 from runtime.run_memo import run_memo, start_attributes
 from runtime.search_attributes import ensure_search_attributes
 from tests.support.runs import run_id
-from workflows.decisions import Actor, Via
-from workflows.models import WORKFLOW_TYPE, Awaiting, Phase, Plan, ResearchResult, RunStatus, Step
-from workflows.visibility import AWAITING, PHASE
+from workflows.contracts.decisions import Actor, Via
+from workflows.contracts.models import WORKFLOW_TYPE, Awaiting, Phase, Plan, ResearchResult, RunStatus, Step
+from workflows.research.visibility import AWAITING, PHASE
 
 QUEUE = "stand-in-runs"
 STAND_IN = Actor(name="stand-in", via=Via.API)  # who the memo says started a stand-in run

@@ -13,7 +13,7 @@ from typing import Any, cast
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from cli.watch import Described
-from workflows.models import (
+from workflows.contracts.models import (
     Phase,
     Plan,
     PlanVersion,

@@ -4,7 +4,7 @@ A test that needs other settings (a short timeout, a voice, a layout of director
 worker on a task queue of its own, as samples-python does, instead of changing the settings of a
 worker other tests share: the activities are built with the settings once, as worker.py builds
 them, and nothing in the product has to allow swapping them afterwards. The run's model, tools and
-sandbox queues are named after the queue it is on (workflows/queues.py), so the test's run keeps
+sandbox queues are named after the queue it is on (workflows/calls/queues.py), so the test's run keeps
 all its work on the test's worker.
 """
 
@@ -23,7 +23,7 @@ from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings
 from hosting.registry import build_workers, running
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
-from workflows.models import TASK_QUEUE
+from workflows.contracts.models import TASK_QUEUE
 
 # The ``worker_with`` fixture's type: ``async with worker_with(settings) as client``.
 WorkerWith = Callable[[Settings], contextlib.AbstractAsyncContextManager[Client]]
