@@ -89,3 +89,50 @@ def test_the_sandbox_reaches_into_no_activity_module() -> None:
              for line, name in imported_names(ast.parse(path.read_text(encoding="utf-8")))
              if name.split(".")[0] == "activities"]
     assert found == []
+
+
+# Inside workflows/, the wings in the same way, top to bottom (ARCHITECTURE.md): the research pipeline and the
+# content flows never import each other, and the contracts clients import carry none of the workflows' logic.
+WORKFLOW_WINGS: tuple[frozenset[str], ...] = (
+    frozenset({"catalog"}),  # every workflow type
+    frozenset({"research", "content"}),  # DeepResearchWorkflow and its stages; the small flows
+    frozenset({"calls"}),  # activity options, queues, slots, the model call, input decoding
+    frozenset({"contracts"}),  # what crosses a boundary
+    frozenset({"text"}),  # pure readings of unvetted text
+)
+WING_OF = {wing: depth for depth, layer in enumerate(WORKFLOW_WINGS) for wing in layer}
+
+
+def workflow_wing(dotted_or_path: str) -> str:
+    """``research`` for ``workflows.research.tools`` and ``workflows/research/tools.py``; ``catalog`` for the
+    top-level module."""
+    return dotted_or_path.replace("/", ".").removesuffix(".py").split(".")[1]
+
+
+def wing_violations(path: Path, source: str) -> list[str]:
+    """The imports of one workflows/ module that point up the wings or sideways into a neighbour."""
+    wing = workflow_wing(str(path.relative_to(REPO_DIR)))
+    return [f"{path.relative_to(REPO_DIR)}:{line} imports {name} ({wing} may not import {target})"
+            for line, name in imported_names(ast.parse(source))
+            if name.startswith("workflows.") and (target := workflow_wing(name)) != wing
+            and WING_OF[target] <= WING_OF[wing]]
+
+
+def test_every_workflows_module_is_in_a_wing() -> None:
+    modules = {workflow_wing(str(path.relative_to(REPO_DIR))) for path in (REPO_DIR / "workflows").rglob("*.py")
+               if path.name != "__init__.py" or path.parent.name != "workflows"}
+    assert modules - WING_OF.keys() == set(), "place the new wing in WORKFLOW_WINGS (and ARCHITECTURE.md)"
+
+
+def test_workflows_wings_import_down_only() -> None:
+    found = [line for path in sorted((REPO_DIR / "workflows").rglob("*.py")) if path.parent.name != "workflows"
+             or path.name != "__init__.py" for line in wing_violations(path, path.read_text(encoding="utf-8"))]
+    assert found == [], "\n".join(found)
+
+
+def test_the_wing_check_sees_neighbours_and_upward_imports() -> None:
+    content = REPO_DIR / "workflows" / "content" / "speech.py"
+    assert wing_violations(content, "from workflows.research.run_input import parse_inputs\n") == [
+        "workflows/content/speech.py:1 imports workflows.research.run_input (content may not import research)"]
+    assert wing_violations(REPO_DIR / "workflows" / "contracts" / "models.py", "import workflows.calls.queues\n") != []
+    assert wing_violations(content, "from workflows.calls.inputs import decode_input\n") == []

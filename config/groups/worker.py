@@ -128,8 +128,8 @@ class WorkerSettings(SettingsGroup):
         return value
     # Seconds a worker told to stop (SIGTERM, SIGINT) waits for its activities in flight to finish,
     # polling no more, before it cancels them to be retried elsewhere: a deploy must not pay for a
-    # model call twice. The default is the model call's start-to-close timeout (workflows/
-    # activity_options.py), so a call that could still succeed is never cut; docker-compose.yml's
+    # model call twice. The default is the model call's start-to-close timeout
+    # (workflows/calls/activity_options.py), so a call that could still succeed is never cut; docker-compose.yml's
     # stop_grace_period is set a little above it. A second signal stops the worker at once.
     worker_shutdown_grace: float = Field(default=300.0, ge=0, le=86_400, alias="DEERFLOW_WORKER_SHUTDOWN_GRACE")
     """Seconds a worker given SIGTERM/SIGINT lets its calls in flight finish before cancelling them; a second signal
