@@ -3,7 +3,7 @@
 Why from the server: a retried attempt is invisible to the workflow (it sees only the final
 outcome), so its status cannot say it; the server keeps each pending activity's attempt and last
 failure. ``status``, ``watch`` and the web page show these next to the status, in the words of
-``workflows/status_view.retry_line``.
+``workflows/research/status_view.py: retry_line``.
 """
 
 from __future__ import annotations

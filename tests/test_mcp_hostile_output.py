@@ -24,7 +24,6 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.testing import ActivityEnvironment
-from workflows.models import MCPCallRequest, MCPListRequest, Outcome
 
 import activities.mcp.session as mcp_session
 from activities.mcp.calls import McpActivities
@@ -35,6 +34,7 @@ from runtime.replay import replayer
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
+from workflows.contracts.models import MCPCallRequest, MCPListRequest, Outcome
 
 SERVER_SCRIPT = Path(__file__).parent / "support" / "hostile_mcp_server.py"
 # What HOSTILE reads as: each lone surrogate U+FFFD, the pair written as two escapes its emoji.

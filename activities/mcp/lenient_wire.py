@@ -7,7 +7,7 @@ on as a value and the session drops it, so the request it answered waited out it
 for a call, 20 s for a listing) on every attempt, and the tool's output never reached the agent.
 :class:`MendingReadStream` sits between the transport and the session: a message the strict parser
 refused is read again by ``json.loads`` (which takes the escape), every lone surrogate in it becomes
-U+FFFD (``workflows/untrusted_text.py``, as for search results and model replies), and the message
+U+FFFD (``workflows/text/untrusted_text.py``, as for search results and model replies), and the message
 goes on. Bytes that are not UTF-8 are the stdio transport's to replace (``session.py``).
 
 Over HTTP (streamable HTTP, SSE) the transport turned a refused answer into a parse error for its
@@ -29,7 +29,8 @@ from mcp import types as mcp_types
 from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
-from workflows.untrusted_text import nested_deeper, scrubbed
+
+from workflows.text.untrusted_text import nested_deeper, scrubbed
 
 Item = SessionMessage | Exception
 # Deeper than any message of the protocol: a value nested further is left refused (walking it could

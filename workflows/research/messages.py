@@ -34,7 +34,7 @@ def clarified_task(conversation: list[ChatMessage]) -> ChatMessage:
 
 
 # The name of the planner's message holding the background investigation's results (read back by
-# workflows/found_urls.background_urls, and by the offline planner).
+# workflows/research/found_urls.py: background_urls, and by the offline planner).
 BACKGROUND_INVESTIGATION = "background_investigation"
 
 
