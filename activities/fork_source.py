@@ -19,7 +19,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from runtime.research_client import checkpoint
 from workflows.contracts.fork_point import ForkPoint
-from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.contracts.research import WORKFLOW_TYPE
 from workflows.research.run_state import RunState
 
 REFUSED = "ForkSourceRefused"

@@ -20,7 +20,7 @@ from activities.documents.retrieval import check_resources
 from activities.model.report_reserve import report_reserve
 from config.settings import Settings
 from workflows.calls.queues import QUEUE_KINDS, QueueKind
-from workflows.contracts.models import RunConfig
+from workflows.contracts.run_config import RunConfig
 
 # Never the sandbox: model-written code runs only on the sandbox's own workers.
 EAGER_KINDS: tuple[Literal["model", "tools"], ...] = ("model", "tools")

@@ -51,7 +51,7 @@ from temporalio.api.workflowservice.v1 import StartBatchOperationRequest
 
 from tests.support.processes import free_port
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 LATENCY = 0.05
 BURST, PAUSED = 200, 1000  # --burst / --paused change them, e.g. for a quick try-out

@@ -55,7 +55,7 @@ from tests.support.history_checks import (
 )
 from tests.support.processes import DevServer
 from tests.support.runs import QUESTION
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 HELD_OPEN_SECONDS = 30.0
 

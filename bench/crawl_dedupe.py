@@ -29,7 +29,7 @@ from harness import (
 
 from offline.scripted_agents import respond
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 PAGES = 3
 

@@ -36,7 +36,7 @@ from temporalio.client import WorkflowHandle, WorkflowHistory
 from bench.harness import BenchWorker, Stack, bench_stack, event_time, header, median, run_main, start_run, verdict
 from offline.model_server import Fault
 from runtime.embedded import process_polls
-from workflows.contracts.models import ResearchRequest, ResearchResult
+from workflows.contracts.research import ResearchRequest, ResearchResult
 
 TARGET_SECONDS = 2.0
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"

@@ -40,7 +40,7 @@ from runtime.connection import connect_when_ready
 from runtime.embedded import DEV_SERVER_STORAGE_FLAGS, free_port
 from tests.support.processes import TEMPORAL_CLI, wait_for_port
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
 WFT_SCHEDULED = EventType.EVENT_TYPE_WORKFLOW_TASK_SCHEDULED

@@ -36,7 +36,7 @@ from temporalio.client import Client, WorkflowHistory
 from runtime.history_export import self_contained
 from runtime.replay import replayer
 from tests.support.runs import QUESTION
-from workflows.contracts.models import WORKFLOW_TYPE, ResearchRequest
+from workflows.contracts.research import WORKFLOW_TYPE, ResearchRequest
 
 COMMAND_CONCURRENCY = (1, 4)
 FETCH_CONCURRENCY = (1, 4, 8)

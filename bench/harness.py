@@ -45,7 +45,7 @@ from runtime.converter import data_converter
 from runtime.embedded import process_polls
 from runtime.shutdown import exit_now
 from tests.support.processes import DevServer, WorkerProcess
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 REPO = Path(__file__).resolve().parent.parent
 MACHINE_NOTE = "2 cores, shared with other work (load average often 3-6)"

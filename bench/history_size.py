@@ -53,7 +53,7 @@ from offline.search_index import SearchIndex
 from runtime.blob_gc import payloads_in
 from storage.subtrees import references_in
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 PAGES = 20
 PAGE_BYTES = 1024 * 1024

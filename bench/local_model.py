@@ -41,7 +41,8 @@ from runtime.workflow_runner import workflow_runner
 from tests.support.processes import DevServer
 from workflows.calls.errors import failure_message
 from workflows.catalog import WORKFLOWS
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.status import RunStatus
 
 REPO = Path(__file__).resolve().parent.parent
 QUESTIONS = ("What are the benefits of solar power?", "How do heat pumps work?", "Is nuclear power safe?")

@@ -67,7 +67,7 @@ from temporalio.converter import DataConverter
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 MODEL_LATENCY = 1.0
 STARTS = (0.0, 4.0, 20.0)  # seconds from the worker's process start to the run's start

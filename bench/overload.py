@@ -54,7 +54,7 @@ from tests.support.history_checks import SCHEDULED, completed_once_problems, giv
 from tests.support.processes import BusyLoops, ServeProcess, free_port
 from tests.support.runs import QUESTION
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import Outcome, ResearchResult
+from workflows.contracts.research import Outcome, ResearchResult
 
 LOOPS_PER_CORE = 2
 

@@ -19,7 +19,9 @@ from datetime import datetime
 from harness import Stack, bench_stack, header, median, run_main, timed_run, verdict
 
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest, RunStatus, StepType
+from workflows.contracts.plan import StepType
+from workflows.contracts.research import ResearchRequest
+from workflows.contracts.status import RunStatus
 
 MODEL_LATENCY = 1.0
 SEARCH_LATENCY = 0.3

@@ -16,7 +16,7 @@ from temporalio.client import WorkflowHandle
 
 from runtime import research_client
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import Awaiting, Phase
+from workflows.contracts.status import Awaiting, Phase
 
 MAX_EDITS = 3
 RESEARCH_PLEASE = ("[EDIT_PLAN] Do not answer from what you know: plan one research step that searches the web "

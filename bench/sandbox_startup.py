@@ -22,7 +22,7 @@ from temporalio.testing import ActivityEnvironment
 
 from config.settings import load_settings
 from sandbox.activity import SandboxActivities
-from workflows.contracts.models import PythonRequest
+from workflows.contracts.tool_activities import PythonRequest
 
 RUNS = 20
 

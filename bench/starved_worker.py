@@ -24,7 +24,7 @@ from harness import REPO, bench_stack, header, run_main, start_run
 
 from tests.support.history_checks import activity_events, retries_by_cause, start_attempts
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 
 async def main() -> None:

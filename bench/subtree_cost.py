@@ -26,7 +26,7 @@ from temporalio.converter import DataConverter
 
 from config.settings import Settings
 from runtime.converter import data_converter
-from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, ToolSpec
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ToolSpec
 
 TURNS = 12
 LOOPS = 15

@@ -22,7 +22,7 @@ import time
 from harness import REPO, BenchWorker, bench_stack, header, run_main, start_run
 
 from tests.support.runs import QUESTION
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 MODEL_LATENCY, SEARCH_LATENCY = 0.5, 0.05
 WORKER_ENV = {"LLM_MAX_CONCURRENCY": "4", "DEERFLOW_MAX_CACHED_WORKFLOWS": "1000"}

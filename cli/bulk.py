@@ -17,7 +17,7 @@ from config.settings import Settings
 from runtime.bulk_decisions import BulkOutcome, accept_plan, cancel_run, decision_id, for_each, matching
 from runtime.front_door import CliError, connect
 from runtime.run_listing import RunFilter
-from workflows.contracts.models import Awaiting
+from workflows.contracts.status import Awaiting
 
 WAIT_SECONDS = 60.0  # for a worker to take each review
 EXIT_PENDING = 75  # sysexits' EX_TEMPFAIL: nothing failed, some decisions are sent but not yet confirmed

@@ -23,8 +23,8 @@ from runtime.run_memo import flow_memo
 from workflows.calls.errors import failure_message
 from workflows.contracts.decisions import Actor
 from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchResult
 from workflows.contracts.podcast import PODCAST_WORKFLOW, PodcastRequest, PodcastResult, script_text
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchResult
 from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 R = TypeVar("R", bound=BaseModel)

@@ -33,7 +33,7 @@ from runtime.memo_listing import memo_rows
 from runtime.run_listing import RunFilter
 from runtime.run_memo import QUESTION, STARTED_BY, actor_in, indexes_questions, question_in, usage_in, usage_memo
 from workflows.content.flow_usage import COUNTED_FLOWS, USAGE_QUERY
-from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.contracts.research import WORKFLOW_TYPE
 from workflows.contracts.usage import Usage
 from workflows.research.visibility import USAGE_MEMO
 

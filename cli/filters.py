@@ -14,7 +14,7 @@ from runtime.front_door import CliError
 from runtime.run_listing import RunFilter
 from runtime.run_memo import indexes_questions
 from runtime.search_attributes import missing_search_attributes
-from workflows.contracts.models import Awaiting
+from workflows.contracts.status import Awaiting
 from workflows.research.visibility import ALL_KEYS, AWAITING, PHASE, QUESTION, STARTED_BY
 
 FLAGS = {"phase": "--phase", "awaiting": "--awaiting", "started_by": "--started-by", "question": "--question",

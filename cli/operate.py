@@ -12,7 +12,7 @@ from config.settings import Settings
 from runtime import research_client
 from runtime.embedded import EmbeddedStack
 from runtime.front_door import CliError, connect, revive_worker
-from workflows.contracts.models import Phase
+from workflows.contracts.status import Phase
 
 
 async def watch_run(args: argparse.Namespace, settings: Settings) -> int:

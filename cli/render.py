@@ -11,7 +11,8 @@ from temporalio.client import WorkflowExecutionStatus
 
 from cli.terminal import printable
 from runtime.forks import ForkListed
-from workflows.contracts.models import Awaiting, Plan, RunStatus
+from workflows.contracts.plan import Plan
+from workflows.contracts.status import Awaiting, RunStatus
 from workflows.research.status_view import (
     Retry,
     awaiting_commands,

@@ -37,7 +37,8 @@ from runtime.run_names import question_slug
 from workflows.calls.errors import failure_message
 from workflows.contracts.budget import BudgetAction, BudgetDecision
 from workflows.contracts.decisions import Actor
-from workflows.contracts.models import Awaiting, Phase, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.contracts.research import ResearchRequest, ResearchResult, ReviewOutcome
+from workflows.contracts.status import Awaiting, Phase, RunStatus
 from workflows.research.review import ACCEPTED, EDIT_PLAN
 from workflows.research.status_view import decision_lines, outcome_lines
 from workflows.text.untrusted_text import without_lone_surrogates

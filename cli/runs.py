@@ -30,7 +30,8 @@ from runtime.forks import ForkListed, forks_of
 from runtime.front_door import NO_WORKER_ADVICE, CliError, connect, revive_worker
 from runtime.retries import retries_of
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import Outcome, ResearchResult, RunStatus
+from workflows.contracts.research import Outcome, ResearchResult
+from workflows.contracts.status import RunStatus
 from workflows.research.status_view import offline_notice
 from workflows.research.visibility import indexed_place
 

@@ -41,7 +41,8 @@ from cli.render import ended_label
 from cli.terminal import printable, printable_model
 from runtime.front_door import NO_WORKER_ADVICE, CliError
 from runtime.retries import retries_of
-from workflows.contracts.models import STATUS_QUERY, Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
+from workflows.contracts.research import STATUS_QUERY
+from workflows.contracts.status import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
 from workflows.research.status_view import (
     STEP_MARK,
     Retry,

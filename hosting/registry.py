@@ -36,7 +36,7 @@ from sandbox.activity import SandboxActivities
 from workflows.calls.activity_options import HEARTBEAT_THROTTLE
 from workflows.calls.queues import QUEUE_KINDS, QueueKind, queue_name
 from workflows.catalog import WORKFLOWS
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 log = logging.getLogger(__name__)
 

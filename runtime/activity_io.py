@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from workflows.contracts.models import (
-    ChatRequest,
-    ChatResponse,
+from workflows.contracts.chat import ChatRequest, ChatResponse, ToolCall
+from workflows.contracts.run_config import RunConfig
+from workflows.contracts.tool_activities import (
     CrawlRequest,
     CrawlResult,
     LocalSearchRequest,
@@ -21,10 +21,8 @@ from workflows.contracts.models import (
     MCPToolList,
     PythonRequest,
     PythonResult,
-    RunConfig,
     SearchRequest,
     SearchResponse,
-    ToolCall,
 )
 
 # Each activity's input and result types, to decode its payloads as the worker did.

@@ -60,7 +60,7 @@ from storage.filesystem import DRIVER_NAME, FileSystemStorageDriver
 from storage.references import is_sha256_hex
 from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
 from workflows.contracts.enhance import ENHANCER_WORKFLOW
-from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.contracts.research import WORKFLOW_TYPE
 
 if TYPE_CHECKING:  # only S3 deployments import its client
     from storage.s3 import S3Client

@@ -41,7 +41,7 @@ from config.settings import Settings
 from runtime.build_info import code_digest, code_stamp
 from runtime.process_info import start_ticks
 from runtime.search_attributes import dev_server_flags
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 REPO_DIR = Path(__file__).resolve().parent.parent
 WORKER_START_SECONDS = 60.0

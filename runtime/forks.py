@@ -27,8 +27,8 @@ from runtime.run_memo import FORKED_FROM, forked_from_memo, started_by
 from runtime.visibility_query import quoted
 from workflows.contracts.decisions import Actor
 from workflows.contracts.fork_point import ForkPoint
-from workflows.contracts.models import WORKFLOW_TYPE, ResearchRequest
 from workflows.contracts.report_style import ReportStyle
+from workflows.contracts.research import WORKFLOW_TYPE, ResearchRequest
 from workflows.research.fork_seed import ForkRefused, fork_seed
 from workflows.research.visibility import FORKED_FROM as FORKED_FROM_ATTRIBUTE
 

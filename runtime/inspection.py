@@ -40,7 +40,9 @@ from runtime.inspection_model import (
     Wait,
 )
 from runtime.inspection_parts import Conversations, as_json, input_parts, output_parts
-from workflows.contracts.models import ChatResponse, Plan, ResearchRequest, ResearchResult, ToolCall
+from workflows.contracts.chat import ChatResponse, ToolCall
+from workflows.contracts.plan import Plan
+from workflows.contracts.research import ResearchRequest, ResearchResult
 from workflows.contracts.usage import COST_DIGITS, Usage
 
 E = EventType

@@ -18,10 +18,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from runtime.inspection_model import Part
-from workflows.contracts.models import (
-    ChatMessage,
-    ChatRequest,
-    ChatResponse,
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse
+from workflows.contracts.tool_activities import (
     CrawlRequest,
     CrawlResult,
     LocalSearchRequest,

@@ -19,7 +19,7 @@ from temporalio.converter import DataConverter
 from runtime.inspection import InspectionBuilder, PendingAttempt
 from runtime.inspection_decode import decode_events, failure_text
 from runtime.inspection_model import RunInspection
-from workflows.contracts.models import WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 # The run's own input and result, where its workflow type is known; others are read as JSON.
 RUN_HINTS: dict[str, dict[str, type[Any]]] = {WORKFLOW_TYPE: {"input": ResearchRequest, "result": ResearchResult}}

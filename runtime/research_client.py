@@ -2,7 +2,7 @@
 answer its question.
 
 Each handler is sent by the name the workflow declares it with (``STATUS_QUERY`` and the others in
-workflows/contracts/models.py) and read back as the type it returns, rather than by a method reference to
+workflows/contracts/research.py) and read back as the type it returns, rather than by a method reference to
 ``DeepResearchWorkflow``: a reference imports the workflow's whole code (its stages, the plan
 parser), a tenth of a second before every ``status``, ``review`` and ``list`` (issue #45), and the CLI
 and the API server never run it. tests/test_research_client.py checks each name and result type
@@ -25,19 +25,18 @@ from temporalio.service import RPCError, RPCStatusCode
 from runtime.run_memo import indexes_questions, run_memo, start_attributes
 from workflows.contracts.budget import BudgetDecision
 from workflows.contracts.decisions import Actor, cancel_reason
-from workflows.contracts.models import (
+from workflows.contracts.research import (
     CHECKPOINT_QUERY,
     DECIDE_BUDGET_UPDATE,
     REVIEW_PLAN_UPDATE,
     STATUS_QUERY,
     TASK_QUEUE,
     WORKFLOW_TYPE,
-    Awaiting,
     ResearchRequest,
     ResearchResult,
     ReviewOutcome,
-    RunStatus,
 )
+from workflows.contracts.status import Awaiting, RunStatus
 from workflows.research.run_state import RunState
 
 ResearchHandle = WorkflowHandle[Any, ResearchResult]

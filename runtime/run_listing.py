@@ -27,7 +27,8 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from runtime.run_memo import question_of, started_by, starter_keyword, starter_keywords
 from runtime.visibility_query import MAX_QUERY_CHARS, QueryError, all_of, canonical_query, quoted
 from workflows.contracts.decisions import Actor
-from workflows.contracts.models import WORKFLOW_TYPE, Awaiting, Phase
+from workflows.contracts.research import WORKFLOW_TYPE
+from workflows.contracts.status import Awaiting, Phase
 from workflows.research.visibility import AWAITING, PHASE, QUESTION, STARTED_BY
 
 MAX_PAGE = 500

@@ -36,7 +36,7 @@ from config.settings import Settings
 from runtime.heartbeat import heartbeating
 from sandbox.errors import SandboxStartError, sandbox_error
 from sandbox.runner import ISOLATED, PLAIN, SandboxLimits, clamp_timeout, execute
-from workflows.contracts.models import PythonRequest, PythonResult
+from workflows.contracts.tool_activities import PythonRequest, PythonResult
 
 logger = logging.getLogger(__name__)
 

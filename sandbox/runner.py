@@ -39,7 +39,7 @@ from sandbox.bootstrap import BOOT_MARKER, BOOT_MODULE
 from sandbox.errors import LASTING_ERRNOS, SandboxStartError
 from sandbox.output import SandboxProtocol
 from sandbox.uids import uid_lease
-from workflows.contracts.models import PythonResult
+from workflows.contracts.tool_activities import PythonResult
 
 ISOLATED = "isolated"
 PLAIN = "plain"

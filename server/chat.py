@@ -51,7 +51,8 @@ from server.uploads import Uploads
 from workflows.calls.errors import failure_message
 from workflows.contracts.decisions import Actor
 from workflows.contracts.mcp_choices import IgnoredMCPServer, MCPServerChoice, ignored_mcp_note
-from workflows.contracts.models import Awaiting, ResearchRequest
+from workflows.contracts.research import ResearchRequest
+from workflows.contracts.status import Awaiting
 from workflows.research.document_names import document_name
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateRPCTimeoutOrCancelle
 
 from runtime import research_client
 from workflows.contracts.decisions import Actor
-from workflows.contracts.models import ReviewOutcome
+from workflows.contracts.research import ReviewOutcome
 
 DECISION_WAIT_SECONDS = 30.0
 

@@ -19,7 +19,7 @@ from server.security import RequestError
 from workflows.calls.errors import failure_message
 from workflows.contracts.decisions import Actor
 from workflows.contracts.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 # How long a request waits for the enhanced prompt, and how long its run may take at all.
 WAIT = timedelta(seconds=90)

@@ -30,17 +30,10 @@ from temporalio.converter import DataConverter
 
 from runtime.activity_io import INPUTS, RESULTS, runs_call
 from runtime.token_stream_format import stream_id
+from workflows.contracts.chat import ChatResponse, ToolCall
 from workflows.contracts.decisions import cancel_words
-from workflows.contracts.models import (
-    ChatResponse,
-    CrawlResult,
-    LocalSearchRequest,
-    Outcome,
-    PythonResult,
-    ResearchResult,
-    SearchResponse,
-    ToolCall,
-)
+from workflows.contracts.research import Outcome, ResearchResult
+from workflows.contracts.tool_activities import CrawlResult, LocalSearchRequest, PythonResult, SearchResponse
 
 # The activities the feed shows; others (run config, MCP listing) are not.
 SHOWN = ("chat", "web_search", "crawl_tool", "python_repl_tool", "local_search_tool", "mcp_call_tool")

@@ -24,7 +24,7 @@ from runtime.run_memo import flow_memo
 from server.security import RequestError, read_json
 from workflows.calls.errors import failure_message
 from workflows.contracts.decisions import Actor
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 R = TypeVar("R", bound=BaseModel)
 

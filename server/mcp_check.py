@@ -29,7 +29,7 @@ from server.security import RequestError, log
 from workflows.content.mcp_checker import MCP_CHECK_WORKFLOW
 from workflows.contracts.decisions import Actor
 from workflows.contracts.mcp_naming import MCP_TOOL_PREFIX, sanitize_name_part
-from workflows.contracts.models import MCPListRequest, MCPToolList
+from workflows.contracts.tool_activities import MCPListRequest, MCPToolList
 
 NOT_CONFIGURED = ("Only MCP servers the operator configured can be added here (MCP_SERVERS in conf.yaml or "
                   "the environment)")

@@ -28,7 +28,7 @@ from runtime.visibility_query import QueryError
 from server.access import Act, Principal
 from server.decisions import DECISION_WAIT_SECONDS
 from server.security import RequestError
-from workflows.contracts.models import Awaiting
+from workflows.contracts.status import Awaiting
 from workflows.research.visibility import STARTED_BY
 
 PAGE_SIZE = 50

@@ -16,7 +16,7 @@ from server.access import Principal, principal, token_table
 from server.runs import Runs
 from server.security import read_json
 from server.services import endpoint, services
-from workflows.contracts.models import ReviewOutcome
+from workflows.contracts.research import ReviewOutcome
 
 
 async def me(request: Request) -> Any:

@@ -41,7 +41,8 @@ from server.threads import workflow_id
 from server.uploads import Uploads
 from workflows.calls.errors import failure_message
 from workflows.contracts.budget import BudgetDecision
-from workflows.contracts.models import WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome, RunStatus
+from workflows.contracts.research import WORKFLOW_TYPE, ResearchRequest, ResearchResult, ReviewOutcome
+from workflows.contracts.status import RunStatus
 from workflows.research.review import ACCEPTED, EDIT_PLAN
 from workflows.research.status_view import budget_forecast, offline_notice, retry_line, why_cancelled
 from workflows.research.visibility import indexed_place

@@ -33,24 +33,18 @@ from tests.support.processes import TEST_SERVER
 from tests.support.runs import IGNORED_SIGNALS, QUESTION, SAMPLE_REPORT
 from workflows.content.mcp_checker import MCP_CHECK_WORKFLOW
 from workflows.content.speech import SPEECH_WORKFLOW
+from workflows.contracts.budget import BudgetTimeoutAction
 from workflows.contracts.decisions import Actor, Via
 from workflows.contracts.enhance import ENHANCER_WORKFLOW, EnhanceRequest
 from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest
 from workflows.contracts.fork_point import ForkPoint, ForkStage
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    BudgetTimeoutAction,
-    MCPListRequest,
-    Phase,
-    ReportStyle,
-    ResearchRequest,
-    ReviewTimeoutAction,
-    RunStatus,
-)
 from workflows.contracts.podcast import PODCAST_WORKFLOW, PodcastRequest, SpeechRequest
 from workflows.contracts.prose import PROSE_WORKFLOW, ProseOption, ProseRequest
+from workflows.contracts.report_style import ReportStyle
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ReviewTimeoutAction
 from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest
+from workflows.contracts.status import Phase, RunStatus
+from workflows.contracts.tool_activities import MCPListRequest
 
 HISTORIES = Path(__file__).resolve().parent / "histories"
 MADE_UP_URL = "http://127.0.0.2:9/zqx-invented-quasar"

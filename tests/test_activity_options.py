@@ -42,29 +42,26 @@ from workflows.calls.activity_options import (
 )
 from workflows.calls.queues import queue_name
 from workflows.contracts.artefact import ArtefactRef
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ToolCall
 from workflows.contracts.evaluation import MeasureRequest
 from workflows.contracts.fork_point import ForkPoint, ForkStage
-from workflows.contracts.models import (
-    ChatMessage,
-    ChatRequest,
-    ChatResponse,
+from workflows.contracts.mcp_choices import MCPServerChoice
+from workflows.contracts.podcast import SpeechRequest
+from workflows.contracts.research import Outcome
+from workflows.contracts.slides import Deck, Slide
+from workflows.contracts.tool_activities import (
     CrawlRequest,
     CrawlResult,
     LocalSearchRequest,
     MCPCallRequest,
     MCPCallResult,
     MCPListRequest,
-    MCPServerChoice,
-    Outcome,
     PythonRequest,
     PythonResult,
     SearchRequest,
     SearchResponse,
-    ToolCall,
-    Usage,
 )
-from workflows.contracts.podcast import SpeechRequest
-from workflows.contracts.slides import Deck, Slide
+from workflows.contracts.usage import Usage
 from workflows.research.agent_loop import run_agent
 from workflows.research.agents import AgentSpec
 from workflows.research.found_urls import FoundUrls

@@ -26,7 +26,7 @@ from server.chat import ChatStreamRequest
 from server.security import RequestError, check_bind
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.web_server import api_server, parse_sse
-from workflows.contracts.models import RunStatus
+from workflows.contracts.status import RunStatus
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -23,7 +23,8 @@ from config.settings import Settings, load_settings
 from server.mcp_settings import DeerFlowMCPSettings, mcp_picks
 from tests.support.processes import DevServer, WorkerProcess, wait_for_worker
 from tests.support.web_server import api_server, parse_sse
-from workflows.contracts.models import ResearchRequest, RunStatus
+from workflows.contracts.research import ResearchRequest
+from workflows.contracts.status import RunStatus
 
 pytestmark = pytest.mark.timeout(120)
 SCRIPT = str(Path(__file__).parent / "support" / "mcp_test_server.py")

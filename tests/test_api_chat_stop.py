@@ -28,7 +28,7 @@ from offline.search_server import FakeSearchServer
 from tests.support.processes import DevServer, WorkerProcess, start_worker
 from tests.support.web_server import api_server, parse_sse
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import RunStatus
+from workflows.contracts.status import RunStatus
 
 pytestmark = pytest.mark.timeout(240)
 

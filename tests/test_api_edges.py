@@ -27,7 +27,8 @@ from server.security import MAX_JSON_DEPTH
 from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker
 from tests.support.runs import STARTED
 from tests.support.web_server import parse_sse
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE
+from workflows.contracts.status import RunStatus
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -20,7 +20,7 @@ from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
 from workflows.contracts.enhance import ENHANCER_WORKFLOW, MAX_PROMPT_CHARS, enhanced_text
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -30,7 +30,7 @@ from server.uploads import Uploads
 from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker
 from tests.support.web_server import parse_sse
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
 
 pytestmark = pytest.mark.timeout(240)
 

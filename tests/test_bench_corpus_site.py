@@ -24,7 +24,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 from activities.web.crawl import CrawlActivities
 from config.settings import load_settings
-from workflows.contracts.models import CrawlRequest
+from workflows.contracts.tool_activities import CrawlRequest
 
 async def crawl(url, allow_hosts):
     activities = CrawlActivities(load_settings({**os.environ, "DEERFLOW_CRAWL_ALLOW_HOSTS": allow_hosts}))

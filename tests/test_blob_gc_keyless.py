@@ -25,7 +25,7 @@ from runtime.connection import connect_when_ready
 from runtime.encryption import EncryptionCodec
 from tests.support.processes import DevServer, run_starter
 from tests.support.runs import run_id
-from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.contracts.research import WORKFLOW_TYPE
 
 pytestmark = pytest.mark.timeout(180)
 

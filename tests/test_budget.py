@@ -21,7 +21,8 @@ from tests.support.workers import WorkerWith
 from workflows.calls.errors import failure_message
 from workflows.contracts.budget import BudgetAction, BudgetDecision
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import Outcome, Phase, RunStatus, StepState
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import Phase, RunStatus, StepState
 from workflows.research.status_view import awaiting_headline
 
 ALICE = Actor(name="alice", via=Via.API)

@@ -33,7 +33,7 @@ from tests.support.processes import (
     wait_for_cli_status,
 )
 from tests.support.runs import QUESTION, run_id
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE
 
 pytestmark = pytest.mark.timeout(240)
 

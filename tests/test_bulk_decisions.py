@@ -40,7 +40,8 @@ from tests.support.processes import DevServer, WorkerProcess, run_starter, start
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
+from workflows.contracts.status import RunStatus
 from workflows.contracts.usage import Usage
 from workflows.research.visibility import USAGE_MEMO
 

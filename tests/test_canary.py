@@ -31,7 +31,7 @@ from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import Outcome
+from workflows.contracts.research import Outcome
 
 CANARY = "sk-CANARY-"
 SECRETS = {

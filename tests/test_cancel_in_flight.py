@@ -24,7 +24,8 @@ from offline.search_server import Fault as SearchFault
 from runtime import research_client
 from tests.support.runs import start
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import Outcome, Phase, RunStatus
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import Phase, RunStatus
 
 CAROL = Actor(name="carol", via=Via.CLI)
 HELD_SECONDS = 4  # below the session's LLM_REQUEST_TIMEOUT (5 s): the call is in flight, not failing

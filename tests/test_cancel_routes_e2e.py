@@ -32,7 +32,7 @@ from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.web_server import api_server, parse_sse
 from workflows.contracts.decisions import OUTSIDE, Actor, Via
-from workflows.contracts.models import RunStatus
+from workflows.contracts.status import RunStatus
 
 CHROMIUM = chromium_path()
 pytestmark = [

@@ -20,7 +20,7 @@ from cli import research, runs, waiting
 from config.settings import Settings
 from runtime.front_door import CliError
 from workflows.contracts.decisions import Actor
-from workflows.contracts.models import ReviewOutcome
+from workflows.contracts.research import ReviewOutcome
 from workflows.research.visibility import AWAITING, PHASE
 
 BY = Actor(name="ana", via="cli")

@@ -42,7 +42,7 @@ from tests.support.fake_http import FakeHTTPServer
 from tests.support.processes import REPO_DIR, DevServer, free_port, start_worker, wait_for_port
 from tests.support.runs import QUESTION, run_id
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.research import Outcome, ResearchRequest, ResearchResult
 from workflows.research.workflow import DeepResearchWorkflow
 
 pytestmark = pytest.mark.timeout(300)  # a loaded 2-core machine: the run and the UI can each take a minute

@@ -25,7 +25,7 @@ from runtime.encryption import ENCODING
 from server.codec import create_codec_app
 from server.security import MAX_JSON_DEPTH
 from tests.support.processes import REPO_DIR
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 KEY = base64.b64encode(os.urandom(32)).decode()
 BASE = "http://127.0.0.1:8081"

@@ -20,7 +20,7 @@ import yaml
 from config.settings import load_settings
 from runtime.embedded import DEV_SERVER_QUEUE_FLAGS
 from runtime.search_attributes import dev_server_flags as search_attribute_flags
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"

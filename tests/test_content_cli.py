@@ -20,8 +20,8 @@ from runtime.front_door import CliError
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.runs import QUESTION, SAMPLE_REPORT
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.contracts.podcast import NO_VOICE_MESSAGE
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 pytestmark = pytest.mark.timeout(90)

@@ -24,7 +24,6 @@ from tests.support.runs import SAMPLE_REPORT
 from tests.support.workers import WorkerWith
 from workflows.contracts.artefact import ArtefactRef
 from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult, parse_judgement
-from workflows.contracts.models import TASK_QUEUE
 from workflows.contracts.podcast import (
     MAX_LINE_CHARS,
     MAX_LINES,
@@ -37,6 +36,7 @@ from workflows.contracts.podcast import (
     script_from_reply,
 )
 from workflows.contracts.prose import PROSE_WORKFLOW, ProseOption, ProseRequest, ProseResult
+from workflows.contracts.research import TASK_QUEUE
 from workflows.contracts.slides import MAX_SLIDES, SLIDES_WORKFLOW, SlidesRequest, SlidesResult, deck_from_reply
 from workflows.text.report_metrics import compute_metrics, grade, metrics_score
 

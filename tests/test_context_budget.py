@@ -36,7 +36,7 @@ from config.deerflow import conf_values
 from config.settings import Settings
 from offline.model_server import FakeModelServer
 from tests.support.settings import settings_with
-from workflows.contracts.models import ChatMessage, ChatRequest, ToolCall
+from workflows.contracts.chat import ChatMessage, ChatRequest, ToolCall
 from workflows.research.tools import TOOLS
 
 MARKER = "characters trimmed to fit the context window"

@@ -17,7 +17,7 @@ from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault, requested_output_cap
 from tests.support.settings import settings_with
-from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse
 
 VARS = {"CURRENT_TIME": "now", "locale": "en-US", "report_style": "academic", "max_step_num": "2"}
 PAGE = "Tidal forces raise two bulges of water on opposite sides of the Earth. " * 600  # ~10k tokens

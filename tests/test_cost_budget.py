@@ -23,7 +23,8 @@ from tests.support.workers import WorkerWith
 from workflows.calls.errors import failure_message
 from workflows.contracts.budget import BudgetAction, BudgetDecision
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import Outcome, RunStatus, StepState
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import RunStatus, StepState
 from workflows.research.status_view import budget_line
 
 ALICE = Actor(name="alice", via=Via.CLI)

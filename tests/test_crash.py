@@ -52,7 +52,8 @@ from tests.support.history_checks import (
 )
 from tests.support.processes import DevServer
 from tests.support.runs import QUESTION, run_id
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 
 RESUME_LIMIT = timedelta(seconds=30)
 # How long the request the worker dies in is held open; far longer than a kill takes to land.

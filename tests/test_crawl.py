@@ -43,7 +43,7 @@ from activities.web import crawl, decode, extract, fetch, page_text
 from config.settings import Settings
 from offline.loopback_http import FakeServerHandler
 from tests.support.documents import ARTICLE_HTML, ARTICLE_SENTENCE, make_pdf, make_slow_pdf
-from workflows.contracts.models import CrawlRequest, CrawlResult
+from workflows.contracts.tool_activities import CrawlRequest, CrawlResult
 
 MB = 1024 * 1024
 MALFORMED_HTML = (

@@ -31,7 +31,7 @@ from tests.support.processes import (
 )
 from tests.support.runs import QUESTION, run_id
 from workflows.contracts.decisions import OUTSIDE
-from workflows.contracts.models import REVIEW_PLAN_UPDATE, TASK_QUEUE, WORKFLOW_TYPE
+from workflows.contracts.research import REVIEW_PLAN_UPDATE, TASK_QUEUE, WORKFLOW_TYPE
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -13,7 +13,7 @@ from temporalio.client import Client
 from offline.model_server import FakeModelServer
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import start
-from workflows.contracts.models import RunStatus
+from workflows.contracts.status import RunStatus
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -21,16 +21,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from config.settings import Settings
 from runtime.converter import data_converter
 from server.feed import PLAN_REVIEW_TIMER, FeedItem, Translator
-from workflows.contracts.models import (
-    ChatMessage,
-    ChatRequest,
-    ChatResponse,
-    LocalSearchRequest,
-    SearchRequest,
-    SearchResponse,
-    SearchResult,
-    ToolCall,
-)
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ToolCall
+from workflows.contracts.tool_activities import LocalSearchRequest, SearchRequest, SearchResponse, SearchResult
 
 THREAD = "thread_1"
 

@@ -27,7 +27,7 @@ from offline.providers import without_provider_settings
 from tests.support.checkout import copy_checkout
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import QUESTION, awaiting_review, run_id, wait_for
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 CHANGED = Path("workflows") / "coordination.py"
 ANCHOR = ("    run.use_config(await execute(LOAD_RUN_CONFIG, list(run.request.resources), RunConfig, "

@@ -33,15 +33,8 @@ from tests.support.processes import (
     wait_for_cli_status,
 )
 from tests.support.runs import OFFLINE_REPORT, QUESTION, run_id
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    Phase,
-    ResearchRequest,
-    ResearchResult,
-    RunStatus,
-    StepState,
-)
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.status import Phase, RunStatus, StepState
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from runtime.encryption import (
     encryption_codec,
     parse_keys,
 )
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 SECRET_TEXT = "Quantum-dot ceramic separators 42 outlast every cathode"
 

@@ -25,7 +25,8 @@ from langchain_openai import ChatOpenAI
 from activities.model.prompts import PROMPTS_DIR, render_prompt
 from offline.model_server import MODEL_NAME, FakeModelServer, Fault
 from offline.scripted_agents import detect_agent
-from workflows.contracts.models import Plan, StepType, ToolSpec
+from workflows.contracts.chat import ToolSpec
+from workflows.contracts.plan import Plan, StepType
 from workflows.research.agents import ANALYST, CODER, RESEARCHER, agent_for
 from workflows.research.tools import ASK_CLARIFICATION, HANDOFF_TO_PLANNER, tool_specs
 

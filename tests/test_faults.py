@@ -18,7 +18,7 @@ from tests.support.runs import start
 from tests.support.settings import READINGS, settings_with
 from tests.support.workers import WorkerWith
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import Outcome
+from workflows.contracts.research import Outcome
 
 
 @pytest.fixture

@@ -27,7 +27,7 @@ from tests.support.processes import DevServer, WorkerProcess, starter
 from tests.support.prometheus_text import scrape, total
 from tests.support.quota_drill import DRILL, chat_starts_of, measured_rate, rate_while_waiting, run_many
 from tests.support.runs import listed
-from workflows.contracts.models import ResearchResult
+from workflows.contracts.research import ResearchResult
 
 RATE = 2.0  # requests per second for the whole fleet; uncapped, these runs send several times as many
 RUNS = 10

@@ -37,7 +37,7 @@ from tests.support.deployments import (
 from tests.support.processes import REPO_DIR
 from tests.support.zygote import zygote
 from workflows.catalog import WORKFLOWS
-from workflows.contracts.models import TASK_QUEUE, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, ResearchResult
 from workflows.research import workflow as research_module
 from workflows.research.research_run import ResearchRun
 from workflows.research.workflow import DeepResearchWorkflow

@@ -14,7 +14,7 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.runs import SAMPLE_REPORT
 from workflows.catalog import WORKFLOWS
 from workflows.content.flow_usage import COUNTED_FLOWS, USAGE_QUERY, CountedFlow
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 from workflows.contracts.usage import Usage
 

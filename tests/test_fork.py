@@ -17,16 +17,9 @@ from offline.search_server import FakeSearchServer
 from tests.support.runs import QUESTION, awaiting_review, run_id, start, wait_for
 from workflows.contracts.enhance import ENHANCER_WORKFLOW, EnhanceRequest
 from workflows.contracts.fork_point import ForkPoint, ForkStage
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    Outcome,
-    ReportStyle,
-    ResearchRequest,
-    ResearchResult,
-    RunStatus,
-    StepState,
-)
+from workflows.contracts.report_style import ReportStyle
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.status import RunStatus, StepState
 
 CURRENT_STEP = re.compile(r"# Current Step\n\n## Title\n\n(.+)")
 AGENTS = ("coordinator", "planner", "researcher", "coder", "reporter")

@@ -25,7 +25,7 @@ from tests.support.processes import DevServer, WorkerProcess, start_worker
 from tests.support.runs import QUESTION
 from tests.support.web_server import api_server
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import ResearchResult
+from workflows.contracts.research import ResearchResult
 
 pytestmark = pytest.mark.timeout(300)
 SCREENSHOTS = Path("/tmp/our-page")

@@ -19,7 +19,7 @@ from offline.search_server import FakeSearchServer
 from runtime.forks import forks_of
 from tests.support.processes import DevServer, WorkerProcess, start_worker, starter
 from tests.support.runs import QUESTION, listed, run_id
-from workflows.contracts.models import ResearchResult
+from workflows.contracts.research import ResearchResult
 
 CURRENT_STEP = re.compile(r"# Current Step\n\n## Title\n\n(.+)")
 

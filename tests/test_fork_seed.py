@@ -13,9 +13,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from runtime.forks import forks_of
 from runtime.run_memo import run_memo
+from workflows.contracts.chat import ChatMessage
 from workflows.contracts.decisions import Actor, Via
 from workflows.contracts.fork_point import ForkPoint, ForkStage
-from workflows.contracts.models import ChatMessage, Phase, Plan, PlanVersion, RunProgress, Step, StepState, StepStatus
+from workflows.contracts.plan import Plan, Step
+from workflows.contracts.status import Phase, PlanVersion, RunProgress, StepState, StepStatus
 from workflows.research.fork_seed import ForkRefused, fork_seed, planning_input
 from workflows.research.run_state import RunState
 

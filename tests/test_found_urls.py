@@ -29,20 +29,10 @@ from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    ChatMessage,
-    Outcome,
-    Plan,
-    ResearchRequest,
-    ResearchResult,
-    SearchResponse,
-    SearchResult,
-    Step,
-    StepType,
-    ToolCall,
-)
+from workflows.contracts.chat import ChatMessage, ToolCall
+from workflows.contracts.plan import Plan, Step, StepType
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.tool_activities import SearchResponse, SearchResult
 from workflows.research import found_urls
 from workflows.research.found_urls import FoundUrls, background_urls, task_urls, urls_in
 from workflows.research.messages import BACKGROUND_INVESTIGATION, background_message

@@ -48,7 +48,9 @@ from runtime.run_listing import ListedRun, Page
 from tests.support.processes import REPO_DIR, free_port, kill_group, run_starter
 from tests.support.runs import OFFLINE_REPORT
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import Phase, Plan, PlanVersion, ResearchRequest, RunStatus, Step
+from workflows.contracts.plan import Plan, Step
+from workflows.contracts.research import ResearchRequest
+from workflows.contracts.status import Phase, PlanVersion, RunStatus
 from workflows.contracts.usage import Usage
 from workflows.research.status_view import OFFLINE_NOTICE
 from workflows.research.visibility import AWAITING, PHASE

@@ -48,7 +48,7 @@ from tests.support.history_checks import (
 from tests.support.processes import DevServer, WorkerProcess, exit_code, wait_for_worker
 from tests.support.runs import QUESTION, run_id
 from workflows.calls.queues import QUEUE_KINDS, queue_name
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 HELD_SECONDS = 10.0  # the planner's call; > 2x the model call's heartbeat timeout (4 s)
 HELD_LONG_SECONDS = 40.0  # the planner's call when a second signal is to end it: far beyond a forced stop

@@ -19,7 +19,7 @@ from runtime.converter import data_converter
 from runtime.encryption import ENCODING as ENCRYPTED
 from runtime.history_export import self_contained
 from storage.subtrees import ENCODING as SUBTREES
-from workflows.contracts.models import ChatMessage, ChatRequest
+from workflows.contracts.chat import ChatMessage, ChatRequest
 
 SECRET = "Tidal lagoon levelised cost per megawatt hour"
 REQUEST = ChatRequest(prompt="researcher", messages=[ChatMessage(role="user", content=f"{SECRET}. " + "Why? " * 200)])

@@ -16,7 +16,9 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.runs import awaiting_review, start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import Outcome, Phase, Plan, RunStatus
+from workflows.contracts.plan import Plan
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import Phase, RunStatus
 from workflows.research.coordination import DIRECT_REPLY_NOTE
 from workflows.research.progress import current_details
 from workflows.research.reporter import ZERO_FINDINGS_NOTE

@@ -20,19 +20,10 @@ from temporalio.exceptions import ApplicationError
 
 from storage.subtrees import ENCODING as SUBTREES
 from tests.support.runs import STARTED, cancelled_status, run_id
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    Outcome,
-    Phase,
-    Plan,
-    ResearchRequest,
-    ResearchResult,
-    RunConfig,
-    RunProgress,
-    RunStatus,
-    Step,
-)
+from workflows.contracts.plan import Plan, Step
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.run_config import RunConfig
+from workflows.contracts.status import Phase, RunProgress, RunStatus
 from workflows.research.run_input import parse_inputs
 from workflows.research.run_state import RunContinuation, RunState
 

@@ -17,7 +17,7 @@ from config.settings import Settings
 from hosting.registry import build_workers, running
 from tests.support.processes import DevServer, starter
 from tests.support.runs import run_id
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE
 
 DEEP = "[" * 3000 + "]" * 3000
 # (the --input values, text the failure message must contain)

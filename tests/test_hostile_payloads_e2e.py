@@ -41,15 +41,8 @@ from storage.subtrees import ENCODING as SUBTREES
 from storage.subtrees import references_in
 from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.runs import QUESTION, run_id
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    Awaiting,
-    Outcome,
-    ResearchRequest,
-    ResearchResult,
-    RunStatus,
-)
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.status import Awaiting, RunStatus
 
 pytestmark = pytest.mark.timeout(240)
 

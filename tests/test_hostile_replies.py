@@ -22,9 +22,10 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.chat_requests import COORDINATOR
 from tests.support.runs import SAMPLE_REPORT, awaiting_review, start, wait_for
 from tests.support.settings import READINGS, settings_with
+from workflows.contracts.chat import ChatResponse
 from workflows.contracts.evaluation import EVALUATOR_WORKFLOW, EvaluateRequest, EvaluationResult
-from workflows.contracts.models import TASK_QUEUE, ChatResponse
 from workflows.contracts.podcast import PODCAST_WORKFLOW, PodcastRequest, PodcastResult
+from workflows.contracts.research import TASK_QUEUE
 from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 from workflows.research.tools import ToolContext, run_tool_call
 from workflows.text.reply_json import MAX_REPLY_DEPTH

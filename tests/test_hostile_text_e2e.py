@@ -25,7 +25,7 @@ from offline.model_faults import Fault
 from offline.model_server import FakeModelServer
 from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, start_worker, starter
 from tests.support.runs import QUESTION, SAMPLE_REPORT, awaiting_review, wait_for
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 from workflows.contracts.slides import SLIDES_WORKFLOW, SlidesRequest, SlidesResult
 
 pytestmark = pytest.mark.timeout(300)

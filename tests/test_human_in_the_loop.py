@@ -12,7 +12,8 @@ from temporalio.testing import WorkflowEnvironment
 from offline.model_server import FakeModelServer
 from tests.support.runs import awaiting_review, cancelled_status, start, wait_for
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import Outcome, Phase, ReviewOutcome, RunStatus, StepState
+from workflows.contracts.research import Outcome, ReviewOutcome
+from workflows.contracts.status import Phase, RunStatus, StepState
 
 
 async def test_a_plan_waits_three_days_for_review_and_then_runs(time_env: WorkflowEnvironment,

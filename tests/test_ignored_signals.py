@@ -13,7 +13,8 @@ from temporalio.client import Client, WorkflowHandle
 
 from tests.support.history_checks import HISTORIES, load
 from tests.support.runs import IGNORED_SIGNALS, awaiting_review, start, wait_for
-from workflows.contracts.models import MAX_IGNORED_EVENTS, Outcome, RunStatus
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import MAX_IGNORED_EVENTS, RunStatus
 
 # (signal, its arguments, text the ignored event must contain)
 BAD_SIGNALS: list[tuple[str, list[Any], str]] = [

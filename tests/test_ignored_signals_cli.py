@@ -14,7 +14,7 @@ from temporalio.client import Client
 
 from tests.support.processes import DevServer, start_worker, starter, wait_for_cli_status
 from tests.support.runs import QUESTION, run_id
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE
 
 # (the --input value, what `starter.py status` must then say)
 BAD_FEEDBACK = [

@@ -46,7 +46,7 @@ from tests.support.processes import TEMPORAL_CLI
 from tests.support.prometheus_text import scrape
 from tests.support.runs import QUESTION, awaiting_review, run_id, wait_for
 from workflows.calls.queues import QUEUE_KINDS, queue_name
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest
 
 # What an operator must set before `docker compose up` (the file's `${NAME:?…}` variables).
 OPERATOR = {"MINIO_ROOT_USER": "replay-admin", "MINIO_ROOT_PASSWORD": "replay-admin-password",

@@ -32,7 +32,7 @@ from hosting.reclaim import WORKER_LOST, claim, reclaim_at_start, reclaim_lost_a
 from runtime.heartbeat import carried_details_sink
 from runtime.process_info import start_ticks
 from workflows.calls.activity_options import LOST_ATTEMPT_RETRY
-from workflows.contracts.models import Usage
+from workflows.contracts.usage import Usage
 
 ADDRESS = "127.0.0.1:7233"
 

@@ -32,16 +32,9 @@ from tests.support.history_events import HistoryWriter
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import (
-    ChatMessage,
-    ChatRequest,
-    ChatResponse,
-    ResearchRequest,
-    SearchRequest,
-    SearchResponse,
-    SearchResult,
-    ToolCall,
-)
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ToolCall
+from workflows.contracts.research import ResearchRequest
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 SETTINGS = load_settings({"DEERFLOW_PAYLOAD_STORE": "none"})
 KEY = base64.b64encode(os.urandom(32)).decode()

@@ -34,7 +34,7 @@ from tests.support.deployments import (
     research,
 )
 from tests.support.web_server import api_server
-from workflows.contracts.models import ResearchResult
+from workflows.contracts.research import ResearchResult
 
 pytestmark = pytest.mark.timeout(300)
 SCREENSHOTS = Path("/tmp/our-page")

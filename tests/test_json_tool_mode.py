@@ -30,16 +30,10 @@ from tests.support.history_checks import HISTORIES, load
 from tests.support.runs import QUESTION, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import (
-    ChatMessage,
-    ChatRequest,
-    ChatResponse,
-    Outcome,
-    RunConfig,
-    RunStatus,
-    ToolCall,
-    ToolSpec,
-)
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolSpec
+from workflows.contracts.research import Outcome
+from workflows.contracts.run_config import RunConfig
+from workflows.contracts.status import RunStatus
 from workflows.research.agent_loop import FINAL_ANSWER_REQUEST
 from workflows.research.found_urls import FoundUrls
 from workflows.research.step_loop import NO_SEARCH_PATCH

@@ -15,7 +15,7 @@ from activities.model.tool_support import PROBE_TTL_SECONDS, ProbeAnswer, ToolSu
 from offline.model_server import FakeModelServer
 from tests.support.settings import settings_with
 from tests.test_tool_support import coordinator
-from workflows.contracts.models import Usage
+from workflows.contracts.usage import Usage
 
 KEY = ("https://user:secret@models.example/v1", "qwen-7b")
 

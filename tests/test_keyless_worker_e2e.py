@@ -25,15 +25,8 @@ from runtime.connection import connect_when_ready
 from runtime.converter import data_converter
 from tests.support.processes import DevServer, run_starter, start_worker
 from tests.support.runs import QUESTION, run_id
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    Awaiting,
-    Outcome,
-    ResearchRequest,
-    ResearchResult,
-    RunStatus,
-)
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.status import Awaiting, RunStatus
 
 pytestmark = pytest.mark.timeout(240)
 

@@ -18,7 +18,7 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.support.chat_requests import COORDINATOR
 from tests.support.settings import settings_with
-from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolSpec
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ToolCall, ToolSpec
 from workflows.research.tools import TOOLS
 
 

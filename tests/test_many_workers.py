@@ -20,7 +20,7 @@ from temporalio.client import Client, WorkflowHandle
 from tests.support.history_checks import activity_events, process_of, wait_for_poller, worker_identity
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.runs import QUESTION, run_id
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 RUNS = 30
 COMPLETED = EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED

@@ -34,7 +34,8 @@ from runtime.replay import replayer
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import MCPCallRequest, MCPListRequest, Outcome
+from workflows.contracts.research import Outcome
+from workflows.contracts.tool_activities import MCPCallRequest, MCPListRequest
 
 SERVER_SCRIPT = Path(__file__).parent / "support" / "hostile_mcp_server.py"
 # What HOSTILE reads as: each lone surrogate U+FFFD, the pair written as two escapes its emoji.

@@ -41,16 +41,10 @@ from activities.mcp.tools import MAX_RESULT_CHARS, format_content
 from config.mcp_servers import MCPServerConfig
 from config.settings import load_settings
 from tests.support.mcp_test_server import server as test_mcp_server
+from workflows.contracts.mcp_choices import MCPServerChoice
 from workflows.contracts.mcp_naming import VALID_TOOL_NAME, mcp_tool_name
-from workflows.contracts.models import (
-    MCP_SETTINGS_REMOVED,
-    MCPCallRequest,
-    MCPCallResult,
-    MCPListRequest,
-    MCPServerChoice,
-    MCPToolList,
-    ResearchRequest,
-)
+from workflows.contracts.research import MCP_SETTINGS_REMOVED, ResearchRequest
+from workflows.contracts.tool_activities import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList
 
 SERVER_SCRIPT = Path(__file__).parent / "support" / "mcp_test_server.py"
 TOOLS = {"add", "echo_env", "echo_header", "fail", "leak", "slow"}

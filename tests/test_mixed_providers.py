@@ -29,7 +29,8 @@ from runtime.embedded import EmbeddedStack
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import Phase, ResearchResult, RunStatus
+from workflows.contracts.research import ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 from workflows.research.progress import current_details
 from workflows.research.status_view import OFFLINE_MODEL_NOTICE, OFFLINE_NOTICE, OFFLINE_SEARCH_NOTICE, offline_notice
 

@@ -15,7 +15,7 @@ from activities.model.llm import ModelActivities
 from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault, requested_output_cap
 from tests.support.settings import settings_with
-from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse
 from workflows.research.plan_parsing import parse_plan
 
 VARS = {"CURRENT_TIME": "now", "locale": "en-US", "max_step_num": "2", "report_style": "academic"}

@@ -20,7 +20,7 @@ from activities.model.llm import ModelActivities
 from offline.model_server import FakeModelServer
 from tests.support.chat_requests import COORDINATOR
 from tests.support.settings import settings_with
-from workflows.contracts.models import ChatMessage, ChatRequest
+from workflows.contracts.chat import ChatMessage, ChatRequest
 
 
 @pytest.fixture

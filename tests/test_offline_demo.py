@@ -23,17 +23,11 @@ from cli.runs import _write_report
 from offline.agent_text import sentences
 from offline.scripted_agents import respond
 from offline.search_index import DEFAULT_CORPUS, SearchIndex
-from workflows.contracts.models import (
-    ChatMessage,
-    Phase,
-    Plan,
-    ResearchResult,
-    RunStatus,
-    SearchResponse,
-    SearchResult,
-    StepType,
-    ToolSpec,
-)
+from workflows.contracts.chat import ChatMessage, ToolSpec
+from workflows.contracts.plan import Plan, StepType
+from workflows.contracts.research import ResearchResult
+from workflows.contracts.status import Phase, RunStatus
+from workflows.contracts.tool_activities import SearchResponse, SearchResult
 from workflows.research.messages import background_message, clarified_task, reporter_messages, step_task
 from workflows.research.progress import current_details
 from workflows.research.search_format import format_search_response

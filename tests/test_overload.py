@@ -41,7 +41,7 @@ from tests.support.history_checks import (
 from tests.support.processes import BusyLoops, DevServer, WorkerProcess
 from tests.support.runs import QUESTION, run_id
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
 
 pytestmark = pytest.mark.timeout(240)
 

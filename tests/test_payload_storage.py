@@ -41,7 +41,7 @@ from storage.subtrees import SUBTREE_KEY_PREFIX, references_in
 from tests.support.processes import TEST_SERVER, free_port
 from tests.support.runs import QUESTION, run_id
 from tests.support.s3_support import aws_only_on_loopback, moto_server
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.contracts.undecodable import PayloadConverter
 from workflows.research.workflow import DeepResearchWorkflow
 

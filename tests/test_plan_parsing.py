@@ -11,7 +11,7 @@ import json
 import pytest
 
 from activities.model.plan_schema import mended_plan
-from workflows.contracts.models import StepType
+from workflows.contracts.plan import StepType
 from workflows.research.plan_parsing import PlanParseError, parse_plan
 
 PLAN = {

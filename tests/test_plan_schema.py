@@ -18,7 +18,8 @@ from offline.model_server import FakeModelServer, Fault
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import Outcome, StepType
+from workflows.contracts.plan import StepType
+from workflows.contracts.research import Outcome
 from workflows.research.plan_parsing import parse_plan
 
 

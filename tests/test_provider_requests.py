@@ -14,7 +14,7 @@ from offline.model_server import FakeModelServer
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import Outcome
+from workflows.contracts.research import Outcome
 
 
 async def test_no_request_of_a_whole_run_carries_a_marker_for_the_offline_fake(

@@ -33,7 +33,7 @@ from sandbox.bootstrap import BOOT_MARKER
 from sandbox.errors import SandboxStartError
 from sandbox.runner import PLAIN, SandboxLimits
 from sandbox.uids import UID_POOL_SIZE
-from workflows.contracts.models import PythonRequest, PythonResult
+from workflows.contracts.tool_activities import PythonRequest, PythonResult
 from workflows.research.tool_format import format_python_result
 
 REPO_DIR = Path(__file__).resolve().parent.parent

@@ -27,7 +27,7 @@ from tests.support.workers import WorkerWith
 from worker import parse_queues, warm_up
 from workflows.calls.activity_options import HEARTBEAT_THROTTLE
 from workflows.calls.queues import QUEUE_KINDS, QueueKind, queue_name
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 
 def activity_name(bound: object) -> str:

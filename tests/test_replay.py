@@ -24,7 +24,7 @@ from runtime.workflow_runner import workflow_runner
 from tests.support.history_checks import HISTORIES, activity_types, load, most_pending, tool_batches
 from workflows.calls.activity_options import CANCELLED_CALL_PATCH
 from workflows.catalog import WORKFLOWS
-from workflows.contracts.models import ResearchResult
+from workflows.contracts.research import ResearchResult
 from workflows.research import workflow as research
 from workflows.research.agent_loop import BOUNDED_DROPS_PATCH
 from workflows.research.budget import COST_BUDGET_PATCH, MAXIMUM_BOUNDS_PATCH

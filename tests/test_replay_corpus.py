@@ -17,7 +17,7 @@ from runtime.blob_gc import payloads_in
 from runtime.converter import data_converter
 from runtime.front_door import CliError
 from tests.support.history_events import HistoryWriter
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 
 SECRET = 'sk-"quoted"\\key-0123456789'
 

@@ -18,7 +18,8 @@ from temporalio.exceptions import ApplicationError, CancelledError, TerminatedEr
 
 import starter
 from cli import runs
-from workflows.contracts.models import Outcome, Phase, ResearchResult, RunStatus
+from workflows.contracts.research import Outcome, ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 
 
 @dataclass

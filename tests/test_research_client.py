@@ -13,7 +13,7 @@ from runtime import research_client
 from tests.support.status_samples import sample_status
 from workflows.contracts.budget import BudgetAction, BudgetDecision
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import RunStatus
+from workflows.contracts.status import RunStatus
 
 
 def cancelled() -> RPCError:

@@ -30,7 +30,9 @@ from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import LocalSearchRequest, Outcome, Phase, RunStatus
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import Phase, RunStatus
+from workflows.contracts.tool_activities import LocalSearchRequest
 
 SECRET = "zebrafish-private-passphrase"
 PUBLIC = "Our fleet trial found sodium-ion packs kept 91% capacity after 2,000 cycles."

@@ -38,7 +38,7 @@ from activities.documents.retrieval import (
 )
 from config.settings import Settings
 from offline.loopback_http import FakeServerHandler, send_body, serve_in_thread, shut_down
-from workflows.contracts.models import LocalSearchRequest, SearchResponse
+from workflows.contracts.tool_activities import LocalSearchRequest, SearchResponse
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from pydantic_core import to_json
 
-from workflows.contracts.models import RunConfig
+from workflows.contracts.run_config import RunConfig
 from workflows.research.run_state import DEFAULT_LOCALE, RunState
 
 CHECKPOINT = Path(__file__).parent / "fixtures" / "checkpoint_before_status_view.json"

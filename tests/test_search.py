@@ -27,7 +27,7 @@ from activities.web.search import (
 )
 from config.settings import ConfigError, load_settings
 from offline.search_server import FakeSearchServer, Fault
-from workflows.contracts.models import SearchRequest, SearchResponse
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse
 
 PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 

@@ -30,7 +30,8 @@ from runtime.search_attributes import ALL_KEYS, dev_server_flags, ensure_search_
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.runs import listed, run_id
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import ReportStyle, ResearchRequest
+from workflows.contracts.report_style import ReportStyle
+from workflows.contracts.research import ResearchRequest
 from workflows.research.visibility import AWAITING, PHASE, QUESTION, REPORT_STYLE, START_KEYS, STARTED_BY, UPSERTED_KEYS
 
 

@@ -29,7 +29,7 @@ from config.groups.search import SEARCH_APIS
 from config.settings import ConfigError, Settings, load_settings
 from tests.support import fake_http
 from tests.support.fake_http import FakeHTTPServer, LoopbackGuard, Reply, Seen, is_loopback, loopback_only
-from workflows.contracts.models import SearchRequest, SearchResponse
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse
 
 __all__ = ["loopback_only"]  # the fixture, imported so pytest finds it here
 

@@ -20,7 +20,7 @@ from activities.guards.secret_scrubber import REDACTED, ScrubbingLogFilter, Secr
 from config.mcp_servers import MCPServerConfig
 from config.settings import Settings
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
-from workflows.contracts.models import MCPCallResult
+from workflows.contracts.tool_activities import MCPCallResult
 
 KEY = "sk-test-openai-0123456789"
 

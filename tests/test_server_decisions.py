@@ -11,7 +11,7 @@ from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from server import decisions
 from workflows.contracts.decisions import Actor
-from workflows.contracts.models import ReviewOutcome
+from workflows.contracts.research import ReviewOutcome
 
 
 async def cancelled_plainly(_handle: Any, _value: Any, _by: Actor) -> ReviewOutcome:

@@ -11,7 +11,7 @@ from cli.render import status_text
 from cli.watch import render_status
 from tests.support.status_samples import T0, at, sample_status
 from workflows.contracts.budget import RunBudget
-from workflows.contracts.models import Awaiting, Phase, ProgressEvent, RunStatus
+from workflows.contracts.status import Awaiting, Phase, ProgressEvent, RunStatus
 from workflows.contracts.usage import PriceQuote, call_usage
 from workflows.research.progress import current_details
 from workflows.research.status_view import budget_forecast

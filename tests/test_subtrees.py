@@ -29,7 +29,7 @@ from runtime.encryption import ENCODING as ENCRYPTED
 from runtime.encryption import KeylessGuard, encryption_codec
 from storage.filesystem import FileSystemStorageDriver
 from storage.subtrees import ENCODING, SubtreeCodec, references_in
-from workflows.contracts.models import ChatMessage, ChatRequest, ToolSpec
+from workflows.contracts.chat import ChatMessage, ChatRequest, ToolSpec
 
 SECRET = "Quarterly figures of the Swansea Bay ammonia lagoon"
 KEY = base64.b64encode(os.urandom(32)).decode()

@@ -38,7 +38,7 @@ from tests.support.processes import TEST_SERVER, free_port
 from tests.support.prometheus_text import scrape, total
 from tests.support.runs import QUESTION, run_id
 from tests.support.settings import settings_with
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 from workflows.contracts.usage import PriceQuote, call_usage
 
 # Whole numbers of USD per million tokens: each call's cost in micro-USD is then exact.

@@ -29,7 +29,9 @@ from runtime.metrics import metrics_runtime
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import free_port
 from tests.support.prometheus_text import samples, scrape, total
-from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, MCPCallRequest, PythonResult, Usage
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse
+from workflows.contracts.tool_activities import MCPCallRequest, PythonResult
+from workflows.contracts.usage import Usage
 
 SETTINGS = load_settings({"MCP_SERVERS": '{"github": {"transport": "stdio", "command": "npx"}}'})
 

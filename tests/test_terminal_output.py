@@ -28,7 +28,9 @@ from runtime.forks import ForkListed
 from tests.support.processes import REPO_DIR
 from tests.support.status_samples import T0, ScriptedRun, handle, sample_status
 from workflows.contracts.fork_point import ForkPoint, ForkStage
-from workflows.contracts.models import Awaiting, Phase, Plan, ProgressEvent, ResearchResult, RunStatus, Step
+from workflows.contracts.plan import Plan, Step
+from workflows.contracts.research import ResearchResult
+from workflows.contracts.status import Awaiting, Phase, ProgressEvent, RunStatus
 
 CLEAR, TITLE, CLIPBOARD = "\x1b[2J", "\x1b]0;pwned\x07", "\x1b]52;c;cm0gLXJmIH4=\x1b\\"
 LINK, BELL, CSI8, BIDI, RED = "\x1b]8;;http://evil.example/\x07", "\x07", "\x9b2J", "\u202e", "\x1b[5;7;41m"

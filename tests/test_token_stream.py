@@ -36,7 +36,8 @@ from tests.support.processes import free_port
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, Outcome
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse
+from workflows.contracts.research import Outcome
 
 TOKEN = "stream-token-for-tests-0123456789"
 REPORTER = ChatRequest(prompt="reporter", prompt_vars={"CURRENT_TIME": "now", "locale": "en-US",

@@ -29,7 +29,7 @@ from tests.support.history_checks import tool_batches
 from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, run_starter, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server, parse_sse
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
 
 pytestmark = pytest.mark.timeout(120)
 PER_TURN = 16  # DEERFLOW_MAX_TOOL_CALLS_PER_TURN's default

@@ -18,7 +18,7 @@ from offline.model_faults import INVALID_TOOL_ARGS
 from offline.model_server import FakeModelServer, Fault
 from tests.support.chat_requests import COORDINATOR
 from tests.support.settings import READINGS, settings_with
-from workflows.contracts.models import ChatResponse, ToolCall
+from workflows.contracts.chat import ChatResponse, ToolCall
 from workflows.research.tools import HANDOFF_TO_PLANNER, ToolContext, run_tool_call
 
 

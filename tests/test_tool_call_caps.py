@@ -23,7 +23,8 @@ from tests.support.history_checks import most_pending, tool_batches
 from tests.support.runs import start
 from tests.support.settings import READINGS, settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import Outcome, RunConfig
+from workflows.contracts.research import Outcome
+from workflows.contracts.run_config import RunConfig
 
 PER_TURN = 16
 IN_FLIGHT = 4

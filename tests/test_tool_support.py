@@ -25,7 +25,9 @@ from tests.support.runs import QUESTION, start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import ChatMessage, ChatRequest, Outcome, Phase, RunStatus
+from workflows.contracts.chat import ChatMessage, ChatRequest
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import Phase, RunStatus
 from workflows.research.tools import HANDOFF_TO_PLANNER
 
 VARS = {"CURRENT_TIME": "now", "locale": "en-US"}

@@ -19,7 +19,7 @@ from tests.support.history_checks import activity_types
 from tests.support.runs import start
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
-from workflows.contracts.models import Outcome
+from workflows.contracts.research import Outcome
 
 ARTICLE = "<html><head><title>{title}</title></head><body><article><h1>{title}</h1>{body}</article></body></html>"
 

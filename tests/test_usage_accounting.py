@@ -18,7 +18,7 @@ from config.settings import Settings
 from offline.model_server import FakeModelServer, Fault
 from tests.support.chat_requests import COORDINATOR
 from tests.support.runs import start
-from workflows.contracts.models import Outcome
+from workflows.contracts.research import Outcome
 
 
 async def test_an_empty_completion_is_asked_again_and_every_ask_counts(

@@ -20,7 +20,7 @@ from runtime.run_listing import RunFilter, owner_scope, read_token
 from runtime.run_memo import starter_keyword, starter_keywords
 from runtime.visibility_query import MAX_COMPARISONS, MAX_DEPTH, QueryError, all_of, canonical_query
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import Awaiting, Phase
+from workflows.contracts.status import Awaiting, Phase
 
 
 @pytest.mark.parametrize(("typed", "written"), [

@@ -32,7 +32,8 @@ from server.runs import Runs
 from server.uploads import Uploads
 from tests.support.runs import QUESTION
 from tests.support.settings import settings_with
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.status import RunStatus
 from workflows.research.status_view import retry_line
 
 # What vLLM or a gateway may say: long, but the user needs all of it.

@@ -28,16 +28,8 @@ from runtime.front_door import CliError
 from tests.support.processes import DevServer, WorkerProcess
 from tests.support.runs import run_id
 from tests.support.status_samples import T0, ScriptedRun, at, handle, sample_status
-from workflows.contracts.models import (
-    TASK_QUEUE,
-    WORKFLOW_TYPE,
-    Awaiting,
-    Phase,
-    ProgressEvent,
-    ResearchRequest,
-    ResearchResult,
-    RunStatus,
-)
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.status import Awaiting, Phase, ProgressEvent, RunStatus
 
 
 def text_of(renderable: Any, width: int = 110) -> str:

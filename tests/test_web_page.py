@@ -24,7 +24,9 @@ from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
-from workflows.contracts.models import WORKFLOW_TYPE, Phase, Plan, ResearchResult, RunStatus, Step
+from workflows.contracts.plan import Plan, Step
+from workflows.contracts.research import WORKFLOW_TYPE, ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 from workflows.research.status_view import OFFLINE_NOTICE
 
 CHROMIUM = chromium_path()

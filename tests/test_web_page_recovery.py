@@ -17,7 +17,7 @@ from temporalio.client import Client
 
 from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, ServeProcess, WorkerProcess, free_port, wait_for_worker
-from workflows.contracts.models import Phase, RunStatus
+from workflows.contracts.status import Phase, RunStatus
 
 CHROMIUM = chromium_path()
 pytestmark = [

@@ -20,15 +20,9 @@ from server.live import TokenHub
 from tests.support.cdp import Page, chromium_path
 from tests.support.runs import run_id
 from tests.support.web_server import api_server
-from workflows.contracts.models import (
-    WORKFLOW_TYPE,
-    ChatMessage,
-    ChatRequest,
-    ChatResponse,
-    Phase,
-    ResearchResult,
-    RunStatus,
-)
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse
+from workflows.contracts.research import WORKFLOW_TYPE, ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 
 CHROMIUM = chromium_path()
 pytestmark = [

@@ -26,7 +26,8 @@ from runtime.embedded import search_attribute_flags
 from tests.support.cdp import Page, chromium_path
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, Outcome, ResearchRequest, ResearchResult
+from workflows.contracts.status import RunStatus
 
 CHROMIUM = chromium_path()
 LEAD_SCREENSHOT = Path("/tmp/ui-awaiting-review.png")  # kept outside pytest's tmp dir for a person to look at

@@ -15,7 +15,7 @@ from runtime import research_client
 from runtime.front_door import CliError
 from tests.support.runs import awaiting_review, start, wait_for
 from workflows.contracts.decisions import OUTSIDE, Actor, Via
-from workflows.contracts.models import Phase, RunStatus
+from workflows.contracts.status import Phase, RunStatus
 
 ALICE = Actor(name="alice", via=Via.CLI)
 BOB = Actor(name="bob", via=Via.API)

@@ -24,7 +24,7 @@ from tests.support.processes import REPO_DIR, DevServer, free_port
 from tests.support.prometheus_text import scrape, total
 from tests.support.runs import QUESTION, run_id
 from workflows.calls.queues import queue_name
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
 PROCESSES = ("main", "model,tools", "sandbox")
 

@@ -28,7 +28,8 @@ from tests.support.runs import start
 from tests.support.settings import settings_with
 from workflows.calls.activity_options import CHAT
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import ChatRequest, ChatResponse, Outcome
+from workflows.contracts.chat import ChatRequest, ChatResponse
+from workflows.contracts.research import Outcome
 
 # More lost attempts in a row than the model call's attempt limit had (6), and than it has now for
 # the provider's errors.

@@ -23,7 +23,8 @@ from runtime import embedded, research_client
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import REPO_DIR, DevServer, WorkerProcess, wait_for_worker
 from tests.support.runs import run_id
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 
 # Each costs seconds of start-up; the activities that need them import them on first use.
 HEAVY_FOR_THE_WORKER = ("langchain_core", "langchain_openai", "openai", "mcp", "trafilatura")

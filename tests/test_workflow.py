@@ -19,14 +19,9 @@ from tests.support.runs import awaiting_review, start, wait_for
 from tests.support.settings import settings_with
 from tests.support.workers import WorkerWith
 from workflows.calls.errors import failure_message
-from workflows.contracts.models import (
-    Outcome,
-    Phase,
-    ReviewOutcome,
-    RunStatus,
-    StepState,
-    StepType,
-)
+from workflows.contracts.plan import StepType
+from workflows.contracts.research import Outcome, ReviewOutcome
+from workflows.contracts.status import Phase, RunStatus, StepState
 
 
 async def test_accepted_plan_runs_every_step_and_the_report_uses_every_finding(time_worker: Client) -> None:

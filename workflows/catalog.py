@@ -12,9 +12,9 @@ from workflows.content.slide_composer import SlideComposerWorkflow
 from workflows.content.speech import SPEECH_WORKFLOW, SpeechWorkflow
 from workflows.contracts.enhance import ENHANCER_WORKFLOW
 from workflows.contracts.evaluation import EVALUATOR_WORKFLOW
-from workflows.contracts.models import WORKFLOW_TYPE
 from workflows.contracts.podcast import PODCAST_WORKFLOW
 from workflows.contracts.prose import PROSE_WORKFLOW
+from workflows.contracts.research import WORKFLOW_TYPE
 from workflows.contracts.slides import SLIDES_WORKFLOW
 from workflows.research.workflow import DeepResearchWorkflow
 

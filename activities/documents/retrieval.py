@@ -49,7 +49,7 @@ from activities.web.search import parse_retry_after, trim_response
 from config.resources import LOCAL_RETRIEVER, ResourcePolicy, resolve, uses_local_resources, utf8_named
 from config.settings import Settings
 from runtime.heartbeat import heartbeating
-from workflows.contracts.models import LocalSearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import LocalSearchRequest, SearchResponse, SearchResult
 from workflows.research.document_names import LOCAL_SCHEME, passage_address
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from activities.support.lazy import MCP_MODULE, load
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from runtime.heartbeat import heartbeating
-from workflows.contracts.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList
+from workflows.contracts.tool_activities import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList
 
 
 class McpActivities:

@@ -27,8 +27,9 @@ from activities.mcp import session as mcp_session
 from activities.mcp.checks import operator_server, unknown_tool_error
 from activities.mcp.session import Progress, finish_cleanup_on_cancel, with_session
 from config.settings import Settings
+from workflows.contracts.chat import ToolSpec
 from workflows.contracts.mcp_naming import mcp_tool_name
-from workflows.contracts.models import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList, ToolSpec
+from workflows.contracts.tool_activities import MCPCallRequest, MCPCallResult, MCPListRequest, MCPToolList
 
 MAX_DESCRIPTION_CHARS = 1_000
 MAX_RESULT_CHARS = 20_000

@@ -13,8 +13,8 @@ from langchain_core.messages import AIMessage
 
 from activities.model.context_budget import count_request_tokens, count_tool_tokens, script_weights_for
 from config.settings import Settings
-from workflows.contracts.models import ChatMessage, ChatRequest, Usage
-from workflows.contracts.usage import call_usage
+from workflows.contracts.chat import ChatMessage, ChatRequest
+from workflows.contracts.usage import Usage, call_usage
 
 
 def reply_usage(settings: Settings, model: str, reply: AIMessage) -> Usage:

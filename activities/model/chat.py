@@ -20,7 +20,8 @@ from activities.support.lazy import MODEL_MODULE, load
 from activities.support.retry_pacing import carried_detail, paced_retries, provider_failures
 from config.settings import Settings
 from runtime.heartbeat import carry, heartbeating
-from workflows.contracts.models import ChatRequest, ChatResponse, Usage
+from workflows.contracts.chat import ChatRequest, ChatResponse
+from workflows.contracts.usage import Usage
 
 _log = logging.getLogger(__name__)
 

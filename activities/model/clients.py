@@ -28,7 +28,7 @@ from activities.model import reply_calls
 from activities.model.tool_support import PROBE_MAX_TOKENS
 from activities.support.kept import kept
 from config.settings import Settings
-from workflows.contracts.models import ModelTier
+from workflows.contracts.chat import ModelTier
 
 
 class GuardedChatOpenAI(ChatOpenAI):

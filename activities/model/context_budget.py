@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from workflows.contracts.models import ChatMessage
+from workflows.contracts.chat import ChatMessage
 
 # Fixed costs of OpenAI's chat format: each message is wrapped in role/separator tokens (3-4 in
 # OpenAI's cookbook), every reply is primed with a few more, each tool call carries an id and a

@@ -34,8 +34,8 @@ import json
 from typing import Any
 
 from activities.model.lenient_json import Unrepairable, lenient_json
+from workflows.contracts.chat import ChatMessage, ToolCall, ToolSpec
 from workflows.contracts.json_tool_protocol import FINAL_ACTION, RESULT_HEADER, SCHEMA_NAME
-from workflows.contracts.models import ChatMessage, ToolCall, ToolSpec
 from workflows.research.found_urls import URL_ARGUMENT
 from workflows.text.untrusted_text import nested_deeper
 

@@ -53,7 +53,8 @@ from activities.model.tool_support import (
 )
 from activities.support.limits import provider_slot, spend_tokens
 from config.settings import Settings
-from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, ModelTier, Usage
+from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ModelTier
+from workflows.contracts.usage import Usage
 from workflows.research.tools import HANDOFF_TO_PLANNER
 
 RETRYABLE_STATUS = {408, 409, 429}

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from activities.model.context_budget import output_reserve, token_limit_for
 from config.settings import Settings
-from workflows.contracts.models import ChatRequest
+from workflows.contracts.chat import ChatRequest
 
 
 def output_cap(settings: Settings, request: ChatRequest, window: int | None = None) -> int:

@@ -20,7 +20,8 @@ from typing import Any
 
 from activities.model.json_tools import CHARS_PER_TOKEN
 from activities.model.lenient_json import Unrepairable, lenient_json
-from workflows.contracts.models import ChatRequest, Plan, Step, StepType
+from workflows.contracts.chat import ChatRequest
+from workflows.contracts.plan import Plan, Step, StepType
 from workflows.research.plan_parsing import without_fences
 
 # The most a plan needs of each string: far above a good plan's, kept under a large output cap.

@@ -23,7 +23,7 @@ from typing import Any
 
 from langchain_core.messages import AIMessage
 
-from workflows.contracts.models import ToolCall
+from workflows.contracts.chat import ToolCall
 
 RAW_CALLS = "deerflow_raw_tool_calls"  # the key of a reply's raw calls in ``AIMessage.additional_kwargs``
 

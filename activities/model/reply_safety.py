@@ -11,7 +11,7 @@ JSON.
 
 from __future__ import annotations
 
-from workflows.contracts.models import ToolCall
+from workflows.contracts.chat import ToolCall
 from workflows.text.untrusted_text import nested_deeper, scrubbed, without_lone_surrogates
 
 # Deeper than any tool's arguments (an MCP tool's schema rarely nests 4 levels).

@@ -14,7 +14,9 @@ from activities.model.output_caps import output_cap
 from activities.model.prompts import render_prompt
 from config.settings import Settings
 from workflows.contracts.budget import ReportReserve
-from workflows.contracts.models import ChatRequest, Plan, ReportStyle
+from workflows.contracts.chat import ChatRequest
+from workflows.contracts.plan import Plan
+from workflows.contracts.report_style import ReportStyle
 from workflows.research.messages import reporter_messages
 
 # A stand-in for the reporter's time variable, as long as the one the workflow renders.

@@ -23,7 +23,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from config.settings import Settings
-from workflows.contracts.models import ChatRequest, ChatResponse
+from workflows.contracts.chat import ChatRequest, ChatResponse
 from workflows.contracts.usage import MICRO, Usage
 
 

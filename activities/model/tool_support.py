@@ -39,7 +39,7 @@ from temporalio.exceptions import ApplicationError
 from activities.model import reply_calls
 from activities.model.kept_verdicts import KeptVerdicts, digest
 from activities.support.tls import verifying_context
-from workflows.contracts.models import Usage
+from workflows.contracts.usage import Usage
 
 PROBE_TOOL: dict[str, Any] = {"type": "function", "function": {
     "name": "confirm_ready", "description": "Confirm that you are ready.",

@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from config.settings import Settings
-from workflows.contracts.models import MCPCallRequest, PythonResult
+from workflows.contracts.tool_activities import MCPCallRequest, PythonResult
 
 TOOLS = frozenset({"web_search", "crawl_tool", "python_repl_tool", "local_search_tool", "mcp_call_tool"})
 

@@ -27,7 +27,7 @@ from activities.web.extract import extract_within_budget
 from activities.web.fetch import fetch
 from config.settings import Settings
 from runtime.heartbeat import heartbeating
-from workflows.contracts.models import CrawlRequest, CrawlResult
+from workflows.contracts.tool_activities import CrawlRequest, CrawlResult
 
 
 class CrawlActivities:

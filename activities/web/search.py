@@ -37,7 +37,7 @@ from activities.support.provider_registry import ProviderRegistry
 from activities.support.retry_pacing import paced_retries
 from config.settings import Settings
 from runtime.heartbeat import heartbeating
-from workflows.contracts.models import SearchRequest, SearchResponse
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse
 
 RATE_LIMITED = "SearchRateLimited"
 UNAVAILABLE = "SearchUnavailable"

@@ -13,7 +13,7 @@ const RUN_LIST_SECONDS = 5;
 // How a closed workflow ended (Temporal's status), in a reader's words.
 const ENDED = { completed: "finished", failed: "failed", canceled: "cancelled", terminated: "terminated",
   timed_out: "timed out", continued_as_new: "continued as a new run" };
-// Where a running run is, in a reader's words (the workflow's phases: workflows/contracts/models.py Phase).
+// Where a running run is, in a reader's words (the workflow's phases: workflows/contracts/status.py Phase).
 const PHASE_WORDS = { starting: "starting", coordinating: "reading the question",
   background_investigation: "searching for background", planning: "writing the plan",
   awaiting_clarification: "waiting for an answer to its question", awaiting_review: "waiting for a review of its plan",

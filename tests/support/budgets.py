@@ -7,7 +7,8 @@ from temporalio.client import WorkflowHandle
 
 from workflows.contracts.budget import BudgetDecision
 from workflows.contracts.decisions import Actor
-from workflows.contracts.models import Awaiting, Phase, ResearchResult, RunStatus
+from workflows.contracts.research import ResearchResult
+from workflows.contracts.status import Awaiting, Phase, RunStatus
 
 
 def paused_for_budget(status: RunStatus) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from activities.model.tool_support import PROBE_TOOL
-from workflows.contracts.models import ChatMessage, ChatRequest
+from workflows.contracts.chat import ChatMessage, ChatRequest
 from workflows.research.tools import HANDOFF_TO_PLANNER
 
 # The coordinator's first turn: the fake model answers it with a handoff to the planner.

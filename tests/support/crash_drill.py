@@ -35,7 +35,7 @@ from tests.support.history_checks import (
 )
 from tests.support.lost_attempt import LostAttempt, watch_lost_attempt
 from tests.support.processes import WorkerProcess
-from workflows.contracts.models import ResearchResult
+from workflows.contracts.research import ResearchResult
 
 RUN_TIMEOUT = 120.0  # a run on the offline fakes finishes well within this, kill included
 

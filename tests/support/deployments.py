@@ -32,7 +32,8 @@ from runtime.converter import data_converter
 from tests.support.fake_http import FakeHTTPServer, Reply, Seen
 from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.runs import QUESTION, run_id
-from workflows.contracts.models import Phase, ResearchResult, RunStatus
+from workflows.contracts.research import ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 
 PAGE_PHRASE = "Zephyrite lattice anodes kept 97 percent of their capacity after 4000 cycles"
 # A credential the page quotes, unknown to the worker's scrubber: it reaches history, as a page's text can.

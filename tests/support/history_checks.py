@@ -24,7 +24,9 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHistory
 from temporalio.converter import DataConverter
 
-from workflows.contracts.models import TASK_QUEUE, ChatResponse, Usage
+from workflows.contracts.chat import ChatResponse
+from workflows.contracts.research import TASK_QUEUE
+from workflows.contracts.usage import Usage
 
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED

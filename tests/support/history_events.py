@@ -15,7 +15,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 
-from workflows.contracts.models import WORKFLOW_TYPE
+from workflows.contracts.research import WORKFLOW_TYPE
 
 E = EventType
 START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)

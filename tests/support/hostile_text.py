@@ -39,11 +39,12 @@ from cli.terminal import printable, printable_json
 from server.content import prose_request
 from server.security import RequestError, parsed_body
 from workflows.calls.activity_options import summary_text, url_host
+from workflows.contracts.chat import ToolCall
 from workflows.contracts.enhance import enhanced_text
 from workflows.contracts.evaluation import parse_judgement
-from workflows.contracts.models import MCPCallResult, SearchResult, ToolCall
 from workflows.contracts.podcast import NoScript, script_from_reply, without_markup
 from workflows.contracts.slides import NoDeck, deck_from_reply
+from workflows.contracts.tool_activities import MCPCallResult, SearchResult
 from workflows.research.findings import finding_preview
 from workflows.research.found_urls import url_key, urls_in
 from workflows.research.plan_parsing import PlanParseError, parse_plan

@@ -20,7 +20,7 @@ from runtime import research_client
 from tests.support.history_checks import process_of
 from tests.support.runs import QUESTION, run_id
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import ResearchRequest, ResearchResult
+from workflows.contracts.research import ResearchRequest, ResearchResult
 
 
 @dataclass(frozen=True)

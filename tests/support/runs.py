@@ -17,7 +17,8 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
-from workflows.contracts.models import TASK_QUEUE, WORKFLOW_TYPE, Phase, ResearchRequest, ResearchResult, RunStatus
+from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
+from workflows.contracts.status import Phase, RunStatus
 from workflows.research.status_view import OFFLINE_NOTICE
 
 QUESTION = "What are the prospects of solid-state batteries for electric vehicles?"

@@ -20,7 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from config.settings import load_settings
 from sandbox.activity import SandboxActivities
-from workflows.contracts.models import PythonRequest
+from workflows.contracts.tool_activities import PythonRequest
 
 TIMEOUT_SECONDS = 3.0  # every attack ends well within it; one of them is stopped by it
 

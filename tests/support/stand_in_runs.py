@@ -22,7 +22,9 @@ from runtime.run_memo import run_memo, start_attributes
 from runtime.search_attributes import ensure_search_attributes
 from tests.support.runs import run_id
 from workflows.contracts.decisions import Actor, Via
-from workflows.contracts.models import WORKFLOW_TYPE, Awaiting, Phase, Plan, ResearchResult, RunStatus, Step
+from workflows.contracts.plan import Plan, Step
+from workflows.contracts.research import WORKFLOW_TYPE, ResearchResult
+from workflows.contracts.status import Awaiting, Phase, RunStatus
 from workflows.research.visibility import AWAITING, PHASE
 
 QUEUE = "stand-in-runs"

@@ -13,18 +13,9 @@ from typing import Any, cast
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from cli.watch import Described
-from workflows.contracts.models import (
-    Phase,
-    Plan,
-    PlanVersion,
-    ProgressEvent,
-    RunStatus,
-    Step,
-    StepState,
-    StepStatus,
-    StepType,
-    Usage,
-)
+from workflows.contracts.plan import Plan, Step, StepType
+from workflows.contracts.status import Phase, PlanVersion, ProgressEvent, RunStatus, StepState, StepStatus
+from workflows.contracts.usage import Usage
 
 T0 = datetime(2025, 3, 1, 9, 0, 0, tzinfo=UTC)
 

@@ -23,7 +23,7 @@ from activities.guards.secret_scrubber import SecretScrubber
 from config.settings import Settings
 from hosting.registry import build_workers, running
 from hosting.scrub_interceptor import SecretScrubbingInterceptor
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 # The ``worker_with`` fixture's type: ``async with worker_with(settings) as client``.
 WorkerWith = Callable[[Settings], contextlib.AbstractAsyncContextManager[Client]]

@@ -43,10 +43,12 @@ from temporalio.workflow import ActivityCancellationType
 with workflow.unsafe.imports_passed_through():
     from workflows.calls.queues import QueueKind, QueueRouting, queue_name
     from workflows.contracts.artefact import ArtefactRef
+    from workflows.contracts.chat import ChatRequest
     from workflows.contracts.evaluation import MeasureRequest
     from workflows.contracts.fork_point import ForkPoint
-    from workflows.contracts.models import (
-        ChatRequest,
+    from workflows.contracts.podcast import SpeechRequest
+    from workflows.contracts.slides import Deck
+    from workflows.contracts.tool_activities import (
         CrawlRequest,
         LocalSearchRequest,
         MCPCallRequest,
@@ -54,8 +56,6 @@ with workflow.unsafe.imports_passed_through():
         PythonRequest,
         SearchRequest,
     )
-    from workflows.contracts.podcast import SpeechRequest
-    from workflows.contracts.slides import Deck
 
 InputT = TypeVar("InputT")
 ResultT = TypeVar("ResultT")

@@ -10,8 +10,8 @@ with workflow.unsafe.imports_passed_through():
 
     from workflows.calls.activity_options import CHAT, execute
     from workflows.calls.queues import OWN_QUEUES, QueueRouting
-    from workflows.contracts.models import ChatMessage, ChatRequest, ChatResponse, Usage
-    from workflows.contracts.usage import UsageSink
+    from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse
+    from workflows.contracts.usage import Usage, UsageSink
 
 
 async def chat(request: ChatRequest, usage: UsageSink, summary: str | None = None, *,

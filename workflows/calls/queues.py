@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from workflows.contracts.models import TASK_QUEUE
+from workflows.contracts.research import TASK_QUEUE
 
 QueueKind = Literal["main", "model", "tools", "sandbox"]
 QUEUE_KINDS: tuple[QueueKind, ...] = ("main", "model", "tools", "sandbox")

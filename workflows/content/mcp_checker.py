@@ -17,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls.errors import failure_message
     from workflows.calls.inputs import decode_input
     from workflows.calls.queues import OWN_QUEUES
-    from workflows.contracts.models import MCPListRequest, MCPToolList
+    from workflows.contracts.tool_activities import MCPListRequest, MCPToolList
 
 MCP_CHECK_WORKFLOW = "McpServerCheckWorkflow"
 

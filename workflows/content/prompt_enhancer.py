@@ -18,8 +18,8 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls.model_calls import chat
     from workflows.calls.queues import OWN_QUEUES
     from workflows.content.flow_usage import CountedFlow
+    from workflows.contracts.chat import ChatMessage, ChatRequest
     from workflows.contracts.enhance import ENHANCER_WORKFLOW, EnhanceRequest, EnhanceResult, enhanced_text
-    from workflows.contracts.models import ChatMessage, ChatRequest
 
 
 @workflow.defn(name=ENHANCER_WORKFLOW)

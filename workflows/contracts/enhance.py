@@ -11,7 +11,8 @@ import re
 from pydantic import ConfigDict, Field, field_validator
 
 from workflows.contracts.base import Contract
-from workflows.contracts.models import ReportStyle, Usage
+from workflows.contracts.report_style import ReportStyle
+from workflows.contracts.usage import Usage
 
 ENHANCER_WORKFLOW = "PromptEnhancerWorkflow"
 MAX_PROMPT_CHARS = 8_000

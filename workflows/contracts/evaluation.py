@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from workflows.contracts.base import Contract
-from workflows.contracts.models import Usage
+from workflows.contracts.usage import Usage
 from workflows.text.reply_json import reply_json
 from workflows.text.report_metrics import ReportMetrics, compute_metrics, grade, metrics_score
 

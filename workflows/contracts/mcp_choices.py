@@ -1,7 +1,7 @@
 """What a research request may say about MCP servers: picks of the operator's servers by name, and
 the servers a front door left out (DeerFlow's UI sends its own list), which the run notes.
 
-Kept apart from workflows/contracts/models.py, which imports them: the server definitions themselves are the
+Kept apart from workflows/contracts/research.py, which imports them: the server definitions themselves are the
 operator's (config/mcp_servers.py) and never part of a request.
 """
 

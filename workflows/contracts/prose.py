@@ -12,7 +12,7 @@ from pydantic import ConfigDict, Field, StrictStr, model_validator
 
 from workflows.contracts.base import Contract
 from workflows.contracts.evaluation import MAX_CONTENT_CHARS
-from workflows.contracts.models import Usage
+from workflows.contracts.usage import Usage
 
 PROSE_WORKFLOW = "ProseWriterWorkflow"
 MAX_COMMAND_CHARS = 2_000

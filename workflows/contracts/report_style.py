@@ -1,4 +1,4 @@
-"""The report's styles, apart from the pydantic contracts (workflows/contracts/models.py), so that the command
+"""The report's styles, apart from the pydantic contracts (workflows/contracts/research.py), so that the command
 line's ``--help`` lists them without importing pydantic."""
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from pydantic import ConfigDict, Field, StrictStr
 from workflows.contracts.artefact import ArtefactRef
 from workflows.contracts.base import Contract
 from workflows.contracts.evaluation import MAX_CONTENT_CHARS
-from workflows.contracts.models import Usage
+from workflows.contracts.usage import Usage
 from workflows.text.reply_json import reply_json
 
 SLIDES_WORKFLOW = "SlideComposerWorkflow"

@@ -13,7 +13,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls.activity_slots import ActivitySlots
     from workflows.calls.model_calls import call_model
     from workflows.calls.side_by_side import together
-    from workflows.contracts.models import ChatMessage, ChatRequest, ToolCall, ToolSpec
+    from workflows.contracts.chat import ChatMessage, ChatRequest, ToolCall, ToolSpec
     from workflows.contracts.usage import UsageSink
     from workflows.research.agents import AgentSpec
     from workflows.research.tools import ToolContext, run_tool_call, tool_specs

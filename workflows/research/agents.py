@@ -11,7 +11,8 @@ from dataclasses import dataclass, replace
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts.models import ModelTier, StepType
+    from workflows.contracts.chat import ModelTier
+    from workflows.contracts.plan import StepType
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,8 @@ with workflow.unsafe.imports_passed_through():
         usd,
     )
     from workflows.contracts.decisions import Actor
-    from workflows.contracts.models import Awaiting, Outcome, Phase, ResearchResult
+    from workflows.contracts.research import Outcome, ResearchResult
+    from workflows.contracts.status import Awaiting, Phase
     from workflows.contracts.usage import COST_DIGITS
     from workflows.research.report_reserve import report_cost
     from workflows.research.research_run import ResearchRun, ReviewTimedOut, RunEnded

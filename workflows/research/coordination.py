@@ -11,7 +11,10 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls.errors import failure_message
     from workflows.calls.model_calls import call_model
     from workflows.calls.side_by_side import together
-    from workflows.contracts.models import Awaiting, ChatMessage, ChatRequest, Outcome, Phase, ResearchResult, RunConfig
+    from workflows.contracts.chat import ChatMessage, ChatRequest
+    from workflows.contracts.research import Outcome, ResearchResult
+    from workflows.contracts.run_config import RunConfig
+    from workflows.contracts.status import Awaiting, Phase
     from workflows.research.messages import background_message, clarified_task
     from workflows.research.research_run import ResearchRun, ReviewTimedOut, RunEnded
     from workflows.research.run_state import DEFAULT_LOCALE

@@ -22,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.calls.activity_options import READ_FORK_SOURCE, execute
     from workflows.calls.side_by_side import together
     from workflows.contracts.fork_point import ForkPoint, ForkStage
-    from workflows.contracts.models import Phase
+    from workflows.contracts.status import Phase
     from workflows.research.budget import start_budget
     from workflows.research.coordination import configure
     from workflows.research.findings import finding_preview

@@ -13,8 +13,10 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from workflows.contracts.chat import ChatMessage
 from workflows.contracts.fork_point import ForkPoint, ForkStage
-from workflows.contracts.models import ChatMessage, Plan, StepState
+from workflows.contracts.plan import Plan
+from workflows.contracts.status import StepState
 from workflows.research.review import EDIT_PLAN
 from workflows.research.run_state import RunState
 

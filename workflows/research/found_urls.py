@@ -28,7 +28,8 @@ from urllib.parse import urlsplit, urlunsplit
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts.models import ChatMessage, Plan
+    from workflows.contracts.chat import ChatMessage
+    from workflows.contracts.plan import Plan
     from workflows.research.messages import BACKGROUND_INVESTIGATION
 
 # A URL offered to JSON mode stays under llama.cpp's grammar repetition limit (activities/model/json_tools.py).

@@ -8,7 +8,9 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts.models import ChatMessage, Plan, SearchResponse, Step
+    from workflows.contracts.chat import ChatMessage
+    from workflows.contracts.plan import Plan, Step
+    from workflows.contracts.tool_activities import SearchResponse
     from workflows.research.document_names import document_name
     from workflows.research.search_format import search_results_json
 

@@ -24,7 +24,7 @@ with workflow.unsafe.imports_passed_through():
     import json_repair
     from pydantic import ValidationError
 
-    from workflows.contracts.models import Plan
+    from workflows.contracts.plan import Plan
     from workflows.text.untrusted_text import nested_deeper, scrubbed
 
 _LEADING_FENCE = re.compile(r"```[a-zA-Z]*\s*")  # matched at the start only: one linear run

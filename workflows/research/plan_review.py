@@ -6,7 +6,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts.models import Awaiting, Outcome, Phase, ResearchResult, ReviewTimeoutAction
+    from workflows.contracts.research import Outcome, ResearchResult, ReviewTimeoutAction
+    from workflows.contracts.status import Awaiting, Phase
     from workflows.research.research_run import ResearchRun, ReviewTimedOut, RunEnded
     from workflows.research.review import Feedback
 

@@ -7,16 +7,10 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows.calls.model_calls import chat
-    from workflows.contracts.models import (
-        ChatMessage,
-        ChatRequest,
-        ChatResponse,
-        ModelTier,
-        Outcome,
-        Phase,
-        Plan,
-        ResearchResult,
-    )
+    from workflows.contracts.chat import ChatMessage, ChatRequest, ChatResponse, ModelTier
+    from workflows.contracts.plan import Plan
+    from workflows.contracts.research import Outcome, ResearchResult
+    from workflows.contracts.status import Phase
     from workflows.research.messages import observation_message
     from workflows.research.plan_parsing import PlanParseError, parse_plan, require_steps
     from workflows.research.research_run import ResearchRun, RunEnded

@@ -5,7 +5,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts.models import RunStatus
+    from workflows.contracts.status import RunStatus
     from workflows.research.status_view import (
         awaiting_commands,
         awaiting_headline,

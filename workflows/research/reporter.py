@@ -6,8 +6,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows.calls.model_calls import chat
+    from workflows.contracts.chat import ChatMessage, ChatRequest
     from workflows.contracts.fork_point import ForkStage
-    from workflows.contracts.models import ChatMessage, ChatRequest, Phase
+    from workflows.contracts.status import Phase
     from workflows.research.messages import reporter_messages
     from workflows.research.research_run import ResearchRun
     from workflows.research.status_view import budget_line

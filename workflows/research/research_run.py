@@ -16,15 +16,11 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.calls.activity_slots import ActivitySlots
     from workflows.calls.queues import QueueRouting
-    from workflows.contracts.models import (
-        Awaiting,
-        CrawlResult,
-        Phase,
-        Plan,
-        ResearchRequest,
-        ResearchResult,
-        RunConfig,
-    )
+    from workflows.contracts.plan import Plan
+    from workflows.contracts.research import ResearchRequest, ResearchResult
+    from workflows.contracts.run_config import RunConfig
+    from workflows.contracts.status import Awaiting, Phase
+    from workflows.contracts.tool_activities import CrawlResult
     from workflows.research.review import Inbox
     from workflows.research.run_state import RunState
 

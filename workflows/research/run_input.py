@@ -15,7 +15,7 @@ from temporalio.common import RawValue
 from temporalio.converter import PayloadConverter
 
 from workflows.calls.inputs import decode_input, invalid_request
-from workflows.contracts.models import ResearchRequest
+from workflows.contracts.research import ResearchRequest
 from workflows.research.run_state import RunContinuation
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from temporalio import workflow
 
-from workflows.contracts.models import Outcome, Phase
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import Phase
 
 ENDED = (Phase.COMPLETED, Phase.FAILED)
 

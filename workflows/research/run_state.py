@@ -18,17 +18,17 @@ from pydantic import Field, PrivateAttr, field_serializer
 from temporalio import workflow
 
 from workflows.contracts.base import Contract
+from workflows.contracts.chat import ChatMessage
 from workflows.contracts.decisions import Actor, Decision
-from workflows.contracts.models import (
+from workflows.contracts.plan import Plan
+from workflows.contracts.run_config import RunConfig
+from workflows.contracts.status import (
     MAX_EVENTS,
     MAX_IGNORED_EVENTS,
     Awaiting,
-    ChatMessage,
     Phase,
-    Plan,
     PlanVersion,
     ProgressEvent,
-    RunConfig,
     RunProgress,
     RunStatus,
     StepState,

@@ -11,7 +11,7 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts.models import Plan, StepType
+    from workflows.contracts.plan import Plan, StepType
 
 
 def step_dependencies(plan: Plan, index: int) -> set[int]:

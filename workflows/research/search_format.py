@@ -7,7 +7,7 @@ import json
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from workflows.contracts.models import CrawlResult, SearchResponse
+    from workflows.contracts.tool_activities import CrawlResult, SearchResponse
 
 
 def search_results_json(response: SearchResponse) -> str:

@@ -18,7 +18,9 @@ from datetime import datetime
 
 from workflows.contracts.budget import tokens_text, usd
 from workflows.contracts.decisions import Decision, cancelled_by
-from workflows.contracts.models import Awaiting, Outcome, Phase, ProgressEvent, RunStatus, StepState, StepStatus, Usage
+from workflows.contracts.research import Outcome
+from workflows.contracts.status import Awaiting, Phase, ProgressEvent, RunStatus, StepState, StepStatus
+from workflows.contracts.usage import Usage
 
 STEP_MARK = {StepState.PENDING: "·", StepState.RUNNING: "▶", StepState.DONE: "✓"}
 RECENT_IGNORED = 3  # ignored signals shown in a status summary; ``watch`` shows every event

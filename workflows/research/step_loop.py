@@ -9,7 +9,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from workflows.calls.side_by_side import together
-    from workflows.contracts.models import Phase, Plan, StepState, StepType
+    from workflows.contracts.plan import Plan, StepType
+    from workflows.contracts.status import Phase, StepState
     from workflows.contracts.usage import COST_DIGITS, Counted, Usage
     from workflows.research.agent_loop import run_agent
     from workflows.research.agents import agent_for

@@ -28,21 +28,20 @@ with workflow.unsafe.imports_passed_through():
     )
     from workflows.calls.errors import failure_message
     from workflows.calls.queues import OWN_QUEUES, QueueRouting
-    from workflows.contracts.models import (
+    from workflows.contracts.chat import ToolCall, ToolSpec
+    from workflows.contracts.mcp_choices import MCPServerChoice
+    from workflows.contracts.tool_activities import (
         CrawlRequest,
         CrawlResult,
         LocalSearchRequest,
         MCPCallRequest,
         MCPCallResult,
         MCPListRequest,
-        MCPServerChoice,
         MCPToolList,
         PythonRequest,
         PythonResult,
         SearchRequest,
         SearchResponse,
-        ToolCall,
-        ToolSpec,
     )
     from workflows.research.found_urls import FoundUrls, url_key, urls_in
     from workflows.research.search_format import format_crawl_result, format_search_response

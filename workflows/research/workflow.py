@@ -23,23 +23,21 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from workflows.calls.activity_options import CANCEL_ITSELF, execute
     from workflows.calls.errors import failure_message
+    from workflows.contracts.chat import ChatMessage
     from workflows.contracts.decisions import OWN_CANCEL_PREFIX, actor_of_cancel
     from workflows.contracts.fork_point import ForkPoint, ForkStage
     from workflows.contracts.mcp_choices import ignored_mcp_note
-    from workflows.contracts.models import (
+    from workflows.contracts.research import (
         CHECKPOINT_QUERY,
         DECIDE_BUDGET_UPDATE,
         REVIEW_PLAN_UPDATE,
         STATUS_QUERY,
         WORKFLOW_TYPE,
-        Awaiting,
-        ChatMessage,
         Outcome,
-        Phase,
         ResearchResult,
         ReviewOutcome,
-        RunStatus,
     )
+    from workflows.contracts.status import Awaiting, Phase, RunStatus
     from workflows.research.budget import DECISION_SHAPE, parse_budget_decision
     from workflows.research.coordination import configure_and_coordinate, investigate
     from workflows.research.fork import seed_fork

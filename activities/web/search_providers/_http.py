@@ -22,7 +22,7 @@ from temporalio.exceptions import ApplicationError
 from activities.support.pooled_http import pooled_client
 from activities.web.search import config_error, status_error, unavailable_error
 from config.settings import Settings
-from workflows.contracts.models import SearchRequest, SearchResponse
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse
 
 # Wikimedia's API etiquette asks for a descriptive User-Agent; the others do not mind one.
 USER_AGENT = "deerflow-temporal/0.1 (deep-research worker; +https://github.com/bytedance/deer-flow)"

@@ -28,7 +28,7 @@ from temporalio.exceptions import ApplicationError
 from activities.web.search import register_provider, status_error, unavailable_error
 from activities.web.search_providers._http import HttpProvider, check_base_url, plain_text
 from config.settings import Settings
-from workflows.contracts.models import SearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://export.arxiv.org/api/query"
 ARXIV_DELAY_SECONDS = 3.0  # arXiv's API terms: no more than one request every three seconds

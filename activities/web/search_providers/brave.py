@@ -23,7 +23,7 @@ from activities.web.search_providers._http import (
     response_detail,
     str_or_none,
 )
-from workflows.contracts.models import SearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://api.search.brave.com/res/v1"
 BRAVE_MAX_COUNT = 20  # the API rejects larger counts

@@ -32,7 +32,7 @@ from temporalio.exceptions import ApplicationError
 from activities.web.search import config_error, rate_limited_error, register_provider, status_error, unavailable_error
 from activities.web.search_providers._http import plain_text
 from config.settings import Settings
-from workflows.contracts.models import SearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 LABEL = "DuckDuckGo"
 REGION = "wt-wt"  # "no region", DeerFlow's (LangChain's) default

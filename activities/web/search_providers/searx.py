@@ -11,7 +11,7 @@ from typing import Any
 
 from activities.web.search import missing_setting_error, register_provider, unavailable_error
 from activities.web.search_providers._http import Call, HttpProvider, JsonSearch, float_or_none, plain_text, str_or_none
-from workflows.contracts.models import SearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 PROVIDER = HttpProvider(
     "SearxNG",

@@ -13,7 +13,7 @@ import httpx
 
 from activities.web.search import missing_setting_error, register_provider
 from activities.web.search_providers._http import Call, HttpProvider, JsonSearch, http_error, plain_text, str_or_none
-from workflows.contracts.models import SearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 DEFAULT_BASE_URL = "https://google.serper.dev"
 SERPER_MAX_NUM = 100

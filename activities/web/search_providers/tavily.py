@@ -25,7 +25,7 @@ from activities.web.search import (
     unavailable_error,
 )
 from config.settings import Settings
-from workflows.contracts.models import SearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 LABEL = "Tavily"
 TAVILY_MAX_RESULTS = 20  # the API rejects larger values

@@ -35,7 +35,7 @@ from activities.web.search_providers._http import (
     str_or_none,
 )
 from config.settings import Settings
-from workflows.contracts.models import SearchRequest, SearchResponse, SearchResult
+from workflows.contracts.tool_activities import SearchRequest, SearchResponse, SearchResult
 
 WIKIPEDIA_MAX_RESULTS = 20  # TextExtracts returns intro extracts for at most 20 pages at once
 _LANG_RE = re.compile(r"^[a-z][a-z0-9-]{1,19}$")  # "en", "zh", "zh-yue", "simple", "be-tarask"
