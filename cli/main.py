@@ -66,7 +66,7 @@ def _carriable_arguments(args: argparse.Namespace) -> None:
     """Every other argument with its lone surrogates as U+FFFD. Python decodes an argument of bytes
     that are not UTF-8 with ``surrogateescape``, and a question holding one was refused as "not a valid
     string", an edit or an answer failed where it became a payload (UTF-8 cannot encode it)."""
-    from workflows.untrusted_text import without_lone_surrogates
+    from workflows.text.untrusted_text import without_lone_surrogates
 
     for name, value in vars(args).items():
         if name in FILE_ARGUMENTS:

@@ -17,7 +17,8 @@ import re
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from workflows.untrusted_text import without_lone_surrogates
+
+from workflows.text.untrusted_text import without_lone_surrogates
 
 _SEQUENCES = re.compile(
     r"""

@@ -6,7 +6,7 @@ has no encoding for one. Printed, it fails the command with ``UnicodeEncodeError
 output's default, ``strict``), or writes bytes that are not UTF-8 (``surrogateescape``: UTF-8 mode,
 the C locale) for whatever reads the pipe to trip on. Every process's entry point calls
 :func:`replace_lone_surrogates_on_output` once: each lone surrogate is then written as U+FFFD, a
-pair as the character it stands for (``workflows/untrusted_text.py``), whatever printed it
+pair as the character it stands for (``workflows/text/untrusted_text.py``), whatever printed it
 (``print``, rich, a log handler). On a stream in another encoding, what it cannot encode is "?".
 """
 
@@ -17,7 +17,7 @@ import contextlib
 import io
 import sys
 
-from workflows.untrusted_text import without_lone_surrogates
+from workflows.text.untrusted_text import without_lone_surrogates
 
 ERRORS = "deerflow-replace-surrogates"
 

@@ -21,11 +21,11 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import BaseModel
-from workflows.untrusted_text import without_lone_surrogates
 
 from config.mcp_servers import placeholder_values
 from config.secrets import MIN_SECRET_CHARS
 from config.settings import Settings
+from workflows.text.untrusted_text import without_lone_surrogates
 
 REDACTED = "[redacted]"
 SECRET_NAME = re.compile(r"(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
