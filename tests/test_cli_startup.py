@@ -146,7 +146,7 @@ def test_a_command_looks_for_no_pydantic_plugin_unless_the_operator_asks(switch:
 
 
 def test_reading_and_deciding_commands_build_no_contract_validator_at_import() -> None:
-    """Every pydantic model of workflows/ builds its validator when first used (workflows/contract.py):
+    """Every pydantic model of workflows/ builds its validator when first used (workflows/contracts/base.py):
     built at import, ``list`` built 23 for the content flows it never validates, and every command the
     run state's, the budgets' and the usage's. The one built is the constant ``decisions.OUTSIDE``."""
     code = """
@@ -163,4 +163,4 @@ print(" ".join(sorted({f"{model.__module__}.{model.__name__}" for model in model
 """
     done = subprocess.run([sys.executable, "-c", code], cwd=REPO_DIR, capture_output=True, text=True, timeout=120,
                           check=True)
-    assert done.stdout.split() == ["workflows.decisions.Actor"], done.stderr
+    assert done.stdout.split() == ["workflows.contracts.decisions.Actor"], done.stderr

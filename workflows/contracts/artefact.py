@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pydantic import ConfigDict, Field
 
-from workflows.contract import Contract
+from workflows.contracts.base import Contract
 
 
 class ArtefactRef(Contract):
