@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable
 
-from workflows.text.report_metrics import compute_metrics
+from workflows.contracts.report_metrics import compute_metrics
 
 _STYLE = re.compile(r"Report style:\s*([A-Za-z_]+)")
 

@@ -36,9 +36,9 @@ from workflows.contracts.podcast import (
     script_from_reply,
 )
 from workflows.contracts.prose import PROSE_WORKFLOW, ProseOption, ProseRequest, ProseResult
+from workflows.contracts.report_metrics import compute_metrics, grade, metrics_score
 from workflows.contracts.research import TASK_QUEUE
 from workflows.contracts.slides import MAX_SLIDES, SLIDES_WORKFLOW, SlidesRequest, SlidesResult, deck_from_reply
-from workflows.text.report_metrics import compute_metrics, grade, metrics_score
 
 pytestmark = pytest.mark.timeout(60)
 

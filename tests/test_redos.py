@@ -24,7 +24,7 @@ with warnings.catch_warnings():  # regexploit imports sre_parse and sre_constant
 
 from tests.support.redos import findings
 from tests.support.regex_inventory import FoundPattern, product_patterns
-from workflows.text.report_metrics import SECTION_PATTERNS
+from workflows.contracts.report_metrics import SECTION_PATTERNS
 
 # Flagged by the quadratic check, linear for the reason given (pattern text -> reason).
 LINEAR_FOR_A_REASON = {
@@ -51,9 +51,9 @@ LINEAR_FOR_A_REASON = {
 # Built at run time, so the inventory cannot read them: (path, start of the call) -> what they can be,
 # or None when the text they read is trusted (the operator's configuration).
 BUILT_AT_RUN_TIME: dict[tuple[str, str], tuple[tuple[str | bytes, int], ...] | None] = {
-    ("workflows/text/report_metrics.py", "re.search(pattern, report"): (
+    ("workflows/contracts/report_metrics.py", "re.search(pattern, report"): (
         (SECTION_PATTERNS["title"], re.MULTILINE),),
-    ("workflows/text/report_metrics.py", "re.search(pattern, lower"): tuple(
+    ("workflows/contracts/report_metrics.py", "re.search(pattern, lower"): tuple(
         (pattern, re.IGNORECASE | re.MULTILINE) for section, pattern in SECTION_PATTERNS.items() if section != "title"),
     ("runtime/run_names.py", "re.sub('[^a-z0-9]+' if ascii_only"): (("[^a-z0-9]+", 0), (r"[\W_]+", 0)),
     # The operator's secrets, escaped, as one alternation of literals (or one literal): no repeat at all.
@@ -102,7 +102,7 @@ def _regexploit(pattern: str | bytes, flags: int) -> list[str]:
 def test_the_inventory_finds_the_patterns_we_know() -> None:
     wheres = {found.where.rsplit(":", 1)[0] for found in PATTERNS}
     assert {"server/content.py", "workflows/contracts/enhance.py", "activities/web/decode.py", "cli/terminal.py",
-            "workflows/text/report_metrics.py", "activities/documents/extract.py"} <= wheres
+            "workflows/contracts/report_metrics.py", "activities/documents/extract.py"} <= wheres
     assert len(PATTERNS) > 50
 
 

@@ -1,4 +1,4 @@
-"""``measure_report``: DeerFlow's metrics of a report a request sent (workflows/text/report_metrics.py).
+"""``measure_report``: DeerFlow's metrics of a report a request sent (workflows/contracts/report_metrics.py).
 
 An activity because the report is anybody's text, up to the operator's content cap: scoring it in
 the workflow would hold the worker's workflow thread (and, for a run's replay, again each time)

@@ -43,6 +43,7 @@ from workflows.contracts.chat import ToolCall
 from workflows.contracts.enhance import enhanced_text
 from workflows.contracts.evaluation import parse_judgement
 from workflows.contracts.podcast import NoScript, script_from_reply, without_markup
+from workflows.contracts.report_metrics import compute_metrics
 from workflows.contracts.slides import NoDeck, deck_from_reply
 from workflows.contracts.tool_activities import MCPCallResult, SearchResult
 from workflows.research.findings import finding_preview
@@ -50,7 +51,6 @@ from workflows.research.found_urls import url_key, urls_in
 from workflows.research.plan_parsing import PlanParseError, parse_plan
 from workflows.text.markdown_links import links
 from workflows.text.reply_json import ReplyNotJson, reply_json
-from workflows.text.report_metrics import compute_metrics
 
 # Repeated, each of these made a pattern of ours or DeerFlow's quadratic (or worse).
 UNITS = (

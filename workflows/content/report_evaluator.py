@@ -1,6 +1,6 @@
 """``ReportEvaluationWorkflow``: DeerFlow's report evaluation (metrics, and the model as judge).
 
-The metrics are pure code (workflows/text/report_metrics.py) run by the ``measure_report`` activity:
+The metrics are pure code (workflows/contracts/report_metrics.py) run by the ``measure_report`` activity:
 the report is anybody's text, so its scoring stays out of workflow code (runs recorded before the
 activity computed them here, and still do on replay). The judge, when asked for, is one ``chat``
 turn with the ``report_judge`` prompt, so it has the model call's retries and timeouts and shows in

@@ -11,9 +11,9 @@ from typing import Any
 from pydantic import ConfigDict, Field, StrictBool, StrictStr, field_validator
 
 from workflows.contracts.base import Contract
+from workflows.contracts.report_metrics import ReportMetrics, compute_metrics, grade, metrics_score
 from workflows.contracts.usage import Usage
 from workflows.text.reply_json import reply_json
-from workflows.text.report_metrics import ReportMetrics, compute_metrics, grade, metrics_score
 
 EVALUATOR_WORKFLOW = "ReportEvaluationWorkflow"
 # The hard ceiling of any content flow's text; the API server's operator cap
@@ -58,7 +58,7 @@ class MeasuredReport(Contract):
 
 
 def measure(request: MeasureRequest) -> MeasuredReport:
-    """The metrics and their score (linear in the report: workflows/text/report_metrics.py)."""
+    """The metrics and their score (linear in the report: workflows/contracts/report_metrics.py)."""
     metrics = compute_metrics(request.report, request.style)
     return MeasuredReport(metrics=metrics, score=metrics_score(metrics, request.style))
 
