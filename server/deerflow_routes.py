@@ -86,9 +86,9 @@ def _resources(uploads: Uploads, who: Principal, query: str) -> list[dict[str, s
         for path in sorted(root.rglob("*")):
             if len(found) >= MAX_RESOURCES:
                 return found
-            if utf8_named(path) and path.is_file() and path.suffix.lower() in SUPPORTED_SUFFIXES \
-                    and policy.allows(real := path.resolve()) \
-                    and uploads.may_use(real, who) and query in path.name.lower():
+            # The name's checks first: a search for one name stats and resolves only the files it names.
+            if query in path.name.lower() and path.suffix.lower() in SUPPORTED_SUFFIXES and utf8_named(path) \
+                    and path.is_file() and policy.allows(real := path.resolve()) and uploads.may_use(real, who):
                 listed = uploads.listed(real)
                 if resolve(policy.path_text(listed["uri"])) == real:  # not shadowed by an earlier root's
                     found.append(listed)
