@@ -20,7 +20,7 @@ from temporalio.client import Client
 from config.settings import load_settings
 from offline.model_server import FakeModelServer
 from runtime.run_memo import started_by
-from tests.support.cdp import Page, chromium_path
+from tests.support.cdp import Page, chromium_path, off_screen
 from tests.support.processes import DevServer, WorkerProcess, start_worker
 from tests.support.runs import QUESTION
 from tests.support.web_server import api_server
@@ -161,12 +161,7 @@ async def listed_forks(http: httpx.AsyncClient, run: str, count: int) -> list[di
     raise AssertionError(f"the forks of {run} never listed {count}: {forks}")
 
 
-OFF_SCREEN = """[...document.querySelectorAll('button, select, textarea, #fork-links p')]
-  .filter((e) => e.offsetParent !== null)
-  .map((e) => [e.id || e.tagName, e.getBoundingClientRect()])
-  .filter(([, b]) => b.left < -0.5 || b.right > innerWidth + 0.5)
-  .map(([name, b]) => `${name}: ${b.left}..${b.right}`)
-  .concat(document.documentElement.scrollWidth > innerWidth ? [`page: ${document.documentElement.scrollWidth}`] : [])"""
+OFF_SCREEN = off_screen("button, select, textarea, #fork-links p")
 
 
 @pytest.mark.skipif(chromium_path() is None, reason="chromium is not installed (apt-get install chromium)")

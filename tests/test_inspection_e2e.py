@@ -22,7 +22,7 @@ from temporalio.api.history.v1 import History
 
 from config.settings import load_settings
 from runtime.inspection_model import RunInspection
-from tests.support.cdp import Page, chromium_path
+from tests.support.cdp import Page, chromium_path, off_screen
 from tests.support.deployments import (
     PAGE_PHRASE,
     PAGE_SECRET,
@@ -152,12 +152,7 @@ async def test_the_inspection_route_checks_token_role_and_ownership(plain: Inspe
 
 
 # Controls, the timeline's boxes and the page itself wider than the screen.
-OFF_SCREEN = """[...document.querySelectorAll('button, summary, pre, #timeline p')]
-  .filter((e) => e.offsetParent !== null)
-  .map((e) => [e.id || e.tagName, e.getBoundingClientRect()])
-  .filter(([, b]) => b.left < -0.5 || b.right > innerWidth + 0.5)
-  .map(([name, b]) => `${name}: ${b.left}..${b.right}`)
-  .concat(document.documentElement.scrollWidth > innerWidth ? [`page: ${document.documentElement.scrollWidth}`] : [])"""
+OFF_SCREEN = off_screen("button, summary, pre, #timeline p")
 OPEN_PLANNER = """(() => { const stage = [...document.querySelectorAll('#timeline details.stage')]
   .find((d) => d.dataset.stage && d.dataset.stage.startsWith('planner'));
   for (const d of [stage, ...stage.querySelectorAll('details')]) d.open = true;

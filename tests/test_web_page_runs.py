@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from tests.support.cdp import PHONE, WIDTHS, Page, chromium_path
+from tests.support.cdp import PHONE, WIDTHS, Page, chromium_path, off_screen
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn
 
@@ -96,12 +96,7 @@ async def test_the_run_list_refreshes_itself_and_names_runs_by_question(open_api
 
 
 # Controls (and the page itself) wider than the screen, or off its edges.
-OFF_SCREEN = """[...document.querySelectorAll('button, input, select, textarea, audio, summary')]
-  .filter((e) => e.offsetParent !== null)
-  .map((e) => [e.id || e.tagName, e.getBoundingClientRect()])
-  .filter(([, b]) => b.left < -0.5 || b.right > innerWidth + 0.5)
-  .map(([name, b]) => `${name}: ${b.left}..${b.right}`)
-  .concat(document.documentElement.scrollWidth > innerWidth ? [`page: ${document.documentElement.scrollWidth}`] : [])"""
+OFF_SCREEN = off_screen("button, input, select, textarea, audio, summary")
 
 
 async def test_the_page_fits_a_phone(open_api: str, stand_in: StartStandIn, page: Page) -> None:

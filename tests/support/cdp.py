@@ -48,6 +48,18 @@ def chromium_path() -> str | None:
     return "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else None
 
 
+def off_screen(selectors: str) -> str:
+    """A script for :meth:`Page.evaluate`: the visible elements ``selectors`` finds that stand wider
+    than the screen or off its edges, and the page itself when it is wider ([] when none is)."""
+    return ("[...document.querySelectorAll('" + selectors + "')]\n"
+            "  .filter((e) => e.offsetParent !== null)\n"
+            "  .map((e) => [e.id || e.tagName, e.getBoundingClientRect()])\n"
+            "  .filter(([, b]) => b.left < -0.5 || b.right > innerWidth + 0.5)\n"
+            "  .map(([name, b]) => `${name}: ${b.left}..${b.right}`)\n"
+            "  .concat(document.documentElement.scrollWidth > innerWidth"
+            " ? [`page: ${document.documentElement.scrollWidth}`] : [])")
+
+
 class CDPError(RuntimeError):
     pass
 
