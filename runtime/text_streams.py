@@ -13,7 +13,6 @@ pair as the character it stands for (``workflows/text/untrusted_text.py``), what
 from __future__ import annotations
 
 import codecs
-import contextlib
 import io
 import sys
 
@@ -39,7 +38,4 @@ def replace_lone_surrogates_on_output() -> None:
     codecs.register_error(ERRORS, _replacement)
     for stream in (sys.stdout, sys.stderr):
         if isinstance(stream, io.TextIOWrapper):
-            # A stream made for a seekable file whose descriptor now is a pipe (a forked child's, after
-            # dup2) fails the seek that changing the encoder does: it is left as it is.
-            with contextlib.suppress(OSError):
-                stream.reconfigure(errors=ERRORS)
+            stream.reconfigure(errors=ERRORS)
