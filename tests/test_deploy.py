@@ -29,7 +29,7 @@ from tests.support.processes import DevServer, start_worker
 from tests.support.runs import QUESTION, awaiting_review, run_id, wait_for
 from workflows.contracts.research import TASK_QUEUE, WORKFLOW_TYPE, ResearchRequest, ResearchResult
 
-CHANGED = Path("workflows") / "coordination.py"
+CHANGED = Path("workflows") / "research" / "coordination.py"
 ANCHOR = ("    run.use_config(await execute(LOAD_RUN_CONFIG, list(run.request.resources), RunConfig, "
           "routing=run.routing))\n")
 # A new command right after the run's first activity, i.e. before any review pause.
