@@ -24,11 +24,10 @@ from types import TracebackType
 from typing import Any
 
 import httpx2
-import pydantic_core
 from mcp import types as mcp_types
 from mcp.shared._stream_protocols import ReadStream
 from mcp.shared.message import SessionMessage
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from workflows.text.untrusted_text import nested_deeper, scrubbed
 
@@ -40,6 +39,8 @@ MAX_MESSAGE_DEPTH = 64
 
 # An event line held whole to be mended at most this long (the SDK's own cap on an event is 1 MiB).
 MAX_MENDED_LINE = 4 * 1024 * 1024
+# pydantic's own JSON parser, the one the SDK reads each message with: what it takes needs no mending.
+_STRICT_JSON: TypeAdapter[Any] = TypeAdapter(Any)
 
 
 def _read_leniently(line: str | bytes) -> dict[str, Any] | None:
@@ -73,7 +74,7 @@ def mended_json(data: bytes) -> bytes:
     """``data`` as it came when the strict parser takes it; else the object it holds, read leniently,
     written again (``data`` as it came when it holds none)."""
     try:
-        pydantic_core.from_json(data)
+        _STRICT_JSON.validate_json(data)
     except ValueError:
         value = _read_leniently(data)
         return data if value is None else json.dumps(value, ensure_ascii=False).encode("utf-8")
