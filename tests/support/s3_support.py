@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.support.processes import free_port
@@ -27,14 +28,21 @@ AWS_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKE
 
 @contextmanager
 def moto_server() -> Iterator[str]:
-    """moto's S3 (and IAM/STS) on 127.0.0.1 at a free port: the only AWS these tests talk to."""
+    """moto's S3 (and IAM/STS) on 127.0.0.1 at a free port: the only AWS these tests talk to.
+
+    moto keeps its backends in the process, shared by every server it starts: without the reset a
+    module's users, buckets and keys would still be there for the next module's server (two modules
+    creating the same IAM user failed on whichever ran second).
+    """
     from moto.server import ThreadedMotoServer
 
     port = free_port()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
+    url = f"http://127.0.0.1:{port}"
     try:
-        yield f"http://127.0.0.1:{port}"
+        httpx.post(f"{url}/moto-api/reset").raise_for_status()
+        yield url
     finally:
         server.stop()
 
