@@ -40,6 +40,17 @@ async def memo_rows(client: Client, query: str, keys: Collection[str]) -> list[M
     """Every run ``query`` matches (newest first, as the server orders them), with the memo fields
     ``keys`` decoded; a field that cannot be read is left out, as if the run did not say."""
     infos = await _every_page(client, query)
+    memos = await memo_fields(client, infos, keys)
+    return [MemoRow(info.execution.workflow_id, info.execution.run_id, info.type.name,
+                    WorkflowExecutionStatus(info.status) if info.status else None, memo)
+            for info, memo in zip(infos, memos, strict=True)]
+
+
+async def memo_fields(client: Client, infos: Sequence[WorkflowExecutionInfo],
+                      keys: Collection[str]) -> list[dict[str, Any]]:
+    """Each listed run's memo fields ``keys``, decoded in one call of one converter (the module's
+    docstring says why one serves every run); a field that cannot be read is left out, as if the run
+    did not say. Also what runtime/run_listing.py reads each page's questions and starters with."""
     wanted = [(row, key) for row, info in enumerate(infos) for key in keys if key in info.memo.fields]
     converter = client.data_converter.with_context(
         WorkflowSerializationContext(namespace=client.namespace, workflow_id=infos[0].execution.workflow_id)
@@ -49,9 +60,7 @@ async def memo_rows(client: Client, query: str, keys: Collection[str]) -> list[M
     for (row, key), value in zip(wanted, values, strict=True):
         if value is not UNREADABLE:
             memos[row][key] = value
-    return [MemoRow(info.execution.workflow_id, info.execution.run_id, info.type.name,
-                    WorkflowExecutionStatus(info.status) if info.status else None, memo)
-            for info, memo in zip(infos, memos, strict=True)]
+    return memos
 
 
 async def _every_page(client: Client, query: str) -> list[WorkflowExecutionInfo]:

@@ -13,7 +13,6 @@ written back by runtime/visibility_query.py, so a query can only narrow what the
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import binascii
 import re
@@ -24,7 +23,10 @@ from datetime import UTC, datetime, timedelta
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
-from runtime.run_memo import question_of, started_by, starter_keyword, starter_keywords
+from runtime.memo_listing import memo_fields
+from runtime.run_memo import QUESTION as QUESTION_MEMO
+from runtime.run_memo import STARTED_BY as STARTED_BY_MEMO
+from runtime.run_memo import actor_in, question_in, starter_keyword, starter_keywords
 from runtime.visibility_query import MAX_QUERY_CHARS, QueryError, all_of, canonical_query, quoted
 from workflows.contracts.decisions import Actor
 from workflows.contracts.research import WORKFLOW_TYPE
@@ -145,10 +147,6 @@ class ListedRun:
         return (self.execution.typed_search_attributes.get(AWAITING) or None) if self.running else None
 
 
-async def listed(execution: WorkflowExecution) -> ListedRun:
-    return ListedRun(execution, await question_of(execution), await started_by(execution))
-
-
 @dataclass(frozen=True)
 class Page:
     runs: list[ListedRun]
@@ -161,7 +159,12 @@ async def list_page(client: Client, query: str, page_size: int, page: str | None
     ``keep`` refuses left out. Raises ``QueryError`` for a page token that is not one."""
     iterator = client.list_workflows(query, page_size=min(page_size, MAX_PAGE), next_page_token=read_token(page))
     await iterator.fetch_next_page()
-    runs = await asyncio.gather(*(listed(execution) for execution in iterator.current_page or []))
+    executions = iterator.current_page or []
+    # One converter for the page's memos, not one per run and field (runtime/memo_listing.py).
+    keys = (QUESTION_MEMO, STARTED_BY_MEMO)
+    memos = await memo_fields(client, [execution.raw_info for execution in executions], keys)
+    runs = [ListedRun(execution, question_in(memo.get(QUESTION_MEMO)), actor_in(memo.get(STARTED_BY_MEMO)))
+            for execution, memo in zip(executions, memos, strict=True)]
     token = iterator.next_page_token
     return Page([run for run in runs if keep(run)], base64.urlsafe_b64encode(token).decode() if token else None)
 
