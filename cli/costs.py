@@ -138,8 +138,7 @@ async def costs(args: argparse.Namespace, settings: Settings) -> int:
                 if row.status != WorkflowExecutionStatus.CONTINUED_AS_NEW]
     except RPCError as error:
         raise CliError(f"Could not list runs: {error.message}") from error
-    if not indexed and wanted.question:
-        rows = [row for row in rows if wanted.matches_question(question_in(row.memo.get(QUESTION)))]
+    rows = [row for row in rows if wanted.keeps_question(question_in(row.memo.get(QUESTION)), indexed)]
     memos = [usage_in(row.memo.get(USAGE_MEMO)) for row in rows]
     summary = summarise(zip([actor_in(row.memo.get(STARTED_BY)) for row in rows], [kind_of(row) for row in rows],
                             await spent(client, rows, memos), [state_label(row.status) for row in rows], strict=True))

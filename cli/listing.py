@@ -41,7 +41,7 @@ async def list_runs(args: argparse.Namespace, settings: Settings) -> int:
     indexed = indexes_questions(client)
     try:
         page = await list_page(client, wanted.visibility_query(question_indexed=indexed), args.limit, args.page,
-                               keep=lambda run: indexed or wanted.matches_question(run.question))
+                               keep=lambda run: wanted.keeps_question(run.question, indexed))
     except QueryError as error:
         raise CliError(f"--page: {error}") from None
     except RPCError as error:

@@ -110,6 +110,12 @@ class RunFilter(BaseModel):
         held = {word.casefold() for word in re.findall(r"\w+", question or "")}
         return all(word.casefold() in held for word in self.words())
 
+    def keeps_question(self, question: str | None, question_indexed: bool) -> bool:
+        """Whether a listed run with ``question`` passes the question filter: where the index keeps
+        questions, the query held it to them already (``clauses``); else its words are checked here.
+        What every listing keeps (the API's, ``starter.py list`` and ``costs``)."""
+        return question_indexed or self.matches_question(question)
+
 
 def _instant(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")

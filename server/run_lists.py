@@ -82,8 +82,7 @@ class RunLists:
         return wanted.visibility_query(scope, question_indexed=indexes_questions(self.client))
 
     def _keep(self, wanted: RunFilter, who: Principal, run: ListedRun) -> bool:
-        question = indexes_questions(self.client) or wanted.matches_question(run.question)
-        return question and who.may(Act.SEE, run.started_by)
+        return wanted.keeps_question(run.question, indexes_questions(self.client)) and who.may(Act.SEE, run.started_by)
 
     async def overview(self, who: Principal, params: Mapping[str, str]) -> dict[str, Any]:
         """A page of the runs ``who`` may see that the filters in ``params`` match, newest first."""
