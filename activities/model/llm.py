@@ -25,6 +25,7 @@ from langchain_openai import ChatOpenAI
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.guards.secret_scrubber import SecretScrubber
 from activities.model import json_tools, reply_calls, token_stream
 from activities.model.call_costs import priced, quota_tokens_of, reply_usage
 from activities.model.clients import KeptClients
@@ -229,6 +230,7 @@ class ModelActivities:
         self.tool_support = ToolSupport(kept=KeptVerdicts(settings.home, PROBE_TTL_SECONDS))
         self.windows = ContextWindows()
         self.clients = KeptClients(settings)
+        self.scrubber = SecretScrubber.for_settings(settings)  # the token previews' (activities/model/token_stream.py)
 
     async def warm(self) -> None:
         """At worker start, what a run's first turn of each tier would otherwise pay on its critical
@@ -404,7 +406,7 @@ class ModelActivities:
                 await spend_tokens(settings.llm_tokens_per_minute, quota_tokens)
                 async with provider_slot("llm", settings.llm_max_concurrency):
                     return await token_stream.invoke(runnable, _to_langchain(system_prompt, messages),
-                                                      request.prompt, settings)
+                                                      request.prompt, settings, self.scrubber)
             except openai.APIStatusError as error:
                 overflow = overflow_of(error)
                 if overflow is not None:  # a 400 too, but not about the format

@@ -123,9 +123,11 @@ class Publisher:
             self.stopped = True
 
 
-async def invoke(runnable: Any, messages: list[BaseMessage], agent: str, settings: Settings) -> AIMessage:
+async def invoke(runnable: Any, messages: list[BaseMessage], agent: str, settings: Settings,
+                 scrubber: SecretScrubber) -> AIMessage:
     """The ``chat`` activity's hook: ``runnable.ainvoke(messages)``, or, when there is a sink, the
-    same reply assembled from the model's stream while its text is previewed."""
+    same reply assembled from the model's stream while its text is previewed, through ``scrubber``
+    (the worker's, built once with its settings: their secrets do not change from call to call)."""
     sink = configured_sink(settings)
     if sink is None:
         return await runnable.ainvoke(messages)
@@ -133,7 +135,7 @@ async def invoke(runnable: Any, messages: list[BaseMessage], agent: str, setting
     head = {"workflow_id": info.workflow_id or "", "run_id": info.workflow_run_id or "",
             "activity_id": info.activity_id, "attempt": info.attempt, "agent": agent}
     # Built per call: its head names this call's run and attempt.
-    publisher = Publisher(sink, head, SecretScrubber.for_settings(settings), settings)
+    publisher = Publisher(sink, head, scrubber, settings)
     complete = False
     try:
         reply = await _assemble(runnable.astream(messages), publisher)
