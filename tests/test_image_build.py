@@ -282,7 +282,9 @@ async def test_every_compose_service_of_the_image_starts_from_it_and_gets_health
     ignored = [record for record in records if record["message"].startswith("Ignored plan_feedback")]
     assert len(ignored) == 1 and ignored[0].items() >= {**run, "workflow_type": WORKFLOW_TYPE}.items(), ignored
     chats = [record for record in records if record.get("activity_type") == "chat"]
-    assert chats and all(record.items() >= {**run, "attempt": 1}.items() for record in chats), records
+    # Each names its attempt; not always the first on a loaded host, where a call can time out and retry.
+    assert chats and all(record.items() >= run.items() and isinstance(record.get("attempt"), int)
+                         and record["attempt"] >= 1 for record in chats), records
     # The CLI service (`docker compose run cli list`: the command replaces the service's), on the same server.
     cli = services["cli"]
     result = subprocess.run([*service_command({"entrypoint": cli["entrypoint"]}, image), "list"], cwd=image.app,
