@@ -57,6 +57,12 @@ async def fork(runs: Runs, run: str, body: Any, who: Principal) -> str:
 async def visible_forks(runs: Runs, run: str, who: Principal) -> list[ForkListed]:
     """The forks of ``run`` that ``who`` may see (``run`` itself checked first)."""
     await runs.handle(run, who, Act.SEE)
+    return await forks_seen_by(runs, run, who)
+
+
+async def forks_seen_by(runs: Runs, run: str, who: Principal) -> list[ForkListed]:
+    """The forks of ``run`` that ``who`` may see, for a caller that has just checked that ``who`` may
+    see ``run`` (the inspection: its check described the run, and another would describe it again)."""
     return [found for found in await forks_of(runs.client, run) if who.may(Act.SEE, found.started_by)]
 
 

@@ -53,9 +53,9 @@ async def show(request: Request) -> Any:
 async def inspection(request: Request) -> Any:
     """The run's timeline, with the forks of it the caller may see (the run's source is in its history)."""
     runs, run, who = services(request).runs, request.path_params["run"], principal(request)
-    shown = await runs.inspection(run, who)
+    shown = await runs.inspection(run, who)  # checks that ``who`` may see the run first
     shown["forks"] = [{"workflow_id": found.workflow_id, "at": found.at}
-                      for found in await forks.visible_forks(runs, run, who)]
+                      for found in await forks.forks_seen_by(runs, run, who)]
     return shown
 
 
