@@ -32,6 +32,7 @@ from runtime.front_door import CliError, connect
 from runtime.memo_listing import memo_rows
 from runtime.run_listing import RunFilter
 from runtime.run_memo import QUESTION, STARTED_BY, actor_in, indexes_questions, question_in, usage_in, usage_memo
+from runtime.visibility_query import all_of, instant, one_of, quoted
 from workflows.content.flow_usage import COUNTED_FLOWS, USAGE_QUERY
 from workflows.contracts.research import WORKFLOW_TYPE
 from workflows.contracts.usage import Usage
@@ -127,8 +128,7 @@ async def costs(args: argparse.Namespace, settings: Settings) -> int:
     since = datetime.now(UTC) - args.since
     indexed = indexes_questions(client)
     if wanted == RunFilter(since=args.since):
-        types = ", ".join(f"'{kind}'" for kind in (WORKFLOW_TYPE, *COUNTED_FLOWS))
-        query = f"WorkflowType IN ({types}) AND StartTime > '{since.isoformat(timespec='seconds')}'"
+        query = all_of(one_of("WorkflowType", (WORKFLOW_TYPE, *COUNTED_FLOWS)), f"StartTime > {quoted(instant(since))}")
     else:
         await missing_for(client, wanted)
         query = wanted.visibility_query(question_indexed=indexed)

@@ -29,6 +29,7 @@ from config.settings import Settings
 from runtime.front_door import CliError, connect
 from runtime.history_export import self_contained
 from runtime.replay import diverged, replayer
+from runtime.visibility_query import all_of, instant, one_of, quoted
 from workflows.catalog import WORKFLOW_TYPES
 
 PAGE_SIZE = 100
@@ -58,14 +59,9 @@ class FleetReport:
 def fleet_query(since: datetime | None, query: str | None, include_open: bool) -> str:
     """The visibility query: our workflow types, closed (and open, with ``include_open``) since ``since``,
     and the operator's own ``query``."""
-    names = ", ".join(f"'{name}'" for name in WORKFLOW_TYPES)
-    parts = [f"WorkflowType IN ({names})"]
-    closed = "ExecutionStatus != 'Running'" + (f" AND CloseTime > '{since.isoformat(timespec='seconds')}'"
-                                               if since else "")
-    parts.append(f"(ExecutionStatus = 'Running' OR ({closed}))" if include_open else closed)
-    if query:
-        parts.append(f"({query})")
-    return " AND ".join(parts)
+    closed = ("ExecutionStatus != 'Running'", f"CloseTime > {quoted(instant(since))}" if since else "")
+    status = (f"ExecutionStatus = 'Running' OR ({all_of(*closed)})",) if include_open else closed
+    return all_of(one_of("WorkflowType", WORKFLOW_TYPES), *status, query or "")
 
 
 async def replay_fleet(args: argparse.Namespace, settings: Settings) -> int:

@@ -27,7 +27,7 @@ from runtime.memo_listing import memo_fields
 from runtime.run_memo import QUESTION as QUESTION_MEMO
 from runtime.run_memo import STARTED_BY as STARTED_BY_MEMO
 from runtime.run_memo import actor_in, question_in, starter_keyword, starter_keywords
-from runtime.visibility_query import MAX_QUERY_CHARS, QueryError, all_of, canonical_query, quoted
+from runtime.visibility_query import MAX_QUERY_CHARS, QueryError, all_of, canonical_query, instant, one_of, quoted
 from workflows.contracts.decisions import Actor
 from workflows.contracts.research import WORKFLOW_TYPE
 from workflows.contracts.status import Awaiting, Phase
@@ -90,13 +90,13 @@ class RunFilter(BaseModel):
         if self.awaiting:
             clauses.append(f"{AWAITING.name} = {quoted(self.awaiting.value)}")
         if self.started_by:
-            clauses.append(f"{STARTED_BY.name} IN ({', '.join(map(quoted, starter_keywords(self.started_by)))})")
+            clauses.append(one_of(STARTED_BY.name, starter_keywords(self.started_by)))
         if question_indexed:
             clauses += [f"{QUESTION.name} = {quoted(word)}" for word in self.words()]
         if self.since:
-            clauses.append(f"StartTime > {quoted(_instant(now - self.since))}")
+            clauses.append(f"StartTime > {quoted(instant(now - self.since))}")
         if self.older_than:
-            clauses.append(f"StartTime < {quoted(_instant(now - self.older_than))}")
+            clauses.append(f"StartTime < {quoted(instant(now - self.older_than))}")
         if self.query:
             clauses.append(self.query)
         return clauses
@@ -115,10 +115,6 @@ class RunFilter(BaseModel):
         questions, the query held it to them already (``clauses``); else its words are checked here.
         What every listing keeps (the API's, ``starter.py list`` and ``costs``)."""
         return question_indexed or self.matches_question(question)
-
-
-def _instant(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def owner_scope(actor: Actor) -> str:

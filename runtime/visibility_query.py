@@ -19,7 +19,9 @@ text, and the text, its nesting and its comparisons are bounded.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 MAX_QUERY_CHARS = 2_000
 MAX_DEPTH = 16
@@ -186,6 +188,16 @@ def quoted(value: str) -> str:
     backslash matches nothing there, so our own values never hold one (runtime/run_memo.py
     ``starter_keyword`` percent-encodes names, question words are letters and digits)."""
     return "'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def one_of(name: str, values: Iterable[str]) -> str:
+    """``name IN ('a', 'b')``: the attribute holds one of our ``values``, each ``quoted``."""
+    return f"{name} IN ({', '.join(map(quoted, values))})"
+
+
+def instant(moment: datetime) -> str:
+    """A moment as a query's time literal, in UTC (``2026-01-02T03:04:05Z``), for ``quoted``."""
+    return moment.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def all_of(*clauses: str) -> str:
