@@ -25,7 +25,7 @@ from workflows.contracts.research import TASK_QUEUE
 ROOT = Path(__file__).resolve().parent.parent
 COMPOSE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
-PASS_THROUGH = ("OPENAI_API_KEY", "OPENAI_BASE_URL", "BASIC_MODEL", "REASONING_MODEL", "TAVILY_API_KEY", "SEARCH_API")
+PASS_THROUGH = ("OPENAI_API_KEY", "TAVILY_API_KEY")  # the keys; the models and search come from deerflow.env
 SECRET_NAME = re.compile(r"KEY|SECRET|PASSWORD|PASSWD|PWD|TOKEN", re.IGNORECASE)
 # What the isolated sandbox uses (sandbox/bootstrap.py), and no more.
 SANDBOX_CAPABILITIES = ("SYS_ADMIN", "SYS_CHROOT", "SETUID", "SETGID", "KILL")

@@ -28,6 +28,15 @@ POLICIES = {"WORKER": "deerflow-payload-writer", "API": "deerflow-payload-writer
             "CODEC": "deerflow-payload-reader", "SANDBOX": "deerflow-payload-reader"}
 ACTIONS = {"deerflow-payload-reader": {"s3:GetObject", "s3:ListBucket"},
            "deerflow-payload-writer": {"s3:GetObject", "s3:PutObject", "s3:ListBucket"}}
+# What a service of ours may set in its `environment:` besides .env's secrets: this stack's own wiring (where
+# Temporal, MinIO, the probes, conf.yaml and the API's preview sink are inside it, and each service's MinIO
+# user and name), the sandbox's containment (its mode, a read-only store user), which its settings file must
+# never loosen, and the collector's endpoint, which the observability profile's command line gives.
+WIRING = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "DEERFLOW_PAYLOAD_STORE", "DEERFLOW_S3_ENDPOINT_URL",
+          "DEERFLOW_S3_BUCKET", "DEERFLOW_S3_REGION", "AWS_EC2_METADATA_DISABLED", "AWS_ACCESS_KEY_ID", "DEERFLOW_HOME",
+          "DEERFLOW_CONF", "DEERFLOW_HEALTH_ADDRESS", "DEERFLOW_METRICS_ADDRESS", "DEERFLOW_TOKEN_STREAM_URL",
+          "OTEL_SERVICE_NAME", "OTEL_EXPORTER_OTLP_ENDPOINT", "DEERFLOW_SANDBOX_MODE", "DEERFLOW_SUBTREES",
+          "DEERFLOW_PAYLOAD_THRESHOLD_BYTES"}
 
 
 @pytest.fixture(scope="module")
@@ -73,6 +82,26 @@ def test_every_service_reads_a_settings_file_of_the_shipped_folder(services: dic
     commented = [line for line in (SHIPPED / "minio.env").read_text(encoding="utf-8").splitlines()
                  if re.match(r"# MINIO_[A-Z_]+=", line)]
     assert commented and not [line for line in commented if "PASSWORD" in line or "ROOT_USER" in line]
+
+
+def test_no_service_environment_overrides_its_settings_file(services: dict[str, Any]) -> None:
+    """A setting in a settings file reaches the service as written. compose's ``environment:`` wins over
+    ``env_file``, and a ``${NAME:-default}`` there is always set: the worker's ``BASIC_MODEL`` and
+    ``SEARCH_API``, every service's ``LOG_LEVEL`` and ``LOG_FORMAT`` and the API's origins replaced the team's
+    deerflow.env with .env's value or the default, silently. Only this stack's wiring and .env's secrets may
+    be set there."""
+    for name, service in services.items():
+        files = [Path(path).name for path in service.get("env_file") or []]
+        if not {"deerflow.env", "sandbox.env"} & set(files):
+            continue  # third-party services: their files hold their own images' settings
+        overridden = sorted(variable for variable in service.get("environment") or {}
+                            if variable not in WIRING and not is_secret(variable))
+        assert not overridden, f"{name}: its environment replaces {overridden} of its settings file"
+    # Every setting the shipped file offers is one a service would take from it.
+    examples = {line.lstrip("# ").split("=", 1)[0] for line in (SHIPPED / "deerflow.env").read_text().splitlines()
+                if re.match(r"#? ?[A-Z_]+=", line)}
+    assert {"BASIC_MODEL", "SEARCH_API", "LOG_LEVEL", "LOG_FORMAT", "DEERFLOW_WEB_ALLOWED_ORIGINS"} <= examples
+    assert not examples & WIRING
 
 
 def test_the_worker_mounts_conf_yaml_read_only_and_reads_it(services: dict[str, Any], tmp_path: Path) -> None:

@@ -112,6 +112,7 @@ def test_the_worker_has_the_team_settings_and_conf_yaml(stack: Stack) -> None:
     assert {name: settings[name].rsplit("  ", 1)[1] for name in TEAM_SETTINGS} == \
         dict.fromkeys(TEAM_SETTINGS, "(environment)")
     assert settings["DEERFLOW_RUN_TOKEN_BUDGET"] == "2000000  (environment)"
+    assert settings["BASIC_MODEL"] == "team-model  (environment)"  # not a default of the compose file's
     assert settings["DEERFLOW_TTS_URL"] == f"{TEAM_SETTINGS['DEERFLOW_TTS_URL']}  (environment)"
     assert settings["DEERFLOW_MODEL_PRICES"].startswith('{"team-model": {"input": 0.5, "output": 1.5,')
     assert settings["MCP_SERVERS"] == "[team-docs]  (/etc/deerflow/conf.yaml)"

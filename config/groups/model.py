@@ -138,9 +138,8 @@ class ModelSettings(SettingsGroup):
         """Whether the operator named a model provider (env, .env or conf.yaml); else the offline demo.
 
         A key names one; so does an endpoint without a key (a local server), except OpenAI's own
-        public one, which answers nothing without a key: docker-compose.yml passes it as the default
-        so that an empty value never reaches openai-python, and that alone must not send a keyless
-        worker to the internet instead of the demo.
+        public one, which answers nothing without a key: a settings file that spells out that default
+        alone must not send a keyless worker to the internet instead of the demo.
         """
         return bool(self.openai_api_key or
                     (self.openai_base_url and self.openai_base_url.rstrip("/") != OPENAI_PUBLIC_BASE_URL))

@@ -35,8 +35,10 @@ SECRETS = {
     "DEERFLOW_TOKEN_STREAM_TOKEN": "deploy-test-token-stream-secret",
 }
 # The team's settings: each model call takes as long as a real provider's short reply, so a stop lands
-# mid-call; a budget, prices and a speech endpoint, which the worker gets from its env_file only.
-TEAM_SETTINGS = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.5", "DEERFLOW_RUN_TOKEN_BUDGET": "2000000",
+# mid-call; a model (no key: still the offline demo), a budget, prices and a speech endpoint, which the
+# worker gets from its env_file only.
+TEAM_SETTINGS = {"DEERFLOW_OFFLINE_MODEL_LATENCY": "1.5", "BASIC_MODEL": "team-model",
+                 "DEERFLOW_RUN_TOKEN_BUDGET": "2000000",
                  "DEERFLOW_MODEL_PRICES": '{"team-model": {"input": 0.5, "output": 1.5}}',
                  "DEERFLOW_TTS_URL": "https://api.openai.com/v1/audio/speech"}
 # A variable each settings file of the test's folder sets to its own name: a container's environment shows
