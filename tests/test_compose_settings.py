@@ -17,6 +17,7 @@ import yaml
 
 from config.settings import is_secret, load_settings
 from runtime.token_stream_format import PATH as TOKEN_STREAM_PATH
+from tests.support.image_replay import env_file_values
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTINGS_DIR = "${DEERFLOW_SETTINGS_DIR:-./deploy/compose}"
@@ -44,20 +45,13 @@ def services() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text(encoding="utf-8"))["services"]
 
 
-def assignments(path: Path) -> dict[str, str]:
-    """The ``NAME=value`` lines of an env file (comments and blank lines skipped)."""
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and
-             not line.lstrip().startswith("#")]
-    return dict(line.split("=", 1) for line in lines)
-
-
 def test_every_service_of_ours_reads_the_teams_settings_file(services: dict[str, Any]) -> None:
     for name in TEAM:
         assert services[name]["env_file"] == [f"{SETTINGS_DIR}/deerflow.env"], name
     # The shipped files are what a fresh clone runs with: valid settings, and no secret among them
     # (keys go in .env, which compose hands only to the services that need each).
     for file in ("deerflow.env", "sandbox.env"):
-        values = assignments(SHIPPED / file)
+        values = env_file_values(SHIPPED / file)
         assert not [name for name in values if is_secret(name)], file
         load_settings(values)
     examples = [line.lstrip("# ").split("=", 1)[0] for line in (SHIPPED / "deerflow.env").read_text().splitlines()
@@ -75,7 +69,7 @@ def test_every_service_reads_a_settings_file_of_the_shipped_folder(services: dic
         for path in read:
             folder, _, file = path.rpartition("/")
             assert folder == SETTINGS_DIR, (name, path)
-            values = assignments(SHIPPED / file)
+            values = env_file_values(SHIPPED / file)
             assert not [variable for variable in values if is_secret(variable)], file
     # Third-party services read their own file, never the team's (which the keyed services read).
     assert {name for name, read in files.items() if f"{SETTINGS_DIR}/deerflow.env" in read} == set(TEAM)

@@ -137,9 +137,22 @@ def service_command(service: dict[str, Any], image: Image) -> list[str]:
     return [str(image.python) if part == "python" else part for part in command]
 
 
+def env_file_values(path: Path) -> dict[str, str]:
+    """The ``NAME=value`` lines of an env file, as compose reads them (comments and blank lines skipped)."""
+    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and
+             not line.lstrip().startswith("#")]
+    return dict(line.split("=", 1) for line in lines)
+
+
 def service_environment(service: dict[str, Any], operator: dict[str, str]) -> dict[str, str]:
+    """What compose gives the service's process: its env_file files (paths with the operator's values, relative
+    to the compose file), then its ``environment:``, which wins."""
+    files = {}
+    for path in service.get("env_file") or []:
+        files.update(env_file_values(ROOT / interpolate(path, operator)))
     env = service.get("environment") or {}
-    return {name: interpolate("" if value is None else str(value), operator) for name, value in env.items()}
+    files.update({name: interpolate("" if value is None else str(value), operator) for name, value in env.items()})
+    return files
 
 
 def image_services(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
