@@ -102,10 +102,10 @@ async def matching(client: Client, wanted: RunFilter, scope: str | None = None) 
     return runs if indexed else [run for run in runs if wanted.matches_question(await question_of(run))]
 
 
-async def for_each(executions: list[WorkflowExecution], act: Act, at_once: int = AT_ONCE) -> BulkOutcome:
-    """``act`` on each run, ``at_once`` at a time; a run ``act`` answers None for is not counted
+async def for_each(executions: list[WorkflowExecution], act: Act) -> BulkOutcome:
+    """``act`` on each run, :data:`AT_ONCE` at a time; a run ``act`` answers None for is not counted
     (a run the caller may not even see)."""
-    outcome, gate = BulkOutcome(), asyncio.Semaphore(at_once)
+    outcome, gate = BulkOutcome(), asyncio.Semaphore(AT_ONCE)
 
     async def one(execution: WorkflowExecution) -> None:
         async with gate:
