@@ -57,6 +57,15 @@ async def _as_test(recorded: WorkflowHistory, converter: DataConverter, name: st
     return 0
 
 
+def history_file(path: str, workflow_id: str | None) -> WorkflowHistory:
+    """The history file at ``path`` (runtime/history_export.py ``read_history_file``), or the one line
+    saying why not: ``replay --file`` and ``inspect --file`` read one alike."""
+    try:
+        return read_history_file(path, workflow_id)
+    except (OSError, ValueError) as error:
+        raise CliError(f"Cannot read history file {path}: {error}") from error
+
+
 async def _resolved(recorded: WorkflowHistory, converter: DataConverter, otherwise: str, *,
                     encrypted: bool = True) -> WorkflowHistory:
     """The history with its payload references resolved (runtime/history_export.py), or one clear
@@ -79,10 +88,7 @@ async def replay(args: argparse.Namespace, settings: Settings) -> int:
 
         return await replay_fleet(args, settings)
     if args.file:
-        try:
-            recorded = read_history_file(args.file, args.id)
-        except (OSError, ValueError) as error:
-            raise CliError(f"Cannot read history file {args.file}: {error}") from error
+        recorded = history_file(args.file, args.id)
     elif args.id:
         client = await connect(settings, ensure_worker=False)
         handle = client.get_workflow_handle(args.id)

@@ -15,6 +15,7 @@ import sys
 from temporalio.service import RPCError
 
 from activities.guards.secret_scrubber import SecretScrubber
+from cli.history import history_file
 from cli.inspection_html import render_html
 from cli.inspection_text import PART_LIMIT, render
 from cli.runs import _check_output, _describe, _forks, _write_file
@@ -22,7 +23,6 @@ from cli.terminal import printable_json
 from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.front_door import CliError, connect
-from runtime.history_export import read_history_file
 from runtime.inspection_model import ForkLink, RunInspection
 from runtime.inspection_source import inspect_histories, inspect_run
 
@@ -45,10 +45,7 @@ async def inspect_command(args: argparse.Namespace, settings: Settings) -> int:
 
 async def _inspection(args: argparse.Namespace, settings: Settings) -> RunInspection:
     if args.file:
-        try:
-            recorded = read_history_file(args.file, args.id)
-        except (OSError, ValueError) as error:
-            raise CliError(f"Cannot read history file {args.file}: {error}") from error
+        recorded = history_file(args.file, args.id)
         return await inspect_histories([recorded], data_converter(settings), f"file {args.file}")
     if not args.id:
         raise CliError("inspect needs a run ID or --file FILE.json")
