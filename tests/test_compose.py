@@ -335,3 +335,16 @@ def test_the_offline_override_keeps_the_stack_on_the_machine(compose: dict[str, 
     services = override["services"]
     assert set(services) == set(compose["services"]) - {"otel-collector", "prometheus"}  # profiles it never runs
     assert {name for name, service in services.items() if service.get("dns") != ["127.0.0.1"]} == set()
+
+
+def test_the_offline_override_builds_on_the_offline_base(compose: dict[str, Any]) -> None:
+    """`up --build` with the override (an operator's upgrade where no registry is reached) builds every image
+    the shipped file builds on the offline base: on the Dockerfile's public default it tried to pull it, and
+    failed before recreating anything."""
+    override = yaml.safe_load((ROOT / "deploy" / "offline" / "docker-compose.offline.yml").read_text(encoding="utf-8"))
+    built = {name for name, service in compose["services"].items() if "build" in service}
+    assert built == {"worker", "sandbox"}
+    for name in built:
+        build = override["services"][name].get("build") or {}
+        assert {key: build.get(key) for key in ("context", "dockerfile")} == compose["services"][name]["build"], name
+        assert build["args"]["BASE_IMAGE"] == "${OFFLINE_BASE_IMAGE:-deerflow-base:bookworm-python3.11}", name
