@@ -47,8 +47,9 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from runtime import research_client
+from runtime.memo_listing import memo_fields
 from runtime.run_listing import RunFilter
-from runtime.run_memo import indexes_questions, question_of
+from runtime.run_memo import QUESTION, indexes_questions, question_in
 from workflows.calls.errors import failure_message
 from workflows.contracts.decisions import Actor
 from workflows.research.review import ACCEPTED
@@ -95,11 +96,14 @@ Act = Callable[[WorkflowExecution], Awaitable[tuple[Verdict, str] | None]]
 
 async def matching(client: Client, wanted: RunFilter, scope: str | None = None) -> list[WorkflowExecution]:
     """Every run ``wanted`` matches now within ``scope`` (a page of up to 1,000 a request). Where the
-    index keeps no questions (encrypted payloads), the question's words are checked on each run's memo."""
+    index keeps no questions (encrypted payloads), the question's words are checked on each run's memo,
+    all read with one converter (runtime/memo_listing.py)."""
     indexed = indexes_questions(client)
     query = wanted.visibility_query(scope, question_indexed=indexed)
     runs = [execution async for execution in client.list_workflows(query)]
-    return runs if indexed else [run for run in runs if wanted.matches_question(await question_of(run))]
+    memos = await memo_fields(client, [run.raw_info for run in runs], () if indexed else (QUESTION,))
+    return [run for run, memo in zip(runs, memos, strict=True)
+            if wanted.keeps_question(question_in(memo.get(QUESTION)), indexed)]
 
 
 async def for_each(executions: list[WorkflowExecution], act: Act) -> BulkOutcome:

@@ -95,10 +95,6 @@ async def started_by(execution: WorkflowExecution | WorkflowExecutionDescription
     return actor_in(await execution.memo_value(STARTED_BY, None))
 
 
-async def question_of(execution: WorkflowExecution) -> str | None:
-    return question_in(await execution.memo_value(QUESTION, None))
-
-
 async def usage_memo(execution: WorkflowExecution) -> Usage | None:
     """What the run had spent at its last phase change, as its memo says (None: a run from before,
     a content flow, or a value this build cannot read)."""

@@ -30,11 +30,12 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from cli import bulk
 from config.settings import Settings, load_settings
 from runtime import research_client
-from runtime.bulk_decisions import BulkOutcome, Verdict, accept_plan, decision_id
+from runtime.bulk_decisions import BulkOutcome, Verdict, accept_plan, decision_id, matching
 from runtime.converter import data_converter
 from runtime.memo_listing import memo_rows
+from runtime.run_listing import RunFilter, list_page
 from runtime.run_memo import QUESTION as QUESTION_MEMO
-from runtime.run_memo import STARTED_BY, actor_in, run_memo, usage_in
+from runtime.run_memo import STARTED_BY, actor_in, indexes_questions, run_memo, usage_in
 from runtime.visibility_query import all_of, quoted
 from tests.support.processes import DevServer, WorkerProcess, run_starter, start_worker
 from tests.support.runs import run_id
@@ -315,6 +316,33 @@ async def test_a_listing_read_for_its_memos_reads_what_the_sdk_reads_and_a_bad_f
         raw = (await sealed.workflow_service.describe_workflow_execution(DescribeWorkflowExecutionRequest(
             namespace=sealed.namespace, execution=WorkflowExecution(workflow_id=first.id))))
         assert raw.workflow_execution_info.memo.fields[USAGE_MEMO].metadata["encoding"] == b"binary/encrypted"
+    finally:
+        for handle in started:
+            await handle.terminate()
+
+
+async def test_where_questions_are_not_indexed_lists_and_bulk_decisions_read_them_past_a_broken_memo(
+        dev_server: DevServer, tmp_path: Path) -> None:
+    """Encrypted payloads: the index keeps no questions, so a list's page and the runs a bulk decision
+    acts on are held to a question filter by each run's memo (``RunFilter.keeps_question``), read with
+    one converter (runtime/memo_listing.py). A question anyone wrote that no decoding reads lists its
+    run without one; it fails neither the page nor the decision's listing (it did both)."""
+    settings = Settings(DEERFLOW_HOME=tmp_path, DEERFLOW_ENCRYPTION_KEYS=f"k1:{base64.b64encode(bytes(32)).decode()}")
+    sealed = await Client.connect(dev_server.address, data_converter=data_converter(settings))
+    assert not indexes_questions(sealed)
+    tag = tagged()
+    broken = Payload(metadata={"encoding": b"json/plain"}, data=b"{not json")
+    started = [await sealed.start_workflow(WORKFLOW_TYPE, id=run_id(tag), task_queue="no-such-queue", memo=memo)
+               for memo in ({QUESTION_MEMO: f"pumps {tag}"}, {QUESTION_MEMO: f"valves {tag}"},
+                            {QUESTION_MEMO: broken}, {})]
+    query = f"WorkflowId STARTS_WITH {quoted(f'{tag}-')}"
+    try:
+        await count_matching(sealed, query, len(started))
+        pumps = await matching(sealed, RunFilter(question=f"pumps {tag}", query=query))
+        assert [run.id for run in pumps] == [started[0].id]
+        page = await list_page(sealed, RunFilter(query=query).visibility_query(question_indexed=False), 10)
+        assert {run.id: run.question for run in page.runs} == {
+            started[0].id: f"pumps {tag}", started[1].id: f"valves {tag}", started[2].id: None, started[3].id: None}
     finally:
         for handle in started:
             await handle.terminate()
