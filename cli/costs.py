@@ -29,9 +29,9 @@ from cli.terminal import printable
 from config.settings import Settings
 from runtime import research_client
 from runtime.front_door import CliError, connect
-from runtime.memo_listing import memo_rows
+from runtime.memo_listing import memo_fields, memo_rows
 from runtime.run_listing import RunFilter
-from runtime.run_memo import QUESTION, STARTED_BY, actor_in, indexes_questions, question_in, usage_in, usage_memo
+from runtime.run_memo import QUESTION, STARTED_BY, actor_in, indexes_questions, question_in, usage_in
 from runtime.visibility_query import all_of, instant, one_of, quoted
 from workflows.content.flow_usage import COUNTED_FLOWS, USAGE_QUERY
 from workflows.contracts.research import WORKFLOW_TYPE
@@ -84,8 +84,10 @@ async def run_usage(client: Client, run: Counted) -> Usage | None:
 
 
 async def usages(client: Client, executions: Sequence[WorkflowExecution]) -> list[Usage | None]:
-    """Each listed execution's usage (``spent``), its memo read from the execution."""
-    return await spent(client, executions, [await usage_memo(execution) for execution in executions])
+    """Each listed execution's usage (``spent``), its memo as the listing brought it (one converter for
+    them all: runtime/memo_listing.py)."""
+    memos = await memo_fields(client, [execution.raw_info for execution in executions], (USAGE_MEMO,))
+    return await spent(client, executions, [usage_in(memo.get(USAGE_MEMO)) for memo in memos])
 
 
 async def spent(client: Client, runs: Sequence[Counted], memos: Sequence[Usage | None]) -> list[Usage | None]:

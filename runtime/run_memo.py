@@ -31,7 +31,6 @@ from workflows.contracts.fork_point import ForkPoint
 from workflows.contracts.usage import Usage
 from workflows.research.visibility import QUESTION as QUESTION_KEY
 from workflows.research.visibility import STARTED_BY as STARTED_BY_KEY
-from workflows.research.visibility import USAGE_MEMO
 
 QUESTION = "question"
 STARTED_BY = "started_by"
@@ -95,12 +94,6 @@ async def started_by(execution: WorkflowExecution | WorkflowExecutionDescription
     return actor_in(await execution.memo_value(STARTED_BY, None))
 
 
-async def usage_memo(execution: WorkflowExecution) -> Usage | None:
-    """What the run had spent at its last phase change, as its memo says (None: a run from before,
-    a content flow, or a value this build cannot read)."""
-    return usage_in(await execution.memo_value(USAGE_MEMO, None))
-
-
 def actor_in(value: object) -> Actor | None:
     """A memo's ``started_by`` value as an ``Actor`` (None: absent, or not one)."""
     try:
@@ -114,7 +107,8 @@ def question_in(value: object) -> str | None:
 
 
 def usage_in(value: object) -> Usage | None:
-    """A memo's ``usage`` value as a ``Usage`` (None: absent, or not one)."""
+    """A memo's ``usage`` value as a ``Usage``: what the run had spent at its last phase change (None:
+    absent, a run from before, a content flow, or not one)."""
     try:
         return Usage.model_validate(value) if value is not None else None
     except ValidationError:
