@@ -83,4 +83,4 @@ deploy-images: $(VENV)/.installed
 	$(DOCKER_BUILD) -f deploy/offline/s3.Dockerfile -t deerflow-s3-standin:offline .
 
 deploy-test: deploy-images
-	DEERFLOW_DEPLOY_TEST=1 DOCKER=$(DOCKER) $(PY) -m pytest -q -p no:xdist -s tests/test_deploy_stack.py
+	DEERFLOW_DEPLOY_TEST=1 DOCKER=$(DOCKER) $(PY) -m pytest -q -p no:xdist -s tests/test_deploy_stack.py tests/test_kubernetes_pods.py
