@@ -56,7 +56,7 @@ class TelemetrySettings(SettingsGroup):
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(default="INFO", alias="LOG_LEVEL")
     """Logging level of the worker and servers (DeerFlow's `DEBUG=True` means `DEBUG`)."""
     log_format: Literal["text", "json"] = Field(default="text", alias="LOG_FORMAT")
-    """`text`, or `json`: one object per line with the run's ids (compose sets it)."""
+    """`text`, or `json`: one object per line with the run's ids (compose's settings files set it)."""
 
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
