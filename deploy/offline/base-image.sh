@@ -10,6 +10,9 @@
 set -euo pipefail
 TAG=${1:-deerflow-base:bookworm-python3.11}
 DOCKER=${DOCKER:-docker}
+# A daemon that is not running would look like a missing image: minutes of mmdebstrap, then a
+# failed import. Say so first.
+"$DOCKER" info >/dev/null 2>&1 || { echo "$DOCKER cannot reach its daemon (is dockerd running?)" >&2; exit 1; }
 if "$DOCKER" image inspect "$TAG" >/dev/null 2>&1; then
     echo "$TAG: already built"
     exit 0
