@@ -451,9 +451,15 @@ def run_main(main: Coroutine[Any, Any, None]) -> NoReturn:
 
     Every process the bench started is stopped inside ``main`` (``bench_stack``), so skipping
     finalization loses nothing; an exception is printed and exits 1, a missed target does not.
+    ``SystemExit`` (argparse's ``--help`` or a bad flag, parsed inside ``main``) exits with its own
+    code and its own message, not a traceback.
     """
     try:
         asyncio.run(main)
+    except SystemExit as leaving:
+        if isinstance(leaving.code, str):
+            print(leaving.code, file=sys.stderr)
+        exit_now(leaving.code if isinstance(leaving.code, int) else 0 if leaving.code is None else 1)
     except BaseException:
         traceback.print_exc()
         exit_now(1)
