@@ -18,15 +18,14 @@
 
 from __future__ import annotations
 
-import argparse
+import sys
 from typing import TYPE_CHECKING, NoReturn
 
-from cli import main as cli_main
-from cli.parser import ServerCommands
-from cli.parser import build_parser as build_cli_parser
-from runtime.shutdown import exit_now
+from cli.command_client import served
 
 if TYPE_CHECKING:
+    import argparse
+
     from config.settings import Settings
 
 
@@ -47,16 +46,28 @@ async def codec_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The CLI's parser (cli/parser.py) with our web servers as its ``serve`` and ``codec-server``."""
+    from cli.parser import ServerCommands
+    from cli.parser import build_parser as build_cli_parser
+
     return build_cli_parser(ServerCommands(serve=serve_command, codec_server=codec_command))
 
 
 def main(argv: list[str] | None = None) -> int:
+    from cli import main as cli_main
+
     return cli_main.main(build_parser(), argv)
 
 
 def run() -> NoReturn:
-    """The ``deerflow`` console script and ``python starter.py``."""
-    exit_now(main())
+    """The ``deerflow`` console script and ``python starter.py``: a short command goes to the command
+    server when one runs (cli/command_client.py), and runs here otherwise. Until then nothing but the
+    standard library is imported, for that path is the one a served command waits on."""
+    code = served(sys.argv[1:])
+    if code is None:
+        code = main()
+    from runtime.shutdown import exit_now
+
+    exit_now(code)
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from cli.actor import cli_actor
+from cli.command_client import stop_command_server
 from cli.render import ended_label
 from cli.runs import _describe
 from config.settings import Settings
@@ -41,5 +42,7 @@ async def cancel(args: argparse.Namespace, settings: Settings) -> int:
 
 async def down(args: argparse.Namespace, settings: Settings) -> int:
     stopped = EmbeddedStack(settings).stop()
+    if stop_command_server():
+        stopped.append("command server")
     print(f"Stopped: {', '.join(stopped)}" if stopped else "Nothing to stop.")
     return 0

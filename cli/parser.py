@@ -80,6 +80,12 @@ def build_parser(servers: ServerCommands) -> argparse.ArgumentParser:
     return parser
 
 
+def command_handlers(parser: argparse.ArgumentParser) -> dict[str, Handler]:
+    """Each subcommand's handler, by name: the command server loads the served ones' modules ahead."""
+    subcommands = next(action for action in parser._actions if isinstance(action, Subcommands))
+    return {name: command.get_default("handler") for name, command in subcommands.choices.items()}
+
+
 def _add_run(sub: Subcommands) -> None:
     """Start a research run: the question and every flag of its request."""
     run = sub.add_parser("run", help="start a research run and follow it")

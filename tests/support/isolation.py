@@ -26,6 +26,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from cli.command_client import SWITCH as COMMAND_SERVER_SWITCH
 from config.settings import Settings
 
 SANDBOX_UID_BASE = 64064  # above the default 64000, which tests/test_sandbox_deployment.py's worker keeps
@@ -38,6 +39,9 @@ def isolate_this_process() -> str:
     sandbox uid pool, temp directory and home; returns the directory, for the caller to remove."""
     index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw"))
     os.environ["DEERFLOW_SANDBOX_UID_BASE"] = str(SANDBOX_UID_BASE + 64 * index)
+    # Commands run in processes of their own, as a fresh interpreter runs them: no command server
+    # outlives the suite (tests/test_command_server.py turns it on for its own runtime folder).
+    os.environ[COMMAND_SERVER_SWITCH] = "off"
     own_tmp = tempfile.mkdtemp(prefix=f"deerflow-tests-gw{index}-")
     os.chmod(own_tmp, 0o1777)  # like /tmp: processes of other uids started by tests use it too
     os.environ["TMPDIR"] = own_tmp

@@ -1,0 +1,166 @@
+"""Hands a short command to this checkout's command server (cli/command_server.py), when one runs.
+
+Why: a command's own work is a round trip or two to Temporal, but a new interpreter first spends
+0.6-0.7 s of CPU importing Temporal's SDK, pydantic and our settings, ten times what ``temporal``
+takes for the same answer (issue #45). The server has imported them once and forks a child per
+command, which answers in about a tenth of that. Mercurial's ``chg`` does the same for ``hg``.
+
+The child runs the command as this process would: with this process's arguments, environment,
+working directory, umask, niceness and standard streams (their descriptors are passed over the
+socket), so ``.env``, ``conf.yaml``, ``TEMPORAL_ADDRESS``, a pipe or a terminal mean what they mean
+here. Ctrl-C and the other terminal signals are passed on to it, and its exit status is this
+process's. Whatever goes wrong on the way (no server, one of older code, a socket of another user)
+leaves the command to run here, as without a server, and starts a server for the next one.
+
+Only the short commands that read or decide are served; ``run``, ``watch``, ``serve`` and the rest
+start processes or hold a terminal for long, and gain nothing from it. ``DEERFLOW_CLI_SERVER=off`` in
+the environment turns the server off (it is read before anything else loads, so not from ``.env``).
+
+Imports only the standard library: everything here is paid by every command, served or not.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import stat
+import sys
+
+SERVED = frozenset({"status", "report", "list", "costs", "review", "cancel", "answer", "budget"})
+SWITCH = "DEERFLOW_CLI_SERVER"
+# The checkout (or site-packages) whose code a server runs: one server per checkout and interpreter.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_ADDRESS_BYTES = 107  # a Unix socket's path, terminating zero excluded
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
+STALE = b"stale"  # the server's answer when its code is no longer this checkout's
+LAUNCH = "import sys; sys.path.insert(0, sys.argv[1]); from cli.command_server import main; main(sys.argv[2])"
+
+
+def address() -> str | None:
+    """The server's socket: in a folder of this user's only, named after the checkout, the interpreter
+    and the text encodings it starts with (a child keeps its server's). None when the path is too
+    long for a socket."""
+    base = os.environ.get("XDG_RUNTIME_DIR") or os.environ.get("TMPDIR") or "/tmp"
+    identity = "\0".join([ROOT, sys.executable, str(sys.flags.utf8_mode), sys.getfilesystemencoding()])
+    name = hashlib.sha256(identity.encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    path = os.path.join(base, f"deerflow-cli-{os.getuid()}", name)
+    return path if len(os.fsencode(path)) <= MAX_ADDRESS_BYTES else None
+
+
+def private_folder(folder: str) -> bool:
+    """Whether ``folder`` is a directory of this user's that nobody else may enter, creating it if
+    missing. Another user's folder of that name (made first in a shared /tmp) may hold a socket that
+    would read this process's environment, secrets included: never use it."""
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:
+        return False
+    found = os.lstat(folder)
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not found.st_mode & 0o077
+
+
+def peer_uid(channel: socket.socket) -> int:
+    """The user ID of the process at the other end of a Unix socket, as the kernel knows it."""
+    credentials = channel.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12)  # pid, uid, gid
+    return int.from_bytes(credentials[4:8], sys.byteorder)
+
+
+def served(argv: list[str]) -> int | None:
+    """``argv``'s exit status, the command run by this checkout's server; None when it is to run in
+    this process (not a served command, the server off or not there: then one is started)."""
+    if not argv or argv[0] not in SERVED or os.environ.get(SWITCH, "on").lower() in ("off", "0", "no", "false"):
+        return None
+    path = address()
+    if path is None or not private_folder(os.path.dirname(path)):
+        return None
+    channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        channel.connect(path)
+        if peer_uid(channel) != os.getuid():
+            return None
+        socket.send_fds(channel, [_request()], [0, 1, 2])
+        reply = channel.recv(64)
+    except OSError:  # no server, or a standard stream closed (it cannot be passed): run it here
+        reply = b""
+    if not reply.isdigit():
+        channel.close()
+        start_server(path)
+        return None
+    with channel:
+        return _outcome(channel, int(reply))
+
+
+def _request() -> bytes:
+    """What the child needs to be this process: arguments, environment and working directory as bytes
+    (a name that is not UTF-8 passes unchanged), umask, niceness and how the standard streams encode."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    streams = {name: [stream.encoding, stream.errors or "strict", stream.line_buffering, stream.write_through]
+               for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr))}
+    return json.dumps({
+        "argv": [os.fsencode(part).decode("latin-1") for part in sys.argv],
+        "env": {key.decode("latin-1"): value.decode("latin-1") for key, value in os.environb.items()},
+        "cwd": os.getcwdb().decode("latin-1"),
+        "umask": umask,
+        "niceness": os.getpriority(os.PRIO_PROCESS, 0),
+        "streams": streams,
+    }).encode()
+
+
+def _outcome(channel: socket.socket, pid: int) -> int:
+    """Pass the terminal's signals on to the child ``pid`` until its server reports how it ended."""
+
+    def forward(number: int, _frame: object) -> None:
+        os.kill(pid, number)  # the server reaps the child only after reporting: the pid is still its
+
+    for number in FORWARDED:
+        signal.signal(number, forward)
+    status = b""
+    while not status:
+        try:
+            status = channel.recv(64) or b"gone"
+        except InterruptedError:
+            continue
+    if not status.lstrip(b"-").isdigit():
+        print("Error: the command server ended before the command did", file=sys.stderr)
+        return 1
+    code = int(status)
+    if code < 0:  # ended by a signal: so does this process, as the shell expects
+        signal.signal(-code, signal.SIG_DFL)
+        os.kill(os.getpid(), -code)
+    return code
+
+
+def start_server(path: str) -> None:
+    """Start a server for the next command, in a session of its own, its errors in a log beside the
+    socket. Two commands may start one each: the second finds the first's lock and leaves."""
+    log = os.open(f"{path}.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        # -P and the explicit path: the code is this checkout's, never a ``cli`` in the working directory.
+        os.posix_spawn(sys.executable, [sys.executable, "-P", "-c", LAUNCH, ROOT, path], os.environ,
+                       file_actions=[(os.POSIX_SPAWN_DUP2, null, 0), (os.POSIX_SPAWN_DUP2, log, 1),
+                                     (os.POSIX_SPAWN_DUP2, log, 2)], setsid=True)
+    except OSError:
+        pass
+    finally:
+        os.close(log)
+        os.close(null)
+
+
+def stop_command_server() -> bool:
+    """Remove this checkout's server's socket (``starter.py down``): it takes no new command, and leaves
+    within seconds, once those running have ended. Whether there was one."""
+    path = address()
+    if path is None:
+        return False
+    try:
+        os.unlink(path)
+    except OSError:
+        return False
+    return True
