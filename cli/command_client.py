@@ -100,7 +100,7 @@ def _request() -> bytes:
     (a name that is not UTF-8 passes unchanged), umask, niceness and how the standard streams encode."""
     umask = os.umask(0o022)
     os.umask(umask)
-    streams = {name: [stream.encoding, stream.errors or "strict", stream.line_buffering, stream.write_through]
+    streams = {name: [stream.encoding, stream.errors or "strict", stream.write_through]
                for name, stream in (("stdin", sys.stdin), ("stdout", sys.stdout), ("stderr", sys.stderr))}
     return json.dumps({
         "argv": [os.fsencode(part).decode("latin-1") for part in sys.argv],

@@ -23,12 +23,11 @@ class StreamSettings:
 
     encoding: str
     errors: str
-    line_buffering: bool = False
-    write_through: bool = False
+    write_through: bool = False  # ``python -u``
 
     @classmethod
     def of(cls, stream: io.TextIOWrapper) -> StreamSettings:
-        return cls(stream.encoding, stream.errors or "strict", stream.line_buffering, stream.write_through)
+        return cls(stream.encoding, stream.errors or "strict", stream.write_through)
 
 
 def reopen_standard_streams(stdin: StreamSettings, stdout: StreamSettings, stderr: StreamSettings) -> None:
@@ -40,7 +39,7 @@ def reopen_standard_streams(stdin: StreamSettings, stdout: StreamSettings, stder
                                  encoding=stdin.encoding, errors=stdin.errors)
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
                                   encoding=stdout.encoding, errors=stdout.errors,
-                                  line_buffering=stdout.line_buffering, write_through=stdout.write_through)
+                                  line_buffering=os.isatty(1), write_through=stdout.write_through)
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
                                   encoding=stderr.encoding, errors=stderr.errors, write_through=True)
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr

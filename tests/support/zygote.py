@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import importlib
-import io
 import json
 import os
 import pkgutil
@@ -37,6 +36,14 @@ import time
 import traceback
 from pathlib import Path
 from typing import IO, NoReturn
+
+from runtime.forked_child import (
+    StreamSettings,
+    close_inherited_descriptors,
+    exit_code,
+    flush_standard_streams,
+    reopen_standard_streams,
+)
 
 REPO_DIR = Path(__file__).resolve().parents[2]
 # What every forked process finds imported: the two entry scripts' trees, the API server (``serve``)
@@ -261,8 +268,8 @@ def become(request: dict, streams: list[int]) -> NoReturn:
         os.setsid()
         for target, descriptor in enumerate(streams):
             os.dup2(descriptor, target)
-        os.closerange(3, os.sysconf("SC_OPEN_MAX"))
-        _standard_streams()
+        close_inherited_descriptors()
+        reopen_standard_streams(*(StreamSettings.of(stream) for stream in (sys.stdin, sys.stdout, sys.stderr)))
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -274,45 +281,15 @@ def become(request: dict, streams: list[int]) -> NoReturn:
         runpy.run_path(script, run_name="__main__")
         code = 0
     except SystemExit as leaving:
-        code = _exit_code(leaving.code)
+        code = exit_code(leaving.code)
     except KeyboardInterrupt:
         signal.signal(signal.SIGINT, signal.SIG_DFL)  # as the interpreter ends on an unhandled Ctrl-C
-        _flush()
+        flush_standard_streams()
         os.kill(os.getpid(), signal.SIGINT)
     except BaseException:
         traceback.print_exc()
-    _flush()
+    flush_standard_streams()
     os._exit(code)
-
-
-def _standard_streams() -> None:
-    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` made again for the descriptors the child now
-    has, as a new interpreter makes them. The zygote's were made for its own: a stream keeps whether
-    its file was seekable, and the zygote's standard error is its log file where the child's is a
-    pipe, so changing that stream's error handler (runtime/text_streams.py, at every command's
-    start) sought on the pipe and failed with "Illegal seek"."""
-    sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)),
-                                 encoding=sys.stdin.encoding, errors=sys.stdin.errors)
-    sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)),
-                                  encoding=sys.stdout.encoding, errors=sys.stdout.errors, line_buffering=os.isatty(1))
-    sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)),
-                                  encoding=sys.stderr.encoding, errors=sys.stderr.errors, write_through=True)
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-
-
-def _exit_code(code: object) -> int:
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(OSError, ValueError):
-            stream.flush()
 
 
 def _send_quietly(channel: socket.socket, message: bytes) -> None:
