@@ -16,7 +16,10 @@ Each round runs, for each tree in turn (the order alternating), ``--version``, `
 API (``starter.py serve``: the run list, a run, a review) over HTTP, and ``temporal workflow
 describe`` and ``temporal workflow list`` on the same server and namespace. Reported: the median
 wall time of each (and its CPU time, which the machine's load moves much less), and its ratio to
-``temporal``'s (``describe`` for one run, ``list`` for listings). Targets (issue #45), on a quiet
+``temporal``'s (``describe`` for one run, ``list`` for listings). The short commands go to the
+tree's command server (cli/command_client.py), as a user's do once one runs, and again with it off
+(" (cold)": a new interpreter's imports, what the first command after a while pays); their CPU is the
+client's and the serving child's (from the server's log). Targets (issue #45), on a quiet
 machine: ``--version`` and ``--help`` at most 0.2 s; ``status``, ``list`` and ``review`` at most
 0.5 s or 5 times ``temporal``'s; the page's API the same.
 """
@@ -38,11 +41,13 @@ from checkouts import PYTHON, Sample, Tree, ab_parser, begin, load_note, timed, 
 from harness import median, run_main
 from temporalio.client import Client, WorkflowExecutionStatus
 
+from cli.command_client import SWITCH
 from runtime.embedded import free_port
 from tests.support.processes import TEMPORAL_CLI, DevServer, wait_for_port
 from workflows.research.visibility import indexed_place
 
 QUESTION = "Is nuclear power safe?"
+SERVED_CLIENT_CPU = 0.2  # seconds: more, and the command ran in its own process (imports alone are 0.5)
 DONE = "cli-bench-done"  # a finished run: status, report, costs
 FAST_TARGET = 0.2  # --version and --help, seconds
 TARGET, TEMPORAL_TIMES = 0.5, 5.0  # status, list, review and the page's API: seconds, or times temporal's
@@ -62,16 +67,19 @@ def review_id(kind: str, round_number: int) -> str:
     return f"cli-bench-{kind}-{round_number}"
 
 
-def cli_commands(tree: Tree, round_number: int) -> dict[str, list[str]]:
-    return {
-        "--version": tree.starter("--version"),
-        "--help": tree.starter("--help"),
+def cli_commands(tree: Tree, round_number: int, cold: bool = False) -> dict[str, list[str]]:
+    """Each command as a user types it; ``cold``: the served ones again, with the server off (their
+    names end in " (cold)"; a review of a run of their own)."""
+    served = {
         "status": tree.starter("status", DONE),
         "list": tree.starter("list"),
-        "review --accept": tree.starter("review", review_id("cli", round_number), "--accept"),
+        "review --accept": tree.starter("review", review_id("cold" if cold else "cli", round_number), "--accept"),
         "costs": tree.starter("costs"),
         "report": tree.starter("report", DONE),
     }
+    if cold:
+        return {f"{name} (cold)": argv for name, argv in served.items()}
+    return {"--version": tree.starter("--version"), "--help": tree.starter("--help"), **served}
 
 
 def temporal_commands(tree: Tree, address: str) -> dict[str, list[str]]:
@@ -91,7 +99,7 @@ async def prepare(tree: Tree, address: str, rounds: int) -> None:
     env = tree.environment()
     run = ["run", "--no-wait", "--max-steps", "1", QUESTION]
     checked(timed(tree.starter(*run, "--auto-accept", "--id", DONE), tree.root, env), f"{tree.label}: run")
-    paused = [review_id(kind, n) for n in range(rounds) for kind in ("cli", "api")]
+    paused = [review_id(kind, n) for n in range(rounds) for kind in ("cli", "cold", "api")]
     for run_id in paused:
         checked(timed(tree.starter(*run, "--id", run_id), tree.root, env), f"{tree.label}: run")
     client = await Client.connect(address, namespace=tree.env["TEMPORAL_NAMESPACE"])
@@ -154,13 +162,25 @@ def api_round(port: int, round_number: int) -> dict[str, float]:
 def one_round(tree: Tree, address: str, port: int, round_number: int,
               walls: dict[str, list[float]], cpus: dict[str, list[float]]) -> None:
     env = tree.environment()
-    commands = {**cli_commands(tree, round_number), **temporal_commands(tree, address)}
+    cold = tree.environment({SWITCH: "off"})
+    commands = {**cli_commands(tree, round_number), **cli_commands(tree, round_number, cold=True),
+                **temporal_commands(tree, address)}
     for name, argv in commands.items():
-        sample = checked(timed(argv, tree.root, env), f"{tree.label}: {name}")
+        sample = checked(timed(argv, tree.root, cold if name.endswith("(cold)") else env), f"{tree.label}: {name}")
         walls[name].append(sample.wall)
-        cpus[name].append(sample.cpu)
+        cpus[name].append(sample.cpu + served_cpu(tree, sample))
     for name, spent in api_round(port, round_number).items():
         walls[name].append(spent)
+
+
+def served_cpu(tree: Tree, sample: Sample) -> float:
+    """The CPU time of the child that served ``sample``'s command, from its server's log (0 when it ran
+    in its own process). The client's own is in ``sample``; the child is the server's, not ours."""
+    logs = list(Path(tree.env["XDG_RUNTIME_DIR"]).glob("deerflow-cli-*/*.log"))
+    lines = logs[0].read_text().splitlines() if logs else []
+    if sample.cpu > SERVED_CLIENT_CPU or not lines or not lines[-1].endswith(" s CPU"):
+        return 0.0
+    return float(lines[-1].rsplit(", ", 1)[1].split()[0])
 
 
 def report(chosen: list[Tree], walls: Readings, cpus: Readings) -> None:
@@ -172,7 +192,7 @@ def report(chosen: list[Tree], walls: Readings, cpus: Readings) -> None:
         for label in labels:
             wall = median(walls[label][name])
             cell = f"{wall:.3f}" + (f" ({median(cpus[label][name]):.3f})" if cpus[label].get(name) else "")
-            against = AGAINST.get(name)
+            against = AGAINST.get(name.removesuffix(" (cold)"))
             if against:
                 cell += f" [x{wall / median(walls[label]['temporal ' + against]):.1f}]"
             cells.append(cell)
@@ -203,8 +223,10 @@ async def main() -> None:
         try:
             for tree, namespace in zip(chosen, namespaces, strict=True):
                 tree.home.mkdir(parents=True)
+                runtime_folder = workdir / f"run-{namespace}"  # the tree's own command server
+                runtime_folder.mkdir(mode=0o700)
                 tree.env.update({"DEERFLOW_EMBEDDED_ADDRESS": server.address, "TEMPORAL_NAMESPACE": namespace,
-                                 "DEERFLOW_UI_PORT": str(free_port())})
+                                 "DEERFLOW_UI_PORT": str(free_port()), "XDG_RUNTIME_DIR": str(runtime_folder)})
                 await prepare(tree, server.address, args.rounds)
             await measure(chosen, server.address, args.rounds)
         finally:
@@ -219,16 +241,29 @@ async def measure(chosen: list[Tree], address: str, rounds: int) -> None:
     cpus: Readings = {tree.label: defaultdict(list) for tree in chosen}
     with api_server(chosen[0]) as first, (api_server(chosen[1]) if len(chosen) > 1 else _none()) as second:
         ports = {chosen[0].label: first, **({chosen[1].label: second} if second else {})}
-        for tree in chosen:  # bytecode compiled and caches filled before anything is timed
+        for tree in chosen:  # bytecode compiled, caches filled and the command server up before timing
             for argv in cli_commands(tree, 0).values():
                 if "review" not in argv:
                     timed(argv, tree.root, tree.environment())
+            await served_soon(tree)
         for round_number in range(rounds):
             order = chosen if round_number % 2 == 0 else list(reversed(chosen))
             for tree in order:
                 one_round(tree, address, ports[tree.label], round_number, walls[tree.label], cpus[tree.label])
             print(f"round {round_number + 1}/{rounds} done ({load_note()})", flush=True)
     report(chosen, walls, cpus)
+
+
+async def served_soon(tree: Tree) -> None:
+    """Wait for the tree's command server (started by the first served command) to listen; a tree of
+    before the server has none, and is measured as it is."""
+    if not (tree.root / "cli" / "command_server.py").exists():
+        return
+    deadline = time.monotonic() + 60
+    while not any("serving" in log.read_text() for log in Path(tree.env["XDG_RUNTIME_DIR"]).glob("*/*.log")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{tree.label}: no command server within 60 s")
+        await asyncio.sleep(0.1)
 
 
 @contextmanager

@@ -224,11 +224,12 @@ class Server:
         with contextlib.suppress(KeyError):  # unless the client left first
             self.selector.unregister(child.channel)
         os.close(pidfd)
-        _, status = os.waitpid(child.pid, 0)
+        _, status, usage = os.wait4(child.pid, 0)
         code = os.waitstatus_to_exitcode(status)
         _send_quietly(child.channel, str(code).encode())
         child.channel.close()
-        print(f"{child.command} (pid {child.pid}): exit {code}", file=sys.stderr, flush=True)
+        print(f"{child.command} (pid {child.pid}): exit {code}, {usage.ru_utime + usage.ru_stime:.3f} s CPU",
+              file=sys.stderr, flush=True)
 
     def _client_spoke(self, channel: socket.socket, pidfd: int) -> None:
         """A client only ever closes its channel: it left before its command ended, so does the command
