@@ -10,6 +10,7 @@ skip the client), with the server turned on and a runtime folder of its own.
 
 from __future__ import annotations
 
+import ast
 import os
 import shutil
 import signal
@@ -223,6 +224,53 @@ def test_nothing_is_sent_to_a_server_of_another_user(dev_server: DevServer, runt
     finally:
         os.close(heard_read)
         os.waitpid(listener, 0)
+
+
+# What a module must not read as it is imported: the server's values, not the caller's, in a child.
+PROCESS_STATE = {"os.environ", "os.environb", "os.getenv", "os.getcwd", "os.getcwdb", "Path.cwd", "Path.home",
+                 "sys.argv"}
+
+
+class _ImportTimeReads(ast.NodeVisitor):
+    """The process state read by a module's body (and its classes' bodies, decorators and defaults),
+    outside function bodies and ``if __name__ == ...`` blocks, which run only when called or as a script."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        for part in [*node.decorator_list, *node.args.defaults, *node.args.kw_defaults]:
+            if part is not None:
+                self.visit(part)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        pass
+
+    def visit_If(self, node: ast.If) -> None:
+        if "__name__" not in ast.unparse(node.test):
+            self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        if ast.unparse(node) in PROCESS_STATE:
+            self.found.append(f"{node.lineno}: {ast.unparse(node)}")
+        self.generic_visit(node)
+
+
+def test_no_module_reads_the_environment_or_the_working_directory_as_it_is_imported() -> None:
+    """The server imports once, with its own environment and directory; each child runs with its
+    caller's. A module that read them at import would give every child the server's (ARCHITECTURE.md)."""
+    files = [REPO_DIR / name for name in MODULES]
+    files += [path for package in PACKAGES for path in sorted((REPO_DIR / package).rglob("*.py"))]
+    found = {}
+    for path in files:
+        reads = _ImportTimeReads()
+        reads.visit(ast.parse(path.read_text()))
+        if reads.found:
+            found[str(path.relative_to(REPO_DIR))] = reads.found
+    assert len(files) > 300
+    assert found == {}
 
 
 def _address(env: dict[str, str]) -> Path:
