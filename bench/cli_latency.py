@@ -38,7 +38,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from checkouts import PYTHON, Sample, Tree, ab_parser, begin, load_note, timed, trees
-from harness import median, run_main
+from harness import command_server_up, median, run_main
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from cli.command_client import SWITCH
@@ -257,13 +257,8 @@ async def measure(chosen: list[Tree], address: str, rounds: int) -> None:
 async def served_soon(tree: Tree) -> None:
     """Wait for the tree's command server (started by the first served command) to listen; a tree of
     before the server has none, and is measured as it is."""
-    if not (tree.root / "cli" / "command_server.py").exists():
-        return
-    deadline = time.monotonic() + 60
-    while not any("serving" in log.read_text() for log in Path(tree.env["XDG_RUNTIME_DIR"]).glob("*/*.log")):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"{tree.label}: no command server within 60 s")
-        await asyncio.sleep(0.1)
+    if (tree.root / "cli" / "command_server.py").exists():
+        await command_server_up(Path(tree.env["XDG_RUNTIME_DIR"]))
 
 
 @contextmanager

@@ -18,7 +18,8 @@ At each checkpoint of ``--runs`` (100, then 300: the same fleet grown) it record
   size (``DEERFLOW_MAX_CACHED_WORKFLOWS``, the SDK's 1,000 unless ``--cache`` says otherwise) and
   how many runs the cache holds;
 - the server database's bytes per paused run (the SQLite file and its WAL);
-- how long ``starter.py list``, ``starter.py costs --since 7d`` (each a whole CLI process) and the
+- how long ``starter.py list``, ``starter.py costs --since 7d`` (each a whole CLI command, served by
+  the command server as a user's are once one runs, and cold, in a process of its own) and the
   page's list (``GET /api/runs``, 50 a page, unfiltered and filtered) take to answer.
 At the last checkpoint: one ``POST /api/runs/review-all`` accepts every plan, and the bench
 records how long the decisions took, the time until the last run's report is written (its close
@@ -42,12 +43,14 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 from concurrency import count, sticky_cache_size, terminate_all
-from harness import REPO, BenchWorker, Stack, bench_stack, header, run_main, tree_memory
+from harness import REPO, BenchWorker, Stack, bench_stack, command_server_up, header, run_main, tree_memory
 from temporalio.api.enums.v1 import EventType
 
+from cli.command_client import SWITCH
 from config.settings import load_settings
 from runtime.embedded import process_polls
 from tests.support.processes import free_port, wait_for_port
@@ -94,8 +97,10 @@ async def fleet(workers: int, latency: float, cache: int | None) -> AsyncIterato
                              {**stack.worker.env, **worker_env(cache, port)}, stack.worker.script).start()
                  for index, port in enumerate(ports[1:], 2)]
         os.environ["TEMPORAL_ADDRESS"] = stack.server.address  # for the commands' handlers called here
+        runtime_folder = stack.workdir / "run"  # the commands' own command server (cli/command_server.py)
+        runtime_folder.mkdir(mode=0o700)
         env = {**os.environ, **{k: v for k, v in stack.worker.env.items() if k != "DEERFLOW_METRICS_ADDRESS"},
-               "TEMPORAL_ADDRESS": stack.server.address}
+               "TEMPORAL_ADDRESS": stack.server.address, "XDG_RUNTIME_DIR": str(runtime_folder), SWITCH: "on"}
         api_port = free_port()
         with (stack.workdir / "api.log").open("ab") as log:
             api = subprocess.Popen([sys.executable, "starter.py", "serve", "--port", str(api_port)], cwd=REPO,
@@ -146,8 +151,11 @@ async def median_seconds(action: Callable[[], Awaitable[object]]) -> float:
     return statistics.median(times)
 
 
-async def cli(fleet: Fleet, *args: str) -> str:
-    done = await asyncio.to_thread(subprocess.run, [sys.executable, "starter.py", *args], cwd=REPO, env=fleet.env,
+async def cli(fleet: Fleet, *args: str, cold: bool = False) -> str:
+    """``starter.py ARGS`` as a user runs it: served by the command server (up since the first list),
+    or ``cold``, in a process of its own (what the first command after a while pays)."""
+    env = {**fleet.env, SWITCH: "off"} if cold else fleet.env
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "starter.py", *args], cwd=REPO, env=env,
                                    capture_output=True, text=True, timeout=300, check=False)
     if done.returncode:
         raise RuntimeError(f"starter.py {' '.join(args)} exited {done.returncode}: {done.stderr[-2000:]}")
@@ -174,18 +182,24 @@ async def page_list(fleet: Fleet, http: httpx.AsyncClient, **params: str) -> int
 
 
 async def list_times(fleet: Fleet, http: httpx.AsyncClient) -> str:
-    """Median seconds of each list: whole CLI processes (Python's start-up included) and the page's."""
+    """Median seconds of each list: whole CLI commands (served, and cold: a process's start-up
+    included) and the page's."""
+    await cli(fleet, "list")  # starts the command server, if none runs yet
+    await command_server_up(Path(fleet.env["XDG_RUNTIME_DIR"]))
     listed = await median_seconds(lambda: cli(fleet, "list"))
     filtered = await median_seconds(lambda: cli(fleet, "list", "--awaiting", "plan_feedback", "--question", fleet.tag))
     costs = await median_seconds(lambda: cli(fleet, "costs", "--since", "7d"))
     page = await median_seconds(lambda: page_list(fleet, http))
     page_filtered = await median_seconds(lambda: page_list(fleet, http, awaiting="plan_feedback", question=fleet.tag))
     empty = await median_seconds(lambda: cli(fleet, "list", "--question", "nosuchword"))
+    cold_list = await median_seconds(lambda: cli(fleet, "list", cold=True))
+    cold_costs = await median_seconds(lambda: cli(fleet, "costs", "--since", "7d", cold=True))
     own_list = await median_seconds(lambda: handler(fleet, "list"))
     cpu: list[float] = []
     own_costs = await median_seconds(lambda: _kept(cpu, handler(fleet, "costs", "--since", "7d")))
-    return (f"list {listed:.2f} s (filtered {filtered:.2f} s; a list that matches nothing {empty:.2f} s: the "
-            f"process's own start-up and connection), costs --since 7d {costs:.2f} s, the page's list "
+    return (f"served: list {listed:.2f} s (filtered {filtered:.2f} s; a list that matches nothing {empty:.2f} s), "
+            f"costs --since 7d {costs:.2f} s; cold (each its own process): list {cold_list:.2f} s, costs "
+            f"{cold_costs:.2f} s; the page's list "
             f"{page * 1000:.0f} ms (filtered {page_filtered * 1000:.0f} ms); the commands' own work (their "
             f"handlers in this process): list {own_list * 1000:.0f} ms, costs {own_costs * 1000:.0f} ms (its CPU "
             f"{statistics.median(cpu) * 1000:.0f} ms)")

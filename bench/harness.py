@@ -464,3 +464,13 @@ def run_main(main: Coroutine[Any, Any, None]) -> NoReturn:
         traceback.print_exc()
         exit_now(1)
     exit_now(0)
+
+
+async def command_server_up(runtime_folder: Path, timeout: float = 60) -> None:
+    """Until the command server a served command started under ``runtime_folder`` (its
+    ``XDG_RUNTIME_DIR``) listens (cli/command_server.py logs "serving" when it does)."""
+    deadline = time.monotonic() + timeout
+    while not any("serving" in log.read_text() for log in runtime_folder.glob("deerflow-cli-*/*.log")):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no command server under {runtime_folder} within {timeout} s")
+        await asyncio.sleep(0.1)
