@@ -58,6 +58,14 @@ def main(argv: list[str] | None = None) -> int:
     return cli_main.main(build_parser(), argv)
 
 
+def command_server(path: str) -> None:
+    """The checkout's command server on ``path`` (cli/command_server.py), started by a command that
+    found none (cli/command_client.py)."""
+    from cli.command_server import main as serve_commands
+
+    serve_commands(path, build_parser)
+
+
 def run() -> NoReturn:
     """The ``deerflow`` console script and ``python starter.py``: a short command goes to the command
     server when one runs (cli/command_client.py), and runs here otherwise. Until then nothing but the

@@ -37,7 +37,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MAX_ADDRESS_BYTES = 107  # a Unix socket's path, terminating zero excluded
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT")  # what a terminal or a supervisor sends
 STALE = b"stale"  # the server's answer when its code is no longer this checkout's
-LAUNCH = "import sys; sys.path.insert(0, sys.argv[1]); from cli.command_server import main; main(sys.argv[2])"
+LAUNCH = "import sys; sys.path.insert(0, sys.argv[1]); import starter; starter.command_server(sys.argv[2])"
 
 
 def address() -> str | None:
@@ -106,7 +106,8 @@ def served(argv: list[str]) -> int | None:
 
 def _request() -> bytes:
     """What the child needs to be this process: arguments, environment and working directory as bytes
-    (a name that is not UTF-8 passes unchanged), umask, niceness and how the standard streams encode."""
+    (a name that is not UTF-8 passes unchanged), umask, niceness, how the standard streams encode, and
+    which signals it ignores (``nohup``, a shell's background job: the child must ignore them too)."""
     import json
 
     umask = os.umask(0o022)
@@ -120,18 +121,25 @@ def _request() -> bytes:
         "umask": umask,
         "niceness": os.getpriority(os.PRIO_PROCESS, 0),
         "streams": streams,
+        "ignored": ignored_signals(),
     }).encode()
+
+
+def ignored_signals() -> list[str]:
+    """Which of the signals passed on this process ignores (it was started ignoring them)."""
+    import signal
+
+    return [name for name in FORWARDED if signal.getsignal(getattr(signal, name)) == signal.SIG_IGN]
 
 
 def _outcome(channel: socket.socket, pid: int) -> int:
     """Pass the terminal's signals on to the child ``pid`` until its server reports how it ended."""
     import signal
 
-
     def forward(number: int, _frame: object) -> None:
         os.kill(pid, number)  # the server reaps the child only after reporting: the pid is still its
 
-    for name in FORWARDED:
+    for name in set(FORWARDED) - set(ignored_signals()):
         signal.signal(getattr(signal, name), forward)
     status = b""
     while not status:

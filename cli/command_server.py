@@ -27,10 +27,11 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-from cli.command_client import SERVED, STALE, address, private_folder
+from cli.command_client import FORWARDED, SERVED, STALE, address, private_folder
 from runtime.forked_child import (
     StreamSettings,
     close_inherited_descriptors,
@@ -52,14 +53,15 @@ WARM_MODULES = ("cli.main", "asyncio", "config.settings", "temporalio.service", 
                 "workflows.text.untrusted_text")
 
 
-def main(path: str) -> None:
-    """Serve on ``path`` until idle, replaced or stale; leave at once if another server holds it."""
+def main(path: str, build_parser: Callable[[], argparse.ArgumentParser]) -> None:
+    """Serve on ``path`` until idle, replaced or stale; leave at once if another server holds it.
+    ``build_parser`` is starter.py's: the command line with its web servers (cli/ may not import it)."""
     if path != address() or not private_folder(os.path.dirname(path)):
         return
     lock = _locked(f"{path}.lock")
     if lock is None:
         return
-    parser = warm_up()
+    parser = warm_up(build_parser)
     from runtime.build_info import code_stamp
 
     Server(path, code_stamp(), parser).serve()
@@ -79,15 +81,14 @@ def _locked(path: str) -> int | None:
     return None
 
 
-def warm_up() -> argparse.ArgumentParser:
+def warm_up(build_parser: Callable[[], argparse.ArgumentParser]) -> argparse.ArgumentParser:
     """Import every served command's module and what each imports on its way (the settings, asyncio,
     the errors' classes), and build the validators our models defer to their first use, so that a
     child builds nothing it could share; then freeze it all, so that children do not copy the pages
     of what they all share. Returns the command line's parser (parsing leaves it as it was)."""
-    import starter
     from cli.parser import Command, command_handlers
 
-    parser = starter.build_parser()
+    parser = build_parser()
     for name, handler in command_handlers(parser).items():
         if name in SERVED and isinstance(handler, Command):
             handler.load()
@@ -272,11 +273,16 @@ def become(request: dict, streams: list[int], parser: argparse.ArgumentParser) -
 
 
 def _take_environment(request: dict) -> None:
-    """The client's environment (the time zone and the character type read again from it), working
-    directory, umask and niceness (only ever raised: a child may not be kinder than its client)."""
+    """The client's environment (the time zone and the character type read again from it), signals
+    ignored, working directory, umask and niceness (only ever raised: a child may not be kinder than
+    its client)."""
     os.environb.clear()
     for key, value in request["env"].items():
         os.environb[key.encode("latin-1")] = value.encode("latin-1")
+    for name in FORWARDED:  # as the caller has them, not as whoever started the server had them
+        number = getattr(signal, name)
+        default = signal.default_int_handler if number == signal.SIGINT else signal.SIG_DFL
+        signal.signal(number, signal.SIG_IGN if name in request["ignored"] else default)
     time.tzset()
     with contextlib.suppress(locale.Error):
         locale.setlocale(locale.LC_CTYPE, "")

@@ -129,17 +129,18 @@ def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
             silent.bind(("127.0.0.1", 0))
             silent.listen(8)
             held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
+            # As a shell's foreground command: SIGINT not ignored (pytest-xdist's workers ignore it).
             caller = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "list"], env=held,
                                       cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
+                                      stderr=subprocess.PIPE, text=True,
+                                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
             silent.settimeout(WAIT)
             connection, _ = silent.accept()  # the child is connecting: it is running
             caller.send_signal(sig)
             _, stderr = caller.communicate(timeout=WAIT)
             connection.close()
             if sig == signal.SIGINT:
-                assert caller.returncode == 130
-                assert "Interrupted." in stderr
+                assert (caller.returncode, "Interrupted." in stderr) == (130, True), stderr
             assert wait_for_line(runtime_folder, expected)
 
 

@@ -33,6 +33,10 @@ PROCESS_PLUMBING = {
                            "the AWS chain), with where its settings files are",
     "activities/mcp/checks.py": "PATH, HOME and LANG for a stdio MCP server",
     "runtime/process_start.py": "pydantic's own PYDANTIC_DISABLE_PLUGINS, set for the process before it builds a model",
+    "cli/command_client.py": "the command server's switch and folder (XDG_RUNTIME_DIR, TMPDIR), read before any "
+                             "setting can load (loading them is what the server spares), and the environment "
+                             "a command hands to the child that runs it",
+    "cli/command_server.py": "the caller's environment, taken by the child that runs its command",
 }
 ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}
 
