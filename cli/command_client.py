@@ -87,10 +87,12 @@ def served(argv: list[str]) -> int | None:
     path = address()
     if path is None or not private_folder(os.path.dirname(path)):
         return None
+    relay = SignalRelay()  # from before the request: a Ctrl-C as the child starts is the child's too
     channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         channel.connect(path)
         if peer_uid(channel) != os.getuid():
+            relay.give_back()
             return None
         socket.send_fds(channel, [_request()], [0, 1, 2])
         reply = channel.recv(64)
@@ -99,9 +101,45 @@ def served(argv: list[str]) -> int | None:
     if not reply.isdigit():
         channel.close()
         start_server(path)
+        relay.give_back()
         return None
+    relay.to(int(reply))
     with channel:
-        return _outcome(channel, int(reply))
+        return _outcome(channel)
+
+
+class SignalRelay:
+    """Passes the signals a terminal or a supervisor sends this process on to the child that runs
+    its command, holding those that come before the child's pid is known."""
+
+    def __init__(self) -> None:
+        import signal
+
+        self.child: int | None = None
+        self.held: list[int] = []
+        ignored = ignored_signals()
+        self.previous = {number: signal.signal(number, self._pass_on)
+                         for number in (getattr(signal, name) for name in FORWARDED if name not in ignored)}
+
+    def _pass_on(self, number: int, _frame: object) -> None:
+        if self.child is None:
+            self.held.append(number)
+        else:
+            os.kill(self.child, number)  # the server reaps the child only after reporting: the pid is still its
+
+    def to(self, child: int) -> None:
+        self.child = child
+        for number in self.held:
+            os.kill(child, number)
+
+    def give_back(self) -> None:
+        """No child: the handlers as they were, and the signals held delivered to this process."""
+        import signal
+
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+        for number in self.held:
+            os.kill(os.getpid(), number)
 
 
 def _request() -> bytes:
@@ -132,15 +170,10 @@ def ignored_signals() -> list[str]:
     return [name for name in FORWARDED if signal.getsignal(getattr(signal, name)) == signal.SIG_IGN]
 
 
-def _outcome(channel: socket.socket, pid: int) -> int:
-    """Pass the terminal's signals on to the child ``pid`` until its server reports how it ended."""
+def _outcome(channel: socket.socket) -> int:
+    """The child's exit status, once its server reports how it ended."""
     import signal
 
-    def forward(number: int, _frame: object) -> None:
-        os.kill(pid, number)  # the server reaps the child only after reporting: the pid is still its
-
-    for name in set(FORWARDED) - set(ignored_signals()):
-        signal.signal(getattr(signal, name), forward)
     status = b""
     while not status:
         try:

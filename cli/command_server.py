@@ -259,6 +259,8 @@ def become(request: dict, streams: list[int], parser: argparse.ArgumentParser) -
         code = cli_main.main(parser, sys.argv[1:])
     except SystemExit as leaving:
         code = exit_code(leaving.code)
+    except KeyboardInterrupt:  # Ctrl-C before the command's own handling began: as after it
+        code = 130
     except BaseException:
         import traceback
 

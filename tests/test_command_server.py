@@ -120,20 +120,24 @@ def test_the_child_takes_the_callers_environment_and_working_directory(
 def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
         dev_server: DevServer, runtime_folder: Path) -> None:
     """A Temporal address that accepts and never answers holds the command; the caller's SIGINT ends
-    it as Ctrl-C ends a command (exit 130, the hint), and SIGKILL of another caller hangs its child up."""
+    it as Ctrl-C ends a command (exit 130, the hint), and SIGKILL of another caller hangs its child up.
+    The server was started by a command that ignored SIGINT (``nohup``, a script's background job):
+    its children must not inherit that. The signal is sent as soon as the child connects, so a
+    loaded machine may deliver it before the caller has heard the child's pid."""
     served = command_env(dev_server, runtime_folder)
-    assert starter(served, "list").returncode == 0
+    started = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "list"], env=served, cwd=REPO_DIR,
+                             capture_output=True, stdin=subprocess.DEVNULL, timeout=WAIT,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert started.returncode == 0
     serving_pid(runtime_folder)
     for sig, expected in ((signal.SIGINT, "exit 130"), (signal.SIGKILL, f"exit -{int(signal.SIGHUP)}")):
         with socket.socket() as silent:
             silent.bind(("127.0.0.1", 0))
             silent.listen(8)
             held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
-            # As a shell's foreground command: SIGINT not ignored (pytest-xdist's workers ignore it).
             caller = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "list"], env=held,
                                       cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True,
-                                      preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                                      stderr=subprocess.PIPE, text=True)
             silent.settimeout(WAIT)
             connection, _ = silent.accept()  # the child is connecting: it is running
             caller.send_signal(sig)
