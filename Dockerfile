@@ -60,11 +60,15 @@ RUN /opt/uv/bin/uv sync --frozen --no-dev --no-editable --no-install-package tem
 # ---- runtime: the base, the virtualenv and the two entry scripts; no uv, pip cache or compiler ------
 FROM ${BASE_IMAGE} AS runtime
 
+# DEERFLOW_CLI_SERVER=off: a command run in a container (`compose run --rm cli status ID`, `kubectl exec`)
+# runs on its own; the CLI's command server is for a person's terminal, and would stay 30 minutes in a
+# pod's memory limit for one `status` (docs/using/cli.md).
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     PATH=/opt/venv/bin:$PATH \
     DEERFLOW_HOME=/data \
-    DEERFLOW_HEALTH_ADDRESS=127.0.0.1:8088
+    DEERFLOW_HEALTH_ADDRESS=127.0.0.1:8088 \
+    DEERFLOW_CLI_SERVER=off
 
 RUN useradd --create-home --uid 10001 deerflow \
     && mkdir -p /data \

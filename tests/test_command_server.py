@@ -305,3 +305,10 @@ def _ends_within(pid: int, seconds: float) -> bool:
             return True
         time.sleep(0.1)
     return False
+
+
+def test_the_image_runs_each_command_on_its_own() -> None:
+    """In a container a command is a one-off (`compose run --rm cli`, `kubectl exec`): a server would
+    sit in the pod's memory limit for half an hour after it."""
+    runtime_stage = (REPO_DIR / "Dockerfile").read_text().split(" AS runtime", 1)[1]
+    assert f"{SWITCH}=off" in runtime_stage.split("\nCOPY", 1)[0]
