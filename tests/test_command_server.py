@@ -125,9 +125,8 @@ def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
     its children must not inherit that. The signal is sent as soon as the child connects, so a
     loaded machine may deliver it before the caller has heard the child's pid."""
     served = command_env(dev_server, runtime_folder)
-    started = subprocess.run([sys.executable, str(REPO_DIR / "starter.py"), "list"], env=served, cwd=REPO_DIR,
-                             capture_output=True, stdin=subprocess.DEVNULL, timeout=WAIT,
-                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    started = subprocess.run(with_sigint("SIG_IGN", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
+                             env=served, cwd=REPO_DIR, capture_output=True, stdin=subprocess.DEVNULL, timeout=WAIT)
     assert started.returncode == 0
     serving_pid(runtime_folder)
     for sig, expected in ((signal.SIGINT, "exit 130"), (signal.SIGKILL, f"exit -{int(signal.SIGHUP)}")):
@@ -135,8 +134,10 @@ def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
             silent.bind(("127.0.0.1", 0))
             silent.listen(8)
             held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
-            caller = subprocess.Popen([sys.executable, str(REPO_DIR / "starter.py"), "list"], env=held,
-                                      cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            # As a shell's foreground command: SIGINT not ignored, whatever this test process inherited
+            # (in the suite, one of its pytest processes ignored it, and so did the command).
+            caller = subprocess.Popen(with_sigint("SIG_DFL", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
+                                      env=held, cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True)
             silent.settimeout(WAIT)
             connection, _ = silent.accept()  # the child is connecting: it is running
@@ -284,6 +285,14 @@ def _address(env: dict[str, str]) -> Path:
     path = Path(probe.stdout.strip())
     assert len(os.fsencode(path)) <= MAX_ADDRESS_BYTES and str(ROOT) == str(REPO_DIR)
     return path
+
+
+def with_sigint(disposition: str, argv: list[str]) -> list[str]:
+    """``argv`` executed by a process that first set SIGINT to ``disposition`` (``SIG_IGN`` or ``SIG_DFL``),
+    which a program inherits across ``exec`` (a handler does not: Python installs its own on ``SIG_DFL``)."""
+    set_then_exec = (f"import os, signal, sys; signal.signal(signal.SIGINT, signal.{disposition}); "
+                     "os.execv(sys.argv[1], sys.argv[1:])")
+    return [sys.executable, "-c", set_then_exec, *argv]
 
 
 def _pid_or_none(runtime_folder: Path) -> int | None:
