@@ -62,9 +62,7 @@ def main(path: str, build_parser: Callable[[], argparse.ArgumentParser]) -> None
     if lock is None:
         return
     parser = warm_up(build_parser)
-    from runtime.build_info import code_stamp
-
-    Server(path, code_stamp(), parser).serve()
+    Server(path, installed_stamp(), parser).serve()
     os._exit(0)  # at once: a successor waits for the lock, and nothing here needs finalizing
 
 
@@ -79,6 +77,22 @@ def _locked(path: str) -> int | None:
             time.sleep(0.1)
     os.close(descriptor)
     return None
+
+
+def installed_stamp() -> str:
+    """The checkout's code stamp (runtime/build_info.py), and the times of the other folders imports
+    come from (site-packages): installing, upgrading or removing a library adds or removes entries
+    there. Either changed, and what the server imported is no longer what a command would import."""
+    from runtime.build_info import ROOT, code_stamp
+
+    times = []
+    for entry in sys.path:
+        if entry and os.path.abspath(entry) != str(ROOT):  # the checkout's own files are in the code stamp
+            try:
+                times.append(str(os.stat(entry).st_mtime_ns))
+            except OSError:
+                times.append("-")
+    return f"{code_stamp()}:{','.join(times)}"
 
 
 def warm_up(build_parser: Callable[[], argparse.ArgumentParser]) -> argparse.ArgumentParser:
@@ -193,9 +207,7 @@ class Server:
             _close_all(streams)
             channel.close()
             return
-        from runtime.build_info import code_stamp
-
-        if code_stamp() != self.stamp or command not in SERVED or len(streams) != 3:
+        if installed_stamp() != self.stamp or command not in SERVED or len(streams) != 3:
             _close_all(streams)
             _send_quietly(channel, STALE)  # the client runs the command itself
             channel.close()

@@ -151,13 +151,16 @@ def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
 
 def test_a_server_of_older_code_hands_the_command_back_and_is_replaced(
         dev_server: DevServer, runtime_folder: Path, tmp_path: Path) -> None:
-    """A copy of the product, so that touching a file changes no other test's checkout."""
+    """A copy of the product, so that touching a file changes no other test's checkout; then a library
+    installed where its imports come from."""
     copy = tmp_path / "product"
     for name in PACKAGES:
         shutil.copytree(REPO_DIR / name, copy / name)
     for name in MODULES:
         shutil.copy2(REPO_DIR / name, copy / name)
-    served = command_env(dev_server, runtime_folder)
+    libraries = tmp_path / "libraries"  # a folder imports may come from, as site-packages
+    libraries.mkdir()
+    served = command_env(dev_server, runtime_folder, PYTHONPATH=str(libraries))
     script = copy / "starter.py"
     expected = starter(served, "list", script=script)
     assert expected.returncode == 0
@@ -175,6 +178,10 @@ def test_a_server_of_older_code_hands_the_command_back_and_is_replaced(
     assert successor not in (None, first)
     assert starter(served, "list", script=script).stdout == expected.stdout
     wait_for_line(runtime_folder, "list (pid ")
+
+    (libraries / "upgraded-1.0.dist-info").mkdir()  # as installing or upgrading a library does
+    assert starter(served, "list", script=script).stdout == expected.stdout
+    assert _ends_within(successor, 30), "the server of the old libraries stayed"
 
 
 @pytest.mark.parametrize("mode", ["open to others", "another user's"])
