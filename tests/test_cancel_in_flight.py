@@ -4,7 +4,8 @@ The SDK answers a cancelled activity with an ``ActivityError`` whose cause is a 
 caught as a failure, it ended the run Failed ("Error: Cancelled") where it was a model call, and
 where a failure is forgiven (the background search, a tool call, an MCP listing) the run went on
 and paid for the next calls. Each case holds a call in flight at the fake provider, cancels the
-run, and checks that the run ended Cancelled, says who cancelled it, and made no call after it.
+run, and checks that the run ended Cancelled, says who cancelled it, scheduled no activity after the
+cancel reached it, and made no call after it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
 from offline.model_faults import Fault
@@ -29,6 +31,7 @@ from workflows.contracts.status import Phase, RunStatus
 
 CAROL = Actor(name="carol", via=Via.CLI)
 HELD_SECONDS = 4  # below the session's LLM_REQUEST_TIMEOUT (5 s): the call is in flight, not failing
+SETTLE_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,10 @@ async def test_a_cancel_while_a_call_is_in_flight_ends_the_run_cancelled(
         await asyncio.wait_for(handle.result(), 30)
     assert isinstance(ended.value.cause, CancelledError), ended.value.cause
     assert (await handle.describe()).status is WorkflowExecutionStatus.CANCELED
+    assert await scheduled_after_the_cancel(handle) == []
+    # A call another step's activity had started before the cancel may reach its fake a moment after
+    # the run ended (parallel steps, on a loaded machine): counted from a second on.
+    await asyncio.sleep(SETTLE_SECONDS)
     calls = len(model_server.requests), len(search_server.requests)
     status = await handle.query("status", result_type=RunStatus)
     assert status.phase is not Phase.FAILED and status.error is None, status
@@ -90,3 +97,12 @@ async def test_a_cancel_while_a_call_is_in_flight_ends_the_run_cancelled(
     assert [(d.kind, d.by) for d in status.decisions] == [("cancel", CAROL)]
     await asyncio.sleep(HELD_SECONDS + 1)  # a run that went on would have made its next call by now
     assert (len(model_server.requests), len(search_server.requests)) == calls
+
+
+async def scheduled_after_the_cancel(handle: WorkflowHandle) -> list[str]:
+    """The activities the run scheduled once its cancel was requested: none, for a run that stops."""
+    events = (await handle.fetch_history()).events
+    requested = next(index for index, event in enumerate(events)
+                     if event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_CANCEL_REQUESTED)
+    return [event.activity_task_scheduled_event_attributes.activity_type.name for event in events[requested:]
+            if event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED]
