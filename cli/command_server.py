@@ -42,7 +42,6 @@ from runtime.forked_child import (
 
 IDLE_SECONDS = 30 * 60
 CHECK_SECONDS = 5.0  # how often an idle server looks at its socket and the clock
-LOCK_TRIES = 100  # a tenth of a second apart: a stale server ending as its successor starts
 MAX_REQUEST_BYTES = 1 << 20
 # The selector's marks: the listener, a child's pidfd; a client's channel is marked with its child's pidfd.
 LISTENING, ENDED = "listening", "ended"
@@ -67,16 +66,15 @@ def main(path: str, build_parser: Callable[[], argparse.ArgumentParser]) -> None
 
 
 def _locked(path: str) -> int | None:
-    """An exclusive lock on ``path`` held for the process's life, or None when another server has it."""
+    """An exclusive lock on ``path`` held for the process's life, or None when another server has it.
+    Never waited for: a server that waited for its predecessor to leave came back after ``down``."""
     descriptor = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
-    for _ in range(LOCK_TRIES):
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return descriptor
-        except BlockingIOError:
-            time.sleep(0.1)
-    os.close(descriptor)
-    return None
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        return None
+    return descriptor
 
 
 def installed_stamp() -> str:

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from cli.command_client import MAX_ADDRESS_BYTES, ROOT, SWITCH
+from cli.command_client import LAUNCH, MAX_ADDRESS_BYTES, ROOT, SWITCH
 from runtime.build_info import MODULES, PACKAGES
 from tests.support.processes import REPO_DIR, DevServer
 
@@ -98,9 +98,16 @@ def test_a_served_command_answers_as_one_run_here_and_down_stops_the_server(
     assert "exit 2" in log  # the unknown run's status, as here
     assert serving_pid(runtime_folder) == pid, "one server served both"
 
+    # A second server, started as a command that found the first still importing starts one: it leaves
+    # at once (one that waited for the lock came back after `down`).
+    second = subprocess.Popen([sys.executable, "-P", "-c", LAUNCH, str(REPO_DIR),
+                               str(server_log(runtime_folder).with_suffix(""))], env=served,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     down = starter(served, "down")
     assert "command server" in down.stdout
     assert _ends_within(pid, 30)
+    assert second.wait(timeout=WAIT) == 0, "a second server took the first's place after down"
+    assert not server_log(runtime_folder).with_suffix("").exists()
 
 
 def test_the_child_takes_the_callers_environment_and_working_directory(
@@ -172,6 +179,7 @@ def test_a_server_of_older_code_hands_the_command_back_and_is_replaced(
     handed_back = starter(served, "list", script=script)
     assert (handed_back.returncode, handed_back.stdout) == (0, expected.stdout)
     assert _ends_within(first, 30), "the stale server stayed"
+    starter(served, "list", script=script)  # starts the successor, unless the command handed back did
     deadline = time.monotonic() + WAIT
     while (successor := _pid_or_none(runtime_folder)) in (None, first) and time.monotonic() < deadline:
         time.sleep(0.1)
