@@ -91,16 +91,16 @@ def served(argv: list[str]) -> int | None:
     channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         channel.connect(path)
-        if peer_uid(channel) != os.getuid():
-            relay.give_back()
-            return None
-        socket.send_fds(channel, [_request()], [0, 1, 2])
-        reply = channel.recv(64)
+        ours = peer_uid(channel) == os.getuid()
+        if ours:
+            socket.send_fds(channel, [_request()], [0, 1, 2])
+        reply = channel.recv(64) if ours else b""
     except OSError:  # no server, or a standard stream closed (it cannot be passed): run it here
-        reply = b""
+        ours, reply = True, b""
     if not reply.isdigit():
         channel.close()
-        start_server(path)
+        if ours:  # never start one beside another user's
+            start_server(path)
         relay.give_back()
         return None
     relay.to(int(reply))

@@ -38,6 +38,7 @@ from runtime.forked_child import (
     exit_code,
     flush_standard_streams,
     reopen_standard_streams,
+    send_quietly,
 )
 
 IDLE_SECONDS = 30 * 60
@@ -205,16 +206,17 @@ class Server:
             _close_all(streams)
             channel.close()
             return
-        if installed_stamp() != self.stamp or command not in SERVED or len(streams) != 3:
+        stale = installed_stamp() != self.stamp
+        if stale or command not in SERVED or len(streams) != 3:
             _close_all(streams)
-            _send_quietly(channel, STALE)  # the client runs the command itself
+            send_quietly(channel, STALE)  # the client runs the command itself
             channel.close()
-            if command in SERVED and len(streams) == 3:  # the code changed: a successor will serve it
-                print(f"the checkout's code changed: leaving once {len(self.children)} command(s) end",
-                      file=sys.stderr, flush=True)
-                self._stop_listening(unlink=True)
-            return
-        self._fork(channel, command, request, streams)
+        if stale:  # a successor will serve the next command
+            print(f"the checkout's code changed: leaving once {len(self.children)} command(s) end",
+                  file=sys.stderr, flush=True)
+            self._stop_listening(unlink=True)
+        elif command in SERVED and len(streams) == 3:
+            self._fork(channel, command, request, streams)
 
     def _fork(self, channel: socket.socket, command: str, request: dict, streams: list[int]) -> None:
         pid = os.fork()
@@ -222,7 +224,7 @@ class Server:
             self.selector.close()
             become(request, streams, self.parser)
         _close_all(streams)
-        _send_quietly(channel, str(pid).encode())
+        send_quietly(channel, str(pid).encode())
         pidfd = os.pidfd_open(pid)
         self.children[pidfd] = Child(pid, command, channel)
         self.selector.register(pidfd, selectors.EVENT_READ, ENDED)
@@ -237,7 +239,7 @@ class Server:
         os.close(pidfd)
         _, status, usage = os.wait4(child.pid, 0)
         code = os.waitstatus_to_exitcode(status)
-        _send_quietly(child.channel, str(code).encode())
+        send_quietly(child.channel, str(code).encode())
         child.channel.close()
         print(f"{child.command} (pid {child.pid}): exit {code}, {usage.ru_utime + usage.ru_stime:.3f} s CPU",
               file=sys.stderr, flush=True)
@@ -308,9 +310,3 @@ def _take_environment(request: dict) -> None:
 def _close_all(descriptors: list[int]) -> None:
     for descriptor in descriptors:
         os.close(descriptor)
-
-
-def _send_quietly(channel: socket.socket, message: bytes) -> None:
-    """The client may have left already."""
-    with contextlib.suppress(OSError):
-        channel.send(message)

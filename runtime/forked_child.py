@@ -4,7 +4,8 @@ Two forkers share it: the CLI's command server (cli/command_server.py) and the t
 (tests/support/zygote.py). Each child gets its caller's standard streams as descriptors 0-2, and
 Python's ``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` must be made again for them: a stream keeps
 what it learnt of its file when it was opened (whether it can seek, whether it is a terminal), and the
-parent's were opened on a log file or /dev/null. Imports only the standard library.
+parent's were opened on a log file or /dev/null. The forkers also share how they answer the process
+that asked for a child. Imports only the standard library.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import io
 import os
+import socket
 import sys
 from dataclasses import dataclass
 
@@ -66,3 +68,9 @@ def close_inherited_descriptors() -> None:
     """Close every descriptor above the standard three, as ``subprocess``'s ``close_fds`` would: the
     parent's listener, lock and other callers' sockets are not the child's to keep open."""
     os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+
+
+def send_quietly(channel: socket.socket, message: bytes) -> None:
+    """Answer the process that asked for a child (its pid, how it ended): it may have left already."""
+    with contextlib.suppress(OSError):
+        channel.send(message)

@@ -43,6 +43,7 @@ from runtime.forked_child import (
     exit_code,
     flush_standard_streams,
     reopen_standard_streams,
+    send_quietly,
 )
 
 REPO_DIR = Path(__file__).resolve().parents[2]
@@ -227,7 +228,7 @@ def serve(address: str) -> None:
                 selector.unregister(pidfd)
                 os.close(pidfd)
                 _, status = os.waitpid(pid, 0)
-                _send_quietly(channel, str(os.waitstatus_to_exitcode(status)).encode())
+                send_quietly(channel, str(os.waitstatus_to_exitcode(status)).encode())
                 channel.close()
 
 
@@ -241,7 +242,7 @@ def fork(channel: socket.socket, listener: socket.socket, selector: selectors.Ba
     except (ValueError, OSError) as error:
         for descriptor in streams:
             os.close(descriptor)
-        _send_quietly(channel, repr(error).encode())
+        send_quietly(channel, repr(error).encode())
         channel.close()
         return
     if pid == 0:
@@ -255,7 +256,7 @@ def fork(channel: socket.socket, listener: socket.socket, selector: selectors.Ba
         become(request, streams)
     for descriptor in streams:
         os.close(descriptor)
-    _send_quietly(channel, str(pid).encode())
+    send_quietly(channel, str(pid).encode())
     pidfd = os.pidfd_open(pid)
     waiting[pidfd] = (channel, pid)
     selector.register(pidfd, selectors.EVENT_READ, None)
@@ -290,12 +291,6 @@ def become(request: dict, streams: list[int]) -> NoReturn:
         traceback.print_exc()
     flush_standard_streams()
     os._exit(code)
-
-
-def _send_quietly(channel: socket.socket, message: bytes) -> None:
-    """The test process may have stopped listening (a test that left without waiting)."""
-    with contextlib.suppress(OSError):
-        channel.send(message)
 
 
 if __name__ == "__main__":
