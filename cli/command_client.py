@@ -105,7 +105,7 @@ def served(argv: list[str]) -> int | None:
         return None
     relay.to(int(reply))
     with channel:
-        return _outcome(channel)
+        return _outcome(channel, int(reply))
 
 
 class SignalRelay:
@@ -170,18 +170,22 @@ def ignored_signals() -> list[str]:
     return [name for name in FORWARDED if signal.getsignal(getattr(signal, name)) == signal.SIG_IGN]
 
 
-def _outcome(channel: socket.socket) -> int:
-    """The child's exit status, once its server reports how it ended."""
+def _outcome(channel: socket.socket, child: int) -> int:
+    """The child's exit status, once its server reports how it ended. A server killed meanwhile cannot
+    report it: this process then waits for the child to end (it writes to this process's terminal or
+    pipe until then), and fails."""
+    import select
     import signal
 
-    status = b""
-    while not status:
-        try:
-            status = channel.recv(64) or b"gone"
-        except InterruptedError:
-            continue
+    status = channel.recv(64)
     if not status.lstrip(b"-").isdigit():
-        print("Error: the command server ended before the command did", file=sys.stderr)
+        try:
+            with open(os.pidfd_open(child), "rb", buffering=0) as ended:
+                select.select([ended], [], [])
+        except ProcessLookupError:  # it has ended already
+            pass
+        print("Error: the command server was killed before the command ended; its exit status is lost",
+              file=sys.stderr)
         return 1
     code = int(status)
     if code < 0:  # ended by a signal: so does this process, as the shell expects

@@ -151,6 +151,7 @@ class Server:
     children: dict[int, Child] = field(default_factory=dict)  # by pidfd
     listener: socket.socket | None = None
     last_command: float = field(default_factory=time.monotonic)
+    terminated: bool = False  # SIGTERM: leave as when the code changed, the commands running finished
 
     def serve(self) -> None:
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -161,6 +162,7 @@ class Server:
         self.listener.listen(64)
         self.selector.register(self.listener, selectors.EVENT_READ, LISTENING)
         bound = os.stat(self.path).st_ino
+        signal.signal(signal.SIGTERM, self._terminate)  # the children take their caller's (become)
         print(f"serving {self.path} (pid {os.getpid()})", file=sys.stderr, flush=True)
         while self.listener is not None or self.children:
             for key, _ in self.selector.select(CHECK_SECONDS):
@@ -171,8 +173,13 @@ class Server:
                     self._reap(key.fd)
                 elif key.data in self.children:  # unless its child was reaped earlier in this round
                     self._client_spoke(key.fileobj, key.data)
-            if self.listener is not None and self._should_leave(bound):
-                self._stop_listening(unlink=False)
+            if self.listener is not None and (self.terminated or self._should_leave(bound)):
+                self._stop_listening(unlink=self.terminated)
+
+    def _terminate(self, _number: int, _frame: object) -> None:
+        """SIGTERM (a logout, a supervisor): no new command, and the running ones end as their callers
+        expect, reported to them; only SIGKILL leaves them without their server (cli/command_client.py)."""
+        self.terminated = True
 
     def _should_leave(self, bound: int) -> bool:
         """Idle too long, or the socket removed or replaced (``starter.py down``, another server)."""

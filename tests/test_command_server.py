@@ -156,6 +156,40 @@ def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
             assert wait_for_line(runtime_folder, expected)
 
 
+def test_a_server_terminated_finishes_its_commands_and_one_killed_leaves_its_callers_waiting_for_them(
+        dev_server: DevServer, runtime_folder: Path) -> None:
+    """SIGTERM to the server while a command is held: the command still ends as its caller expects (Ctrl-C:
+    130), and then the server leaves. SIGKILL: the command runs on without its server, and its caller
+    waits for it to end (its output is the caller's) before it fails, the status being lost."""
+    served = command_env(dev_server, runtime_folder)
+    for server_signal in (signal.SIGTERM, signal.SIGKILL):
+        assert starter(served, "list").returncode == 0
+        server = serving_pid(runtime_folder)
+        with socket.socket() as silent:
+            silent.bind(("127.0.0.1", 0))
+            silent.listen(8)
+            held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
+            caller = subprocess.Popen(with_sigint("SIG_DFL", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
+                                      env=held, cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True)
+            silent.settimeout(WAIT)
+            connection, _ = silent.accept()  # the child is connecting: it is running
+            os.kill(server, server_signal)
+            time.sleep(1)
+            assert caller.poll() is None, "the caller left while its command ran"
+            caller.send_signal(signal.SIGINT)
+            _, stderr = caller.communicate(timeout=WAIT)
+            connection.close()
+        assert "Interrupted." in stderr, stderr
+        if server_signal == signal.SIGTERM:
+            assert caller.returncode == 130, stderr
+            assert _ends_within(server, 30), "the terminated server stayed"
+            assert not server_log(runtime_folder).with_suffix("").exists()
+        else:
+            assert caller.returncode == 1
+            assert stderr.rstrip().endswith("its exit status is lost"), stderr
+
+
 def test_a_server_of_older_code_hands_the_command_back_and_is_replaced(
         dev_server: DevServer, runtime_folder: Path, tmp_path: Path) -> None:
     """A copy of the product, so that touching a file changes no other test's checkout; then a library
