@@ -115,6 +115,15 @@ def _tls_file_setting(profile: ClientConfigProfile, path: str | None) -> str:
     return "TEMPORAL_TLS_*_PATH"
 
 
+def _utf8(text: str) -> bool:
+    """Whether ``text`` encodes as UTF-8 (a value Python read from bytes that do not holds surrogates)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def load_connection(settings: Settings, env: Mapping[str, str] | None = None) -> Connection:
     """Resolve the connection from the environment (or ``env``) and the TOML profile, reading TLS files;
     with no address there, the embedded dev server's (``settings``' ``DEERFLOW_EMBEDDED_ADDRESS``).
@@ -123,12 +132,18 @@ def load_connection(settings: Settings, env: Mapping[str, str] | None = None) ->
     unreadable TLS file.
     """
     environ = os.environ if env is None else env
+    # Only Temporal's own variables reach the SDK's reader: given the whole environment, it panicked on
+    # any variable of bytes that are not UTF-8 (a traceback for every command), whatever its name.
+    temporal = {name: value for name, value in environ.items() if name.startswith("TEMPORAL_")}
+    for name, value in temporal.items():
+        if not _utf8(value):
+            raise TemporalConnectionError(f"{name} holds bytes that are not UTF-8.")
     config_file = environ.get("TEMPORAL_CONFIG_FILE")
     if config_file and not Path(config_file).is_file():
         # envconfig silently ignores a missing file; a named one that is missing is a mistake.
         raise TemporalConnectionError(f"TEMPORAL_CONFIG_FILE names {config_file}, which is not a file.")
     try:
-        profile = ClientConfigProfile.load(override_env_vars=env)
+        profile = ClientConfigProfile.load(override_env_vars=temporal)
     except RuntimeError as error:  # the bridge's ConfigError: bad TOML, unknown TEMPORAL_PROFILE
         raise TemporalConnectionError(
             f"Temporal client configuration (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE): {_one_line(str(error))}"

@@ -100,6 +100,15 @@ def test_bad_configuration_is_one_line_naming_the_setting(env: dict[str, str], s
     assert setting in str(raised.value) and "\n" not in str(raised.value)
 
 
+def test_a_variable_of_bytes_that_are_not_utf8_is_no_panic() -> None:
+    """Any such variable made the SDK's reader panic (a traceback for every command); only Temporal's
+    own reach it, and one of those is a one-line error naming it."""
+    hostile = os.fsdecode(b"[" * 100_000 + b"\xff\xfe")
+    assert load_connection(SETTINGS, {"SOME_TOOL_SETTING": hostile}).address == SETTINGS.embedded_address
+    with pytest.raises(TemporalConnectionError, match=r"^TEMPORAL_NAMESPACE holds bytes that are not UTF-8\.$"):
+        load_connection(SETTINGS, {"TEMPORAL_NAMESPACE": hostile})
+
+
 def test_a_bad_toml_file_is_one_line(tmp_path: Path) -> None:
     config = tmp_path / "temporal.toml"
     config.write_text("[profile.default\naddress = ")
