@@ -11,6 +11,7 @@ skip the client), with the server turned on and a runtime folder of its own.
 from __future__ import annotations
 
 import ast
+import contextlib
 import os
 import shutil
 import signal
@@ -137,23 +138,30 @@ def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
     assert started.returncode == 0
     serving_pid(runtime_folder)
     for sig, expected in ((signal.SIGINT, "exit 130"), (signal.SIGKILL, f"exit -{int(signal.SIGHUP)}")):
-        with socket.socket() as silent:
-            silent.bind(("127.0.0.1", 0))
-            silent.listen(8)
-            held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
-            # As a shell's foreground command: SIGINT not ignored, whatever this test process inherited
-            # (in the suite, one of its pytest processes ignored it, and so did the command).
-            caller = subprocess.Popen(with_sigint("SIG_DFL", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
-                                      env=held, cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
-            silent.settimeout(WAIT)
-            connection, _ = silent.accept()  # the child is connecting: it is running
+        with held_command(served) as caller:
             caller.send_signal(sig)
             _, stderr = caller.communicate(timeout=WAIT)
-            connection.close()
-            if sig == signal.SIGINT:
-                assert (caller.returncode, "Interrupted." in stderr) == (130, True), stderr
-            assert wait_for_line(runtime_folder, expected)
+        if sig == signal.SIGINT:
+            assert (caller.returncode, "Interrupted." in stderr) == (130, True), stderr
+        assert wait_for_line(runtime_folder, expected)
+
+
+@contextlib.contextmanager
+def held_command(served: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
+    """``starter.py list`` against a Temporal address that accepts and never answers, yielded once its
+    child is connecting (so, running). It starts as a shell's foreground command: SIGINT not ignored,
+    whatever this test process inherited (a suite started as a background job ignores it)."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(8)
+        held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
+        caller = subprocess.Popen(with_sigint("SIG_DFL", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
+                                  env=held, cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        silent.settimeout(WAIT)
+        connection, _ = silent.accept()
+        with connection:
+            yield caller
 
 
 def test_a_server_terminated_finishes_its_commands_and_one_killed_leaves_its_callers_waiting_for_them(
@@ -165,21 +173,12 @@ def test_a_server_terminated_finishes_its_commands_and_one_killed_leaves_its_cal
     for server_signal in (signal.SIGTERM, signal.SIGKILL):
         assert starter(served, "list").returncode == 0
         server = serving_pid(runtime_folder)
-        with socket.socket() as silent:
-            silent.bind(("127.0.0.1", 0))
-            silent.listen(8)
-            held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
-            caller = subprocess.Popen(with_sigint("SIG_DFL", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
-                                      env=held, cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True)
-            silent.settimeout(WAIT)
-            connection, _ = silent.accept()  # the child is connecting: it is running
+        with held_command(served) as caller:
             os.kill(server, server_signal)
             time.sleep(1)
             assert caller.poll() is None, "the caller left while its command ran"
             caller.send_signal(signal.SIGINT)
             _, stderr = caller.communicate(timeout=WAIT)
-            connection.close()
         assert "Interrupted." in stderr, stderr
         if server_signal == signal.SIGTERM:
             assert caller.returncode == 130, stderr
