@@ -168,6 +168,13 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         rows = await page.evaluate("[...document.querySelectorAll('#activity > li')].map((li) => li.innerText)")
         assert not [line for line in rows if line.rstrip().endswith(":")], rows
         assert any("handed the question to the planner: " in line for line in rows), rows
+        # Two opens of the run overlapping (a question sent while the page was still starting, then
+        # the start opening the run in the address) show each item once: the newer feed stops the older.
+        await page.evaluate(OPEN_TWICE_AT_ONCE)
+        await page.wait_for(f"document.querySelectorAll('#activity > li').length >= {len(rows)} && "
+                            "window.deerflowPage.state.lastStatus", 30, what="the reopened run")
+        await asyncio.sleep(1.0)  # a second feed would have replayed every item by then
+        assert await page.evaluate("[...document.querySelectorAll('#activity > li')].map((li) => li.innerText)") == rows
 
         await page.evaluate(CAPTURE_EXPORTS)
         await page.press("#export-md")
@@ -188,6 +195,24 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
     except Exception:
         await page.screenshot(tmp_path / "failure.png")
         raise
+
+# Opens the current run twice, both opens' status answers held until both have come, then given
+# together: each open then starts its feed before either feed's first item can arrive.
+OPEN_TWICE_AT_ONCE = """(() => {
+  const original = window.fetch;
+  const held = [];
+  window.fetch = (url, options) => {
+    if (!/^\\/api\\/runs\\/[^/?]+$/.test(url)) return original(url, options);
+    return new Promise((resolve) => {
+      held.push([original(url, options), resolve]);
+      if (held.length < 2) return;
+      window.fetch = original;
+      Promise.all(held.map(([answer]) => answer)).then((answers) => held.forEach(([, give], i) => give(answers[i])));
+    });
+  };
+  const run = window.deerflowPage.state.run;
+  return Promise.all([run, run].map((id) => window.deerflowPage.openRun(id))).then(() => true);
+})()"""
 
 
 @pytest.fixture

@@ -555,10 +555,13 @@ $("cancel-yes").addEventListener("click", async () => {
 // ------------------------------------------------------------------ the live feed
 
 // Follows /api/runs/<id>/events from the last item seen; after a dropped connection or a server
-// restart it reconnects from there, so nothing is shown twice or missed.
+// restart it reconnects from there, so nothing is shown twice or missed. Two opens of a run can
+// overlap (a question sent while the page was still starting opens its run, and the start then
+// opens the run in the address): the newer feed stops the older, or both would show every item.
 async function follow() {
   const id = state.run;
   const controller = new AbortController();
+  if (state.feed) state.feed.abort();
   state.feed = controller;
   let delay = 500;
   while (state.run === id && !controller.signal.aborted) {
