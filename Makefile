@@ -50,12 +50,13 @@ demo: $(VENV)/.installed
 	$(PY) starter.py run "$(QUESTION)"
 
 # One module per process (--dist loadfile): a module's dev server and worker processes start once,
-# not once in each process. (Four processes took 8:31-9:31 against two's 11:56 on two quiet cores, but
-# exposed timing races in tests written for two: three fixed, test_web_page_recovery's still open.) PYTEST_ARGS adds options (`make test PYTEST_ARGS="-k e2e"`). Each run
-# ends with its 30 slowest tests, so the suite's time (issue #45: under 8 minutes on 2 quiet cores) is
-# looked after from the same output that says whether it passed.
+# not once in each process. Four processes: at two, the suite waits on servers, workers and pages with
+# a core often idle (11:56-12:10 on two quiet cores); at four it keeps both busy (9:37-9:51; process
+# accounting: 18.4 CPU minutes in 9:51), so more do not help. PYTEST_ARGS adds options
+# (`make test PYTEST_ARGS="-k e2e"`). Each run ends with its 30 slowest tests, so the suite's time
+# (issue #45: under 8 minutes on 2 quiet cores) is looked after from the same output that says whether it passed.
 test: $(VENV)/.installed
-	$(PY) -m pytest -q -n 2 --dist loadfile --durations=30 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n 4 --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
