@@ -8,9 +8,10 @@ command, which answers in about a tenth of that. Mercurial's ``chg`` does the sa
 The child runs the command as this process would: with this process's arguments, environment,
 working directory, umask, niceness and standard streams (their descriptors are passed over the
 socket), so ``.env``, ``conf.yaml``, ``TEMPORAL_ADDRESS``, a pipe or a terminal mean what they mean
-here. Ctrl-C and the other terminal signals are passed on to it, and its exit status is this
-process's. Whatever goes wrong on the way (no server, one of older code, a socket of another user)
-leaves the command to run here, as without a server, and starts a server for the next one.
+here. Ctrl-C and the other terminal signals are passed on to it, Ctrl-Z stops it with this process,
+and its exit status is this process's. Whatever goes wrong on the way (no server, one of older code,
+a socket of another user) leaves the command to run here, as without a server, and starts a server
+for the next one.
 
 Only the short commands that read or decide are served; ``run``, ``watch``, ``serve`` and the rest
 start processes or hold a terminal for long, and gain nothing from it. ``DEERFLOW_CLI_SERVER=off`` in
@@ -110,7 +111,8 @@ def served(argv: list[str]) -> int | None:
 
 class SignalRelay:
     """Passes the signals a terminal or a supervisor sends this process on to the child that runs
-    its command, holding those that come before the child's pid is known."""
+    its command, holding those that come before the child's pid is known, and stops the child with
+    this process on Ctrl-Z."""
 
     def __init__(self) -> None:
         import signal
@@ -120,6 +122,25 @@ class SignalRelay:
         ignored = ignored_signals()
         self.previous = {number: signal.signal(number, self._pass_on)
                          for number in (getattr(signal, name) for name in FORWARDED if name not in ignored)}
+        if signal.getsignal(signal.SIGTSTP) == signal.SIG_DFL:
+            self.previous[signal.SIGTSTP] = signal.signal(signal.SIGTSTP, self._stop)
+
+    def _stop(self, number: int, _frame: object) -> None:
+        """Ctrl-Z stops the child, then this process, as the shell expects; ``fg`` or ``bg`` continues
+        this process, which continues the child. Without it the child, outside the terminal's
+        process group, would go on writing to the terminal, and reading it, beside the shell.
+        SIGSTOP, since the child's process group (its server's) is orphaned: the kernel discards a
+        SIGTSTP sent to it. Continued in every case: a stop of this process discarded for the same
+        reason returns at once."""
+        import signal
+
+        if self.child is not None:
+            os.kill(self.child, signal.SIGSTOP)
+        signal.signal(number, signal.SIG_DFL)
+        os.kill(os.getpid(), number)  # stops here until continued
+        signal.signal(number, self._stop)
+        if self.child is not None:
+            os.kill(self.child, signal.SIGCONT)
 
     def _pass_on(self, number: int, _frame: object) -> None:
         if self.child is None:

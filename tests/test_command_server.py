@@ -149,19 +149,56 @@ def test_ctrl_c_reaches_the_served_command_and_a_killed_caller_takes_it_along(
 @contextlib.contextmanager
 def held_command(served: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
     """``starter.py list`` against a Temporal address that accepts and never answers, yielded once its
-    child is connecting (so, running). It starts as a shell's foreground command: SIGINT not ignored,
-    whatever this test process inherited (a suite started as a background job ignores it)."""
+    child is connecting (so, running). It starts as a shell's foreground command: in a process group
+    of its own, SIGINT not ignored, whatever this test process inherited (a suite started as a
+    background job ignores it)."""
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(8)
         held = {**served, "TEMPORAL_ADDRESS": f"127.0.0.1:{silent.getsockname()[1]}"}
         caller = subprocess.Popen(with_sigint("SIG_DFL", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
                                   env=held, cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=subprocess.PIPE, text=True, process_group=0)
         silent.settimeout(WAIT)
         connection, _ = silent.accept()
         with connection:
             yield caller
+
+
+def process_state(pid: int) -> str:
+    """The kernel's one-letter state of a process: T when stopped, "gone" once it has been reaped."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "gone"
+
+
+def becomes(pid: int, stopped: bool) -> bool:
+    deadline = time.monotonic() + WAIT
+    while (process_state(pid) == "T") != stopped:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_ctrl_z_stops_the_served_command_with_its_caller_and_fg_continues_both(
+        dev_server: DevServer, runtime_folder: Path) -> None:
+    """Ctrl-Z (SIGTSTP to the caller's process group) stops the child too, which would otherwise go on
+    writing to the terminal beside the shell; ``fg`` (SIGCONT) continues both, and the command then
+    ends as ever."""
+    served = command_env(dev_server, runtime_folder)
+    assert starter(served, "list").returncode == 0
+    server = serving_pid(runtime_folder)
+    with held_command(served) as caller:
+        child = int(Path(f"/proc/{server}/task/{server}/children").read_text().split()[0])
+        os.killpg(caller.pid, signal.SIGTSTP)
+        assert becomes(caller.pid, stopped=True) and becomes(child, stopped=True)
+        os.killpg(caller.pid, signal.SIGCONT)
+        assert becomes(child, stopped=False) and becomes(caller.pid, stopped=False)
+        caller.send_signal(signal.SIGINT)
+        _, stderr = caller.communicate(timeout=WAIT)
+    assert (caller.returncode, "Interrupted." in stderr) == (130, True), stderr
 
 
 def test_a_server_terminated_finishes_its_commands_and_one_killed_leaves_its_callers_waiting_for_them(
