@@ -17,6 +17,13 @@ from cli.parser import Command, Handler
 from runtime.process_start import collection_paused, skip_pydantic_plugin_discovery
 from runtime.text_streams import replace_lone_surrogates_on_output
 
+# What a Ctrl-C hint says of the run the command was about: one it started goes on (``list`` shows it
+# until it is named); one it follows, named by ``id``, goes on; one it decides may have had the
+# decision before the Ctrl-C. A command about no run (``list``, ``costs``, ``down``) names none.
+STARTS_A_RUN = frozenset({"run", "fork"})  # fork's ``id`` is its source, not the run it starts
+FOLLOWS_A_RUN = frozenset({"watch", "status"})
+DECIDES_FOR_A_RUN = frozenset({"review", "answer", "budget", "cancel"})
+
 
 class RunInterrupted(Exception):
     """Ctrl-C while ``run`` follows the run it started: the run goes on, and the hint names it."""
@@ -40,7 +47,9 @@ def main(parser: argparse.ArgumentParser, argv: list[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except KeyboardInterrupt:
-        return _interrupted(getattr(args, "id", None))
+        return _interrupted(args)
+    except RunInterrupted as interrupted:
+        return _interrupted(args, interrupted.run_id)
     except Exception as error:
         return _failed(error)
 
@@ -98,12 +107,19 @@ def _failed(error: Exception) -> int:
     if isinstance(error, RPCError):
         print(f"Error: Temporal answered: {error.message}", file=sys.stderr)
         return 2
-    if isinstance(error, RunInterrupted):
-        return _interrupted(error.run_id)
     raise error
 
 
-def _interrupted(run_id: str | None) -> int:
-    hint = f"`python starter.py status {run_id}` shows it" if run_id else "`python starter.py list` shows it"
-    print(f"\nInterrupted. The run goes on in Temporal; {hint}.", file=sys.stderr)
+def _interrupted(args: argparse.Namespace, run_id: str | None = None) -> int:
+    """Ctrl-C: exit 130, and what became of the run the command was about."""
+    command, named = getattr(args, "command", None), getattr(args, "id", None)
+    if run_id or (command in FOLLOWS_A_RUN and named):
+        hint = f" The run goes on in Temporal; `python starter.py status {run_id or named}` shows it."
+    elif command in DECIDES_FOR_A_RUN and named:
+        hint = f" The run may have had the decision already; `python starter.py status {named}` shows it."
+    elif command in STARTS_A_RUN:  # interrupted before it could name the run it started
+        hint = " The run goes on in Temporal; `python starter.py list` shows it."
+    else:
+        hint = ""
+    print(f"\nInterrupted.{hint}", file=sys.stderr)
     return 130

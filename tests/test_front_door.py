@@ -35,7 +35,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
 
 import cli.watch
 import starter
-from cli import listing, operate, research, runs
+from cli import bulk, listing, operate, research, runs
 from cli.render import status_text
 from cli.terminal import printable
 from cli.watch import Described, Watcher, render_status
@@ -190,14 +190,22 @@ def test_a_history_file_replays_under_its_run_name_not_the_file_name(tmp_path: P
     assert read_history_file(str(named)).workflow_id == "research-rain-1a2b3c"
 
 
-def test_ctrl_c_names_the_run_not_a_placeholder(monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("module", "handler", "argv", "said"), [
+    (operate, "watch_run", ["watch", "research-rain-1a2b3c"],
+     "The run goes on in Temporal; `python starter.py status research-rain-1a2b3c` shows it."),
+    (bulk, "review", ["review", "research-rain-1a2b3c", "--accept"],
+     "The run may have had the decision already; `python starter.py status research-rain-1a2b3c` shows it."),
+    (listing, "list_runs", ["list"], ""),  # about no run: it names none
+])
+def test_ctrl_c_says_what_became_of_the_run_the_command_was_about(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], module: object, handler: str,
+        argv: list[str], said: str) -> None:
     async def interrupted(_args: argparse.Namespace, _settings: Settings) -> int:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(operate, "watch_run", interrupted)
-    assert starter.main(["watch", "research-rain-1a2b3c"]) == 130
-    assert "`python starter.py status research-rain-1a2b3c` shows it" in capsys.readouterr().err
+    monkeypatch.setattr(module, handler, interrupted)
+    assert starter.main(argv) == 130
+    assert capsys.readouterr().err == f"\nInterrupted.{' ' if said else ''}{said}\n"
 
 
 async def test_leaving_a_review_for_later_says_how_to_write_the_report_to_o(
