@@ -175,6 +175,14 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
                             "window.deerflowPage.state.lastStatus", 30, what="the reopened run")
         await asyncio.sleep(1.0)  # a second feed would have replayed every item by then
         assert await page.evaluate("[...document.querySelectorAll('#activity > li')].map((li) => li.innerText)") == rows
+        # Reopened, the finished run's whole feed arrives at once, and each item asks for a fresh status: a
+        # query its worker answers by replaying the run. One request in flight at a time, not one an item.
+        await page.evaluate(COUNT_STATUS_REQUESTS)
+        await page.evaluate("window.deerflowPage.openRun(window.deerflowPage.state.run).then(() => true)")
+        await page.wait_for(f"document.querySelectorAll('#activity > li').length >= {len(rows)} && "
+                            "window.deerflowPage.state.lastStatus", 30, what="the run reopened")
+        await asyncio.sleep(1.0)
+        assert await page.evaluate("window.__statusAtOnce") == 1
 
         await page.evaluate(CAPTURE_EXPORTS)
         await page.press("#export-md")
@@ -212,6 +220,19 @@ OPEN_TWICE_AT_ONCE = """(() => {
   };
   const run = window.deerflowPage.state.run;
   return Promise.all([run, run].map((id) => window.deerflowPage.openRun(id))).then(() => true);
+})()"""
+
+# From now on, the most requests for the open run's status that the page has in flight at once.
+COUNT_STATUS_REQUESTS = """(() => {
+  const original = window.fetch;
+  let inFlight = 0;
+  window.__statusAtOnce = 0;
+  window.fetch = (url, options) => {
+    if (!/^\\/api\\/runs\\/[^/?]+$/.test(url)) return original(url, options);
+    window.__statusAtOnce = Math.max(window.__statusAtOnce, ++inFlight);
+    return original(url, options).finally(() => { inFlight -= 1; });
+  };
+  return true;
 })()"""
 
 

@@ -577,7 +577,7 @@ async function follow() {
     }
     await new Promise((resolve) => setTimeout(resolve, delay));
     delay = Math.min(delay * 2, 5000);
-    refresh().catch(() => {});
+    refreshForFeed();
   }
 }
 
@@ -608,7 +608,7 @@ function handleBlock(id, block) {
   }
   if (!fields.event || state.run !== id) return null;
   if (fields.event === "end") {
-    refresh().catch(() => {});
+    refreshForFeed();
     return "end";
   }
   const data = JSON.parse(fields.data);
@@ -619,8 +619,28 @@ function handleBlock(id, block) {
   if (fields.id) state.after = fields.id;
   if (data.stream_id) endPreviews(data.stream_id);
   showItem(fields.event, data);
-  refresh().catch(() => {});
+  refreshForFeed();
   return null;
+}
+
+// The feed asks for a fresh status after each item. A finished run's whole feed arrives at once, and
+// the status of a closed run is a query its worker answers by replaying the run's history: one
+// request an item was 23 replays to reopen a short run. So one such refresh is in flight at a time,
+// and the items that arrive meanwhile ask for one more after it.
+let feedRefresh = null;
+let feedRefreshAgain = false;
+function refreshForFeed() {
+  if (feedRefresh) {
+    feedRefreshAgain = true;
+    return;
+  }
+  feedRefresh = refresh().catch(() => {}).finally(() => {
+    feedRefresh = null;
+    if (feedRefreshAgain) {
+      feedRefreshAgain = false;
+      refreshForFeed();
+    }
+  });
 }
 
 function showItem(kind, data) {
