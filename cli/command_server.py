@@ -253,13 +253,15 @@ class Server:
 
     def _client_spoke(self, channel: socket.socket, pidfd: int) -> None:
         """A client only ever closes its channel: it left before its command ended, so does the command
-        (as a shell's hang-up ends what runs in it)."""
+        (as a shell's hang-up ends what runs in it). Continued too, as the kernel continues a stopped
+        job it hangs up: a command stopped with its caller (Ctrl-Z) would never see the SIGHUP."""
         with contextlib.suppress(OSError):
             if channel.recv(64):
                 return
         self.selector.unregister(channel)
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.children[pidfd].pid, signal.SIGHUP)
+            os.kill(self.children[pidfd].pid, signal.SIGCONT)
 
 
 def become(request: dict, streams: list[int], parser: argparse.ArgumentParser) -> NoReturn:

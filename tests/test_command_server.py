@@ -159,10 +159,15 @@ def held_command(served: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
         caller = subprocess.Popen(with_sigint("SIG_DFL", [sys.executable, str(REPO_DIR / "starter.py"), "list"]),
                                   env=held, cwd=REPO_DIR, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True, process_group=0)
-        silent.settimeout(WAIT)
-        connection, _ = silent.accept()
-        with connection:
-            yield caller
+        try:
+            silent.settimeout(WAIT)
+            connection, _ = silent.accept()
+            with connection:
+                yield caller
+        finally:  # a test that failed with its command held leaves no process behind
+            if caller.poll() is None:
+                caller.kill()
+                caller.communicate()
 
 
 def process_state(pid: int) -> str:
@@ -186,19 +191,24 @@ def test_ctrl_z_stops_the_served_command_with_its_caller_and_fg_continues_both(
         dev_server: DevServer, runtime_folder: Path) -> None:
     """Ctrl-Z (SIGTSTP to the caller's process group) stops the child too, which would otherwise go on
     writing to the terminal beside the shell; ``fg`` (SIGCONT) continues both, and the command then
-    ends as ever."""
+    ends as ever. A stopped caller killed (``kill -9 %1``) still takes its stopped child along."""
     served = command_env(dev_server, runtime_folder)
     assert starter(served, "list").returncode == 0
     server = serving_pid(runtime_folder)
-    with held_command(served) as caller:
-        child = int(Path(f"/proc/{server}/task/{server}/children").read_text().split()[0])
-        os.killpg(caller.pid, signal.SIGTSTP)
-        assert becomes(caller.pid, stopped=True) and becomes(child, stopped=True)
-        os.killpg(caller.pid, signal.SIGCONT)
-        assert becomes(child, stopped=False) and becomes(caller.pid, stopped=False)
-        caller.send_signal(signal.SIGINT)
-        _, stderr = caller.communicate(timeout=WAIT)
-    assert (caller.returncode, "Interrupted." in stderr) == (130, True), stderr
+    for then_kill in (False, True):
+        with held_command(served) as caller:
+            child = int(Path(f"/proc/{server}/task/{server}/children").read_text().split()[0])
+            os.killpg(caller.pid, signal.SIGTSTP)
+            assert becomes(caller.pid, stopped=True) and becomes(child, stopped=True)
+            if then_kill:
+                caller.kill()
+                assert wait_for_line(runtime_folder, f"(pid {child}): exit -{int(signal.SIGHUP)}")
+                continue
+            os.killpg(caller.pid, signal.SIGCONT)
+            assert becomes(child, stopped=False) and becomes(caller.pid, stopped=False)
+            caller.send_signal(signal.SIGINT)
+            _, stderr = caller.communicate(timeout=WAIT)
+        assert (caller.returncode, "Interrupted." in stderr) == (130, True), stderr
 
 
 def test_a_server_terminated_finishes_its_commands_and_one_killed_leaves_its_callers_waiting_for_them(
