@@ -32,6 +32,7 @@ from urllib.parse import unquote, urlparse
 from urllib.request import url2pathname
 
 from workflows.research.document_names import LOCAL_SCHEME
+from workflows.text.untrusted_text import encodes_as_utf8
 
 if TYPE_CHECKING:  # the extraction fork server imports the suffix sets through here: no settings there
     from config.settings import Settings
@@ -131,8 +132,4 @@ def utf8_named(path: Path) -> bool:
     Python as lone surrogates, which neither the document index (SQLite's text), a search result nor
     a JSON response can hold: a search failed with UnicodeEncodeError on every attempt, and the API
     server's listing of documents answered 500. Such a file is skipped."""
-    try:
-        str(path).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return encodes_as_utf8(str(path))

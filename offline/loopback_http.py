@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from workflows.text.untrusted_text import encodes_as_utf8
+
 
 class FakeServerHandler(BaseHTTPRequestHandler):
     """The base of every fake's request handler: Nagle's algorithm off (TCP_NODELAY), as a real
@@ -47,11 +49,7 @@ def wire_json(value: Any) -> str:
     """``value`` as JSON text for the wire: non-ASCII kept as is, as servers send it, unless it holds
     a lone surrogate (which UTF-8 cannot carry): then escaped, as a real server sends "\\ud800"."""
     text = json.dumps(value, ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return json.dumps(value)
-    return text
+    return text if encodes_as_utf8(text) else json.dumps(value)
 
 
 def send_json(handler: BaseHTTPRequestHandler, status: int, payload: Any,

@@ -29,6 +29,7 @@ from temporalio.service import TLSConfig
 from config.settings import Settings
 from runtime.converter import data_converter
 from runtime.tracing import tracing_interceptors
+from workflows.text.untrusted_text import encodes_as_utf8
 
 DEFAULT_NAMESPACE = "default"
 
@@ -115,15 +116,6 @@ def _tls_file_setting(profile: ClientConfigProfile, path: str | None) -> str:
     return "TEMPORAL_TLS_*_PATH"
 
 
-def _utf8(text: str) -> bool:
-    """Whether ``text`` encodes as UTF-8 (a value Python read from bytes that do not holds surrogates)."""
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 def load_connection(settings: Settings, env: Mapping[str, str] | None = None) -> Connection:
     """Resolve the connection from the environment (or ``env``) and the TOML profile, reading TLS files;
     with no address there, the embedded dev server's (``settings``' ``DEERFLOW_EMBEDDED_ADDRESS``).
@@ -136,7 +128,7 @@ def load_connection(settings: Settings, env: Mapping[str, str] | None = None) ->
     # any variable of bytes that are not UTF-8 (a traceback for every command), whatever its name.
     temporal = {name: value for name, value in environ.items() if name.startswith("TEMPORAL_")}
     for name, value in temporal.items():
-        if not _utf8(value):
+        if not encodes_as_utf8(value):
             raise TemporalConnectionError(f"{name} holds bytes that are not UTF-8.")
     config_file = environ.get("TEMPORAL_CONFIG_FILE")
     if config_file and not Path(config_file).is_file():

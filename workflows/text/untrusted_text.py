@@ -21,16 +21,24 @@ REPLACEMENT = "\ufffd"
 _LONE = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
 
 
+def encodes_as_utf8(text: str) -> bool:
+    """Whether UTF-8 can carry ``text``: it holds no lone surrogate (what JSON's ``"\\ud800"`` and a
+    name or variable of bytes that are not UTF-8 become in Python)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def without_lone_surrogates(text: str) -> str:
     """``text`` with every lone surrogate replaced by U+FFFD (a pair written as two escapes is the
     character it stands for, as in UTF-16); ``text`` itself when it has none. By substitution, not by
     decoding UTF-16 with "replace", whose error handler costs a microsecond a surrogate (1 s per MB)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        paired = _LONE.sub(REPLACEMENT, text)  # what is left are pairs: each the character it stands for
-        return paired.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
-    return text
+    if encodes_as_utf8(text):
+        return text
+    paired = _LONE.sub(REPLACEMENT, text)  # what is left are pairs: each the character it stands for
+    return paired.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
 
 
 def scrubbed(value: Any) -> Any:
