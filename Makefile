@@ -54,7 +54,8 @@ demo: $(VENV)/.installed
 # a core often idle (11:56-12:10 on two quiet cores); at four it keeps both busy (9:37-9:51; process
 # accounting: 18.4 CPU minutes in 9:51), so more do not help. PYTEST_ARGS adds options
 # (`make test PYTEST_ARGS="-k e2e"`). Each run ends with its 30 slowest tests, so the suite's time
-# (issue #45: under 8 minutes on 2 quiet cores) is looked after from the same output that says whether it passed.
+# (issue #45: under 8 minutes on 2 quiet cores) is looked after from the same output that says
+# whether it passed.
 test: $(VENV)/.installed
 	$(PY) -m pytest -q -n 4 --dist loadfile --durations=30 $(PYTEST_ARGS)
 

@@ -39,7 +39,7 @@ _exit_status = pytest.StashKey[int]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Each pytest process (``make test`` starts two) gets its own sandbox uid pool and temp directory
+    """Each pytest process (``make test`` starts four) gets its own sandbox uid pool and temp directory
     (tests/support/isolation.py says why)."""
     config.stash[_own_tmp] = isolate_this_process()
 

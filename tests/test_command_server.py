@@ -401,11 +401,7 @@ def _ends_within(pid: int, seconds: float) -> bool:
     """Whether ``pid`` is gone or a zombie within ``seconds`` (its new parent may never reap it)."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        try:
-            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-        except FileNotFoundError:
-            return True
-        if state in ("Z", "X"):
+        if process_state(pid) in ("gone", "Z", "X"):
             return True
         time.sleep(0.1)
     return False

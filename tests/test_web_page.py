@@ -204,13 +204,17 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         await page.screenshot(tmp_path / "failure.png")
         raise
 
+
+# The page's request for a run's status (GET /api/runs/ID), as a JavaScript pattern.
+STATUS_REQUEST = r"/^\/api\/runs\/[^/?]+$/"
+
 # Opens the current run twice, both opens' status answers held until both have come, then given
 # together: each open then starts its feed before either feed's first item can arrive.
 OPEN_TWICE_AT_ONCE = """(() => {
   const original = window.fetch;
   const held = [];
   window.fetch = (url, options) => {
-    if (!/^\\/api\\/runs\\/[^/?]+$/.test(url)) return original(url, options);
+    if (!STATUS_REQUEST.test(url)) return original(url, options);
     return new Promise((resolve) => {
       held.push([original(url, options), resolve]);
       if (held.length < 2) return;
@@ -220,7 +224,7 @@ OPEN_TWICE_AT_ONCE = """(() => {
   };
   const run = window.deerflowPage.state.run;
   return Promise.all([run, run].map((id) => window.deerflowPage.openRun(id))).then(() => true);
-})()"""
+})()""".replace("STATUS_REQUEST", STATUS_REQUEST)
 
 # From now on, the most requests for the open run's status that the page has in flight at once.
 COUNT_STATUS_REQUESTS = """(() => {
@@ -228,12 +232,12 @@ COUNT_STATUS_REQUESTS = """(() => {
   let inFlight = 0;
   window.__statusAtOnce = 0;
   window.fetch = (url, options) => {
-    if (!/^\\/api\\/runs\\/[^/?]+$/.test(url)) return original(url, options);
+    if (!STATUS_REQUEST.test(url)) return original(url, options);
     window.__statusAtOnce = Math.max(window.__statusAtOnce, ++inFlight);
     return original(url, options).finally(() => { inFlight -= 1; });
   };
   return true;
-})()"""
+})()""".replace("STATUS_REQUEST", STATUS_REQUEST)
 
 
 @pytest.fixture
