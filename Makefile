@@ -1,7 +1,16 @@
 # The front door. `make demo` and `make test` are the README's two quickstart commands: each
 # creates the virtualenv and installs the project on first use.
 
-PYTHON ?= python3
+# The Python the virtualenv is made from, unless PYTHON is given: the distribution's own python3 where it
+# is 3.11 or newer and has pip (Debian, Ubuntu and Fedora build theirs with profile-guided and link-time
+# optimisation, as the image's python is built), else the first python3 on PATH. Why: pyenv and other
+# builds from source default to neither, and every process of ours then costs a fifth to a third more
+# CPU; the suite is CPU-bound on two cores, so `make test` took 8:36-9:51 on this project's 2-core
+# machine with pyenv's 3.11 and 7:21 with Debian's (bench/README.md, #45). Evaluated only when the
+# virtualenv is made. Another Python: `rm -rf .venv && make test PYTHON=python3.12`.
+SYSTEM_PYTHON := /usr/bin/python3
+PYTHON ?= $(shell $(SYSTEM_PYTHON) -c 'import sys, importlib.util as u; \
+	sys.exit(sys.version_info < (3, 11) or u.find_spec("pip") is None)' 2>/dev/null && echo $(SYSTEM_PYTHON) || echo python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 QUESTION ?= What are the prospects of solid-state batteries for electric vehicles?
