@@ -19,7 +19,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 
 from config.settings import load_settings
-from tests.support.cdp import Chromium, Page, chromium_path, open_page
+from tests.support.cdp import STATUS_REQUEST, Chromium, Page, chromium_path, open_page
 from tests.support.fake_http import FakeHTTPServer, Reply
 from tests.support.processes import DevServer, start_worker
 from tests.support.runs import run_id
@@ -204,9 +204,6 @@ async def test_ask_edit_accept_follow_report_and_export(base: str, page: Page, t
         await page.screenshot(tmp_path / "failure.png")
         raise
 
-
-# The page's request for a run's status (GET /api/runs/ID), as a JavaScript pattern.
-STATUS_REQUEST = r"/^\/api\/runs\/[^/?]+$/"
 
 # Opens the current run twice, both opens' status answers held until both have come, then given
 # together: each open then starts its feed before either feed's first item can arrive.

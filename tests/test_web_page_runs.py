@@ -16,7 +16,7 @@ import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
 from temporalio.exceptions import CancelledError
 
-from tests.support.cdp import PHONE, WIDTHS, Page, chromium_path, off_screen
+from tests.support.cdp import PHONE, STATUS_REQUEST, WIDTHS, Page, chromium_path, off_screen
 from tests.support.runs import SAMPLE_REPORT
 from tests.support.stand_in_runs import FAILURE, StandInRun, StartStandIn
 
@@ -71,6 +71,34 @@ async def test_an_ended_run_says_how_and_offers_no_review(open_api: str, stand_i
         assert await page.evaluate(shown("plan"))  # the plan it awaited a review of is still there
         error = await page.evaluate(f"{shown('run-error')} && document.getElementById('run-error').textContent")
         assert error and (FAILURE in error if ending == "failed" else True), error
+
+
+# The next request for a run's status fails as a restarting server's would (503); the ones after pass.
+FAIL_NEXT_STATUS = """(() => {
+  const original = window.fetch;
+  window.fetch = (url, options) => {
+    if (!STATUS_REQUEST.test(url)) return original(url, options);
+    window.fetch = original;
+    return Promise.resolve(new Response(JSON.stringify({ detail: "the server is restarting" }), { status: 503 }));
+  };
+  return true;
+})()""".replace("STATUS_REQUEST", STATUS_REQUEST)
+
+
+async def test_a_run_whose_first_status_failed_is_shown_once_the_server_answers(open_api: str, stand_in: StartStandIn,
+                                                                                page: Page) -> None:
+    """A page that opened a run while the server could not answer (a restart, a blip) asks again and
+    follows the run, as a person would reload: it once stayed on the error, with no review to offer."""
+    handle = await stand_in("")  # awaits a plan review
+    await page.navigate(f"{open_api}/")
+    await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
+    await page.evaluate(FAIL_NEXT_STATUS)
+    await page.evaluate(f"window.deerflowPage.openRun({json.dumps(handle.id)}).then(() => true, () => true)")
+    assert await page.evaluate("document.getElementById('run-error').textContent") == "the server is restarting"
+    assert await page.evaluate("window.deerflowPage.state.feed !== null"), "the run's feed was not followed"
+    await page.wait_for(shown("review"), 20, what="the review offered once the status was asked again")
+    assert not await page.evaluate(shown("run-error"))
+    await handle.terminate("the test is over")
 
 
 @pytest.mark.parametrize("width", WIDTHS)

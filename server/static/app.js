@@ -37,7 +37,7 @@ async function request(path, body) {
     : { method: "POST", headers: headers(true), body: JSON.stringify(body) });
   if (response.status === 401) {
     $("token-form").hidden = false;
-    throw new Error("this server needs its token");
+    throw Object.assign(new Error("this server needs its token"), { status: 401 });
   }
   return response;
 }
@@ -300,8 +300,21 @@ async function openRun(id, push = true) {
   $("run-title").textContent = state.questions.get(id) || id;
   $("run-title").title = id;
   for (const li of $("runs").children) li.classList.toggle("current", li.dataset.run === id);
-  await refresh();
+  try {
+    await refresh();
+  } catch (error) {  // said here, whoever opened the run; a refusal leaves nothing to follow
+    $("run-error").textContent = error.message;
+    $("run-error").hidden = false;
+    if (!askedAgain(error)) return;
+  }
   follow();
+}
+
+// Whether a failed status request is asked again: a network error, a server restarting or a 5xx
+// passes, and the page must not stay on what it last saw (or on nothing, when the run's first status
+// failed); a refusal (4xx: no such run, not the caller's, a token needed) stands.
+function askedAgain(error) {
+  return !(error.status >= 400 && error.status < 500);
 }
 
 // Each feed item asks for a fresh status; the answers can arrive out of order, and an older one
@@ -311,7 +324,16 @@ let refreshes = 0;
 async function refresh() {
   const id = state.run;
   const asked = ++refreshes;
-  const shown = await api(`/api/runs/${encodeURIComponent(id)}`);
+  let shown;
+  try {
+    shown = await api(`/api/runs/${encodeURIComponent(id)}`);
+  } catch (error) {
+    if (id === state.run && asked === refreshes && askedAgain(error)) {
+      clearTimeout(state.retryTimer);
+      state.retryTimer = setTimeout(() => refresh().catch(() => {}), 5000);
+    }
+    throw error;
+  }
   if (id !== state.run || asked !== refreshes) return;
   const status = shown.run;
   state.lastStatus = status;

@@ -37,6 +37,9 @@ PHONE = {"width": 390, "height": 844, "deviceScaleFactor": 2, "mobile": True}
 WIDTHS = {1280: DESKTOP, 390: PHONE}
 # A loaded 2-core CI machine can take many seconds to answer the first command of a cold browser.
 CDP_REPLY_SECONDS = 45
+# Our page's request for a run's status (GET /api/runs/ID), as a JavaScript pattern, for the tests
+# that hold, count or fail it in the page's fetch.
+STATUS_REQUEST = r"/^\/api\/runs\/[^/?]+$/"
 
 
 def chromium_path() -> str | None:
