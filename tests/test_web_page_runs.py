@@ -12,8 +12,10 @@ import contextlib
 import json
 from pathlib import Path
 
+import httpx
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHandle
 from temporalio.exceptions import CancelledError
 
 from tests.support.cdp import PHONE, STATUS_REQUEST, WIDTHS, Page, chromium_path, off_screen
@@ -43,6 +45,15 @@ def shown(element: str) -> str:
     return f"!document.getElementById('{element}').hidden"
 
 
+async def what_was_said(page: Page, open_api: str, handle: WorkflowHandle) -> str:
+    """The page's phase and error lines, its API's answer for the run, and the run's history events."""
+    lines = await page.evaluate("['run-phase', 'run-error'].map((id) => document.getElementById(id).textContent)")
+    async with httpx.AsyncClient(timeout=30) as http:
+        answer = (await http.get(f"{open_api}/api/runs/{handle.id}")).text[:1500]
+    events = [EventType.Name(event.event_type) for event in (await handle.fetch_history()).events]
+    return f"page {lines}; API {answer}; history {events}"
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 @pytest.mark.parametrize("ending", ["cancelled", "terminated", "failed", "timed out"])
 async def test_an_ended_run_says_how_and_offers_no_review(open_api: str, stand_in: StartStandIn, page: Page,
@@ -51,7 +62,10 @@ async def test_an_ended_run_says_how_and_offers_no_review(open_api: str, stand_i
     await page.use_width(width)
     await page.navigate(f"{open_api}/?run={handle.id}")
     if ending != "timed out":  # (that one may be over before the page has loaded)
-        await page.wait_for(shown("review"), what="the review offered while the run awaits it")
+        try:
+            await page.wait_for(shown("review"), what="the review offered while the run awaits it")
+        except TimeoutError as error:  # what the page, its API and the run said then (seen once in CI)
+            raise AssertionError(f"{error}: {await what_was_said(page, open_api, handle)}") from error
         if ending == "cancelled":
             await handle.cancel()
         elif ending == "terminated":
