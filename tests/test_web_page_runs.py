@@ -1,5 +1,5 @@
-"""Our page in headless Chromium, around its runs: how a run ended, the list of runs, a phone, and
-Cancel (asked first, at 1280 and 390 px).
+"""Our page in headless Chromium, around its runs: how a run ended, a run whose status request failed,
+the list of runs, a phone, and Cancel (asked first, at 1280 and 390 px).
 
 Stand-in runs (tests/support/stand_in_runs.py) on the module's dev server: one that awaits a plan
 review until it is cancelled, terminated, failed or timed out, and one that finishes with a wide
