@@ -303,11 +303,22 @@ async function openRun(id, push = true) {
   try {
     await refresh();
   } catch (error) {  // said here, whoever opened the run; a refusal leaves nothing to follow
-    $("run-error").textContent = error.message;
-    $("run-error").hidden = false;
+    showRunError(error.message);
     if (!askedAgain(error)) return;
   }
   follow();
+}
+
+// The open run's status again in 5 s (one timer: a newer call replaces it).
+function refreshSoon() {
+  clearTimeout(state.retryTimer);
+  state.retryTimer = setTimeout(() => refresh().catch(() => {}), 5000);
+}
+
+// The run's error line, hidden when there is none.
+function showRunError(text) {
+  $("run-error").textContent = text || "";
+  $("run-error").hidden = !text;
 }
 
 // Whether a failed status request is asked again: a network error, a server restarting or a 5xx
@@ -328,10 +339,7 @@ async function refresh() {
   try {
     shown = await api(`/api/runs/${encodeURIComponent(id)}`);
   } catch (error) {
-    if (id === state.run && asked === refreshes && askedAgain(error)) {
-      clearTimeout(state.retryTimer);
-      state.retryTimer = setTimeout(() => refresh().catch(() => {}), 5000);
-    }
+    if (id === state.run && asked === refreshes && askedAgain(error)) refreshSoon();
     throw error;
   }
   if (id !== state.run || asked !== refreshes) return;
@@ -358,11 +366,9 @@ async function refresh() {
   // A call being retried shows in no event: while the run runs, look again every few seconds.
   $("run-retries").hidden = !shown.retries.length;
   $("run-retries").textContent = shown.retries.join("\n");
-  clearTimeout(state.retryTimer);
-  if (shown.status === "running") state.retryTimer = setTimeout(() => refresh().catch(() => {}), 5000);
-  const error = shown.error || (status && status.error) || (shown.result && shown.result.error);
-  $("run-error").hidden = !error;
-  $("run-error").textContent = error || "";
+  if (shown.status === "running") refreshSoon();
+  else clearTimeout(state.retryTimer);
+  showRunError(shown.error || (status && status.error) || (shown.result && shown.result.error));
   if (status) {
     const u = status.usage;
     $("usage").textContent = `Model calls: ${u.llm_calls} · tokens: ${thousands(u.total_tokens)} ` +
@@ -1081,8 +1087,7 @@ async function start() {
     if (wanted && location.pathname !== runPath(wanted)) history.replaceState({ run: wanted }, "", runPath(wanted));
     await listed;
   } catch (error) {
-    $("run-error").textContent = error.message;
-    $("run-error").hidden = false;
+    showRunError(error.message);
   }
 }
 
