@@ -115,6 +115,40 @@ async def test_a_run_whose_first_status_failed_is_shown_once_the_server_answers(
     await handle.terminate("the test is over")
 
 
+# The next status request for the run RUN is held; window.__failHeld() then fails it with a 503.
+HOLD_NEXT_STATUS_OF = """((run) => {
+  const original = window.fetch;
+  window.fetch = (url, options) => {
+    if (!STATUS_REQUEST.test(url) || !url.endsWith(`/${encodeURIComponent(run)}`)) return original(url, options);
+    window.fetch = original;
+    return new Promise((resolve) => {
+      window.__failHeld = () => resolve(new Response(JSON.stringify({ detail: "the server is restarting" }),
+                                                     { status: 503 }));
+    });
+  };
+  return true;
+})""".replace("STATUS_REQUEST", STATUS_REQUEST)
+
+
+async def test_a_failure_of_a_run_left_for_another_is_not_shown_on_the_other(open_api: str, stand_in: StartStandIn,
+                                                                             page: Page) -> None:
+    """A run's status failing after the reader has opened another run says nothing on the other."""
+    left, opened = await stand_in(""), await stand_in("")
+    await page.navigate(f"{open_api}/")
+    await page.wait_for("window.deerflowPage !== undefined && window.deerflowPage.started", what="the page")
+    await page.evaluate(f"{HOLD_NEXT_STATUS_OF}({json.dumps(left.id)})")
+    await page.evaluate(f"window.__openLeft = window.deerflowPage.openRun({json.dumps(left.id)}); true")
+    await page.wait_for("window.__failHeld !== undefined", what="the left run's status request")
+    await page.evaluate(f"window.deerflowPage.openRun({json.dumps(opened.id)}).then(() => true)")
+    await page.wait_for(shown("review"), 20, what="the review of the run opened second")
+    await page.evaluate("window.__failHeld(); window.__openLeft.then(() => true, () => true)")
+    assert await page.evaluate("window.deerflowPage.state.run") == opened.id
+    said = await page.evaluate("document.getElementById('run-error').textContent")
+    assert not await page.evaluate(shown("run-error")), said
+    for handle in (left, opened):
+        await handle.terminate("the test is over")
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 async def test_the_run_list_refreshes_itself_and_names_runs_by_question(open_api: str, stand_in: StartStandIn,
                                                                         page: Page, width: int) -> None:

@@ -300,11 +300,16 @@ async function openRun(id, push = true) {
   $("run-title").textContent = state.questions.get(id) || id;
   $("run-title").title = id;
   for (const li of $("runs").children) li.classList.toggle("current", li.dataset.run === id);
+  let failure = null;
   try {
     await refresh();
-  } catch (error) {  // said here, whoever opened the run; a refusal leaves nothing to follow
-    showRunError(error.message);
-    if (!askedAgain(error)) return;
+  } catch (error) {
+    failure = error;
+  }
+  if (state.run !== id) return;  // another run was opened meanwhile: its own open shows and follows it
+  if (failure) {  // said here, whoever opened the run; a refusal leaves nothing to follow
+    showRunError(failure.message);
+    if (!askedAgain(failure)) return;
   }
   follow();
 }
