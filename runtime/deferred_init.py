@@ -1,0 +1,71 @@
+"""Packages whose ``__init__`` a worker runs only when something first asks one of them for a name
+(issue #45: a worker's start).
+
+Why: importing a submodule runs its package's ``__init__`` first. The model queue's preload imports
+langchain-openai, whose tracers import ``langsmith.run_trees``, which imports one small module of
+``langsmith.types`` (a ``Literal`` of field names); and ``langsmith.types``'s ``__init__`` imports
+every one of its pydantic schemas of LangSmith's REST API. That was 0.26 s of the 1.5 s of CPU that
+importing langchain-openai costs a worker here (best of six, ``python -c``), for schemas that only
+LangSmith's own client reads, and only when an operator turns its tracing on.
+
+A package named here is imported as an empty module that has its ``__path__`` (its submodules import
+as usual) and runs its real ``__init__`` on the first name it does not have yet:
+``from langsmith.types import Run`` still works, at the cost it always had, when it is first asked.
+Installed by the worker alone (``worker.py``), before its imports, like its optional extras.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import threading
+import types
+from collections.abc import Sequence
+from typing import Any
+
+DEFERRED_PACKAGES = ("langsmith.types",)
+_running_init = threading.RLock()
+
+
+class _InitOnFirstUse(types.ModuleType):
+    """A package whose ``__init__`` has not run: it runs, once, on the first name not found."""
+
+    def __getattr__(self, name: str) -> Any:
+        with _running_init:  # the preload imports in a thread: a second asker waits for the first
+            if type(self) is _InitOnFirstUse:
+                loader = self.__spec__.loader
+                assert isinstance(loader, _DeferredInitLoader)
+                self.__class__ = types.ModuleType
+                self.__spec__.loader = self.__loader__ = loader.package_loader
+                loader.package_loader.exec_module(self)
+        return types.ModuleType.__getattribute__(self, name)
+
+
+class _DeferredInitLoader(importlib.abc.Loader):
+    """Makes the package's module as its own loader would, and leaves its ``__init__`` for later."""
+
+    def __init__(self, package_loader: importlib.abc.Loader) -> None:
+        self.package_loader = package_loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self.package_loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__class__ = _InitOnFirstUse
+
+
+class DeferredInitFinder(importlib.abc.MetaPathFinder):
+    """Finds the named packages where the path finder does, with the deferring loader."""
+
+    def __init__(self, names: Sequence[str] = DEFERRED_PACKAGES) -> None:
+        self.names = frozenset(names)
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self.names:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            return spec  # not a package here: imported as it is
+        spec.loader = _DeferredInitLoader(spec.loader)
+        return spec
