@@ -32,7 +32,7 @@ if __name__ == "__main__":
     skip_pydantic_plugin_discovery()  # before the first model builds its validator (runtime/process_start.py)
     for extra in OPTIONAL_EXTRAS_NOT_USED:
         sys.modules.setdefault(extra, None)  # type: ignore[arg-type]
-    sys.meta_path.insert(0, DeferredInitFinder())  # LangSmith's API schemas, until asked for (runtime/deferred_init.py)
+    sys.meta_path.insert(0, DeferredInitFinder())  # API schemas, until asked for (runtime/deferred_init.py)
 
 import argparse
 import asyncio

@@ -1,16 +1,20 @@
 """Packages whose ``__init__`` a worker runs only when something first asks one of them for a name
 (issue #45: a worker's start).
 
-Why: importing a submodule runs its package's ``__init__`` first. The model queue's preload imports
-langchain-openai, whose tracers import ``langsmith.run_trees``, which imports one small module of
-``langsmith.types`` (a ``Literal`` of field names); and ``langsmith.types``'s ``__init__`` imports
-every one of its pydantic schemas of LangSmith's REST API. That was 0.26 s of the 1.5 s of CPU that
-importing langchain-openai costs a worker here (best of six, ``python -c``), for schemas that only
-LangSmith's own client reads, and only when an operator turns its tracing on.
+Why: importing a submodule runs its package's ``__init__`` first, and two packages that the model
+queue's preload reaches import far more there than a worker uses:
+- ``openai.types``: its ``__init__`` imports the schema of every endpoint of OpenAI's API (evals,
+  graders, files, vector stores...). The SDK and langchain-openai import the few modules they need
+  (``openai.types.chat``, ``openai.types.responses``) by their own names.
+- ``langsmith.types``: langchain's tracers import ``langsmith.run_trees``, which imports one small
+  module of it (a ``Literal`` of field names); its ``__init__`` imports every pydantic schema of
+  LangSmith's REST API, which only LangSmith's client reads, when an operator turns tracing on.
 
-A package named here is imported as an empty module that has its ``__path__`` (its submodules import
-as usual) and runs its real ``__init__`` on the first name it does not have yet:
-``from langsmith.types import Run`` still works, at the cost it always had, when it is first asked.
+Together, 0.42 s of the 1.94 s of CPU that importing the model libraries and warming the clients
+cost here (best of five). A package named here is imported as an empty module that has its
+``__path__`` (its submodules import as usual) and runs its real ``__init__`` on the first name it
+does not have yet: ``from openai.types import Completion`` still works, at the cost it always had,
+when it is first asked. A whole offline research run (plan, tools, streaming, report) asked for none.
 Installed by the worker alone (``worker.py``), before its imports, like its optional extras.
 """
 
@@ -23,7 +27,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-DEFERRED_PACKAGES = ("langsmith.types",)
+DEFERRED_PACKAGES = ("openai.types", "langsmith.types")
 _running_init = threading.RLock()
 
 
