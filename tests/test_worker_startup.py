@@ -118,7 +118,7 @@ def test_the_preload_pays_the_first_calls_imports_and_sends_nothing(
     before, after, [contexts, imported_model] = (part.split() for part in done.stdout.split("|"))
     assert not set(warmed) <= set(before)  # something was left for the first call to pay
     assert after == list(warmed) and "warm-up failed" not in done.stderr
-    assert contexts == "2"  # the model calls' and the crawler's TLS contexts, each loading the CA bundle
+    assert contexts == "2"  # the model calls' and the crawler's TLS contexts (one bundle load without SSL_CERT_*)
     assert imported_model == str(model_libraries)
     assert provider.requests == []
 
