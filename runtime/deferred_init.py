@@ -1,20 +1,24 @@
 """Packages whose ``__init__`` a worker runs only when something first asks one of them for a name
 (issue #45: a worker's start).
 
-Why: importing a submodule runs its package's ``__init__`` first, and two packages that the model
-queue's preload reaches import far more there than a worker uses:
+Why: importing a submodule runs its package's ``__init__`` first, and the packages named here,
+which the model queue's preload reaches, import far more there than a worker uses:
 - ``openai.types``: its ``__init__`` imports the schema of every endpoint of OpenAI's API (evals,
   graders, files, vector stores...). The SDK and langchain-openai import the few modules they need
   (``openai.types.chat``, ``openai.types.responses``) by their own names.
 - ``langsmith.types``: langchain's tracers import ``langsmith.run_trees``, which imports one small
   module of it (a ``Literal`` of field names); its ``__init__`` imports every pydantic schema of
   LangSmith's REST API, which only LangSmith's client reads, when an operator turns tracing on.
+- ``langchain_openai`` and its ``chat_models``: their ``__init__`` import Azure's chat model, the
+  completion models (and PyYAML with them), the embeddings and the tools, beside the one class the
+  model activities use, which they import from its own module (``chat_models.base``).
 
-Together, 0.42 s of the 1.94 s of CPU that importing the model libraries and warming the clients
-cost here (best of five). A package named here is imported as an empty module that has its
-``__path__`` (its submodules import as usual) and runs its real ``__init__`` on the first name it
-does not have yet: ``from openai.types import Completion`` still works, at the cost it always had,
-when it is first asked. A whole offline research run (plan, tools, streaming, report) asked for none.
+The first two were 0.42 s of the 1.94 s of CPU that importing the model libraries and warming the
+clients cost here (best of five); the last two 0.15 s more (medians of ten, alternating). A package
+named here is imported as an empty module that has its ``__path__`` (its submodules import as
+usual) and runs its real ``__init__`` on the first name it does not have yet: ``from openai.types
+import Completion`` still works, at the cost it always had, when it is first asked. A whole offline
+research run (plan, tools, streaming, report) asked for none.
 Installed by the worker alone (``worker.py``), before its imports, like its optional extras.
 """
 
@@ -27,7 +31,7 @@ import types
 from collections.abc import Sequence
 from typing import Any
 
-DEFERRED_PACKAGES = ("openai.types", "langsmith.types")
+DEFERRED_PACKAGES = ("openai.types", "langsmith.types", "langchain_openai", "langchain_openai.chat_models")
 _running_init = threading.RLock()
 
 

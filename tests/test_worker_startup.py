@@ -49,8 +49,10 @@ def test_the_cli_starts_without_the_web_stack_and_the_workflow() -> None:
 
 # What httpx and the openai SDK import only because other packages installed it (worker.py keeps them out).
 UNUSED_EXTRAS = ("rich", "click", "pygments", "aiohttp")
-# Schemas that only the __init__ of openai.types and langsmith.types import (runtime/deferred_init.py).
-UNUSED_SCHEMAS = ("openai.types.eval_create_params", "langsmith.types.evaluator")
+# What only the __init__ of the packages that runtime/deferred_init.py defers import: API schemas,
+# and langchain-openai's other models.
+UNUSED_MODULES = ("openai.types.eval_create_params", "langsmith.types.evaluator", "langchain_openai.llms",
+                  "langchain_openai.chat_models.azure")
 AS_A_WORKER_PROCESS = f"""
 import os, runpy, sys
 sys.argv = ["worker.py", "--version"]
@@ -63,24 +65,28 @@ from activities.model import clients
 from config.settings import load_settings
 clients.warm(load_settings())
 print(" ".join(m for m in {UNUSED_EXTRAS!r} if m in sys.modules), "|", "langchain_openai" in sys.modules,
-      "|", os.environ.get("PYDANTIC_DISABLE_PLUGINS"), "|", *(m in sys.modules for m in {UNUSED_SCHEMAS!r}))
+      "|", os.environ.get("PYDANTIC_DISABLE_PLUGINS"), "|", *(m in sys.modules for m in {UNUSED_MODULES!r}))
 from openai.types import EvalCreateResponse
 from langsmith.types import Run
-print(EvalCreateResponse.__name__, Run.__name__, *(m in sys.modules for m in {UNUSED_SCHEMAS!r}))
+from langchain_openai import AzureChatOpenAI, OpenAI
+print(EvalCreateResponse.__name__, Run.__name__, OpenAI.__name__, AzureChatOpenAI.__name__,
+      *(m in sys.modules for m in {UNUSED_MODULES!r}))
 """
 
 
 def test_a_worker_process_loads_no_optional_extras_it_does_not_use() -> None:
     """The worker's model libraries and HTTP client are there and warm, without httpx's command line
     (rich, click, pygments) or the openai SDK's aiohttp client: 0.07 and 0.17 s of CPU a start, nor
-    OpenAI's and LangSmith's API schemas until a name of theirs is asked for (0.42 s). Nor does it look for pydantic
-    plugins (runtime/process_start.py)."""
+    OpenAI's and LangSmith's API schemas and langchain-openai's other models until a name of theirs is
+    asked for (0.57 s, runtime/deferred_init.py). Nor does it look for pydantic plugins
+    (runtime/process_start.py)."""
     env = {name: value for name, value in os.environ.items() if name != "PYDANTIC_DISABLE_PLUGINS"}
     done = subprocess.run([sys.executable, "-c", AS_A_WORKER_PROCESS], cwd=REPO_DIR, env=env, capture_output=True,
                           text=True, timeout=120, check=True)
     warm, asked = done.stdout.splitlines()[-2:]
-    assert warm.split() == ["|", "True", "|", "__all__", "|", "False", "False"], done.stdout + done.stderr
-    assert asked.split() == ["EvalCreateResponse", "Run", "True", "True"], done.stdout + done.stderr  # when asked for
+    assert warm.split() == ["|", "True", "|", "__all__", "|", "False", "False", "False", "False"], done.stdout
+    assert asked.split() == ["EvalCreateResponse", "Run", "OpenAI", "AzureChatOpenAI", "True", "True", "True",
+                             "True"], done.stdout + done.stderr  # each imported when asked for
 
 
 # What a first model call imports on its way (activities.model.clients.warm), and a first search.

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import openai
 from langchain_core.outputs import ChatResult
-from langchain_openai import ChatOpenAI
+from langchain_openai.chat_models.base import ChatOpenAI  # not the package: runtime/deferred_init.py
 
 from activities.model import reply_calls
 from activities.model.tool_support import PROBE_MAX_TOKENS

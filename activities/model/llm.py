@@ -21,7 +21,7 @@ import httpx
 import openai
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 from langchain_core.messages import ToolMessage as LcToolMessage
-from langchain_openai import ChatOpenAI
+from langchain_openai.chat_models.base import ChatOpenAI  # not the package: runtime/deferred_init.py
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 

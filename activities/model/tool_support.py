@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 import openai
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-from langchain_openai import ChatOpenAI
+from langchain_openai.chat_models.base import ChatOpenAI  # not the package: runtime/deferred_init.py
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
