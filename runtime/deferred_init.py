@@ -36,7 +36,12 @@ _running_init = threading.RLock()
 
 
 class _InitOnFirstUse(types.ModuleType):
-    """A package whose ``__init__`` has not run: it runs, once, on the first name not found."""
+    """A package whose ``__init__`` has not run: it runs, once, on the first name not found.
+
+    A second thread that asks meanwhile waits for the first. Not guarded: a thread that asks while
+    it holds the import lock of one of the package's submodules, which the ``__init__`` running in
+    another thread imports, would wait on that thread while it waits on the lock, as two threads
+    importing each other's modules can in any program. No code a worker runs asks (above)."""
 
     def __getattr__(self, name: str) -> Any:
         with _running_init:  # the preload imports in a thread: a second asker waits for the first
