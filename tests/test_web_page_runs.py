@@ -87,16 +87,18 @@ async def test_an_ended_run_says_how_and_offers_no_review(open_api: str, stand_i
         assert error and (FAILURE in error if ending == "failed" else True), error
 
 
-# The next request for a run's status fails as a restarting server's would (503); the ones after pass.
+# What a restarting server answers, as a JavaScript expression.
+RESTARTING = 'new Response(JSON.stringify({ detail: "the server is restarting" }), { status: 503 })'
+# The next request for a run's status fails as a restarting server's would; the ones after pass.
 FAIL_NEXT_STATUS = """(() => {
   const original = window.fetch;
   window.fetch = (url, options) => {
     if (!STATUS_REQUEST.test(url)) return original(url, options);
     window.fetch = original;
-    return Promise.resolve(new Response(JSON.stringify({ detail: "the server is restarting" }), { status: 503 }));
+    return Promise.resolve(RESTARTING);
   };
   return true;
-})()""".replace("STATUS_REQUEST", STATUS_REQUEST)
+})()""".replace("STATUS_REQUEST", STATUS_REQUEST).replace("RESTARTING", RESTARTING)
 
 
 async def test_a_run_whose_first_status_failed_is_shown_once_the_server_answers(open_api: str, stand_in: StartStandIn,
@@ -122,12 +124,11 @@ HOLD_NEXT_STATUS_OF = """((run) => {
     if (!STATUS_REQUEST.test(url) || !url.endsWith(`/${encodeURIComponent(run)}`)) return original(url, options);
     window.fetch = original;
     return new Promise((resolve) => {
-      window.__failHeld = () => resolve(new Response(JSON.stringify({ detail: "the server is restarting" }),
-                                                     { status: 503 }));
+      window.__failHeld = () => resolve(RESTARTING);
     });
   };
   return true;
-})""".replace("STATUS_REQUEST", STATUS_REQUEST)
+})""".replace("STATUS_REQUEST", STATUS_REQUEST).replace("RESTARTING", RESTARTING)
 
 
 async def test_a_failure_of_a_run_left_for_another_is_not_shown_on_the_other(open_api: str, stand_in: StartStandIn,
