@@ -5,8 +5,8 @@
 # is 3.11 or newer and has pip (Debian, Ubuntu and Fedora build theirs with profile-guided and link-time
 # optimisation, as the image's python is built), else the first python3 on PATH. Why: pyenv and other
 # builds from source default to neither, and every process of ours then costs a fifth to a third more
-# CPU; the suite is CPU-bound on two cores, so `make test` took 8:36-9:51 on this project's 2-core
-# machine with pyenv's 3.11 and 7:03-8:15 with Debian's (bench/README.md, #45). Evaluated only when the
+# CPU; the suite is CPU-bound on two cores, so `make test` takes a fifth longer on pyenv's 3.11 than on
+# Debian's on this project's 2-core machine (bench/README.md, #45). Evaluated only when the
 # virtualenv is made. Another Python: `rm -rf .venv && make test PYTHON=python3.12`.
 SYSTEM_PYTHON := /usr/bin/python3
 PYTHON ?= $(shell $(SYSTEM_PYTHON) -c 'import sys, importlib.util as u; \

@@ -3,8 +3,8 @@ it is 3.11 or newer and has pip, else ``python3`` on ``PATH``.
 
 Why: the distribution builds its Python with profile-guided and link-time optimisation, as the image's
 is built; pyenv's and other default builds from source are not, and cost every process of ours a fifth
-to a third more CPU (bench/README.md). The suite is CPU-bound on two cores, so it took 8:36-9:51 on
-pyenv's 3.11 and 7:03-8:15 on Debian's. Checked with ``make -n`` (nothing runs) for a virtualenv that does
+to a third more CPU (bench/README.md). The suite is CPU-bound on two cores, so it takes a fifth longer
+on pyenv's 3.11 than on Debian's. Checked with ``make -n`` (nothing runs) for a virtualenv that does
 not exist yet: the recipe's first line names the interpreter.
 """
 
