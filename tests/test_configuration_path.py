@@ -37,7 +37,7 @@ PROCESS_PLUMBING = {
                              "setting can load (loading them is what the server spares), and the environment "
                              "a command hands to the child that runs it",
     "cli/command_server.py": "the caller's environment, taken by the child that runs its command",
-    "activities/support/tls.py": "whether SSL_CERT_FILE or SSL_CERT_DIR is set, which httpx reads itself where it "
+    "activities/support/tls.py": "whether SSL_CERT_FILE or SSL_CERT_DIR is set, which httpx2 reads itself where it "
                                  "trusts the environment: where neither is, its two verifying contexts are one",
 }
 ENVIRONMENT_NAMES = {"environ", "environb", "getenv", "getenvb", "putenv", "unsetenv"}

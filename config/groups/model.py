@@ -38,7 +38,9 @@ class ModelSettings(SettingsGroup):
     # endpoint) and the client's own retries of one call, before Temporal retries the activity.
     # The reasoning model has its own endpoint and key; unset, the basic model's.
     llm_verify_ssl: bool = Field(default=True, alias="LLM_VERIFY_SSL")
-    """TLS verification of the model endpoint (`false`: a self-signed one)."""
+    """TLS verification of the model endpoint (`false`: a self-signed one), against the system's CA store, or
+    `SSL_CERT_FILE` / `SSL_CERT_DIR` where set; a worker's other HTTPS requests trust the same, but the crawler's
+    ignore those two."""
     llm_max_retries: int = Field(default=0, ge=0, le=10, alias="LLM_MAX_RETRIES")
     """The client's own retries of one call, before Temporal retries the activity."""
     reasoning_base_url: str | None = Field(default=None, alias="REASONING_BASE_URL")
