@@ -91,6 +91,23 @@ class DevServer:
                               timeout=timeout, check=False)
 
 
+# Workers a test started and has not stopped, and how much of each one's log a failed test's report
+# shows (tests/support/failure_logs.py): the temporary folders that hold the logs are gone once the run
+# ends, so a test that failed or timed out with a worker running keeps its only record of what it did.
+RUNNING_WORKERS: set[WorkerProcess] = set()
+LOG_TAIL_CHARS = 8000
+
+
+def running_worker_logs() -> list[tuple[str, str]]:
+    """A report section (title, the end of the log) for each worker started and not yet stopped."""
+    sections = []
+    for worker in sorted(RUNNING_WORKERS, key=lambda running: str(running.log_path)):
+        text = worker.log_path.read_text(errors="replace") if worker.log_path.exists() else "(no log)"
+        sections.append((f"worker log {worker.log_path} (its last {LOG_TAIL_CHARS} characters)",
+                         text[-LOG_TAIL_CHARS:]))
+    return sections
+
+
 class WorkerProcess:
     """``python worker.py`` in its own process group (with its own offline providers).
 
@@ -131,6 +148,7 @@ class WorkerProcess:
             else:
                 self.process = zygote().spawn(self.repo / "worker.py", [], env=env, cwd=self.repo, stdout=log,
                                               stderr=log, niceness=self.niceness)
+        RUNNING_WORKERS.add(self)
         return self
 
     def kill(self) -> None:
@@ -139,6 +157,7 @@ class WorkerProcess:
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=30)
         self.process = None
+        RUNNING_WORKERS.discard(self)
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
@@ -148,6 +167,7 @@ class WorkerProcess:
             except subprocess.TimeoutExpired:
                 self.kill()
         self.process = None
+        RUNNING_WORKERS.discard(self)
 
 
 class ServeProcess:
