@@ -20,8 +20,6 @@ import functools
 import os
 import ssl
 
-import httpx2
-
 # What the SDK reads, where it trusts the environment, for the CA certificates to verify against.
 CA_ENVIRONMENT = ("SSL_CERT_FILE", "SSL_CERT_DIR")
 
@@ -33,6 +31,10 @@ def verifying_context(*, trust_env: bool = True) -> ssl.SSLContext:
     both verify against the system's store: one context, so one load of it (27 ms of a worker's start)."""
     if trust_env and not any(os.environ.get(name) for name in CA_ENVIRONMENT):
         return verifying_context(trust_env=False)
+    # Here, not at the top: the openai SDK's HTTP stack, which a worker otherwise imports only in its
+    # preload, after it polls; every worker imports this module before it polls.
+    import httpx2
+
     return httpx2.create_ssl_context(trust_env=trust_env)
 
 
