@@ -3,7 +3,6 @@ honoured with DeerFlow's meaning or refused with one line naming it (issue #21).
 
 from __future__ import annotations
 
-import ssl
 from pathlib import Path
 
 import httpx
@@ -18,7 +17,7 @@ from config.settings import ConfigError, load_settings
 from offline.model_server import FakeModelServer
 from offline.providers import OFFLINE_SEARCH_BANNER, offline_banner, offline_parts
 from tests.support.chat_requests import COORDINATOR
-from tests.support.tls_proxy import make_pki
+from tests.support.tls_proxy import make_pki, serve_over_tls
 
 # DeerFlow's conf.yaml.example with every commented option uncommented (the Google block aside).
 DEERFLOW_CONF = """\
@@ -162,12 +161,9 @@ def test_deerflow_conf_keys_without_a_meaning_here_are_refused_by_name(tmp_path:
 
 async def test_verify_ssl_false_reaches_a_self_signed_endpoint_and_true_refuses_it(tmp_path: Path) -> None:
     pki = make_pki(tmp_path / "pki")  # the server's certificate is signed by a CA nobody trusts
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(pki.server.cert, pki.server.key)
     server = FakeModelServer(api_key="k")
-    server._httpd.socket = context.wrap_socket(server._httpd.socket, server_side=True)
+    base_url = serve_over_tls(server, pki.server)
     with server:
-        base_url = server.base_url.replace("http://", "https://")
         conf = f"BASIC_MODEL:\n  base_url: {base_url}\n  model: m\n  api_key: k\n  verify_ssl: false\n"
         unverified = load_settings(_conf(tmp_path, conf))
         response = await ActivityEnvironment().run(ModelActivities(unverified).chat, COORDINATOR)

@@ -21,7 +21,7 @@ from activities.support.tls import CA_ENVIRONMENT, verifying_context
 from config.settings import load_settings
 from offline.model_server import FakeModelServer
 from tests.support.chat_requests import COORDINATOR
-from tests.support.tls_proxy import make_pki
+from tests.support.tls_proxy import make_pki, serve_over_tls
 
 
 @pytest.fixture(autouse=True)
@@ -54,12 +54,9 @@ async def test_a_ca_in_the_systems_store_verifies_the_model_call_and_our_request
     system = ssl.get_default_verify_paths()
     monkeypatch.setattr(ssl, "get_default_verify_paths",
                         lambda: system._replace(openssl_cafile=str(pki.ca.cert), openssl_capath=str(tmp_path)))
-    serving = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    serving.load_cert_chain(pki.server.cert, pki.server.key)
     server = FakeModelServer(api_key="k", n_ctx=7000, chat_template="{{ messages }}")
-    server._httpd.socket = serving.wrap_socket(server._httpd.socket, server_side=True)
+    base_url = serve_over_tls(server, pki.server)
     with server:
-        base_url = server.base_url.replace("http://", "https://")
         (tmp_path / "conf.yaml").write_text(f"BASIC_MODEL:\n  base_url: {base_url}\n  model: m\n  api_key: k\n")
         settings = load_settings({"DEERFLOW_CONF": str(tmp_path / "conf.yaml"),
                                   "DEERFLOW_ENV_FILE": str(tmp_path / "absent.env")})

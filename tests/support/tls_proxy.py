@@ -13,6 +13,7 @@ import os
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from offline.model_server import FakeModelServer
 from tests.support.processes import free_port
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
@@ -93,6 +95,14 @@ def make_pki(directory: Path) -> Pki:
     client, _, _ = _issue(directory, "client", issuer=(ca_name, ca_key))
     other_ca, _, _ = _issue(directory, "other-ca", issuer=None)
     return Pki(ca=ca, server=server, client=client, other_ca=other_ca)
+
+
+def serve_over_tls(server: FakeModelServer, pair: CertPair) -> str:
+    """``server`` (not started yet) answers over TLS with ``pair``'s certificate; its ``https`` base URL."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(pair.cert, pair.key)
+    server._httpd.socket = context.wrap_socket(server._httpd.socket, server_side=True)
+    return server.base_url.replace("http://", "https://")
 
 
 class NginxGrpcProxy:
